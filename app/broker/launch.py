@@ -1,0 +1,36 @@
+"""Where the broker for a data dir is reached and how the GUI starts one."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from backend.protocol.endpoint import control_address
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerLaunch:
+    """Everything needed to attach to, or spawn, the broker of one data directory."""
+
+    data_dir: Path
+    broker_args: tuple[str, ...] = ()
+    python: str = sys.executable
+
+    @property
+    def control_address(self) -> str:
+        """The broker's control socket (named pipe on Windows) for this data dir."""
+        return control_address(self.data_dir)
+
+    def command(self) -> list[str]:
+        """The child command: a broker speaking JSON-RPC on its stdio."""
+        return [
+            self.python,
+            "-m",
+            "backend",
+            "node",
+            "--stdio",
+            "--data-dir",
+            str(self.data_dir),
+            *self.broker_args,
+        ]

@@ -1,0 +1,1 @@
+"""Qt item models fed by broker snapshots and pushes; views read them, never the wire."""

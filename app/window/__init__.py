@@ -1,0 +1,1 @@
+"""The main window, its pages and widgets. Views call controllers, never RPC."""

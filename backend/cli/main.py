@@ -1,0 +1,107 @@
+"""Parses ``pair`` arguments and runs the chosen command."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from backend import __version__
+from backend.cli import client_commands, node_command
+from backend.protocol.types import LOG_LEVELS
+
+EPILOG = """\
+exit codes: 0 ok, 1 error, 2 usage, 3 a broker already runs for the data dir,
+4 no broker runs for the data dir.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line."""
+    parser = argparse.ArgumentParser(
+        prog="pair",
+        description="PAIR, the Personal AI Router. Without a command: the desktop app where a "
+        "display exists, otherwise a headless node.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"pair {__version__}")
+    _add_node_options(parser)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    node = commands.add_parser("node", help="run this computer's node headless, in the foreground")
+    _add_node_options(node)
+    node.add_argument(
+        "--stdio",
+        action="store_true",
+        help="also serve JSON-RPC on stdin/stdout; stdin EOF stops the node",
+    )
+    node.add_argument(
+        "--test-worker", choices=("healthy", "crash-on-start"), help=argparse.SUPPRESS
+    )
+    status = commands.add_parser("status", help="show the local broker's state")
+    _add_data_dir(status)
+    status.add_argument("--json", action="store_true", help="print the raw status as JSON")
+    stop = commands.add_parser("stop", help="stop the local broker")
+    _add_data_dir(stop)
+    return parser
+
+
+def _add_data_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="the node's data directory (default: the per-user data dir)",
+    )
+
+
+def _add_node_options(parser: argparse.ArgumentParser) -> None:
+    _add_data_dir(parser)
+    for flag, default, what in node_command.PORT_FLAGS:
+        parser.add_argument(
+            flag,
+            type=node_command.port_number,
+            default=default,
+            metavar="PORT",
+            help=f"{what} (default {default})",
+        )
+    parser.add_argument(
+        "--log-level", choices=LOG_LEVELS, help="override the log_level setting for this run"
+    )
+    parser.add_argument("--json-logs", action="store_true", help="log JSON lines to stderr")
+
+
+def has_display() -> bool:
+    """Whether a GUI can open here."""
+    if sys.platform in ("win32", "darwin"):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``pair``."""
+    args = build_parser().parse_args(argv)
+    if args.command == "status":
+        return client_commands.status(args.data_dir, as_json=args.json)
+    if args.command == "stop":
+        return client_commands.stop(args.data_dir)
+    if args.command == "node":
+        return node_command.run(args)
+    if has_display():
+        return _exec_gui(list(argv) if argv is not None else sys.argv[1:])
+    print(
+        "No display found: running the headless node. `pair node --help` for options.",
+        file=sys.stderr,
+    )
+    args.stdio = False
+    args.test_worker = None
+    return node_command.run(args)
+
+
+def _exec_gui(argv: list[str]) -> int:  # noqa: RET503 - execv does not return
+    command = [sys.executable, "-m", "app", *argv]
+    if sys.platform == "win32":  # pragma: no cover - no exec on Windows
+        import subprocess
+
+        return subprocess.call(command)
+    os.execv(sys.executable, command)

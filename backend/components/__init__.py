@@ -1,0 +1,1 @@
+"""The broker's components, one package each."""

@@ -1,0 +1,1 @@
+"""The errors registry: sticky, keyed problems that the GUI shows as banners."""

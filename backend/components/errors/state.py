@@ -1,0 +1,62 @@
+"""Pure functions over the errors registry's state."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import msgspec
+
+from backend.protocol.types import ErrorReport, ServiceError
+
+ErrorKey = tuple[str, str]  # (node_id, id)
+ErrorState = Mapping[ErrorKey, ServiceError]
+
+
+def apply_report(
+    state: ErrorState, report: ErrorReport, *, local_node: str, now: float
+) -> dict[ErrorKey, ServiceError] | None:
+    """The state after ``report``, or None when nothing visible changes.
+
+    A report older than the stored entry is dropped; the first report's creation time is kept.
+    """
+    node_id = report.node_id or local_node
+    timestamp = report.timestamp if report.timestamp is not None else now
+    key = (node_id, report.id)
+    current = state.get(key)
+    if current is not None and timestamp < current.updated_at:
+        return None
+    entry = ServiceError(
+        id=report.id,
+        node_id=node_id,
+        message=report.message,
+        severity=report.severity,
+        action=report.action,
+        created_at=current.created_at if current is not None else timestamp,
+        updated_at=timestamp,
+        engine=report.engine,
+        model=report.model,
+    )
+    if current is not None and _same_content(current, entry):
+        return None
+    return {**state, key: entry}
+
+
+def apply_clear(
+    state: ErrorState, node_id: str, error_id: str
+) -> dict[ErrorKey, ServiceError] | None:
+    """The state without that entry, or None when it was not there."""
+    key = (node_id, error_id)
+    if key not in state:
+        return None
+    return {k: v for k, v in state.items() if k != key}
+
+
+def ordered(state: ErrorState) -> list[ServiceError]:
+    """Entries sorted by id, then node, as ``errors:update`` carries them."""
+    return [state[key] for key in sorted(state, key=lambda key: (key[1], key[0]))]
+
+
+def _same_content(left: ServiceError, right: ServiceError) -> bool:
+    return msgspec.structs.replace(left, updated_at=0.0) == msgspec.structs.replace(
+        right, updated_at=0.0
+    )

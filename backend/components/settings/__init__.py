@@ -1,0 +1,1 @@
+"""Node settings: a typed schema, validation, atomic 0600 persistence."""

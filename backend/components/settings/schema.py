@@ -1,0 +1,83 @@
+"""The settings schema and pure validation."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from backend.protocol.types import LOG_LEVELS, SettingSpec, SettingValue
+
+SCHEMA: tuple[SettingSpec, ...] = (
+    SettingSpec(
+        key="node_name",
+        type="string",
+        default="",
+        description="Name shown for this computer; empty means its hostname.",
+    ),
+    SettingSpec(
+        key="log_level",
+        type="enum",
+        default="info",
+        choices=list(LOG_LEVELS),
+        description="Least severe log messages written by the broker and its workers.",
+    ),
+)
+SPECS: dict[str, SettingSpec] = {spec.key: spec for spec in SCHEMA}
+_MAX_STRING = 256
+
+
+def defaults() -> dict[str, SettingValue]:
+    """Every setting at its default."""
+    return {spec.key: spec.default for spec in SCHEMA}
+
+
+def validate(key: str, value: object) -> SettingValue:
+    """The value, checked against the schema; raises ValueError saying what is wrong."""
+    spec = SPECS.get(key)
+    if spec is None:
+        raise ValueError(f"unknown setting {key!r}; known settings: {', '.join(SPECS)}")
+    checked = _check_type(spec, value)
+    if spec.choices is not None and checked not in spec.choices:
+        raise ValueError(f"setting {key!r} must be one of {', '.join(spec.choices)}; got {value!r}")
+    if isinstance(checked, int | float) and not isinstance(checked, bool):
+        if spec.minimum is not None and checked < spec.minimum:
+            raise ValueError(f"setting {key!r} must be at least {spec.minimum:g}; got {value!r}")
+        if spec.maximum is not None and checked > spec.maximum:
+            raise ValueError(f"setting {key!r} must be at most {spec.maximum:g}; got {value!r}")
+    return checked
+
+
+def validate_all(values: Mapping[str, object]) -> dict[str, SettingValue]:
+    """All values checked; raises ValueError naming every bad key at once."""
+    problems: list[str] = []
+    checked: dict[str, SettingValue] = {}
+    for key, value in values.items():
+        try:
+            checked[key] = validate(key, value)
+        except ValueError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise ValueError("; ".join(problems))
+    return checked
+
+
+def _check_type(spec: SettingSpec, value: object) -> SettingValue:
+    expected = {
+        "bool": "a boolean",
+        "int": "an integer",
+        "float": "a number",
+        "string": "a string",
+        "enum": "a string",
+    }[spec.type]
+    if spec.type == "bool" and isinstance(value, bool):
+        return value
+    if spec.type == "int" and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if spec.type == "float" and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if spec.type in ("string", "enum") and isinstance(value, str):
+        if len(value) > _MAX_STRING:
+            raise ValueError(f"setting {spec.key!r} is longer than {_MAX_STRING} characters")
+        return value
+    raise ValueError(
+        f"setting {spec.key!r} expects {expected}; got {type(value).__name__} {value!r}"
+    )

@@ -1,0 +1,92 @@
+"""The settings service: loads, validates, persists atomically (0600) and announces changes."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from backend.components.settings import schema
+from backend.core.clock import Clock
+from backend.core.files import set_aside, write_private_atomic
+from backend.protocol import errors
+from backend.protocol.types import SettingsSnapshot, SettingValue
+
+log = logging.getLogger(__name__)
+
+CORRUPT_ERROR_ID = "settings:corrupt"
+
+
+class SettingsService:
+    """Owns ``settings.json``. Unknown keys found in the file are kept when it is rewritten."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        clock: Clock,
+        on_change: Callable[[SettingsSnapshot], None],
+        on_corrupt: Callable[[str], None],
+    ) -> None:
+        self._path = path
+        self._clock = clock
+        self._on_change = on_change
+        self._on_corrupt = on_corrupt
+        self._values = schema.defaults()
+        self._unknown: dict[str, object] = {}
+
+    def load(self) -> None:
+        """Read the file; a corrupt file is set aside and defaults are used."""
+        try:
+            raw = json.loads(self._path.read_bytes())
+            if not isinstance(raw, dict):
+                raise ValueError("the top level is not a JSON object")
+        except FileNotFoundError:
+            return
+        except (ValueError, UnicodeDecodeError) as exc:
+            moved = set_aside(self._path, "corrupt", int(self._clock.wall()))
+            log.warning("settings file %s is unreadable (%s); moved to %s", self._path, exc, moved)
+            self._on_corrupt(
+                f"The settings file could not be read ({exc}); it was kept as {moved.name} "
+                "and defaults are in use."
+            )
+            return
+        self._adopt(raw)
+
+    def get(self, key: str) -> SettingValue:
+        """One value."""
+        return self._values[key]
+
+    def snapshot(self) -> SettingsSnapshot:
+        """All values and the schema."""
+        return SettingsSnapshot(values=dict(self._values), schema=list(schema.SCHEMA))
+
+    def update(self, values: Mapping[str, object]) -> SettingsSnapshot:
+        """Validate every value, then apply and persist them together (all or nothing)."""
+        if not values:
+            raise errors.InvalidParams("Invalid params: no settings given")
+        try:
+            checked = schema.validate_all(values)
+        except ValueError as exc:
+            raise errors.InvalidParams(f"Invalid params: {exc}") from None
+        changed = {k: v for k, v in checked.items() if self._values[k] != v}
+        if changed:
+            self._save({**self._values, **changed})
+            self._values.update(changed)
+            self._on_change(self.snapshot())
+        return self.snapshot()
+
+    def _adopt(self, raw: dict[str, object]) -> None:
+        for key, value in raw.items():
+            if key not in schema.SPECS:
+                self._unknown[key] = value
+                continue
+            try:
+                self._values[key] = schema.validate(key, value)
+            except ValueError as exc:
+                log.warning("settings file: %s; using the default", exc)
+
+    def _save(self, values: dict[str, SettingValue]) -> None:
+        document = {**self._unknown, **values}
+        write_private_atomic(self._path, json.dumps(document, indent=2, sort_keys=True).encode())

@@ -1,0 +1,1 @@
+"""Broker machinery shared by components: supervision, RPC serving, events, storage, logging."""

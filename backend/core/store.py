@@ -1,0 +1,160 @@
+"""The durable store: one SQLite database (WAL) per node, with numbered schema migrations.
+
+SQLite calls block, so the store owns one thread and every query runs there; the event loop
+only awaits. A database that SQLite cannot open is set aside (never deleted) and a new one made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from backend.core.files import ensure_private_dir, set_aside
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+Row = tuple[Any, ...]
+
+# Append only: a released migration never changes; its index + 1 is the schema version.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    CREATE TABLE broker_runs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        pid INTEGER NOT NULL,
+        version TEXT NOT NULL,
+        started_at REAL NOT NULL,
+        stopped_at REAL
+    );
+    """,
+)
+
+
+class StoreError(Exception):
+    """The database could not be opened or migrated."""
+
+
+class Store:
+    """Owns the SQLite connection and the single thread that uses it."""
+
+    def __init__(self, path: Path, migrations: Sequence[str] = MIGRATIONS) -> None:
+        self.path = path
+        self._migrations = migrations
+        self._connection: sqlite3.Connection | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self.set_aside_path: Path | None = None
+
+    async def open(self) -> None:
+        """Open (creating or migrating as needed)."""
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pair-store")
+        await self._in_thread(self._open_sync)
+
+    async def close(self) -> None:
+        """Checkpoint and close; idempotent."""
+        if self._executor is None:
+            return
+        if self._connection is not None:
+            await self._in_thread(self._close_sync)
+        self._executor.shutdown(wait=True)
+        self._executor = None
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run one statement in its own transaction; return ``lastrowid``."""
+        return await self._in_thread(lambda: self._execute_sync(sql, params))
+
+    async def fetch_all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        """Rows of a query."""
+        return await self._in_thread(lambda: self._conn().execute(sql, params).fetchall())
+
+    async def schema_version(self) -> int:
+        """The applied migration count."""
+        rows = await self.fetch_all("PRAGMA user_version")
+        return int(rows[0][0])
+
+    async def _in_thread(self, work: Callable[[], T]) -> T:
+        if self._executor is None:
+            raise StoreError("the store is not open")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, work)
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._connection is None:
+            raise StoreError("the store is not open")
+        return self._connection
+
+    def _open_sync(self) -> None:
+        ensure_private_dir(self.path.parent)
+        try:
+            self._connection = self._connect_and_migrate()
+        except sqlite3.DatabaseError as exc:
+            if not self.path.exists():
+                raise StoreError(f"cannot open {self.path}: {exc}") from exc
+            self.set_aside_path = set_aside(self.path, "corrupt", int(time.time()))
+            log.error(
+                "database %s is unreadable (%s); kept as %s, starting a new one",
+                self.path,
+                exc,
+                self.set_aside_path,
+            )
+            for suffix in ("-wal", "-shm"):
+                stale = self.path.with_name(self.path.name + suffix)
+                if stale.exists():
+                    os.replace(
+                        stale, self.set_aside_path.with_name(self.set_aside_path.name + suffix)
+                    )
+            self._connection = self._connect_and_migrate()
+
+    def _connect_and_migrate(self) -> sqlite3.Connection:
+        connection = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        try:
+            os.chmod(self.path, 0o600)
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute("PRAGMA synchronous=NORMAL")
+            connection.execute("PRAGMA foreign_keys=ON")
+            self._migrate(connection)
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    def _migrate(self, connection: sqlite3.Connection) -> None:
+        version = int(connection.execute("PRAGMA user_version").fetchone()[0])
+        if version > len(self._migrations):
+            raise StoreError(
+                f"{self.path} has schema {version}, newer than this PAIR understands "
+                f"({len(self._migrations)}); update PAIR"
+            )
+        for index in range(version, len(self._migrations)):
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in _statements(self._migrations[index]):
+                    connection.execute(statement)
+                connection.execute(f"PRAGMA user_version = {index + 1}")
+            except BaseException:
+                connection.execute("ROLLBACK")
+                raise
+            connection.execute("COMMIT")
+            log.info("database %s migrated to schema %d", self.path, index + 1)
+
+    def _execute_sync(self, sql: str, params: Sequence[Any]) -> int:
+        cursor = self._conn().execute(sql, params)
+        return int(cursor.lastrowid or 0)
+
+    def _close_sync(self) -> None:
+        connection = self._conn()
+        try:
+            connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            connection.close()
+            self._connection = None
+
+
+def _statements(script: str) -> list[str]:
+    """Split a migration into statements (migrations contain no semicolons inside literals)."""
+    return [part.strip() for part in script.split(";") if part.strip()]

@@ -1,0 +1,49 @@
+"""Owned background tasks: every task has a name, an owner that keeps it, and a bounded join."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class TaskSet:
+    """Keeps references to the tasks it spawns, logs their failures, and cancels them on close."""
+
+    def __init__(self, owner: str) -> None:
+        self._owner = owner
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def spawn(self, coro: Coroutine[Any, Any, T], *, name: str) -> asyncio.Task[T]:
+        """Start ``coro`` as a task named ``<owner>:<name>``."""
+        task = asyncio.get_running_loop().create_task(coro, name=f"{self._owner}:{name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._forget)
+        return task
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    async def close(self, timeout: float = 5.0) -> None:
+        """Cancel every task and wait for them, at most ``timeout`` seconds."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=timeout)
+            for task in pending:
+                log.warning(
+                    "%s: task %s did not finish within %.1f s",
+                    self._owner,
+                    task.get_name(),
+                    timeout,
+                )
+
+    def _forget(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s: task %s failed", self._owner, task.get_name(), exc_info=task.exception())

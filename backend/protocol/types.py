@@ -1,0 +1,178 @@
+"""Typed payloads of the broker's JSON-RPC surface (see docs/RPC.md)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+LogLevel = Literal["debug", "info", "warning", "error"]
+LOG_LEVELS: tuple[LogLevel, ...] = ("debug", "info", "warning", "error")
+Severity = Literal["info", "warning", "error"]
+ErrorActionKind = Literal["retry", "dismiss", "restart-component", "open-settings"]
+ComponentKind = Literal["task", "worker"]
+ComponentStatus = Literal["starting", "running", "backoff", "failed", "stopped"]
+SettingType = Literal["bool", "int", "float", "string", "enum"]
+SettingValue = bool | int | float | str
+
+
+class Wire(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=False):
+    """Base of every wire payload: immutable, keyword-only."""
+
+
+class PingResult(Wire, frozen=True, kw_only=True):
+    """Answer to ``ping``."""
+
+    pong: bool
+    version: str
+    uptime_ms: int
+
+
+class VersionInfo(Wire, frozen=True, kw_only=True):
+    """Answer to ``version``."""
+
+    version: str
+    protocol: int
+    python: str
+    platform: str
+
+
+class ErrorAction(Wire, frozen=True, kw_only=True):
+    """What the user can do about an error; ``target`` names what a retry or restart acts on."""
+
+    kind: ErrorActionKind
+    label: str
+    target: str | None = None
+
+
+class ServiceError(Wire, frozen=True, kw_only=True):
+    """One entry of the errors registry, keyed by (``node_id``, ``id``)."""
+
+    id: str
+    node_id: str
+    message: str
+    severity: Severity = "error"
+    action: ErrorAction | None = None
+    created_at: float
+    updated_at: float
+    engine: str | None = None
+    model: str | None = None
+
+
+class ErrorReport(Wire, frozen=True, kw_only=True):
+    """Parameters of ``errors:report``; the broker fills node and timestamps when absent."""
+
+    id: str
+    message: str
+    severity: Severity = "error"
+    action: ErrorAction | None = None
+    node_id: str | None = None
+    timestamp: float | None = None
+    engine: str | None = None
+    model: str | None = None
+
+
+class ErrorClear(Wire, frozen=True, kw_only=True):
+    """Parameters of ``errors:clear``."""
+
+    id: str
+    node_id: str | None = None
+
+
+class ComponentInfo(Wire, frozen=True, kw_only=True):
+    """A supervised component or worker as the supervisor sees it now."""
+
+    name: str
+    kind: ComponentKind
+    status: ComponentStatus
+    restarts: int = 0
+    last_error: str | None = None
+    next_restart_at: float | None = None
+    pid: int | None = None
+    since: float
+
+
+class ComponentsSnapshot(Wire, frozen=True, kw_only=True):
+    """Answer to ``components:subscribe``: apply later events whose ``seq`` is greater."""
+
+    seq: int
+    components: list[ComponentInfo]
+
+
+class ComponentChanged(Wire, frozen=True, kw_only=True):
+    """Push ``components:event``: one component's new state."""
+
+    seq: int
+    event: Literal["component_changed"] = "component_changed"
+    component: ComponentInfo
+
+
+class Ports(Wire, frozen=True, kw_only=True):
+    """The node's listener ports as configured."""
+
+    node: int
+    ollama: int
+    openai: int
+    llamacpp: int
+
+
+class BrokerStatus(Wire, frozen=True, kw_only=True):
+    """Answer to ``status``: what ``pair status`` prints."""
+
+    version: str
+    pid: int
+    started_at: float
+    uptime_ms: int
+    data_dir: str
+    node_id: str
+    node_name: str
+    control_address: str
+    log_file: str | None
+    ports: Ports
+    components: list[ComponentInfo]
+    errors: list[ServiceError]
+
+
+class SettingSpec(Wire, frozen=True, kw_only=True):
+    """One entry of the settings schema."""
+
+    key: str
+    type: SettingType
+    default: SettingValue
+    description: str
+    choices: list[str] | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+
+
+class SettingsSnapshot(Wire, frozen=True, kw_only=True):
+    """Answer to ``settings/get`` and ``settings/set``; also the ``settings:changed`` push."""
+
+    values: dict[str, SettingValue]
+    schema: list[SettingSpec]
+
+
+class SettingsUpdate(Wire, frozen=True, kw_only=True):
+    """Parameters of ``settings/set``: only the keys to change."""
+
+    values: dict[str, SettingValue]
+
+
+class LogLevelParams(Wire, frozen=True, kw_only=True):
+    """Parameters and answer of ``log/set-level``."""
+
+    level: LogLevel
+
+
+class ComponentRef(Wire, frozen=True, kw_only=True):
+    """Parameters of ``components:restart``."""
+
+    name: str
+
+
+class AppReady(Wire, frozen=True, kw_only=True):
+    """Push ``app:ready``: the broker's components are started."""
+
+    version: str
+    node_name: str
+    pid: int

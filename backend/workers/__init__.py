@@ -1,0 +1,1 @@
+"""Worker processes: each runs as ``python -m backend.workers.<name>`` under the broker."""
