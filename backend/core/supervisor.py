@@ -183,6 +183,11 @@ class Supervisor:
         )
         try:
             return await slot.run_task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # we are being cancelled ourselves
+            return _Outcome("cancelled")  # only the run was cancelled: restart() or stop()
         finally:
             component.bind_ready(None)
 
@@ -261,11 +266,9 @@ class Supervisor:
 
 
 async def _outcome_of(coro: Coroutine[Any, Any, None]) -> _Outcome:
-    """Run a component once and say how it ended; never raises except on our own cancellation."""
+    """Run a component once and say how it ended; raises only CancelledError."""
     try:
         await coro
-    except asyncio.CancelledError:
-        return _Outcome("cancelled")
     except FatalError as exc:
         return _Outcome("fatal", f"{exc}")
     except NotReadyError as exc:

@@ -56,6 +56,7 @@ class RpcPeer:
         self._read_task: asyncio.Task[None] | None = None
         self._task_group: asyncio.TaskGroup | None = None
         self._closed = asyncio.Event()
+        self._aborted = False
         self.context: dict[str, Any] = {}
 
     @property
@@ -77,7 +78,8 @@ class RpcPeer:
                 await asyncio.wait([self._read_task])
                 if self._handlers:
                     await asyncio.wait(list(self._handlers))
-                self._outbox.put_nowait(None)
+                if not self._aborted:
+                    self._outbox.put_nowait(None)
                 await writer
         finally:
             self._closed.set()
@@ -93,7 +95,9 @@ class RpcPeer:
 
     def abort(self) -> None:
         """Drop the connection now without answering anything further."""
-        self._outbox = asyncio.Queue()
+        self._aborted = True
+        while not self._outbox.empty():
+            self._outbox.get_nowait()
         self._outbox.put_nowait(None)
         self._writer.transport.abort()
         self.close()
@@ -120,6 +124,8 @@ class RpcPeer:
             self._send(jsonrpc.notification(method, params))
 
     def _send(self, frame: Any) -> None:
+        if self._aborted:
+            return
         if self._outbox.qsize() >= self._outbox_limit:
             log.warning(
                 "%s: peer is not reading (%d frames queued); disconnecting",
