@@ -34,7 +34,11 @@ class RecordingErrors:
         self.raised: list[str] = []
 
     def raise_error(
-        self, error_id: str, message: str, *, severity: Severity = "error",
+        self,
+        error_id: str,
+        message: str,
+        *,
+        severity: Severity = "error",
         action: ErrorAction | None = None,
     ) -> None:
         self.open[error_id] = message

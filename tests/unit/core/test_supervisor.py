@@ -49,8 +49,9 @@ async def _until(predicate: Callable[[], bool], rounds: int = 10_000) -> None:
     raise AssertionError("condition never became true")
 
 
-def _make(script: list[str]) -> tuple[Supervisor, Scripted, FakeClock, RecordingErrors,
-                                      list[ComponentInfo]]:
+def _make(
+    script: list[str],
+) -> tuple[Supervisor, Scripted, FakeClock, RecordingErrors, list[ComponentInfo]]:
     clock, errors, events = FakeClock(), RecordingErrors(), []
     supervisor = Supervisor(errors=errors, clock=clock, on_change=events.append)
     component = Scripted("worker", clock, script)

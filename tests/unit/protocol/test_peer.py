@@ -49,8 +49,7 @@ async def served() -> AsyncIterator[RawClient]:
     left, right = socket.socketpair()
     server_reader, server_writer = await asyncio.open_connection(sock=left, limit=2**16)
     client_reader, client_writer = await asyncio.open_connection(sock=right, limit=2**22)
-    peer = RpcPeer(server_reader, server_writer, name="server", on_request=_handler,
-                   max_frame=1024)
+    peer = RpcPeer(server_reader, server_writer, name="server", on_request=_handler, max_frame=1024)
     task = asyncio.create_task(peer.run())
     yield RawClient(client_reader, client_writer)
     client_writer.close()
@@ -99,7 +98,10 @@ async def test_unknown_method_and_handler_failures_get_their_codes(served: RawCl
     assert replies[1]["error"]["code"] == -32601
     assert replies[2]["error"]["code"] == -32603
     assert "kaput" in replies[2]["error"]["message"]
-    assert replies[3]["error"] == {"code": -32602, "message": "Invalid params: 'x' must be an integer"}
+    assert replies[3]["error"] == {
+        "code": -32602,
+        "message": "Invalid params: 'x' must be an integer",
+    }
 
 
 async def test_a_slow_request_does_not_hold_up_a_fast_one(served: RawClient) -> None:

@@ -1,0 +1,73 @@
+"""GUI tests: offscreen Qt, async tests on a qasync loop, no Qt warnings.
+
+The leak guards for threads and child processes live in ``tests/conftest.py``.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before any QApplication exists
+
+import asyncio
+import socket
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+import qasync
+from PySide6.QtCore import QtMsgType
+from PySide6.QtWidgets import QApplication
+
+# The offscreen platform reports what it cannot do; these are not bugs in the app.
+_HARMLESS_QT_MESSAGES = ("This plugin does not support", "QSystemTrayIcon::setVisible")
+
+
+def _qasync_loop() -> asyncio.AbstractEventLoop:
+    app = QApplication.instance() or QApplication([])
+    assert isinstance(app, QApplication)
+    loop: asyncio.AbstractEventLoop = qasync.QEventLoop(app)
+    return loop
+
+
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> Mapping[str, object]:
+    """Run every async test of this folder on a qasync loop (asyncio on the Qt event loop)."""
+    return {"qasync": _qasync_loop}
+
+
+@pytest.fixture(autouse=True)
+def _no_qt_warnings(qapp: QApplication, qtlog: object) -> Iterator[None]:
+    """Fail a test on a Qt warning (other than the offscreen platform's own notes)."""
+    yield
+    records = getattr(qtlog, "records", [])
+    warnings = [
+        record.message
+        for record in records
+        if record.type != QtMsgType.QtDebugMsg
+        and record.type != QtMsgType.QtInfoMsg
+        and not record.message.startswith(_HARMLESS_QT_MESSAGES)
+    ]
+    assert not warnings, f"Qt warnings: {warnings}"
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    """A fresh node data directory."""
+    path = tmp_path / "node"
+    path.mkdir()
+    return path
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now (never the defaults 11434, 1234, 8080, 14320)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def broker_args() -> tuple[str, ...]:
+    """Port flags that keep a test broker off the default ports."""
+    flags = ("--node-port", "--ollama-port", "--openai-port", "--llamacpp-port")
+    return tuple(item for flag in flags for item in (flag, str(free_port())))

@@ -1,0 +1,74 @@
+"""Small pure pieces: exit classification, event sequencing, options, formatting."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.broker.launch import BrokerLaunch
+from app.broker.state import Ending, Ownership, ServiceState, classify_exit
+from app.models.components import EventStep, next_event_step
+from app.options import parse_options
+from app.window.look import describe, format_duration
+
+
+@pytest.mark.parametrize(
+    ("returncode", "asked", "ending"),
+    [
+        (0, False, Ending.STOPPED_ELSEWHERE),
+        (1, False, Ending.CRASHED),
+        (-9, False, Ending.CRASHED),
+        (3, False, Ending.ALREADY_RUNNING),
+        (-9, True, Ending.CLOSED),
+        (0, True, Ending.CLOSED),
+    ],
+)
+def test_classify_exit(returncode: int, asked: bool, ending: Ending) -> None:
+    assert classify_exit(returncode, asked_to_stop=asked) is ending
+
+
+@pytest.mark.parametrize(
+    ("last", "seq", "step"),
+    [
+        (5, 6, EventStep.APPLY),
+        (5, 5, EventStep.SKIP),
+        (5, 2, EventStep.SKIP),
+        (5, 7, EventStep.GAP),
+        (0, 1, EventStep.APPLY),
+    ],
+)
+def test_next_event_step(last: int, seq: int, step: EventStep) -> None:
+    assert next_event_step(last, seq) is step
+
+
+def test_options_pass_broker_flags_through(tmp_path: object) -> None:
+    options = parse_options(
+        ["--data-dir", "/tmp/pair-x", "--node-port", "4000", "--log-level", "debug"]
+    )
+    assert str(options.data_dir) == "/tmp/pair-x"
+    assert options.broker_args == ("--node-port", "4000", "--log-level", "debug")
+    assert options.log_level == "debug"
+    launch = BrokerLaunch(options.data_dir, options.broker_args, python="py")
+    assert launch.command() == [
+        "py", "-m", "backend", "node", "--stdio", "--data-dir", "/tmp/pair-x",
+        "--node-port", "4000", "--log-level", "debug",
+    ]  # fmt: skip
+
+
+def test_options_reject_unknown_flags() -> None:
+    with pytest.raises(SystemExit):
+        parse_options(["--bogus"])
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0, "0 s"), (59.9, "59 s"), (60, "1 min"), (3599, "59 min"), (3660, "1 h 01 min"),
+     (90000, "1 d 1 h")],
+)  # fmt: skip
+def test_format_duration(seconds: float, text: str) -> None:
+    assert format_duration(seconds) == text
+
+
+def test_descriptions_say_what_quitting_does() -> None:
+    assert "stops it" in describe(ServiceState.READY, Ownership.OWNED)
+    assert "leaves it running" in describe(ServiceState.READY, Ownership.ATTACHED)
+    assert "Start" in describe(ServiceState.DISCONNECTED, None)

@@ -1,0 +1,165 @@
+"""Real broker subprocesses on free ports with temporary data dirs, stopped by PID."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backend.protocol.endpoint import control_address, open_control_connection
+from backend.protocol.peer import RpcPeer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now (never one of PAIR's defaults)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def node_argv(data_dir: Path, *extra: str) -> list[str]:
+    """``pair node`` with every listener on a free port."""
+    return [
+        sys.executable,
+        "-m",
+        "backend",
+        "node",
+        "--data-dir",
+        str(data_dir),
+        "--json-logs",
+        "--node-port",
+        str(free_port()),
+        "--ollama-port",
+        str(free_port()),
+        "--openai-port",
+        str(free_port()),
+        "--llamacpp-port",
+        str(free_port()),
+        *extra,
+    ]
+
+
+@dataclass
+class Client:
+    """An RPC connection to a broker that records every push it receives."""
+
+    peer: RpcPeer
+    pushes: list[tuple[str, Any]] = field(default_factory=list)
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def call(self, method: str, params: Any = None, timeout: float = 10.0) -> Any:
+        return await self.peer.call(method, params, timeout=timeout)
+
+    async def wait_push(
+        self, method: str, predicate: Callable[[Any], bool] = lambda _: True, timeout: float = 10.0
+    ) -> Any:
+        """The first push of ``method`` (already received or coming) that satisfies ``predicate``."""
+        seen = 0
+        async with asyncio.timeout(timeout):
+            while True:
+                for name, params in self.pushes[seen:]:
+                    if name == method and predicate(params):
+                        return params
+                seen = len(self.pushes)
+                self.arrived.clear()
+                await self.arrived.wait()
+
+
+@dataclass
+class Broker:
+    """A broker process this test started."""
+
+    process: subprocess.Popen[bytes]
+    data_dir: Path
+    stderr_path: Path
+
+    @property
+    def address(self) -> str:
+        return control_address(self.data_dir)
+
+    def logs(self) -> list[dict[str, Any]]:
+        records = []
+        for line in self.stderr_path.read_text(errors="replace").splitlines():
+            with contextlib.suppress(ValueError):
+                records.append(json.loads(line))
+        return records
+
+    @contextlib.asynccontextmanager
+    async def connect(self) -> AsyncIterator[Client]:
+        reader, writer = await open_control_connection(self.address)
+        client: Client
+
+        def on_push(method: str, params: Any, _: RpcPeer) -> None:
+            client.pushes.append((method, params))
+            client.arrived.set()
+
+        client = Client(RpcPeer(reader, writer, name="test-client", on_notification=on_push))
+        task = asyncio.create_task(client.peer.run())
+        try:
+            yield client
+        finally:
+            client.peer.close()
+            await asyncio.wait_for(task, 5)
+
+    def stop(self, timeout: float = 15.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait(5)
+
+
+def wait_until_serving(broker: Broker, timeout: float = 20.0) -> None:
+    """Block until the broker answers on its control socket (or fail with its log)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if broker.process.poll() is not None:
+            raise AssertionError(f"broker exited: {broker.stderr_path.read_text()[-2000:]}")
+        if any(record.get("msg", "").startswith("broker ready") for record in broker.logs()):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"broker not ready: {broker.stderr_path.read_text()[-2000:]}")
+
+
+@pytest.fixture
+def start_broker(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
+    """Start brokers (each with its own data dir unless given); all are stopped afterwards."""
+    started: list[Broker] = []
+
+    def start(*extra: str, data_dir: Path | None = None, wait: bool = True) -> Broker:
+        directory = data_dir or tmp_path / f"node{len(started)}"
+        stderr_path = tmp_path / f"broker{len(started)}.stderr"
+        with stderr_path.open("wb") as stderr:
+            process = subprocess.Popen(
+                node_argv(directory, *extra),
+                cwd=ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                env=dict(os.environ),
+            )
+        broker = Broker(process, directory, stderr_path)
+        started.append(broker)
+        if wait:
+            wait_until_serving(broker)
+        return broker
+
+    yield start
+    for broker in started:
+        broker.stop()
