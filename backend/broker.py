@@ -164,6 +164,7 @@ class Broker:
                 "testworker",
                 [sys.executable, "-m", "backend.workers.testworker", self._config.test_worker],
                 clock=self._clock,
+                environment=self._worker_environment,
             )
             self._workers.append(worker)
             supervisor.add(worker)
@@ -251,6 +252,12 @@ class Broker:
             for worker in self._workers:
                 worker.notify(methods.LOG_SET_LEVEL, {"level": resolved})
         self._hub.broadcast(methods.SETTINGS_CHANGED, snapshot)
+
+    def _worker_environment(self) -> dict[str, str]:
+        level = self._config.log_level
+        if level is None and self._settings is not None:
+            level = self._log_level(self._settings)
+        return {"PAIR_LOG_LEVEL": level or "info"}
 
     @staticmethod
     def _log_level(settings: SettingsService) -> LogLevel:

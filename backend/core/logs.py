@@ -18,6 +18,7 @@ _LEVELS: dict[LogLevel, int] = {
     "warning": logging.WARNING,
     "error": logging.ERROR,
 }
+_BARE_FORMAT = "%(levelname)s %(name)s: %(message)s"
 _HUMAN_FORMAT = "%(asctime)s %(levelname)-7s [%(process_name)s] %(name)s: %(message)s"
 
 
@@ -49,16 +50,27 @@ class _ProcessNameFilter(logging.Filter):
 
 
 def configure(
-    process_name: str, *, level: LogLevel, log_dir: Path | None, json_logs: bool
+    process_name: str,
+    *,
+    level: LogLevel,
+    log_dir: Path | None,
+    json_logs: bool,
+    bare: bool = False,
 ) -> Path | None:
-    """Route the root logger to stderr and (when ``log_dir``) ``<log_dir>/<process>.log``."""
+    """Route the root logger to stderr and (when ``log_dir``) ``<log_dir>/<process>.log``.
+
+    ``bare`` drops time and process from stderr lines: a worker's parent adds its own.
+    """
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)
         handler.close()
     name_filter = _ProcessNameFilter(process_name)
     stderr = logging.StreamHandler()
-    stderr.setFormatter(JsonFormatter() if json_logs else _human_formatter())
+    if json_logs:
+        stderr.setFormatter(JsonFormatter())
+    else:
+        stderr.setFormatter(logging.Formatter(_BARE_FORMAT) if bare else _human_formatter())
     stderr.addFilter(name_filter)
     root.addHandler(stderr)
     log_file = None

@@ -45,6 +45,7 @@ class WorkerProcess(Component):
         heartbeat_timeout: float = 15.0,
         stop_grace: float = 3.0,
         on_notification: Callable[[str, Any], None] = lambda method, params: None,
+        environment: Callable[[], dict[str, str]] = dict,
     ) -> None:
         super().__init__(name)
         self._argv = list(argv)
@@ -53,6 +54,7 @@ class WorkerProcess(Component):
         self._timeout = heartbeat_timeout
         self._grace = stop_grace
         self._on_notification = on_notification
+        self._environment = environment
         self._process: asyncio.subprocess.Process | None = None
         self._peer: RpcPeer | None = None
 
@@ -79,7 +81,7 @@ class WorkerProcess(Component):
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            env=child_env(),
+            env=child_env(self._environment()),
             preexec_fn=child_preexec(),
             start_new_session=True,
         )

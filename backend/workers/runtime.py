@@ -21,7 +21,7 @@ Handler = Callable[[Any], Awaitable[Any]]
 
 async def serve_worker(name: str, handlers: dict[str, Handler], level: LogLevel = "info") -> None:
     """Serve ``handlers`` plus ping and log/set-level until the broker closes our stdin."""
-    logs.configure(f"worker-{name}", level=level, log_dir=None, json_logs=False)
+    logs.configure(f"worker-{name}", level=level, log_dir=None, json_logs=False, bare=True)
     started = time.monotonic()
 
     async def on_request(method: str, params: Any, _: RpcPeer) -> Any:

@@ -67,7 +67,7 @@ class Client:
     async def wait_push(
         self, method: str, predicate: Callable[[Any], bool] = lambda _: True, timeout: float = 10.0
     ) -> Any:
-        """The first push of ``method`` (already received or coming) that satisfies ``predicate``."""
+        """The first push of ``method`` (received or coming) that satisfies ``predicate``."""
         seen = 0
         async with asyncio.timeout(timeout):
             while True:
