@@ -32,8 +32,22 @@ def main(argv: list[str]) -> int:
         return 2
     ensure_environment()
     if argv[0] == "run":
-        return subprocess.call([str(PYTHON), "-m", "backend", *argv[1:]], cwd=ROOT)
+        command = [str(PYTHON), "-m", "backend", *argv[1:]]
+        if os.name == "posix":
+            os.chdir(ROOT)
+            os.execv(command[0], command)  # Ctrl+C and signals reach PAIR directly
+        return call(command)
     return run_tests(argv[1:])
+
+
+def call(command: list[str], env: dict[str, str] | None = None) -> int:
+    """Run a child to completion; Ctrl+C is the child's to handle, we just wait for it."""
+    child = subprocess.Popen(command, cwd=ROOT, env=env)
+    while True:
+        try:
+            return child.wait()
+        except KeyboardInterrupt:
+            continue
 
 
 def ensure_environment() -> None:
@@ -52,7 +66,7 @@ def ensure_environment() -> None:
 
 def run_tests(extra: list[str]) -> int:
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
-    code = subprocess.call([str(PYTHON), "-m", "pytest", *extra], cwd=ROOT, env=env)
+    code = call([str(PYTHON), "-m", "pytest", *extra], env=env)
     if code == 5:
         print("bootstrap: pytest collected no tests; that is a failure", file=sys.stderr)
         return 1
