@@ -45,8 +45,10 @@ async def _measure(address: str, method: str, calls: int, concurrency: int) -> l
 def _report(label: str, samples: list[float], seconds: float) -> None:
     ordered = sorted(samples)
     p99 = ordered[int(len(ordered) * 0.99) - 1]
-    print(f"{label:<28} n={len(samples):<6} p50={statistics.median(ordered):8.1f} us "
-          f"p99={p99:8.1f} us  {len(samples) / seconds:9.0f} calls/s")
+    print(
+        f"{label:<28} n={len(samples):<6} p50={statistics.median(ordered):8.1f} us "
+        f"p99={p99:8.1f} us  {len(samples) / seconds:9.0f} calls/s"
+    )
 
 
 async def _main(calls: int, levels: list[int], address: str) -> None:
@@ -65,8 +67,20 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as data_dir:
         broker = subprocess.Popen(
-            [sys.executable, "-m", "backend", "node", "--data-dir", data_dir, "--log-level",
-             "warning", "--node-port", "1"], cwd=ROOT, stdout=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "backend",
+                "node",
+                "--data-dir",
+                data_dir,
+                "--log-level",
+                "warning",
+                "--node-port",
+                "1",
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
         )
         try:
             address = control_address(Path(data_dir).resolve())

@@ -24,7 +24,7 @@ PYTHON = BIN / ("python.exe" if os.name == "nt" else "python")
 
 
 def main(argv: list[str]) -> int:
-    if sys.version_info < (3, 11):
+    if sys.version_info < (3, 11):  # noqa: UP036 - this script must also run on old Pythons
         print("PAIR needs Python 3.11 or newer", file=sys.stderr)
         return 2
     if not argv or argv[0] not in ("run", "test"):
