@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     for flag in PASS_THROUGH_PORTS:
         parser.add_argument(flag, type=int, metavar="PORT", help="passed to the broker")
     parser.add_argument("--log-level", choices=LOG_LEVELS, help="passed to the broker")
+    parser.add_argument("--json-logs", action="store_true", help="passed to the broker")
     return parser
 
 
@@ -45,4 +46,6 @@ def parse_options(argv: Sequence[str]) -> AppOptions:
     log_level: LogLevel | None = namespace.log_level
     if log_level is not None:
         broker_args += ["--log-level", log_level]
+    if namespace.json_logs:
+        broker_args.append("--json-logs")
     return AppOptions(resolve_data_dir(namespace.data_dir), tuple(broker_args), log_level)

@@ -20,18 +20,16 @@ import logging
 from enum import StrEnum
 from typing import Any
 
-import msgspec
 from PySide6.QtCore import QObject, Signal
 
 from app.broker.launch import BrokerLaunch
 from app.broker.process import OwnedBroker
 from app.broker.restart_policy import RestartPolicy
-from app.broker.session import BrokerSession
+from app.broker.session import STARTUP_TIMEOUT_S, BrokerSession
 from app.broker.state import Ending, Ownership, ServiceState
 from app.tasks import TaskSet, wait_first
 from backend.protocol import methods
 from backend.protocol.errors import ConnectionLost
-from backend.protocol.types import AppReady
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +59,7 @@ class BrokerConnection(QObject):
         *,
         retry_interval: float = RETRY_INTERVAL_S,
         restart_delay: float = RESTART_DELAY_S,
+        startup_timeout: float = STARTUP_TIMEOUT_S,
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
@@ -68,12 +67,14 @@ class BrokerConnection(QObject):
         self._policy = policy if policy is not None else RestartPolicy()
         self._retry_interval = retry_interval
         self._restart_delay = restart_delay
+        self._startup_timeout = startup_timeout
         self._state = ServiceState.CONNECTING
         self._session: BrokerSession | None = None
         self._failure = ""
         self._command: Command | None = None
         self._wake = asyncio.Event()
         self._tasks = TaskSet("broker-connection")
+        self._supervisor: asyncio.Task[None] | None = None
 
     @property
     def state(self) -> ServiceState:
@@ -96,8 +97,9 @@ class BrokerConnection(QObject):
         return self._failure
 
     def start(self) -> None:
-        """Begin supervising (call once, with the event loop running)."""
-        self._tasks.spawn(self._supervise(), name="supervise")
+        """Begin supervising (with the event loop running); again after an internal error."""
+        if self._supervisor is None or self._supervisor.done():
+            self._supervisor = self._tasks.spawn(self._supervise(), name="supervise")
 
     async def stop(self) -> None:
         """Stop supervising; shut down a broker this app owns, leave an attached one running."""
@@ -106,10 +108,13 @@ class BrokerConnection(QObject):
         if session is not None:
             self._drop(session)
             await session.close()
+        self._set_state(ServiceState.DISCONNECTED)
 
     def request_start(self) -> None:
         """Start (or attach to) a broker now; meaningful when failed or disconnected."""
         self._request(Command.START)
+        if self._supervisor is not None and self._supervisor.done():
+            self.start()
 
     def request_restart(self) -> None:
         """Owned: stop the broker and spawn a new one. Attached: reconnect to it."""
@@ -138,26 +143,43 @@ class BrokerConnection(QObject):
             self.state_changed.emit(state)
 
     async def _supervise(self) -> None:
+        try:
+            await self._supervise_forever()
+        except Exception as exc:
+            # A bug here must not leave the window saying "connecting" forever.
+            log.exception("broker supervision failed")
+            self._failure = f"Internal error while supervising the service: {exc}"
+            self._set_state(ServiceState.FAILED)
+
+    async def _supervise_forever(self) -> None:
         may_spawn = True
         while True:
-            session = await self._open(may_spawn=may_spawn)
+            if may_spawn:
+                self._set_state(ServiceState.CONNECTING)
+            session = await self._attach()
+            if session is None and may_spawn:
+                session = await self._spawn()
             if session is None:
                 may_spawn = await self._wait_for_start()
                 continue
             ending = await self._serve(session)
             may_spawn = await self._recover(session, ending)
 
-    async def _open(self, *, may_spawn: bool) -> BrokerSession | None:
-        """Attach to a running broker, else (when allowed) spawn one; None if neither."""
-        if may_spawn:
-            self._set_state(ServiceState.CONNECTING)
-        session = await BrokerSession.attach(self._launch.control_address, self._on_session_push)
+    async def _attach(self) -> BrokerSession | None:
+        """Attach to the broker already running for the data dir, if one answers."""
+        try:
+            address = self._launch.control_address
+        except OSError as exc:  # the runtime dir is unusable; a spawned broker will say why
+            log.warning("no control address: %s", exc)
+            return None
+        session = await BrokerSession.attach(address, self._on_session_push)
         if session is not None:
             self._adopt(session)
             self._announce_ready(session)
-            return session
-        if not may_spawn:
-            return None
+        return session
+
+    async def _spawn(self) -> BrokerSession | None:
+        """Start a broker this app owns; None (and failed) when it cannot even be started."""
         try:
             process = await OwnedBroker.spawn(self._launch)
         except OSError as exc:
@@ -165,7 +187,7 @@ class BrokerConnection(QObject):
             self._failure = f"Could not start the service: {exc}"
             self._set_state(ServiceState.FAILED)
             return None
-        session = BrokerSession.over_process(process, self._on_session_push)
+        session = BrokerSession.over_process(process, self._on_session_push, self._startup_timeout)
         self._adopt(session)
         return session
 
@@ -183,17 +205,22 @@ class BrokerConnection(QObject):
     async def _recover(self, session: BrokerSession, ending: Ending) -> bool:
         """Decide what follows a session's end; True when the next attempt may spawn."""
         self._drop(session)
+        await session.close()
         if ending is Ending.CLOSED:
             return True
         if ending in (Ending.CRASHED, Ending.ALREADY_RUNNING):
-            self._failure = session.last_message or f"The service stopped unexpectedly ({ending})."
+            self._failure = session.describe_end()
             if self._policy.record_crash():
                 self._set_state(ServiceState.CONNECTING)
                 await asyncio.sleep(self._restart_delay)
                 return True
             self._set_state(ServiceState.FAILED)
         else:
-            self._failure = "The service was stopped outside this app."
+            self._failure = (
+                "The service this app was attached to went away."
+                if ending is Ending.LOST
+                else "The service was asked to stop by another program."
+            )
             self._set_state(ServiceState.DISCONNECTED)
         return await self._wait_for_start()
 
@@ -229,16 +256,6 @@ class BrokerConnection(QObject):
         if session is not self._session:
             return
         if method == methods.APP_READY:
-            self._note_pid(session, params)
+            self.session_changed.emit()  # the session now knows the broker's PID
             self._announce_ready(session)
         self.notification_received.emit(method, params)
-
-    def _note_pid(self, session: BrokerSession, params: Any) -> None:
-        try:
-            ready = msgspec.convert(params, AppReady)
-        except msgspec.ValidationError:
-            log.warning("malformed %s push: %r", methods.APP_READY, params)
-            return
-        if session.pid != ready.pid:
-            session.pid = ready.pid
-            self.session_changed.emit()

@@ -54,6 +54,9 @@ class OwnedBroker:
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
+            # Ctrl+C in a terminal goes to the app, which then stops the broker in order;
+            # if the app dies, the broker still sees EOF on stdin and shuts down.
+            start_new_session=sys.platform != "win32",
         )
         log.info("started broker pid %d", process.pid)
         return cls(process, echo)

@@ -8,17 +8,21 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
 from app.broker.process import OwnedBroker
-from app.broker.state import Ending, Ownership, classify_exit
+from app.broker.state import Ending, Ownership, classify_exit, describe_exit
 from app.tasks import TaskSet, wait_first
 from backend.protocol import methods
 from backend.protocol.endpoint import open_control_connection
 from backend.protocol.errors import RpcError
 from backend.protocol.peer import RpcPeer
+from backend.protocol.types import AppReady
 
 log = logging.getLogger(__name__)
 
 PING_TIMEOUT_S = 5.0
+STARTUP_TIMEOUT_S = 60.0
 SHUTDOWN_CALL_TIMEOUT_S = 2.0
 # An owned broker whose stdout closed should exit at once; past this it is killed.
 EXIT_AFTER_EOF_S = 3.0
@@ -41,22 +45,32 @@ class BrokerSession:
         self.announced_ready = False
         self.closing = False
         self.ending = Ending.CLOSED
+        self.startup_timed_out = False
+        self._sink = sink
         self.peer = RpcPeer(
             reader,
             writer,
             name=f"broker-{self.pid or 'socket'}",
-            on_notification=lambda method, params, _peer: sink(self, method, params),
+            on_notification=lambda method, params, _peer: self._on_push(method, params),
         )
         self._tasks = TaskSet("broker-session")
         self._run = self._tasks.spawn(self.peer.run(), name="peer")
 
     @classmethod
-    def over_process(cls, process: OwnedBroker, sink: SessionSink) -> BrokerSession:
-        """A session over an owned child's stdout (frames in) and stdin (frames out)."""
+    def over_process(
+        cls, process: OwnedBroker, sink: SessionSink, startup_timeout: float = STARTUP_TIMEOUT_S
+    ) -> BrokerSession:
+        """A session over an owned child's stdout (frames in) and stdin (frames out).
+
+        A broker that does not announce ``app:ready`` within ``startup_timeout`` is killed,
+        which the connection then treats like any other crash.
+        """
         stdout, stdin = process.process.stdout, process.process.stdin
         assert stdout is not None, "spawned with a piped stdout"
         assert stdin is not None, "spawned with a piped stdin"
-        return cls(stdout, stdin, sink, process)
+        session = cls(stdout, stdin, sink, process)
+        session._tasks.spawn(session._watch_startup(startup_timeout), name="startup-watchdog")
+        return session
 
     @classmethod
     async def attach(cls, address: str, sink: SessionSink) -> BrokerSession | None:
@@ -83,10 +97,17 @@ class BrokerSession:
         """One RPC on this session."""
         return await self.peer.call(method, params, timeout=timeout)
 
-    @property
-    def last_message(self) -> str:
-        """An owned broker's last stderr line; empty for an attached one."""
-        return self.process.last_message if self.process is not None else ""
+    def describe_end(self) -> str:
+        """Why the session ended, for the user: how an owned broker exited, or a lost link."""
+        process = self.process
+        if process is None:
+            return "The connection to the service closed."
+        if self.startup_timed_out:
+            return f"The service (PID {process.pid}) did not get ready in time and was stopped."
+        returncode = process.process.returncode
+        if returncode is None:
+            return f"The service (PID {process.pid}) stopped answering."
+        return describe_exit(process.pid, returncode, process.last_message)
 
     async def wait_ended(self) -> None:
         """Wait until the broker is gone (owned: its process exited); ``ending`` says why."""
@@ -111,6 +132,25 @@ class BrokerSession:
         self.peer.close()
         await asyncio.wait([self._run], timeout=2.0)
         await self._tasks.close(timeout=1.0)
+
+    async def _watch_startup(self, timeout: float) -> None:
+        await asyncio.sleep(timeout)
+        process = self.process
+        if process is None or self.announced_ready or process.process.returncode is not None:
+            return
+        log.warning("broker pid %d not ready after %.0f s; killing it", process.pid, timeout)
+        self.startup_timed_out = True
+        with contextlib.suppress(ProcessLookupError):
+            process.process.kill()
+
+    def _on_push(self, method: str, params: Any) -> None:
+        # app:ready may arrive before the ping answer, while the session is not adopted yet.
+        if method == methods.APP_READY:
+            try:
+                self.pid = msgspec.convert(params, AppReady).pid
+            except msgspec.ValidationError:
+                log.warning("malformed %s push: %r", method, params)
+        self._sink(self, method, params)
 
     async def _reap_after_eof(self, process: OwnedBroker) -> None:
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from enum import StrEnum
 
 
@@ -43,3 +44,17 @@ def classify_exit(returncode: int, *, asked_to_stop: bool) -> Ending:
     if returncode == 0:
         return Ending.STOPPED_ELSEWHERE
     return Ending.CRASHED
+
+
+def describe_exit(pid: int, returncode: int, last_message: str = "") -> str:
+    """A sentence about how a broker process ended, with its last stderr line after an error."""
+    if returncode < 0:
+        try:
+            how = f"was stopped by {signal.Signals(-returncode).name}"
+        except ValueError:
+            how = f"was stopped by signal {-returncode}"
+        return f"The service (PID {pid}) {how}."
+    sentence = f"The service (PID {pid}) exited with code {returncode}."
+    if returncode > 0 and last_message:
+        sentence += f" It said: {last_message}"
+    return sentence

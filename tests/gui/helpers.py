@@ -13,13 +13,18 @@ from app.broker.state import Ownership, ServiceState
 
 
 async def wait_until(predicate: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
-    """Let the loop run until ``predicate()`` holds; fail after ``timeout`` seconds."""
-    try:
-        async with asyncio.timeout(timeout):
-            while not predicate():
-                await asyncio.sleep(0.02)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what or predicate}") from None
+    """Let the loop run until ``predicate()`` holds; fail after ``timeout`` seconds.
+
+    Polling (not an event) because the conditions span Qt widgets and broker processes.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        if predicate():
+            return
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
+        await asyncio.sleep(0.02)
 
 
 async def settle() -> None:

@@ -63,7 +63,8 @@ async def test_snapshot_then_events_update_rows_without_reset(
         connection.push(methods.COMPONENTS_EVENT, event(6, component("proxy", "running")))
     assert sig.args[0].row() == 1
     assert model.get("proxy") is not None
-    assert model.get("proxy").status == "running"  # type: ignore[union-attr]
+    assert model.get("proxy") == model.row_at(1)
+    assert model.row_at(1).status == "running"
     with qtbot.assertNotEmitted(model.dataChanged):
         connection.push(methods.COMPONENTS_EVENT, event(6, component("proxy", "failed")))
     with qtbot.waitSignal(model.rowsInserted):

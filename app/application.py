@@ -1,0 +1,137 @@
+"""The GUI's composition root: builds every part, hands each its dependencies, runs until quit."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Callable, Iterator
+
+import qasync
+from PySide6.QtGui import QDesktopServices
+from PySide6.QtWidgets import QApplication
+
+from app.broker.connection import BrokerConnection
+from app.broker.launch import BrokerLaunch
+from app.broker.restart_policy import RestartPolicy
+from app.controllers.components import ComponentsController
+from app.controllers.errors import ErrorsController
+from app.controllers.service import ServiceController, UrlOpener
+from app.icons import app_icon
+from app.models.components import ComponentsModel
+from app.models.errors import ErrorsModel
+from app.options import AppOptions
+from app.tray import Tray, tray_available
+from app.window.main_window import MainWindow
+
+log = logging.getLogger(__name__)
+
+
+class PairApplication:
+    """One GUI process: the broker connection, models, controllers, main window and tray.
+
+    Owns all of them; ``shutdown`` stops a broker this app started and leaves an attached one.
+    """
+
+    def __init__(
+        self,
+        options: AppOptions,
+        *,
+        use_tray: bool | None = None,
+        open_url: UrlOpener = QDesktopServices.openUrl,
+        restart_policy: RestartPolicy | None = None,
+    ) -> None:
+        launch = BrokerLaunch(options.data_dir, options.broker_args)
+        self.connection = BrokerConnection(launch, restart_policy)
+        self.components = ComponentsModel()
+        self.errors = ErrorsModel()
+        self.components_controller = ComponentsController(self.connection, self.components)
+        self.errors_controller = ErrorsController(
+            self.connection, self.errors, self.components_controller
+        )
+        self.service = ServiceController(self.connection, options.data_dir, open_url)
+        with_tray = tray_available() if use_tray is None else use_tray
+        self.tray = Tray(self.connection, self.service) if with_tray else None
+        self.window = MainWindow(
+            self.connection,
+            self.service,
+            self.components,
+            self.errors,
+            self.errors_controller,
+            hide_on_close=self.tray is not None,
+        )
+        self._quit = asyncio.Event()
+        self._connect_signals()
+
+    def _connect_signals(self) -> None:
+        self.window.quit_requested.connect(self.request_quit)
+        for controller in (self.service, self.errors_controller, self.components_controller):
+            controller.command_failed.connect(self.window.show_status_message)
+        if self.tray is not None:
+            self.tray.show_requested.connect(self.show_window)
+            self.tray.quit_requested.connect(self.request_quit)
+
+    def start(self) -> None:
+        """Start supervising the broker and show the window (event loop running)."""
+        self.connection.start()
+        if self.tray is not None:
+            self.tray.show()
+        self.window.show()
+
+    def show_window(self) -> None:
+        """Bring the main window to the front."""
+        self.window.showNormal()
+        self.window.raise_()
+        self.window.activateWindow()
+
+    def request_quit(self) -> None:
+        """Ask ``run`` to shut down and return."""
+        self._quit.set()
+
+    async def shutdown(self) -> None:
+        """Hide the UI, stop the controllers, then leave or stop the broker (bounded)."""
+        if self.tray is not None:
+            self.tray.hide()
+        self.window.hide()
+        for controller in (self.service, self.errors_controller, self.components_controller):
+            await controller.close()
+        await self.connection.stop()
+
+    async def run(self) -> int:
+        """Run until a quit request (window, tray, SIGINT or SIGTERM); return the exit code."""
+        self.start()
+        with _quit_on_signals(self.request_quit):
+            await self._quit.wait()
+        await self.shutdown()
+        return 0
+
+
+@contextlib.contextmanager
+def _quit_on_signals(request_quit: Callable[[], None]) -> Iterator[None]:
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    if sys.platform != "win32":
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, request_quit)
+            installed.append(sig)
+    try:
+        yield
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
+def run(options: AppOptions) -> int:
+    """Build the QApplication and the qasync loop, run ``PairApplication`` until it quits."""
+    qt_app = QApplication.instance() or QApplication(sys.argv[:1])
+    assert isinstance(qt_app, QApplication)
+    qt_app.setApplicationName("PAIR")
+    qt_app.setApplicationDisplayName("PAIR")
+    qt_app.setDesktopFileName("pair")
+    qt_app.setWindowIcon(app_icon())
+    # The tray keeps the app alive with no window; quitting goes through request_quit.
+    qt_app.setQuitOnLastWindowClosed(False)
+    with asyncio.Runner(loop_factory=lambda: qasync.QEventLoop(qt_app)) as runner:
+        return runner.run(PairApplication(options).run())

@@ -1,0 +1,181 @@
+"""The Service page's controller: broker facts (version, PID, uptime, log level) and commands."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TypeVar
+
+from PySide6.QtCore import QObject, QUrl, Signal
+from PySide6.QtGui import QDesktopServices
+
+from app import versions
+from app.broker.connection import BrokerConnection
+from app.controllers.base import Controller, decode
+from backend.protocol import methods
+from backend.protocol.endpoint import log_dir
+from backend.protocol.errors import RpcError
+from backend.protocol.types import (
+    LOG_LEVELS,
+    AppReady,
+    BrokerStatus,
+    LogLevel,
+    LogLevelParams,
+    SettingsSnapshot,
+    VersionInfo,
+)
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+LOG_LEVEL_SETTING = "log_level"
+UrlOpener = Callable[[QUrl], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceInfo:
+    """What the broker told us about itself in this session (None: not known yet)."""
+
+    broker_version: str | None = None
+    node_name: str | None = None
+    pid: int | None = None
+    uptime_ms: int | None = None
+    uptime_read_at: float = 0.0  # time.monotonic() when uptime_ms was read
+    log_level: LogLevel | None = None
+
+    def uptime_s(self, now: float) -> float | None:
+        """Seconds the broker has been up at monotonic time ``now``."""
+        if self.uptime_ms is None:
+            return None
+        return self.uptime_ms / 1000 + max(0.0, now - self.uptime_read_at)
+
+
+def log_level_of(settings: SettingsSnapshot) -> LogLevel | None:
+    """The ``log_level`` setting when it holds a known level."""
+    value = settings.values.get(LOG_LEVEL_SETTING)
+    return next((level for level in LOG_LEVELS if level == value), None)
+
+
+class ServiceController(Controller):
+    """Reads ``version``, ``status`` and ``settings/get`` per session, follows ``app:ready`` and
+    ``settings:changed``, and runs the service commands. Owns the refresh and command tasks."""
+
+    info_changed = Signal()
+
+    def __init__(
+        self,
+        connection: BrokerConnection,
+        data_dir: Path,
+        open_url: UrlOpener = QDesktopServices.openUrl,
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(connection, parent)
+        self.data_dir = data_dir
+        self._open_url = open_url
+        self._info = ServiceInfo()
+        self._settings_pushes = 0
+
+    @property
+    def info(self) -> ServiceInfo:
+        """The latest facts."""
+        return self._info
+
+    @property
+    def log_dir(self) -> Path:
+        """The node's log folder."""
+        return log_dir(self.data_dir)
+
+    def versions(self) -> list[tuple[str, str]]:
+        """(label, version) rows: this app, the broker, Python, Qt."""
+        return [
+            ("PAIR app", versions.app_version()),
+            ("PAIR service", self._info.broker_version or "unknown (not connected)"),
+            ("Python", versions.python_version()),
+            ("Qt", versions.qt_version()),
+        ]
+
+    def start_service(self) -> None:
+        """Start (or attach to) the broker after a failure or disconnect."""
+        self.connection.request_start()
+
+    def restart_service(self) -> None:
+        """Owned broker: stop and start it. Attached broker: reconnect."""
+        self.connection.request_restart()
+
+    def set_log_level(self, level: LogLevel) -> None:
+        """Change the broker's log level (saved as the ``log_level`` setting)."""
+        if level != self._info.log_level:
+            self.run_command(self._set_log_level(level), what="change the log level")
+
+    def open_log_folder(self) -> None:
+        """Show the log folder in the desktop's file manager."""
+        folder = self.log_dir
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            self.command_failed.emit(f"Could not create the log folder {folder}: {exc}")
+            return
+        if not self._open_url(QUrl.fromLocalFile(str(folder))):
+            self.command_failed.emit(f"Could not open the log folder {folder}")
+
+    def _set_info(self, updated: ServiceInfo) -> None:
+        if updated != self._info:
+            self._info = updated
+            self.info_changed.emit()
+
+    async def _set_log_level(self, level: LogLevel) -> None:
+        raw = await self.connection.call(methods.LOG_SET_LEVEL, {"level": level})
+        result = decode(raw, LogLevelParams)
+        if result is not None:
+            self._set_info(replace(self._info, log_level=result.level))
+
+    def _on_connection_session_ready(self) -> None:
+        self._tasks.spawn(self._refresh(self._settings_pushes), name="refresh")
+
+    def _on_connection_session_changed(self) -> None:
+        if self.connection.ownership is None:
+            self._set_info(replace(self._info, pid=None, uptime_ms=None, node_name=None))
+        elif self.connection.pid is not None:
+            self._set_info(replace(self._info, pid=self.connection.pid))
+
+    def _on_connection_notification_received(self, method: str, params: object) -> None:
+        if method == methods.APP_READY:
+            ready = decode(params, AppReady)
+            if ready is not None:
+                self._set_info(
+                    replace(self._info, broker_version=ready.version, node_name=ready.node_name)
+                )
+        elif method == methods.SETTINGS_CHANGED:
+            settings = decode(params, SettingsSnapshot)
+            if settings is not None:
+                self._settings_pushes += 1
+                self._set_info(replace(self._info, log_level=log_level_of(settings)))
+
+    async def _refresh(self, settings_pushes_before: int) -> None:
+        version = await self._read(methods.VERSION, VersionInfo)
+        if version is not None:
+            self._set_info(replace(self._info, broker_version=version.version))
+        status = await self._read(methods.STATUS, BrokerStatus)
+        if status is not None:
+            self._set_info(
+                replace(
+                    self._info,
+                    pid=status.pid,
+                    node_name=status.node_name,
+                    uptime_ms=status.uptime_ms,
+                    uptime_read_at=time.monotonic(),
+                )
+            )
+        settings = await self._read(methods.SETTINGS_GET, SettingsSnapshot)
+        if settings is not None and self._settings_pushes == settings_pushes_before:
+            self._set_info(replace(self._info, log_level=log_level_of(settings)))
+
+    async def _read(self, method: str, kind: type[T]) -> T | None:
+        try:
+            raw = await self.connection.call(method)
+        except RpcError as exc:
+            log.info("%s failed: %s", method, exc)
+            return None
+        return decode(raw, kind)

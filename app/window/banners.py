@@ -1,0 +1,120 @@
+"""Banners at the top of the window: service errors, and a notice when the service is down."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+
+from app.broker.connection import BrokerConnection
+from app.broker.state import ServiceState
+from app.controllers.errors import ErrorsController
+from app.controllers.service import ServiceController
+from app.models.errors import SEVERITY_COLOURS, ErrorsModel
+from backend.protocol.types import ServiceError
+
+MAX_BANNERS = 4
+MESSAGE_MIN_WIDTH = 280
+_SEVERITY_TITLES = {"info": "Note", "warning": "Warning", "error": "Error"}
+
+
+class Banner(QFrame):
+    """A tinted strip with a bold title, a message and optional buttons on the right."""
+
+    def __init__(self, colour: QColor, title: str, message: str, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("banner")
+        red, green, blue = colour.red(), colour.green(), colour.blue()
+        self.setStyleSheet(
+            f"#banner {{ background: rgba({red}, {green}, {blue}, 28);"
+            f" border-left: 4px solid {colour.name()}; border-radius: 3px; }}"
+        )
+        self._layout = QHBoxLayout(self)
+        self._layout.setContentsMargins(12, 6, 8, 6)
+        self.title = QLabel(f"<b>{title}</b>")
+        self.message = QLabel(message)
+        self.message.setWordWrap(True)
+        self.message.setMinimumWidth(MESSAGE_MIN_WIDTH)  # wrapped, never a one-word column
+        self._layout.addWidget(self.title)
+        self._layout.addWidget(self.message, 1)
+
+    def add_button(self, text: str, on_click: Callable[[], None], tooltip: str = "") -> QPushButton:
+        """Append a button on the right."""
+        button = QPushButton(text)
+        button.setToolTip(tooltip)
+        button.clicked.connect(on_click)
+        self._layout.addWidget(button)
+        return button
+
+
+class ErrorBanners(QWidget):
+    """One banner per row of the errors model (at most ``MAX_BANNERS``, then a count)."""
+
+    def __init__(
+        self, model: ErrorsModel, controller: ErrorsController, parent: QWidget | None = None
+    ) -> None:
+        super().__init__(parent)
+        self._model = model
+        self._controller = controller
+        self._layout = QVBoxLayout(self)
+        self._layout.setContentsMargins(0, 0, 0, 0)
+        self._layout.setSpacing(4)
+        self.banners: list[Banner] = []
+        for signal in (model.rowsInserted, model.rowsRemoved, model.dataChanged, model.modelReset):
+            signal.connect(self._on_model_changed)
+        self._rebuild()
+
+    def _on_model_changed(self, *_args: object) -> None:
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        while (item := self._layout.takeAt(0)) is not None:
+            if (widget := item.widget()) is not None:
+                widget.deleteLater()
+        errors = self._model.rows()
+        self.banners = [self._banner(error) for error in errors[:MAX_BANNERS]]
+        for banner in self.banners:
+            self._layout.addWidget(banner)
+        if len(errors) > MAX_BANNERS:
+            self._layout.addWidget(QLabel(f"and {len(errors) - MAX_BANNERS} more…"))
+        self.setVisible(bool(errors))
+
+    def _banner(self, error: ServiceError) -> Banner:
+        title = _SEVERITY_TITLES[error.severity]
+        banner = Banner(SEVERITY_COLOURS[error.severity], title, error.message)
+        if error.action is not None and error.action.kind != "dismiss":
+            banner.add_button(error.action.label, lambda: self._controller.run_action(error))
+        banner.add_button(
+            "Dismiss",
+            lambda: self._controller.dismiss(error),
+            "Hide this message; it comes back if the problem is reported again.",
+        )
+        return banner
+
+
+class ServiceNotice(Banner):
+    """Shown while the service is failed or disconnected, with a Start button."""
+
+    def __init__(
+        self,
+        connection: BrokerConnection,
+        controller: ServiceController,
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(SEVERITY_COLOURS["error"], "PAIR service", "", parent)
+        self._connection = connection
+        self.start_button = self.add_button(
+            "Start", controller.start_service, "Start the PAIR service from this app."
+        )
+        connection.state_changed.connect(self._on_connection_state_changed)
+        self._on_connection_state_changed(connection.state)
+
+    def _on_connection_state_changed(self, state: ServiceState) -> None:
+        down = state in (ServiceState.FAILED, ServiceState.DISCONNECTED)
+        if down:
+            reason = self._connection.failure_message
+            headline = "is not running" if state is ServiceState.DISCONNECTED else "has failed"
+            self.title.setText(f"<b>The PAIR service {headline}.</b>")
+            self.message.setText(reason)
+        self.setVisible(down)

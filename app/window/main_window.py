@@ -1,0 +1,207 @@
+"""The main window: banners on top, a sidebar of pages, and the page stack."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtGui import QCloseEvent, QPalette
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QMainWindow,
+    QStackedWidget,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.broker.connection import BrokerConnection
+from app.broker.state import Ownership, ServiceState
+from app.controllers.errors import ErrorsController
+from app.controllers.service import ServiceController
+from app.icons import app_icon
+from app.models.components import ComponentsModel
+from app.models.errors import ErrorsModel
+from app.window.banners import ErrorBanners, ServiceNotice
+from app.window.empty_page import EmptyPage
+from app.window.indicator import StateDot
+from app.window.look import STATE_LOOKS
+from app.window.service_page import ServicePage
+from app.window.widgets import page_title
+
+EMPTY_PAGES: tuple[tuple[str, str, str, str], ...] = (
+    (
+        "overview",
+        "Overview",
+        "No computers to show yet",
+        "Your computers and their live GPU, CPU and memory use will appear here "
+        "once the service reports them.",
+    ),
+    (
+        "models",
+        "Models",
+        "No models yet",
+        "Models served by the engines on your computers will be listed here, "
+        "ready to load, eject, delete or pull.",
+    ),
+    (
+        "jobs",
+        "Jobs",
+        "No jobs yet",
+        "Every request that goes through PAIR will show up here while it runs and afterwards.",
+    ),
+    (
+        "cluster",
+        "Cluster",
+        "Not in a cluster yet",
+        "Pair your other computers with a six-digit PIN to share their models and GPUs. "
+        "Pairing comes in a later version.",
+    ),
+)
+STATUS_MESSAGE_MS = 8000
+MINIMUM_SIZE = QSize(820, 560)
+
+
+class SettingsPage(QWidget):
+    """Settings, one tab per area (only Service for now)."""
+
+    def __init__(self, service_page: ServicePage, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.tabs = QTabWidget()
+        self.tabs.setDocumentMode(True)
+        self.tabs.addTab(service_page, "Service")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(24, 20, 24, 24)
+        layout.addWidget(page_title("Settings"))
+        layout.addWidget(self.tabs, 1)
+
+
+class MainWindow(QMainWindow):
+    """Top-level window. Closing hides it when a tray icon exists, otherwise asks to quit."""
+
+    quit_requested = Signal()
+
+    def __init__(
+        self,
+        connection: BrokerConnection,
+        service: ServiceController,
+        components: ComponentsModel,
+        errors: ErrorsModel,
+        errors_controller: ErrorsController,
+        *,
+        hide_on_close: bool,
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("PAIR")
+        self.setMinimumSize(MINIMUM_SIZE)
+        self.hide_on_close = hide_on_close
+        self._connection = connection
+        self.service_page = ServicePage(connection, service, components)
+        self.service_notice = ServiceNotice(connection, service)
+        self.error_banners = ErrorBanners(errors, errors_controller)
+        self.sidebar = QListWidget()
+        self.stack = QStackedWidget()
+        self._page_names: list[str] = []
+        for name, title, headline, message in EMPTY_PAGES:
+            self._add_page(name, title, EmptyPage(title, headline, message))
+        self._add_page("settings", "Settings", SettingsPage(self.service_page))
+        self._lay_out()
+        self._build_status_bar()
+        self.sidebar.currentRowChanged.connect(self.stack.setCurrentIndex)
+        self.sidebar.setCurrentRow(0)
+        errors_controller.open_settings_requested.connect(lambda: self.show_page("settings"))
+
+    def sizeHint(self) -> QSize:
+        """A comfortable first size."""
+        return QSize(1000, 680)
+
+    def show_page(self, name: str) -> None:
+        """Switch to the page called ``name`` (overview, models, jobs, cluster, settings)."""
+        self.sidebar.setCurrentRow(self._page_names.index(name))
+
+    @property
+    def current_page(self) -> str:
+        """The name of the page shown."""
+        return self._page_names[self.stack.currentIndex()]
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        """Hide to the tray, or quit when there is no tray."""
+        if self.hide_on_close:
+            event.ignore()
+            self.hide()
+            return
+        event.accept()
+        self.quit_requested.emit()
+
+    def _add_page(self, name: str, title: str, page: QWidget) -> None:
+        self._page_names.append(name)
+        self.sidebar.addItem(title)
+        self.stack.addWidget(page)
+
+    def _sidebar_panel(self) -> QWidget:
+        self.sidebar.setFrameShape(QListWidget.Shape.NoFrame)
+        self.sidebar.setStyleSheet("QListWidget::item { padding: 8px 14px; }")
+        self.sidebar.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        mark = QLabel()
+        mark.setPixmap(app_icon().pixmap(QSize(28, 28)))
+        name = QLabel("<b>PAIR</b>")
+        header = QHBoxLayout()
+        header.setContentsMargins(14, 16, 14, 12)
+        header.setSpacing(8)
+        header.addWidget(mark)
+        header.addWidget(name, 1)
+        panel = QWidget()
+        panel.setFixedWidth(170)
+        panel.setAutoFillBackground(True)
+        panel.setBackgroundRole(QPalette.ColorRole.Base)  # one surface with the list
+        layout = QVBoxLayout(panel)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(0)
+        layout.addLayout(header)
+        layout.addWidget(self.sidebar, 1)
+        return panel
+
+    def _lay_out(self) -> None:
+        banners = QVBoxLayout()
+        banners.setContentsMargins(24, 12, 24, 0)
+        banners.setSpacing(6)
+        banners.addWidget(self.service_notice)
+        banners.addWidget(self.error_banners)
+        content = QVBoxLayout()
+        content.setContentsMargins(0, 0, 0, 0)
+        content.setSpacing(0)
+        content.addLayout(banners)
+        content.addWidget(self.stack, 1)
+        central = QWidget()
+        layout = QHBoxLayout(central)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(0)
+        layout.addWidget(self._sidebar_panel())
+        layout.addLayout(content, 1)
+        self.setCentralWidget(central)
+
+    def _build_status_bar(self) -> None:
+        self.status_dot = StateDot(10)
+        self.status_text = QLabel()
+        bar = self.statusBar()
+        bar.addPermanentWidget(self.status_dot)
+        bar.addPermanentWidget(self.status_text)
+        self._connection.state_changed.connect(self._on_connection_state_changed)
+        self._connection.session_changed.connect(self._refresh_status)
+        self._refresh_status()
+
+    def _refresh_status(self) -> None:
+        state = self._connection.state
+        self.status_dot.set_state(state)
+        text = f"Service: {STATE_LOOKS[state].label}"
+        if state is ServiceState.READY and self._connection.ownership is Ownership.ATTACHED:
+            text += " (attached)"
+        self.status_text.setText(text)
+
+    def _on_connection_state_changed(self, _state: ServiceState) -> None:
+        self._refresh_status()
+
+    def show_status_message(self, message: str) -> None:
+        """Show a transient message (e.g. a failed command) in the status bar."""
+        self.statusBar().showMessage(message, STATUS_MESSAGE_MS)
