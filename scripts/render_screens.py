@@ -1,10 +1,12 @@
 """Render the main window, connected to a real broker it spawned, to PNG files.
 
-    QT_QPA_PLATFORM=offscreen python scripts/render_screens.py [--out build/screens]
+    .venv/bin/python scripts/render_screens.py [--out build/screens]
+
+It renders offscreen (QT_QPA_PLATFORM=offscreen) unless another platform is set.
 
 The app starts its own broker against a temporary data dir on free ports, waits until the
 service is ready and the Service page is filled in, and saves: the Overview page, the Service
-page, the Service page under a sample error banner, and the Service page after the broker was
+page with the banner of a real worker crash (its test worker is killed), and the Service page after the broker was
 killed more often than the restart budget allows (failed). Then it quits, which stops the broker.
 """
 
@@ -20,6 +22,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -32,12 +35,6 @@ from app.broker.state import ServiceState  # noqa: E402
 from app.options import AppOptions  # noqa: E402
 from backend.protocol import methods  # noqa: E402
 
-SAMPLE_ERROR = {
-    "id": "screens:sample",
-    "message": "Ollama is not installed on this computer; install it to serve its models here.",
-    "severity": "warning",
-    "action": {"kind": "open-settings", "label": "Open settings"},
-}
 WINDOW_SIZE = (1000, 680)
 READY_TIMEOUT_S = 60.0
 
@@ -83,6 +80,13 @@ async def save(app: PairApplication, page: str, path: Path) -> Path:
     return path
 
 
+async def kill_test_worker(app: PairApplication) -> None:
+    """SIGKILL the broker's test worker so the screen shows a real supervisor error."""
+    status = await app.connection.call(methods.STATUS)
+    worker = next(c for c in status["components"] if c["name"] == "testworker")
+    os.kill(worker["pid"], signal.SIGKILL)
+
+
 async def crash_until_failed(app: PairApplication) -> None:
     """Kill the owned broker (by its PID) until the restart budget is spent."""
     while app.connection.state is not ServiceState.FAILED:
@@ -97,7 +101,7 @@ async def render(out_dir: Path) -> list[Path]:
     """Start the app on a temporary node, save the screens, shut down; return the files."""
     saved: list[Path] = []
     with tempfile.TemporaryDirectory(prefix="pair-screens-") as temp:
-        options = AppOptions(Path(temp) / "node", port_flags())
+        options = AppOptions(Path(temp) / "node", (*port_flags(), "--test-worker", "healthy"))
         app = PairApplication(options, use_tray=False, open_url=lambda _url: True)
         app.window.resize(*WINDOW_SIZE)
         app.start()
@@ -105,7 +109,7 @@ async def render(out_dir: Path) -> list[Path]:
             await wait_until(lambda: service_shown(app))
             saved.append(await save(app, "overview", out_dir / "overview.png"))
             saved.append(await save(app, "settings", out_dir / "service.png"))
-            await app.connection.call(methods.ERRORS_REPORT, SAMPLE_ERROR)
+            await kill_test_worker(app)  # a real crash: the supervisor raises its banner
             await wait_until(lambda: app.errors.rowCount() > 0)
             saved.append(await save(app, "settings", out_dir / "service-error.png"))
             await crash_until_failed(app)

@@ -80,6 +80,15 @@ def has_display() -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``pair``."""
+    try:
+        return _dispatch(argv)
+    except BrokenPipeError:
+        # `pair status | head` closed our stdout early; that is not an error.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _dispatch(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "status":
         return client_commands.status(args.data_dir, as_json=args.json)

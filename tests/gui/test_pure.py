@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from app.broker.launch import BrokerLaunch
@@ -96,3 +98,26 @@ def test_qt_calls_keep_the_reference_counts_of_none_and_true() -> None:
         emitter.fired.emit()
     assert sys.getrefcount(None) - none_before > -50
     assert sys.getrefcount(True) - true_before > -50
+
+
+def test_the_app_log_is_a_private_rotating_file(tmp_path: Path) -> None:
+    import logging
+    import stat
+
+    from app.logging_setup import configure_logging
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        path = configure_logging(tmp_path / "node", "info")
+        assert path == tmp_path / "node" / "logs" / "app.log"
+        logging.getLogger("app.test").info("hello from the app")
+        for handler in root.handlers:
+            handler.flush()
+        assert "hello from the app" in path.read_text()
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    finally:
+        for handler in set(root.handlers) - set(handlers):
+            root.removeHandler(handler)
+            handler.close()
+        root.setLevel(level)
