@@ -6,8 +6,9 @@ It renders offscreen (QT_QPA_PLATFORM=offscreen) unless another platform is set.
 
 The app starts its own broker against a temporary data dir on free ports, waits until the
 service is ready and the Service page is filled in, and saves: the Overview page, the Service
-page with the banner of a real worker crash (its test worker is killed), and the Service page after the broker was
-killed more often than the restart budget allows (failed). Then it quits, which stops the broker.
+page, the Service page with the banner of a real worker crash (its test worker is killed), and
+the Service page after the broker was killed more often than the restart budget allows
+(failed). Then it quits, which stops the broker.
 """
 
 from __future__ import annotations
