@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend import __version__
+from backend.components.engines import rpc as engines_rpc
+from backend.components.engines.component import EnginesComponent
+from backend.components.engines.ledger import EngineLedger
 from backend.components.errors import rpc as errors_rpc
 from backend.components.errors.registry import ErrorsRegistry
 from backend.components.settings import rpc as settings_rpc
@@ -88,6 +91,7 @@ class Broker:
         self._errors: ErrorsRegistry | None = None
         self._settings: SettingsService | None = None
         self._supervisor: Supervisor | None = None
+        self._engines: EnginesComponent | None = None
 
     async def run(self, announce: Callable[[str], None] | None = None) -> int:
         """Serve until asked to stop; raises ``AlreadyRunning`` if the data dir is taken."""
@@ -159,6 +163,16 @@ class Broker:
                 on_connect=self._greet,
             )
         )
+        assert self._errors is not None
+        self._engines = EnginesComponent(
+            data_dir=self._config.data_dir,
+            ledger=EngineLedger(self._store, self._clock),
+            errors_sink=self._errors,
+            clock=self._clock,
+            push=self._hub.broadcast,
+        )
+        supervisor.add(self._engines)
+        engines_rpc.register(self._dispatcher, self._engines)
         if self._config.test_worker:
             worker = WorkerProcess(
                 "testworker",
@@ -208,8 +222,10 @@ class Broker:
 
     def _shutdown_stages(self, supervisor: Supervisor) -> list[Stage]:
         # Later stages close the front doors first and stop owned engines before components.
+        engines = self._engines
         return [
-            Stage("components", 6.0, lambda: supervisor.stop(grace=3.0)),
+            Stage("engines", 5.0, engines.prepare_shutdown if engines else _nothing),
+            Stage("components", 4.0, lambda: supervisor.stop(grace=2.0)),
             Stage("clients", 1.0, lambda: self._hub.close_all(timeout=1.0)),
             Stage("store", 2.0, self._record_clean_stop),
         ]
@@ -344,3 +360,7 @@ class Broker:
             "Stop with Ctrl+C or `pair stop`.",
         ]
         return "\n".join(lines)
+
+
+async def _nothing() -> None:
+    return None

@@ -34,6 +34,19 @@ MIGRATIONS: tuple[str, ...] = (
         stopped_at REAL
     );
     """,
+    """
+    CREATE TABLE engine_desired (
+        engine TEXT PRIMARY KEY,
+        enabled INTEGER NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    CREATE TABLE engine_processes (
+        pid INTEGER PRIMARY KEY,
+        engine TEXT NOT NULL,
+        create_time REAL NOT NULL,
+        started_at REAL NOT NULL
+    );
+    """,
 )
 
 

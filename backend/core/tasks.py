@@ -30,7 +30,7 @@ class TaskSet:
 
     async def close(self, timeout: float = 5.0) -> None:
         """Cancel every task and wait for them, at most ``timeout`` seconds."""
-        tasks = list(self._tasks)
+        tasks = [task for task in self._tasks if task is not asyncio.current_task()]
         for task in tasks:
             task.cancel()
         if tasks:

@@ -176,3 +176,96 @@ class AppReady(Wire, frozen=True, kw_only=True):
     version: str
     node_name: str
     pid: int
+
+
+EngineState = Literal["not-installed", "stopped", "starting", "running", "stopping", "error"]
+EngineActionName = Literal[
+    "list_models", "loaded_models", "pull_model", "load_model", "unload_model", "delete_model"
+]
+
+
+class EngineStatus(Wire, frozen=True, kw_only=True):
+    """One engine on this node: installation, process state, ports, intent and slots."""
+
+    engine: str
+    display_name: str
+    front_door: str
+    mode: Literal["process", "command"]
+    installed: bool
+    binary: str | None = None
+    state: EngineState
+    adopted: bool = False
+    pid: int | None = None
+    port: int
+    default_port: int
+    desired: bool | None = None
+    revision: int = 0
+    error: str | None = None
+    slots: int | None = None
+
+
+class EngineRef(Wire, frozen=True, kw_only=True):
+    """Parameters naming one engine."""
+
+    engine: str
+
+
+class EngineSetPort(Wire, frozen=True, kw_only=True):
+    """Parameters of ``engine:set-port``."""
+
+    engine: str
+    port: int
+
+
+class EngineActionParams(Wire, frozen=True, kw_only=True):
+    """Parameters of ``engine:action``."""
+
+    engine: str
+    action: EngineActionName
+    model: str | None = None
+
+
+class EngineModels(Wire, frozen=True, kw_only=True):
+    """Answer of ``engine:models`` and the ``engine:models-changed`` push."""
+
+    models: list[str]
+    by_engine: dict[str, list[str]]
+    loaded_by_engine: dict[str, list[str]]
+    slots_by_engine: dict[str, dict[str, int]]
+
+
+class PullProgress(Wire, frozen=True, kw_only=True):
+    """Push ``engine:pull-progress``: ``percent`` is absent for stages that cannot be measured."""
+
+    engine: str
+    model: str
+    stage: str
+    percent: float | None = None
+    completed: int | None = None
+    total: int | None = None
+    done: bool = False
+    error: str | None = None
+
+
+class InstallProgress(Wire, frozen=True, kw_only=True):
+    """Push ``engine:install-progress`` (same rules as pull progress)."""
+
+    engine: str
+    stage: str
+    percent: float | None = None
+    done: bool = False
+    error: str | None = None
+
+
+class EngineLogs(Wire, frozen=True, kw_only=True):
+    """Answer of ``engine:logs``."""
+
+    engine: str
+    lines: list[str]
+
+
+class EngineQuery(Wire, frozen=True, kw_only=True):
+    """Parameters of ``engine:status`` and ``engine:logs``: one engine, or all when absent."""
+
+    engine: str | None = None
+    lines: int = 200

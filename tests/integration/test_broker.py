@@ -87,7 +87,7 @@ async def test_components_subscription_is_a_snapshot_then_numbered_events(
     broker = start_broker("--test-worker", "healthy")
     async with broker.connect() as client:
         snapshot = await client.call("components:subscribe")
-        assert {c["name"] for c in snapshot["components"]} == {"control", "testworker"}
+        assert {c["name"] for c in snapshot["components"]} == {"control", "engines", "testworker"}
         await client.call("components:restart", {"name": "testworker"})
         event = await client.wait_push(
             "components:event", lambda e: e["component"]["status"] == "running"
@@ -133,21 +133,31 @@ def test_garbage_on_stdin_never_reaches_stdout_as_non_frames_and_eof_stops(tmp_p
         stderr=subprocess.DEVNULL,
     )
     assert process.stdin is not None and process.stdout is not None
-    process.stdin.write(b"hello\n{]\n" + b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n')
-    process.stdin.flush()
-    frames = []
-    deadline = time.monotonic() + 20
-    while not any(frame.get("id") == 1 for frame in frames) and time.monotonic() < deadline:
-        line = process.stdout.readline()
-        frames.append(json.loads(line))  # every stdout line must be a JSON-RPC frame
-    errors_seen = [frame["error"]["code"] for frame in frames if "error" in frame]
-    assert errors_seen == [-32700, -32700]
-    assert any(frame.get("method") == "app:ready" for frame in frames)
-    started = time.monotonic()
-    process.stdin.close()
-    assert process.wait(15) == 0
-    assert time.monotonic() - started < 10, "shutdown must finish within its 10 s budget"
-    assert process.stdout.read() == b""
+    try:
+        process.stdin.write(b"hello\n{]\n" + b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n')
+        process.stdin.flush()
+        frames = []
+        deadline = time.monotonic() + 20
+
+        def seen_all() -> bool:
+            answered = any(frame.get("id") == 1 for frame in frames)
+            return answered and any(frame.get("method") == "app:ready" for frame in frames)
+
+        while not seen_all() and time.monotonic() < deadline:
+            line = process.stdout.readline()
+            frames.append(json.loads(line))  # every stdout line must be a JSON-RPC frame
+        errors_seen = [frame["error"]["code"] for frame in frames if "error" in frame]
+        assert errors_seen == [-32700, -32700]
+        assert any(frame.get("method") == "app:ready" for frame in frames)
+        started = time.monotonic()
+        process.stdin.close()
+        assert process.wait(15) == 0
+        assert time.monotonic() - started < 10, "shutdown must finish within its 10 s budget"
+        assert process.stdout.read() == b""
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
 
 
 def test_a_second_broker_for_the_same_data_dir_is_refused(start_broker: StartBroker) -> None:

@@ -1,0 +1,1 @@
+"""The engine manager: manifest-driven Ollama, LM Studio and llama-server on this node."""

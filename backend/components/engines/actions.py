@@ -1,0 +1,235 @@
+"""Model actions declared by manifests: list, loaded, pull (with progress), load, unload, delete."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+
+from backend.components.engines.commands import run_command
+from backend.components.engines.http import engine_error_text, request_json
+from backend.components.engines.manifest import Action, HttpAction, ResultSpec
+from backend.components.engines.templating import expand, expand_all, expand_json
+from backend.protocol import errors
+from backend.protocol.types import PullProgress
+
+if TYPE_CHECKING:
+    from backend.components.engines.controller import EngineController
+
+ProgressSink = Callable[[PullProgress], None]
+MODEL_ACTIONS = ("pull_model", "load_model", "unload_model", "delete_model")
+_PERCENT = re.compile(r"(\d{1,3}(?:\.\d+)?)\s*%")
+
+
+def action_of(engine: EngineController, name: str) -> Action:
+    """The manifest's action, or a clear error when this engine cannot do it."""
+    action = engine.manifest.actions.get(name)
+    if action is None:
+        raise errors.InvalidParams(
+            f"{engine.manifest.display_name} has no {name} action",
+            {"engine": engine.name, "action": name},
+        )
+    return action
+
+
+async def run_action(
+    engine: EngineController, name: str, model: str | None, progress: ProgressSink
+) -> Any:
+    """Run ``name``; model actions need ``model``; the engine must be running."""
+    action = action_of(engine, name)
+    if name in MODEL_ACTIONS and not (model and model.strip()):
+        raise errors.InvalidParams(f"Invalid params: {name} needs a model name")
+    if not engine.running:
+        raise errors.Unavailable(
+            f"{engine.manifest.display_name} is not running; start it first",
+            {"engine": engine.name},
+        )
+    values = engine.placeholder_values(model=model or "")
+    if action.http is not None:
+        return await _run_http(engine, name, action, values, model or "", progress)
+    if action.cmd is not None:
+        return await _run_cmd(engine, name, action, values, model or "", progress)
+    return await _remove(engine, action, values)
+
+
+async def list_names(engine: EngineController, name: str, timeout: float) -> list[str]:
+    """``list_models`` / ``loaded_models`` as names, bounded by ``timeout``."""
+    action = action_of(engine, name)
+    if action.http is None or action.result is None:
+        raise errors.InvalidParams(f"{name} of {engine.name} is not an HTTP listing")
+    document = await request_json(
+        engine, action.http.method, action.http.path, None, timeout=timeout
+    )
+    return pick_names(document, action.result)
+
+
+def pick_names(document: Any, spec: ResultSpec) -> list[str]:
+    """Names from ``document[spec.array][*][spec.field]`` (a pure function)."""
+    items = document.get(spec.array) if isinstance(document, dict) else None
+    names = []
+    for item in items if isinstance(items, list) else []:
+        if not isinstance(item, dict) or not isinstance(item.get(spec.field), str):
+            continue
+        if spec.nonempty is not None and not item.get(spec.nonempty):
+            continue
+        names.append(item[spec.field])
+    return sorted(set(names))
+
+
+async def _run_http(
+    engine: EngineController,
+    name: str,
+    action: Action,
+    values: dict[str, str],
+    model: str,
+    progress: ProgressSink,
+) -> Any:
+    http = action.http
+    assert http is not None
+    body = expand_json(http.body, values) if http.body is not None else None
+    if http.stream == "ollama-progress":
+        return await _stream_ollama_progress(engine, http, body, model, progress)
+    document = await request_json(engine, http.method, http.path, body, timeout=http.timeout_s)
+    if action.result is not None:
+        return pick_names(document, action.result)
+    if action.restart_after:
+        await engine.restart()
+    return {"ok": True}
+
+
+async def _stream_ollama_progress(
+    engine: EngineController, http: HttpAction, body: Any, model: str, progress: ProgressSink
+) -> Any:
+    url = engine.base_url() + http.path
+    report = _Reporter(engine.name, model, progress)
+    try:
+        async with asyncio.timeout(http.timeout_s):
+            async with engine.session.request(http.method, url, json=body) as response:
+                if response.status >= 400:
+                    report.fail(engine_error_text(await response.text()))
+                async for raw in response.content:
+                    report.line(raw)
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        report.fail(f"{engine.manifest.display_name} stopped answering: {exc}")
+    if not report.finished:
+        report.fail("the engine ended the stream without reporting success")
+    return {"ok": True}
+
+
+class _Reporter:
+    """Turns an Ollama pull stream into progress pushes with exactly one terminal push."""
+
+    def __init__(self, engine: str, model: str, sink: ProgressSink) -> None:
+        self._engine, self._model, self._sink = engine, model, sink
+        self.finished = False
+
+    def line(self, raw: bytes) -> None:
+        try:
+            item = json.loads(raw)
+        except ValueError:
+            return
+        if not isinstance(item, dict):
+            return
+        if isinstance(item.get("error"), str):
+            self.fail(item["error"])
+        status = str(item.get("status", ""))
+        total, completed = item.get("total"), item.get("completed")
+        measured = isinstance(total, int) and total > 0 and isinstance(completed, int)
+        percent = round(100 * completed / total, 1) if measured else None  # type: ignore[operator]
+        done = status == "success"
+        self._sink(
+            PullProgress(
+                engine=self._engine,
+                model=self._model,
+                stage=status,
+                percent=100.0 if done else percent,
+                completed=completed if measured else None,
+                total=total if measured else None,
+                done=done,
+            )
+        )
+        self.finished = self.finished or done
+
+    def fail(self, message: str) -> None:
+        self._sink(
+            PullProgress(
+                engine=self._engine, model=self._model, stage="error", done=True, error=message
+            )
+        )
+        self.finished = True
+        raise errors.InternalError(f"pull of {self._model} failed: {message}")
+
+
+async def _run_cmd(
+    engine: EngineController,
+    name: str,
+    action: Action,
+    values: dict[str, str],
+    model: str,
+    progress: ProgressSink,
+) -> Any:
+    assert action.cmd is not None
+    result = await run_command(
+        expand_all(action.cmd, values), timeout=action.timeout_s, output=engine.output
+    )
+    if name == "pull_model":
+        for line in result.lines:
+            match = _PERCENT.search(line)
+            progress(
+                PullProgress(
+                    engine=engine.name,
+                    model=model,
+                    stage=line[:120],
+                    percent=float(match.group(1)) if match else None,
+                )
+            )
+    if result.code != 0:
+        if name == "pull_model":
+            progress(
+                PullProgress(
+                    engine=engine.name,
+                    model=model,
+                    stage="error",
+                    done=True,
+                    error=result.describe(),
+                )
+            )
+        raise errors.InternalError(f"{name} failed: {result.describe()}")
+    if name == "pull_model":
+        progress(
+            PullProgress(engine=engine.name, model=model, stage="success", percent=100.0, done=True)
+        )
+    if action.restart_after:
+        await engine.restart()
+    return {"ok": True}
+
+
+async def _remove(engine: EngineController, action: Action, values: dict[str, str]) -> Any:
+    assert action.remove_path is not None
+    target = expand(action.remove_path, values)
+    await asyncio.to_thread(_delete_inside, values["models_dir"], target, values["model"])
+    restarted = False
+    if action.restart_after:
+        await engine.restart()
+        restarted = True
+    return {"ok": True, "restarted": restarted}
+
+
+def _delete_inside(models_dir_text: str, target_text: str, model: str) -> None:
+    """Delete ``target`` only if it lies strictly inside the engine's model store."""
+    models_dir = Path(models_dir_text).resolve()
+    target = Path(target_text).resolve()
+    if not models_dir_text or models_dir == target or models_dir not in target.parents:
+        raise errors.InvalidParams(f"refusing to delete {target}: it is not inside {models_dir}")
+    if not target.exists():
+        raise errors.NotFound(f"model {model!r} is not in {models_dir}")
+    if target.is_dir() and not target.is_symlink():
+        shutil.rmtree(target)
+    else:
+        target.unlink()

@@ -1,0 +1,60 @@
+"""Running an engine's commands (daemon start/stop, CLI model actions) with a time limit."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from dataclasses import dataclass, field
+
+from backend.components.engines.process import EngineLog
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    """Exit status and output of one command."""
+
+    argv: list[str]
+    code: int
+    lines: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        """One line for an error message."""
+        tail = " | ".join(self.lines[-3:])
+        return f"`{' '.join(self.argv)}` exited with {self.code}" + (f": {tail}" if tail else "")
+
+
+async def run_command(
+    argv: list[str],
+    *,
+    timeout: float,
+    output: EngineLog | None = None,
+    env: dict[str, str] | None = None,
+) -> CommandResult:
+    """Run ``argv`` to completion; a timeout kills it (only it: it is our child)."""
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+        )
+    except OSError as exc:
+        return CommandResult(argv, 127, [f"cannot run {argv[0]}: {exc.strerror or exc}"])
+    lines: list[str] = []
+    try:
+        async with asyncio.timeout(timeout):
+            assert process.stdout is not None
+            while raw := await process.stdout.readline():
+                line = raw.decode(errors="replace").rstrip()
+                lines.append(line)
+                if output is not None:
+                    output.add(line)
+            code = await process.wait()
+    except (TimeoutError, asyncio.CancelledError):
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        await process.wait()
+        raise
+    return CommandResult(argv, code, lines)

@@ -1,0 +1,236 @@
+"""The engines component: one controller per manifest, model watcher, desired-state restore."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from backend.components.engines import actions
+from backend.components.engines.controller import EngineController, EngineHooks
+from backend.components.engines.ledger import EngineLedger
+from backend.components.engines.manifest import (
+    ManifestError,
+    build,
+    bundled_documents,
+    deep_merge,
+    load_all,
+    read_override,
+)
+from backend.components.engines.probes import port_in_use
+from backend.components.engines.process import reap_orphan
+from backend.components.engines.slots import loaded_instance_slots
+from backend.core.clock import Clock
+from backend.core.component import Component
+from backend.core.files import write_private_atomic
+from backend.core.supervisor import ErrorSink
+from backend.protocol import errors
+from backend.protocol.types import EngineModels, EngineStatus, PullProgress
+
+log = logging.getLogger(__name__)
+
+WATCH_INTERVAL_S = 5.0
+INVENTORY_DEADLINE_S = 5.0
+Push = Callable[[str, Any], None]
+
+
+class EnginesComponent(Component):
+    """Owns the engine controllers, their shared HTTP session and the loaded-model watcher."""
+
+    ready_on_start = False
+
+    def __init__(
+        self,
+        *,
+        data_dir: Path,
+        ledger: EngineLedger,
+        errors_sink: ErrorSink,
+        clock: Clock,
+        push: Push,
+        watch_interval: float = WATCH_INTERVAL_S,
+    ) -> None:
+        super().__init__("engines")
+        self.override_dir = data_dir / "engines"
+        self._ledger = ledger
+        self._errors = errors_sink
+        self._clock = clock
+        self._push = push
+        self._watch_interval = watch_interval
+        self.controllers: dict[str, EngineController] = {}
+        self._loaded: dict[str, list[str]] = {}
+        self._listed: dict[str, list[str]] = {}
+        self._sweep: asyncio.Task[None] | None = None
+
+    async def run(self) -> None:
+        """Build controllers, reap orphans, restore intent, then watch models until cancelled."""
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as session:
+            try:
+                await self._build(session)
+                self.announce_ready()
+                await self._watch_models()
+            finally:
+                await asyncio.shield(self.prepare_shutdown())
+                self.controllers = {}
+
+    async def _build(self, session: aiohttp.ClientSession) -> None:
+        await self._reap_orphans()
+        loaded = load_all(self.override_dir)
+        for name, problem in loaded.problems.items():
+            self._errors.raise_error(
+                f"engine:manifest:{name}",
+                f"{problem}; using the bundled manifest",
+                severity="warning",
+            )
+        desired = await self._ledger.desired()
+        hooks = EngineHooks(
+            errors=self._errors,
+            on_change=self._on_engine_change,
+            save_desired=self._ledger.save_desired,
+            record_process=self._ledger.record_process,
+            forget_process=self._ledger.forget_process,
+        )
+        self.controllers = {
+            name: EngineController(
+                manifest, session=session, clock=self._clock, hooks=hooks, desired=desired.get(name)
+            )
+            for name, manifest in loaded.manifests.items()
+        }
+        await asyncio.gather(*(c.detect() for c in self.controllers.values()))
+        await asyncio.gather(
+            *(self._restore(c) for c in self.controllers.values() if c.status().desired is True)
+        )
+
+    async def _restore(self, controller: EngineController) -> None:
+        try:
+            await controller.start(explicit=False)
+        except errors.RpcError as exc:
+            log.warning("could not restore %s: %s", controller.name, exc)
+
+    async def _reap_orphans(self) -> None:
+        for pid, engine, created in await self._ledger.recorded_processes():
+            if await asyncio.to_thread(reap_orphan, pid, created):
+                log.warning("reaped %s (pid %d) left by a previous broker", engine, pid)
+            await self._ledger.forget_process(pid)
+
+    async def prepare_shutdown(self) -> None:
+        """Stop every engine PAIR started, keeping intent; concurrent callers join one sweep."""
+        if self._sweep is None or (self._sweep.done() and self.controllers):
+            self._sweep = asyncio.get_running_loop().create_task(
+                self._stop_owned(), name="engines:shutdown-sweep"
+            )
+        await asyncio.shield(self._sweep)
+
+    async def _stop_owned(self) -> None:
+        results = await asyncio.gather(
+            *(c.shutdown() for c in self.controllers.values()), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                log.error("stopping an engine failed: %s", result)
+
+    def controller(self, name: str) -> EngineController:
+        """The named engine, or a clear error."""
+        if not self.controllers:
+            raise errors.Unavailable("the engine manager is not running")
+        found = self.controllers.get(name)
+        if found is None:
+            raise errors.NotFound(
+                f"no engine named {name!r}; known engines: {', '.join(sorted(self.controllers))}"
+            )
+        return found
+
+    def statuses(self) -> list[EngineStatus]:
+        """Every engine's status."""
+        return [controller.status() for controller in self.controllers.values()]
+
+    async def set_port(self, name: str, port: int) -> EngineStatus:
+        """Move an engine PAIR manages to ``port``, persisted as a minimal override."""
+        controller = self.controller(name)
+        if not 1 <= port <= 65535:
+            raise errors.InvalidParams(f"Invalid params: port {port} is outside 1-65535")
+        if port != controller.port and await port_in_use(controller.host, port):
+            raise errors.Conflict(f"port {port} is already in use")
+        path = self.override_dir / f"{name}.json"
+        try:
+            override = read_override(path) if path.exists() else {}
+        except ManifestError:
+            override = {}
+        override = deep_merge(override, {"runtime": {"port": port}})
+        manifest = build(deep_merge(bundled_documents().get(name, {}), override), str(path))
+        status = await controller.replace_manifest(manifest)
+        await asyncio.to_thread(write_private_atomic, path, json.dumps(override, indent=2).encode())
+        return status
+
+    async def run_action(self, name: str, action: str, model: str | None) -> Any:
+        """``engine:action``; pull progress is pushed as it comes."""
+        controller = self.controller(name)
+        result = await actions.run_action(controller, action, model, self._on_pull_progress)
+        if action in actions.MODEL_ACTIONS:
+            await self._check_models(force=True)
+        return result
+
+    async def models(self) -> EngineModels:
+        """Models per running engine; an engine that misses the deadline fails the call."""
+        running = [c for c in self.controllers.values() if c.running]
+        listed = await asyncio.gather(
+            *(actions.list_names(c, "list_models", INVENTORY_DEADLINE_S) for c in running)
+        )
+        loaded = await asyncio.gather(*(self._loaded_names(c) for c in running))
+        for controller, names, resident in zip(running, listed, loaded, strict=True):
+            self._listed[controller.name] = names
+            self._loaded[controller.name] = resident
+        return await self._models_shape(running)
+
+    async def _models_shape(self, running: list[EngineController]) -> EngineModels:
+        by_engine = {c.name: self._listed.get(c.name, []) for c in running}
+        loaded = {c.name: self._loaded.get(c.name, []) for c in running}
+        slots = {c.name: await self._slots_per_model(c, loaded[c.name]) for c in running}
+        union = sorted({model for names in by_engine.values() for model in names})
+        return EngineModels(
+            models=union, by_engine=by_engine, loaded_by_engine=loaded, slots_by_engine=slots
+        )
+
+    async def _slots_per_model(
+        self, controller: EngineController, loaded: list[str]
+    ) -> dict[str, int]:
+        if controller.manifest.slots.source == "loaded_instances":
+            try:
+                return await loaded_instance_slots(controller)
+            except errors.RpcError:
+                return {}
+        total = controller.status().slots or controller.manifest.slots.default
+        return dict.fromkeys(loaded, total)
+
+    async def _loaded_names(self, controller: EngineController) -> list[str]:
+        return await actions.list_names(controller, "loaded_models", INVENTORY_DEADLINE_S)
+
+    async def _watch_models(self) -> None:
+        while True:
+            await self._clock.sleep(self._watch_interval)
+            await self._check_models(force=False)
+
+    async def _check_models(self, *, force: bool) -> None:
+        running = [c for c in self.controllers.values() if c.running]
+        changed = force
+        for controller in running:
+            try:
+                resident = await self._loaded_names(controller)
+            except errors.RpcError as exc:
+                log.debug("loaded models of %s unavailable: %s", controller.name, exc)
+                continue
+            if resident != self._loaded.get(controller.name):
+                self._loaded[controller.name] = resident
+                changed = True
+        if changed:
+            self._push("engine:models-changed", await self._models_shape(running))
+
+    def _on_engine_change(self, status: EngineStatus) -> None:
+        self._push("engine:state-changed", status)
+
+    def _on_pull_progress(self, progress: PullProgress) -> None:
+        self._push("engine:pull-progress", progress)

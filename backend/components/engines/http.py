@@ -1,0 +1,65 @@
+"""HTTP calls to a running engine with a deadline; failures become typed RPC errors."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+
+from backend.protocol import errors
+
+if TYPE_CHECKING:
+    from backend.components.engines.controller import EngineController
+
+
+async def get_json(engine: EngineController, path: str, *, timeout: float) -> Any:
+    """GET a JSON document from the engine, or raise ``Unavailable`` saying why."""
+    return await request_json(engine, "GET", path, None, timeout=timeout)
+
+
+async def request_json(
+    engine: EngineController, method: str, path: str, body: Any, *, timeout: float
+) -> Any:
+    """One request; a non-2xx answer raises with the engine's own error text."""
+    url = engine.base_url() + path
+    try:
+        async with asyncio.timeout(timeout):
+            async with engine.session.request(method, url, json=body) as response:
+                text = await response.text()
+                if response.status >= 400:
+                    raise errors.InternalError(
+                        f"{engine.manifest.display_name} answered {response.status}: "
+                        f"{engine_error_text(text)}",
+                        {"engine": engine.name, "status": response.status},
+                    )
+                return _parse(text)
+    except TimeoutError:
+        raise errors.Unavailable(
+            f"{engine.manifest.display_name} did not answer {method} {path} within {timeout:g} s"
+        ) from None
+    except aiohttp.ClientError as exc:
+        raise errors.Unavailable(
+            f"{engine.manifest.display_name} is not reachable on port {engine.port}: {exc}"
+        ) from None
+
+
+def engine_error_text(text: str) -> str:
+    """The message inside an engine's error body (Ollama, OpenAI and llama.cpp shapes)."""
+    document = _parse(text)
+    if isinstance(document, dict):
+        error = document.get("error")
+        if isinstance(error, str):
+            return error
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return str(error["message"])
+    return text.strip()[:500] or "(empty body)"
+
+
+def _parse(text: str) -> Any:
+    import json
+
+    try:
+        return json.loads(text) if text.strip() else None
+    except ValueError:
+        return text

@@ -1,0 +1,252 @@
+"""Engine manifests: bundled JSON, user overrides deep-merged onto them, validated into structs.
+
+Adding an engine is a manifest, not code. A user override file in ``<data-dir>/engines/`` pins
+only what it sets; a broken override is reported and the bundled manifest is kept.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import platform
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+Method = Literal["GET", "POST", "DELETE", "PUT"]
+StreamKind = Literal["none", "ollama-progress"]
+
+
+class Probe(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """An HTTP GET of ``http`` (a path) that must answer ``status``."""
+
+    http: str
+    status: int = 200
+    timeout_s: float = 5.0
+    interval_s: float = 1.0
+
+
+class StopSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How to stop: a signal to our process group, or a command (daemon engines)."""
+
+    signal: Literal["term", "kill"] = "term"
+    grace_s: float = 5.0
+    cmd: list[str] | None = None
+
+
+class Runtime(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How the engine runs: a process PAIR owns, or a daemon driven by commands."""
+
+    mode: Literal["process", "command"]
+    port: int
+    bind: str = "127.0.0.1"
+    args: list[str] = []
+    env: dict[str, str] = {}
+    params: dict[str, str] = {}
+    start: list[list[str]] = []
+    stop: StopSpec = StopSpec()
+    ready: Probe
+    health: Probe | None = None
+
+
+class DetectCandidate(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One place the engine's executable may be: a path, a PATH lookup, or a Python package."""
+
+    path: str | None = None
+    which: str | None = None
+    python_package: str | None = None
+    binary: str | None = None
+    prepare: list[str] | None = None
+
+
+class InstallSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Download ``url`` (checked against ``sha256`` when pinned) and unpack or run it."""
+
+    url: str | None = None
+    sha256: str | None = None
+    archive: Literal["tar", "zip"] | None = None
+    binary: str | None = None
+    run: list[str] | None = None
+
+
+class UninstallSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Run a command or remove PAIR's own install dir; never the model store."""
+
+    run: list[str] | None = None
+
+
+class HttpAction(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """An HTTP request to the running engine."""
+
+    method: Method = "GET"
+    path: str
+    body: dict[str, Any] | None = None
+    stream: StreamKind = "none"
+    timeout_s: float = 30.0
+
+
+class ResultSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Pick names out of a JSON answer: ``answer[array][*][field]`` (optionally only entries
+    whose ``nonempty`` member is a non-empty list)."""
+
+    array: str
+    field: str
+    nonempty: str | None = None
+
+
+class Action(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A model action: exactly one of ``http``, ``cmd`` or ``remove_path``."""
+
+    http: HttpAction | None = None
+    cmd: list[str] | None = None
+    remove_path: str | None = None
+    result: ResultSpec | None = None
+    restart_after: bool = False
+    timeout_s: float = 120.0
+
+
+class SlotsSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Where the engine's parallel request count comes from."""
+
+    source: Literal["env", "loaded_instances", "args"]
+    default: int = 1
+    env: str | None = None
+    flags: list[str] = []
+    props: str | None = None
+
+
+class Manifest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One engine, after merging overrides and the platform block."""
+
+    engine: str
+    display_name: str
+    manifest_version: Literal[1]
+    front_door: Literal["ollama", "openai", "llamacpp"]
+    detect: list[DetectCandidate] = []
+    models_dir: str | None = None
+    install: InstallSpec | None = None
+    uninstall: UninstallSpec | None = None
+    runtime: Runtime
+    slots: SlotsSpec
+    actions: dict[str, Action] = {}
+
+
+class ManifestError(ValueError):
+    """A manifest that cannot be used; the message says which file and what is wrong."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedManifests:
+    """The usable manifests plus the problems met while loading overrides."""
+
+    manifests: dict[str, Manifest]
+    problems: dict[str, str]
+
+
+def platform_keys() -> tuple[str, str]:
+    """This computer's platform block keys, most specific last: ``linux``, ``linux/x86_64``."""
+    system = {"win32": "windows", "darwin": "darwin"}.get(sys.platform, "linux")
+    return system, f"{system}/{platform.machine().lower()}"
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """Objects merge key by key; arrays and scalars in ``override`` replace."""
+    merged = dict(base)
+    for key, value in override.items():
+        current = merged.get(key)
+        if isinstance(current, Mapping) and isinstance(value, Mapping):
+            merged[key] = deep_merge(current, value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def build(raw: Mapping[str, Any], source: str) -> Manifest:
+    """Apply the platform blocks, validate and check the rules JSON types cannot express."""
+    document = {key: value for key, value in raw.items() if key != "platforms"}
+    blocks = raw.get("platforms") or {}
+    if not isinstance(blocks, Mapping):
+        raise ManifestError(f"{source}: 'platforms' must be an object")
+    for key in platform_keys():
+        if isinstance(blocks.get(key), Mapping):
+            document = deep_merge(document, blocks[key])
+    try:
+        manifest = msgspec.convert(document, Manifest)
+    except msgspec.ValidationError as exc:
+        raise ManifestError(f"{source}: {exc}") from None
+    _check_rules(manifest, source)
+    return manifest
+
+
+def _check_rules(manifest: Manifest, source: str) -> None:
+    runtime = manifest.runtime
+    if not 1 <= runtime.port <= 65535:
+        raise ManifestError(f"{source}: runtime.port {runtime.port} is not a TCP port")
+    if not is_loopback(runtime.bind):
+        raise ManifestError(
+            f"{source}: runtime.bind {runtime.bind!r} is not a loopback address; PAIR runs "
+            "engines on loopback only and serves other computers through its own front door"
+        )
+    if runtime.mode == "command" and not runtime.start:
+        raise ManifestError(f"{source}: a command-mode runtime needs 'start' commands")
+    for name, action in manifest.actions.items():
+        kinds = [action.http is not None, action.cmd is not None, action.remove_path is not None]
+        if sum(kinds) != 1:
+            raise ManifestError(
+                f"{source}: action {name!r} needs exactly one of http, cmd, remove_path"
+            )
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this computer only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def bundled_documents() -> dict[str, dict[str, Any]]:
+    """The manifests shipped with PAIR, by engine name."""
+    folder = resources.files(__package__) / "manifests"
+    documents = {}
+    for entry in sorted(folder.iterdir(), key=lambda item: item.name):
+        if entry.name.endswith(".json"):
+            document = json.loads(entry.read_text(encoding="utf-8"))
+            documents[document["engine"]] = document
+    return documents
+
+
+def load_all(override_dir: Path) -> LoadedManifests:
+    """Bundled manifests with the user's overrides; a bad override keeps the bundled manifest."""
+    manifests: dict[str, Manifest] = {}
+    problems: dict[str, str] = {}
+    bundled = bundled_documents()
+    for name, document in bundled.items():
+        manifests[name] = build(document, f"bundled {name}.json")
+    for path in sorted(override_dir.glob("*.json")) if override_dir.is_dir() else []:
+        name = path.stem
+        try:
+            override = read_override(path)
+            base = bundled.get(name, {})
+            manifests[name] = build(deep_merge(base, override), str(path))
+        except ManifestError as exc:
+            problems[name] = str(exc)
+    return LoadedManifests(manifests, problems)
+
+
+def read_override(path: Path) -> dict[str, Any]:
+    """One override file as a JSON object, or a ManifestError saying why not."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ManifestError(f"{path}: not readable JSON ({exc})") from None
+    if not isinstance(document, dict):
+        raise ManifestError(f"{path}: the top level must be an object")
+    return document

@@ -1,0 +1,130 @@
+"""Engine processes PAIR starts: own process group, killed with the broker, output in a ring."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+import psutil
+
+from backend.core.processes import child_preexec
+
+log = logging.getLogger(__name__)
+
+LOG_LINES = 2000
+
+
+class EngineLog:
+    """The last lines an engine printed (stdout and stderr together)."""
+
+    def __init__(self, limit: int = LOG_LINES) -> None:
+        self._lines: collections.deque[str] = collections.deque(maxlen=limit)
+
+    def add(self, line: str) -> None:
+        """Keep one line."""
+        self._lines.append(line)
+
+    def tail(self, count: int | None = None) -> list[str]:
+        """The last ``count`` lines (all kept lines when None)."""
+        lines = list(self._lines)
+        return lines if count is None else lines[-count:]
+
+
+class EngineProcess:
+    """One running engine process and the task that pumps its output. Owned by its controller."""
+
+    def __init__(self, process: asyncio.subprocess.Process, output: EngineLog) -> None:
+        self._process = process
+        self.pid = process.pid
+        self.create_time = _create_time(process.pid)
+        self._pump = asyncio.get_running_loop().create_task(
+            self._pump_output(output), name=f"engine-output:{process.pid}"
+        )
+
+    @classmethod
+    async def spawn(
+        cls, argv: Sequence[str], env: dict[str, str], output: EngineLog
+    ) -> EngineProcess:
+        """Start ``argv`` in a new session (its own process group) that dies with us on Linux."""
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env=env,
+            preexec_fn=child_preexec(),
+            start_new_session=sys.platform != "win32",
+        )
+        return cls(process, output)
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status once it exited."""
+        return self._process.returncode
+
+    async def wait(self) -> int:
+        """Wait for the exit, then for the last output."""
+        code = await self._process.wait()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(self._pump), 2)
+        return code
+
+    async def stop(self, *, kill: bool = False, grace: float = 5.0) -> int:
+        """Signal the whole process group (ours: it was started in its own session)."""
+        if self._process.returncode is None:
+            self._signal(signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                async with asyncio.timeout(grace):
+                    await self._process.wait()
+            except TimeoutError:
+                log.warning("engine pid %d ignored SIGTERM for %.0f s; killing it", self.pid, grace)
+                self._signal(signal.SIGKILL)
+        code = await self.wait()
+        self._signal(signal.SIGKILL)  # leftovers in the group (helpers the engine forked)
+        return code
+
+    def _signal(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if sys.platform == "win32":  # pragma: no cover - no process groups on Windows
+                self._process.send_signal(signum)
+            else:
+                os.killpg(self.pid, signum)
+
+    async def _pump_output(self, output: EngineLog) -> None:
+        stream = self._process.stdout
+        assert stream is not None
+        while line := await stream.readline():
+            output.add(line.decode(errors="replace").rstrip())
+
+
+def _create_time(pid: int) -> float:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return 0.0
+
+
+def reap_orphan(pid: int, create_time: float) -> bool:
+    """Kill the process group of a previous broker's engine if ``pid`` is still that process.
+
+    The start time must match too, so a recycled PID belonging to someone else is never touched.
+    """
+    try:
+        process = psutil.Process(pid)
+        if abs(process.create_time() - create_time) > 0.05:
+            return False
+    except psutil.Error:
+        return False
+    log.warning("stopping engine pid %d left running by a previous broker", pid)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if sys.platform == "win32":  # pragma: no cover
+            process.kill()
+        else:
+            os.killpg(pid, signal.SIGKILL)
+    return True

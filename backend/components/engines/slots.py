@@ -1,0 +1,74 @@
+"""How many requests an engine runs at once, from the source its manifest names."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from backend.components.engines.templating import expand_all
+
+if TYPE_CHECKING:
+    from backend.components.engines.controller import EngineController
+
+
+async def engine_slots(engine: EngineController) -> int:
+    """The engine's total slot count right now."""
+    spec = engine.manifest.slots
+    if spec.source == "env":
+        return _from_env(engine, spec.env, spec.default)
+    if spec.source == "args":
+        return await _from_args(engine, spec.flags, spec.props, spec.default)
+    per_model = await loaded_instance_slots(engine)
+    return sum(per_model.values()) if per_model else spec.default
+
+
+def _from_env(engine: EngineController, name: str | None, default: int) -> int:
+    # Only an engine PAIR started runs with an environment PAIR knows.
+    if name is None or not engine.owned:
+        return default
+    configured = engine.manifest.runtime.env.get(name) or os.environ.get(name)
+    return _positive(configured, default)
+
+
+async def _from_args(
+    engine: EngineController, flags: list[str], props: str | None, default: int
+) -> int:
+    if engine.owned:
+        argv = expand_all(engine.manifest.runtime.args, engine.placeholder_values())
+        for index, token in enumerate(argv[:-1]):
+            if token in flags:
+                return _positive(argv[index + 1], default)
+    if props is not None:
+        document = await _get_json(engine, props)
+        if isinstance(document, dict):
+            return _positive(document.get("total_slots"), default)
+    return default
+
+
+async def loaded_instance_slots(engine: EngineController) -> dict[str, int]:
+    """LM Studio: each loaded instance's ``config.parallel`` (default 4), summed per model."""
+    document = await _get_json(engine, "/api/v1/models")
+    slots: dict[str, int] = {}
+    models = document.get("models") if isinstance(document, dict) else None
+    for model in models if isinstance(models, list) else []:
+        instances = model.get("loaded_instances") if isinstance(model, dict) else None
+        for instance in instances if isinstance(instances, list) else []:
+            config = instance.get("config") if isinstance(instance, dict) else None
+            parallel = config.get("parallel") if isinstance(config, dict) else None
+            key = str(model.get("key"))
+            slots[key] = slots.get(key, 0) + _positive(parallel, engine.manifest.slots.default)
+    return slots
+
+
+async def _get_json(engine: EngineController, path: str) -> Any:
+    from backend.components.engines.http import get_json
+
+    return await get_json(engine, path, timeout=5.0)
+
+
+def _positive(value: object, default: int) -> int:
+    try:
+        number = int(str(value))
+    except (TypeError, ValueError):
+        return default
+    return number if number > 0 else default
