@@ -7,7 +7,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -24,7 +24,12 @@ class NoBroker(Exception):
     """Nothing answers on the data dir's control socket."""
 
 
-async def _with_broker(data_dir: Path, work: Callable[[RpcPeer], Awaitable[T]]) -> T:
+PushHandler = Callable[[str, Any], None]
+
+
+async def _with_broker(
+    data_dir: Path, work: Callable[[RpcPeer], Awaitable[T]], on_push: PushHandler | None = None
+) -> T:
     address = control_address(data_dir)
     try:
         reader, writer = await open_control_connection(address)
@@ -33,7 +38,12 @@ async def _with_broker(data_dir: Path, work: Callable[[RpcPeer], Awaitable[T]]) 
             f"no PAIR broker is running for {data_dir} (nothing answers at {address}: "
             f"{exc.strerror or exc}). Start one with `pair node` or `pair`."
         ) from None
-    peer = RpcPeer(reader, writer, name="cli")
+    peer = RpcPeer(
+        reader,
+        writer,
+        name="cli",
+        on_notification=(lambda m, p, _: on_push(m, p)) if on_push is not None else None,
+    )
     try:
         async with asyncio.TaskGroup() as group:
             group.create_task(peer.run(), name="cli:rpc")
@@ -45,10 +55,15 @@ async def _with_broker(data_dir: Path, work: Callable[[RpcPeer], Awaitable[T]]) 
         raise group.exceptions[0] from None
 
 
-def _run(data_dir_arg: str | None, work: Callable[[RpcPeer], Awaitable[int]]) -> int:
+def run_with_broker(
+    data_dir_arg: str | None,
+    work: Callable[[RpcPeer], Awaitable[int]],
+    on_push: PushHandler | None = None,
+) -> int:
+    """Connect to the broker for the data dir, run ``work``, map failures to exit codes."""
     data_dir = resolve_data_dir(data_dir_arg)
     try:
-        return asyncio.run(_with_broker(data_dir, work))
+        return asyncio.run(_with_broker(data_dir, work, on_push))
     except NoBroker as exc:
         print(f"pair: {exc}", file=sys.stderr)
         return exit_codes.NOT_RUNNING
@@ -68,7 +83,7 @@ def status(data_dir: str | None, *, as_json: bool) -> int:
         print(format_status(msgspec.convert(raw, BrokerStatus)))
         return exit_codes.OK
 
-    return _run(data_dir, work)
+    return run_with_broker(data_dir, work)
 
 
 def stop(data_dir: str | None) -> int:
@@ -79,7 +94,7 @@ def stop(data_dir: str | None) -> int:
         print("PAIR broker is stopping.")
         return exit_codes.OK
 
-    return _run(data_dir, work)
+    return run_with_broker(data_dir, work)
 
 
 def format_status(status: BrokerStatus) -> str:

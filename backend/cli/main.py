@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from backend import __version__
-from backend.cli import client_commands, node_command
+from backend.cli import client_commands, engine_commands, node_command
 from backend.protocol.types import LOG_LEVELS
 
 EPILOG = """\
@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="print the raw status as JSON")
     stop = commands.add_parser("stop", help="stop the local broker")
     _add_data_dir(stop)
+    engine_commands.add_parsers(commands, _add_data_dir)
     return parser
 
 
@@ -94,6 +95,9 @@ def _dispatch(argv: Sequence[str] | None) -> int:
         return client_commands.status(args.data_dir, as_json=args.json)
     if args.command == "stop":
         return client_commands.stop(args.data_dir)
+    handled = engine_commands.run(args)
+    if handled is not None:
+        return handled
     if args.command == "node":
         return node_command.run(args)
     if has_display():

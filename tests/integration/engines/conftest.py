@@ -1,0 +1,66 @@
+"""Engines for broker tests: shims that run PAIR's engine emulators as if they were the engines.
+
+The Ollama shim stands in for the ``ollama`` binary: it reads ``OLLAMA_HOST`` and
+``OLLAMA_NUM_PARALLEL`` exactly as Ollama does and serves the Ollama emulator there.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import free_port
+
+OLLAMA_SHIM = """#!{python}
+import os, sys
+host, _, port = os.environ.get("OLLAMA_HOST", "127.0.0.1:11434").rpartition(":")
+argv = [sys.executable, "-m", "backend", "emulate", "ollama", "--host", host, "--port", port,
+        "--models", os.environ.get("PAIR_TEST_MODELS", "tinyllama:latest,qwen2:0.5b"),
+        "--parallel", os.environ.get("OLLAMA_NUM_PARALLEL", "1")]
+if sys.argv[1:] != ["serve"]:
+    sys.exit("this shim only knows `ollama serve`")
+os.execv(sys.executable, argv)
+"""
+
+SILENT_SHIM = """#!{python}
+import time
+time.sleep(3600)  # an engine that starts but never becomes ready
+"""
+
+
+def write_script(path: Path, text: str) -> Path:
+    """An executable script run by this test's Python."""
+    path.write_text(text.replace("{python}", sys.executable))
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def write_override(data_dir: Path, engine: str, document: dict[str, Any]) -> Path:
+    """A user override for ``engine`` in the node's data dir."""
+    folder = data_dir / "engines"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{engine}.json"
+    path.write_text(json.dumps(document))
+    return path
+
+
+@pytest.fixture
+def ollama_node(tmp_path: Path) -> tuple[Path, int]:
+    """A data dir whose ``ollama`` is the emulator shim on a free port: (data dir, port)."""
+    data_dir = tmp_path / "node-ollama"
+    shim = write_script(tmp_path / "ollama", OLLAMA_SHIM)
+    port = free_port()
+    write_override(
+        data_dir,
+        "ollama",
+        {
+            "detect": [{"path": str(shim)}],
+            "runtime": {"port": port, "ready": {"timeout_s": 30}, "health": {"interval_s": 0.5}},
+        },
+    )
+    return data_dir, port
