@@ -20,6 +20,7 @@ from backend.components.engines.manifest import (
     bundled_documents,
     deep_merge,
     load_all,
+    merge_override,
     read_override,
 )
 from backend.components.engines.probes import port_in_use
@@ -30,7 +31,7 @@ from backend.core.component import Component
 from backend.core.files import write_private_atomic
 from backend.core.supervisor import ErrorSink
 from backend.protocol import errors
-from backend.protocol.types import EngineModels, EngineStatus, PullProgress
+from backend.protocol.types import EngineModels, EngineStatus, InstallProgress, PullProgress
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,12 @@ class EnginesComponent(Component):
         )
         self.controllers = {
             name: EngineController(
-                manifest, session=session, clock=self._clock, hooks=hooks, desired=desired.get(name)
+                manifest,
+                session=session,
+                clock=self._clock,
+                hooks=hooks,
+                install_dir=self.override_dir / name,
+                desired=desired.get(name),
             )
             for name, manifest in loaded.manifests.items()
         }
@@ -161,7 +167,9 @@ class EnginesComponent(Component):
         except ManifestError:
             override = {}
         override = deep_merge(override, {"runtime": {"port": port}})
-        manifest = build(deep_merge(bundled_documents().get(name, {}), override), str(path))
+        manifest = build(
+            merge_override(bundled_documents().get(name, {}), override, str(path)), str(path)
+        )
         status = await controller.replace_manifest(manifest)
         await asyncio.to_thread(write_private_atomic, path, json.dumps(override, indent=2).encode())
         return status
@@ -231,6 +239,10 @@ class EnginesComponent(Component):
 
     def _on_engine_change(self, status: EngineStatus) -> None:
         self._push("engine:state-changed", status)
+
+    def on_install_progress(self, progress: InstallProgress) -> None:
+        """Push ``engine:install-progress``."""
+        self._push("engine:install-progress", progress)
 
     def _on_pull_progress(self, progress: PullProgress) -> None:
         self._push("engine:pull-progress", progress)

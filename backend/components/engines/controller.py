@@ -19,6 +19,7 @@ from pathlib import Path
 
 import aiohttp
 
+from backend.components.engines import install as installer
 from backend.components.engines import slots as slot_counts
 from backend.components.engines.commands import run_command
 from backend.components.engines.detect import find_executable
@@ -31,7 +32,7 @@ from backend.core.restart_policy import Restart, RestartPolicy, Streak, decide_a
 from backend.core.supervisor import ErrorSink
 from backend.core.tasks import TaskSet
 from backend.protocol import errors
-from backend.protocol.types import EngineState, EngineStatus, ErrorAction
+from backend.protocol.types import EngineState, EngineStatus, ErrorAction, InstallProgress
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +60,11 @@ class EngineController:
         session: aiohttp.ClientSession,
         clock: Clock,
         hooks: EngineHooks,
+        install_dir: Path,
         desired: bool | None = None,
     ) -> None:
         self.manifest = manifest
+        self.install_dir = install_dir
         self.output = EngineLog()
         self._session = session
         self._clock = clock
@@ -146,6 +149,7 @@ class EngineController:
             "port": str(self.port),
             "bin": str(self._binary or ""),
             "python": sys.executable,
+            "install_dir": str(self.install_dir),
             "models_dir": expand_path(self.manifest.models_dir or ""),
             **runtime.params,
         }
@@ -156,7 +160,9 @@ class EngineController:
 
     async def detect(self) -> bool:
         """Look for the executable again (in a thread: it touches the filesystem)."""
-        self._binary = await asyncio.to_thread(find_executable, self.manifest.detect)
+        self._binary = await asyncio.to_thread(
+            find_executable, self.manifest.detect, self.placeholder_values()
+        )
         self._installed = self._binary is not None
         if not self._installed and self._state == "stopped":
             self._set_state("not-installed")
@@ -201,6 +207,46 @@ class EngineController:
             if self.owned:
                 await self._stop_owned()
         await self._tasks.close(timeout=2.0)
+
+    async def install(self, progress: installer.ProgressSink) -> EngineStatus:
+        """Install with the manifest's installer; an engine already found is left as it is."""
+        async with self._lock:
+            self._revision += 1
+            if await self.detect():
+                progress(
+                    InstallProgress(
+                        engine=self.name, stage="already installed", percent=100.0, done=True
+                    )
+                )
+                return self.status()
+            await installer.install(
+                self.manifest,
+                install_dir=self.install_dir,
+                session=self._session,
+                values=self.placeholder_values(),
+                output=self.output,
+                progress=progress,
+            )
+            if not await self.detect():
+                raise errors.InternalError(
+                    f"{self.manifest.display_name} was installed but PAIR cannot find it"
+                )
+            return self.status()
+
+    async def uninstall(self) -> EngineStatus:
+        """Remove an engine PAIR installed (stopping it first); the model store stays."""
+        async with self._lock:
+            self._revision += 1
+            await self._stop_locked()
+            await installer.uninstall(
+                self.manifest,
+                install_dir=self.install_dir,
+                values=self.placeholder_values(),
+                output=self.output,
+            )
+            self._binary = None
+            await self.detect()
+            return self.status()
 
     async def replace_manifest(self, manifest: Manifest) -> EngineStatus:
         """Adopt a new manifest (a port change): a running owned engine restarts on it."""

@@ -7,17 +7,24 @@ import logging
 import os
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
+import msgspec
+
 from backend.components.engines.manifest import DetectCandidate
-from backend.components.engines.templating import expand_path
+from backend.components.engines.templating import expand, expand_path
 
 log = logging.getLogger(__name__)
 
 
-def find_executable(candidates: list[DetectCandidate]) -> Path | None:
+def find_executable(
+    candidates: list[DetectCandidate], values: Mapping[str, str] | None = None
+) -> Path | None:
     """The first candidate that is an executable file (blocking: call it in a thread)."""
     for candidate in candidates:
+        if candidate.path is not None and values is not None:
+            candidate = msgspec.structs.replace(candidate, path=expand(candidate.path, values))
         found = _check(candidate)
         if found is not None:
             return found

@@ -166,8 +166,8 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
     return merged
 
 
-def build(raw: Mapping[str, Any], source: str) -> Manifest:
-    """Apply the platform blocks, validate and check the rules JSON types cannot express."""
+def resolve_platform(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """The document with this platform's blocks merged in and ``platforms`` removed."""
     document = {key: value for key, value in raw.items() if key != "platforms"}
     blocks = raw.get("platforms") or {}
     if not isinstance(blocks, Mapping):
@@ -175,6 +175,19 @@ def build(raw: Mapping[str, Any], source: str) -> Manifest:
     for key in platform_keys():
         if isinstance(blocks.get(key), Mapping):
             document = deep_merge(document, blocks[key])
+    return document
+
+
+def merge_override(
+    base: Mapping[str, Any], override: Mapping[str, Any], source: str
+) -> dict[str, Any]:
+    """A user override on a bundled manifest: what the user set wins over any platform default."""
+    return deep_merge(resolve_platform(base, "bundled"), resolve_platform(override, source))
+
+
+def build(raw: Mapping[str, Any], source: str) -> Manifest:
+    """Apply the platform blocks, validate and check the rules JSON types cannot express."""
+    document = resolve_platform(raw, source)
     try:
         manifest = msgspec.convert(document, Manifest)
     except msgspec.ValidationError as exc:
@@ -235,7 +248,7 @@ def load_all(override_dir: Path) -> LoadedManifests:
         try:
             override = read_override(path)
             base = bundled.get(name, {})
-            manifests[name] = build(deep_merge(base, override), str(path))
+            manifests[name] = build(merge_override(base, override, str(path)), str(path))
         except ManifestError as exc:
             problems[name] = str(exc)
     return LoadedManifests(manifests, problems)

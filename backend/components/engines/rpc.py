@@ -41,6 +41,13 @@ def register(dispatcher: Dispatcher, engines: EnginesComponent) -> None:
     async def restart(params: EngineRef, _: RpcPeer) -> EngineStatus:
         return await engines.controller(params.engine).restart()
 
+    async def install(params: EngineRef, _: RpcPeer) -> EngineStatus:
+        controller = engines.controller(params.engine)
+        return await controller.install(engines.on_install_progress)
+
+    async def uninstall(params: EngineRef, _: RpcPeer) -> EngineStatus:
+        return await engines.controller(params.engine).uninstall()
+
     async def set_port(params: EngineSetPort, _: RpcPeer) -> EngineStatus:
         return await engines.set_port(params.engine, params.port)
 
@@ -63,6 +70,8 @@ def register(dispatcher: Dispatcher, engines: EnginesComponent) -> None:
     dispatcher.add(methods.ENGINE_START, start, EngineRef)
     dispatcher.add(methods.ENGINE_STOP, stop, EngineRef)
     dispatcher.add(methods.ENGINE_RESTART, restart, EngineRef)
+    dispatcher.add(methods.ENGINE_INSTALL, install, EngineRef)
+    dispatcher.add(methods.ENGINE_UNINSTALL, uninstall, EngineRef)
     dispatcher.add(methods.ENGINE_SET_PORT, set_port, EngineSetPort)
     dispatcher.add(methods.ENGINE_ACTION, action, EngineActionParams)
     dispatcher.add_plain(methods.ENGINE_MODELS, models)
