@@ -270,10 +270,10 @@ class EngineController:
         if not await self._adopt_if_serving():
             self._adopted = False
             await self._require_installed()
-            await self._check_port_free()
             self._error = None
             self._set_state("starting")
             try:
+                await self._check_port_free()
                 await self._launch()
             except BaseException as exc:
                 await asyncio.shield(self._abandon_start(exc))

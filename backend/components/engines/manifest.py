@@ -23,12 +23,17 @@ StreamKind = Literal["none", "ollama-progress"]
 
 
 class Probe(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """An HTTP GET of ``http`` (a path) that must answer ``status``."""
+    """An HTTP GET of ``http`` (a path) that must answer ``status``.
+
+    Each request may take ``request_timeout_s``; a readiness probe keeps trying every
+    ``interval_s`` for ``timeout_s`` in all (slow engines load models for minutes).
+    """
 
     http: str
     status: int = 200
     timeout_s: float = 5.0
     interval_s: float = 1.0
+    request_timeout_s: float = 2.0
 
 
 class StopSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -14,7 +14,7 @@ async def probe_http(session: aiohttp.ClientSession, host: str, port: int, probe
     """Whether ``GET http://host:port<probe.http>`` answers the expected status in time."""
     url = f"http://{_url_host(host)}:{port}{probe.http}"
     try:
-        async with asyncio.timeout(probe.timeout_s), session.get(url) as response:
+        async with asyncio.timeout(probe.request_timeout_s), session.get(url) as response:
             return response.status == probe.status
     except (aiohttp.ClientError, TimeoutError, OSError):
         return False
