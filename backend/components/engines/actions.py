@@ -95,6 +95,8 @@ async def _run_http(
     body = expand_json(http.body, values) if http.body is not None else None
     if http.stream == "ollama-progress":
         return await _stream_ollama_progress(engine, http, body, model, progress)
+    if http.stream == "lmstudio-download":
+        return await poll_lmstudio_download(engine, http, body, model, progress)
     document = await request_json(engine, http.method, http.path, body, timeout=http.timeout_s)
     if action.result is not None:
         return pick_names(document, action.result)
@@ -233,3 +235,48 @@ def _delete_inside(models_dir_text: str, target_text: str, model: str) -> None:
         shutil.rmtree(target)
     else:
         target.unlink()
+
+
+async def poll_lmstudio_download(
+    engine: EngineController, http: HttpAction, body: Any, model: str, progress: ProgressSink
+) -> Any:
+    """LM Studio downloads are jobs: start one, then poll its status until it ends."""
+    job = await request_json(engine, http.method, http.path, body, timeout=60)
+    if not isinstance(job, dict):
+        raise errors.InternalError(f"unexpected download answer from LM Studio: {job!r}")
+    async with asyncio.timeout(http.timeout_s):
+        while True:
+            status = str(job.get("status"))
+            if status in ("completed", "already_downloaded"):
+                progress(
+                    PullProgress(
+                        engine=engine.name, model=model, stage=status, percent=100.0, done=True
+                    )
+                )
+                return {"ok": True}
+            if status == "failed" or "job_id" not in job:
+                message = f"LM Studio reports the download as {status}"
+                progress(
+                    PullProgress(
+                        engine=engine.name, model=model, stage="error", done=True, error=message
+                    )
+                )
+                raise errors.InternalError(f"pull of {model} failed: {message}")
+            progress(_download_progress(engine.name, model, job))
+            await asyncio.sleep(0.5)
+            job = await request_json(
+                engine, "GET", f"{http.path}/status/{job['job_id']}", None, timeout=30
+            )
+
+
+def _download_progress(engine: str, model: str, job: dict[str, Any]) -> PullProgress:
+    total, done = job.get("total_size_bytes"), job.get("downloaded_bytes")
+    measured = isinstance(total, int) and total > 0 and isinstance(done, int)
+    return PullProgress(
+        engine=engine,
+        model=model,
+        stage=str(job.get("status")),
+        percent=round(100 * done / total, 1) if measured else None,  # type: ignore[operator]
+        completed=done if measured else None,
+        total=total if measured else None,
+    )

@@ -235,6 +235,12 @@ class EnginesComponent(Component):
                 self._loaded[controller.name] = resident
                 changed = True
         if changed:
+            for controller in running:
+                try:
+                    self._listed[controller.name] = await actions.list_names(
+                        controller, "list_models", INVENTORY_DEADLINE_S)
+                except errors.RpcError as exc:
+                    log.debug("keeping the last model list of %s: %s", controller.name, exc)
             self._push("engine:models-changed", await self._models_shape(running))
 
     def _on_engine_change(self, status: EngineStatus) -> None:

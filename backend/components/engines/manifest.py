@@ -19,7 +19,7 @@ from typing import Any, Literal
 import msgspec
 
 Method = Literal["GET", "POST", "DELETE", "PUT"]
-StreamKind = Literal["none", "ollama-progress"]
+StreamKind = Literal["none", "ollama-progress", "lmstudio-download"]
 
 
 class Probe(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
