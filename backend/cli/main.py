@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from backend import __version__
-from backend.cli import client_commands, engine_commands, node_command
+from backend.cli import client_commands, emulate_command, engine_commands, node_command
 from backend.protocol.types import LOG_LEVELS
 
 EPILOG = """\
@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     stop = commands.add_parser("stop", help="stop the local broker")
     _add_data_dir(stop)
     engine_commands.add_parsers(commands, _add_data_dir)
+    emulate_command.add_parser(commands)
     return parser
 
 
@@ -100,6 +101,8 @@ def _dispatch(argv: Sequence[str] | None) -> int:
         return handled
     if args.command == "node":
         return node_command.run(args)
+    if args.command == "emulate":
+        return emulate_command.run(args)
     if has_display():
         return _exec_gui(list(argv) if argv is not None else sys.argv[1:])
     print(

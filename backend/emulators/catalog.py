@@ -157,6 +157,12 @@ def spec_for(name: str, modified_ns: int) -> ModelSpec:
     )
 
 
+def is_known_family(name: str) -> bool:
+    """Whether ``name`` belongs to a model family the emulators know by name."""
+    lowered = name.lower()
+    return any(family.marker in lowered for family in _FAMILIES)
+
+
 def _family_of(lowered: str) -> _Family:
     for family in _FAMILIES:
         if family.marker in lowered:

@@ -53,7 +53,7 @@ def parse_go_duration(text: str) -> int:
 
 
 def keep_alive_ns(value: object) -> int:
-    """Ollama's ``api.Duration`` decoding: numbers are seconds, strings Go durations, < 0 forever."""
+    """Ollama's ``api.Duration``: numbers are seconds, strings Go durations, < 0 is forever."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         type_name = "bool" if isinstance(value, bool) else type(value).__name__
         raise DurationError(f"Unsupported type: '{_go_type_name(type_name)}'")

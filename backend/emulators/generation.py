@@ -35,9 +35,7 @@ def nanoseconds(clock: Clock) -> int:
     return int(clock.monotonic() * 1_000_000_000)
 
 
-async def process_prompt(
-    clock: Clock, seconds: float, *, finish_on_cancel: bool = False
-) -> None:
+async def process_prompt(clock: Clock, seconds: float, *, finish_on_cancel: bool = False) -> None:
     """Wait out prompt processing; with ``finish_on_cancel`` a cancel only lands afterwards.
 
     LM Studio cannot interrupt prompt processing ("If the model is busy processing the prompt,

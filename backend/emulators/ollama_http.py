@@ -10,8 +10,8 @@ from typing import Any, Final
 from aiohttp import web
 
 from backend.emulators.catalog import ModelSpec
-from backend.emulators.options import RequestError, parse_json_object
 from backend.emulators.ollama_state import OllamaEngine
+from backend.emulators.options import RequestError, parse_json_object
 from backend.emulators.wire import JSON_UTF8, go_json, json_response, rfc3339_nano
 
 ENGINE: Final = web.AppKey("ollama_engine", OllamaEngine)
@@ -110,6 +110,7 @@ async def cors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return await handler(request)
     if not origin.startswith(_ORIGIN_PREFIXES):
         return web.Response(status=403)
+    response: web.StreamResponse
     if request.method == "OPTIONS":
         response = web.Response(status=204)
         response.headers["Access-Control-Allow-Methods"] = _CORS_METHODS

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -96,8 +96,10 @@ class PullManager:
         """Cancel running downloads; idempotent."""
         await self._tasks.close()
 
-    async def progress(self, spec: ModelSpec, installed: bool) -> AsyncIterator[dict[str, Any]]:
-        """Progress objects of a pull of ``spec`` (after ``pulling manifest``), ending at success."""
+    async def progress(
+        self, spec: ModelSpec, installed: bool
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """Progress objects of a pull (after ``pulling manifest``), ending at ``success``."""
         download = self._join(spec, installed)
         download.waiters += 1
         try:
@@ -112,7 +114,9 @@ class PullManager:
             if download.waiters == 0 and download.task is not None:
                 download.task.cancel()  # the last waiter left: stop, keep the partial blobs
 
-    async def _layer_progress(self, download: Download, layer: Layer) -> AsyncIterator[dict[str, Any]]:
+    async def _layer_progress(
+        self, download: Download, layer: Layer
+    ) -> AsyncIterator[dict[str, Any]]:
         last = -1
         while True:
             changed = download.changed

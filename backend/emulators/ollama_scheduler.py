@@ -209,9 +209,7 @@ class OllamaScheduler:
                 victim = min(idle, key=lambda runner: runner.last_used)
                 self._unload(victim.spec.name)
             else:
-                await self._wait_until(
-                    lambda: any(runner.idle for runner in self.runners.values())
-                )
+                await self._wait_until(lambda: any(runner.idle for runner in self.runners.values()))
 
     def _take(self, runner: Runner, keep_alive_ns: int | None) -> None:
         runner.refs += 1

@@ -83,15 +83,11 @@ def parse_ollama_options(raw: object) -> GenerationOptions:
 
 
 def _coerce_option(key: str, kind: OptionKind, value: object) -> Any:
-    number = isinstance(value, int | float) and not isinstance(value, bool)
-    if kind == "integer":
-        if not number:
-            raise RequestError(f'option "{key}" must be of type integer')
-        return int(value)  # type: ignore[arg-type]
-    if kind == "float32":
-        if not number:
-            raise RequestError(f'option "{key}" must be of type float32')
-        return float(value)  # type: ignore[arg-type]
+    if kind in ("integer", "float32"):
+        # JSON numbers only (Go's FromMap sees float64); booleans are not numbers.
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise RequestError(f'option "{key}" must be of type {kind}')
+        return int(value) if kind == "integer" else float(value)
     if kind == "boolean":
         if not isinstance(value, bool):
             raise RequestError(f'option "{key}" must be of type boolean')

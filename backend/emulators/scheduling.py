@@ -6,7 +6,7 @@ import asyncio
 import collections
 import contextlib
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -110,9 +110,7 @@ class RequestLog:
         self._clock = clock
         self._ids = itertools.count(1)
         self._open: dict[int, RequestRecord] = {}
-        self._finished: collections.deque[RequestRecord] = collections.deque(
-            maxlen=_FINISHED_KEPT
-        )
+        self._finished: collections.deque[RequestRecord] = collections.deque(maxlen=_FINISHED_KEPT)
         self.counts = {"done": 0, "cancelled": 0, "failed": 0}
 
     def open(self, model: str, endpoint: str) -> RequestRecord:
@@ -133,20 +131,25 @@ class RequestLog:
         if record.first_token_at is None:
             record.first_token_at = self._clock.monotonic()
 
+    def generated(self, record: RequestRecord) -> None:
+        """The last token is out (called while the request still holds its slot)."""
+        record.finished_at = self._clock.monotonic()
+
     def close(self, record: RequestRecord, state: RequestState) -> None:
         """The request ended (done, cancelled or failed); idempotent."""
         if self._open.pop(record.request_id, None) is None:
             return
         now = self._clock.monotonic()
         record.state = state
-        record.finished_at = now
+        if state != "done" or record.finished_at is None:
+            record.finished_at = now
         if state == "cancelled":
             record.cancelled_at = now
         self.counts[state] += 1
         self._finished.append(record)
 
     @contextlib.contextmanager
-    def tracking(self, record: RequestRecord) -> Any:
+    def tracking(self, record: RequestRecord) -> Iterator[RequestRecord]:
         """Close ``record`` when the block ends: done, cancelled (disconnect) or failed."""
         try:
             yield record

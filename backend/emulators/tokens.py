@@ -15,13 +15,70 @@ from typing import Final, Literal
 
 DoneReason = Literal["stop", "length"]
 
-WORDS: Final = (
-    "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor incididunt "
-    "ut labore et dolore magna aliqua enim ad minim veniam quis nostrud exercitation ullamco "
-    "laboris nisi aliquip ex ea commodo consequat duis aute irure in reprehenderit voluptate "
-    "velit esse cillum fugiat nulla pariatur excepteur sint occaecat cupidatat non proident "
-    "sunt culpa qui officia deserunt mollit anim id est laborum"
-).split()
+WORDS: Final = [
+    "lorem",
+    "ipsum",
+    "dolor",
+    "sit",
+    "amet",
+    "consectetur",
+    "adipiscing",
+    "elit",
+    "sed",
+    "do",
+    "eiusmod",
+    "tempor",
+    "incididunt",
+    "ut",
+    "labore",
+    "et",
+    "dolore",
+    "magna",
+    "aliqua",
+    "enim",
+    "ad",
+    "minim",
+    "veniam",
+    "quis",
+    "nostrud",
+    "exercitation",
+    "ullamco",
+    "laboris",
+    "nisi",
+    "aliquip",
+    "ex",
+    "ea",
+    "commodo",
+    "consequat",
+    "duis",
+    "aute",
+    "irure",
+    "in",
+    "reprehenderit",
+    "voluptate",
+    "velit",
+    "esse",
+    "cillum",
+    "fugiat",
+    "nulla",
+    "pariatur",
+    "excepteur",
+    "sint",
+    "occaecat",
+    "cupidatat",
+    "non",
+    "proident",
+    "sunt",
+    "culpa",
+    "qui",
+    "officia",
+    "deserunt",
+    "mollit",
+    "anim",
+    "id",
+    "est",
+    "laborum",
+]
 _TOKEN_PATTERN: Final = re.compile(r"\w+|[^\w\s]")
 VOCABULARY_SIZE: Final = 32_000
 

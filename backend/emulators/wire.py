@@ -96,6 +96,11 @@ class LineStream:
         self._response.headers["Content-Type"] = content_type
         self.started = False
 
+    @property
+    def response(self) -> web.StreamResponse:
+        """The underlying aiohttp response."""
+        return self._response
+
     def set_header(self, name: str, value: str) -> None:
         """Add a header before the first write."""
         self._response.headers[name] = value

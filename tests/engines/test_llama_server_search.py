@@ -24,7 +24,7 @@ def _pretend_installed_at(monkeypatch: pytest.MonkeyPatch, package_dir: Path | N
         spec.submodule_search_locations = [str(package_dir)]
         return spec
 
-    monkeypatch.setattr(llama_server.importlib.util, "find_spec", find_spec)
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
 
 
 def _fake_binary(package_dir: Path, script: str) -> Path:

@@ -122,7 +122,7 @@ def test_missing_numpy_or_gguf_is_named(monkeypatch: pytest.MonkeyPatch, tmp_pat
     def find_spec(name: str, package: str | None = None) -> ModuleSpec | None:
         return None if name == "gguf" else real_find_spec(name, package)
 
-    monkeypatch.setattr(tiny_model.importlib.util, "find_spec", find_spec)
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
     with pytest.raises(MissingDevDependencyError, match=r"gguf; install them"):
         write_model(tmp_path / "never.gguf")
     assert not list(tmp_path.iterdir())
