@@ -238,7 +238,8 @@ class EnginesComponent(Component):
             for controller in running:
                 try:
                     self._listed[controller.name] = await actions.list_names(
-                        controller, "list_models", INVENTORY_DEADLINE_S)
+                        controller, "list_models", INVENTORY_DEADLINE_S
+                    )
                 except errors.RpcError as exc:
                     log.debug("keeping the last model list of %s: %s", controller.name, exc)
             self._push("engine:models-changed", await self._models_shape(running))
