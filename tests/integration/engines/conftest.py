@@ -17,7 +17,8 @@ import pytest
 from tests.integration.conftest import free_port
 
 OLLAMA_SHIM = """#!{python}
-import os, sys
+import os, sys, time
+time.sleep(float(os.environ.get("PAIR_TEST_START_DELAY", "0")))  # a slow engine start
 host, _, port = os.environ.get("OLLAMA_HOST", "127.0.0.1:11434").rpartition(":")
 argv = [sys.executable, "-m", "backend", "emulate", "ollama", "--host", host, "--port", port,
         "--models", os.environ.get("PAIR_TEST_MODELS", "tinyllama:latest,qwen2:0.5b"),

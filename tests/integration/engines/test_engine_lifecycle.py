@@ -252,3 +252,33 @@ async def test_engines_never_outlive_a_killed_broker(
             break
         await asyncio.sleep(0.1)
     assert not _alive(pid), "the engine must die with the broker (parent-death signal)"
+
+
+async def test_status_answers_during_a_slow_start_and_shutdown_sweeps_join(
+    start_broker: StartBroker, ollama_node: tuple[Path, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data_dir, _ = ollama_node
+    monkeypatch.setenv("PAIR_TEST_START_DELAY", "3")
+    broker = start_broker(data_dir=data_dir)
+    async with broker.connect() as client:
+        starting = asyncio.create_task(
+            client.call("engine:start", {"engine": "ollama"}, timeout=60)
+        )
+        await _wait_status(client, lambda s: s["state"] == "starting")
+        status = await _status(client)
+        assert status["state"] == "starting"
+        assert not starting.done(), "status must not wait for the lifecycle lock"
+        assert (await starting)["state"] == "running"
+        sweeps = await asyncio.gather(
+            client.call("engine:prepare-shutdown", timeout=30),
+            client.call("engine:prepare-shutdown", timeout=30),
+        )
+        assert sweeps == [{"ok": True}, {"ok": True}]
+        after = await _status(client)
+        assert (after["state"], after["desired"]) == ("stopped", True)
+        stops = [
+            line
+            for line in (await client.call("engine:logs", {"engine": "ollama"}))["lines"]
+            if "starting" in line
+        ]
+        assert len(starts) == 1
