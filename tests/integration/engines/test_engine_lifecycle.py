@@ -276,7 +276,7 @@ async def test_status_answers_during_a_slow_start_and_shutdown_sweeps_join(
         assert sweeps == [{"ok": True}, {"ok": True}]
         after = await _status(client)
         assert (after["state"], after["desired"]) == ("stopped", True)
-        stops = [
+        starts = [
             line
             for line in (await client.call("engine:logs", {"engine": "ollama"}))["lines"]
             if "starting" in line

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -148,3 +150,25 @@ async def test_lmstudio_command_mode_start_models_slots_delete_restart_stop(
         async with httpx.AsyncClient() as http:
             with pytest.raises(httpx.ConnectError):
                 await http.get(f"http://127.0.0.1:{port}/lmstudio-greeting", timeout=2)
+
+
+async def test_an_engine_crash_during_a_pull_fails_the_pull_once_and_the_engine_returns(
+    start_broker: StartBroker, ollama_node: tuple[Path, int]
+) -> None:
+    data_dir, _ = ollama_node
+    broker = start_broker(data_dir=data_dir)
+    async with broker.connect() as client:
+        pid = (await client.call("engine:start", {"engine": "ollama"}, timeout=60))["pid"]
+        pull = asyncio.create_task(_action(client, "ollama", "pull_model", "phi3:mini"))
+        await client.wait_push("engine:pull-progress", lambda p: p["percent"] is not None)
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(errors.InternalError, match="pull of phi3:mini failed"):
+            await pull
+        terminal = [p for m, p in client.pushes if m == "engine:pull-progress" and p["done"]]
+        assert len(terminal) == 1 and terminal[0]["stage"] == "error"
+        await client.wait_push(
+            "engine:state-changed",
+            lambda s: s["engine"] == "ollama" and s["state"] == "running" and s["pid"] != pid,
+            timeout=30,
+        )
+        await client.call("engine:stop", {"engine": "ollama"}, timeout=30)
