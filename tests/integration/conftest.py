@@ -65,10 +65,17 @@ class Client:
         return await self.peer.call(method, params, timeout=timeout)
 
     async def wait_push(
-        self, method: str, predicate: Callable[[Any], bool] = lambda _: True, timeout: float = 10.0
+        self,
+        method: str,
+        predicate: Callable[[Any], bool] = lambda _: True,
+        timeout: float = 10.0,
+        since: int = 0,
     ) -> Any:
-        """The first push of ``method`` (received or coming) that satisfies ``predicate``."""
-        seen = 0
+        """The first push of ``method`` (received or coming) that satisfies ``predicate``.
+
+        ``since`` skips the pushes received before that index (``len(client.pushes)``).
+        """
+        seen = since
         async with asyncio.timeout(timeout):
             while True:
                 for name, params in self.pushes[seen:]:

@@ -43,11 +43,14 @@ def _alive(pid: int) -> bool:
         return False
 
 
-async def _running_again(client: Client, old_pid: int, timeout: float = 60) -> dict[str, Any]:
+async def _running_again(
+    client: Client, old_pid: int, since: int, timeout: float = 60
+) -> dict[str, Any]:
     return await client.wait_push(  # type: ignore[no-any-return]
         "engine:state-changed",
         lambda s: s["engine"] == "llamacpp" and s["state"] == "running" and s["pid"] != old_pid,
         timeout,
+        since,
     )
 
 
@@ -95,8 +98,9 @@ async def test_killed_or_hung_llama_server_is_reported_and_restarted(
     broker = start_broker(data_dir=data_dir)
     async with broker.connect() as client:
         pid = (await client.call("engine:start", {"engine": "llamacpp"}, timeout=120))["pid"]
+        mark = len(client.pushes)
         os.kill(pid, signal.SIGKILL)
-        back = await _running_again(client, pid)
+        back = await _running_again(client, pid, mark)
         assert back["desired"] is True
         crashed = [
             p
@@ -105,8 +109,9 @@ async def test_killed_or_hung_llama_server_is_reported_and_restarted(
         ]
         assert crashed, "the crash is reported"
         hung = back["pid"]
+        mark = len(client.pushes)
         os.kill(hung, signal.SIGSTOP)  # alive but silent: the health probe must notice
-        again = await _running_again(client, hung, timeout=90)
+        again = await _running_again(client, hung, mark, timeout=90)
         assert not _alive(hung), "the hung engine was stopped before the new one started"
         messages = [
             e["message"]
