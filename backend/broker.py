@@ -10,7 +10,6 @@ import platform
 import signal
 import socket
 import sys
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,11 @@ from backend.components.engines.component import EnginesComponent
 from backend.components.engines.ledger import EngineLedger
 from backend.components.errors import rpc as errors_rpc
 from backend.components.errors.registry import ErrorsRegistry
+from backend.components.identity.identity import NodeIdentity, load_identity, report_identity
+from backend.components.nodeinfo import rpc as nodeinfo_rpc
+from backend.components.nodeinfo.payload import NodeInfoSource, last_engine_models
+from backend.components.nodeinfo.server import NodeApiServer
+from backend.components.nodeinfo.telemetry import TelemetryComponent
 from backend.components.settings import rpc as settings_rpc
 from backend.components.settings.service import CORRUPT_ERROR_ID, SettingsService
 from backend.core import logs
@@ -88,6 +92,7 @@ class Broker:
         self._workers: list[WorkerProcess] = []
         # Built in run(), once the store has told us who we are.
         self._node_id = ""
+        self._identity: NodeIdentity | None = None
         self._errors: ErrorsRegistry | None = None
         self._settings: SettingsService | None = None
         self._supervisor: Supervisor | None = None
@@ -108,7 +113,8 @@ class Broker:
             self._lock.release()
 
     async def _serve(self, announce: Callable[[str], None] | None) -> int:
-        self._node_id = await self._load_node_id()
+        self._identity = await load_identity(self._store, self._config.data_dir, clock=self._clock)
+        self._node_id = self._identity.node_id
         self._run_id = await self._store.execute(
             "INSERT INTO broker_runs (pid, version, started_at) VALUES (?, ?, ?)",
             (os.getpid(), __version__, self._started_wall),
@@ -150,6 +156,8 @@ class Broker:
                 " and a new one was started.",
                 severity="warning",
             )
+        if self._identity is not None:
+            report_identity(registry, self._identity)
         supervisor = Supervisor(errors=registry, clock=self._clock, on_change=self._on_component)
         self._errors, self._settings, self._supervisor = registry, settings, supervisor
         return registry, settings, supervisor
@@ -173,6 +181,7 @@ class Broker:
         )
         supervisor.add(self._engines)
         engines_rpc.register(self._dispatcher, self._engines)
+        self._add_node_components(supervisor)
         if self._config.test_worker:
             worker = WorkerProcess(
                 "testworker",
@@ -182,6 +191,20 @@ class Broker:
             )
             self._workers.append(worker)
             supervisor.add(worker)
+
+    def _add_node_components(self, supervisor: Supervisor) -> None:
+        telemetry = TelemetryComponent(clock=self._clock)
+        source = NodeInfoSource(
+            node_id=self._node_id,
+            version=__version__,
+            ports=self._config.ports,
+            name=self._node_name,
+            telemetry=telemetry.view,
+            engine_models=lambda: last_engine_models(self._engines),
+        )
+        supervisor.add(telemetry)
+        supervisor.add(NodeApiServer(port=self._config.ports.node, source=source))
+        nodeinfo_rpc.register(self._dispatcher, source)
 
     def _register_methods(
         self, registry: ErrorsRegistry, settings: SettingsService, supervisor: Supervisor
@@ -234,14 +257,6 @@ class Broker:
         await self._store.execute(
             "UPDATE broker_runs SET stopped_at = ? WHERE id = ?", (self._clock.wall(), self._run_id)
         )
-
-    async def _load_node_id(self) -> str:
-        rows = await self._store.fetch_all("SELECT value FROM meta WHERE key = 'node_id'")
-        if rows:
-            return str(rows[0][0])
-        node_id = str(uuid.uuid4())
-        await self._store.execute("INSERT INTO meta (key, value) VALUES ('node_id', ?)", (node_id,))
-        return node_id
 
     def _install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()

@@ -47,6 +47,17 @@ MIGRATIONS: tuple[str, ...] = (
         started_at REAL NOT NULL
     );
     """,
+    """
+    CREATE TABLE node_identity_history (
+        node_id TEXT PRIMARY KEY,
+        machine TEXT NOT NULL,
+        data_dir TEXT NOT NULL,
+        created_at REAL,
+        retired_at REAL NOT NULL,
+        reason TEXT NOT NULL,
+        successor TEXT NOT NULL
+    );
+    """,
 )
 
 

@@ -32,6 +32,8 @@ ENGINE_MODELS: Final = "engine:models"
 ENGINE_LOGS: Final = "engine:logs"
 ENGINE_PREPARE_SHUTDOWN: Final = "engine:prepare-shutdown"
 
+NODEINFO_GET: Final = "nodeinfo:get"
+
 # Pushes (broker to client notifications).
 APP_READY: Final = "app:ready"
 COMPONENTS_EVENT: Final = "components:event"

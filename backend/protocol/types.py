@@ -269,3 +269,64 @@ class EngineQuery(Wire, frozen=True, kw_only=True):
 
     engine: str | None = None
     lines: int = 200
+
+
+class NodeOs(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """The node's operating system; a value the platform does not report is omitted."""
+
+    system: str | None = None
+    release: str | None = None
+    machine: str | None = None
+
+
+class NodeCpu(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """The node's CPU; unreadable values are omitted, never reported as zero."""
+
+    name: str | None = None
+    cores: int | None = None
+    utilization_percent: float | None = None
+
+
+class NodeMemory(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """The node's memory; ``used_bytes`` is what applications cannot have (total - available)."""
+
+    total_bytes: int | None = None
+    used_bytes: int | None = None
+
+
+class NodeGpu(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """One GPU; unreadable values are omitted (a unified-memory GPU may have no VRAM figures)."""
+
+    vendor: Literal["nvidia", "amd"]
+    name: str | None = None
+    vram_total_bytes: int | None = None
+    vram_used_bytes: int | None = None
+    utilization_percent: float | None = None
+
+
+class NodeEngineModels(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """A running engine's models from its last good lists; omitted until first listed."""
+
+    models: list[str] | None = None
+    loaded: list[str] | None = None
+
+
+class NodeInfo(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """``GET /v1/node-info`` and ``nodeinfo:get``: who this node is, its hardware and services.
+
+    ``telemetry_age_ms`` is omitted before the first sample; ``cluster_id`` while not clustered.
+    ``engines`` holds running engines only.
+    """
+
+    node_id: str
+    name: str
+    version: str
+    os: NodeOs
+    cpu: NodeCpu
+    memory: NodeMemory
+    gpus: list[NodeGpu]
+    telemetry_valid: bool
+    telemetry_age_ms: int | None = None
+    cluster_id: str | None = None
+    ports: Ports
+    engines: dict[str, NodeEngineModels]

@@ -87,7 +87,13 @@ async def test_components_subscription_is_a_snapshot_then_numbered_events(
     broker = start_broker("--test-worker", "healthy")
     async with broker.connect() as client:
         snapshot = await client.call("components:subscribe")
-        assert {c["name"] for c in snapshot["components"]} == {"control", "engines", "testworker"}
+        assert {c["name"] for c in snapshot["components"]} == {
+            "control",
+            "engines",
+            "nodeinfo",
+            "node-api",
+            "testworker",
+        }
         await client.call("components:restart", {"name": "testworker"})
         event = await client.wait_push(
             "components:event", lambda e: e["component"]["status"] == "running"

@@ -150,6 +150,18 @@ class EnginesComponent(Component):
             )
         return found
 
+    def last_models(self) -> dict[str, tuple[list[str] | None, list[str] | None]]:
+        """Each running engine's last good (listed, loaded) models, without asking the engines."""
+        return {
+            name: (self._listed.get(name), self._loaded.get(name))
+            for name, controller in self.controllers.items()
+            if controller.running
+        }
+
+    async def stop(self) -> None:
+        """Stop owned engines now; ``run()`` then ends when the supervisor cancels it."""
+        await self.prepare_shutdown()
+
     def statuses(self) -> list[EngineStatus]:
         """Every engine's status."""
         return [controller.status() for controller in self.controllers.values()]

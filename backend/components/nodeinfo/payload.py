@@ -1,0 +1,62 @@
+"""What ``/v1/node-info`` and ``nodeinfo:get`` answer: identity, hardware, services, models."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from backend.components.nodeinfo.host import read_os
+from backend.components.nodeinfo.telemetry import TelemetryView
+from backend.protocol.types import NodeEngineModels, NodeInfo, NodeOs, Ports
+
+if TYPE_CHECKING:
+    from backend.components.engines.component import EnginesComponent
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfoSource:
+    """Builds the node-info payload from the node's identity, settings, telemetry and engines."""
+
+    node_id: str
+    version: str
+    ports: Ports
+    name: Callable[[], str]
+    telemetry: Callable[[], TelemetryView]
+    engine_models: Callable[[], Mapping[str, NodeEngineModels]] = dict
+    os: NodeOs = field(default_factory=read_os)
+
+    def describe(self) -> NodeInfo:
+        """The payload as of now (cheap: reads only values kept in memory)."""
+        view = self.telemetry()
+        return NodeInfo(
+            node_id=self.node_id,
+            name=self.name(),
+            version=self.version,
+            os=self.os,
+            cpu=view.cpu,
+            memory=view.memory,
+            gpus=view.gpus,
+            telemetry_valid=view.valid,
+            telemetry_age_ms=view.age_ms,
+            ports=self.ports,
+            engines=dict(self.engine_models()),
+        )
+
+
+def last_engine_models(engines: EnginesComponent | None) -> dict[str, NodeEngineModels]:
+    """Running engines with the engine manager's last good model lists (no engine is asked).
+
+    Peers poll node-info every few seconds; asking the engines each time would load them and
+    let one slow engine stall the answer, so the watcher's lists are read instead.
+    """
+    if engines is None:
+        return {}
+    return {
+        name: NodeEngineModels(models=_copy(listed), loaded=_copy(loaded))
+        for name, (listed, loaded) in engines.last_models().items()
+    }
+
+
+def _copy(names: list[str] | None) -> list[str] | None:
+    return list(names) if names is not None else None

@@ -1,0 +1,18 @@
+"""JSON-RPC method of node info, for the GUI: the same payload as ``GET /v1/node-info``."""
+
+from __future__ import annotations
+
+from backend.components.nodeinfo.payload import NodeInfoSource
+from backend.core.rpc import Dispatcher
+from backend.protocol import methods
+from backend.protocol.peer import RpcPeer
+from backend.protocol.types import NodeInfo
+
+
+def register(dispatcher: Dispatcher, source: NodeInfoSource) -> None:
+    """Route ``nodeinfo:get``."""
+
+    async def get(_: RpcPeer) -> NodeInfo:
+        return source.describe()
+
+    dispatcher.add_plain(methods.NODEINFO_GET, get)

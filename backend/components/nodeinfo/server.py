@@ -1,0 +1,136 @@
+"""The node API listener: one port on every interface for the services other computers use.
+
+Today it serves ``GET /v1/node-info`` in plaintext (as node-info and the pairing exchange will
+stay); pairing, cluster and relay routes join it later behind mutual TLS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+import msgspec
+from aiohttp import web
+
+from backend.components.nodeinfo.payload import NodeInfoSource
+from backend.core.component import Component, FatalError
+
+log = logging.getLogger(__name__)
+
+NODE_INFO_PATH = "/v1/node-info"
+# No route reads a body yet; pairing messages are small, so anything larger is refused.
+MAX_BODY_BYTES = 64 * 1024
+SHUTDOWN_TIMEOUT_S = 2.0
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def build_app(source: NodeInfoSource) -> web.Application:
+    """The node API's routes, with every error answered as JSON ``{"error": ...}``."""
+
+    async def node_info(_: web.Request) -> web.Response:
+        return _json(200, msgspec.json.encode(source.describe()))
+
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_json_errors])
+    app.router.add_get(NODE_INFO_PATH, node_info)
+    return app
+
+
+class NodeApiServer(Component):
+    """Owns the node API's listening socket and the aiohttp runner that serves it."""
+
+    ready_on_start = False
+
+    def __init__(self, *, port: int, source: NodeInfoSource, host: str = "0.0.0.0") -> None:
+        super().__init__("node-api")
+        self.port = port
+        self._host = host
+        self._source = source
+        self._stopped = asyncio.Event()
+
+    async def run(self) -> None:
+        """Listen until stopped; a port held by another program is fatal (nothing is killed)."""
+        self._stopped.clear()
+        runner = web.AppRunner(
+            build_app(self._source),
+            access_log=None,
+            handle_signals=False,
+            shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+        )
+        await runner.setup()
+        try:
+            await self._listen(runner)
+            self.announce_ready()
+            log.info("node API listening on %s:%d", self._host, self.port)
+            await self._stopped.wait()
+        finally:
+            await asyncio.shield(runner.cleanup())
+
+    async def stop(self) -> None:
+        """Stop listening; requests in progress get ``SHUTDOWN_TIMEOUT_S`` to finish."""
+        self._stopped.set()
+
+    async def _listen(self, runner: web.AppRunner) -> None:
+        # With SO_REUSEADDR some platforms (BSD, macOS) let a wildcard bind share a port another
+        # program holds on one address, so ask the port first; the bind still decides on Linux.
+        if await _accepts_connections("127.0.0.1", self.port):
+            raise FatalError(self._taken("another program answers on it"))
+        site = web.TCPSite(runner, self._host, self.port, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+        try:
+            await site.start()
+        except OSError as exc:
+            raise FatalError(self._taken(exc.strerror or str(exc))) from exc
+
+    def _taken(self, why: str) -> str:
+        return (
+            f"node API port {self.port} is not available ({why}); PAIR leaves that program "
+            "alone: stop it or start PAIR with `pair node --node-port <port>`"
+        )
+
+
+@web.middleware
+async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+        return _json(exc.status, _error_body(_message(request, exc)), headers)
+    except Exception:
+        log.exception("node API request %s %s failed", request.method, request.path)
+        return _json(500, _error_body("internal error"))
+
+
+def _message(request: web.Request, exc: web.HTTPException) -> str:
+    if exc.status == 404:
+        return f"no such path: {request.path}"
+    if isinstance(exc, web.HTTPMethodNotAllowed):
+        allowed = ", ".join(sorted(exc.allowed_methods))
+        return f"method {request.method} is not allowed on {request.path} (allowed: {allowed})"
+    return exc.reason
+
+
+def _error_body(message: str) -> bytes:
+    return msgspec.json.encode({"error": message})
+
+
+def _json(status: int, body: bytes, headers: dict[str, str] | None = None) -> web.Response:
+    response = web.Response(
+        status=status, body=body, content_type="application/json", headers=headers
+    )
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+async def _accepts_connections(host: str, port: int, timeout: float = 1.0) -> bool:
+    try:
+        async with asyncio.timeout(timeout):
+            _, writer = await asyncio.open_connection(host, port)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True
