@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import aiohttp
 
 from backend.components.engines.manifest import Probe
+from backend.core.net import port_in_use
+
+__all__ = ["port_in_use", "probe_http"]
 
 
 async def probe_http(session: aiohttp.ClientSession, host: str, port: int, probe: Probe) -> bool:
@@ -18,19 +20,6 @@ async def probe_http(session: aiohttp.ClientSession, host: str, port: int, probe
             return response.status == probe.status
     except (aiohttp.ClientError, TimeoutError, OSError):
         return False
-
-
-async def port_in_use(host: str, port: int, timeout: float = 1.0) -> bool:
-    """Whether something accepts TCP connections on ``host:port``."""
-    try:
-        async with asyncio.timeout(timeout):
-            _, writer = await asyncio.open_connection(host, port)
-    except (OSError, TimeoutError):
-        return False
-    writer.close()
-    with contextlib.suppress(OSError):
-        await writer.wait_closed()
-    return True
 
 
 def _url_host(host: str) -> str:

@@ -7,7 +7,6 @@ stay); pairing, cluster and relay routes join it later behind mutual TLS.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -16,6 +15,7 @@ from aiohttp import web
 
 from backend.components.nodeinfo.payload import NodeInfoSource
 from backend.core.component import Component, FatalError
+from backend.core.net import port_in_use
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class NodeApiServer(Component):
     async def _listen(self, runner: web.AppRunner) -> None:
         # With SO_REUSEADDR some platforms (BSD, macOS) let a wildcard bind share a port another
         # program holds on one address, so ask the port first; the bind still decides on Linux.
-        if await _accepts_connections("127.0.0.1", self.port):
+        if await port_in_use("127.0.0.1", self.port):
             raise FatalError(self._taken("another program answers on it"))
         site = web.TCPSite(runner, self._host, self.port, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
         try:
@@ -122,15 +122,3 @@ def _json(status: int, body: bytes, headers: dict[str, str] | None = None) -> we
     )
     response.headers["Cache-Control"] = "no-store"
     return response
-
-
-async def _accepts_connections(host: str, port: int, timeout: float = 1.0) -> bool:
-    try:
-        async with asyncio.timeout(timeout):
-            _, writer = await asyncio.open_connection(host, port)
-    except (OSError, TimeoutError):
-        return False
-    writer.close()
-    with contextlib.suppress(OSError):
-        await writer.wait_closed()
-    return True
