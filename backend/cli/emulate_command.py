@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from aiohttp import web
 
 from backend.cli import exit_codes
+from backend.core.net import is_loopback
 
 DEFAULT_MODELS = {
     "ollama": "llama3.2,qwen2.5:0.5b,nomic-embed-text",
@@ -71,7 +72,7 @@ def _seconds(text: str) -> float:
 
 def run(args: argparse.Namespace) -> int:
     """Serve the chosen emulator until Ctrl+C or SIGTERM."""
-    from backend.emulators.server import EmulatorServer, is_loopback, serve_until_signalled
+    from backend.emulators.server import EmulatorServer, serve_until_signalled
 
     app = _ollama_app(args) if args.engine == "ollama" else _lmstudio_app(args)
     server = EmulatorServer(app, args.host, args.port)
@@ -102,7 +103,6 @@ def _ollama_app(args: argparse.Namespace) -> web.Application:
     from backend.emulators.ollama import build_ollama_app
     from backend.emulators.ollama_scheduler import OllamaLimits
     from backend.emulators.ollama_state import OllamaConfig
-    from backend.emulators.server import is_loopback
 
     limits = OllamaLimits(parallel=args.parallel or 1)
     if args.keep_alive is not None:

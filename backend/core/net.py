@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 
 
 async def port_in_use(host: str, port: int, timeout: float = 1.0) -> bool:
@@ -17,3 +18,13 @@ async def port_in_use(host: str, port: int, timeout: float = 1.0) -> bool:
     with contextlib.suppress(OSError):
         await writer.wait_closed()
     return True
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this computer only (``localhost`` or a loopback address)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import signal
 import sys
 from collections.abc import Callable
@@ -12,16 +11,6 @@ from collections.abc import Callable
 from aiohttp import web
 
 _SHUTDOWN_TIMEOUT = 5.0
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is a loopback address or ``localhost``."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class EmulatorServer:

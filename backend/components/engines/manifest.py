@@ -6,7 +6,6 @@ only what it sets; a broken override is reported and the bundled manifest is kep
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import platform
 import sys
@@ -17,6 +16,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
+
+from backend.core.net import is_loopback
 
 Method = Literal["GET", "POST", "DELETE", "PUT"]
 StreamKind = Literal["none", "ollama-progress", "lmstudio-download"]
@@ -218,16 +219,6 @@ def _check_rules(manifest: Manifest, source: str) -> None:
             raise ManifestError(
                 f"{source}: action {name!r} needs exactly one of http, cmd, remove_path"
             )
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` names this computer only."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def bundled_documents() -> dict[str, dict[str, Any]]:
