@@ -1,0 +1,1 @@
+"""Jobs: every inference request's lifecycle, kept durably and shown live."""

@@ -1,0 +1,128 @@
+"""A job's state as a pure reducer over its numbered events.
+
+In flight until the engine starts it; Running once it holds a slot or output arrives; then
+Completed, Failed or Cancelled. A running job goes back to In flight only by failover (a
+dispatch with a higher attempt number), and reports from an attempt it left are ignored.
+Terminal jobs never change again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Literal
+
+JobState = Literal["in_flight", "running", "completed", "failed", "cancelled"]
+TERMINAL: frozenset[JobState] = frozenset({"completed", "failed", "cancelled"})
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One inference request as the Jobs list shows it."""
+
+    id: str
+    engine: str
+    model: str
+    origin: str
+    created_at: float
+    state: JobState = "in_flight"
+    attempt: int = 0
+    target: str | None = None
+    serving: str | None = None
+    started_at: float | None = None
+    completed_at: float | None = None
+    error: str | None = None
+    seq: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    """Attempt ``attempt`` was dispatched to ``target`` (None: waiting between attempts)."""
+
+    seq: int
+    attempt: int
+    target: str | None
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """The engine on ``node`` started the request (slot held, or first output)."""
+
+    seq: int
+    attempt: int
+    node: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    """The engine finished the response with its final marker."""
+
+    seq: int
+    attempt: int
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Errored:
+    """The job ended without a complete response (``cancelled`` when the client left)."""
+
+    seq: int
+    attempt: int
+    at: float
+    error: str
+    cancelled: bool = False
+
+
+JobEvent = Submitted | Started | Completed | Errored
+
+
+def apply(job: Job, event: JobEvent) -> Job:
+    """The job after ``event``; old, duplicate and late events change nothing but ``seq``."""
+    if event.seq <= job.seq or job.state in TERMINAL:
+        return job
+    job = replace(job, seq=event.seq)
+    if event.attempt < job.attempt:
+        return job  # a report from an attempt the job already left
+    if isinstance(event, Submitted):
+        return _submitted(job, event)
+    if isinstance(event, Started):
+        started_at = job.started_at if job.state == "running" else event.at
+        return replace(
+            job, state="running", serving=event.node, target=event.node, started_at=started_at
+        )
+    if isinstance(event, Completed):
+        return replace(job, state="completed", completed_at=event.at)
+    state: JobState = "cancelled" if event.cancelled else "failed"
+    return replace(job, state=state, completed_at=event.at, error=event.error)
+
+
+def _submitted(job: Job, event: Submitted) -> Job:
+    if event.attempt > job.attempt:  # a new dispatch: failover returns the job to In flight
+        return replace(
+            job,
+            state="in_flight",
+            attempt=event.attempt,
+            target=event.target,
+            serving=None,
+            started_at=None,
+        )
+    if job.state == "running":
+        return job  # same attempt: a running request never goes back to waiting
+    return replace(job, target=event.target)
+
+
+def apply_in_order(job: Job, events: Iterable[JobEvent]) -> tuple[Job, list[JobEvent]]:
+    """Apply the events that continue ``job.seq`` without a gap; return the ones still waiting."""
+    waiting = sorted((e for e in events if e.seq > job.seq), key=lambda e: e.seq)
+    while waiting and waiting[0].seq == job.seq + 1:
+        job = apply(job, waiting.pop(0))
+    return job, waiting
+
+
+def interrupted(job: Job, at: float) -> Job:
+    """A job left unfinished by a broker that stopped: it failed, it is not still running."""
+    if job.state in TERMINAL:
+        return job
+    return replace(job, state="failed", completed_at=at, error="interrupted: PAIR stopped")

@@ -1,0 +1,121 @@
+"""Front-door policies: model naming, eligibility and order, reservations, retry budget."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from backend.components.proxy import naming, retry
+from backend.components.proxy.routing import NodeLoad, Reservations, eligible, order
+
+
+@pytest.mark.parametrize(
+    ("left", "right", "same"),
+    [
+        ("llama3", "llama3:latest", True),
+        ("Llama3:Latest", "llama3", True),
+        ("library/llama3", "library/llama3:latest", True),
+        ("host:11434/ns/llama3", "host:11434/ns/llama3:latest", True),
+        ("llama3:8b", "llama3:latest", False),
+        ("llama3", "llama3.1", False),
+    ],
+)
+def test_ollama_names_default_to_the_latest_tag(left: str, right: str, same: bool) -> None:
+    assert naming.same_model("ollama", left, right) is same
+
+
+def test_other_engines_compare_names_exactly() -> None:
+    assert not naming.same_model("lmstudio", "qwen/qwen3-4b", "Qwen/Qwen3-4B")
+    assert naming.same_model("llamacpp", " m.gguf ", "m.gguf")
+
+
+def test_federated_lists_keep_each_model_once() -> None:
+    merged = naming.federate("ollama", [["llama3", "phi3:mini"], ["llama3:latest", "qwen2"]])
+    assert merged == ["llama3", "phi3:mini", "qwen2"]
+
+
+def test_only_nodes_advertising_the_model_are_eligible() -> None:
+    inventories = {
+        "b": {"ollama": ["llama3:latest"]},
+        "a": {"ollama": ["llama3"], "lmstudio": ["x"]},
+        "c": {"ollama": []},
+        "d": {"lmstudio": ["llama3"]},
+    }
+    assert eligible(inventories, "ollama", "llama3") == ["a", "b"]
+    assert eligible(inventories, "ollama", "mistral") == []
+
+
+def test_order_is_pin_then_priority_then_stable() -> None:
+    assert order(["c", "a", "b"]) == ["a", "b", "c"]
+    assert order(["c", "a", "b"], priority=["c", "x"]) == ["c", "a", "b"]
+    assert order(["c", "a", "b"], pin="b", priority=["c"]) == ["b", "c", "a"]
+    assert order(["a", "b"], pin="z") == ["a", "b"], "a pin that is not eligible is ignored"
+
+
+def test_reservations_spread_a_burst_over_equally_idle_nodes() -> None:
+    reservations = Reservations()
+    reservations.apply_snapshot(1, {"a": NodeLoad(), "b": NodeLoad()})
+    picks = [reservations.pick(["a", "b"])[0] for _ in range(4)]
+    assert picks == ["a", "b", "a", "b"]
+
+
+def test_a_busy_node_is_passed_over_and_a_pin_is_honoured() -> None:
+    reservations = Reservations()
+    reservations.apply_snapshot(1, {"a": NodeLoad(pending=3), "b": NodeLoad(gpu_pressure=1)})
+    assert reservations.pick(["a", "b"])[0] == "b"
+    assert reservations.pick(["a", "b"], pinned=True)[0] == "a"
+
+
+def test_late_releases_never_make_a_node_look_idler_than_it_is() -> None:
+    reservations = Reservations()
+    reservations.apply_snapshot(1, {"a": NodeLoad(), "b": NodeLoad()})
+    node, generation = reservations.pick(["a", "b"])
+    assert reservations.apply_snapshot(2, {"a": NodeLoad(pending=1), "b": NodeLoad()})
+    reservations.release(node, generation)  # counted in snapshot 2 already: dropped
+    assert reservations.score("a") == 1
+    assert not reservations.apply_snapshot(2, {"a": NodeLoad()}), "same generation is ignored"
+    node, generation = reservations.pick(["a", "b"])
+    assert node == "b"
+    reservations.release(node, generation)
+    reservations.release(node, generation)
+    assert reservations.score("b") == 0, "a double release cannot go below zero"
+
+
+@pytest.mark.parametrize(
+    ("status", "inference", "expected"),
+    [
+        (500, False, True),
+        (503, True, True),
+        (429, False, True),
+        (408, True, True),
+        (404, True, True),
+        (404, False, False),
+        (400, True, False),
+        (401, True, False),
+        (200, True, False),
+        (302, True, False),
+    ],
+)
+def test_retryable_statuses(status: int, inference: bool, expected: bool) -> None:
+    assert retry.retryable_status(status, inference=inference) is expected
+
+
+def test_backoff_doubles_to_eight_seconds_with_bounded_jitter() -> None:
+    rng = random.Random(7)
+    for dispatches, base in [(1, 1.0), (2, 2.0), (3, 4.0), (4, 8.0), (9, 8.0)]:
+        for _ in range(50):
+            assert 0.75 * base <= retry.backoff(dispatches, rng) <= 1.25 * base
+
+
+def test_budget_allows_five_dispatches_and_nothing_after_the_deadline() -> None:
+    rng = random.Random(1)
+    budget = retry.Budget(created_at=0.0)
+    for _ in range(5):
+        assert budget.may_dispatch(1.0)
+        budget = budget.dispatched()
+    assert not budget.may_dispatch(1.0)
+    assert budget.wait_before_next(1.0, rng) is None
+    fresh = retry.Budget(created_at=0.0).dispatched()
+    assert fresh.wait_before_next(599.5, rng) is None, "no round may end past the deadline"
+    assert fresh.wait_before_next(10.0, rng) is not None
