@@ -15,6 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend import __version__
+from backend.components.discovery import rpc as discovery_rpc
+from backend.components.discovery.component import DiscoveryComponent
+from backend.components.discovery.manual import ManualNodeStore
+from backend.components.discovery.timing import DiscoveryTiming, mdns_enabled
 from backend.components.engines import rpc as engines_rpc
 from backend.components.engines.component import EnginesComponent
 from backend.components.engines.ledger import EngineLedger
@@ -205,6 +209,24 @@ class Broker:
         supervisor.add(telemetry)
         supervisor.add(NodeApiServer(port=self._config.ports.node, source=source))
         nodeinfo_rpc.register(self._dispatcher, source)
+        self._add_discovery(supervisor)
+
+    def _add_discovery(self, supervisor: Supervisor) -> None:
+        assert self._errors is not None
+        events = NumberedStream(methods.DISCOVERY_EVENT, self._hub)
+        discovery = DiscoveryComponent(
+            node_id=self._node_id,
+            ports=self._config.ports,
+            name=self._node_name,
+            clock=self._clock,
+            events=events,
+            errors_sink=self._errors,
+            manual_store=ManualNodeStore(self._store),
+            timing=DiscoveryTiming.from_environment(os.environ),
+            use_mdns=mdns_enabled(os.environ),
+        )
+        supervisor.add(discovery)
+        discovery_rpc.register(self._dispatcher, discovery, events)
 
     def _register_methods(
         self, registry: ErrorsRegistry, settings: SettingsService, supervisor: Supervisor
@@ -370,8 +392,10 @@ class Broker:
             f"  data dir        {self._config.data_dir}",
             f"  control socket  {self._address}   (pair status --data-dir ... attaches here)",
             f"  log file        {self._config.log_file or 'stderr only'}",
-            f"  ports reserved  node API {ports.node}, Ollama {ports.ollama}, "
-            f"OpenAI {ports.openai}, llama.cpp {ports.llamacpp}",
+            f"  node API        http://0.0.0.0:{ports.node}/v1/node-info",
+            f"  front doors     Ollama {ports.ollama}, OpenAI {ports.openai}, "
+            f"llama.cpp {ports.llamacpp} (reserved; served once the proxy lands)",
+            "  engines         `pair engines`, `pair engine start NAME`",
             "Stop with Ctrl+C or `pair stop`.",
         ]
         return "\n".join(lines)

@@ -8,7 +8,13 @@ import sys
 from collections.abc import Sequence
 
 from backend import __version__
-from backend.cli import client_commands, emulate_command, engine_commands, node_command
+from backend.cli import (
+    client_commands,
+    emulate_command,
+    engine_commands,
+    node_command,
+    node_commands,
+)
 from backend.protocol.types import LOG_LEVELS
 
 EPILOG = """\
@@ -45,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     stop = commands.add_parser("stop", help="stop the local broker")
     _add_data_dir(stop)
     engine_commands.add_parsers(commands, _add_data_dir)
+    node_commands.add_parsers(commands, node, _add_data_dir)
     emulate_command.add_parser(commands)
     return parser
 
@@ -97,6 +104,9 @@ def _dispatch(argv: Sequence[str] | None) -> int:
     if args.command == "stop":
         return client_commands.stop(args.data_dir)
     handled = engine_commands.run(args)
+    if handled is not None:
+        return handled
+    handled = node_commands.run(args)
     if handled is not None:
         return handled
     if args.command == "node":

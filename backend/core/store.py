@@ -58,6 +58,15 @@ MIGRATIONS: tuple[str, ...] = (
         successor TEXT NOT NULL
     );
     """,
+    """
+    CREATE TABLE manual_nodes (
+        id TEXT PRIMARY KEY,
+        address TEXT NOT NULL,
+        port INTEGER NOT NULL,
+        name TEXT,
+        added_at REAL NOT NULL
+    );
+    """,
 )
 
 

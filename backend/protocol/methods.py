@@ -43,3 +43,12 @@ ENGINE_STATE_CHANGED: Final = "engine:state-changed"
 ENGINE_MODELS_CHANGED: Final = "engine:models-changed"
 ENGINE_PULL_PROGRESS: Final = "engine:pull-progress"
 ENGINE_INSTALL_PROGRESS: Final = "engine:install-progress"
+
+# Discovery: found and manual nodes.
+DISCOVERY_GET_NODES: Final = "discovery:get-nodes"
+DISCOVERY_SUBSCRIBE: Final = "discovery:subscribe"
+DISCOVERY_UNSUBSCRIBE: Final = "discovery:unsubscribe"
+DISCOVERY_EVENT: Final = "discovery:event"
+NODE_ADD: Final = "node/add"
+NODE_REMOVE: Final = "node/remove"
+NODES_LIST: Final = "nodes/list"

@@ -330,3 +330,94 @@ class NodeInfo(Wire, frozen=True, kw_only=True, omit_defaults=True):
     cluster_id: str | None = None
     ports: Ports
     engines: dict[str, NodeEngineModels]
+
+
+NodeSource = Literal["self", "mdns", "manual"]
+NodeKind = Literal["pair", "engine"]
+ManualNodeState = Literal["probing", "pair", "engine", "unreachable"]
+DiscoveryEventName = Literal["node_joined", "node_updated", "node_left", "node_telemetry"]
+
+
+class NodeTelemetry(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """A peer's utilisation reduced from its node-info; unreadable values are omitted."""
+
+    valid: bool
+    cpu_percent: float | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    gpu_percent: float | None = None
+    vram_used_bytes: int | None = None
+    vram_total_bytes: int | None = None
+
+
+class DiscoveredNode(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """One node in the discovery list: a PAIR node (keyed by its UUID) or an engine-only address.
+
+    ``sources`` says how it is known (``self``, ``mdns``, ``manual``); ``addresses`` are in the
+    order to dial, the last one that answered first; ``ports`` holds the node API (``node``) and
+    front doors (PAIR) or the engine's port (engine-only); ``last_seen`` is Unix time.
+    """
+
+    node_id: str
+    name: str
+    kind: NodeKind
+    sources: list[NodeSource]
+    addresses: list[str]
+    ports: dict[str, int]
+    engines: dict[str, NodeEngineModels]
+    reachable: bool
+    last_seen: float | None = None
+    version: str | None = None
+    cluster_id: str | None = None
+    manual_id: str | None = None
+    telemetry: NodeTelemetry | None = None
+
+
+class DiscoverySnapshot(Wire, frozen=True, kw_only=True):
+    """Answer to ``discovery:subscribe``: apply later ``discovery:event`` pushes after ``seq``."""
+
+    seq: int
+    nodes: list[DiscoveredNode]
+
+
+class DiscoveryEvent(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """Push ``discovery:event``: ``node`` for joined/updated, ``telemetry`` for telemetry."""
+
+    seq: int
+    event: DiscoveryEventName
+    node_id: str
+    node: DiscoveredNode | None = None
+    telemetry: NodeTelemetry | None = None
+    last_seen: float | None = None
+
+
+class ManualNodeAdd(Wire, frozen=True, kw_only=True):
+    """Parameters of ``node/add``: an address or hostname, the node API (or engine) port."""
+
+    address: str
+    port: int = 14320
+    name: str | None = None
+
+
+class ManualNodeRef(Wire, frozen=True, kw_only=True):
+    """Parameters of ``node/remove``."""
+
+    id: str
+
+
+class ManualNode(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """A node added by address: what its last probes found.
+
+    ``node_id`` is the PAIR node's UUID, or the manual id for an engine-only address.
+    """
+
+    id: str
+    address: str
+    port: int
+    name: str | None = None
+    added_at: float
+    state: ManualNodeState
+    node_id: str | None = None
+    failures: int = 0
+    last_error: str | None = None
+    last_seen: float | None = None

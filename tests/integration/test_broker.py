@@ -89,6 +89,7 @@ async def test_components_subscription_is_a_snapshot_then_numbered_events(
         snapshot = await client.call("components:subscribe")
         assert {c["name"] for c in snapshot["components"]} == {
             "control",
+            "discovery",
             "engines",
             "nodeinfo",
             "node-api",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Callable
@@ -66,10 +67,12 @@ class EnginesComponent(Component):
         self._loaded: dict[str, list[str]] = {}
         self._listed: dict[str, list[str]] = {}
         self._sweep: asyncio.Task[None] | None = None
+        self._stop_requested = asyncio.Event()
 
     async def run(self) -> None:
         """Build controllers, reap orphans, restore intent, then watch models until cancelled."""
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as session:
+            self._stop_requested.clear()
             try:
                 await self._build(session)
                 self.announce_ready()
@@ -159,7 +162,8 @@ class EnginesComponent(Component):
         }
 
     async def stop(self) -> None:
-        """Stop owned engines now; ``run()`` then ends when the supervisor cancels it."""
+        """Stop owned engines now and let ``run()`` return."""
+        self._stop_requested.set()
         await self.prepare_shutdown()
 
     def statuses(self) -> list[EngineStatus]:
@@ -230,9 +234,12 @@ class EnginesComponent(Component):
         return await actions.list_names(controller, "loaded_models", INVENTORY_DEADLINE_S)
 
     async def _watch_models(self) -> None:
-        while True:
-            await self._clock.sleep(self._watch_interval)
-            await self._check_models(force=False)
+        while not self._stop_requested.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._watch_interval):
+                    await self._stop_requested.wait()
+            if not self._stop_requested.is_set():
+                await self._check_models(force=False)
 
     async def _check_models(self, *, force: bool) -> None:
         running = [c for c in self.controllers.values() if c.running]

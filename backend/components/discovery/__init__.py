@@ -1,0 +1,1 @@
+"""Discovery: mDNS advertisement and browsing, manual nodes, the directory of nodes."""

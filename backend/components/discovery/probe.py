@@ -1,0 +1,165 @@
+"""Asking an address what runs there: PAIR's node-info, or a bare engine's own endpoints.
+
+Answers are untrusted: bodies over ``MAX_BODY_BYTES``, wrong types and a different node's UUID
+are refused with ``ProbeFailed`` (the caller logs it); nothing here raises anything else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import msgspec
+
+from backend.protocol.types import NodeEngineModels, NodeInfo
+
+NODE_INFO_PATH = "/v1/node-info"
+MAX_BODY_BYTES = 1024 * 1024
+CONNECT_TIMEOUT_S = 1.0
+READ_TIMEOUT_S = 3.0
+# Each bare engine's identifying endpoint, in the order they are told apart.
+ENGINE_PATHS = (
+    "/api/version",
+    "/api/tags",
+    "/api/ps",
+    "/lmstudio-greeting",
+    "/health",
+    "/v1/models",
+)
+
+
+class ProbeFailed(Exception):
+    """The address did not answer usefully; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineAnswer:
+    """A bare engine found at an address."""
+
+    engine: str
+    models: NodeEngineModels
+
+
+def url_host(address: str) -> str:
+    """``address`` as the host part of a URL (IPv6 literals in brackets)."""
+    try:
+        if ipaddress.ip_address(address).version == 6:
+            return f"[{address}]"
+    except ValueError:
+        pass
+    return address
+
+
+async def get_json(
+    session: aiohttp.ClientSession, address: str, port: int, path: str, timeout: float
+) -> Any:
+    """GET a JSON document of at most ``MAX_BODY_BYTES``; raises ``ProbeFailed``."""
+    url = f"http://{url_host(address)}:{port}{path}"
+    limits = aiohttp.ClientTimeout(total=timeout, sock_connect=min(CONNECT_TIMEOUT_S, timeout))
+    try:
+        async with session.get(url, timeout=limits, allow_redirects=False) as response:
+            if response.status != 200:
+                raise ProbeFailed(f"{url} answered {response.status}")
+            body = await _read_bounded(response)
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        raise ProbeFailed(f"{url}: {type(exc).__name__} {exc}".strip()) from None
+    try:
+        return json.loads(body)
+    except ValueError:
+        raise ProbeFailed(f"{url} did not answer JSON") from None
+
+
+async def fetch_node_info(
+    session: aiohttp.ClientSession,
+    address: str,
+    port: int,
+    *,
+    expected_id: str | None = None,
+    timeout: float = READ_TIMEOUT_S,
+) -> NodeInfo:
+    """The node-info of the PAIR node at ``address``; a different ``node_id`` is refused."""
+    document = await get_json(session, address, port, NODE_INFO_PATH, timeout)
+    try:
+        info = msgspec.convert(document, NodeInfo)
+    except msgspec.ValidationError as exc:
+        raise ProbeFailed(f"{address}:{port} sent a malformed node-info: {exc}") from None
+    if expected_id is not None and info.node_id != expected_id:
+        raise ProbeFailed(f"{address}:{port} answers as node {info.node_id}, not {expected_id}")
+    return info
+
+
+async def probe_engine(
+    session: aiohttp.ClientSession, address: str, port: int, *, timeout: float = READ_TIMEOUT_S
+) -> EngineAnswer:
+    """Which bare engine answers at ``address:port``, with its models; raises ``ProbeFailed``."""
+
+    async def one(path: str) -> Any:
+        try:
+            return await get_json(session, address, port, path, timeout)
+        except ProbeFailed:
+            return None
+
+    answers = await asyncio.gather(*(one(path) for path in ENGINE_PATHS))
+    found = classify_engine(dict(zip(ENGINE_PATHS, answers, strict=True)))
+    if found is None:
+        raise ProbeFailed(f"nothing PAIR or engine-like answers at {address}:{port}")
+    return found
+
+
+def classify_engine(answers: Mapping[str, Any]) -> EngineAnswer | None:
+    """Tell a bare engine from the JSON its endpoints answered (``None`` for no answer)."""
+    if _is_dict_with(answers.get("/api/version"), "version", str):
+        return EngineAnswer(
+            "ollama",
+            NodeEngineModels(
+                models=_ollama_names(answers.get("/api/tags")),
+                loaded=_ollama_names(answers.get("/api/ps")),
+            ),
+        )
+    openai_models = _openai_ids(answers.get("/v1/models"))
+    if _is_dict_with(answers.get("/lmstudio-greeting"), "lmstudio", bool):
+        return EngineAnswer("lmstudio", NodeEngineModels(models=openai_models))
+    if _is_dict_with(answers.get("/health"), "status", str) and openai_models is not None:
+        return EngineAnswer(
+            "llamacpp", NodeEngineModels(models=openai_models, loaded=openai_models)
+        )
+    if openai_models is not None:
+        return EngineAnswer("openai", NodeEngineModels(models=openai_models))
+    return None
+
+
+async def _read_bounded(response: aiohttp.ClientResponse) -> bytes:
+    declared = response.content_length
+    if declared is not None and declared > MAX_BODY_BYTES:
+        raise ValueError(f"body of {declared} bytes is over the {MAX_BODY_BYTES} byte limit")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise ValueError(f"body is over the {MAX_BODY_BYTES} byte limit")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _is_dict_with(document: Any, key: str, kind: type) -> bool:
+    return isinstance(document, dict) and isinstance(document.get(key), kind)
+
+
+def _ollama_names(document: Any) -> list[str] | None:
+    if not isinstance(document, dict) or not isinstance(document.get("models"), list):
+        return None
+    names = [item.get("name") for item in document["models"] if isinstance(item, dict)]
+    return [name for name in names if isinstance(name, str)]
+
+
+def _openai_ids(document: Any) -> list[str] | None:
+    if not isinstance(document, dict) or not isinstance(document.get("data"), list):
+        return None
+    ids = [item.get("id") for item in document["data"] if isinstance(item, dict)]
+    return [model for model in ids if isinstance(model, str)]
