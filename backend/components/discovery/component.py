@@ -162,7 +162,7 @@ class DiscoveryComponent(Component):
                     self._every(self._timing.manual_probe_interval, self._probe_all_manual),
                     name="discovery:manual",
                 )
-                if self._mdns is not None:
+                if self._use_mdns:  # mDNS starts in the background: decide on the setting
                     group.create_task(
                         self._every(self._timing.interface_interval, self._refresh_interfaces),
                         name="discovery:interfaces",

@@ -161,3 +161,32 @@ async def test_brokers_in_two_namespaces_find_each_other_evict_and_notice_a_rest
             "node_joined",
         ]
         restarted.stop()
+
+
+async def test_a_node_that_changes_address_keeps_its_identity(
+    namespaces: list[tuple[str, str]],
+    start_in_namespace: Callable[[str, Path], Broker],
+    tmp_path: Path,
+) -> None:
+    (ns_a, _), (ns_b, address_b) = namespaces
+    first = start_in_namespace(ns_a, tmp_path / "a")
+    second = start_in_namespace(ns_b, tmp_path / "b")
+    async with first.connect() as client, second.connect() as other:
+        first_id = (await client.call("status"))["node_id"]
+        await client.call("discovery:subscribe")
+        second_id = (await other.call("status"))["node_id"]
+        await _wait_for(client, lambda n: by_id(n, second_id) is not None, 20)
+        await _wait_for(other, lambda n: by_id(n, first_id) is not None, 20)
+        moved_to = "10.77.0.42"
+        # Delete first: removing a subnet's primary address also removes its secondaries.
+        _ip("-n", ns_b, "addr", "del", f"{address_b}/24", "dev", "eth0")
+        _ip("-n", ns_b, "addr", "add", f"{moved_to}/24", "dev", "eth0")
+        _ip("-n", ns_b, "route", "add", "224.0.0.0/4", "dev", "eth0")
+        nodes = await _wait_for(
+            client,
+            lambda n: (
+                (node := by_id(n, second_id)) is not None and node["addresses"][:1] == [moved_to]
+            ),
+            45,
+        )
+        assert [node["node_id"] for node in nodes].count(second_id) == 1
