@@ -29,6 +29,7 @@ from backend.components.nodeinfo import rpc as nodeinfo_rpc
 from backend.components.nodeinfo.payload import NodeInfoSource, last_engine_models
 from backend.components.nodeinfo.server import NodeApiServer
 from backend.components.nodeinfo.telemetry import TelemetryComponent
+from backend.components.proxy.component import ProxyComponent, targets_from_engines
 from backend.components.settings import rpc as settings_rpc
 from backend.components.settings.service import CORRUPT_ERROR_ID, SettingsService
 from backend.core import logs
@@ -101,6 +102,7 @@ class Broker:
         self._settings: SettingsService | None = None
         self._supervisor: Supervisor | None = None
         self._engines: EnginesComponent | None = None
+        self._proxy: ProxyComponent | None = None
 
     async def run(self, announce: Callable[[str], None] | None = None) -> int:
         """Serve until asked to stop; raises ``AlreadyRunning`` if the data dir is taken."""
@@ -185,6 +187,7 @@ class Broker:
         )
         supervisor.add(self._engines)
         engines_rpc.register(self._dispatcher, self._engines)
+        self._add_proxy(supervisor, self._engines)
         self._add_node_components(supervisor)
         if self._config.test_worker:
             worker = WorkerProcess(
@@ -195,6 +198,20 @@ class Broker:
             )
             self._workers.append(worker)
             supervisor.add(worker)
+
+    def _add_proxy(self, supervisor: Supervisor, engines: EnginesComponent) -> None:
+        assert self._errors is not None
+        self._proxy = ProxyComponent(
+            ports=self._config.ports,
+            errors=self._errors,
+            clock=self._clock,
+            targets=lambda: targets_from_engines(
+                [(name, c.base_url()) for name, c in engines.controllers.items() if c.running],
+                engines.last_models(),
+            ),
+            environment=self._worker_environment,
+        )
+        supervisor.add(self._proxy)
 
     def _add_node_components(self, supervisor: Supervisor) -> None:
         telemetry = TelemetryComponent(clock=self._clock)
@@ -269,6 +286,7 @@ class Broker:
         # Later stages close the front doors first and stop owned engines before components.
         engines = self._engines
         return [
+            Stage("front doors", 1.0, self._proxy.close_front_doors if self._proxy else _nothing),
             Stage("engines", 5.0, engines.prepare_shutdown if engines else _nothing),
             Stage("components", 4.0, lambda: supervisor.stop(grace=2.0)),
             Stage("clients", 1.0, lambda: self._hub.close_all(timeout=1.0)),
@@ -385,6 +403,12 @@ class Broker:
     def _ready_payload(self) -> AppReady:
         return AppReady(version=__version__, node_name=self._node_name(), pid=os.getpid())
 
+    def _front_doors(self) -> str:
+        doors = self._proxy.endpoints() if self._proxy is not None else {}
+        if not doors:
+            return "not open yet (`pair status` shows them)"
+        return ", ".join(f"{door} {url}" for door, url in sorted(doors.items()))
+
     def _describe_endpoints(self) -> str:
         ports = self._config.ports
         lines = [
@@ -393,8 +417,7 @@ class Broker:
             f"  control socket  {self._address}   (pair status --data-dir ... attaches here)",
             f"  log file        {self._config.log_file or 'stderr only'}",
             f"  node API        http://0.0.0.0:{ports.node}/v1/node-info",
-            f"  front doors     Ollama {ports.ollama}, OpenAI {ports.openai}, "
-            f"llama.cpp {ports.llamacpp} (reserved; served once the proxy lands)",
+            f"  front doors     {self._front_doors()}",
             "  engines         `pair engines`, `pair engine start NAME`",
             "Stop with Ctrl+C or `pair stop`.",
         ]

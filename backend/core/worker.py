@@ -46,6 +46,7 @@ class WorkerProcess(Component):
         stop_grace: float = 3.0,
         on_notification: Callable[[str, Any], None] = lambda method, params: None,
         environment: Callable[[], dict[str, str]] = dict,
+        pass_fds: Sequence[int] = (),
     ) -> None:
         super().__init__(name)
         self._argv = list(argv)
@@ -55,6 +56,7 @@ class WorkerProcess(Component):
         self._grace = stop_grace
         self._on_notification = on_notification
         self._environment = environment
+        self._pass_fds = tuple(pass_fds)
         self._process: asyncio.subprocess.Process | None = None
         self._peer: RpcPeer | None = None
 
@@ -84,6 +86,7 @@ class WorkerProcess(Component):
             env=child_env(self._environment()),
             preexec_fn=child_preexec(),
             start_new_session=True,
+            pass_fds=self._pass_fds,
         )
         self._process = process
         assert process.stdout is not None and process.stdin is not None

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from backend import __version__
@@ -17,10 +17,16 @@ from backend.protocol.peer import RpcPeer
 from backend.protocol.types import LOG_LEVELS, LogLevel
 
 Handler = Callable[[Any], Awaitable[Any]]
+NotificationHandler = Callable[[Any], None]
 
 
-async def serve_worker(name: str, handlers: dict[str, Handler], level: LogLevel = "info") -> None:
-    """Serve ``handlers`` plus ping and log/set-level until the broker closes our stdin."""
+async def serve_worker(
+    name: str,
+    handlers: dict[str, Handler],
+    level: LogLevel = "info",
+    notifications: Mapping[str, NotificationHandler] | None = None,
+) -> None:
+    """Serve ``handlers``, ``notifications``, ping and log/set-level until stdin closes."""
     logs.configure(f"worker-{name}", level=level, log_dir=None, json_logs=False, bare=True)
     started = time.monotonic()
 
@@ -43,6 +49,8 @@ async def serve_worker(name: str, handlers: dict[str, Handler], level: LogLevel 
             level = params.get("level")
             if level in LOG_LEVELS:
                 logs.set_level(level)
+        elif notifications is not None and method in notifications:
+            notifications[method](params)
 
     reader, writer = await open_stdio_channel()
     peer = RpcPeer(
@@ -58,12 +66,16 @@ async def serve_worker(name: str, handlers: dict[str, Handler], level: LogLevel 
 
 def run_worker(name: str, handlers: dict[str, Handler]) -> int:
     """Process entry point for a worker."""
-    level: LogLevel = "info"
-    for known in LOG_LEVELS:
-        if os.environ.get("PAIR_LOG_LEVEL") == known:
-            level = known
     try:
-        asyncio.run(serve_worker(name, handlers, level))
+        asyncio.run(serve_worker(name, handlers, environment_level()))
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def environment_level() -> LogLevel:
+    """The log level the broker passed in ``PAIR_LOG_LEVEL`` (``info`` when unset or unknown)."""
+    for known in LOG_LEVELS:
+        if os.environ.get("PAIR_LOG_LEVEL") == known:
+            return known
+    return "info"

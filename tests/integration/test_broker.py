@@ -93,6 +93,7 @@ async def test_components_subscription_is_a_snapshot_then_numbered_events(
             "engines",
             "nodeinfo",
             "node-api",
+            "proxy",
             "testworker",
         }
         await client.call("components:restart", {"name": "testworker"})

@@ -1,0 +1,61 @@
+"""What the front door reads from a request (only ``model``) and the errors it answers with.
+
+Each client API has its own error shape, and clients parse it: the ``ollama`` package reads
+``{"error": "..."}``, the ``openai`` package reads ``{"error": {"message", "type", "code"}}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+MAX_BODY_BYTES = 32 * 1024 * 1024
+Dialect = Literal["ollama", "openai"]
+
+
+class ModelField(msgspec.Struct):
+    """A request body seen by the router: every field but ``model`` is skipped, not parsed."""
+
+    model: str | None = None
+
+
+class BadRequest(Exception):
+    """The body is not JSON, not an object, or names no model."""
+
+
+_decoder = msgspec.json.Decoder(ModelField)
+
+
+def read_model(body: bytes) -> str:
+    """The ``model`` named in a JSON request body; raises ``BadRequest`` otherwise."""
+    try:
+        decoded = _decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        raise BadRequest(f"invalid request: {exc}") from None
+    except msgspec.DecodeError:
+        raise BadRequest("invalid request: the body is not valid JSON") from None
+    if not decoded.model or not decoded.model.strip():
+        raise BadRequest("invalid request: the model field is required")
+    return decoded.model
+
+
+def error_body(dialect: Dialect, message: str, *, kind: str, code: str | None) -> dict[str, Any]:
+    """An error in the client API's own shape."""
+    if dialect == "ollama":
+        return {"error": message}
+    return {"error": {"message": message, "type": kind, "code": code}}
+
+
+def unknown_model_body(dialect: Dialect, model: str) -> dict[str, Any]:
+    """The 404 answer for a model no engine behind this door has."""
+    if dialect == "ollama":
+        return error_body(
+            dialect, f'model "{model}" not found, try pulling it first', kind="", code=None
+        )
+    return error_body(
+        dialect,
+        f"The model `{model}` does not exist or is not available on this computer.",
+        kind="invalid_request_error",
+        code="model_not_found",
+    )

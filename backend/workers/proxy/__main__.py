@@ -1,0 +1,55 @@
+"""``python -m backend.workers.proxy --fd ollama=5 --fd openai=6 --fd llamacpp=7``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from backend.components.proxy.targets import CLOSE_NOTIFICATION, DOORS, TARGETS_NOTIFICATION, Door
+from backend.workers.proxy.service import ProxyService
+from backend.workers.runtime import environment_level, serve_worker
+
+
+def parse_fds(values: list[str]) -> dict[Door, int]:
+    """``door=fd`` pairs; raises ``ValueError`` on an unknown door or a bad descriptor."""
+    fds: dict[Door, int] = {}
+    for value in values:
+        door, _, fd = value.partition("=")
+        if door not in DOORS or not fd.isdigit():
+            raise ValueError(f"expected DOOR=FD with DOOR in {', '.join(DOORS)}, got {value!r}")
+        fds[door] = int(fd)
+    return fds
+
+
+async def serve(fds: dict[Door, int]) -> None:
+    """Serve the doors and the broker's RPC until the broker closes our stdin."""
+    service = ProxyService(fds)
+    notifications = {
+        TARGETS_NOTIFICATION: service.on_targets,
+        CLOSE_NOTIFICATION: service.on_close_listeners,
+    }
+    async with asyncio.TaskGroup() as group:
+        doors = group.create_task(service.serve(), name="proxy:doors")
+        await serve_worker("proxy", {}, environment_level(), notifications)
+        doors.cancel()
+
+
+def main(argv: list[str]) -> int:
+    """Process entry point."""
+    parser = argparse.ArgumentParser(prog="backend.workers.proxy")
+    parser.add_argument("--fd", action="append", default=[], metavar="DOOR=FD")
+    arguments = parser.parse_args(argv)
+    try:
+        fds = parse_fds(arguments.fd)
+    except ValueError as exc:
+        parser.error(str(exc))
+    try:
+        asyncio.run(serve(fds))
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

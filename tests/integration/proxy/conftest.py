@@ -1,0 +1,115 @@
+"""A ProxyComponent under a real Supervisor (real clock), its worker a real child process."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+import pytest
+
+from backend.components.proxy.component import ProxyComponent
+from backend.components.proxy.targets import EngineTarget, ProxyTargets
+from backend.core.clock import SystemClock
+from backend.core.restart_policy import RestartPolicy
+from backend.core.supervisor import Supervisor
+from backend.emulators.generation import TimingModel
+from backend.emulators.ollama import build_ollama_app
+from backend.emulators.ollama_state import OllamaConfig
+from backend.emulators.server import EmulatorServer
+from backend.protocol.types import Ports
+from tests.fakes import RecordingErrors
+
+QUICK_RESTARTS = RestartPolicy(backoff=(0.5, 0.5, 0.5, 0.5, 0.5))
+
+
+@dataclass
+class RunningProxy:
+    """A supervised proxy: its component, the errors it raised, and the targets it serves."""
+
+    component: ProxyComponent
+    supervisor: Supervisor
+    errors: RecordingErrors
+    engines: dict[str, EngineTarget] = field(default_factory=dict)
+
+    def url(self, door: str) -> str:
+        """The door's real URL."""
+        return self.component.endpoints()[door]  # type: ignore[index]
+
+    async def wait_serving(self, timeout: float = 15.0) -> int:
+        """Wait until the worker answers heartbeats; its PID."""
+        async with asyncio.timeout(timeout):
+            while True:
+                info = next(i for i in self.supervisor.snapshot() if i.name == "proxy")
+                pid = self.component.pid()
+                if info.status == "running" and pid is not None:
+                    return pid
+                await asyncio.sleep(0.02)
+
+
+StartProxy = Callable[..., Awaitable[RunningProxy]]
+
+
+@pytest.fixture
+async def start_proxy() -> AsyncIterator[StartProxy]:
+    """Start proxies on free ports; each is stopped (doors closed first) at teardown."""
+    running: list[RunningProxy] = []
+
+    async def start(ports: Ports | None = None, **engines: EngineTarget) -> RunningProxy:
+        errors = RecordingErrors()
+        clock = SystemClock()
+        proxy = RunningProxy(
+            component=ProxyComponent(
+                ports=ports or free_ports(),
+                errors=errors,
+                clock=clock,
+                targets=lambda: ProxyTargets(engines=dict(proxy.engines)),
+                host="127.0.0.1",
+                targets_interval=0.05,
+            ),
+            supervisor=Supervisor(errors=errors, clock=clock, policy=QUICK_RESTARTS),
+            errors=errors,
+            engines=dict(engines),
+        )
+        running.append(proxy)
+        proxy.supervisor.add(proxy.component)
+        proxy.supervisor.start()
+        await proxy.wait_serving()
+        return proxy
+
+    yield start
+    for proxy in running:
+        await proxy.component.close_front_doors()
+        await proxy.supervisor.stop(grace=5.0)
+
+
+# PAIR's defaults and the engines' own ports: a test never takes one.
+RESERVED_PORTS = frozenset({1234, 1235, 8080, 8081, 11434, 11435, 14320})
+
+
+def free_port() -> int:
+    """A loopback TCP port nobody listens on right now."""
+    while True:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        if port not in RESERVED_PORTS:
+            return port
+
+
+def free_ports() -> Ports:
+    """Free ports for every listener (never PAIR's defaults)."""
+    return Ports(node=free_port(), ollama=free_port(), openai=free_port(), llamacpp=free_port())
+
+
+@pytest.fixture
+async def ollama_emulator() -> AsyncIterator[str]:
+    """An Ollama emulator with llama3.2 and qwen2.5 installed; its base URL."""
+    timing = TimingModel(load_delay=0.01, token_delay=0.002)
+    server = EmulatorServer(
+        build_ollama_app(OllamaConfig(models=("llama3.2", "qwen2.5"), timing=timing))
+    )
+    await server.start()
+    yield server.url
+    await server.stop()

@@ -1,0 +1,106 @@
+"""The llama.cpp front door in front of a real llama-server, driven by the ``openai`` client."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import openai
+import pytest
+
+from backend.components.proxy.targets import EngineTarget
+from tests.integration.proxy.conftest import RunningProxy, StartProxy
+
+if TYPE_CHECKING:
+    from tests.engines.fixtures import LlamaServer, StartLlamaServer
+
+pytest_plugins = ["tests.engines.fixtures"]
+
+
+async def _proxy_for(start_proxy: StartProxy, server: LlamaServer) -> tuple[RunningProxy, str]:
+    async with httpx.AsyncClient(base_url=server.base_url) as client:
+        model = (await client.get("/v1/models")).json()["data"][0]["id"]
+    target = EngineTarget(base_url=server.base_url, models=[model])
+    return await start_proxy(llamacpp=target), model
+
+
+def _client(proxy: RunningProxy) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=proxy.url("llamacpp") + "/v1", api_key="unused")
+
+
+async def _busy(engine: httpx.AsyncClient) -> bool:
+    """Whether any llama-server slot is processing (one kept-alive connection for every poll)."""
+    return any(slot["is_processing"] for slot in (await engine.get("/slots")).json())
+
+
+async def test_openai_client_chats_and_lists_models_through_the_front_door(
+    start_proxy: StartProxy, start_llama_server: StartLlamaServer, tiny_model_path: Any
+) -> None:
+    proxy, model = await _proxy_for(start_proxy, start_llama_server(tiny_model_path))
+    async with _client(proxy) as client:
+        listed = await client.models.list()
+        assert [entry.id for entry in listed.data] == [model]
+        messages: Any = [{"role": "user", "content": "hello"}]
+        whole = await client.chat.completions.create(model=model, messages=messages, max_tokens=8)
+        assert whole.choices[0].message.content is not None
+        stream = await client.chat.completions.create(
+            model=model, messages=messages, max_tokens=8, stream=True
+        )
+        chunks = [chunk async for chunk in stream]
+        assert len(chunks) > 2
+        assert chunks[-1].choices == [] or chunks[-1].choices[0].finish_reason is not None
+        with pytest.raises(openai.NotFoundError) as refused:
+            await client.chat.completions.create(model="nope", messages=messages)
+        assert refused.value.code == "model_not_found"
+
+
+async def test_client_disconnect_mid_stream_frees_the_engine_slot(
+    start_proxy: StartProxy, start_llama_server: StartLlamaServer, busy_model_path: Any
+) -> None:
+    # Spare HTTP threads: with few cores the stream alone could hold the only one, hiding /slots.
+    server = start_llama_server(
+        busy_model_path, parallel=1, context=2048, extra_args=("--threads-http", "8")
+    )
+    proxy, model = await _proxy_for(start_proxy, server)
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "hello"}],
+        "max_tokens": 1500,
+        "ignore_eos": True,  # llama-server extension: a random model must not stop early
+        "stream": True,
+    }
+    async with (
+        httpx.AsyncClient(base_url=server.base_url, timeout=10) as engine,
+        httpx.AsyncClient(base_url=proxy.url("llamacpp"), timeout=30) as client,
+    ):
+        async with client.stream("POST", "/v1/chat/completions", json=body) as response:
+            assert response.status_code == 200
+            async for _ in response.aiter_raw():
+                break
+            # /slots can lag the first token by a moment; the generation lasts ~15 s in all.
+            async with asyncio.timeout(5):
+                while not await _busy(engine):
+                    await asyncio.sleep(0.05)
+        # The stream is closed: the proxy must drop the upstream request, freeing the slot.
+        async with asyncio.timeout(3):
+            while await _busy(engine):
+                await asyncio.sleep(0.05)
+
+
+async def test_client_connecting_while_the_worker_restarts_is_served(
+    start_proxy: StartProxy, start_llama_server: StartLlamaServer, tiny_model_path: Any
+) -> None:
+    proxy, model = await _proxy_for(start_proxy, start_llama_server(tiny_model_path))
+    old_pid = await proxy.wait_serving()
+    os.kill(old_pid, signal.SIGKILL)
+    async with asyncio.timeout(5):
+        while proxy.component.pid() is not None:
+            await asyncio.sleep(0.01)
+    # No worker runs now: the connection waits in the broker-held socket's backlog.
+    async with _client(proxy) as client:
+        listed = await client.models.list()
+    assert [entry.id for entry in listed.data] == [model]
+    assert await proxy.wait_serving() != old_pid
