@@ -18,9 +18,8 @@ from backend.core.clock import Clock
 from backend.core.tasks import TaskSet
 from backend.emulators.catalog import ModelSpec
 from backend.emulators.generation import TimingModel
-from backend.emulators.scheduling import FifoSlots
+from backend.emulators.scheduling import FifoSlots, reap_until_cancelled
 
-_REAPER_MAX_WAIT: Final = 3600.0
 DEFAULT_CONTEXT_LENGTH: Final = 4096
 JIT_TTL_SECONDS: Final = 60 * 60.0  # LM Studio's default idle TTL for JIT-loaded models
 
@@ -77,12 +76,7 @@ class LmStudioScheduler:
 
     async def run(self) -> None:
         """Unload instances idle for longer than their TTL, until cancelled."""
-        while True:
-            event = self._event
-            delay = self.reap_expired()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(min(delay or _REAPER_MAX_WAIT, _REAPER_MAX_WAIT)):
-                    await event.wait()
+        await reap_until_cancelled(self.reap_expired, lambda: self._event)
 
     async def stop(self) -> None:
         """Cancel JIT loads in progress; idempotent."""

@@ -19,11 +19,10 @@ from backend.core.clock import Clock
 from backend.core.tasks import TaskSet
 from backend.emulators.catalog import ModelSpec
 from backend.emulators.generation import TimingModel
-from backend.emulators.scheduling import FifoSlots
+from backend.emulators.scheduling import FifoSlots, reap_until_cancelled
 from backend.emulators.wire import NANOSECONDS, far_future_ns
 
 MAX_QUEUE_MESSAGE: Final = "server busy, please try again.  maximum pending requests exceeded"
-_REAPER_MAX_WAIT: Final = 3600.0
 
 
 class ServerBusy(Exception):
@@ -76,12 +75,7 @@ class OllamaScheduler:
 
     async def run(self) -> None:
         """Unload runners whose keep_alive ran out, until cancelled."""
-        while True:
-            event = self._event
-            delay = self.reap_expired()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(min(delay or _REAPER_MAX_WAIT, _REAPER_MAX_WAIT)):
-                    await event.wait()
+        await reap_until_cancelled(self.reap_expired, lambda: self._event)
 
     async def stop(self) -> None:
         """Cancel loads in progress; idempotent."""

@@ -6,7 +6,7 @@ import asyncio
 import collections
 import contextlib
 import itertools
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -173,3 +173,21 @@ class RequestLog:
             "cancelled": self.counts["cancelled"],
             "failed": self.counts["failed"],
         }
+
+
+REAPER_MAX_WAIT = 3600.0
+
+
+async def reap_until_cancelled(
+    reap_expired: Callable[[], float | None], wake: Callable[[], asyncio.Event]
+) -> None:
+    """Call ``reap_expired`` whenever the next expiry it names is due or ``wake()`` is set.
+
+    ``wake`` is read anew each round because the schedulers replace the event to signal.
+    """
+    while True:
+        event = wake()
+        delay = reap_expired()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(min(delay or REAPER_MAX_WAIT, REAPER_MAX_WAIT)):
+                await event.wait()
