@@ -206,6 +206,7 @@ class Broker:
             errors=self._errors,
             clock=self._clock,
             targets=lambda: targets_from_engines(
+                self._node_id,
                 [(name, c.base_url()) for name, c in engines.controllers.items() if c.running],
                 engines.last_models(),
             ),

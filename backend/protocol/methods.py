@@ -52,3 +52,9 @@ DISCOVERY_EVENT: Final = "discovery:event"
 NODE_ADD: Final = "node/add"
 NODE_REMOVE: Final = "node/remove"
 NODES_LIST: Final = "nodes/list"
+
+# Jobs (workloads) seen by this node's front doors.
+WORKLOADS_GET_INITIAL: Final = "workloads:get-initial"
+WORKLOADS_SUBSCRIBE: Final = "workloads:subscribe"
+WORKLOADS_UNSUBSCRIBE: Final = "workloads:unsubscribe"
+WORKLOADS_EVENT: Final = "workloads:event"

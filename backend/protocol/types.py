@@ -421,3 +421,79 @@ class ManualNode(Wire, frozen=True, kw_only=True, omit_defaults=True):
     failures: int = 0
     last_error: str | None = None
     last_seen: float | None = None
+
+
+JobState = Literal["in_flight", "running", "completed", "failed", "cancelled"]
+JobEventKind = Literal["submitted", "started", "completed", "errored"]
+
+
+class JobEvent(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """One numbered event of a job, sent by the proxy worker to its broker (``proxy/job``).
+
+    ``key`` is ``<origin node id>/<run id>/<n>``: unique across nodes and proxy restarts.
+    Every event repeats the job's header (engine, model, origin, run id, created time) so a
+    broker that missed the first one can still show the job. ``seq`` counts from 1 per job.
+    ``target`` is where attempt ``attempt`` was sent (None between attempts); ``node`` is the
+    node whose engine started it. Times are Unix seconds.
+    """
+
+    key: str
+    seq: int
+    kind: JobEventKind
+    attempt: int
+    at: float
+    engine: str
+    model: str
+    origin: str
+    run_id: str
+    created_at: float
+    path: str = ""
+    target: str | None = None
+    node: str | None = None
+    error: str | None = None
+    cancelled: bool = False
+
+
+class Workload(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """One job as ``workloads:*`` and ``pair jobs`` show it (the reducer's state, stored)."""
+
+    key: str
+    engine: str
+    model: str
+    origin: str
+    run_id: str
+    state: JobState
+    created_at: float
+    seq: int
+    attempt: int = 0
+    path: str = ""
+    target: str | None = None
+    serving: str | None = None
+    started_at: float | None = None
+    completed_at: float | None = None
+    error: str | None = None
+
+
+class WorkloadsSnapshot(Wire, frozen=True, kw_only=True):
+    """Answer to ``workloads:get-initial`` / ``workloads:subscribe``: newest first.
+
+    Apply later ``workloads:event`` pushes whose ``seq`` is greater.
+    """
+
+    seq: int
+    workloads: list[Workload]
+
+
+class WorkloadsEvent(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """Push ``workloads:event``: ``upsert`` carries the job; ``remove`` only its key."""
+
+    seq: int
+    event: Literal["upsert", "remove"]
+    key: str
+    workload: Workload | None = None
+
+
+class WorkloadsQuery(Wire, frozen=True, kw_only=True):
+    """Parameters of ``workloads:get-initial``: at most ``limit`` jobs, newest first."""
+
+    limit: int = 200

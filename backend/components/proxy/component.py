@@ -21,8 +21,8 @@ from backend.components.proxy.targets import (
     DOORS,
     TARGETS_NOTIFICATION,
     Door,
-    EngineTarget,
     ProxyTargets,
+    RouteTarget,
 )
 from backend.core.clock import Clock
 from backend.core.component import Component
@@ -149,16 +149,25 @@ class ProxyComponent(Component):
 
 
 def targets_from_engines(
+    node_id: str,
     controllers: Sequence[tuple[str, str]],
     last_models: dict[str, tuple[list[str] | None, list[str] | None]],
 ) -> ProxyTargets:
     """Targets from ``(engine name, base URL)`` pairs of running engines and their listed models."""
     return ProxyTargets(
+        node_id=node_id,
         engines={
-            name: EngineTarget(base_url=base_url, models=list(last_models[name][0] or []))
+            name: [
+                RouteTarget(
+                    node_id=node_id,
+                    kind="local",
+                    base_url=base_url,
+                    models=list(last_models[name][0] or []),
+                )
+            ]
             for name, base_url in controllers
             if name in last_models
-        }
+        },
     )
 
 

@@ -13,7 +13,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from backend.components.proxy.gate import refusal
-from backend.components.proxy.targets import Door, ProxyTargets, engine_for, serves
+from backend.components.proxy.targets import Door, ProxyTargets, local_target, owners
 from backend.components.proxy.wire import (
     MAX_BODY_BYTES,
     BadRequest,
@@ -105,15 +105,16 @@ async def _model_request(request: web.Request) -> web.StreamResponse:
         model = read_model(body)
     except BadRequest as exc:
         return _error(context, 400, str(exc), "invalid_request_error")
-    target = serves(context.targets(), context.door, model)
-    if target is None:
+    found = owners(context.targets(), context.door, model)
+    if not found:
         return json_answer(404, unknown_model_body(context.dialect, model))
+    target = found[0]
     return await _forward_or_502(request, context, target.base_url, body)
 
 
 async def _listing(request: web.Request) -> web.StreamResponse:
     context = request.app[CONTEXT_KEY]
-    target = engine_for(context.targets(), context.door)
+    target = local_target(context.targets(), context.door)
     if target is None:
         empty = OLLAMA_EMPTY if context.door == "ollama" else OPENAI_EMPTY
         return json_answer(200, empty[request.path])
@@ -122,7 +123,7 @@ async def _listing(request: web.Request) -> web.StreamResponse:
 
 async def _pass_through(request: web.Request) -> web.StreamResponse:
     context = request.app[CONTEXT_KEY]
-    target = engine_for(context.targets(), context.door)
+    target = local_target(context.targets(), context.door)
     if target is None:
         message = f"no engine is running behind the {context.door} front door"
         return _error(context, 503, message, "service_unavailable")

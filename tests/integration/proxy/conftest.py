@@ -6,11 +6,12 @@ import asyncio
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
 from backend.components.proxy.component import ProxyComponent
-from backend.components.proxy.targets import EngineTarget, ProxyTargets
+from backend.components.proxy.targets import ProxyTargets, RouteTarget
 from backend.core.clock import SystemClock
 from backend.core.restart_policy import RestartPolicy
 from backend.core.supervisor import Supervisor
@@ -26,12 +27,16 @@ QUICK_RESTARTS = RestartPolicy(backoff=(0.5, 0.5, 0.5, 0.5, 0.5))
 
 @dataclass
 class RunningProxy:
-    """A supervised proxy: its component, the errors it raised, and the targets it serves."""
+    """A supervised proxy: its component, the errors it raised, and the table it routes by.
+
+    Assign ``targets`` to change the table; the worker gets it within 50 ms.
+    """
 
     component: ProxyComponent
     supervisor: Supervisor
     errors: RecordingErrors
-    engines: dict[str, EngineTarget] = field(default_factory=dict)
+    targets: ProxyTargets = field(default_factory=ProxyTargets)
+    jobs: list[dict[str, Any]] = field(default_factory=list)
 
     def url(self, door: str) -> str:
         """The door's real URL."""
@@ -56,7 +61,8 @@ async def start_proxy() -> AsyncIterator[StartProxy]:
     """Start proxies on free ports; each is stopped (doors closed first) at teardown."""
     running: list[RunningProxy] = []
 
-    async def start(ports: Ports | None = None, **engines: EngineTarget) -> RunningProxy:
+    async def start(ports: Ports | None = None, **engines: RouteTarget) -> RunningProxy:
+        """Start a proxy whose table holds ``engines`` (engine name: this node's target)."""
         errors = RecordingErrors()
         clock = SystemClock()
         proxy = RunningProxy(
@@ -64,13 +70,15 @@ async def start_proxy() -> AsyncIterator[StartProxy]:
                 ports=ports or free_ports(),
                 errors=errors,
                 clock=clock,
-                targets=lambda: ProxyTargets(engines=dict(proxy.engines)),
+                targets=lambda: proxy.targets,
                 host="127.0.0.1",
                 targets_interval=0.05,
             ),
             supervisor=Supervisor(errors=errors, clock=clock, policy=QUICK_RESTARTS),
             errors=errors,
-            engines=dict(engines),
+            targets=ProxyTargets(
+                node_id=LOCAL_NODE, engines={name: [t] for name, t in engines.items()}
+            ),
         )
         running.append(proxy)
         proxy.supervisor.add(proxy.component)
@@ -82,6 +90,16 @@ async def start_proxy() -> AsyncIterator[StartProxy]:
     for proxy in running:
         await proxy.component.close_front_doors()
         await proxy.supervisor.stop(grace=5.0)
+
+
+LOCAL_NODE = "node-local"
+
+
+def local(base_url: str, models: list[str], *, slots: int = 1) -> RouteTarget:
+    """This node's own engine at ``base_url`` listing ``models``."""
+    return RouteTarget(
+        node_id=LOCAL_NODE, kind="local", base_url=base_url, models=models, slots=slots
+    )
 
 
 # PAIR's defaults and the engines' own ports: a test never takes one.

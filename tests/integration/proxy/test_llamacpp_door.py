@@ -11,8 +11,7 @@ import httpx
 import openai
 import pytest
 
-from backend.components.proxy.targets import EngineTarget
-from tests.integration.proxy.conftest import RunningProxy, StartProxy
+from tests.integration.proxy.conftest import RunningProxy, StartProxy, local
 
 if TYPE_CHECKING:
     from tests.engines.fixtures import LlamaServer, StartLlamaServer
@@ -23,7 +22,7 @@ pytest_plugins = ["tests.engines.fixtures"]
 async def _proxy_for(start_proxy: StartProxy, server: LlamaServer) -> tuple[RunningProxy, str]:
     async with httpx.AsyncClient(base_url=server.base_url) as client:
         model = (await client.get("/v1/models")).json()["data"][0]["id"]
-    target = EngineTarget(base_url=server.base_url, models=[model])
+    target = local(server.base_url, [model])
     return await start_proxy(llamacpp=target), model
 
 

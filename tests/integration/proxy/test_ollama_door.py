@@ -10,16 +10,15 @@ import ollama
 import pytest
 
 from backend.components.proxy.listeners import listen_tcp
-from backend.components.proxy.targets import EngineTarget
 from backend.protocol.types import Ports
-from tests.integration.proxy.conftest import RunningProxy, StartProxy, free_ports
+from tests.integration.proxy.conftest import RunningProxy, StartProxy, free_ports, local
 
 # The proxy is told only about llama3.2, so qwen2.5 (installed on the emulator) is unknown to it.
 KNOWN = ["llama3.2:latest"]
 
 
 async def _proxy(start_proxy: StartProxy, emulator_url: str) -> RunningProxy:
-    return await start_proxy(ollama=EngineTarget(base_url=emulator_url, models=KNOWN))
+    return await start_proxy(ollama=local(emulator_url, KNOWN))
 
 
 async def _state(emulator_url: str) -> dict[str, Any]:
@@ -111,7 +110,7 @@ async def test_a_taken_port_moves_the_door_and_raises_a_warning_with_the_real_ur
         ports = free_ports()
         proxy = await start_proxy(
             Ports(node=ports.node, ollama=taken, openai=ports.openai, llamacpp=ports.llamacpp),
-            ollama=EngineTarget(base_url=ollama_emulator, models=KNOWN),
+            ollama=local(ollama_emulator, KNOWN),
         )
         real_url = proxy.url("ollama")
         assert real_url != f"http://127.0.0.1:{taken}"

@@ -10,13 +10,15 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
 
-from backend.components.proxy.targets import Door, EngineTarget, ProxyTargets
+from backend.components.proxy.targets import Door, ProxyTargets, RouteTarget
 from backend.workers.proxy import app as door_app
 from backend.workers.proxy.app import CONTEXT_KEY, DoorContext, build_app, gate
 
 # Nothing listens here: a request that reaches "the engine" fails with 502.
-DEAD_ENGINE = EngineTarget(base_url="http://127.0.0.1:9", models=["llama3:latest", "Qwen"])
-TARGETS = ProxyTargets(engines={"ollama": DEAD_ENGINE, "lmstudio": DEAD_ENGINE})
+DEAD_ENGINE = RouteTarget(
+    node_id="self", kind="local", base_url="http://127.0.0.1:9", models=["llama3:latest", "Qwen"]
+)
+TARGETS = ProxyTargets(node_id="self", engines={"ollama": [DEAD_ENGINE], "lmstudio": [DEAD_ENGINE]})
 
 
 async def _client(door: Door) -> TestClient[web.Request, web.Application]:

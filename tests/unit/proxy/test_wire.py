@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from backend.components.proxy.targets import EngineTarget, ProxyTargets, engine_for, serves
+from backend.components.proxy.targets import (
+    ProxyTargets,
+    RouteTarget,
+    local_target,
+    owners,
+    upstream_url,
+)
 from backend.components.proxy.wire import BadRequest, read_model, unknown_model_body
 
 
@@ -38,15 +44,31 @@ def test_unknown_model_errors_follow_each_client_api() -> None:
     assert (error["type"], error["code"]) == ("invalid_request_error", "model_not_found")
 
 
+def _target(node: str, kind: str, url: str, models: list[str]) -> RouteTarget:
+    return RouteTarget(node_id=node, kind=kind, base_url=url, models=models)  # type: ignore[arg-type]
+
+
 def test_doors_serve_their_engines_models_by_the_engines_naming_rule() -> None:
     targets = ProxyTargets(
         engines={
-            "ollama": EngineTarget(base_url="http://127.0.0.1:1", models=["llama3:latest"]),
-            "lmstudio": EngineTarget(base_url="http://127.0.0.1:2", models=["Qwen"]),
+            "ollama": [
+                _target("b", "peer", "http://127.0.0.1:3", ["llama3"]),
+                _target("a", "local", "http://127.0.0.1:1", ["llama3:latest"]),
+                _target("c", "engine", "http://127.0.0.1:4", ["qwen"]),
+            ],
+            "lmstudio": [_target("a", "local", "http://127.0.0.1:2", ["Qwen"])],
         }
     )
-    assert serves(targets, "ollama", "LLAMA3") is targets.engines["ollama"]
-    assert serves(targets, "openai", "qwen") is None  # LM Studio names compare exactly
-    assert serves(targets, "openai", "Qwen") is targets.engines["lmstudio"]
-    assert serves(targets, "llamacpp", "anything") is None
-    assert engine_for(targets, "llamacpp") is None
+    assert [t.node_id for t in owners(targets, "ollama", "LLAMA3")] == ["a", "b"]
+    assert owners(targets, "openai", "qwen") == []  # LM Studio names compare exactly
+    assert [t.node_id for t in owners(targets, "openai", "Qwen")] == ["a"]
+    assert owners(targets, "llamacpp", "anything") == []
+    assert local_target(targets, "llamacpp") is None
+    assert local_target(targets, "ollama") is targets.engines["ollama"][1]
+
+
+def test_a_peer_is_reached_through_its_relay_and_others_directly() -> None:
+    peer = _target("b", "peer", "http://127.0.0.1:3/", [])
+    engine = _target("c", "engine", "http://127.0.0.1:4", [])
+    assert upstream_url(peer, "/api/chat?x=1") == "http://127.0.0.1:3/_pair/relay/api/chat?x=1"
+    assert upstream_url(engine, "/api/chat") == "http://127.0.0.1:4/api/chat"
