@@ -25,6 +25,7 @@ async def serve_worker(
     handlers: dict[str, Handler],
     level: LogLevel = "info",
     notifications: Mapping[str, NotificationHandler] | None = None,
+    on_peer: Callable[[RpcPeer], None] = lambda peer: None,
 ) -> None:
     """Serve ``handlers``, ``notifications``, ping and log/set-level until stdin closes."""
     logs.configure(f"worker-{name}", level=level, log_dir=None, json_logs=False, bare=True)
@@ -60,6 +61,7 @@ async def serve_worker(
         on_request=on_request,
         on_notification=on_notification,
     )
+    on_peer(peer)
     logging.getLogger(name).info("worker %s ready (pid %d)", name, os.getpid())
     await peer.run()
 

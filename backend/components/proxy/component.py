@@ -7,6 +7,7 @@ import contextlib
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import msgspec
 
@@ -19,6 +20,7 @@ from backend.components.proxy.listeners import (
 from backend.components.proxy.targets import (
     CLOSE_NOTIFICATION,
     DOORS,
+    JOB_NOTIFICATION,
     TARGETS_NOTIFICATION,
     Door,
     ProxyTargets,
@@ -32,7 +34,7 @@ from backend.protocol.types import Ports
 
 log = logging.getLogger(__name__)
 
-TARGETS_INTERVAL_S = 0.5
+TARGETS_INTERVAL_S = 0.1
 
 
 class ProxyComponent(Component):
@@ -55,6 +57,8 @@ class ProxyComponent(Component):
         targets: Callable[[], ProxyTargets],
         host: str = "0.0.0.0",
         environment: Callable[[], dict[str, str]] = dict,
+        on_job: Callable[[Any], None] = lambda event: None,
+        on_worker_exit: Callable[[], None] = lambda: None,
         heartbeat_interval: float = 1.0,
         targets_interval: float = TARGETS_INTERVAL_S,
     ) -> None:
@@ -69,6 +73,8 @@ class ProxyComponent(Component):
         self._targets = targets
         self._host = host
         self._environment = environment
+        self._on_job = on_job
+        self._on_worker_exit = on_worker_exit
         self._heartbeat_interval = heartbeat_interval
         self._targets_interval = targets_interval
         self._doors: dict[Door, FrontDoor] = {}
@@ -94,6 +100,9 @@ class ProxyComponent(Component):
                 group.create_task(self._send_targets(worker), name="proxy:targets")
         except BaseExceptionGroup as group_error:
             raise _first_leaf(group_error) from None
+        finally:
+            # Whatever the worker held is gone with it: its jobs end, they do not stay Running.
+            self._on_worker_exit()
 
     async def stop(self) -> None:
         """Close the front doors, then end the worker."""
@@ -133,10 +142,15 @@ class ProxyComponent(Component):
             clock=self._clock,
             heartbeat_interval=self._heartbeat_interval,
             environment=self._environment,
+            on_notification=self._notification,
             pass_fds=[front_door.sock.fileno() for front_door in self._doors.values()],
         )
         worker.bind_ready(self.announce_ready)
         return worker
+
+    def _notification(self, method: str, params: Any) -> None:
+        if method == JOB_NOTIFICATION:
+            self._on_job(params)
 
     async def _send_targets(self, worker: WorkerProcess) -> None:
         sent: ProxyTargets | None = None

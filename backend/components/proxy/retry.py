@@ -21,9 +21,9 @@ def retryable_status(status: int, *, inference: bool) -> bool:
     return status == 404 and inference
 
 
-def backoff(dispatches: int, rng: random.Random) -> float:
+def backoff(dispatches: int, rng: random.Random, schedule: tuple[float, ...] = BACKOFF_S) -> float:
     """Seconds before the next round: 1, 2, 4, 8 (clamped) after that many dispatches, ±25 %."""
-    base = BACKOFF_S[min(max(dispatches - 1, 0), len(BACKOFF_S) - 1)]
+    base = schedule[min(max(dispatches - 1, 0), len(schedule) - 1)]
     return base * (1 + rng.uniform(-JITTER, JITTER))
 
 
@@ -35,6 +35,7 @@ class Budget:
     dispatches: int = 0
     max_dispatches: int = MAX_DISPATCHES
     deadline_s: float = DEADLINE_S
+    schedule: tuple[float, ...] = BACKOFF_S
 
     def may_dispatch(self, now: float) -> bool:
         """Whether another attempt may start now."""
@@ -42,11 +43,17 @@ class Budget:
 
     def dispatched(self) -> Budget:
         """The budget after one more dispatch."""
-        return Budget(self.created_at, self.dispatches + 1, self.max_dispatches, self.deadline_s)
+        return Budget(
+            self.created_at,
+            self.dispatches + 1,
+            self.max_dispatches,
+            self.deadline_s,
+            self.schedule,
+        )
 
     def wait_before_next(self, now: float, rng: random.Random) -> float | None:
         """The backoff before the next round, or None when no round may start in time."""
         if not self.may_dispatch(now):
             return None
-        delay = backoff(self.dispatches, rng)
+        delay = backoff(self.dispatches, rng, self.schedule)
         return delay if now + delay < self.created_at + self.deadline_s else None

@@ -11,7 +11,7 @@ from typing import Any, Literal
 import msgspec
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
-Dialect = Literal["ollama", "openai"]
+Dialect = Literal["ollama", "openai", "anthropic"]
 
 
 class ModelField(msgspec.Struct):
@@ -40,10 +40,21 @@ def read_model(body: bytes) -> str:
     return decoded.model
 
 
+def dialect_for(path: str) -> Dialect:
+    """The API a request path belongs to: ``/api/*`` is Ollama's, ``/v1/messages`` Anthropic's."""
+    if path.startswith("/api/"):
+        return "ollama"
+    if path.startswith("/v1/messages"):
+        return "anthropic"
+    return "openai"
+
+
 def error_body(dialect: Dialect, message: str, *, kind: str, code: str | None) -> dict[str, Any]:
     """An error in the client API's own shape."""
     if dialect == "ollama":
         return {"error": message}
+    if dialect == "anthropic":
+        return {"type": "error", "error": {"type": kind, "message": message}}
     return {"error": {"message": message, "type": kind, "code": code}}
 
 
@@ -53,6 +64,8 @@ def unknown_model_body(dialect: Dialect, model: str) -> dict[str, Any]:
         return error_body(
             dialect, f'model "{model}" not found, try pulling it first', kind="", code=None
         )
+    if dialect == "anthropic":
+        return error_body(dialect, f"model: {model}", kind="not_found_error", code=None)
     return error_body(
         dialect,
         f"The model `{model}` does not exist or is not available on this computer.",

@@ -31,7 +31,13 @@ async def serve(fds: dict[Door, int]) -> None:
     }
     async with asyncio.TaskGroup() as group:
         doors = group.create_task(service.serve(), name="proxy:doors")
-        await serve_worker("proxy", {}, environment_level(), notifications)
+        await serve_worker(
+            "proxy",
+            {},
+            environment_level(),
+            notifications,
+            on_peer=lambda peer: service.bind_notify(peer.notify),
+        )
         doors.cancel()
 
 

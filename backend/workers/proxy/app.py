@@ -1,11 +1,15 @@
-"""One front door's aiohttp application: the gate, the model check, and the forwarding routes."""
+"""One front door's aiohttp application: the gate, then the routes.
+
+Inference routes become jobs and are routed across the nodes that have the model; model lists
+are federated; a peer's relayed request is served by this node's engine only; anything else
+goes to one node (this one's engine when it runs).
+"""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -13,15 +17,30 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from backend.components.proxy.gate import refusal
-from backend.components.proxy.targets import Door, ProxyTargets, local_target, owners
+from backend.components.proxy.targets import (
+    RELAY_PREFIX,
+    RELAY_STARTED_PATH,
+    RouteTarget,
+    local_target,
+    owners,
+    targets_for,
+    upstream_url,
+)
 from backend.components.proxy.wire import (
     MAX_BODY_BYTES,
     BadRequest,
-    Dialect,
-    error_body,
+    dialect_for,
     read_model,
     unknown_model_body,
 )
+from backend.workers.proxy.context import CONTEXT_KEY, DoorContext
+from backend.workers.proxy.dispatch import (
+    ATTEMPT_HEADER,
+    JOB_HEADER,
+    ORIGIN_HEADER,
+    Admission,
+)
+from backend.workers.proxy.errors import ErrorReply
 from backend.workers.proxy.forward import (
     PROXY_MS_HEADER,
     STARTED_KEY,
@@ -32,43 +51,42 @@ from backend.workers.proxy.forward import (
     forward,
     json_answer,
 )
+from backend.workers.proxy.listing import federated_list
+from backend.workers.proxy.relay import started_handler
 
 log = logging.getLogger(__name__)
 
-OLLAMA_MODEL_PATHS = ("/api/chat", "/api/generate", "/api/embed", "/api/embeddings", "/api/show")
-OPENAI_MODEL_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+OPENAI_INFERENCE = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/messages")
+OLLAMA_INFERENCE = ("/api/chat", "/api/generate", "/api/embed", "/api/embeddings")
+# Name a model but are not inference: sent once to a node that has it, no job.
+MODEL_LOOKUPS = ("/api/show",)
 # Answered locally when no engine runs behind the door, so clients see an empty node.
-OLLAMA_EMPTY: dict[str, Any] = {"/api/tags": {"models": []}, "/api/ps": {"models": []}}
-OPENAI_EMPTY: dict[str, Any] = {"/v1/models": {"object": "list", "data": []}}
+OLLAMA_EMPTY: dict[str, Any] = {"/api/ps": {"models": []}}
+
+__all__ = ["CONTEXT_KEY", "DoorContext", "build_app", "gate", "inference_paths"]
 
 
-@dataclass(frozen=True, slots=True)
-class DoorContext:
-    """What a door's handlers need: its name, the shared upstream session and the targets."""
-
-    door: Door
-    session: aiohttp.ClientSession
-    targets: Callable[[], ProxyTargets]
-
-    @property
-    def dialect(self) -> Dialect:
-        """The error shape clients of this door expect."""
-        return "ollama" if self.door == "ollama" else "openai"
-
-
-CONTEXT_KEY = web.AppKey("door_context", DoorContext)
+def inference_paths(context: DoorContext) -> tuple[str, ...]:
+    """The routes of this door that are jobs."""
+    if context.door == "ollama":
+        return OLLAMA_INFERENCE + OPENAI_INFERENCE
+    return OPENAI_INFERENCE
 
 
 def build_app(context: DoorContext) -> web.Application:
     """The application serving ``context.door``."""
     app = web.Application(middlewares=[gate])
     app[CONTEXT_KEY] = context
-    model_paths = OLLAMA_MODEL_PATHS if context.door == "ollama" else OPENAI_MODEL_PATHS
-    for path in model_paths:
-        app.router.add_post(path, _model_request)
-    empty = OLLAMA_EMPTY if context.door == "ollama" else OPENAI_EMPTY
-    for path in empty:
-        app.router.add_get(path, _listing, allow_head=False)
+    for path in inference_paths(context):
+        app.router.add_post(path, _inference)
+    if context.door == "ollama":
+        for path in MODEL_LOOKUPS:
+            app.router.add_post(path, _lookup)
+        app.router.add_get("/api/tags", _tags, allow_head=True)
+        app.router.add_get("/api/ps", _local_listing, allow_head=False)
+    app.router.add_get("/v1/models", _models, allow_head=False)
+    app.router.add_get(RELAY_STARTED_PATH, _relay_started, allow_head=False)
+    app.router.add_route("*", RELAY_PREFIX + "/{tail:.*}", _relay)
     app.router.add_route("*", "/{tail:.*}", _pass_through)
     return app
 
@@ -78,12 +96,11 @@ async def gate(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Refuse non-loopback peers, Hosts and Origins (403); time and CORS-tag local answers."""
     started = time.perf_counter()
     request[STARTED_KEY] = started
-    context = request.app[CONTEXT_KEY]
     peer = request.transport.get_extra_info("peername") if request.transport else None
     origin = request.headers.get("Origin")
     reason = refusal(peer[0] if peer else None, request.headers.get("Host"), origin)
     if reason is not None:
-        response: web.StreamResponse = _error(context, 403, reason, "forbidden")
+        response: web.StreamResponse = ErrorReply(403, reason, "forbidden").response(request.path)
     elif request.method == "OPTIONS" and origin is not None:
         response = _preflight(request)
     else:
@@ -94,53 +111,122 @@ async def gate(request: web.Request, handler: Handler) -> web.StreamResponse:
     return response
 
 
-async def _model_request(request: web.Request) -> web.StreamResponse:
+async def _inference(request: web.Request) -> web.StreamResponse:
     context = request.app[CONTEXT_KEY]
+    admission = await _admit(request, context, request.raw_path)
+    if isinstance(admission, web.StreamResponse):
+        return admission
+    if not owners(context.targets(), context.door, admission.model):
+        return json_answer(404, unknown_model_body(dialect_for(request.path), admission.model))
+    busy = context.router.busy_reply(context.door, admission.model)
+    if busy is not None:
+        return busy.response(request.path)
+    return await context.router.route(request, admission)
+
+
+async def _admit(
+    request: web.Request, context: DoorContext, path: str
+) -> Admission | web.StreamResponse:
+    """Read the (capped) body and its model, or the answer refusing it."""
+    api_path = path.split("?", 1)[0]
     if (request.content_length or 0) > MAX_BODY_BYTES:
-        return _too_large(context)
+        return _too_large(api_path)
     body = await _read_capped(request)
     if body is None:
-        return _too_large(context)
+        return _too_large(api_path)
     try:
         model = read_model(body)
     except BadRequest as exc:
-        return _error(context, 400, str(exc), "invalid_request_error")
-    found = owners(context.targets(), context.door, model)
+        return ErrorReply(400, str(exc), "invalid_request_error").response(api_path)
+    return Admission(context.door, model, body, path)
+
+
+async def _lookup(request: web.Request) -> web.StreamResponse:
+    """``/api/show``: sent once to the first node that has the model (this one first)."""
+    context = request.app[CONTEXT_KEY]
+    admission = await _admit(request, context, request.raw_path)
+    if isinstance(admission, web.StreamResponse):
+        return admission
+    found = owners(context.targets(), context.door, admission.model)
     if not found:
-        return json_answer(404, unknown_model_body(context.dialect, model))
-    target = found[0]
-    return await _forward_or_502(request, context, target.base_url, body)
+        return json_answer(404, {"error": f"model '{admission.model}' not found"})
+    return await _forward_or_502(request, context, found[0], admission.body)
 
 
-async def _listing(request: web.Request) -> web.StreamResponse:
+async def _tags(request: web.Request) -> web.StreamResponse:
+    return await federated_list(request, request.app[CONTEXT_KEY], "tags")
+
+
+async def _models(request: web.Request) -> web.StreamResponse:
+    return await federated_list(request, request.app[CONTEXT_KEY], "models")
+
+
+async def _local_listing(request: web.Request) -> web.StreamResponse:
     context = request.app[CONTEXT_KEY]
     target = local_target(context.targets(), context.door)
     if target is None:
-        empty = OLLAMA_EMPTY if context.door == "ollama" else OPENAI_EMPTY
-        return json_answer(200, empty[request.path])
-    return await _forward_or_502(request, context, target.base_url, None)
+        return json_answer(200, OLLAMA_EMPTY[request.path])
+    return await _forward_or_502(request, context, target, None)
 
 
 async def _pass_through(request: web.Request) -> web.StreamResponse:
     context = request.app[CONTEXT_KEY]
-    target = local_target(context.targets(), context.door)
-    if target is None:
+    targets = targets_for(context.targets(), context.door)
+    if not targets:
         message = f"no engine is running behind the {context.door} front door"
-        return _error(context, 503, message, "service_unavailable")
-    return await _forward_or_502(request, context, target.base_url, body_stream(request))
+        return ErrorReply(503, message, "service_unavailable").response(request.path)
+    return await _forward_or_502(request, context, targets[0], body_stream(request))
+
+
+async def _relay(request: web.Request) -> web.StreamResponse:
+    """A peer's request, served by this node's engine only (one attempt, no second hop)."""
+    context = request.app[CONTEXT_KEY]
+    path = request.raw_path[len(RELAY_PREFIX) :] or "/"
+    api_path = path.split("?", 1)[0]
+    local = local_target(context.targets(), context.door)
+    if local is None:
+        message = f"no engine is running behind this node's {context.door} front door"
+        return ErrorReply(503, message, "service_unavailable").response(api_path)
+    if request.method != "POST" or api_path not in inference_paths(context):
+        return await _forward_or_502(request, context, local, body_stream(request), path)
+    admission = await _admit(request, context, path)
+    if isinstance(admission, web.StreamResponse):
+        return admission
+    key = request.headers.get(JOB_HEADER)
+    attempt_text = request.headers.get(ATTEMPT_HEADER, "1")
+    admission.origin = request.headers.get(ORIGIN_HEADER)
+    admission.job_key = key
+    admission.attempt = int(attempt_text) if attempt_text.isdigit() else 1
+    admission.only = [local]
+    if key is None:
+        return await context.router.route(request, admission)
+    context.board.serving(key, admission.attempt)
+    try:
+        return await context.router.route(request, admission)
+    finally:
+        context.board.ended(key, admission.attempt)
+
+
+async def _relay_started(request: web.Request) -> web.StreamResponse:
+    return await started_handler(request, request.app[CONTEXT_KEY].board)
 
 
 async def _forward_or_502(
     request: web.Request,
     context: DoorContext,
-    base_url: str,
+    target: RouteTarget,
     body: bytes | AsyncIterator[bytes] | None,
+    path: str | None = None,
 ) -> web.StreamResponse:
+    relative = path or request.raw_path
+    url = upstream_url(target, relative)
+    base = url[: len(url) - len(relative)]
     try:
-        return await forward(request, context.session, base_url, body)
+        return await forward(request, context.session, base, body, relative)
     except aiohttp.ClientConnectorError as exc:
-        log.warning("%s door: engine at %s unreachable: %s", context.door, base_url, exc)
-        return _error(context, 502, f"the engine at {base_url} is unreachable", "bad_gateway")
+        log.warning("%s door: %s unreachable: %s", context.door, target.base_url, exc)
+        message = f"the engine at {target.base_url} is unreachable"
+        return ErrorReply(502, message, "bad_gateway").response(request.path)
 
 
 async def _read_capped(request: web.Request) -> bytes | None:
@@ -155,14 +241,10 @@ async def _read_capped(request: web.Request) -> bytes | None:
     return b"".join(parts)
 
 
-def _too_large(context: DoorContext) -> web.Response:
+def _too_large(path: str) -> web.Response:
     limit = MAX_BODY_BYTES // (1024 * 1024)
     message = f"the request body is larger than {limit} MiB"
-    return _error(context, 413, message, "request_too_large")
-
-
-def _error(context: DoorContext, status: int, message: str, kind: str) -> web.Response:
-    return json_answer(status, error_body(context.dialect, message, kind=kind, code=None))
+    return ErrorReply(413, message, "request_too_large").response(path)
 
 
 def _preflight(request: web.Request) -> web.Response:

@@ -68,9 +68,13 @@ async def forward(
     session: aiohttp.ClientSession,
     base_url: str,
     body: bytes | AsyncIterator[bytes] | None,
+    path: str | None = None,
 ) -> web.StreamResponse:
-    """Send ``request`` (with ``body``) to ``base_url`` and stream the engine's answer back."""
-    url = URL(base_url.rstrip("/") + request.raw_path, encoded=True)
+    """Send ``request`` (with ``body``) to ``base_url`` and stream the engine's answer back.
+
+    ``path`` (with its query) replaces the request's own, e.g. for a relayed request.
+    """
+    url = URL(base_url.rstrip("/") + (path or request.raw_path), encoded=True)
     before_upstream = elapsed_ms(request[STARTED_KEY])
     async with session.request(
         request.method,

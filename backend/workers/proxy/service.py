@@ -5,25 +5,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import aiohttp
 import msgspec
 from aiohttp import web
 
-from backend.components.proxy.targets import Door, ProxyTargets
-from backend.workers.proxy.app import DoorContext, build_app
+from backend.components.proxy.targets import JOB_NOTIFICATION, Door, ProxyTargets
+from backend.workers.proxy.app import build_app
+from backend.workers.proxy.context import DoorContext
+from backend.workers.proxy.dispatch import RetryPolicy, Router
+from backend.workers.proxy.jobs import JobLog
+from backend.workers.proxy.relay import PeerStarted, RelayBoard
 
 log = logging.getLogger(__name__)
 
 CLEANUP_TIMEOUT_S = 3.0
 CONNECT_TIMEOUT_S = 10.0
+# Comma-separated seconds replacing the 1, 2, 4, 8 s backoff between retry rounds (tests).
+BACKOFF_ENV = "PAIR_PROXY_RETRY_BACKOFF_S"
+
+Notify = Callable[[str, Any], None]
 
 
 class ProxyService:
-    """Owns the upstream session (one connection pool for all doors) and the door runners.
+    """Owns the upstream session (one connection pool for all doors), the router and the doors.
 
     The doors start serving only once the broker has sent the first targets; until then the
     kernel holds incoming connections in the listening sockets' backlog.
@@ -31,22 +40,28 @@ class ProxyService:
 
     def __init__(self, fds: Mapping[Door, int]) -> None:
         self._fds = dict(fds)
-        self._targets = ProxyTargets()
+        self._pending_targets: ProxyTargets | None = None
+        self._router: Router | None = None
         self._have_targets = asyncio.Event()
         self._closing = asyncio.Event()
         self._sites: list[web.SockSite] = []
+        self._notify: Notify = lambda method, params: None
 
-    def targets(self) -> ProxyTargets:
-        """The engines as last told by the broker."""
-        return self._targets
+    def bind_notify(self, notify: Notify) -> None:
+        """Where job events go (the broker connection)."""
+        self._notify = notify
 
     def on_targets(self, params: Any) -> None:
-        """``proxy/targets``: adopt the broker's view of the engines."""
+        """``proxy/targets``: adopt the broker's routing table."""
         try:
-            self._targets = msgspec.convert(params, ProxyTargets)
+            targets = msgspec.convert(params, ProxyTargets)
         except msgspec.ValidationError as exc:
             log.error("ignoring malformed proxy targets: %s", exc)
             return
+        if self._router is not None:
+            self._router.update(targets)
+        else:
+            self._pending_targets = targets
         self._have_targets.set()
 
     def on_close_listeners(self, _: Any) -> None:
@@ -55,16 +70,27 @@ class ProxyService:
 
     async def serve(self) -> None:
         """Serve every door until cancelled."""
-        connector = aiohttp.TCPConnector(limit=0)
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S)
         async with aiohttp.ClientSession(
             connector=connector, timeout=timeout, auto_decompress=False
         ) as session:
+            board = RelayBoard()
+            router = Router(
+                session,
+                JobLog(lambda event: self._notify(JOB_NOTIFICATION, event)),
+                policy=retry_policy(os.environ),
+                on_started=board.started,
+                peer_started=PeerStarted(session),
+            )
+            self._router = router
             runners: list[web.AppRunner] = []
             try:
                 await self._have_targets.wait()
+                if self._pending_targets is not None:
+                    router.update(self._pending_targets)
                 for door, fd in self._fds.items():
-                    runners.append(await self._start_door(door, fd, session))
+                    runners.append(await self._start_door(DoorContext(door, router, board), fd))
                 log.info("serving front doors: %s", ", ".join(self._fds))
                 await self._closing.wait()
                 for site in self._sites:
@@ -73,18 +99,30 @@ class ProxyService:
             finally:
                 await asyncio.shield(_cleanup(runners))
 
-    async def _start_door(
-        self, door: Door, fd: int, session: aiohttp.ClientSession
-    ) -> web.AppRunner:
-        app = build_app(DoorContext(door, session, self.targets))
+    async def _start_door(self, context: DoorContext, fd: int) -> web.AppRunner:
         # handler_cancellation: a client that hangs up cancels its handler, which closes the
         # upstream request so the engine frees the slot.
-        runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        runner = web.AppRunner(build_app(context), handler_cancellation=True, access_log=None)
         await runner.setup()
         site = web.SockSite(runner, socket.socket(fileno=fd))
         await site.start()
         self._sites.append(site)
         return runner
+
+
+def retry_policy(environment: Mapping[str, str]) -> RetryPolicy:
+    """The retry policy, with the backoff from ``PAIR_PROXY_RETRY_BACKOFF_S`` if valid."""
+    text = environment.get(BACKOFF_ENV)
+    if not text:
+        return RetryPolicy()
+    try:
+        schedule = tuple(float(part) for part in text.split(","))
+    except ValueError:
+        schedule = ()
+    if not schedule or any(value < 0 for value in schedule):
+        log.warning("%s=%r is not a list of seconds; using 1, 2, 4, 8", BACKOFF_ENV, text)
+        return RetryPolicy()
+    return RetryPolicy(schedule=schedule)
 
 
 async def _cleanup(runners: list[web.AppRunner]) -> None:

@@ -71,6 +71,7 @@ async def start_proxy() -> AsyncIterator[StartProxy]:
                 errors=errors,
                 clock=clock,
                 targets=lambda: proxy.targets,
+                on_job=lambda event: proxy.jobs.append(event),
                 host="127.0.0.1",
                 targets_interval=0.05,
             ),

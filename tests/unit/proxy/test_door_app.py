@@ -13,6 +13,9 @@ from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
 from backend.components.proxy.targets import Door, ProxyTargets, RouteTarget
 from backend.workers.proxy import app as door_app
 from backend.workers.proxy.app import CONTEXT_KEY, DoorContext, build_app, gate
+from backend.workers.proxy.dispatch import RetryPolicy, Router
+from backend.workers.proxy.jobs import JobLog
+from backend.workers.proxy.relay import RelayBoard
 
 # Nothing listens here: a request that reaches "the engine" fails with 502.
 DEAD_ENGINE = RouteTarget(
@@ -21,9 +24,15 @@ DEAD_ENGINE = RouteTarget(
 TARGETS = ProxyTargets(node_id="self", engines={"ollama": [DEAD_ENGINE], "lmstudio": [DEAD_ENGINE]})
 
 
+def _context(door: Door, session: aiohttp.ClientSession) -> DoorContext:
+    router = Router(session, JobLog(lambda event: None), policy=RetryPolicy(schedule=(0.01,)))
+    router.update(TARGETS)
+    return DoorContext(door, router, RelayBoard())
+
+
 async def _client(door: Door) -> TestClient[web.Request, web.Application]:
     session = aiohttp.ClientSession()
-    client = TestClient(TestServer(build_app(DoorContext(door, session, lambda: TARGETS))))
+    client = TestClient(TestServer(build_app(_context(door, session))))
     client.app.on_cleanup.append(lambda _: session.close())
     await client.start_server()
     return client
@@ -95,7 +104,7 @@ async def test_rebinding_host_and_foreign_origin_are_403(
 
 
 async def test_lan_peer_is_refused_with_a_json_reason() -> None:
-    app = build_app(DoorContext("ollama", mock.Mock(), lambda: TARGETS))
+    app = build_app(_context("ollama", mock.Mock()))
     transport = mock.Mock()
     transport.get_extra_info.return_value = ("192.168.1.20", 50000)
     request = make_mocked_request(

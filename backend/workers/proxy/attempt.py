@@ -1,0 +1,117 @@
+"""One dispatch of a request to one node, up to its commit point (the first body byte).
+
+Before the commit nothing reaches the client, so a failure can still go to another node.
+``precommit`` sends the request and waits, within the header and first-content timeouts, for
+either a failure (kept so the last one can be answered with) or the first body byte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+import aiohttp
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
+
+from backend.components.proxy.retry import retryable_status
+
+FAILURE_BODY_LIMIT = 64 * 1024
+
+FailureKind = Literal["transport", "header-timeout", "status", "no-content", "target-gone"]
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """An attempt that ended before its commit; ``status`` etc. only for ``status`` failures."""
+
+    kind: FailureKind
+    message: str
+    status: int | None = None
+    headers: CIMultiDictProxy[str] | None = None
+    body: bytes = b""
+
+
+@dataclass(slots=True)
+class Commit:
+    """The engine's response, its first body chunk already read (``b""`` at once-EOF)."""
+
+    upstream: aiohttp.ClientResponse
+    first: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Seconds to wait for the response headers, then for the first body byte after them."""
+
+    headers: float
+    first_content: float
+
+
+async def precommit(
+    session: aiohttp.ClientSession,
+    method: str,
+    url: str,
+    headers: Mapping[str, str] | CIMultiDict[str],
+    body: bytes | None,
+    timeouts: Timeouts,
+    *,
+    inference: bool,
+) -> Commit | Failure:
+    """Send the request; return the commit, or why this node cannot serve it now.
+
+    A status that is not retried (2xx, 3xx, most 4xx) commits too: it goes to the client as is.
+    """
+    try:
+        async with _timeout(timeouts.headers):
+            upstream = await session.request(
+                method, URL(url, encoded=True), headers=headers, data=body, allow_redirects=False
+            )
+    except TimeoutError:
+        return Failure(
+            "header-timeout",
+            f"upstream error: no response headers within {timeouts.headers:g} s",
+        )
+    except (aiohttp.ClientError, OSError) as exc:
+        return Failure("transport", f"upstream error: {exc or type(exc).__name__}")
+    try:
+        if retryable_status(upstream.status, inference=inference):
+            return await _status_failure(upstream)
+        try:
+            async with _timeout(timeouts.first_content):
+                first = await upstream.content.readany()
+        except TimeoutError:
+            upstream.close()
+            return Failure(
+                "no-content",
+                f"the engine sent no content within {timeouts.first_content:g} s",
+            )
+        except (aiohttp.ClientError, OSError) as exc:
+            upstream.close()
+            return Failure("transport", f"upstream error: {exc or type(exc).__name__}")
+        return Commit(upstream, first)
+    except BaseException:
+        upstream.close()
+        raise
+
+
+async def _status_failure(upstream: aiohttp.ClientResponse) -> Failure:
+    body = b""
+    with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
+        async with _timeout(5.0):
+            body = await upstream.content.read(FAILURE_BODY_LIMIT)
+    upstream.close()
+    return Failure(
+        "status",
+        f"the engine answered {upstream.status} {upstream.reason or ''}".strip(),
+        status=upstream.status,
+        headers=upstream.headers,
+        body=body,
+    )
+
+
+def _timeout(seconds: float) -> asyncio.Timeout:
+    return asyncio.timeout(seconds if seconds > 0 else None)

@@ -1,0 +1,41 @@
+"""What a front door's handlers share: the door, the upstream session, the router."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import aiohttp
+from aiohttp import web
+
+from backend.components.proxy.targets import Door, ProxyTargets
+from backend.components.proxy.wire import Dialect
+from backend.workers.proxy.dispatch import Router
+from backend.workers.proxy.relay import RelayBoard
+
+
+@dataclass(frozen=True, slots=True)
+class DoorContext:
+    """One door's view of the process-wide routing state."""
+
+    door: Door
+    router: Router
+    board: RelayBoard
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        """The pooled upstream session shared by every door."""
+        return self.router.session
+
+    @property
+    def targets(self) -> Callable[[], ProxyTargets]:
+        """The routing table as last sent by the broker."""
+        return self.router.targets
+
+    @property
+    def dialect(self) -> Dialect:
+        """The error shape clients of this door's own API expect."""
+        return "ollama" if self.door == "ollama" else "openai"
+
+
+CONTEXT_KEY = web.AppKey("door_context", DoorContext)

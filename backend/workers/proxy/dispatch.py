@@ -1,0 +1,433 @@
+"""Route one inference request: pick a node, fail over before the commit, stream after it.
+
+The loop (pair-anchor §3.3-3.5): owners of the model only; order by pin, priority, this
+node, then node id; reserve the least loaded; dispatch; on a transport error, a retryable
+status, a timeout or the target leaving the table, try the next candidate; after a round,
+back off (1, 2, 4, 8 s ±25 %) and re-resolve; at most 5 dispatches within 10 minutes. The
+first body byte commits: from then on the response streams to the client and is never retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from backend.components.proxy.naming import normalize
+from backend.components.proxy.retry import BACKOFF_S, Budget
+from backend.components.proxy.routing import NodeLoad, Reservations
+from backend.components.proxy.targets import (
+    DOOR_ENGINES,
+    Door,
+    ProxyTargets,
+    RouteTarget,
+    owners,
+    targets_for,
+    upstream_url,
+)
+from backend.workers.proxy.attempt import Commit, Failure, Timeouts, precommit
+from backend.workers.proxy.errors import ErrorReply
+from backend.workers.proxy.forward import (
+    PROXY_MS_HEADER,
+    STARTED_KEY,
+    cors_headers,
+    elapsed_ms,
+    format_ms,
+    request_headers,
+    response_headers,
+)
+from backend.workers.proxy.jobs import Job, JobLog
+from backend.workers.proxy.markers import EndMarker
+from backend.workers.proxy.slots import SlotTracker, Ticket
+
+log = logging.getLogger(__name__)
+
+BUSY_HOLD_S = 2.0
+WRITE_DEADLINE_S = 30.0
+ORIGIN_HEADER = "X-PAIR-Origin"
+JOB_HEADER = "X-PAIR-Job"
+ATTEMPT_HEADER = "X-PAIR-Attempt"
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Dispatch budget and backoff (the environment can shorten them for tests)."""
+
+    max_dispatches: int = 5
+    deadline_s: float = 600.0
+    schedule: tuple[float, ...] = BACKOFF_S
+
+
+@dataclass
+class Admission:
+    """What one request asks for and who asked."""
+
+    door: Door
+    model: str
+    body: bytes
+    path: str
+    inference: bool = True
+    origin: str | None = None
+    job_key: str | None = None
+    attempt: int | None = None
+    only: list[RouteTarget] | None = None
+
+
+@dataclass
+class _Dispatch:
+    job: Job
+    target: RouteTarget
+    attempt: int
+    ticket: Ticket | None = None
+    watchers: list[asyncio.Task[None]] = field(default_factory=list)
+
+
+class Router:
+    """Process-wide routing state shared by every door: reservations, busy holds, slots, jobs."""
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        jobs: JobLog,
+        *,
+        policy: RetryPolicy | None = None,
+        on_started: Callable[[str, int], None] = lambda key, attempt: None,
+        peer_started: Callable[[RouteTarget, str, int], asyncio.Task[None]] | None = None,
+    ) -> None:
+        self.session = session
+        self.jobs = jobs
+        self.policy = policy or RetryPolicy()
+        self._targets = ProxyTargets()
+        self._changed = asyncio.Event()
+        self._reservations = Reservations()
+        self._busy_until: dict[str, float] = {}
+        self._slots: dict[str, SlotTracker] = {}
+        self._rng = random.Random()
+        self._on_started = on_started
+        self._peer_started = peer_started
+
+    # The table.
+
+    def targets(self) -> ProxyTargets:
+        """The routing table as last sent by the broker."""
+        return self._targets
+
+    def update(self, targets: ProxyTargets) -> None:
+        """Adopt a new table; wakes every attempt watching for its target to leave."""
+        self._targets = targets
+        loads = {node: NodeLoad(pending=count) for node, count in targets.loads.items()}
+        self._reservations.apply_snapshot(targets.generation, loads)
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    def slots(self, engine: str) -> SlotTracker:
+        """This node's slot tracker for ``engine``."""
+        return self._slots.setdefault(engine, SlotTracker())
+
+    # Admission.
+
+    def busy_reply(self, door: Door, model: str) -> ErrorReply | None:
+        """503 when every owner has just answered busy (no job is created)."""
+        found = owners(self._targets, door, model)
+        now = time.monotonic()
+        holds = [self._busy_until.get(t.node_id, 0.0) - now for t in found]
+        if not found or min(holds) <= 0:
+            return None
+        retry_after = max(1, math.ceil(min(holds)))
+        return ErrorReply(
+            503,
+            "every node that has the requested model is busy; try again shortly",
+            "service_unavailable",
+            headers={"Retry-After": str(retry_after)},
+        )
+
+    async def route(self, request: web.Request, admission: Admission) -> web.StreamResponse:
+        """Serve one inference request end to end, with its job."""
+        engine = DOOR_ENGINES[admission.door]
+        targets = self._targets
+        job = self.jobs.new(
+            origin=admission.origin or targets.node_id,
+            engine=engine,
+            model=admission.model,
+            path=admission.path.split("?", 1)[0],
+            key=admission.job_key,
+        )
+        job.submitted(0, None)
+        try:
+            return await self._dispatch_loop(request, admission, job)
+        except asyncio.CancelledError:
+            job.cancelled("the client disconnected")
+            raise
+        except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+            job.cancelled("the client disconnected")
+            raise
+        finally:
+            if not job.finished:
+                job.failed("internal error: the request ended without an outcome")
+
+    async def _dispatch_loop(
+        self, request: web.Request, admission: Admission, job: Job
+    ) -> web.StreamResponse:
+        policy = self.policy
+        budget = Budget(
+            time.monotonic(), 0, policy.max_dispatches, policy.deadline_s, policy.schedule
+        )
+        attempt = admission.attempt - 1 if admission.attempt else 0
+        last: Failure | None = None
+        while True:
+            tried: set[str] = set()
+            while budget.may_dispatch(time.monotonic()):
+                candidates = [c for c in self._candidates(admission) if c.node_id not in tried]
+                if not candidates:
+                    break
+                target, generation = self._reserve(admission, candidates)
+                tried.add(target.node_id)
+                attempt += 1
+                budget = budget.dispatched()
+                job.submitted(attempt, target.node_id)
+                try:
+                    outcome = await self._attempt(
+                        request, admission, _Dispatch(job, target, attempt)
+                    )
+                finally:
+                    self._reservations.release(target.node_id, generation)
+                if isinstance(outcome, web.StreamResponse):
+                    return outcome
+                last = outcome
+                log.info("attempt %d at %s failed: %s", attempt, target.node_id, outcome.message)
+            if admission.only is not None:
+                break
+            wait = budget.wait_before_next(time.monotonic(), self._rng)
+            if wait is None:
+                break
+            job.submitted(attempt + 1, None)
+            await asyncio.sleep(wait)
+        return self._give_up(job, last, budget)
+
+    def _candidates(self, admission: Admission) -> list[RouteTarget]:
+        if admission.only is not None:
+            return list(admission.only)
+        targets = self._targets
+        found = owners(targets, admission.door, admission.model)
+        engine = DOOR_ENGINES[admission.door]
+        pin = targets.pins.get(engine)
+        rank = {node: index for index, node in enumerate(targets.priority)}
+
+        def key(target: RouteTarget) -> tuple[int, int, int, str]:
+            return (
+                0 if target.node_id == pin else 1,
+                rank.get(target.node_id, len(rank)),
+                0 if target.kind == "local" else 1,
+                target.node_id,
+            )
+
+        return sorted(found, key=key)
+
+    def _reserve(
+        self, admission: Admission, candidates: list[RouteTarget]
+    ) -> tuple[RouteTarget, int]:
+        engine = DOOR_ENGINES[admission.door]
+        pinned = candidates[0].node_id == self._targets.pins.get(engine)
+        by_id = {c.node_id: c for c in candidates}
+        node, generation = self._reservations.pick([c.node_id for c in candidates], pinned=pinned)
+        return by_id[node], generation
+
+    def _give_up(self, job: Job, last: Failure | None, budget: Budget) -> web.StreamResponse:
+        if last is None or (budget.may_dispatch(time.monotonic()) and last.kind != "status"):
+            reply = ErrorReply(
+                503,
+                "no node that has the requested model could be reached in time",
+                "service_unavailable",
+                headers={"Retry-After": "5"},
+            )
+            job.failed(reply.message)
+            return reply.response(job.path)
+        job.failed(last.message)
+        if last.kind == "status" and last.status is not None:
+            response = web.Response(status=last.status, body=last.body)
+            if last.headers is not None:
+                response.headers.extend(_reply_headers(last.headers))
+            return response
+        status = 504 if last.kind == "no-content" else 502
+        return ErrorReply(status, last.message, "bad_gateway").response(job.path)
+
+    # One attempt.
+
+    async def _attempt(
+        self, request: web.Request, admission: Admission, dispatch: _Dispatch
+    ) -> web.StreamResponse | Failure:
+        target = dispatch.target
+        self._watch_start(admission, dispatch)
+        try:
+            outcome = await self._until_commit(request, admission, dispatch)
+            if isinstance(outcome, Failure):
+                if outcome.status in (429, 503):
+                    self._busy_until[target.node_id] = time.monotonic() + BUSY_HOLD_S
+                return outcome
+            self._busy_until.pop(target.node_id, None)
+            return await self._stream(request, dispatch, outcome)
+        finally:
+            for watcher in dispatch.watchers:
+                watcher.cancel()
+            if dispatch.ticket is not None:
+                self.slots(dispatch.job.engine).leave(dispatch.ticket)
+
+    def _watch_start(self, admission: Admission, dispatch: _Dispatch) -> None:
+        """Report Running when the request holds a slot here, or the peer says it does there."""
+        target, job = dispatch.target, dispatch.job
+        if target.kind == "local":
+            engine = job.engine
+            capacity = target.model_slots.get(normalize(engine, admission.model), target.slots)
+            ticket = self.slots(engine).enter(normalize(engine, admission.model), capacity)
+            dispatch.ticket = ticket
+
+            async def running() -> None:
+                await ticket.running.wait()
+                self._started(dispatch)
+
+            dispatch.watchers.append(asyncio.create_task(running()))
+        elif target.kind == "peer" and self._peer_started is not None:
+            task = self._peer_started(target, job.key, dispatch.attempt)
+            task.add_done_callback(
+                lambda done: (
+                    self._started(dispatch)
+                    if not done.cancelled() and done.exception() is None
+                    else None
+                )
+            )
+            dispatch.watchers.append(task)
+
+    def _started(self, dispatch: _Dispatch) -> None:
+        dispatch.job.started(dispatch.target.node_id, dispatch.attempt)
+        self._on_started(dispatch.job.key, dispatch.attempt)
+
+    async def _until_commit(
+        self, request: web.Request, admission: Admission, dispatch: _Dispatch
+    ) -> Commit | Failure:
+        target = dispatch.target
+        headers = request_headers(request)
+        if target.kind == "peer":
+            headers[ORIGIN_HEADER] = dispatch.job.origin
+            headers[JOB_HEADER] = dispatch.job.key
+            headers[ATTEMPT_HEADER] = str(dispatch.attempt)
+        timeouts = Timeouts(self._targets.header_timeout_s, self._targets.first_content_timeout_s)
+        sending = asyncio.create_task(
+            precommit(
+                self.session,
+                request.method,
+                upstream_url(target, admission.path),
+                headers,
+                admission.body,
+                timeouts,
+                inference=admission.inference,
+            )
+        )
+        gone = asyncio.create_task(self._left(admission.door, target.node_id))
+        try:
+            await asyncio.wait({sending, gone}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            gone.cancel()
+            await _discard(sending)
+            raise
+        gone.cancel()
+        if sending.done():  # a commit that arrives with the leave wins
+            return sending.result()
+        await _discard(sending)
+        return Failure("target-gone", f"node {target.node_id} left the table")
+
+    async def _left(self, door: Door, node_id: str) -> None:
+        """Return once ``node_id`` no longer runs the door's engine in the table."""
+        while True:
+            changed = self._changed
+            if all(t.node_id != node_id for t in targets_for(self._targets, door)):
+                return
+            await changed.wait()
+
+    async def _stream(
+        self, request: web.Request, dispatch: _Dispatch, commit: Commit
+    ) -> web.StreamResponse:
+        upstream, job = commit.upstream, dispatch.job
+        try:
+            success = 200 <= upstream.status < 300
+            if success:
+                if dispatch.ticket is not None:
+                    self.slots(job.engine).output(dispatch.ticket)
+                self._started(dispatch)
+            response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+            response.headers.extend(response_headers(upstream))
+            response.headers.extend(cors_headers(request))
+            if upstream.content_length is not None:
+                response.content_length = upstream.content_length
+            response.headers[PROXY_MS_HEADER] = format_ms(elapsed_ms(request[STARTED_KEY]))
+            marker = EndMarker(upstream.headers.get("Content-Type", ""))
+            await response.prepare(request)
+            chunk = commit.first
+            try:
+                while chunk:
+                    marker.feed(chunk)
+                    await _write(response, chunk)
+                    chunk = await upstream.content.readany()
+            except TimeoutError:
+                job.cancelled("the client stopped reading")
+                _abort(request)
+                return response
+            except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, OSError) as exc:
+                if isinstance(exc, ConnectionResetError) and _client_gone(request):
+                    raise
+                job.failed(f"the engine's response broke off: {exc or type(exc).__name__}")
+                _abort(request)
+                return response
+            await response.write_eof()
+            if not success:
+                job.failed(f"the engine answered {upstream.status} {upstream.reason or ''}".strip())
+            elif marker.complete():
+                job.completed()
+            else:
+                job.failed("the stream ended without the engine's final marker")
+            return response
+        finally:
+            upstream.close()
+
+
+async def _discard(sending: asyncio.Task[Commit | Failure]) -> None:
+    """Cancel a dispatch that lost; close the response it may already hold."""
+    sending.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        outcome = await sending
+        if isinstance(outcome, Commit):
+            outcome.upstream.close()
+
+
+async def _write(response: web.StreamResponse, chunk: bytes) -> None:
+    async with asyncio.timeout(WRITE_DEADLINE_S):
+        await response.write(chunk)
+
+
+def _client_gone(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
+def _abort(request: web.Request) -> None:
+    """Cut the client's connection so it sees an incomplete response, not a clean end."""
+    transport = request.transport
+    if transport is not None:
+        transport.abort()
+
+
+def _reply_headers(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
+    """The headers of a failed attempt worth keeping when it is answered as the final one."""
+    return CIMultiDict(
+        (name, value)
+        for name, value in headers.items()
+        if name.lower() in ("content-type", "retry-after")
+    )

@@ -1,0 +1,121 @@
+"""Numbered job events, sent to the broker as ``proxy/job`` notifications.
+
+Each inference request is a job. Its events carry ``seq`` from 1, in the order they happen
+in this process; the broker applies them in that order whatever order they arrive in.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from backend.protocol.types import JobEvent, JobEventKind
+
+Notify = Callable[[Any], None]
+
+
+class JobLog:
+    """Mints job keys for this proxy run and sends their events."""
+
+    def __init__(self, notify: Notify, *, run_id: str | None = None) -> None:
+        self._notify = notify
+        self.run_id = run_id or secrets.token_hex(4)
+        self._numbers = itertools.count(1)
+
+    def new(
+        self, *, origin: str, engine: str, model: str, path: str, key: str | None = None
+    ) -> Job:
+        """A job for a request received here (``key`` given: a peer's job served here)."""
+        key = key or f"{origin}/{self.run_id}/{next(self._numbers)}"
+        return Job(self, key=key, origin=origin, engine=engine, model=model, path=path)
+
+    def send(self, event: JobEvent) -> None:
+        """Hand one event to the broker."""
+        self._notify(msgspec.to_builtins(event))
+
+
+class Job:
+    """One request's events; ``attempt`` is the dispatch the next events belong to."""
+
+    def __init__(
+        self, log: JobLog, *, key: str, origin: str, engine: str, model: str, path: str
+    ) -> None:
+        self._log = log
+        self.key = key
+        self.origin = origin
+        self.engine = engine
+        self.model = model
+        self.path = path
+        self.created_at = time.time()
+        self.attempt = 0
+        self.finished = False
+        self._seq = 0
+        self._started_attempt = -1
+
+    def submitted(self, attempt: int, target: str | None) -> None:
+        """Attempt ``attempt`` goes to ``target`` (None: waiting for the next round)."""
+        self.attempt = attempt
+        self._emit("submitted", target=target)
+
+    def started(self, node: str, attempt: int | None = None) -> None:
+        """The engine on ``node`` started the request (once per attempt)."""
+        attempt = self.attempt if attempt is None else attempt
+        if attempt != self.attempt or self._started_attempt == attempt:
+            return
+        self._started_attempt = attempt
+        self._emit("started", node=node)
+
+    def completed(self) -> None:
+        """The response ended with the engine's final marker."""
+        self._finish("completed")
+
+    def failed(self, error: str) -> None:
+        """The job ended without a complete response."""
+        self._finish("errored", error=error)
+
+    def cancelled(self, error: str) -> None:
+        """The client went away (or stopped reading)."""
+        self._finish("errored", error=error, cancelled=True)
+
+    def _finish(
+        self, kind: JobEventKind, *, error: str | None = None, cancelled: bool = False
+    ) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        self._emit(kind, error=error, cancelled=cancelled)
+
+    def _emit(
+        self,
+        kind: JobEventKind,
+        *,
+        target: str | None = None,
+        node: str | None = None,
+        error: str | None = None,
+        cancelled: bool = False,
+    ) -> None:
+        self._seq += 1
+        self._log.send(
+            JobEvent(
+                key=self.key,
+                seq=self._seq,
+                kind=kind,
+                attempt=self.attempt,
+                at=time.time(),
+                engine=self.engine,
+                model=self.model,
+                origin=self.origin,
+                run_id=self._log.run_id,
+                created_at=self.created_at,
+                path=self.path,
+                target=target,
+                node=node,
+                error=error,
+                cancelled=cancelled,
+            )
+        )
