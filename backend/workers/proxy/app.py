@@ -52,7 +52,7 @@ from backend.workers.proxy.forward import (
     json_answer,
 )
 from backend.workers.proxy.listing import federated_list
-from backend.workers.proxy.relay import started_handler
+from backend.workers.proxy.relay import relay_key, started_handler
 
 log = logging.getLogger(__name__)
 
@@ -192,19 +192,20 @@ async def _relay(request: web.Request) -> web.StreamResponse:
     admission = await _admit(request, context, path)
     if isinstance(admission, web.StreamResponse):
         return admission
-    key = request.headers.get(JOB_HEADER)
+    peer_key = request.headers.get(JOB_HEADER)
     attempt_text = request.headers.get(ATTEMPT_HEADER, "1")
     admission.origin = request.headers.get(ORIGIN_HEADER)
-    admission.job_key = key
     admission.attempt = int(attempt_text) if attempt_text.isdigit() else 1
     admission.only = [local]
-    if key is None:
+    if peer_key is None:
         return await context.router.route(request, admission)
-    context.board.serving(key, admission.attempt)
+    # One job here per attempt the peer sends us (a later round may come back here).
+    admission.job_key = relay_key(peer_key, admission.attempt)
+    context.board.serving(admission.job_key, admission.attempt)
     try:
         return await context.router.route(request, admission)
     finally:
-        context.board.ended(key, admission.attempt)
+        context.board.ended(admission.job_key, admission.attempt)
 
 
 async def _relay_started(request: web.Request) -> web.StreamResponse:

@@ -60,6 +60,7 @@ async def precommit(
     timeouts: Timeouts,
     *,
     inference: bool,
+    sent: asyncio.Event | None = None,
 ) -> Commit | Failure:
     """Send the request; return the commit, or why this node cannot serve it now.
 
@@ -68,7 +69,12 @@ async def precommit(
     try:
         async with _timeout(timeouts.headers):
             upstream = await session.request(
-                method, URL(url, encoded=True), headers=headers, data=body, allow_redirects=False
+                method,
+                URL(url, encoded=True),
+                headers=headers,
+                data=body,
+                allow_redirects=False,
+                trace_request_ctx=sent,
             )
     except TimeoutError:
         return Failure(
@@ -111,6 +117,25 @@ async def _status_failure(upstream: aiohttp.ClientResponse) -> Failure:
         headers=upstream.headers,
         body=body,
     )
+
+
+def sent_tracing() -> aiohttp.TraceConfig:
+    """Sets the ``sent`` event given to ``precommit`` once the request's headers are sent.
+
+    Until then the engine has not got the request (it may not even be listening), so the job
+    must not read Running however free the engine's slots are.
+    """
+
+    async def on_headers_sent(
+        _: aiohttp.ClientSession, context: object, __: aiohttp.TraceRequestHeadersSentParams
+    ) -> None:
+        event = getattr(context, "trace_request_ctx", None)
+        if isinstance(event, asyncio.Event):
+            event.set()
+
+    tracing = aiohttp.TraceConfig()
+    tracing.on_request_headers_sent.append(on_headers_sent)
+    return tracing
 
 
 def _timeout(seconds: float) -> asyncio.Timeout:

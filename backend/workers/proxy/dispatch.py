@@ -88,6 +88,7 @@ class _Dispatch:
     target: RouteTarget
     attempt: int
     ticket: Ticket | None = None
+    sent: asyncio.Event = field(default_factory=asyncio.Event)
     watchers: list[asyncio.Task[None]] = field(default_factory=list)
 
 
@@ -292,6 +293,7 @@ class Router:
 
             async def running() -> None:
                 await ticket.running.wait()
+                await dispatch.sent.wait()
                 self._started(dispatch)
 
             dispatch.watchers.append(asyncio.create_task(running()))
@@ -329,6 +331,7 @@ class Router:
                 admission.body,
                 timeouts,
                 inference=admission.inference,
+                sent=dispatch.sent,
             )
         )
         gone = asyncio.create_task(self._left(admission.door, target.node_id))

@@ -80,7 +80,13 @@ async def started_handler(request: web.Request, board: RelayBoard) -> web.Respon
         return web.json_response(
             {"error": "job (a job key) and attempt (a number) are required"}, status=400
         )
-    return web.json_response(await board.wait(key, int(attempt_text), STARTED_POLL_S))
+    attempt = int(attempt_text)
+    return web.json_response(await board.wait(relay_key(key, attempt), attempt, STARTED_POLL_S))
+
+
+def relay_key(peer_key: str, attempt: int) -> str:
+    """The key of the job kept here for attempt ``attempt`` of the peer's job ``peer_key``."""
+    return f"{peer_key}@{attempt}"
 
 
 class PeerStarted:

@@ -16,6 +16,7 @@ from aiohttp import web
 
 from backend.components.proxy.targets import JOB_NOTIFICATION, Door, ProxyTargets
 from backend.workers.proxy.app import build_app
+from backend.workers.proxy.attempt import sent_tracing
 from backend.workers.proxy.context import DoorContext
 from backend.workers.proxy.dispatch import RetryPolicy, Router
 from backend.workers.proxy.jobs import JobLog
@@ -73,7 +74,10 @@ class ProxyService:
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S)
         async with aiohttp.ClientSession(
-            connector=connector, timeout=timeout, auto_decompress=False
+            connector=connector,
+            timeout=timeout,
+            auto_decompress=False,
+            trace_configs=[sent_tracing()],
         ) as session:
             board = RelayBoard()
             router = Router(

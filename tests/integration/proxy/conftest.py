@@ -20,6 +20,7 @@ from backend.emulators.ollama import build_ollama_app
 from backend.emulators.ollama_state import OllamaConfig
 from backend.emulators.server import EmulatorServer
 from backend.protocol.types import Ports
+from backend.workers.proxy.service import BACKOFF_ENV
 from tests.fakes import RecordingErrors
 
 QUICK_RESTARTS = RestartPolicy(backoff=(0.5, 0.5, 0.5, 0.5, 0.5))
@@ -37,6 +38,25 @@ class RunningProxy:
     errors: RecordingErrors
     targets: ProxyTargets = field(default_factory=ProxyTargets)
     jobs: list[dict[str, Any]] = field(default_factory=list)
+
+    def events(self, key: str | None = None) -> list[dict[str, Any]]:
+        """Job events received so far (of one job), in arrival order."""
+        return [e for e in self.jobs if key is None or e["key"] == key]
+
+    def keys(self) -> list[str]:
+        """Job keys in the order the jobs appeared."""
+        return list(dict.fromkeys(e["key"] for e in self.jobs))
+
+    async def wait_job(
+        self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 10.0
+    ) -> dict[str, Any]:
+        """The first job event matching ``predicate`` (waiting for it)."""
+        async with asyncio.timeout(timeout):
+            while True:
+                for event in self.jobs:
+                    if predicate(event):
+                        return event
+                await asyncio.sleep(0.01)
 
     def url(self, door: str) -> str:
         """The door's real URL."""
@@ -72,6 +92,7 @@ async def start_proxy() -> AsyncIterator[StartProxy]:
                 clock=clock,
                 targets=lambda: proxy.targets,
                 on_job=lambda event: proxy.jobs.append(event),
+                environment=lambda: {BACKOFF_ENV: "0.05,0.1"},
                 host="127.0.0.1",
                 targets_interval=0.05,
             ),

@@ -1,0 +1,293 @@
+"""Routing across nodes on loopback: two or three real proxy workers, scripted engines.
+
+Node A's table lists its own engine and node B as a peer (B's front door, through B's relay).
+Each test breaks something on purpose and checks what the client, the engines and the job
+events saw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from backend.components.proxy.targets import ProxyTargets, RouteTarget
+from tests.integration.proxy.conftest import LOCAL_NODE, RunningProxy, StartProxy
+from tests.integration.proxy.scripted import ScriptedEngine, start_engine
+
+NODE_B = "node-b"
+
+
+@pytest.fixture
+async def engines() -> AsyncIterator[list[ScriptedEngine]]:
+    started: list[ScriptedEngine] = []
+    yield started
+    for engine in started:
+        if engine.server is not None:
+            await engine.server.stop()
+
+
+async def _engine(started: list[ScriptedEngine], name: str, **options: Any) -> ScriptedEngine:
+    engine = await start_engine(ScriptedEngine(name, **options))
+    started.append(engine)
+    return engine
+
+
+def _local(url: str, *, slots: int = 1) -> RouteTarget:
+    return RouteTarget(node_id=LOCAL_NODE, kind="local", base_url=url, models=["m"], slots=slots)
+
+
+def _table(node: str, *targets: RouteTarget, **options: Any) -> ProxyTargets:
+    return ProxyTargets(node_id=node, engines={"ollama": list(targets)}, **options)
+
+
+async def _node_b(
+    start_proxy: StartProxy, engine: ScriptedEngine, *, slots: int = 1
+) -> RouteTarget:
+    """Start node B serving ``engine``; the peer target node A uses to reach it."""
+    b = await start_proxy()
+    b.targets = _table(
+        NODE_B,
+        RouteTarget(node_id=NODE_B, kind="local", base_url=engine.url, models=["m"], slots=slots),
+    )
+    _NODES[NODE_B] = b
+    return RouteTarget(node_id=NODE_B, kind="peer", base_url=b.url("ollama"), models=["m"])
+
+
+_NODES: dict[str, RunningProxy] = {}
+
+
+async def _chat(
+    proxy: RunningProxy, tag: str, *, stream: bool = True, timeout: float = 20.0
+) -> tuple[int, bytes]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            proxy.url("ollama") + "/api/chat",
+            json={"model": "m", "messages": [], "stream": stream, "tag": tag},
+            timeout=aiohttp.ClientTimeout(total=timeout),
+        ) as response,
+    ):
+        return response.status, await response.read()
+
+
+async def _settle(proxy: RunningProxy) -> None:
+    await asyncio.sleep(0.3)  # the table reaches the worker within 0.1 s
+
+
+def _kinds(proxy: RunningProxy, key: str) -> list[tuple[str, int, str | None]]:
+    return [(e["kind"], e["attempt"], e.get("target") or e.get("node")) for e in proxy.events(key)]
+
+
+async def test_failover_when_this_nodes_engine_is_dead_before_the_first_byte(
+    start_proxy: StartProxy, engines: list[ScriptedEngine]
+) -> None:
+    dead = await _engine(engines, "dead")
+    assert dead.server is not None
+    await dead.server.stop()  # nothing listens there any more
+    engine_b = await _engine(engines, "b")
+    peer = await _node_b(start_proxy, engine_b)
+    a = await start_proxy()
+    a.targets = _table(LOCAL_NODE, _local(dead.url), peer)
+    await _settle(a)
+
+    status, body = await _chat(a, "t1")
+
+    assert status == 200
+    lines = [json.loads(line) for line in body.splitlines()]
+    assert lines[-1]["done"] is True and "b:t1" in lines[0]["message"]["content"]
+    key = a.keys()[0]
+    await a.wait_job(lambda e: e["key"] == key and e["kind"] == "completed")
+    assert _kinds(a, key) == [
+        ("submitted", 0, None),
+        ("submitted", 1, LOCAL_NODE),
+        ("submitted", 2, NODE_B),
+        ("started", 2, NODE_B),
+        ("completed", 2, None),
+    ]
+    # Node B kept the job it served for A, under A's key and origin.
+    b = _NODES[NODE_B]
+    served = await b.wait_job(lambda e: e["key"] == f"{key}@2" and e["kind"] == "completed")
+    assert served["origin"] == LOCAL_NODE and served["attempt"] == 2
+
+
+async def test_no_retry_after_the_commit_and_a_cut_stream_is_failed(
+    start_proxy: StartProxy, engines: list[ScriptedEngine]
+) -> None:
+    cutting = await _engine(engines, "a", behaviour="cut", tokens=2)
+    engine_b = await _engine(engines, "b")
+    peer = await _node_b(start_proxy, engine_b)
+    a = await start_proxy()
+    a.targets = _table(LOCAL_NODE, _local(cutting.url), peer)
+    await _settle(a)
+
+    with pytest.raises(aiohttp.ClientPayloadError):
+        await _chat(a, "t1")
+
+    key = a.keys()[0]
+    ended = await a.wait_job(lambda e: e["key"] == key and e["kind"] == "errored")
+    assert ended.get("cancelled", False) is False
+    assert cutting.received == ["t1"] and engine_b.received == []
+    assert [k for k, *_ in _kinds(a, key)].count("submitted") == 2  # admission + 1 dispatch
+
+
+async def test_a_burst_is_spread_by_reservations(
+    start_proxy: StartProxy, engines: list[ScriptedEngine]
+) -> None:
+    first = await _engine(engines, "e1", token_delay=0.05, tokens=4)
+    second = await _engine(engines, "e2", token_delay=0.05, tokens=4)
+    a = await start_proxy()
+    a.targets = _table(
+        LOCAL_NODE,
+        RouteTarget(node_id="e1", kind="engine", base_url=first.url, models=["m"]),
+        RouteTarget(node_id="e2", kind="engine", base_url=second.url, models=["m"]),
+    )
+    await _settle(a)
+
+    results = await asyncio.gather(*(_chat(a, f"t{i}") for i in range(10)))
+
+    assert all(status == 200 for status, _ in results)
+    # Both were idle by the last snapshot; without reservations all ten pile on e1.
+    assert len(first.received) == 5 and len(second.received) == 5
+
+
+async def test_one_slot_two_requests_read_in_flight_then_running(
+    start_proxy: StartProxy, engines: list[ScriptedEngine]
+) -> None:
+    engine = await _engine(engines, "a", token_delay=0.15, tokens=2)
+    a = await start_proxy()
+    a.targets = _table(LOCAL_NODE, _local(engine.url, slots=1))
+    await _settle(a)
+
+    first = asyncio.create_task(_chat(a, "t1", stream=False))
+    await a.wait_job(lambda e: e["kind"] == "started")
+    second = asyncio.create_task(_chat(a, "t2", stream=False))
+    await asyncio.gather(first, second)
+
+    key_1, key_2 = a.keys()
+    for key in (key_1, key_2):
+        await a.wait_job(lambda e, key=key: e["key"] == key and e["kind"] == "completed")
+    order = [(e["key"], e["kind"]) for e in a.jobs if e["kind"] in ("started", "completed")]
+    # The engine got both at once, but the second held the one slot only after the first.
+    assert engine.received == ["t1", "t2"]
+    assert order.index((key_2, "started")) > order.index((key_1, "completed"))
+    started_2 = next(e for e in a.events(key_2) if e["kind"] == "started")
+    completed_2 = next(e for e in a.events(key_2) if e["kind"] == "completed")
+    assert started_2["at"] < completed_2["at"]  # Running before its (only) output
+
+
+async def test_a_remote_job_reads_running_before_its_output(
+    start_proxy: StartProxy, engines: list[ScriptedEngine]
+) -> None:
+    engine_b = await _engine(engines, "b", token_delay=0.2, tokens=2)
+    peer = await _node_b(start_proxy, engine_b)
+    a = await start_proxy()
+    a.targets = _table(LOCAL_NODE, peer)
+    await _settle(a)
+
+    task = asyncio.create_task(_chat(a, "t1", stream=False))
+    started = await a.wait_job(lambda e: e["kind"] == "started")
+    assert started["node"] == NODE_B
+    assert not task.done()  # Running while node B's engine still works on it
+    status, _ = await task
+    assert status == 200
+
+
+async def test_a_target_that_leaves_the_table_is_abandoned_and_its_engine_stops(
+    start_proxy: StartProxy, engines: list[ScriptedEngine]
+) -> None:
+    hanging = await _engine(engines, "b", behaviour="hang")
+    healthy = await _engine(engines, "c")
+    peer = await _node_b(start_proxy, hanging)
+    other = RouteTarget(node_id="node-c", kind="engine", base_url=healthy.url, models=["m"])
+    a = await start_proxy()
+    a.targets = _table(LOCAL_NODE, peer, other, pins={"ollama": NODE_B})
+    await _settle(a)
+
+    task = asyncio.create_task(_chat(a, "t1"))
+    await a.wait_job(lambda e: e["kind"] == "submitted" and e.get("target") == NODE_B)
+    await asyncio.sleep(0.2)
+    left_at = time.time()
+    a.targets = _table(LOCAL_NODE, other)
+    moved = await a.wait_job(lambda e: e["kind"] == "submitted" and e.get("target") == "node-c")
+    status, _ = await task
+
+    assert status == 200 and healthy.received == ["t1"]
+    print(f"abandoned {1000 * (moved['at'] - left_at):.0f} ms after the node left the table")
+    assert moved["at"] - left_at < 2.0  # not the 120 s header timeout
+    for _ in range(100):  # node B's engine saw the request go away
+        if hanging.cancelled:
+            break
+        await asyncio.sleep(0.02)
+    assert hanging.cancelled == ["t1"]
+
+
+async def test_when_every_owner_is_busy_new_requests_get_503_without_a_job(
+    start_proxy: StartProxy, engines: list[ScriptedEngine]
+) -> None:
+    busy = await _engine(engines, "a", behaviour="busy")
+    a = await start_proxy()
+    a.targets = _table(LOCAL_NODE, _local(busy.url))
+    await _settle(a)
+
+    status, body = await _chat(a, "t1")
+    assert status == 503 and json.loads(body) == {"error": "server busy"}  # passed through
+    assert len(busy.received) == 5  # the whole dispatch budget
+    jobs_before = len(a.keys())
+
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(a.url("ollama") + "/api/chat", json={"model": "m"}) as held,
+    ):
+        assert held.status == 503
+        assert int(held.headers["Retry-After"]) >= 1
+        assert "busy" in (await held.json())["error"]
+    assert len(busy.received) == 5 and len(a.keys()) == jobs_before
+
+
+async def test_headers_that_never_come_time_out_with_a_clear_502(
+    start_proxy: StartProxy, engines: list[ScriptedEngine]
+) -> None:
+    hanging = await _engine(engines, "a", behaviour="hang")
+    a = await start_proxy()
+    a.targets = _table(LOCAL_NODE, _local(hanging.url), header_timeout_s=0.2)
+    await _settle(a)
+
+    status, body = await _chat(a, "t1")
+
+    assert status == 502 and "no response headers within 0.2 s" in json.loads(body)["error"]
+    assert len(hanging.received) == 5
+
+
+async def test_a_client_that_leaves_mid_stream_cancels_the_remote_engines_work(
+    start_proxy: StartProxy, engines: list[ScriptedEngine]
+) -> None:
+    slow = await _engine(engines, "b", token_delay=0.2, tokens=50)
+    peer = await _node_b(start_proxy, slow)
+    a = await start_proxy()
+    a.targets = _table(LOCAL_NODE, peer)
+    await _settle(a)
+
+    async with aiohttp.ClientSession() as session:
+        response = await session.post(
+            a.url("ollama") + "/api/chat", json={"model": "m", "tag": "t1"}
+        )
+        await response.content.readline()
+        response.close()
+
+    key = a.keys()[0]
+    ended = await a.wait_job(lambda e: e["key"] == key and e["kind"] == "errored")
+    assert ended["cancelled"] is True
+    b = _NODES[NODE_B]
+    served = await b.wait_job(lambda e: e["key"] == f"{key}@1" and e["kind"] == "errored")
+    assert served["cancelled"] is True
+    for _ in range(100):
+        if slow.cancelled:
+            break
+        await asyncio.sleep(0.02)
+    assert slow.cancelled == ["t1"] and slow.finished == []
