@@ -12,6 +12,7 @@ from backend.cli import (
     client_commands,
     emulate_command,
     engine_commands,
+    jobs_command,
     node_command,
     node_commands,
 )
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_dir(stop)
     engine_commands.add_parsers(commands, _add_data_dir)
     node_commands.add_parsers(commands, node, _add_data_dir)
+    jobs_command.add_parser(commands, _add_data_dir)
     emulate_command.add_parser(commands)
     return parser
 
@@ -107,6 +109,9 @@ def _dispatch(argv: Sequence[str] | None) -> int:
     if handled is not None:
         return handled
     handled = node_commands.run(args)
+    if handled is not None:
+        return handled
+    handled = jobs_command.run(args)
     if handled is not None:
         return handled
     if args.command == "node":

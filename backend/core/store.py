@@ -67,6 +67,27 @@ MIGRATIONS: tuple[str, ...] = (
         added_at REAL NOT NULL
     );
     """,
+    """
+    CREATE TABLE jobs (
+        key TEXT PRIMARY KEY,
+        engine TEXT NOT NULL,
+        model TEXT NOT NULL,
+        origin TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        path TEXT NOT NULL,
+        state TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        target TEXT,
+        serving TEXT,
+        created_at REAL NOT NULL,
+        started_at REAL,
+        completed_at REAL,
+        error TEXT,
+        seq INTEGER NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    CREATE INDEX jobs_newest ON jobs (created_at DESC, key DESC);
+    """,
 )
 
 

@@ -14,6 +14,7 @@ from typing import Literal
 
 JobState = Literal["in_flight", "running", "completed", "failed", "cancelled"]
 TERMINAL: frozenset[JobState] = frozenset({"completed", "failed", "cancelled"})
+INTERRUPTED = "interrupted: PAIR stopped"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +34,8 @@ class Job:
     completed_at: float | None = None
     error: str | None = None
     seq: int = 0
+    run_id: str = ""
+    path: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,8 +124,8 @@ def apply_in_order(job: Job, events: Iterable[JobEvent]) -> tuple[Job, list[JobE
     return job, waiting
 
 
-def interrupted(job: Job, at: float) -> Job:
-    """A job left unfinished by a broker that stopped: it failed, it is not still running."""
+def interrupted(job: Job, at: float, error: str = INTERRUPTED) -> Job:
+    """A job left unfinished by a broker or proxy that stopped: it failed, it is not running."""
     if job.state in TERMINAL:
         return job
-    return replace(job, state="failed", completed_at=at, error="interrupted: PAIR stopped")
+    return replace(job, state="failed", completed_at=at, error=error)

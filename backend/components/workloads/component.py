@@ -1,0 +1,339 @@
+"""The workloads component: every job's state from the proxy's ``proxy/job`` reports, kept in
+memory for snapshots, pushed as numbered ``workloads:event``s and written to the store."""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+from functools import partial
+from typing import Any
+
+import msgspec
+
+from backend.components.workloads.state import (
+    TERMINAL,
+    Completed,
+    Errored,
+    Job,
+    Started,
+    Submitted,
+    apply,
+    apply_in_order,
+    interrupted,
+)
+from backend.components.workloads.state import JobEvent as Step
+from backend.components.workloads.store import WorkloadStore
+from backend.core.clock import Clock
+from backend.core.component import Component
+from backend.core.rpc import NumberedStream
+from backend.protocol.types import JobEvent, Workload, WorkloadsEvent
+
+log = logging.getLogger(__name__)
+
+WRITE_INTERVAL_S = 0.2
+# A job whose next event has not come this long after a later one did applies the later ones:
+# an event lost or dropped as malformed must not leave the job (and its node's load) stuck.
+GAP_TIMEOUT_S = 3.0
+MAX_WAITING = 64
+
+
+class WorkloadsComponent(Component):
+    """Owns the jobs in memory (every unfinished one and the newest finished ones, the same set
+    the ``jobs`` table keeps), the events waiting for a gap in a job's ``seq`` to fill, and one
+    task that writes changes to the store every ``write_interval`` seconds and skips stale gaps.
+
+    Ready once the stored jobs are loaded (unfinished ones from an earlier run marked failed).
+    """
+
+    ready_on_start = False
+
+    def __init__(
+        self,
+        *,
+        store: WorkloadStore,
+        clock: Clock,
+        node_id: str,
+        events: NumberedStream,
+        write_interval: float = WRITE_INTERVAL_S,
+        gap_timeout: float = GAP_TIMEOUT_S,
+    ) -> None:
+        super().__init__("workloads")
+        self.node_id = node_id
+        self._store = store
+        self._clock = clock
+        self._events = events
+        self._write_interval = write_interval
+        self._gap_timeout = gap_timeout
+        self._jobs: dict[str, Job] = {}
+        self._open: set[str] = set()
+        self._waiting: dict[str, list[Step]] = {}
+        self._gap_since: dict[str, float] = {}
+        # Recently pruned keys, so a late report cannot bring a forgotten job back.
+        self._forgotten: dict[str, None] = {}
+        self._dirty: dict[str, float] = {}
+        self._deleted: set[str] = set()
+        self._loaded = False
+        self._write_lock = asyncio.Lock()
+        self._stopped = asyncio.Event()
+
+    # Queries ---------------------------------------------------------------------------------
+
+    def workloads(self, limit: int) -> list[Workload]:
+        """At most ``limit`` jobs, newest first."""
+        return [to_workload(job) for job in heapq.nlargest(limit, self._jobs.values(), key=_age)]
+
+    def pending_by_node(self) -> dict[str, int]:
+        """Unfinished jobs per node they are at: the serving node once running, else the target."""
+        counts: dict[str, int] = {}
+        for key in self._open:
+            job = self._jobs[key]
+            node = job.serving if job.state == "running" else job.target
+            if node is not None:
+                counts[node] = counts.get(node, 0) + 1
+        return counts
+
+    # Reports ---------------------------------------------------------------------------------
+
+    def on_job_event(self, params: Any) -> None:
+        """Apply one ``proxy/job`` report; a malformed one is logged and dropped."""
+        parsed = parse_report(params)
+        if parsed is None:
+            return
+        report, step = parsed
+        known = self._jobs.get(report.key)
+        if report.key in self._forgotten or (known is not None and known.state in TERMINAL):
+            return
+        before = known if known is not None else _new_job(report)
+        after, waiting = apply_in_order(before, [*self._waiting.get(report.key, ()), step])
+        self._hold(after, waiting)
+        if after != known:
+            self._commit(after)
+
+    def fail_unfinished(self, error: str) -> None:
+        """Fail every unfinished job with ``error`` (the proxy worker that ran them exited)."""
+        at = self._clock.wall()
+        for key in list(self._open):
+            self._commit(interrupted(self._jobs[key], at, error))
+
+    # Component -------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Load the stored jobs once, then write changes until stopped."""
+        self._stopped.clear()
+        await self._load_once()
+        self.announce_ready()
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._write_loop(), name="workloads:write")
+                await self._stopped.wait()
+                raise _Stopped
+        except* _Stopped:
+            pass
+        finally:
+            await asyncio.shield(self._write_last())
+
+    async def stop(self) -> None:
+        """Write what is pending and stop."""
+        self._stopped.set()
+
+    async def write_pending(self) -> None:
+        """Write every change not yet in the store (changed jobs, then pruned ones)."""
+        async with self._write_lock:
+            dirty, self._dirty = self._dirty, {}
+            deleted, self._deleted = self._deleted, set()
+            changed = [(self._jobs[key], at) for key, at in dirty.items() if key in self._jobs]
+            try:
+                if changed:
+                    await self._store.save(changed)
+                if deleted:
+                    await self._store.delete(sorted(deleted))
+            except BaseException:
+                for key, at in dirty.items():  # newer changes made meanwhile stay as they are
+                    self._dirty.setdefault(key, at)
+                self._deleted |= deleted - self._jobs.keys()
+                raise
+
+    async def _write_loop(self) -> None:
+        while True:
+            await self._clock.sleep(self._write_interval)
+            self._skip_stale_gaps()
+            if self._dirty or self._deleted:
+                await self.write_pending()
+
+    async def _write_last(self) -> None:
+        try:
+            await self.write_pending()
+        except Exception:
+            log.exception("workloads: the last job changes could not be written")
+
+    async def _load_once(self) -> None:
+        if self._loaded:
+            return
+        stored = await self._store.load()
+        at = self._clock.wall()
+        marked = 0
+        for job in reversed(stored):  # oldest first, so pushes arrive in creation order
+            if job.id in self._jobs or job.id in self._forgotten:
+                continue  # reported again by this run: memory is newer
+            after = interrupted(job, at)
+            marked += after is not job
+            self._commit(after, persist=after is not job)
+        self._loaded = True
+        log.info(
+            "workloads of node %s: %d stored jobs, %d marked interrupted",
+            self.node_id,
+            len(stored),
+            marked,
+        )
+
+    # State -----------------------------------------------------------------------------------
+
+    def _commit(self, job: Job, *, persist: bool = True) -> None:
+        self._jobs[job.id] = job
+        if persist:
+            self._dirty[job.id] = self._clock.wall()
+            self._deleted.discard(job.id)
+        self._events.publish(partial(_upsert, job))
+        if job.state in TERMINAL:
+            self._open.discard(job.id)
+            self._waiting.pop(job.id, None)
+            self._gap_since.pop(job.id, None)
+            self._prune()
+        else:
+            self._open.add(job.id)
+
+    def _hold(self, job: Job, waiting: list[Step]) -> None:
+        by_seq = {step.seq: step for step in waiting if step.seq > job.seq}
+        if job.state in TERMINAL or not by_seq:
+            self._waiting.pop(job.id, None)
+            self._gap_since.pop(job.id, None)
+            return
+        self._waiting[job.id] = [by_seq[seq] for seq in sorted(by_seq)]
+        self._gap_since.setdefault(job.id, self._clock.monotonic())
+        if len(by_seq) > MAX_WAITING:
+            self._gap_since[job.id] = float("-inf")
+
+    def _skip_stale_gaps(self) -> None:
+        now = self._clock.monotonic()
+        for key, since in list(self._gap_since.items()):
+            if now - since < self._gap_timeout:
+                continue
+            job = self._jobs[key]
+            waiting = self._waiting.pop(key, [])
+            del self._gap_since[key]
+            log.warning(
+                "job %s: events %d-%d never came; applying the %d after them",
+                key,
+                job.seq + 1,
+                waiting[0].seq - 1,
+                len(waiting),
+            )
+            after = job
+            for step in waiting:
+                after = apply(after, step)
+            if after != job:
+                self._commit(after)
+
+    def _prune(self) -> None:
+        excess = len(self._jobs) - len(self._open) - self._store.keep_finished
+        if excess <= 0:
+            return
+        finished = (job for job in self._jobs.values() if job.state in TERMINAL)
+        for job in heapq.nsmallest(excess, finished, key=_age):
+            del self._jobs[job.id]
+            self._dirty.pop(job.id, None)
+            self._deleted.add(job.id)
+            self._forgotten[job.id] = None
+            self._events.publish(partial(_remove, job.id))
+        while len(self._forgotten) > self._store.keep_finished:
+            del self._forgotten[next(iter(self._forgotten))]
+
+
+class _Stopped(Exception):
+    """Leaves the task group when ``stop()`` was called."""
+
+
+def parse_report(params: Any) -> tuple[JobEvent, Step] | None:
+    """The wire report and the reducer's event for it, or ``None`` (logged) if it is malformed."""
+    try:
+        report = msgspec.convert(params, JobEvent)
+    except msgspec.ValidationError as exc:
+        log.warning("proxy/job: malformed report dropped: %s", exc)
+        return None
+    problem = _problem(report)
+    if problem is not None:
+        log.warning("proxy/job: report for %r dropped: %s", report.key, problem)
+        return None
+    return report, _step(report)
+
+
+def _problem(report: JobEvent) -> str | None:
+    if not report.key:
+        return "empty key"
+    if report.seq < 1:
+        return f"seq {report.seq} is below 1"
+    if report.attempt < 0:
+        return f"attempt {report.attempt} is negative"
+    if report.kind == "started" and report.node is None:
+        return "a started report names no node"
+    return None
+
+
+def _step(report: JobEvent) -> Step:
+    match report.kind:
+        case "submitted":
+            return Submitted(report.seq, report.attempt, report.target, report.at)
+        case "started":
+            assert report.node is not None  # checked by _problem
+            return Started(report.seq, report.attempt, report.node, report.at)
+        case "completed":
+            return Completed(report.seq, report.attempt, report.at)
+        case "errored":
+            error = report.error or ("cancelled" if report.cancelled else "failed")
+            return Errored(report.seq, report.attempt, report.at, error, report.cancelled)
+
+
+def _new_job(report: JobEvent) -> Job:
+    return Job(
+        id=report.key,
+        engine=report.engine,
+        model=report.model,
+        origin=report.origin,
+        created_at=report.created_at,
+        run_id=report.run_id,
+        path=report.path,
+    )
+
+
+def to_workload(job: Job) -> Workload:
+    """The wire form of a job."""
+    return Workload(
+        key=job.id,
+        engine=job.engine,
+        model=job.model,
+        origin=job.origin,
+        run_id=job.run_id,
+        state=job.state,
+        created_at=job.created_at,
+        seq=job.seq,
+        attempt=job.attempt,
+        path=job.path,
+        target=job.target,
+        serving=job.serving,
+        started_at=job.started_at,
+        completed_at=job.completed_at,
+        error=job.error,
+    )
+
+
+def _age(job: Job) -> tuple[float, str]:
+    return job.created_at, job.id
+
+
+def _upsert(job: Job, seq: int) -> WorkloadsEvent:
+    return WorkloadsEvent(seq=seq, event="upsert", key=job.id, workload=to_workload(job))
+
+
+def _remove(key: str, seq: int) -> WorkloadsEvent:
+    return WorkloadsEvent(seq=seq, event="remove", key=key)

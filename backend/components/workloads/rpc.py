@@ -1,0 +1,39 @@
+"""JSON-RPC methods of workloads: the jobs list (snapshot + numbered events), newest first."""
+
+from __future__ import annotations
+
+from backend.components.workloads.component import WorkloadsComponent
+from backend.core.rpc import Dispatcher, NumberedStream
+from backend.protocol import errors, methods
+from backend.protocol.peer import RpcPeer
+from backend.protocol.types import WorkloadsQuery, WorkloadsSnapshot
+
+MAX_LIMIT = 1000
+
+
+def register(dispatcher: Dispatcher, workloads: WorkloadsComponent, events: NumberedStream) -> None:
+    """Route ``workloads:get-initial``, ``workloads:subscribe`` and ``workloads:unsubscribe``."""
+
+    async def get_initial(params: WorkloadsQuery, _: RpcPeer) -> WorkloadsSnapshot:
+        limit = _limit(methods.WORKLOADS_GET_INITIAL, params)
+        return WorkloadsSnapshot(seq=events.seq, workloads=workloads.workloads(limit))
+
+    async def subscribe(params: WorkloadsQuery, peer: RpcPeer) -> WorkloadsSnapshot:
+        limit = _limit(methods.WORKLOADS_SUBSCRIBE, params)
+        return WorkloadsSnapshot(seq=events.subscribe(peer), workloads=workloads.workloads(limit))
+
+    async def unsubscribe(peer: RpcPeer) -> dict[str, bool]:
+        events.unsubscribe(peer)
+        return {"subscribed": False}
+
+    dispatcher.add(methods.WORKLOADS_GET_INITIAL, get_initial, WorkloadsQuery)
+    dispatcher.add(methods.WORKLOADS_SUBSCRIBE, subscribe, WorkloadsQuery)
+    dispatcher.add_plain(methods.WORKLOADS_UNSUBSCRIBE, unsubscribe)
+
+
+def _limit(method: str, params: WorkloadsQuery) -> int:
+    if not 1 <= params.limit <= MAX_LIMIT:
+        raise errors.InvalidParams(
+            f"Invalid params for {method}: limit must be 1-{MAX_LIMIT}, got {params.limit}"
+        )
+    return params.limit

@@ -1,0 +1,415 @@
+"""The workloads component on a real store: reports in and out of order, pushes, persistence,
+restart, the proxy exiting, the bounded history and the load per node."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, cast
+
+import msgspec
+import pytest
+
+from backend.components.workloads.component import WorkloadsComponent
+from backend.components.workloads.state import INTERRUPTED, Job
+from backend.components.workloads.store import WorkloadStore
+from backend.core.rpc import ClientHub, NumberedStream
+from backend.core.store import Store
+from backend.protocol import methods
+from backend.protocol.peer import RpcPeer
+from backend.protocol.types import JobEvent, JobEventKind, Workload, WorkloadsEvent
+
+KEY = "me/run1/1"
+
+
+class StillClock:
+    """Time moves only when the test says so; sleeps really yield, briefly."""
+
+    def __init__(self, now: float = 1_000.0) -> None:
+        self.now = now
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def wall(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(min(seconds, 0.01))
+
+
+class Subscriber:
+    """Stands in for a subscribed client: keeps every ``workloads:event`` pushed to it."""
+
+    def __init__(self) -> None:
+        self.events: list[WorkloadsEvent] = []
+
+    def notify(self, method: str, params: Any = None) -> None:
+        assert method == methods.WORKLOADS_EVENT
+        self.events.append(params)
+
+    def states(self) -> list[tuple[str, str | None]]:
+        return [
+            (event.key, event.workload.state if event.workload is not None else None)
+            for event in self.events
+        ]
+
+
+class Harness:
+    def __init__(
+        self, store: Store, *, keep_finished: int = 1000, gap_timeout: float = 3.0
+    ) -> None:
+        self.clock = StillClock()
+        self.events = NumberedStream(methods.WORKLOADS_EVENT, ClientHub())
+        self.subscriber = Subscriber()
+        self.events.subscribe(cast(RpcPeer, self.subscriber))
+        self.table = WorkloadStore(store, keep_finished=keep_finished)
+        self.component = WorkloadsComponent(
+            store=self.table,
+            clock=self.clock,
+            node_id="me",
+            events=self.events,
+            gap_timeout=gap_timeout,
+        )
+
+    def send(self, seq: int, kind: JobEventKind, **fields: Any) -> None:
+        self.component.on_job_event(report(seq, kind, **fields))
+
+    def job(self, key: str = KEY) -> Workload:
+        return next(w for w in self.component.workloads(1000) if w.key == key)
+
+    def listed(self) -> list[str]:
+        return [w.key for w in self.component.workloads(1000)]
+
+
+def report(
+    seq: int, kind: JobEventKind, *, key: str = KEY, attempt: int = 1, **fields: Any
+) -> dict[str, Any]:
+    """A report as the proxy worker sends it."""
+    header: dict[str, Any] = {
+        "engine": "ollama",
+        "model": "llama3",
+        "origin": "me",
+        "run_id": "run1",
+        "created_at": 100.0 + int(key.rsplit("/", 1)[-1]),
+        "path": "/api/chat",
+        "at": 100.0 + seq,
+    }
+    header.update(fields)
+    event = JobEvent(key=key, seq=seq, kind=kind, attempt=attempt, **header)
+    return cast(dict[str, Any], msgspec.to_builtins(event))
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    store = Store(tmp_path / "pair.db")
+    await store.open()
+    yield store
+    await store.close()
+
+
+@asynccontextmanager
+async def running(component: WorkloadsComponent) -> AsyncIterator[None]:
+    ready = asyncio.Event()
+    component.bind_ready(ready.set)
+    task = asyncio.create_task(component.run())
+    await asyncio.wait_for(ready.wait(), 5)
+    try:
+        yield
+    finally:
+        await component.stop()
+        await asyncio.wait_for(task, 5)
+
+
+async def eventually(check: Callable[[], Any]) -> None:
+    for _ in range(500):
+        if await check() if asyncio.iscoroutinefunction(check) else check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not met within 5 s")
+
+
+async def rows(store: Store) -> dict[str, tuple[Any, ...]]:
+    found = await store.fetch_all("SELECT key, state, error, seq, serving FROM jobs")
+    return {row[0]: row[1:] for row in found}
+
+
+async def test_reports_in_order_push_one_upsert_each_with_the_stream_seq(store: Store) -> None:
+    h = Harness(store)
+    h.send(1, "submitted", target="gpu-box")
+    h.send(2, "started", node="gpu-box")
+    h.send(3, "completed")
+    assert [event.seq for event in h.subscriber.events] == [1, 2, 3]
+    assert h.subscriber.states() == [(KEY, "in_flight"), (KEY, "running"), (KEY, "completed")]
+    last = h.subscriber.events[-1]
+    assert (last.event, last.key) == ("upsert", KEY)
+    assert last.workload is not None
+    assert (last.workload.serving, last.workload.started_at, last.workload.completed_at) == (
+        "gpu-box",
+        102.0,
+        103.0,
+    )
+    assert (last.workload.run_id, last.workload.path, last.workload.model) == (
+        "run1",
+        "/api/chat",
+        "llama3",
+    )
+
+
+async def test_out_of_order_reports_wait_for_the_missing_ones(store: Store) -> None:
+    h = Harness(store)
+    h.send(2, "started", node="a")
+    assert (h.job().state, h.job().seq) == ("in_flight", 0), "shown from its header, waiting"
+    h.send(1, "submitted", target="a")
+    assert (h.job().state, h.job().seq) == ("running", 2)
+    h.send(4, "completed")
+    assert h.job().state == "running"
+    h.send(3, "submitted", target=None)
+    assert (h.job().state, h.job().seq) == ("completed", 4)
+    assert h.subscriber.states() == [(KEY, "in_flight"), (KEY, "running"), (KEY, "completed")]
+
+
+async def test_duplicates_change_nothing_and_push_nothing(store: Store) -> None:
+    h = Harness(store)
+    h.send(1, "submitted", target="a")
+    h.send(1, "submitted", target="a")
+    h.send(3, "completed")
+    h.send(3, "completed")
+    h.send(2, "started", node="a")
+    h.send(2, "started", node="a")
+    assert h.subscriber.states() == [(KEY, "in_flight"), (KEY, "completed")]
+
+
+async def test_failover_returns_to_in_flight_and_late_reports_of_the_left_attempt_are_ignored(
+    store: Store,
+) -> None:
+    h = Harness(store)
+    h.send(1, "submitted", target="a")
+    h.send(2, "started", node="a")
+    assert h.component.pending_by_node() == {"a": 1}
+    h.send(3, "submitted", attempt=2, target="b")
+    assert (h.job().state, h.job().attempt, h.job().target, h.job().serving) == (
+        "in_flight",
+        2,
+        "b",
+        None,
+    )
+    assert h.component.pending_by_node() == {"b": 1}
+    h.send(4, "errored", attempt=1, error="a died")
+    h.send(5, "started", attempt=1, node="a")
+    assert (h.job().state, h.job().serving, h.job().seq) == ("in_flight", None, 5)
+    h.send(6, "started", attempt=2, node="b")
+    h.send(7, "completed", attempt=2)
+    assert (h.job().state, h.job().serving) == ("completed", "b")
+
+
+async def test_a_finished_job_never_moves_back(store: Store) -> None:
+    h = Harness(store)
+    h.send(1, "submitted", target="a")
+    h.send(2, "errored", error="client left", cancelled=True)
+    pushed = len(h.subscriber.events)
+    h.send(3, "started", node="a")
+    h.send(4, "completed")
+    h.send(5, "submitted", attempt=2, target="b")
+    assert (h.job().state, h.job().error) == ("cancelled", "client left")
+    assert len(h.subscriber.events) == pushed
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        None,
+        [],
+        "submitted",
+        {"key": KEY, "seq": 1},
+        {**report(1, "submitted"), "kind": "exploded"},
+        {**report(1, "submitted"), "seq": "one"},
+        report(0, "submitted"),
+        {**report(1, "submitted"), "key": ""},
+        report(1, "submitted", attempt=-1),
+        report(1, "started"),
+    ],
+)
+async def test_malformed_reports_are_logged_and_dropped(
+    store: Store, params: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    h = Harness(store)
+    with caplog.at_level(logging.WARNING):
+        h.component.on_job_event(params)
+    assert h.component.workloads(10) == []
+    assert h.subscriber.events == []
+    assert "proxy/job" in caplog.text
+
+
+async def test_a_lost_report_does_not_leave_the_job_stuck(store: Store) -> None:
+    h = Harness(store, gap_timeout=3.0)
+    h.send(1, "submitted", target="a")
+    h.send(3, "completed")  # 2 never comes
+    async with running(h.component):
+        await asyncio.sleep(0.05)
+        assert h.job().state == "in_flight"
+        h.clock.now += 3.0
+        await eventually(lambda: h.job().state == "completed")
+    assert h.component.pending_by_node() == {}
+
+
+async def test_the_final_state_is_written_while_running(store: Store) -> None:
+    h = Harness(store)
+    async with running(h.component):
+        h.send(1, "submitted", target="a")
+        h.send(2, "started", node="a")
+        h.send(3, "completed")
+
+        async def written() -> bool:
+            return (await rows(store)).get(KEY) == ("completed", None, 3, "a")
+
+        await eventually(written)
+
+
+async def test_stopping_writes_what_is_pending(store: Store) -> None:
+    h = Harness(store)
+    async with running(h.component):
+        h.send(1, "submitted", target="a")
+        h.send(2, "errored", error="engine said no")
+    assert (await rows(store))[KEY] == ("failed", "engine said no", 2, None)
+
+
+async def test_a_restart_marks_unfinished_jobs_interrupted(store: Store) -> None:
+    before = Harness(store)
+    before.send(1, "submitted", key="me/run1/1", target="a")
+    before.send(2, "started", key="me/run1/1", node="a")
+    before.send(1, "submitted", key="me/run1/2", target="b")
+    before.send(2, "completed", key="me/run1/2")
+    await before.component.write_pending()
+
+    after = Harness(store)
+    after.clock.now = 5_000.0
+    async with running(after.component):
+        pass
+    interrupted = after.job("me/run1/1")
+    assert (interrupted.state, interrupted.error, interrupted.completed_at) == (
+        "failed",
+        INTERRUPTED,
+        5_000.0,
+    )
+    assert after.job("me/run1/2").state == "completed"
+    assert ("me/run1/1", "failed") in after.subscriber.states()
+    stored = await rows(store)
+    assert stored["me/run1/1"][:2] == ("failed", INTERRUPTED)
+    assert stored["me/run1/2"][0] == "completed"
+
+
+async def test_the_proxy_exiting_fails_every_unfinished_job(store: Store) -> None:
+    h = Harness(store)
+    h.send(1, "submitted", key="me/run1/1", target="a")
+    h.send(2, "started", key="me/run1/1", node="a")
+    h.send(1, "submitted", key="me/run1/2", target="b")
+    h.send(1, "submitted", key="me/run1/3", target="a")
+    h.send(2, "completed", key="me/run1/3")
+    h.send(1, "submitted", key="me/run1/4", target="a")
+    h.send(3, "started", key="me/run1/4", node="a")  # 2 still missing
+    pushed = len(h.subscriber.events)
+    h.component.fail_unfinished("proxy exited")
+    assert sorted(h.subscriber.states()[pushed:]) == [
+        ("me/run1/1", "failed"),
+        ("me/run1/2", "failed"),
+        ("me/run1/4", "failed"),
+    ]
+    assert h.component.pending_by_node() == {}
+    h.send(2, "submitted", key="me/run1/4", target="a")
+    assert h.job("me/run1/4").error == "proxy exited"
+    await h.component.write_pending()
+    stored = await rows(store)
+    assert [stored[f"me/run1/{n}"][:2] for n in (1, 2, 3)] == [
+        ("failed", "proxy exited"),
+        ("failed", "proxy exited"),
+        ("completed", None),
+    ]
+
+
+async def test_history_is_bounded_and_pruned_jobs_are_pushed_as_removed(store: Store) -> None:
+    h = Harness(store, keep_finished=3)
+    h.send(1, "submitted", key="me/run1/1", target="a")  # the oldest, still running
+    for n in range(2, 7):
+        h.send(1, "submitted", key=f"me/run1/{n}", target="a")
+        h.send(2, "completed", key=f"me/run1/{n}")
+    removed = [event.key for event in h.subscriber.events if event.event == "remove"]
+    assert removed == ["me/run1/2", "me/run1/3"]
+    assert h.listed() == [f"me/run1/{n}" for n in (6, 5, 4, 1)]
+    h.send(3, "started", key="me/run1/2", node="a")
+    assert "me/run1/2" not in h.listed(), "a late report cannot bring it back"
+    await h.component.write_pending()
+    assert sorted(await rows(store)) == ["me/run1/1", "me/run1/4", "me/run1/5", "me/run1/6"]
+
+
+async def test_pending_by_node_counts_where_unfinished_jobs_are(store: Store) -> None:
+    h = Harness(store)
+    h.send(1, "submitted", key="me/run1/1", target="a")
+    h.send(1, "submitted", key="me/run1/2", target="a")
+    h.send(2, "started", key="me/run1/2", node="b")
+    h.send(1, "submitted", key="me/run1/3", target=None)
+    h.send(1, "submitted", key="me/run1/4", target="a")
+    h.send(2, "completed", key="me/run1/4")
+    h.send(1, "submitted", key="me/run1/5", target="b")
+    assert h.component.pending_by_node() == {"a": 1, "b": 2}
+
+
+async def test_snapshots_are_newest_first_and_limited(store: Store) -> None:
+    h = Harness(store)
+    for n in (2, 1, 3):
+        h.send(1, "submitted", key=f"me/run1/{n}", target="a")
+    assert [w.key for w in h.component.workloads(2)] == ["me/run1/3", "me/run1/2"]
+
+
+async def test_the_store_round_trips_every_field_and_prunes_on_load(store: Store) -> None:
+    table = WorkloadStore(store, keep_finished=2)
+    full = Job(
+        id="me/run1/9",
+        engine="lmstudio",
+        model="qwen",
+        origin="me",
+        created_at=109.0,
+        state="failed",
+        attempt=2,
+        target="b",
+        serving="b",
+        started_at=110.0,
+        completed_at=111.0,
+        error="boom",
+        seq=5,
+        run_id="run1",
+        path="/v1/chat/completions",
+    )
+    older = [
+        Job(id=f"me/run1/{n}", engine="e", model="m", origin="me", created_at=100.0 + n)
+        for n in range(1, 4)
+    ]
+    finished = [
+        Job(
+            id=job.id,
+            engine="e",
+            model="m",
+            origin="me",
+            created_at=job.created_at,
+            state="completed",
+        )
+        for job in older[1:]
+    ]
+    await table.save([(full, 1.0), (older[0], 1.0), *((job, 1.0) for job in finished)])
+    loaded = await table.load()
+    assert loaded == [full, finished[1], older[0]], "the oldest finished one is pruned"
+
+
+async def test_a_component_restart_within_the_same_broker_keeps_live_jobs(store: Store) -> None:
+    h = Harness(store)
+    h.send(1, "submitted", target="a")
+    async with running(h.component):
+        h.send(2, "started", node="a")
+    async with running(h.component):  # the supervisor ran it again after a crash
+        pass
+    assert h.job().state == "running"
+    h.send(3, "completed")
+    assert h.job().state == "completed"

@@ -1,0 +1,139 @@
+"""``workloads:*`` through the real dispatcher and a real connection: snapshots newest first,
+limits checked, pushes only to subscribers and numbered after their snapshot."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from backend.components.workloads import rpc
+from backend.components.workloads.component import WorkloadsComponent
+from backend.components.workloads.store import WorkloadStore
+from backend.core.rpc import ClientHub, Dispatcher, NumberedStream
+from backend.core.store import Store
+from backend.protocol import errors, methods
+from backend.protocol.peer import RpcPeer
+from backend.protocol.types import WorkloadsEvent, WorkloadsSnapshot
+from tests.fakes import FakeClock
+
+
+@dataclass
+class Connected:
+    client: RpcPeer
+    server: RpcPeer
+    hub: ClientHub
+    workloads: WorkloadsComponent
+    pushes: asyncio.Queue[WorkloadsEvent]
+
+    def report(self, n: int, seq: int = 1) -> None:
+        self.workloads.on_job_event(
+            {
+                "key": f"me/run1/{n}",
+                "seq": seq,
+                "kind": "submitted" if seq == 1 else "completed",
+                "attempt": 1,
+                "at": 200.0 + n,
+                "engine": "ollama",
+                "model": "llama3",
+                "origin": "me",
+                "run_id": "run1",
+                "created_at": 100.0 + n,
+                "target": "me",
+            }
+        )
+
+    async def snapshot(self, method: str, params: Any = None) -> WorkloadsSnapshot:
+        return msgspec.convert(await self.client.call(method, params), WorkloadsSnapshot)
+
+
+@pytest.fixture
+async def connected(tmp_path: Path) -> AsyncIterator[Connected]:
+    store = Store(tmp_path / "pair.db")
+    await store.open()
+    hub = ClientHub()
+    events = NumberedStream(methods.WORKLOADS_EVENT, hub)
+    workloads = WorkloadsComponent(
+        store=WorkloadStore(store), clock=FakeClock(), node_id="me", events=events
+    )
+    dispatcher = Dispatcher()
+    rpc.register(dispatcher, workloads, events)
+    pushes: asyncio.Queue[WorkloadsEvent] = asyncio.Queue()
+
+    def on_push(method: str, params: Any, _: RpcPeer) -> None:
+        assert method == methods.WORKLOADS_EVENT
+        pushes.put_nowait(msgspec.convert(params, WorkloadsEvent))
+
+    left, right = socket.socketpair()
+    server_reader, server_writer = await asyncio.open_connection(sock=left)
+    client_reader, client_writer = await asyncio.open_connection(sock=right)
+    server = RpcPeer(server_reader, server_writer, name="broker", on_request=dispatcher)
+    client = RpcPeer(client_reader, client_writer, name="gui", on_notification=on_push)
+    hub.add(server)
+    tasks = [asyncio.create_task(server.run()), asyncio.create_task(client.run())]
+    try:
+        yield Connected(client, server, hub, workloads, pushes)
+    finally:
+        client.close()
+        server.close()
+        await asyncio.wait_for(asyncio.gather(*tasks), 5)
+        await store.close()
+
+
+async def test_get_initial_is_newest_first_and_limited(connected: Connected) -> None:
+    for n in (1, 3, 2):
+        connected.report(n)
+    snapshot = await connected.snapshot(methods.WORKLOADS_GET_INITIAL)
+    assert [w.key for w in snapshot.workloads] == ["me/run1/3", "me/run1/2", "me/run1/1"]
+    assert snapshot.seq == 3
+    limited = await connected.snapshot(methods.WORKLOADS_GET_INITIAL, {"limit": 1})
+    assert [w.key for w in limited.workloads] == ["me/run1/3"]
+
+
+@pytest.mark.parametrize("limit", [0, 1001, -5])
+async def test_a_limit_outside_1_to_1000_is_invalid(connected: Connected, limit: int) -> None:
+    for method in (methods.WORKLOADS_GET_INITIAL, methods.WORKLOADS_SUBSCRIBE):
+        with pytest.raises(errors.InvalidParams, match=f"limit must be 1-1000, got {limit}"):
+            await connected.client.call(method, {"limit": limit})
+
+
+async def test_a_limit_of_the_wrong_type_is_invalid(connected: Connected) -> None:
+    with pytest.raises(errors.InvalidParams, match="limit"):
+        await connected.client.call(methods.WORKLOADS_GET_INITIAL, {"limit": "all"})
+
+
+async def test_get_initial_alone_does_not_subscribe(connected: Connected) -> None:
+    await connected.snapshot(methods.WORKLOADS_GET_INITIAL)
+    connected.report(1)
+    await connected.snapshot(methods.WORKLOADS_GET_INITIAL)  # a round trip after the report
+    assert connected.pushes.empty()
+
+
+async def test_subscribers_get_events_numbered_after_their_snapshot(connected: Connected) -> None:
+    connected.report(1)
+    snapshot = await connected.snapshot(methods.WORKLOADS_SUBSCRIBE, {"limit": 10})
+    assert ([w.key for w in snapshot.workloads], snapshot.seq) == (["me/run1/1"], 1)
+    connected.report(1, seq=2)
+    connected.report(2)
+    first = await asyncio.wait_for(connected.pushes.get(), 5)
+    second = await asyncio.wait_for(connected.pushes.get(), 5)
+    assert (first.seq, first.event, first.key) == (2, "upsert", "me/run1/1")
+    assert first.workload is not None and first.workload.state == "completed"
+    assert (second.seq, second.key) == (3, "me/run1/2")
+
+
+async def test_unsubscribe_and_leaving_stop_the_pushes(connected: Connected) -> None:
+    await connected.snapshot(methods.WORKLOADS_SUBSCRIBE)
+    assert await connected.client.call(methods.WORKLOADS_UNSUBSCRIBE) == {"subscribed": False}
+    connected.report(1)
+    await connected.snapshot(methods.WORKLOADS_SUBSCRIBE)
+    connected.hub.remove(connected.server)
+    connected.report(2)
+    await connected.snapshot(methods.WORKLOADS_GET_INITIAL)  # a round trip after the reports
+    assert connected.pushes.empty()
