@@ -29,9 +29,19 @@ from backend.components.nodeinfo import rpc as nodeinfo_rpc
 from backend.components.nodeinfo.payload import NodeInfoSource, last_engine_models
 from backend.components.nodeinfo.server import NodeApiServer
 from backend.components.nodeinfo.telemetry import TelemetryComponent
-from backend.components.proxy.component import ProxyComponent, targets_from_engines
+from backend.components.proxy.component import ProxyComponent, local_engines
+from backend.components.proxy.table import (
+    FIRST_CONTENT_TIMEOUT_ENV,
+    HEADER_TIMEOUT_ENV,
+    TableSource,
+    timeout_from,
+)
+from backend.components.proxy.targets import DEFAULT_TIMEOUT_S
 from backend.components.settings import rpc as settings_rpc
 from backend.components.settings.service import CORRUPT_ERROR_ID, SettingsService
+from backend.components.workloads import rpc as workloads_rpc
+from backend.components.workloads.component import WorkloadsComponent
+from backend.components.workloads.store import WorkloadStore
 from backend.core import logs
 from backend.core.clock import Clock, SystemClock
 from backend.core.control_server import ControlServer
@@ -103,6 +113,7 @@ class Broker:
         self._supervisor: Supervisor | None = None
         self._engines: EnginesComponent | None = None
         self._proxy: ProxyComponent | None = None
+        self._discovery: DiscoveryComponent | None = None
 
     async def run(self, announce: Callable[[str], None] | None = None) -> int:
         """Serve until asked to stop; raises ``AlreadyRunning`` if the data dir is taken."""
@@ -201,25 +212,53 @@ class Broker:
 
     def _add_proxy(self, supervisor: Supervisor, engines: EnginesComponent) -> None:
         assert self._errors is not None
+        events = NumberedStream(methods.WORKLOADS_EVENT, self._hub)
+        workloads = WorkloadsComponent(
+            store=WorkloadStore(self._store),
+            clock=self._clock,
+            node_id=self._node_id,
+            events=events,
+        )
+        # Added before the proxy: components stop in reverse, so the proxy's last job reports
+        # are written when the workloads component stops after it.
+        supervisor.add(workloads)
+        workloads_rpc.register(self._dispatcher, workloads, events)
+        table = TableSource(
+            node_id=lambda: self._node_id,
+            local=lambda: local_engines(engines),
+            nodes=lambda: self._discovery.nodes() if self._discovery is not None else [],
+            loads=workloads.pending_by_node,
+            timeouts=self._proxy_timeouts,
+        )
         self._proxy = ProxyComponent(
             ports=self._config.ports,
             errors=self._errors,
             clock=self._clock,
-            targets=lambda: targets_from_engines(
-                self._node_id,
-                [(name, c.base_url()) for name, c in engines.controllers.items() if c.running],
-                engines.last_models(),
-            ),
+            targets=table,
             environment=self._worker_environment,
+            on_job=workloads.on_job_event,
+            on_worker_exit=lambda: workloads.fail_unfinished(PROXY_GONE),
         )
         supervisor.add(self._proxy)
+
+    def _proxy_timeouts(self) -> tuple[float, float]:
+        def setting(key: str) -> float:
+            value = self._settings.get(key) if self._settings is not None else DEFAULT_TIMEOUT_S
+            return float(value)
+
+        return (
+            timeout_from(setting("proxy_header_timeout_s"), os.environ, HEADER_TIMEOUT_ENV),
+            timeout_from(
+                setting("proxy_first_content_timeout_s"), os.environ, FIRST_CONTENT_TIMEOUT_ENV
+            ),
+        )
 
     def _add_node_components(self, supervisor: Supervisor) -> None:
         telemetry = TelemetryComponent(clock=self._clock)
         source = NodeInfoSource(
             node_id=self._node_id,
             version=__version__,
-            ports=self._config.ports,
+            ports=self._published_ports,
             name=self._node_name,
             telemetry=telemetry.view,
             engine_models=lambda: last_engine_models(self._engines),
@@ -244,6 +283,7 @@ class Broker:
             use_mdns=mdns_enabled(os.environ),
         )
         supervisor.add(discovery)
+        self._discovery = discovery
         discovery_rpc.register(self._dispatcher, discovery, events)
 
     def _register_methods(
@@ -404,6 +444,17 @@ class Broker:
     def _ready_payload(self) -> AppReady:
         return AppReady(version=__version__, node_name=self._node_name(), pid=os.getpid())
 
+    def _published_ports(self) -> Ports:
+        """The ports peers should use: the front doors' real ones once they are open."""
+        ports = self._config.ports
+        doors = self._proxy.ports() if self._proxy is not None else {}
+        return Ports(
+            node=ports.node,
+            ollama=doors.get("ollama", ports.ollama),
+            openai=doors.get("openai", ports.openai),
+            llamacpp=doors.get("llamacpp", ports.llamacpp),
+        )
+
     def _front_doors(self) -> str:
         doors = self._proxy.endpoints() if self._proxy is not None else {}
         if not doors:
@@ -423,6 +474,9 @@ class Broker:
             "Stop with Ctrl+C or `pair stop`.",
         ]
         return "\n".join(lines)
+
+
+PROXY_GONE = "interrupted: the proxy worker stopped"
 
 
 async def _nothing() -> None:

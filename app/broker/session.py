@@ -82,6 +82,11 @@ class BrokerSession:
         session = cls(reader, writer, sink)
         try:
             await session.peer.call(methods.PING, timeout=PING_TIMEOUT_S)
+            # The broker's PID, even when its app:ready greeting has not come yet.
+            status = await session.peer.call(methods.STATUS, timeout=PING_TIMEOUT_S)
+            if session.pid is None and isinstance(status, dict):
+                pid = status.get("pid")
+                session.pid = pid if isinstance(pid, int) else None
         except RpcError as exc:
             log.info("broker at %s did not answer ping: %s", address, exc)
             await session.close()

@@ -94,6 +94,7 @@ async def test_components_subscription_is_a_snapshot_then_numbered_events(
             "nodeinfo",
             "node-api",
             "proxy",
+            "workloads",
             "testworker",
         }
         await client.call("components:restart", {"name": "testworker"})

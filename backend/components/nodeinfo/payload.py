@@ -20,7 +20,7 @@ class NodeInfoSource:
 
     node_id: str
     version: str
-    ports: Ports
+    ports: Callable[[], Ports]
     name: Callable[[], str]
     telemetry: Callable[[], TelemetryView]
     engine_models: Callable[[], Mapping[str, NodeEngineModels]] = dict
@@ -39,7 +39,7 @@ class NodeInfoSource:
             gpus=view.gpus,
             telemetry_valid=view.valid,
             telemetry_age_ms=view.age_ms,
-            ports=self.ports,
+            ports=self.ports(),
             engines=dict(self.engine_models()),
         )
 

@@ -6,17 +6,19 @@ import asyncio
 import contextlib
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
+from backend.components.engines.component import EnginesComponent
 from backend.components.proxy.listeners import (
     FrontDoor,
     open_front_door,
     port_taken_error_id,
     port_taken_message,
 )
+from backend.components.proxy.table import LocalEngine
 from backend.components.proxy.targets import (
     CLOSE_NOTIFICATION,
     DOORS,
@@ -24,7 +26,6 @@ from backend.components.proxy.targets import (
     TARGETS_NOTIFICATION,
     Door,
     ProxyTargets,
-    RouteTarget,
 )
 from backend.core.clock import Clock
 from backend.core.component import Component
@@ -83,6 +84,10 @@ class ProxyComponent(Component):
     def endpoints(self) -> dict[Door, str]:
         """The real URL of each open front door."""
         return {door: front_door.url() for door, front_door in self._doors.items()}
+
+    def ports(self) -> dict[Door, int]:
+        """The port each open front door is bound to."""
+        return {door: front_door.port for door, front_door in self._doors.items()}
 
     def pid(self) -> int | None:
         """The proxy worker's PID while it runs."""
@@ -162,27 +167,16 @@ class ProxyComponent(Component):
             await self._clock.sleep(self._targets_interval)
 
 
-def targets_from_engines(
-    node_id: str,
-    controllers: Sequence[tuple[str, str]],
-    last_models: dict[str, tuple[list[str] | None, list[str] | None]],
-) -> ProxyTargets:
-    """Targets from ``(engine name, base URL)`` pairs of running engines and their listed models."""
-    return ProxyTargets(
-        node_id=node_id,
-        engines={
-            name: [
-                RouteTarget(
-                    node_id=node_id,
-                    kind="local",
-                    base_url=base_url,
-                    models=list(last_models[name][0] or []),
-                )
-            ]
-            for name, base_url in controllers
-            if name in last_models
-        },
-    )
+def local_engines(engines: EnginesComponent) -> dict[str, LocalEngine]:
+    """This node's running engines with their last listed models and slot counts."""
+    listed = engines.last_models()
+    found: dict[str, LocalEngine] = {}
+    for name, controller in engines.controllers.items():
+        if not controller.running or name not in listed:
+            continue
+        slots = controller.status().slots or controller.manifest.slots.default
+        found[name] = LocalEngine(controller.base_url(), list(listed[name][0] or []), slots)
+    return found
 
 
 def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:

@@ -20,6 +20,24 @@ SCHEMA: tuple[SettingSpec, ...] = (
         choices=list(LOG_LEVELS),
         description="Least severe log messages written by the broker and its workers.",
     ),
+    SettingSpec(
+        key="proxy_header_timeout_s",
+        type="float",
+        default=120.0,
+        minimum=1.0,
+        maximum=3600.0,
+        description="Seconds the front door waits for an engine's response headers before it"
+        " tries another node (PAIR_PROXY_HEADER_TIMEOUT_S overrides).",
+    ),
+    SettingSpec(
+        key="proxy_first_content_timeout_s",
+        type="float",
+        default=120.0,
+        minimum=1.0,
+        maximum=3600.0,
+        description="Seconds the front door waits after the headers for an engine's first"
+        " output before it tries another node (PAIR_PROXY_FIRST_CONTENT_TIMEOUT_S overrides).",
+    ),
 )
 SPECS: dict[str, SettingSpec] = {spec.key: spec for spec in SCHEMA}
 _MAX_STRING = 256

@@ -104,7 +104,7 @@ def _source(view: TelemetryView, **extra: Any) -> NodeInfoSource:
     return NodeInfoSource(
         node_id="11111111-2222-3333-4444-555555555555",
         version="9.9",
-        ports=PORTS,
+        ports=lambda: PORTS,
         name=lambda: "desk",
         telemetry=lambda: view,
         os=NodeOs(system="Linux", machine="x86_64"),
