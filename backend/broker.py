@@ -404,9 +404,12 @@ class Broker:
             node_name=self._node_name(),
             control_address=self._address,
             log_file=str(self._config.log_file) if self._config.log_file else None,
-            ports=self._config.ports,
+            ports=self._published_ports(),
             components=self._supervisor.snapshot(),
             errors=self._errors.snapshot(),
+            front_doors={str(d): u for d, u in self._proxy.endpoints().items()}
+            if self._proxy
+            else {},
         )
 
     async def _request_shutdown(self, _: RpcPeer) -> dict[str, bool]:

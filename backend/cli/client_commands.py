@@ -107,6 +107,8 @@ def format_status(status: BrokerStatus) -> str:
         f"log file    {status.log_file or '-'}",
         f"ports       node {status.ports.node}, ollama {status.ports.ollama}, "
         f"openai {status.ports.openai}, llama.cpp {status.ports.llamacpp}",
+        "front doors "
+        + (", ".join(f"{d} {u}" for d, u in sorted(status.front_doors.items())) or "-"),
         "",
         f"{'COMPONENT':<14}{'KIND':<8}{'STATE':<10}{'RESTARTS':<10}{'PID':<8}DETAIL",
     ]

@@ -11,6 +11,7 @@ from backend import __version__
 from backend.cli import (
     client_commands,
     emulate_command,
+    endpoints_command,
     engine_commands,
     jobs_command,
     node_command,
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     engine_commands.add_parsers(commands, _add_data_dir)
     node_commands.add_parsers(commands, node, _add_data_dir)
     jobs_command.add_parser(commands, _add_data_dir)
+    endpoints_command.add_parser(commands, _add_data_dir)
     emulate_command.add_parser(commands)
     return parser
 
@@ -112,6 +114,8 @@ def _dispatch(argv: Sequence[str] | None) -> int:
     if handled is not None:
         return handled
     handled = jobs_command.run(args)
+    if handled is None:
+        handled = endpoints_command.run(args)
     if handled is not None:
         return handled
     if args.command == "node":

@@ -131,6 +131,7 @@ class BrokerStatus(Wire, frozen=True, kw_only=True):
     ports: Ports
     components: list[ComponentInfo]
     errors: list[ServiceError]
+    front_doors: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class SettingSpec(Wire, frozen=True, kw_only=True):

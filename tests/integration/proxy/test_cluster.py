@@ -1,0 +1,171 @@
+"""Two real brokers on one computer, each managing its own (emulated) Ollama.
+
+Node A knows node B as a manual node. Requests through A's front door with the official
+``ollama`` client are served by whichever node has the model; both brokers keep the jobs.
+Then A's proxy worker is killed with -9 in the middle of a burst.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import ollama
+
+from tests.integration.conftest import Broker, Client, free_port
+from tests.integration.engines.conftest import OLLAMA_SHIM, write_override, write_script
+
+LONG = {"num_predict": 400}  # 400 tokens at the emulator's 20 ms each: about 8 s
+
+
+def _node_dir(tmp_path: Path, name: str, models: str) -> Path:
+    """A data dir whose Ollama is the emulator with ``models`` installed."""
+    data_dir = tmp_path / name
+    shim_text = OLLAMA_SHIM.replace('"tinyllama:latest,qwen2:0.5b"', repr(models))
+    shim = write_script(tmp_path / f"ollama-{name}", shim_text)
+    write_override(
+        data_dir,
+        "ollama",
+        {
+            "detect": [{"path": str(shim)}],
+            "runtime": {"port": free_port(), "ready": {"timeout_s": 30}},
+        },
+    )
+    return data_dir
+
+
+async def _until(
+    client: Client, method: str, params: Any, check: Callable[[Any], bool], timeout: float = 20.0
+) -> Any:
+    async with asyncio.timeout(timeout):
+        while True:
+            answer = await client.call(method, params)
+            if check(answer):
+                return answer
+            await asyncio.sleep(0.1)
+
+
+def _jobs(snapshot: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(snapshot["workloads"])
+
+
+def _proxy_pid(status: dict[str, Any]) -> int | None:
+    proxy = next(c for c in status["components"] if c["name"] == "proxy")
+    return proxy.get("pid") if proxy["status"] == "running" else None
+
+
+async def test_two_nodes_route_keep_jobs_and_survive_a_killed_proxy_worker(
+    start_broker: Callable[..., Broker], tmp_path: Path, monkeypatch: Any
+) -> None:
+    monkeypatch.setenv("PAIR_DISCOVERY_MDNS", "0")
+    monkeypatch.setenv("PAIR_PROXY_RETRY_BACKOFF_S", "0.05,0.1")
+    node_b = start_broker(data_dir=_node_dir(tmp_path, "b", "shared:latest,only-b:latest"))
+    node_a = start_broker(data_dir=_node_dir(tmp_path, "a", "shared:latest"))
+    async with node_a.connect() as a, node_b.connect() as b:
+        for client in (a, b):
+            await client.call("engine:start", {"engine": "ollama"}, timeout=40)
+        b_status = await b.call("status")
+        await a.call("node/add", {"address": "127.0.0.1", "port": b_status["ports"]["node"]})
+        b_id = b_status["node_id"]
+        a_status = await a.call("status")
+        a_id = a_status["node_id"]
+
+        def knows_b(nodes: list[dict[str, Any]]) -> bool:
+            found = [n for n in nodes if n["node_id"] == b_id]
+            return bool(found) and "only-b:latest" in (
+                found[0].get("engines", {}).get("ollama", {}).get("models") or []
+            )
+
+        await _until(a, "discovery:get-nodes", None, knows_b)
+        door = a_status["front_doors"]["ollama"]
+        assert door.startswith("http://127.0.0.1:")
+
+        # A model only B has: A routes it through B's relay. Both brokers keep the job.
+        clients = ollama.AsyncClient(host=door)
+        answer = await clients.chat(model="only-b", messages=[{"role": "user", "content": "hi"}])
+        assert answer.done and answer.message.content
+        job = (
+            await _until(
+                a,
+                "workloads:get-initial",
+                {"limit": 10},
+                lambda s: any(j["state"] == "completed" for j in _jobs(s)),
+            )
+        )["workloads"][0]
+        assert (job["origin"], job["serving"], job["model"]) == (a_id, b_id, "only-b")
+        served = await _until(b, "workloads:get-initial", {"limit": 10}, lambda s: bool(_jobs(s)))
+        assert _jobs(served)[0]["origin"] == a_id
+        assert _jobs(served)[0]["key"].startswith(job["key"])
+
+        # Federated model list: A's /api/tags lists B's models too, each once.
+        listed = await clients.list()
+        names = sorted(m.model or "" for m in listed.models)
+        assert names == ["only-b:latest", "shared:latest"]
+
+        await _kill_proxy_mid_burst(a, b, door, node_b)
+
+
+async def _kill_proxy_mid_burst(a: Client, b: Client, door: str, node_b: Broker) -> None:
+    await a.call("workloads:subscribe")
+    pushes_before = len(a.pushes)
+    burst = [
+        asyncio.create_task(_stream(door, f"burst {n}")) for n in range(4)
+    ]  # spread over A's engine and B's by reservations
+    running = await _until(
+        a,
+        "workloads:get-initial",
+        {"limit": 20},
+        lambda s: sum(j["state"] == "running" for j in _jobs(s)) >= 2,
+    )
+    held = [j["key"] for j in _jobs(running) if j["state"] in ("running", "in_flight")]
+    old_pid = _proxy_pid(await a.call("status"))
+    assert old_pid is not None
+    os.kill(old_pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+
+    # A client that connects while the worker is down waits in the kept socket's backlog.
+    async with aiohttp.ClientSession() as session:
+        async with session.get(door + "/api/version") as during:
+            assert during.status == 200
+    status = await _until(
+        a, "status", None, lambda s: _proxy_pid(s) not in (None, old_pid), timeout=10
+    )
+    back_after = time.monotonic() - killed_at
+    print(f"proxy worker back {back_after:.2f} s after kill -9 (pid {_proxy_pid(status)})")
+
+    outcomes = await asyncio.gather(*burst, return_exceptions=True)
+    assert all(isinstance(outcome, Exception) for outcome in outcomes)  # cut, not completed
+    for key in held:  # the jobs the dead worker held end Failed, not Running forever
+        ended = await a.wait_push(
+            "workloads:event",
+            lambda e, key=key: e["key"] == key and e["workload"]["state"] == "failed",
+            since=pushes_before,
+        )
+        assert "proxy worker stopped" in ended["workload"]["error"]
+    # Node B's engine stopped the work it was doing for A's dead worker.
+    served = await _until(
+        b,
+        "workloads:get-initial",
+        {"limit": 20},
+        lambda s: all(j["state"] in ("cancelled", "completed", "failed") for j in _jobs(s)),
+    )
+    assert any(j["state"] == "cancelled" for j in _jobs(served))
+
+
+async def _stream(door: str, prompt: str) -> int:
+    client = ollama.AsyncClient(host=door)
+    chunks = 0
+    async for _ in await client.chat(
+        model="shared",
+        messages=[{"role": "user", "content": prompt}],
+        stream=True,
+        options=LONG,
+    ):
+        chunks += 1
+    return chunks
