@@ -130,9 +130,8 @@ async def _kill_proxy_mid_burst(a: Client, b: Client, door: str, node_b: Broker)
     killed_at = time.monotonic()
 
     # A client that connects while the worker is down waits in the kept socket's backlog.
-    async with aiohttp.ClientSession() as session:
-        async with session.get(door + "/api/version") as during:
-            assert during.status == 200
+    async with aiohttp.ClientSession() as session, session.get(door + "/api/version") as during:
+        assert during.status == 200
     status = await _until(
         a, "status", None, lambda s: _proxy_pid(s) not in (None, old_pid), timeout=10
     )
