@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -60,7 +60,7 @@ async def precommit(
     timeouts: Timeouts,
     *,
     inference: bool,
-    sent: asyncio.Event | None = None,
+    sent: Callable[[], None] | None = None,
 ) -> Commit | Failure:
     """Send the request; return the commit, or why this node cannot serve it now.
 
@@ -68,14 +68,22 @@ async def precommit(
     """
     try:
         async with _timeout(timeouts.headers):
-            upstream = await session.request(
-                method,
-                URL(url, encoded=True),
-                headers=headers,
-                data=body,
-                allow_redirects=False,
-                trace_request_ctx=sent,
-            )
+            for fresh in (False, True):
+                try:
+                    upstream = await session.request(
+                        method,
+                        URL(url, encoded=True),
+                        headers=headers,
+                        data=body,
+                        allow_redirects=False,
+                        trace_request_ctx=sent,
+                    )
+                    break
+                except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                    # An engine may close an idle pooled connection (llama-server does after
+                    # a stream) without saying so: one immediate try on a new connection.
+                    if fresh or isinstance(exc, aiohttp.ClientConnectorError):
+                        raise
     except TimeoutError:
         return Failure(
             "header-timeout",
@@ -120,7 +128,7 @@ async def _status_failure(upstream: aiohttp.ClientResponse) -> Failure:
 
 
 def sent_tracing() -> aiohttp.TraceConfig:
-    """Sets the ``sent`` event given to ``precommit`` once the request's headers are sent.
+    """Calls the ``sent`` callback given to ``precommit`` once the request's headers are sent.
 
     Until then the engine has not got the request (it may not even be listening), so the job
     must not read Running however free the engine's slots are.
@@ -129,9 +137,9 @@ def sent_tracing() -> aiohttp.TraceConfig:
     async def on_headers_sent(
         _: aiohttp.ClientSession, context: object, __: aiohttp.TraceRequestHeadersSentParams
     ) -> None:
-        event = getattr(context, "trace_request_ctx", None)
-        if isinstance(event, asyncio.Event):
-            event.set()
+        sent = getattr(context, "trace_request_ctx", None)
+        if callable(sent):
+            sent()
 
     tracing = aiohttp.TraceConfig()
     tracing.on_request_headers_sent.append(on_headers_sent)

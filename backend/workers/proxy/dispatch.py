@@ -10,13 +10,13 @@ first body byte commits: from then on the response streams to the client and is 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -31,7 +31,6 @@ from backend.components.proxy.targets import (
     ProxyTargets,
     RouteTarget,
     owners,
-    targets_for,
     upstream_url,
 )
 from backend.workers.proxy.attempt import Commit, Failure, Timeouts, precommit
@@ -53,6 +52,7 @@ log = logging.getLogger(__name__)
 
 BUSY_HOLD_S = 2.0
 WRITE_DEADLINE_S = 30.0
+PEER_POLL_DELAY_S = 0.1
 ORIGIN_HEADER = "X-PAIR-Origin"
 JOB_HEADER = "X-PAIR-Job"
 ATTEMPT_HEADER = "X-PAIR-Attempt"
@@ -82,14 +82,29 @@ class Admission:
     only: list[RouteTarget] | None = None
 
 
-@dataclass
+@dataclass(eq=False)
 class _Dispatch:
+    """One attempt: its slot ticket here, whether the engine has the request, who watches."""
+
     job: Job
     target: RouteTarget
     attempt: int
+    on_running: Callable[[_Dispatch], None]
     ticket: Ticket | None = None
-    sent: asyncio.Event = field(default_factory=asyncio.Event)
-    watchers: list[asyncio.Task[None]] = field(default_factory=list)
+    sent: bool = False
+    gone: bool = False
+    task: asyncio.Task[Any] | None = None
+    watchers: list[asyncio.Task[None] | asyncio.TimerHandle] = field(default_factory=list)
+
+    def mark_sent(self) -> None:
+        """The request's headers reached the engine (aiohttp trace callback)."""
+        self.sent = True
+        self.check_running()
+
+    def check_running(self) -> None:
+        """Running here once the engine has the request and it holds a slot."""
+        if self.sent and self.ticket is not None and self.ticket.running.is_set():
+            self.on_running(self)
 
 
 class Router:
@@ -108,7 +123,8 @@ class Router:
         self.jobs = jobs
         self.policy = policy or RetryPolicy()
         self._targets = ProxyTargets()
-        self._changed = asyncio.Event()
+        # Attempts waiting for their commit, by node: cancelled when the node leaves.
+        self._attempts: dict[str, set[_Dispatch]] = {}
         self._reservations = Reservations()
         self._busy_until: dict[str, float] = {}
         self._slots: dict[str, SlotTracker] = {}
@@ -127,8 +143,12 @@ class Router:
         self._targets = targets
         loads = {node: NodeLoad(pending=count) for node, count in targets.loads.items()}
         self._reservations.apply_snapshot(targets.generation, loads)
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
+        present = {t.node_id for found in targets.engines.values() for t in found}
+        for node in [node for node in self._attempts if node not in present]:
+            for dispatch in self._attempts.pop(node):
+                if dispatch.task is not None and not dispatch.gone:
+                    dispatch.gone = True
+                    dispatch.task.cancel()
 
     def slots(self, engine: str) -> SlotTracker:
         """This node's slot tracker for ``engine``."""
@@ -162,7 +182,6 @@ class Router:
             path=admission.path.split("?", 1)[0],
             key=admission.job_key,
         )
-        job.submitted(0, None)
         try:
             return await self._dispatch_loop(request, admission, job)
         except asyncio.CancelledError:
@@ -195,10 +214,9 @@ class Router:
                 attempt += 1
                 budget = budget.dispatched()
                 job.submitted(attempt, target.node_id)
+                dispatch = _Dispatch(job, target, attempt, self._started)
                 try:
-                    outcome = await self._attempt(
-                        request, admission, _Dispatch(job, target, attempt)
-                    )
+                    outcome = await self._attempt(request, admission, dispatch)
                 finally:
                     self._reservations.release(target.node_id, generation)
                 if isinstance(outcome, web.StreamResponse):
@@ -287,26 +305,27 @@ class Router:
         target, job = dispatch.target, dispatch.job
         if target.kind == "local":
             engine = job.engine
-            capacity = target.model_slots.get(normalize(engine, admission.model), target.slots)
-            ticket = self.slots(engine).enter(normalize(engine, admission.model), capacity)
-            dispatch.ticket = ticket
-
-            async def running() -> None:
-                await ticket.running.wait()
-                await dispatch.sent.wait()
-                self._started(dispatch)
-
-            dispatch.watchers.append(asyncio.create_task(running()))
+            model = normalize(engine, admission.model)
+            capacity = target.model_slots.get(model, target.slots)
+            dispatch.ticket = self.slots(engine).enter(model, capacity, dispatch.check_running)
         elif target.kind == "peer" and self._peer_started is not None:
-            task = self._peer_started(target, job.key, dispatch.attempt)
-            task.add_done_callback(
-                lambda done: (
-                    self._started(dispatch)
-                    if not done.cancelled() and done.exception() is None
-                    else None
-                )
+            # Most requests commit sooner; only a slow start is worth asking the peer about.
+            handle = asyncio.get_running_loop().call_later(
+                PEER_POLL_DELAY_S, self._poll_peer, dispatch
             )
-            dispatch.watchers.append(task)
+            dispatch.watchers.append(handle)
+
+    def _poll_peer(self, dispatch: _Dispatch) -> None:
+        assert self._peer_started is not None
+        task = self._peer_started(dispatch.target, dispatch.job.key, dispatch.attempt)
+        task.add_done_callback(
+            lambda done: (
+                self._started(dispatch)
+                if not done.cancelled() and done.exception() is None
+                else None
+            )
+        )
+        dispatch.watchers.append(task)
 
     def _started(self, dispatch: _Dispatch) -> None:
         dispatch.job.started(dispatch.target.node_id, dispatch.attempt)
@@ -322,8 +341,13 @@ class Router:
             headers[JOB_HEADER] = dispatch.job.key
             headers[ATTEMPT_HEADER] = str(dispatch.attempt)
         timeouts = Timeouts(self._targets.header_timeout_s, self._targets.first_content_timeout_s)
-        sending = asyncio.create_task(
-            precommit(
+        task = asyncio.current_task()
+        assert task is not None
+        dispatch.task = task
+        watching = self._attempts.setdefault(target.node_id, set())
+        watching.add(dispatch)
+        try:
+            return await precommit(
                 self.session,
                 request.method,
                 upstream_url(target, admission.path),
@@ -331,29 +355,18 @@ class Router:
                 admission.body,
                 timeouts,
                 inference=admission.inference,
-                sent=dispatch.sent,
+                sent=dispatch.mark_sent,
             )
-        )
-        gone = asyncio.create_task(self._left(admission.door, target.node_id))
-        try:
-            await asyncio.wait({sending, gone}, return_when=asyncio.FIRST_COMPLETED)
-        except BaseException:
-            gone.cancel()
-            await _discard(sending)
+        except asyncio.CancelledError:
+            # Cancelled by update() because the node left: that is this attempt's failure,
+            # unless the client went away too (then the cancellation goes on).
+            if dispatch.gone and task.uncancel() == 0:
+                return Failure("target-gone", f"node {target.node_id} left the table")
             raise
-        gone.cancel()
-        if sending.done():  # a commit that arrives with the leave wins
-            return sending.result()
-        await _discard(sending)
-        return Failure("target-gone", f"node {target.node_id} left the table")
-
-    async def _left(self, door: Door, node_id: str) -> None:
-        """Return once ``node_id`` no longer runs the door's engine in the table."""
-        while True:
-            changed = self._changed
-            if all(t.node_id != node_id for t in targets_for(self._targets, door)):
-                return
-            await changed.wait()
+        finally:
+            watching.discard(dispatch)
+            if not watching and self._attempts.get(target.node_id) is watching:
+                del self._attempts[target.node_id]
 
     async def _stream(
         self, request: web.Request, dispatch: _Dispatch, commit: Commit
@@ -399,15 +412,6 @@ class Router:
             return response
         finally:
             upstream.close()
-
-
-async def _discard(sending: asyncio.Task[Commit | Failure]) -> None:
-    """Cancel a dispatch that lost; close the response it may already hold."""
-    sending.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        outcome = await sending
-        if isinstance(outcome, Commit):
-            outcome.upstream.close()
 
 
 async def _write(response: web.StreamResponse, chunk: bytes) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -18,8 +19,14 @@ class Ticket:
     """One request's place: ``running`` is set once it holds a slot."""
 
     model: str
+    on_running: Callable[[], None] = lambda: None
     running: asyncio.Event = field(default_factory=asyncio.Event)
     left: bool = False
+
+    def run(self) -> None:
+        """It holds a slot now."""
+        self.running.set()
+        self.on_running()
 
 
 @dataclass
@@ -35,11 +42,16 @@ class SlotTracker:
     def __init__(self) -> None:
         self._queues: dict[str, _Queue] = {}
 
-    def enter(self, model: str, capacity: int) -> Ticket:
-        """Queue a request for ``model`` (a normalized name); it runs if a slot is free."""
+    def enter(
+        self, model: str, capacity: int, on_running: Callable[[], None] = lambda: None
+    ) -> Ticket:
+        """Queue a request for ``model`` (a normalized name); it runs if a slot is free.
+
+        ``on_running`` is called when it gets a slot (at once, inside this call, if one is free).
+        """
         queue = self._queues.setdefault(model, _Queue(max(capacity, 1)))
         queue.capacity = max(capacity, 1)
-        ticket = Ticket(model)
+        ticket = Ticket(model, on_running)
         queue.waiting.append(ticket)
         self._promote(queue)
         return ticket
@@ -51,7 +63,7 @@ class SlotTracker:
             return
         queue.waiting.remove(ticket)
         queue.holding.add(ticket)
-        ticket.running.set()
+        ticket.run()
 
     def leave(self, ticket: Ticket) -> None:
         """The request ended (any way): free its slot or its place, and promote the next."""
@@ -83,4 +95,4 @@ class SlotTracker:
         while queue.waiting and len(queue.holding) < queue.capacity:
             ticket = queue.waiting.popleft()
             queue.holding.add(ticket)
-            ticket.running.set()
+            ticket.run()
