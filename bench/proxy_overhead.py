@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -23,60 +22,13 @@ import tempfile
 import time
 from pathlib import Path
 
-import aiohttp
 import psutil
+from _common import ROOT, free_port, percentile, run_load
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from backend.protocol.endpoint import control_address, open_control_connection  # noqa: E402
-from backend.protocol.peer import RpcPeer  # noqa: E402
+from backend.protocol.endpoint import control_address, open_control_connection
+from backend.protocol.peer import RpcPeer
 
 MODEL = "tinyllama:latest"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def percentile(samples: list[float], fraction: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
-
-
-async def timed_requests(
-    url: str, body: dict[str, object], total: int, concurrency: int, stream: bool
-) -> tuple[list[float], list[float], list[float], float]:
-    """Latencies (ms), first-chunk times (ms), X-PAIR-Proxy-Ms values, and requests/s."""
-    latencies: list[float] = []
-    first_chunks: list[float] = []
-    proxy_ms: list[float] = []
-    connector = aiohttp.TCPConnector(limit=concurrency)
-    async with aiohttp.ClientSession(connector=connector) as session:
-
-        async def one() -> None:
-            started = time.perf_counter()
-            async with session.post(url, json=body) as response:
-                first = None
-                async for _ in response.content.iter_any():
-                    first = first or time.perf_counter()
-                done = time.perf_counter()
-                if "X-PAIR-Proxy-Ms" in response.headers:
-                    proxy_ms.append(float(response.headers["X-PAIR-Proxy-Ms"]))
-            latencies.append((done - started) * 1000)
-            if stream and first is not None:
-                first_chunks.append((first - started) * 1000)
-
-        async def worker(count: int) -> None:
-            for _ in range(count):
-                await one()
-
-        begin = time.perf_counter()
-        await asyncio.gather(*(worker(total // concurrency) for _ in range(concurrency)))
-        elapsed = time.perf_counter() - begin
-    return latencies, first_chunks, proxy_ms, len(latencies) / elapsed
 
 
 async def adopt_engine(data_dir: Path) -> None:
@@ -110,18 +62,24 @@ async def run(args: argparse.Namespace, engine_port: int, door_port: int) -> Non
     for concurrency in [int(level) for level in args.concurrency.split(",")]:
         total = max(args.requests, concurrency)
         for path, body, stream in (("/api/generate", generate, False), ("/api/chat", chat, True)):
-            direct = await timed_requests(
-                f"http://127.0.0.1:{engine_port}{path}", body, total, concurrency, stream
-            )
-            proxied = await timed_requests(
-                f"http://127.0.0.1:{door_port}{path}", body, total, concurrency, stream
-            )
-            report(f"{path} c={concurrency}", direct[0], proxied[0])
+            direct, proxied = [
+                await run_load(
+                    f"http://127.0.0.1:{port}{path}",
+                    body,
+                    total=total,
+                    concurrency=concurrency,
+                    stream=stream,
+                    warmup=concurrency,
+                )
+                for port in (engine_port, door_port)
+            ]
+            report(f"{path} c={concurrency}", direct.latencies, proxied.latencies)
             if stream:
-                report(f"  first chunk c={concurrency}", direct[1], proxied[1])
+                report(f"  first chunk c={concurrency}", direct.first_chunks, proxied.first_chunks)
+            header = f"{statistics.median(proxied.proxy_ms):.2f}" if proxied.proxy_ms else "n/a"
             print(
-                f"{'':<34} direct {direct[3]:7.0f} req/s | via PAIR {proxied[3]:7.0f} req/s"
-                f" | X-PAIR-Proxy-Ms p50 {statistics.median(proxied[2]):.2f}"
+                f"{'':<34} direct {direct.rate:7.0f} req/s | via PAIR {proxied.rate:7.0f} req/s"
+                f" | X-PAIR-Proxy-Ms p50 {header}"
             )
 
 

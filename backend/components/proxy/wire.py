@@ -29,6 +29,8 @@ _decoder = msgspec.json.Decoder(ModelField)
 
 def read_model(body: bytes) -> str:
     """The ``model`` named in a JSON request body; raises ``BadRequest`` otherwise."""
+    if not body.strip():
+        raise BadRequest("missing request body")
     try:
         decoded = _decoder.decode(body)
     except msgspec.ValidationError as exc:
@@ -36,7 +38,7 @@ def read_model(body: bytes) -> str:
     except msgspec.DecodeError:
         raise BadRequest("invalid request: the body is not valid JSON") from None
     if not decoded.model or not decoded.model.strip():
-        raise BadRequest("invalid request: the model field is required")
+        raise BadRequest("model is required")
     return decoded.model
 
 
@@ -55,7 +57,7 @@ def error_body(dialect: Dialect, message: str, *, kind: str, code: str | None) -
         return {"error": message}
     if dialect == "anthropic":
         return {"type": "error", "error": {"type": kind, "message": message}}
-    return {"error": {"message": message, "type": kind, "code": code}}
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
 
 
 def unknown_model_body(dialect: Dialect, model: str) -> dict[str, Any]:
@@ -69,6 +71,6 @@ def unknown_model_body(dialect: Dialect, model: str) -> dict[str, Any]:
     return error_body(
         dialect,
         f"The model `{model}` does not exist or is not available on this computer.",
-        kind="invalid_request_error",
+        kind="not_found_error",
         code="model_not_found",
     )

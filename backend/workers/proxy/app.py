@@ -117,6 +117,9 @@ async def _inference(request: web.Request) -> web.StreamResponse:
     if isinstance(admission, web.StreamResponse):
         return admission
     if not owners(context.targets(), context.door, admission.model):
+        if not targets_for(context.targets(), context.door):
+            message = f"no engine is running behind the {context.door} front door"
+            return ErrorReply(503, message, "service_unavailable").response(request.path)
         return json_answer(404, unknown_model_body(dialect_for(request.path), admission.model))
     busy = context.router.busy_reply(context.door, admission.model)
     if busy is not None:

@@ -98,7 +98,7 @@ async def test_rebinding_host_and_foreign_origin_are_403(
 ) -> None:
     rebound = await openai_door.get("/v1/models", headers={"Host": "evil.example"})
     assert rebound.status == 403
-    assert set((await rebound.json())["error"]) == {"message", "type", "code"}
+    assert set((await rebound.json())["error"]) == {"message", "type", "param", "code"}
     foreign = await openai_door.get("/v1/models", headers={"Origin": "http://evil.example"})
     assert foreign.status == 403 and "access-control-allow-origin" not in foreign.headers
 

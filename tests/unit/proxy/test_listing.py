@@ -265,7 +265,7 @@ async def test_every_upstream_failing_is_a_502_in_the_door_s_error_shape(
     assert response.status == 502
     assert response.headers["Content-Type"] == "application/json; charset=utf-8"
     error = (await response.json())["error"]
-    assert set(error) == {"message", "type", "code"} and error["type"] == "bad_gateway"
+    assert set(error) == {"message", "type", "param", "code"} and error["type"] == "bad_gateway"
 
 
 async def test_oversized_answers_are_left_out_declared_or_streamed(

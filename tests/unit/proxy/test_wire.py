@@ -23,11 +23,11 @@ def test_model_is_read_and_other_fields_are_skipped() -> None:
     ("body", "reason"),
     [
         (b"{not json", "not valid JSON"),
-        (b"", "not valid JSON"),
+        (b"", "missing request body"),
         (b"[1, 2]", "invalid request"),
         (b'{"model": 3}', "invalid request"),
-        (b'{"prompt": "hi"}', "model field is required"),
-        (b'{"model": "  "}', "model field is required"),
+        (b'{"prompt": "hi"}', "model is required"),
+        (b'{"model": "  "}', "model is required"),
     ],
 )
 def test_malformed_bodies_are_bad_requests(body: bytes, reason: str) -> None:
@@ -40,8 +40,8 @@ def test_unknown_model_errors_follow_each_client_api() -> None:
         "error": 'model "x" not found, try pulling it first'
     }
     error = unknown_model_body("openai", "x")["error"]
-    assert set(error) == {"message", "type", "code"}
-    assert (error["type"], error["code"]) == ("invalid_request_error", "model_not_found")
+    assert set(error) == {"message", "type", "param", "code"}
+    assert (error["type"], error["code"]) == ("not_found_error", "model_not_found")
 
 
 def _target(node: str, kind: str, url: str, models: list[str]) -> RouteTarget:

@@ -1,0 +1,109 @@
+"""Runs PAIR's ``ProxyComponent`` for the benchmarks in a process of its own, as the broker does.
+
+    python bench/_proxy_host.py     (started by ``_common.ProxyHost``; not run by hand)
+
+stdin: one ``ProxyTargets`` JSON per line. The first line starts the component (front doors on
+free loopback ports, the real proxy worker as its child); once the worker answers heartbeats and
+has the table, one JSON line goes to stdout: ``{"doors": {door: url}, "pid": worker PID}``.
+Every later line replaces the table and is acknowledged with ``{"ok": true}``. stdin EOF closes
+the doors and stops the worker. Only the public ``ProxyComponent`` API is used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+
+import msgspec
+from _common import free_port
+
+from backend.components.proxy.component import ProxyComponent
+from backend.components.proxy.targets import ProxyTargets
+from backend.core.clock import SystemClock
+from backend.protocol.types import ErrorAction, Ports, Severity
+
+TARGETS_INTERVAL_S = 0.05
+# The worker may take a few intervals to get a new table after it changes.
+SETTLE_S = 6 * TARGETS_INTERVAL_S
+READY_TIMEOUT_S = 30.0
+
+log = logging.getLogger("proxy-host")
+
+
+class LoggedErrors:
+    """The ``ErrorSink`` the component reports to: the host's stderr."""
+
+    def raise_error(
+        self,
+        error_id: str,
+        message: str,
+        *,
+        severity: Severity = "error",
+        action: ErrorAction | None = None,
+    ) -> None:
+        log.warning("error %s (%s): %s", error_id, severity, message)
+
+    def clear_error(self, error_id: str) -> None:
+        pass
+
+
+async def read_targets() -> ProxyTargets | None:
+    line = await asyncio.to_thread(sys.stdin.readline)
+    return msgspec.json.decode(line, type=ProxyTargets) if line.strip() else None
+
+
+def answer(message: dict[str, object]) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+async def host() -> None:
+    table = await read_targets()
+    if table is None:
+        return
+    current = [table]
+    ports = Ports(node=free_port(), ollama=free_port(), openai=free_port(), llamacpp=free_port())
+    component = ProxyComponent(
+        ports=ports,
+        errors=LoggedErrors(),
+        clock=SystemClock(),
+        targets=lambda: current[0],
+        host="127.0.0.1",
+        environment=lambda: {"PAIR_LOG_LEVEL": "warning"},
+        targets_interval=TARGETS_INTERVAL_S,
+    )
+    ready = asyncio.Event()
+    component.bind_ready(ready.set)
+    running = asyncio.create_task(component.run(), name="proxy")
+    try:
+        waiting = asyncio.create_task(ready.wait())
+        await asyncio.wait(
+            {waiting, running}, timeout=READY_TIMEOUT_S, return_when="FIRST_COMPLETED"
+        )
+        if running.done():
+            running.result()  # raises what ended it
+        if not ready.is_set():
+            raise RuntimeError("the proxy worker answered no heartbeat")
+        await asyncio.sleep(SETTLE_S)
+        answer({"doors": dict(component.endpoints()), "pid": component.pid()})
+        while (table := await read_targets()) is not None:
+            current[0] = table
+            await asyncio.sleep(SETTLE_S)
+            answer({"ok": True})
+    finally:
+        await component.close_front_doors()
+        await component.stop()
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    asyncio.run(host())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
