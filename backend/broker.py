@@ -229,6 +229,7 @@ class Broker:
             nodes=lambda: self._discovery.nodes() if self._discovery is not None else [],
             loads=workloads.pending_by_node,
             timeouts=self._proxy_timeouts,
+            pinned=lambda: str(self._settings.get("proxy_pinned_node")) if self._settings else "",
         )
         self._proxy = ProxyComponent(
             ports=self._config.ports,

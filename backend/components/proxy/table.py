@@ -76,8 +76,9 @@ def build_table(
     generation: int,
     header_timeout_s: float = DEFAULT_TIMEOUT_S,
     first_content_timeout_s: float = DEFAULT_TIMEOUT_S,
+    pinned: str = "",
 ) -> ProxyTargets:
-    """This node's engines first, then every other node's by node id."""
+    """This node's engines first, then every other node's by node id; ``pinned`` tried first."""
     engines: dict[str, list[RouteTarget]] = {}
     for name, engine in local.items():
         engines.setdefault(name, []).append(
@@ -99,6 +100,7 @@ def build_table(
         generation=generation,
         engines=engines,
         loads=dict(loads),
+        pins={engine: pinned for engine in engines} if pinned else {},
         header_timeout_s=header_timeout_s,
         first_content_timeout_s=first_content_timeout_s,
     )
@@ -115,12 +117,14 @@ class TableSource:
         nodes: Callable[[], Sequence[DiscoveredNode]],
         loads: Callable[[], Mapping[str, int]],
         timeouts: Callable[[], tuple[float, float]],
+        pinned: Callable[[], str] = str,
     ) -> None:
         self._node_id = node_id
         self._local = local
         self._nodes = nodes
         self._loads = loads
         self._timeouts = timeouts
+        self._pinned = pinned
         self._generation = 0
         self._last_loads: dict[str, int] | None = None
 
@@ -138,6 +142,7 @@ class TableSource:
             generation=self._generation,
             header_timeout_s=header,
             first_content_timeout_s=first_content,
+            pinned=self._pinned(),
         )
 
 

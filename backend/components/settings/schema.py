@@ -38,6 +38,12 @@ SCHEMA: tuple[SettingSpec, ...] = (
         description="Seconds the front door waits after the headers for an engine's first"
         " output before it tries another node (PAIR_PROXY_FIRST_CONTENT_TIMEOUT_S overrides).",
     ),
+    SettingSpec(
+        key="proxy_pinned_node",
+        type="string",
+        default="",
+        description="Node id the front doors try first whenever it has the model (empty: none).",
+    ),
 )
 SPECS: dict[str, SettingSpec] = {spec.key: spec for spec in SCHEMA}
 _MAX_STRING = 256

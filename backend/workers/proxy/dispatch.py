@@ -65,6 +65,8 @@ class RetryPolicy:
     max_dispatches: int = 5
     deadline_s: float = 600.0
     schedule: tuple[float, ...] = BACKOFF_S
+    # A client that has not taken a chunk for this long is cut (a half-open "zombie").
+    write_deadline_s: float = WRITE_DEADLINE_S
 
 
 @dataclass
@@ -390,7 +392,7 @@ class Router:
             try:
                 while chunk:
                     marker.feed(chunk)
-                    await _write(response, chunk)
+                    await _write(response, chunk, self.policy.write_deadline_s)
                     chunk = await upstream.content.readany()
             except TimeoutError:
                 job.cancelled("the client stopped reading")
@@ -414,8 +416,8 @@ class Router:
             upstream.close()
 
 
-async def _write(response: web.StreamResponse, chunk: bytes) -> None:
-    async with asyncio.timeout(WRITE_DEADLINE_S):
+async def _write(response: web.StreamResponse, chunk: bytes, deadline: float) -> None:
+    async with asyncio.timeout(deadline):
         await response.write(chunk)
 
 

@@ -28,6 +28,8 @@ CLEANUP_TIMEOUT_S = 3.0
 CONNECT_TIMEOUT_S = 10.0
 # Comma-separated seconds replacing the 1, 2, 4, 8 s backoff between retry rounds (tests).
 BACKOFF_ENV = "PAIR_PROXY_RETRY_BACKOFF_S"
+# Seconds a client may leave a chunk unread before it is cut (default 30).
+WRITE_DEADLINE_ENV = "PAIR_PROXY_WRITE_DEADLINE_S"
 
 Notify = Callable[[str, Any], None]
 
@@ -115,18 +117,26 @@ class ProxyService:
 
 
 def retry_policy(environment: Mapping[str, str]) -> RetryPolicy:
-    """The retry policy, with the backoff from ``PAIR_PROXY_RETRY_BACKOFF_S`` if valid."""
-    text = environment.get(BACKOFF_ENV)
+    """The retry policy, with the backoff and write deadline from the environment if valid."""
+    default = RetryPolicy()
+    schedule = _seconds(environment, BACKOFF_ENV) or default.schedule
+    deadline = _seconds(environment, WRITE_DEADLINE_ENV)
+    write_deadline = deadline[0] if deadline and deadline[0] > 0 else default.write_deadline_s
+    return RetryPolicy(schedule=schedule, write_deadline_s=write_deadline)
+
+
+def _seconds(environment: Mapping[str, str], name: str) -> tuple[float, ...]:
+    text = environment.get(name)
     if not text:
-        return RetryPolicy()
+        return ()
     try:
-        schedule = tuple(float(part) for part in text.split(","))
+        values = tuple(float(part) for part in text.split(","))
     except ValueError:
-        schedule = ()
-    if not schedule or any(value < 0 for value in schedule):
-        log.warning("%s=%r is not a list of seconds; using 1, 2, 4, 8", BACKOFF_ENV, text)
-        return RetryPolicy()
-    return RetryPolicy(schedule=schedule)
+        values = ()
+    if not values or any(value < 0 for value in values):
+        log.warning("%s=%r is not seconds (comma-separated); using the default", name, text)
+        return ()
+    return values
 
 
 async def _cleanup(runners: list[web.AppRunner]) -> None:

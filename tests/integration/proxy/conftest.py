@@ -81,7 +81,11 @@ async def start_proxy() -> AsyncIterator[StartProxy]:
     """Start proxies on free ports; each is stopped (doors closed first) at teardown."""
     running: list[RunningProxy] = []
 
-    async def start(ports: Ports | None = None, **engines: RouteTarget) -> RunningProxy:
+    async def start(
+        ports: Ports | None = None,
+        environment: dict[str, str] | None = None,
+        **engines: RouteTarget,
+    ) -> RunningProxy:
         """Start a proxy whose table holds ``engines`` (engine name: this node's target)."""
         errors = RecordingErrors()
         clock = SystemClock()
@@ -92,7 +96,7 @@ async def start_proxy() -> AsyncIterator[StartProxy]:
                 clock=clock,
                 targets=lambda: proxy.targets,
                 on_job=lambda event: proxy.jobs.append(event),
-                environment=lambda: {BACKOFF_ENV: "0.05,0.1"},
+                environment=lambda: {BACKOFF_ENV: "0.05,0.1", **(environment or {})},
                 host="127.0.0.1",
                 targets_interval=0.05,
             ),

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from backend.emulators.server import EmulatorServer
 
-Behaviour = Literal["ok", "busy", "error", "hang", "cut", "no-headers-then-ok"]
+Behaviour = Literal["ok", "busy", "error", "hang", "cut", "flood"]
 
 
 @dataclass
@@ -73,6 +73,10 @@ class ScriptedEngine:
             return web.json_response(_chunk(self.name, tag, done=True))
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         await response.prepare(request)
+        if self.behaviour == "flood":  # far more than any socket buffer holds
+            line = json.dumps({"model": "m", "pad": "x" * 65536, "done": False}).encode()
+            for _ in range(8192):
+                await response.write(line + b"\n")
         async for line in self._lines(tag):
             await response.write(line)
         if self.behaviour == "cut":

@@ -103,3 +103,25 @@ async def test_client_connecting_while_the_worker_restarts_is_served(
         listed = await client.models.list()
     assert [entry.id for entry in listed.data] == [model]
     assert await proxy.wait_serving() != old_pid
+
+
+async def test_anthropic_messages_pass_through_to_llama_server_and_become_jobs(
+    start_proxy: StartProxy, start_llama_server: StartLlamaServer, tiny_model_path: Any
+) -> None:
+    proxy, model = await _proxy_for(start_proxy, start_llama_server(tiny_model_path))
+    request = {"model": model, "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+    async with httpx.AsyncClient(base_url=proxy.url("llamacpp"), timeout=60) as client:
+        whole = await client.post("/v1/messages", json=request)
+        assert whole.status_code == 200 and whole.json()["type"] == "message"
+        streamed = await client.post("/v1/messages", json={**request, "stream": True})
+        assert streamed.status_code == 200 and b"message_stop" in streamed.content
+        unknown = await client.post("/v1/messages", json={**request, "model": "nope"})
+        assert unknown.status_code == 404
+        assert unknown.json()["type"] == "error"  # Anthropic's error shape
+        assert unknown.json()["error"]["type"] == "not_found_error"
+    for _ in range(100):
+        if sum(e["kind"] == "completed" for e in proxy.jobs) == 2:
+            break
+        await asyncio.sleep(0.05)
+    completed = [e for e in proxy.jobs if e["kind"] == "completed"]
+    assert [e["path"] for e in completed] == ["/v1/messages", "/v1/messages"]

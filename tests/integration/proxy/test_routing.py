@@ -17,6 +17,7 @@ import aiohttp
 import pytest
 
 from backend.components.proxy.targets import ProxyTargets, RouteTarget
+from backend.workers.proxy.service import WRITE_DEADLINE_ENV
 from tests.integration.proxy.conftest import LOCAL_NODE, RunningProxy, StartProxy
 from tests.integration.proxy.scripted import ScriptedEngine, start_engine
 
@@ -290,3 +291,31 @@ async def test_a_client_that_leaves_mid_stream_cancels_the_remote_engines_work(
             break
         await asyncio.sleep(0.02)
     assert slow.cancelled == ["t1"] and slow.finished == []
+
+
+async def test_a_client_that_stops_reading_is_cut_after_the_write_deadline(
+    start_proxy: StartProxy, engines: list[ScriptedEngine]
+) -> None:
+    flood = await _engine(engines, "a", behaviour="flood")
+    a = await start_proxy(environment={WRITE_DEADLINE_ENV: "0.5"})
+    a.targets = _table(LOCAL_NODE, _local(flood.url))
+    await _settle(a)
+    port = int(a.url("ollama").rsplit(":", 1)[1])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    body = json.dumps({"model": "m", "tag": "t1"}).encode()
+    writer.write(
+        b"POST /api/chat HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    await writer.drain()
+    try:  # never read: the proxy's writes back up until the deadline cuts us off
+        ended = await a.wait_job(lambda e: e["kind"] == "errored", timeout=30)
+    finally:
+        writer.close()
+    assert ended["cancelled"] is True and "stopped reading" in ended["error"]
+    for _ in range(100):
+        if flood.cancelled:
+            break
+        await asyncio.sleep(0.05)
+    assert flood.cancelled == ["t1"]  # the engine stopped producing for nobody
+    del reader
