@@ -100,7 +100,7 @@ def build_table(
         generation=generation,
         engines=engines,
         loads=dict(loads),
-        pins={engine: pinned for engine in engines} if pinned else {},
+        pins=dict.fromkeys(engines, pinned) if pinned else {},
         header_timeout_s=header_timeout_s,
         first_content_timeout_s=first_content_timeout_s,
     )
