@@ -1,0 +1,99 @@
+"""Optimistic state: what the user just asked for, shown at once until the backend confirms it.
+
+One store for the whole app, keyed by node, engine and model (model empty for engine actions).
+A click calls ``begin``; the controller that sees the backend's truth (a state change, a model
+list, progress, or an error about that node/engine/model) calls ``settle``; otherwise the entry
+expires after its timeout (60 s by default; callers pass longer ones for cold loads and LM
+Studio deletes). A broker that goes away drops everything (``clear_all``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+DEFAULT_TIMEOUT_S = 60.0
+COLD_LOAD_TIMEOUT_S = 300.0
+LMSTUDIO_DELETE_TIMEOUT_S = 120.0
+
+
+class PendingKey(NamedTuple):
+    """What a pending action is about: ``model`` is "" for engine-wide actions."""
+
+    node: str
+    engine: str
+    model: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """One action in flight: ``action`` is a verb the view shows ("Starting", "Loading", ...)."""
+
+    key: PendingKey
+    action: str
+    since: float
+    timeout_s: float
+    token: int
+
+
+class PendingActions(QObject):
+    """The store. ``changed`` carries the key whose pending state appeared or went away;
+    ``expired`` the key whose action timed out without the backend confirming it."""
+
+    changed = Signal(object)
+    expired = Signal(object)
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._entries: dict[PendingKey, Pending] = {}
+        self._tokens = 0
+
+    def begin(self, key: PendingKey, action: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        """Show ``action`` for ``key`` now; a newer action replaces an older one."""
+        self._tokens += 1
+        entry = Pending(key, action, time.monotonic(), timeout_s, self._tokens)
+        self._entries[key] = entry
+        QTimer.singleShot(int(timeout_s * 1000), self, lambda: self._expire(key, entry.token))
+        self.changed.emit(key)
+
+    def get(self, key: PendingKey) -> Pending | None:
+        """The pending action for ``key``, if any."""
+        return self._entries.get(key)
+
+    def action(self, key: PendingKey) -> str | None:
+        """The verb to show for ``key``, or None."""
+        entry = self._entries.get(key)
+        return entry.action if entry is not None else None
+
+    def settle(self, key: PendingKey) -> bool:
+        """The backend's truth arrived for ``key``: drop its pending state (True if it had one)."""
+        if self._entries.pop(key, None) is None:
+            return False
+        self.changed.emit(key)
+        return True
+
+    def settle_engine(self, node: str, engine: str) -> None:
+        """Truth about a whole engine (it stopped, crashed, restarted): drop all its entries."""
+        for key in [k for k in self._entries if k.node == node and k.engine == engine]:
+            self.settle(key)
+
+    def clear_all(self) -> None:
+        """The broker went away: nothing pending can be confirmed any more."""
+        keys = list(self._entries)
+        self._entries.clear()
+        for key in keys:
+            self.changed.emit(key)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def _expire(self, key: PendingKey, token: int) -> None:
+        entry = self._entries.get(key)
+        if entry is None or entry.token != token:
+            return
+        del self._entries[key]
+        self.changed.emit(key)
+        self.expired.emit(key)
