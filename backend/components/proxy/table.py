@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -155,7 +156,7 @@ def timeout_from(setting: float, environment: Mapping[str, str], name: str) -> f
         value = float(text)
     except ValueError:
         value = -1.0
-    if value <= 0:
+    if not math.isfinite(value) or value <= 0:
         log.warning("%s=%r is not a positive number of seconds; using %g", name, text, setting)
         return setting
     return value

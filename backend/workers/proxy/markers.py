@@ -1,22 +1,27 @@
 """Did a response end the way the engine ends a complete one?
 
 A stream cut short (the engine crashed, the connection broke cleanly) must read Failed, not
-Completed. Each streaming format has a final marker: Ollama's NDJSON ends with a ``"done": true``
+Completed. Each streaming format marks its last record: Ollama's NDJSON with a ``"done": true``
 line, OpenAI SSE with ``data: [DONE]``, llama-server's native SSE with ``"stop": true``, and
-Anthropic's with ``message_stop``. Only the last bytes are kept, never the whole stream.
+Anthropic's with a ``message_stop`` event. Only the last line is kept (bounded), and it is
+parsed once, at the end; text inside earlier records can never look like the marker.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any
 
-TAIL_BYTES = 1024
-_DONE_LINE = re.compile(rb'"done"\s*:\s*true')
-_SSE_END = re.compile(rb'data:\s*\[DONE\]|"stop"\s*:\s*true|message_stop')
+import msgspec
+
+LINE_CAP = 256 * 1024
+_DONE_TEXT = re.compile(rb'"done"\s*:\s*true')
+_STOP_TEXT = re.compile(rb'"stop"\s*:\s*true|"type"\s*:\s*"message_stop"')
 
 
 class EndMarker:
-    """Watches a response's tail for its format's final marker."""
+    """Watches a response's last line for its format's final marker."""
 
     def __init__(self, content_type: str) -> None:
         content_type = content_type.lower()
@@ -27,18 +32,58 @@ class EndMarker:
             if "event-stream" in content_type
             else "whole"
         )
-        self._tail = b""
+        self._current = bytearray()
+        self._last = b""
 
     def feed(self, chunk: bytes) -> None:
         """Account for the next chunk of the body."""
-        if self._kind != "whole" and chunk:
-            self._tail = (self._tail + chunk)[-TAIL_BYTES:]
+        if self._kind == "whole" or not chunk:
+            return
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            self._append(chunk)
+            return
+        completed = bytes(self._current) + chunk[:end]
+        for line in reversed(completed.split(b"\n")):
+            if line.strip():
+                self._last = line[:LINE_CAP]
+                break
+        self._current = bytearray()
+        self._append(chunk[end + 1 :])
 
     def complete(self) -> bool:
         """Whether the body seen so far ends like a complete response."""
         if self._kind == "whole":
             return True
-        if self._kind == "sse":
-            return _SSE_END.search(self._tail) is not None
-        lines = [line for line in self._tail.split(b"\n") if line.strip()]
-        return bool(lines) and _DONE_LINE.search(lines[-1]) is not None
+        line = bytes(self._current) if self._current.strip() else self._last
+        line = line.strip()
+        if self._kind == "ndjson":
+            return _field(line, _DONE_TEXT, lambda record: record.get("done") is True)
+        if not line.startswith(b"data:"):
+            return False
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            return True
+        return _field(
+            data,
+            _STOP_TEXT,
+            lambda record: record.get("stop") is True or record.get("type") == "message_stop",
+        )
+
+    def _append(self, data: bytes) -> None:
+        room = LINE_CAP - len(self._current)
+        if room > 0:
+            self._current += data[:room]
+
+
+def _field(
+    line: bytes, fallback: re.Pattern[bytes], check: Callable[[dict[str, Any]], bool]
+) -> bool:
+    """Parse the line as a JSON object and ``check`` it; a line cut at the cap is searched."""
+    if len(line) >= LINE_CAP:
+        return fallback.search(line) is not None
+    try:
+        record = msgspec.json.decode(line)
+    except msgspec.DecodeError:
+        return False
+    return isinstance(record, dict) and check(record)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import socket
 from collections.abc import Callable, Mapping
@@ -133,7 +134,7 @@ def _seconds(environment: Mapping[str, str], name: str) -> tuple[float, ...]:
         values = tuple(float(part) for part in text.split(","))
     except ValueError:
         values = ()
-    if not values or any(value < 0 for value in values):
+    if not values or any(not math.isfinite(value) or value < 0 for value in values):
         log.warning("%s=%r is not seconds (comma-separated); using the default", name, text)
         return ()
     return values

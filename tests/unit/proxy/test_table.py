@@ -1,0 +1,270 @@
+"""The routing table from this node's engines and the discovery list."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from backend.components.proxy.table import (
+    LocalEngine,
+    TableSource,
+    build_table,
+    node_targets,
+    timeout_from,
+)
+from backend.components.proxy.targets import ENGINE_DOORS, RouteTarget
+from backend.protocol.types import DiscoveredNode, NodeEngineModels, NodeKind, NodeSource
+
+PEER_PORTS = {"node": 47800, "ollama": 47811, "openai": 47812, "llamacpp": 47813}
+
+
+def _node(
+    node_id: str = "peer-1",
+    *,
+    kind: NodeKind = "pair",
+    addresses: list[str] | None = None,
+    ports: dict[str, int] | None = None,
+    engines: dict[str, list[str] | None] | None = None,
+    sources: list[NodeSource] | None = None,
+    reachable: bool = True,
+) -> DiscoveredNode:
+    listed = engines if engines is not None else {"ollama": ["llama3"]}
+    return DiscoveredNode(
+        node_id=node_id,
+        name=f"{node_id} name",
+        kind=kind,
+        sources=sources if sources is not None else ["mdns"],
+        addresses=addresses if addresses is not None else ["127.0.0.1"],
+        ports=ports if ports is not None else dict(PEER_PORTS),
+        engines={name: NodeEngineModels(models=models) for name, models in listed.items()},
+        reachable=reachable,
+    )
+
+
+def test_a_loopback_peer_offers_each_engine_at_its_front_door() -> None:
+    node = _node(engines={"ollama": ["llama3"], "lmstudio": ["qwen"], "llamacpp": ["phi"]})
+    found = node_targets(node)
+    assert found == {
+        engine: RouteTarget(
+            node_id="peer-1",
+            kind="peer",
+            base_url=f"http://127.0.0.1:{PEER_PORTS[ENGINE_DOORS[engine]]}",
+            name="peer-1 name",
+            models=[model],
+        )
+        for engine, model in (("ollama", "llama3"), ("lmstudio", "qwen"), ("llamacpp", "phi"))
+    }
+    # lmstudio's models are served by the OpenAI-compatible door, not a port named lmstudio.
+    assert found["lmstudio"].base_url == "http://127.0.0.1:47812"
+
+
+def test_a_peer_is_dialled_at_its_loopback_address_even_if_listed_after_lan_ones() -> None:
+    node = _node(addresses=["192.168.1.20", "fe80::1", "127.0.0.2"])
+    assert node_targets(node)["ollama"].base_url == "http://127.0.0.2:47811"
+
+
+@pytest.mark.parametrize("addresses", [["192.168.1.20"], ["10.0.0.5", "fe80::1%eth0"], []])
+def test_a_peer_known_only_by_lan_addresses_is_not_routable_before_pairing(
+    addresses: list[str],
+) -> None:
+    assert node_targets(_node(addresses=addresses)) == {}
+
+
+def test_an_ipv6_loopback_peer_is_bracketed() -> None:
+    assert node_targets(_node(addresses=["::1"]))["ollama"].base_url == "http://[::1]:47811"
+
+
+def test_a_peer_named_localhost_is_loopback() -> None:
+    assert node_targets(_node(addresses=["localhost"]))["ollama"].base_url == (
+        "http://localhost:47811"
+    )
+
+
+def test_a_peer_engine_without_a_front_door_port_is_skipped() -> None:
+    node = _node(
+        ports={"node": 47800, "ollama": 47811, "openai": 0},
+        engines={"ollama": ["llama3"], "lmstudio": ["qwen"], "llamacpp": ["phi"], "vllm": ["x"]},
+    )
+    assert list(node_targets(node)) == ["ollama"]
+
+
+def test_a_peer_engine_not_listed_yet_offers_no_models() -> None:
+    assert node_targets(_node(engines={"ollama": None}))["ollama"].models == []
+
+
+def test_an_engine_only_node_is_dialled_at_its_address_and_engine_port() -> None:
+    node = _node(
+        "engine:192.168.1.7:11434",
+        kind="engine",
+        sources=["manual"],
+        addresses=["192.168.1.7"],
+        ports={"ollama": 11434},
+        engines={"ollama": ["llama3", "qwen"]},
+    )
+    target = node_targets(node)["ollama"]
+    assert (target.kind, target.base_url, target.models) == (
+        "engine",
+        "http://192.168.1.7:11434",
+        ["llama3", "qwen"],
+    )
+
+
+def test_an_ipv6_engine_only_node_is_bracketed() -> None:
+    node = _node(
+        kind="engine", addresses=["fd00::7"], ports={"llamacpp": 8080}, engines={"llamacpp": []}
+    )
+    assert node_targets(node)["llamacpp"].base_url == "http://[fd00::7]:8080"
+
+
+def test_an_engine_only_node_without_an_address_or_port_offers_nothing() -> None:
+    no_address = _node(kind="engine", addresses=[], ports={"ollama": 11434})
+    no_port = _node(kind="engine", addresses=["192.168.1.7"], ports={"lmstudio": 1234})
+    assert node_targets(no_address) == {}
+    assert node_targets(no_port) == {}
+
+
+def test_this_node_and_unreachable_nodes_offer_nothing() -> None:
+    assert node_targets(_node(sources=["self", "mdns"])) == {}
+    assert node_targets(_node(reachable=False)) == {}
+
+
+def test_local_engines_come_first_then_other_nodes_by_id() -> None:
+    table = build_table(
+        node_id="me",
+        local={"ollama": LocalEngine("http://127.0.0.1:11434", ["llama3"], slots=4)},
+        nodes=[_node("peer-z"), _node("me", sources=["mdns"]), _node("peer-a")],
+        loads={"peer-a": 2},
+        generation=7,
+    )
+    targets = table.engines["ollama"]
+    assert [(t.node_id, t.kind) for t in targets] == [
+        ("me", "local"),
+        ("peer-a", "peer"),
+        ("peer-z", "peer"),
+    ]
+    assert (targets[0].base_url, targets[0].models, targets[0].slots) == (
+        "http://127.0.0.1:11434",
+        ["llama3"],
+        4,
+    )
+    assert (table.node_id, table.generation, table.loads) == ("me", 7, {"peer-a": 2})
+
+
+def test_local_slots_are_at_least_one() -> None:
+    table = build_table(
+        node_id="me",
+        local={"ollama": LocalEngine("http://127.0.0.1:11434", [], slots=0)},
+        nodes=[],
+        loads={},
+        generation=1,
+    )
+    assert table.engines["ollama"][0].slots == 1
+
+
+def test_an_engine_only_other_nodes_run_is_in_the_table() -> None:
+    table = build_table(
+        node_id="me",
+        local={"ollama": LocalEngine("http://127.0.0.1:11434", [])},
+        nodes=[_node(engines={"lmstudio": ["qwen"]})],
+        loads={},
+        generation=1,
+    )
+    assert sorted(table.engines) == ["lmstudio", "ollama"]
+    assert [t.kind for t in table.engines["lmstudio"]] == ["peer"]
+
+
+def test_pins_are_set_for_every_engine_only_when_a_node_is_pinned() -> None:
+    def table(pinned: str) -> dict[str, str]:
+        return build_table(
+            node_id="me",
+            local={"ollama": LocalEngine("http://127.0.0.1:11434", [])},
+            nodes=[_node(engines={"lmstudio": ["qwen"]})],
+            loads={},
+            generation=1,
+            pinned=pinned,
+        ).pins
+
+    assert table("") == {}
+    assert table("peer-1") == {"ollama": "peer-1", "lmstudio": "peer-1"}
+
+
+def test_timeouts_are_carried_into_the_table() -> None:
+    table = build_table(
+        node_id="me",
+        local={},
+        nodes=[],
+        loads={},
+        generation=1,
+        header_timeout_s=5.0,
+        first_content_timeout_s=9.0,
+    )
+    assert (table.header_timeout_s, table.first_content_timeout_s) == (5.0, 9.0)
+
+
+class _World:
+    """What the table source reads, changed by the test between calls."""
+
+    def __init__(self) -> None:
+        self.loads: dict[str, int] = {}
+        self.nodes: list[DiscoveredNode] = []
+        self.pinned = ""
+
+    def source(self) -> TableSource:
+        return TableSource(
+            node_id=lambda: "me",
+            local=lambda: {"ollama": LocalEngine("http://127.0.0.1:11434", ["llama3"])},
+            nodes=lambda: self.nodes,
+            loads=lambda: self.loads,
+            timeouts=lambda: (3.0, 4.0),
+            pinned=lambda: self.pinned,
+        )
+
+
+def test_the_generation_moves_only_when_the_loads_change() -> None:
+    world = _World()
+    source = world.source()
+    assert source().generation == 1
+    assert source().generation == 1
+    world.nodes = [_node("peer-a")]
+    assert source().generation == 1  # a new node alone is not a new load snapshot
+    world.loads = {"peer-a": 1}
+    assert source().generation == 2
+    world.loads = {"peer-a": 1}
+    assert source().generation == 2
+    world.loads = {}
+    assert source().generation == 3
+
+
+def test_the_source_builds_from_what_it_reads_now() -> None:
+    world = _World()
+    source = world.source()
+    world.nodes = [_node("peer-a")]
+    world.loads = {"peer-a": 3}
+    world.pinned = "peer-a"
+    table = source()
+    assert [t.node_id for t in table.engines["ollama"]] == ["me", "peer-a"]
+    assert (table.loads, table.pins) == ({"peer-a": 3}, {"ollama": "peer-a"})
+    assert (table.header_timeout_s, table.first_content_timeout_s) == (3.0, 4.0)
+    # The table holds its own copy: later changes to the loads do not reach it.
+    world.loads["peer-a"] = 9
+    assert table.loads == {"peer-a": 3}
+
+
+def test_timeout_from_uses_a_positive_environment_value() -> None:
+    assert timeout_from(120.0, {"T": "30"}, "T") == 30.0
+    assert timeout_from(120.0, {"T": "0.5"}, "T") == 0.5
+    assert timeout_from(120.0, {"OTHER": "30"}, "T") == 120.0
+
+
+@pytest.mark.parametrize("text", ["0", "-5", "abc", "", "1,2"])
+def test_timeout_from_falls_back_to_the_setting_on_a_bad_value(
+    text: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        assert timeout_from(120.0, {"T": text}, "T") == 120.0
+    assert "T=" in caplog.text
+
+
+def test_timeout_from_falls_back_on_nan() -> None:
+    assert timeout_from(120.0, {"T": "nan"}, "T") == 120.0
