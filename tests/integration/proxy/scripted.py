@@ -16,7 +16,7 @@ from aiohttp import web
 
 from backend.emulators.server import EmulatorServer
 
-Behaviour = Literal["ok", "busy", "error", "hang", "cut", "flood"]
+Behaviour = Literal["ok", "busy", "error", "hang", "silent", "cut", "flood"]
 
 
 @dataclass
@@ -73,6 +73,8 @@ class ScriptedEngine:
             return web.json_response(_chunk(self.name, tag, done=True))
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         await response.prepare(request)
+        if self.behaviour == "silent":  # headers at once, then nothing (LM Studio queueing)
+            await asyncio.Event().wait()
         if self.behaviour == "flood":  # far more than any socket buffer holds
             line = json.dumps({"model": "m", "pad": "x" * 65536, "done": False}).encode()
             for _ in range(8192):

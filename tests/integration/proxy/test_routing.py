@@ -264,6 +264,26 @@ async def test_headers_that_never_come_time_out_with_a_clear_502(
     assert len(hanging.received) == 5
 
 
+async def test_headers_without_content_time_out_and_fail_over_to_a_node_that_answers(
+    start_proxy: StartProxy, engines: list[ScriptedEngine]
+) -> None:
+    silent = await _engine(engines, "a", behaviour="silent")
+    healthy = await _engine(engines, "c")
+    other = RouteTarget(node_id="node-c", kind="engine", base_url=healthy.url, models=["m"])
+    a = await start_proxy()
+    a.targets = _table(LOCAL_NODE, _local(silent.url), other, first_content_timeout_s=0.3)
+    await _settle(a)
+
+    status, body = await _chat(a, "t1")
+
+    assert status == 200 and b"c:t1" in body  # headers alone did not commit
+    assert silent.received == ["t1"] and silent.cancelled == ["t1"]
+    a.targets = _table(LOCAL_NODE, _local(silent.url), first_content_timeout_s=0.3)
+    await _settle(a)
+    status, body = await _chat(a, "t2")
+    assert status == 504 and "no content within 0.3 s" in json.loads(body)["error"]
+
+
 async def test_a_client_that_leaves_mid_stream_cancels_the_remote_engines_work(
     start_proxy: StartProxy, engines: list[ScriptedEngine]
 ) -> None:
