@@ -16,15 +16,19 @@ from PySide6.QtWidgets import QApplication
 from app.broker.connection import BrokerConnection
 from app.broker.launch import BrokerLaunch
 from app.broker.restart_policy import RestartPolicy
+from app.controllers.base import Controller
 from app.controllers.components import ComponentsController
 from app.controllers.errors import ErrorsController
+from app.controllers.nodes import NodesController
 from app.controllers.service import ServiceController, UrlOpener
 from app.icons import app_icon
 from app.models.components import ComponentsModel
 from app.models.errors import ErrorsModel
+from app.models.nodes import NodesModel
 from app.options import AppOptions
 from app.tray import Tray, tray_available
-from app.window.main_window import MainWindow
+from app.window.main_window import MainWindow, Page
+from app.window.overview_page import OverviewPage
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +56,8 @@ class PairApplication:
             self.connection, self.errors, self.components_controller
         )
         self.service = ServiceController(self.connection, options.data_dir, open_url)
+        self.nodes = NodesModel()
+        self.nodes_controller = NodesController(self.connection, self.nodes)
         with_tray = tray_available() if use_tray is None else use_tray
         self.tray = Tray(self.connection, self.service) if with_tray else None
         self.window = MainWindow(
@@ -61,17 +67,26 @@ class PairApplication:
             self.errors,
             self.errors_controller,
             hide_on_close=self.tray is not None,
+            pages=[Page("overview", "Overview", OverviewPage(self.connection, self.nodes))],
         )
         self._quit = asyncio.Event()
         self._connect_signals()
 
     def _connect_signals(self) -> None:
         self.window.quit_requested.connect(self.request_quit)
-        for controller in (self.service, self.errors_controller, self.components_controller):
+        for controller in self._controllers():
             controller.command_failed.connect(self.window.show_status_message)
         if self.tray is not None:
             self.tray.show_requested.connect(self.show_window)
             self.tray.quit_requested.connect(self.request_quit)
+
+    def _controllers(self) -> tuple[Controller, ...]:
+        return (
+            self.service,
+            self.errors_controller,
+            self.components_controller,
+            self.nodes_controller,
+        )
 
     def start(self) -> None:
         """Start supervising the broker and show the window (event loop running)."""
@@ -95,7 +110,7 @@ class PairApplication:
         if self.tray is not None:
             self.tray.hide()
         self.window.hide()
-        for controller in (self.service, self.errors_controller, self.components_controller):
+        for controller in self._controllers():
             await controller.close()
         await self.connection.stop()
 

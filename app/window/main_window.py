@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import NamedTuple
+
 from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QCloseEvent, QPalette
 from PySide6.QtWidgets import (
@@ -62,13 +65,28 @@ STATUS_MESSAGE_MS = 8000
 MINIMUM_SIZE = QSize(820, 560)
 
 
-class SettingsPage(QWidget):
-    """Settings, one tab per area (only Service for now)."""
+class Page(NamedTuple):
+    """A page of the sidebar: its name (for ``show_page``), its title and its widget."""
 
-    def __init__(self, service_page: ServicePage, parent: QWidget | None = None) -> None:
+    name: str
+    title: str
+    widget: QWidget
+
+
+class SettingsPage(QWidget):
+    """Settings, one tab per area: the given ones, then Service."""
+
+    def __init__(
+        self,
+        service_page: ServicePage,
+        tabs: Sequence[tuple[str, QWidget]] = (),
+        parent: QWidget | None = None,
+    ) -> None:
         super().__init__(parent)
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
+        for title, widget in tabs:
+            self.tabs.addTab(widget, title)
         self.tabs.addTab(service_page, "Service")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(24, 20, 24, 24)
@@ -90,6 +108,8 @@ class MainWindow(QMainWindow):
         errors_controller: ErrorsController,
         *,
         hide_on_close: bool,
+        pages: Sequence[Page] = (),
+        settings_tabs: Sequence[tuple[str, QWidget]] = (),
         parent: QWidget | None = None,
     ) -> None:
         super().__init__(parent)
@@ -103,9 +123,16 @@ class MainWindow(QMainWindow):
         self.sidebar = QListWidget()
         self.stack = QStackedWidget()
         self._page_names: list[str] = []
+        given = {page.name: page for page in pages}
         for name, title, headline, message in EMPTY_PAGES:
-            self._add_page(name, title, EmptyPage(title, headline, message))
-        self._add_page("settings", "Settings", SettingsPage(self.service_page))
+            page = given.pop(name, None)
+            self._add_page(
+                name, title, page.widget if page else EmptyPage(title, headline, message)
+            )
+        for page in given.values():  # pages without a placeholder go before Settings
+            self._add_page(page.name, page.title, page.widget)
+        self.settings_page = SettingsPage(self.service_page, settings_tabs)
+        self._add_page("settings", "Settings", self.settings_page)
         self._lay_out()
         self._build_status_bar()
         self.sidebar.currentRowChanged.connect(self.stack.setCurrentIndex)

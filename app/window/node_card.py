@@ -1,0 +1,369 @@
+"""One node's card on the Overview page: who it is, whether it answers, its load and engines."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QColor, QPainter, QPaintEvent
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
+
+from app.models.nodes import EngineLine, GpuLine, NodeCard, Sample
+from app.window.sparkline import Sparkline, UsageBar
+from app.window.widgets import muted_label
+
+CPU_COLOUR = QColor("#3b82f6")
+MEMORY_COLOUR = QColor("#8b5cf6")
+GPU_COLOUR = QColor("#10b981")
+ONLINE_COLOUR = QColor("#2e9d4a")
+OFFLINE_COLOUR = QColor("#8a8a8a")
+ENGINE_COLOURS = {
+    "running": QColor("#2e9d4a"),
+    "starting": QColor("#e0a000"),
+    "stopping": QColor("#e0a000"),
+    "error": QColor("#d32f2f"),
+}
+MIN_CARD_WIDTH = 320
+NO_VALUE = "—"
+GIB = 1024**3
+W = TypeVar("W", bound=QWidget)
+
+# Selectors by object name, so the card's frame style does not leak into its children.
+CARD_STYLE = """
+#nodeCard { background-color: palette(base); border: 1px solid palette(mid);
+            border-radius: 10px; }
+#metricTile { background-color: palette(alternate-base); border-radius: 6px; }
+#badge { border: 1px solid palette(mid); border-radius: 8px; padding: 0px 6px; }
+"""
+
+
+def format_percent(value: float | None) -> str:
+    """``37 %``, or a dash when not measured."""
+    return NO_VALUE if value is None else f"{value:.0f} %"
+
+
+def format_used(used: int | None, total: int | None) -> str:
+    """``12.3 / 31.2 GB``; a side that is unknown reads as a dash; empty when both are."""
+    if used is None and total is None:
+        return ""
+    used_text = NO_VALUE if used is None else f"{used / GIB:.1f}"
+    total_text = NO_VALUE if total is None else f"{total / GIB:.1f}"
+    return f"{used_text} / {total_text}\u00a0GB"  # no break before the unit
+
+
+def format_seen(at: float, now: float | None = None) -> str:
+    """``14:32`` today, ``3 Mar 14:32`` before."""
+    moment = time.localtime(at)
+    today = time.localtime(now if now is not None else time.time())
+    same_day = moment.tm_yday == today.tm_yday and moment.tm_year == today.tm_year
+    return time.strftime("%H:%M" if same_day else "%d %b %H:%M", moment)
+
+
+def dot(colour: QColor) -> str:
+    """A coloured bullet as rich text."""
+    return f'<span style="color: {colour.name()};">●</span>'
+
+
+def scaled(label: QLabel, factor: float, *, bold: bool = False) -> QLabel:
+    """``label`` with its font scaled by ``factor`` (and bold)."""
+    font = label.font()
+    font.setPointSizeF(font.pointSizeF() * factor)
+    font.setBold(bold)
+    label.setFont(font)
+    return label
+
+
+class ElidedLabel(QLabel):
+    """A one-line label that may shrink below its text, ending it in "…" (full text as tooltip)."""
+
+    def minimumSizeHint(self) -> QSize:
+        """As short as the font allows, and no width at all."""
+        return QSize(0, super().minimumSizeHint().height())
+
+    def setText(self, text: str) -> None:
+        """Show ``text`` (elided when it does not fit)."""
+        super().setText(text)
+        self.setToolTip(text)
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        """Draw the text elided to the width the layout gave."""
+        painter = QPainter(self)
+        try:
+            rect = self.contentsRect()
+            text = self.fontMetrics().elidedText(
+                self.text(), Qt.TextElideMode.ElideRight, rect.width()
+            )
+            self.style().drawItemText(
+                painter,
+                rect,
+                int(self.alignment()),
+                self.palette(),
+                self.isEnabled(),
+                text,
+                self.foregroundRole(),
+            )
+        finally:
+            painter.end()
+
+
+class MetricTile(QFrame):
+    """A figure (CPU, memory or GPU): its name, the current value, a sparkline and a caption."""
+
+    def __init__(self, title: str, colour: QColor, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("metricTile")
+        self.title = scaled(muted_label(title), 0.9)
+        self.value = scaled(QLabel(NO_VALUE), 1.35, bold=True)
+        self.sparkline = Sparkline(colour)
+        self.caption = scaled(muted_label(), 0.9)  # wraps in narrow tiles
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(10, 8, 10, 8)
+        layout.setSpacing(2)
+        layout.addWidget(self.title)
+        layout.addWidget(self.value)
+        layout.addWidget(self.sparkline)
+        layout.addWidget(self.caption)
+        layout.addStretch(1)  # a taller neighbour leaves space below, not between the lines
+        self.setMinimumWidth(0)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+
+    def show_figure(
+        self,
+        value: str,
+        caption: str,
+        points: Sequence[tuple[float, float | None]],
+        *,
+        muted: bool,
+    ) -> None:
+        """Update the value, caption and chart in place."""
+        self.value.setText(value)
+        self.caption.setText(caption or " ")
+        self.sparkline.set_points(points, muted=muted)
+
+
+class GpuRow(QWidget):
+    """One GPU: name, utilisation, VRAM used/total and a VRAM bar."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.name = ElidedLabel()
+        self.figures = muted_label()
+        self.figures.setWordWrap(False)
+        self.figures.setAlignment(Qt.AlignmentFlag.AlignRight)
+        self.bar = UsageBar(GPU_COLOUR)
+        top = QHBoxLayout()
+        top.setSpacing(8)
+        top.addWidget(self.name, 1)
+        top.addWidget(self.figures)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(3)
+        layout.addLayout(top)
+        layout.addWidget(self.bar)
+
+    def show_gpu(self, gpu: GpuLine) -> None:
+        """Update the row in place."""
+        self.name.setText(gpu.name)
+        vram = format_used(gpu.vram_used_bytes, gpu.vram_total_bytes)
+        parts = [format_percent(gpu.utilization_percent)] + ([f"VRAM {vram}"] if vram else [])
+        self.figures.setText(" · ".join(parts))
+        used, total = gpu.vram_used_bytes, gpu.vram_total_bytes
+        self.bar.set_fraction(used / total if used is not None and total else None)
+
+
+class EngineRow(QWidget):
+    """One engine: a state dot, its name, its state and the models it has loaded."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.name = QLabel()
+        self.name.setTextFormat(Qt.TextFormat.RichText)
+        self.state = muted_label()
+        self.state.setWordWrap(False)
+        self.models = scaled(muted_label(), 0.92)
+        top = QHBoxLayout()
+        top.setSpacing(8)
+        top.addWidget(self.name, 1)
+        top.addWidget(self.state)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(1)
+        layout.addLayout(top)
+        layout.addWidget(self.models)
+
+    def show_engine(self, engine: EngineLine) -> None:
+        """Update the row in place."""
+        colour = ENGINE_COLOURS.get(engine.state, OFFLINE_COLOUR)
+        self.name.setText(f"{dot(colour)}&nbsp;&nbsp;{engine.name}")
+        self.state.setText(engine.state.replace("-", " "))
+        if engine.loaded:
+            self.models.setText("Loaded: " + ", ".join(engine.loaded))
+        elif engine.state == "running":
+            self.models.setText("No model loaded")
+        self.models.setVisible(bool(engine.loaded) or engine.state == "running")
+
+
+def _resize_rows(rows: list[W], count: int, layout: QVBoxLayout, make: Callable[[], W]) -> None:
+    """Add or drop rows at the end so there are ``count``; the others stay as they are."""
+    while len(rows) > count:
+        row = rows.pop()
+        layout.removeWidget(row)
+        row.deleteLater()
+    while len(rows) < count:
+        row = make()
+        rows.append(row)
+        layout.addWidget(row)
+
+
+def subtitle(card: NodeCard, now: float | None = None) -> str:
+    """The muted line under the name: OS and CPU for this node, version and address for others."""
+    if card.is_self:
+        parts = [card.os, card.cpu_name]
+    elif card.kind == "engine":
+        parts = ["Engine without PAIR", card.endpoint]
+    else:
+        parts = [f"PAIR {card.version}" if card.version else None, card.endpoint]
+    if not card.reachable and card.last_seen is not None:
+        parts.append(f"last seen {format_seen(card.last_seen, now)}")
+    return " · ".join(part for part in parts if part)
+
+
+class NodeCardWidget(QFrame):
+    """One node's card; ``show_node`` updates it in place (rows change only when their count
+    does). A node running only an engine gets the simpler card: no figures, just the engine."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("nodeCard")
+        self.setStyleSheet(CARD_STYLE)
+        self.setMinimumWidth(MIN_CARD_WIDTH)
+        self.node_id = ""
+        self.name = scaled(ElidedLabel(), 1.2, bold=True)
+        self.badge = scaled(muted_label(), 0.85)
+        self.badge.setObjectName("badge")
+        self.badge.setWordWrap(False)
+        self.status = QLabel()
+        self.subtitle = muted_label()
+        self.tiles = {
+            "cpu": MetricTile("CPU", CPU_COLOUR),
+            "memory": MetricTile("Memory", MEMORY_COLOUR),
+            "gpu": MetricTile("GPU", GPU_COLOUR),
+        }
+        self.gpu_rows: list[GpuRow] = []
+        self.engine_rows: list[EngineRow] = []
+        self.engines_note = muted_label()
+        self._lay_out()
+
+    def _lay_out(self) -> None:
+        header = QHBoxLayout()
+        header.setSpacing(8)
+        header.addWidget(self.name, 1)
+        header.addWidget(self.badge)
+        header.addWidget(self.status)
+        self.metrics = QWidget()
+        tiles = QHBoxLayout(self.metrics)
+        tiles.setContentsMargins(0, 4, 0, 0)
+        tiles.setSpacing(8)
+        for tile in self.tiles.values():
+            tiles.addWidget(tile, 1)
+        self.gpu_section, self._gpu_layout = _section("GPUs")
+        self.engine_section, self._engine_layout = _section("Engines")
+        self._engine_layout.addWidget(self.engines_note)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(14, 12, 14, 14)
+        layout.setSpacing(8)
+        layout.addLayout(header)
+        layout.addWidget(self.subtitle)
+        layout.addWidget(self.metrics)
+        layout.addWidget(self.gpu_section)
+        layout.addWidget(self.engine_section)
+        layout.addStretch(1)
+
+    def show_node(self, card: NodeCard, history: Sequence[Sample]) -> None:
+        """Show ``card`` and its chart ``history``."""
+        self.node_id = card.node_id
+        self.name.setText(card.name)
+        badge = "This computer" if card.is_self else "Engine only" if card.kind == "engine" else ""
+        self.badge.setText(badge)
+        self.badge.setVisible(bool(badge))
+        online = (ONLINE_COLOUR, "Online") if card.reachable else (OFFLINE_COLOUR, "Offline")
+        self.status.setText(f"{dot(online[0])}&nbsp;{online[1]}")
+        self.subtitle.setText(subtitle(card))
+        self.subtitle.setVisible(bool(self.subtitle.text()))
+        self.metrics.setVisible(card.kind == "pair")
+        if card.kind == "pair":
+            self._show_metrics(card, history)
+        self._show_gpus(card)
+        self._show_engines(card)
+
+    def _show_metrics(self, card: NodeCard, history: Sequence[Sample]) -> None:
+        live = card.reachable
+        # Stalled sampling keeps the last figures (telemetry not valid): grey their charts.
+        muted = not (live and card.telemetry_valid)
+
+        def figure(value: float | None) -> str:
+            return format_percent(value) if live else NO_VALUE
+
+        memory = format_used(card.memory_used_bytes, card.memory_total_bytes) if live else ""
+        memory_percent = None
+        if card.memory_used_bytes is not None and card.memory_total_bytes:
+            memory_percent = 100.0 * card.memory_used_bytes / card.memory_total_bytes
+        self.tiles["cpu"].show_figure(
+            figure(card.cpu_percent),
+            "",
+            [(s.at, s.cpu_percent) for s in history],
+            muted=muted,
+        )
+        self.tiles["memory"].show_figure(
+            figure(memory_percent), memory, [(s.at, s.memory_percent) for s in history], muted=muted
+        )
+        gpus = card.gpus
+        self.tiles["gpu"].setVisible(bool(gpus))
+        busiest = max((g.utilization_percent or 0.0 for g in gpus), default=None)
+        self.tiles["gpu"].show_figure(
+            figure(busiest if any(g.utilization_percent is not None for g in gpus) else None),
+            _gpu_caption(gpus) if live else "",
+            [(s.at, s.gpu_percent) for s in history],
+            muted=muted,
+        )
+
+    def _show_gpus(self, card: NodeCard) -> None:
+        # Each GPU is known for this node only; a peer's figures are its busiest GPU (the tile).
+        shown = card.gpus if card.is_self and card.reachable else ()
+        _resize_rows(self.gpu_rows, len(shown), self._gpu_layout, GpuRow)
+        for row, gpu in zip(self.gpu_rows, shown, strict=True):
+            row.show_gpu(gpu)
+        self.gpu_section.setVisible(bool(shown))
+
+    def _show_engines(self, card: NodeCard) -> None:
+        engines = card.engines if card.reachable else tuple(_offline(e) for e in card.engines)
+        _resize_rows(self.engine_rows, len(engines), self._engine_layout, EngineRow)
+        for row, engine in zip(self.engine_rows, engines, strict=True):
+            row.show_engine(engine)
+        note = "No engines installed" if card.is_self else "No engines running"
+        self.engines_note.setText(note)
+        self.engines_note.setVisible(not engines)
+
+
+def _offline(engine: EngineLine) -> EngineLine:
+    return EngineLine(engine.engine, engine.name, "offline", engine.loaded)
+
+
+def _gpu_caption(gpus: Sequence[GpuLine]) -> str:
+    used = [g.vram_used_bytes for g in gpus if g.vram_used_bytes is not None]
+    total = [g.vram_total_bytes for g in gpus if g.vram_total_bytes is not None]
+    text = format_used(sum(used) if used else None, sum(total) if total else None)
+    return f"VRAM {text}" if text else ""
+
+
+def _section(title: str) -> tuple[QWidget, QVBoxLayout]:
+    """A titled block whose rows go into the returned layout."""
+    section = QWidget()
+    layout = QVBoxLayout(section)
+    layout.setContentsMargins(0, 6, 0, 0)
+    layout.setSpacing(6)
+    heading = scaled(QLabel(title), 0.9, bold=True)
+    layout.addWidget(heading)
+    return section, layout
