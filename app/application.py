@@ -19,14 +19,18 @@ from app.broker.restart_policy import RestartPolicy
 from app.controllers.base import Controller
 from app.controllers.components import ComponentsController
 from app.controllers.errors import ErrorsController
+from app.controllers.jobs import JobsController
 from app.controllers.nodes import NodesController
 from app.controllers.service import ServiceController, UrlOpener
 from app.icons import app_icon
 from app.models.components import ComponentsModel
 from app.models.errors import ErrorsModel
+from app.models.jobs import JobsModel
 from app.models.nodes import NodesModel
 from app.options import AppOptions
+from app.preferences import preferences
 from app.tray import Tray, tray_available
+from app.window.jobs_page import JobsPage
 from app.window.main_window import MainWindow, Page
 from app.window.overview_page import OverviewPage
 
@@ -58,6 +62,9 @@ class PairApplication:
         self.service = ServiceController(self.connection, options.data_dir, open_url)
         self.nodes = NodesModel()
         self.nodes_controller = NodesController(self.connection, self.nodes)
+        self.jobs = JobsModel()
+        self.jobs_controller = JobsController(self.connection, self.jobs)
+        self.settings = preferences()
         with_tray = tray_available() if use_tray is None else use_tray
         self.tray = Tray(self.connection, self.service) if with_tray else None
         self.window = MainWindow(
@@ -67,7 +74,10 @@ class PairApplication:
             self.errors,
             self.errors_controller,
             hide_on_close=self.tray is not None,
-            pages=[Page("overview", "Overview", OverviewPage(self.connection, self.nodes))],
+            pages=[
+                Page("overview", "Overview", OverviewPage(self.connection, self.nodes)),
+                Page("jobs", "Jobs", JobsPage(self.jobs_controller, self.settings)),
+            ],
         )
         self._quit = asyncio.Event()
         self._connect_signals()
@@ -86,6 +96,7 @@ class PairApplication:
             self.errors_controller,
             self.components_controller,
             self.nodes_controller,
+            self.jobs_controller,
         )
 
     def start(self) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import qasync
-from PySide6.QtCore import QtMsgType
+from PySide6.QtCore import QSettings, QtMsgType
 from PySide6.QtWidgets import QApplication
 
 # The offscreen platform reports what it cannot do; these are not bugs in the app.
@@ -48,6 +48,13 @@ def _no_qt_warnings(qapp: QApplication, qtlog: object) -> Iterator[None]:
         and not record.message.startswith(_HARMLESS_QT_MESSAGES)
     ]
     assert not warnings, f"Qt warnings: {warnings}"
+
+
+@pytest.fixture(autouse=True)
+def _own_preferences(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """App preferences (QSettings, INI) go to a temporary folder, never the user's config."""
+    folder = tmp_path_factory.mktemp("preferences")
+    QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, str(folder))
 
 
 @pytest.fixture

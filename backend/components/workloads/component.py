@@ -27,6 +27,7 @@ from backend.components.workloads.store import WorkloadStore
 from backend.core.clock import Clock
 from backend.core.component import Component
 from backend.core.rpc import NumberedStream
+from backend.protocol import errors
 from backend.protocol.types import JobEvent, Workload, WorkloadsEvent
 
 log = logging.getLogger(__name__)
@@ -109,6 +110,21 @@ class WorkloadsComponent(Component):
         self._hold(after, waiting)
         if after != known:
             self._commit(after)
+
+    async def clear_finished(self) -> int:
+        """Forget every finished job (memory and store), pushing ``remove`` for each, oldest
+        first; unfinished jobs stay. Returns how many were cleared."""
+        if not self._loaded:
+            # Stored jobs not loaded yet would come back once they are.
+            raise errors.Unavailable("the jobs history is still loading")
+        finished = [job for job in self._jobs.values() if job.state in TERMINAL]
+        for job in sorted(finished, key=_age):
+            self._forget(job.id)
+        self._trim_forgotten()
+        # Deleted under the write lock, so a write already under way cannot put one back.
+        await self.write_pending()
+        log.info("workloads: %d finished jobs cleared", len(finished))
+        return len(finished)
 
     def fail_unfinished(self, error: str) -> None:
         """Fail every unfinished job with ``error`` (the proxy worker that ran them exited)."""
@@ -241,11 +257,17 @@ class WorkloadsComponent(Component):
             return
         finished = (job for job in self._jobs.values() if job.state in TERMINAL)
         for job in heapq.nsmallest(excess, finished, key=_age):
-            del self._jobs[job.id]
-            self._dirty.pop(job.id, None)
-            self._deleted.add(job.id)
-            self._forgotten[job.id] = None
-            self._events.publish(partial(_remove, job.id))
+            self._forget(job.id)
+        self._trim_forgotten()
+
+    def _forget(self, key: str) -> None:
+        del self._jobs[key]
+        self._dirty.pop(key, None)
+        self._deleted.add(key)
+        self._forgotten[key] = None
+        self._events.publish(partial(_remove, key))
+
+    def _trim_forgotten(self) -> None:
         while len(self._forgotten) > self._store.keep_finished:
             del self._forgotten[next(iter(self._forgotten))]
 

@@ -1,4 +1,5 @@
-"""JSON-RPC methods of workloads: the jobs list (snapshot + numbered events), newest first."""
+"""JSON-RPC methods of workloads: the jobs list (snapshot + numbered events), newest first, and
+clearing the history of finished jobs."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ MAX_LIMIT = 1000
 
 
 def register(dispatcher: Dispatcher, workloads: WorkloadsComponent, events: NumberedStream) -> None:
-    """Route ``workloads:get-initial``, ``workloads:subscribe`` and ``workloads:unsubscribe``."""
+    """Route ``workloads:get-initial``, ``workloads:subscribe``, ``workloads:unsubscribe`` and
+    ``workloads:clear``."""
 
     async def get_initial(params: WorkloadsQuery, _: RpcPeer) -> WorkloadsSnapshot:
         limit = _limit(methods.WORKLOADS_GET_INITIAL, params)
@@ -26,9 +28,13 @@ def register(dispatcher: Dispatcher, workloads: WorkloadsComponent, events: Numb
         events.unsubscribe(peer)
         return {"subscribed": False}
 
+    async def clear(_: RpcPeer) -> dict[str, int]:
+        return {"cleared": await workloads.clear_finished()}
+
     dispatcher.add(methods.WORKLOADS_GET_INITIAL, get_initial, WorkloadsQuery)
     dispatcher.add(methods.WORKLOADS_SUBSCRIBE, subscribe, WorkloadsQuery)
     dispatcher.add_plain(methods.WORKLOADS_UNSUBSCRIBE, unsubscribe)
+    dispatcher.add_plain(methods.WORKLOADS_CLEAR, clear)
 
 
 def _limit(method: str, params: WorkloadsQuery) -> int:

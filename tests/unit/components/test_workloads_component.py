@@ -18,7 +18,7 @@ from backend.components.workloads.state import INTERRUPTED, Job
 from backend.components.workloads.store import WorkloadStore
 from backend.core.rpc import ClientHub, NumberedStream
 from backend.core.store import Store
-from backend.protocol import methods
+from backend.protocol import errors, methods
 from backend.protocol.peer import RpcPeer
 from backend.protocol.types import JobEvent, JobEventKind, Workload, WorkloadsEvent
 
@@ -413,3 +413,48 @@ async def test_a_component_restart_within_the_same_broker_keeps_live_jobs(store:
     assert h.job().state == "running"
     h.send(3, "completed")
     assert h.job().state == "completed"
+
+
+async def test_clearing_forgets_finished_jobs_in_memory_and_store_and_keeps_unfinished(
+    store: Store,
+) -> None:
+    h = Harness(store)
+    async with running(h.component):
+        h.send(1, "submitted", key="me/run1/1", target="a")
+        h.send(2, "completed", key="me/run1/1")
+        h.send(1, "submitted", key="me/run1/2", target="a")  # stays running
+        h.send(2, "started", key="me/run1/2", node="a")
+        h.send(1, "submitted", key="me/run1/3", target="b")
+        h.send(2, "errored", key="me/run1/3", error="boom")
+        await h.component.write_pending()
+        h.send(1, "submitted", key="me/run1/4", target="a")
+        await h.component.write_pending()  # stored while in flight...
+        h.send(2, "errored", key="me/run1/4", error="left", cancelled=True)  # ...then finished
+        pushed = len(h.subscriber.events)
+
+        assert await h.component.clear_finished() == 3
+
+        removed = h.subscriber.events[pushed:]
+        assert [(event.event, event.key) for event in removed] == [
+            ("remove", "me/run1/1"),
+            ("remove", "me/run1/3"),
+            ("remove", "me/run1/4"),
+        ]
+        assert [event.seq for event in removed] == [pushed + 1, pushed + 2, pushed + 3]
+        assert h.listed() == ["me/run1/2"]
+        assert sorted(await rows(store)) == ["me/run1/2"], "deleted before the answer"
+        h.send(3, "completed", key="me/run1/3")
+        assert "me/run1/3" not in h.listed(), "a late report cannot bring a cleared job back"
+        h.send(3, "completed", key="me/run1/2")
+        assert await h.component.clear_finished() == 1
+        assert await h.component.clear_finished() == 0
+    assert await rows(store) == {}
+
+
+async def test_clearing_before_the_stored_jobs_are_loaded_is_refused(store: Store) -> None:
+    h = Harness(store)
+    h.send(1, "submitted", target="a")
+    h.send(2, "completed")
+    with pytest.raises(errors.Unavailable, match="still loading"):
+        await h.component.clear_finished()
+    assert h.listed() == [KEY]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,3 +138,39 @@ async def test_unsubscribe_and_leaving_stop_the_pushes(connected: Connected) -> 
     connected.report(2)
     await connected.snapshot(methods.WORKLOADS_GET_INITIAL)  # a round trip after the reports
     assert connected.pushes.empty()
+
+
+async def test_clear_deletes_finished_jobs_and_pushes_their_removal(connected: Connected) -> None:
+    for n in (1, 2, 3):
+        connected.report(n)
+    connected.report(1, seq=2)
+    connected.report(3, seq=2)
+    async with running(connected.workloads):
+        snapshot = await connected.snapshot(methods.WORKLOADS_SUBSCRIBE)
+        assert await connected.client.call(methods.WORKLOADS_CLEAR) == {"cleared": 2}
+        first = await asyncio.wait_for(connected.pushes.get(), 5)
+        second = await asyncio.wait_for(connected.pushes.get(), 5)
+        assert [(p.seq, p.event, p.key) for p in (first, second)] == [
+            (snapshot.seq + 1, "remove", "me/run1/1"),
+            (snapshot.seq + 2, "remove", "me/run1/3"),
+        ]
+        after = await connected.snapshot(methods.WORKLOADS_GET_INITIAL)
+        assert [w.key for w in after.workloads] == ["me/run1/2"]
+
+
+async def test_clear_while_the_history_is_loading_is_unavailable(connected: Connected) -> None:
+    with pytest.raises(errors.Unavailable, match="still loading"):
+        await connected.client.call(methods.WORKLOADS_CLEAR)
+
+
+@asynccontextmanager
+async def running(workloads: WorkloadsComponent) -> AsyncIterator[None]:
+    ready = asyncio.Event()
+    workloads.bind_ready(ready.set)
+    task = asyncio.create_task(workloads.run(), name="workloads")
+    await asyncio.wait_for(ready.wait(), 5)
+    try:
+        yield
+    finally:
+        await workloads.stop()
+        await asyncio.wait_for(task, 5)
