@@ -13,11 +13,14 @@ import qasync
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QApplication
 
+from app.autostart import for_this_system
 from app.broker.connection import BrokerConnection
 from app.broker.launch import BrokerLaunch
 from app.broker.restart_policy import RestartPolicy
+from app.controllers.activity import ActivityController
 from app.controllers.base import Controller
 from app.controllers.components import ComponentsController
+from app.controllers.endpoints import EndpointsController, FrontDoorSettingsController
 from app.controllers.errors import ErrorsController
 from app.controllers.jobs import JobsController
 from app.controllers.nodes import NodesController
@@ -30,9 +33,12 @@ from app.models.nodes import NodesModel
 from app.options import AppOptions
 from app.preferences import preferences
 from app.tray import Tray, tray_available
+from app.window.endpoints_window import EndpointsWindow
 from app.window.jobs_page import JobsPage
 from app.window.main_window import MainWindow, Page
 from app.window.overview_page import OverviewPage
+from app.window.settings_general import GeneralSettings, minimise_to_tray
+from app.window.welcome import Welcome
 
 log = logging.getLogger(__name__)
 
@@ -65,19 +71,33 @@ class PairApplication:
         self.jobs = JobsModel()
         self.jobs_controller = JobsController(self.connection, self.jobs)
         self.settings = preferences()
+        self.activity = ActivityController(self.connection, self.errors)
+        self.endpoints = EndpointsController(self.connection)
+        self.front_door_settings = FrontDoorSettingsController(self.connection)
         with_tray = tray_available() if use_tray is None else use_tray
-        self.tray = Tray(self.connection, self.service) if with_tray else None
+        self.tray = Tray(self.connection, self.service, self.activity) if with_tray else None
+        self.general_settings = GeneralSettings(
+            self.front_door_settings,
+            for_this_system(),
+            self.settings,
+            tray_available=self.tray is not None,
+        )
         self.window = MainWindow(
             self.connection,
             self.service,
             self.components,
             self.errors,
             self.errors_controller,
-            hide_on_close=self.tray is not None,
+            hide_on_close=self.tray is not None and minimise_to_tray(self.settings),
             pages=[
                 Page("overview", "Overview", OverviewPage(self.connection, self.nodes)),
                 Page("jobs", "Jobs", JobsPage(self.jobs_controller, self.settings)),
             ],
+            settings_tabs=[("General", self.general_settings)],
+        )
+        self.endpoints_window = EndpointsWindow(self.endpoints)
+        self.welcome = Welcome(
+            self.connection, self.activity, self.endpoints, self.settings, self.window
         )
         self._quit = asyncio.Event()
         self._connect_signals()
@@ -86,9 +106,15 @@ class PairApplication:
         self.window.quit_requested.connect(self.request_quit)
         for controller in self._controllers():
             controller.command_failed.connect(self.window.show_status_message)
+        self.general_settings.minimise_to_tray_changed.connect(self._on_minimise_to_tray_changed)
+        self.window.endpoints_requested.connect(self.endpoints_window.show_and_raise)
         if self.tray is not None:
             self.tray.show_requested.connect(self.show_window)
             self.tray.quit_requested.connect(self.request_quit)
+            self.tray.endpoints_requested.connect(self.endpoints_window.show_and_raise)
+
+    def _on_minimise_to_tray_changed(self, on: bool) -> None:
+        self.window.hide_on_close = on and self.tray is not None
 
     def _controllers(self) -> tuple[Controller, ...]:
         return (
@@ -97,6 +123,9 @@ class PairApplication:
             self.components_controller,
             self.nodes_controller,
             self.jobs_controller,
+            self.activity,
+            self.endpoints,
+            self.front_door_settings,
         )
 
     def start(self) -> None:
@@ -121,6 +150,9 @@ class PairApplication:
         if self.tray is not None:
             self.tray.hide()
         self.window.hide()
+        self.endpoints_window.hide()
+        if self.welcome.dialog is not None:
+            self.welcome.dialog.hide()
         for controller in self._controllers():
             await controller.close()
         await self.connection.stop()

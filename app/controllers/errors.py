@@ -15,6 +15,7 @@ from backend.protocol.errors import RpcError
 from backend.protocol.types import ServiceError
 
 log = logging.getLogger(__name__)
+ENGINE_START_TIMEOUT_S = 120.0  # an engine may take a minute to answer its readiness probe
 
 
 class ErrorsController(Controller):
@@ -51,8 +52,16 @@ class ErrorsController(Controller):
             self._components.restart_component(action.target)
         elif action.kind == "open-settings":
             self.open_settings_requested.emit()
+        elif action.kind == "retry" and action.target and error.id.startswith("engine:"):
+            # An engine that failed to start or crashed: starting it again is the retry; a
+            # successful start clears the error on the broker's side.
+            params = {"engine": action.target}
+            call = self.connection.call(
+                methods.ENGINE_START, params, timeout=ENGINE_START_TIMEOUT_S
+            )
+            self.run_command(call, what=f"start {action.target}")
         else:
-            # "retry" has no generic meaning yet: the owning component retries by itself.
+            # Other retries have no generic meaning: the owning component retries by itself.
             log.info("no handler for error action %s", action.kind)
 
     def _on_connection_session_ready(self) -> None:

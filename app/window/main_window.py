@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QListWidget,
     QMainWindow,
+    QPushButton,
     QStackedWidget,
     QTabWidget,
     QVBoxLayout,
@@ -98,6 +99,7 @@ class MainWindow(QMainWindow):
     """Top-level window. Closing hides it when a tray icon exists, otherwise asks to quit."""
 
     quit_requested = Signal()
+    endpoints_requested = Signal()
 
     def __init__(
         self,
@@ -187,6 +189,12 @@ class MainWindow(QMainWindow):
         layout.setSpacing(0)
         layout.addLayout(header)
         layout.addWidget(self.sidebar, 1)
+        self.endpoints_button = QPushButton("API endpoints…")
+        self.endpoints_button.setFlat(True)
+        self.endpoints_button.setToolTip("Where to point Ollama and OpenAI clients")
+        self.endpoints_button.clicked.connect(self.endpoints_requested)
+        layout.addWidget(self.endpoints_button)
+        layout.addSpacing(10)
         return panel
 
     def _lay_out(self) -> None:

@@ -1,0 +1,375 @@
+"""The front doors as the GUI shows them: real URLs, moved ports, example requests (from
+``status``, ``errors:update`` and ``engine:models``), and the front doors' settings (timeouts and
+the pinned node, through ``settings/get`` / ``settings/set``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from PySide6.QtCore import QObject, Signal
+
+from app.broker.connection import BrokerConnection
+from app.controllers.base import Controller, decode
+from backend.protocol import methods
+from backend.protocol.errors import RpcError
+from backend.protocol.types import (
+    BrokerStatus,
+    DiscoveredNode,
+    EngineModels,
+    ServiceError,
+    SettingSpec,
+    SettingsSnapshot,
+    SettingValue,
+)
+
+log = logging.getLogger(__name__)
+
+PORT_TAKEN_PREFIX = "proxy:port-taken:"
+MODEL_PLACEHOLDER = "<model>"
+HEADER_TIMEOUT = "proxy_header_timeout_s"
+FIRST_CONTENT_TIMEOUT = "proxy_first_content_timeout_s"
+PINNED_NODE = "proxy_pinned_node"
+
+
+@dataclass(frozen=True, slots=True)
+class DoorKind:
+    """What a front door speaks: its title, the engine behind it, the example's path."""
+
+    door: str
+    title: str
+    engine: str  # the bundled manifests' engine for this door
+    chat_path: str
+    openai: bool
+
+
+DOOR_KINDS: tuple[DoorKind, ...] = (
+    DoorKind("ollama", "Ollama API", "ollama", "/api/chat", openai=False),
+    DoorKind("openai", "OpenAI API · LM Studio models", "lmstudio", "/v1/chat/completions", True),
+    DoorKind("llamacpp", "OpenAI API · llama.cpp models", "llamacpp", "/v1/chat/completions", True),
+)
+_KINDS = {kind.door: kind for kind in DOOR_KINDS}
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One front door as shown: URL, the client setting that uses it, a note, an example."""
+
+    door: str
+    title: str
+    url: str
+    client_setting: str
+    moved_note: str | None
+    model: str | None
+    example: str
+
+
+def _shell_quote(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def curl_example(kind: DoorKind, url: str, model: str | None) -> str:
+    """A ``curl`` chat request in the door's own API (POSIX shell quoting), a few short lines."""
+    fields = [
+        f'"model": {json.dumps(model or MODEL_PLACEHOLDER)}',
+        '"messages": [{"role": "user", "content": "Hello!"}]',
+    ]
+    if not kind.openai:
+        fields.append('"stream": false')  # one JSON answer instead of a stream of lines
+    body = "{\n" + ",\n".join(f"  {field}" for field in fields) + "\n}"
+    if kind.openai:
+        head = f'curl {url}{kind.chat_path} \\\n  -H "Content-Type: application/json"'
+    else:
+        head = f"curl {url}{kind.chat_path}"
+    return f"{head} -d {_shell_quote(body)}"
+
+
+def client_setting(kind: DoorKind, url: str) -> str:
+    """The usual way to point a client at the door."""
+    if kind.openai:
+        return f"OPENAI_BASE_URL={url}/v1"
+    return f"OLLAMA_HOST={url.removeprefix('http://')}"
+
+
+def example_model(engine: str, models: EngineModels | None) -> str | None:
+    """A model of ``engine`` for the example: a loaded one first, else the first listed."""
+    if models is None:
+        return None
+    loaded = models.loaded_by_engine.get(engine, [])
+    listed = models.by_engine.get(engine, [])
+    return next(iter(loaded), None) or next(iter(listed), None)
+
+
+def moved_notes(errors: Sequence[ServiceError]) -> dict[str, str]:
+    """door → the broker's sentence, for every door that had to move to another port."""
+    return {
+        error.id.removeprefix(PORT_TAKEN_PREFIX): error.message
+        for error in errors
+        if error.id.startswith(PORT_TAKEN_PREFIX)
+    }
+
+
+def build_endpoints(
+    front_doors: Mapping[str, str],
+    errors: Sequence[ServiceError],
+    models: EngineModels | None,
+) -> list[Endpoint]:
+    """The open doors in a fixed order (Ollama, OpenAI, llama.cpp, then any other by name)."""
+    notes = moved_notes(errors)
+    order = [kind.door for kind in DOOR_KINDS]
+    doors = sorted(front_doors, key=lambda d: (order.index(d) if d in order else len(order), d))
+    endpoints = []
+    for door in doors:
+        url = front_doors[door]
+        kind = _KINDS.get(door, DoorKind(door, door, door, "/v1/chat/completions", openai=True))
+        model = example_model(kind.engine, models)
+        endpoints.append(
+            Endpoint(
+                door=door,
+                title=kind.title,
+                url=url,
+                client_setting=client_setting(kind, url),
+                moved_note=notes.get(door),
+                model=model,
+                example=curl_example(kind, url, model),
+            )
+        )
+    return endpoints
+
+
+class EndpointsController(Controller):
+    """Reads ``status`` and ``engine:models`` per session, again on every ``errors:update`` (a
+    door may have moved) and on ``refresh``; follows ``engine:models-changed``. Owns the read."""
+
+    changed = Signal()
+
+    def __init__(self, connection: BrokerConnection, parent: QObject | None = None) -> None:
+        super().__init__(connection, parent)
+        self._front_doors: dict[str, str] = {}
+        self._errors: list[ServiceError] = []
+        self._models: EngineModels | None = None
+        self._known = False  # a status was read in this session
+        self._read: asyncio.Task[None] | None = None
+
+    @property
+    def endpoints(self) -> list[Endpoint]:
+        """The open front doors."""
+        return build_endpoints(self._front_doors, self._errors, self._models)
+
+    @property
+    def front_doors(self) -> dict[str, str]:
+        """door → URL, as ``status`` last said."""
+        return dict(self._front_doors)
+
+    @property
+    def known(self) -> bool:
+        """Whether the doors were read in this session (False: not connected or still reading)."""
+        return self._known
+
+    def refresh(self) -> None:
+        """Read the doors and models again (while connected)."""
+        if self.connection.ownership is None:
+            return
+        if self._read is not None:
+            self._read.cancel()
+        self._read = self._tasks.spawn(self._read_all(), name="read")
+
+    async def _read_all(self) -> None:
+        try:
+            status = decode(await self.connection.call(methods.STATUS), BrokerStatus)
+        except RpcError as exc:
+            log.info("status failed: %s", exc)
+            return
+        if status is not None:
+            self._front_doors = dict(status.front_doors)
+            self._errors = list(status.errors)
+            self._known = True
+            self.changed.emit()
+        try:
+            models = decode(await self.connection.call(methods.ENGINE_MODELS), EngineModels)
+        except RpcError as exc:
+            log.info("engine:models failed (keeping the last list): %s", exc)
+            return
+        if models is not None:
+            self._models = models
+            self.changed.emit()
+
+    def _on_connection_session_ready(self) -> None:
+        self.refresh()
+
+    def _on_connection_session_changed(self) -> None:
+        if self.connection.ownership is None:
+            self._front_doors = {}
+            self._errors = []
+            self._models = None
+            self._known = False
+            self.changed.emit()
+
+    def _on_connection_notification_received(self, method: str, params: object) -> None:
+        if method == methods.ERRORS_UPDATE:
+            errors = decode(params, list[ServiceError])
+            if errors is not None:
+                self._errors = errors
+                self.changed.emit()
+                self.refresh()
+        elif method == methods.ENGINE_MODELS_CHANGED:
+            models = decode(params, EngineModels)
+            if models is not None:
+                self._models = models
+                self.changed.emit()
+
+
+# Front-door settings.
+
+
+@dataclass(frozen=True, slots=True)
+class NodeChoice:
+    """One entry of the pinned-node list: the node id to save and its label."""
+
+    node_id: str
+    label: str
+
+
+def bounds_text(low: float | None, high: float | None) -> str:
+    """``between 1 and 3600``, ``at least 1`` or ``at most 3600``."""
+    if low is not None and high is not None:
+        return f"between {low:g} and {high:g}"
+    if low is not None:
+        return f"at least {low:g}"
+    return f"at most {high:g}" if high is not None else "any number"
+
+
+def check_value(spec: SettingSpec, value: SettingValue) -> SettingValue:
+    """``value`` within the schema's bounds; raises ValueError with a sentence for the user."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        low, high = spec.minimum, spec.maximum
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise ValueError(f"Must be {bounds_text(low, high)}.")
+    if spec.choices is not None and value not in spec.choices:
+        raise ValueError(f"Must be one of {', '.join(spec.choices)}.")
+    return value
+
+
+def pinned_node_choices(nodes: Sequence[DiscoveredNode], pinned: str) -> list[NodeChoice]:
+    """ "None" first, then the known nodes by name (this computer marked); an unknown pinned id
+    stays selectable so the combo never hides what is saved."""
+    choices = [NodeChoice("", "None")]
+    for node in sorted(nodes, key=lambda n: ("self" not in n.sources, n.name.lower())):
+        suffix = " (this computer)" if "self" in node.sources else ""
+        choices.append(NodeChoice(node.node_id, f"{node.name}{suffix}"))
+    if pinned and all(choice.node_id != pinned for choice in choices):
+        choices.append(NodeChoice(pinned, f"Unknown node ({pinned[:8]})"))
+    return choices
+
+
+def rejection_text(exc: RpcError, key: str) -> str:
+    """The broker's reason as a sentence about the field it is shown next to."""
+    text = exc.message.removeprefix("Invalid params: ").removeprefix(f"setting {key!r} ")
+    text = text[:1].upper() + text[1:]
+    return text if text.endswith(".") else f"{text}."
+
+
+class FrontDoorSettingsController(Controller):
+    """Reads ``settings/get`` and ``discovery:get-nodes`` per session, follows
+    ``settings:changed``, and saves one setting at a time. Owns the read and save tasks."""
+
+    changed = Signal()
+    value_saved = Signal(str)  # key
+    value_rejected = Signal(str, str)  # key, reason for the user
+
+    def __init__(self, connection: BrokerConnection, parent: QObject | None = None) -> None:
+        super().__init__(connection, parent)
+        self._settings: SettingsSnapshot | None = None
+        self._nodes: list[DiscoveredNode] = []
+        self._pushes = 0  # settings:changed seen: a push newer than an in-flight read wins
+
+    def spec(self, key: str) -> SettingSpec | None:
+        """The schema entry for ``key`` (None until read)."""
+        if self._settings is None:
+            return None
+        return next((spec for spec in self._settings.schema if spec.key == key), None)
+
+    def value(self, key: str) -> SettingValue | None:
+        """The saved value of ``key`` (None until read)."""
+        return None if self._settings is None else self._settings.values.get(key)
+
+    def node_choices(self) -> list[NodeChoice]:
+        """Choices for the pinned node."""
+        return pinned_node_choices(self._nodes, str(self.value(PINNED_NODE) or ""))
+
+    def set_value(self, key: str, value: SettingValue) -> None:
+        """Validate against the schema, then ``settings/set``; the outcome is a signal."""
+        spec = self.spec(key)
+        if spec is None:
+            self.value_rejected.emit(key, "The service is not connected.")
+            return
+        try:
+            checked = check_value(spec, value)
+        except ValueError as exc:
+            self.value_rejected.emit(key, str(exc))
+            return
+        if checked == self.value(key):
+            return
+        self._tasks.spawn(self._save(key, checked), name=f"save-{key}")
+
+    def refresh_nodes(self) -> None:
+        """Read the known nodes again (while connected)."""
+        if self.connection.ownership is not None:
+            self._tasks.spawn(self._read_nodes(), name="nodes")
+
+    async def _save(self, key: str, value: SettingValue) -> None:
+        try:
+            raw = await self.connection.call(methods.SETTINGS_SET, {"values": {key: value}})
+        except RpcError as exc:
+            log.info("settings/set %s failed: %s", key, exc)
+            self.value_rejected.emit(key, rejection_text(exc, key))
+            self.changed.emit()  # the view shows the saved value again
+            return
+        snapshot = decode(raw, SettingsSnapshot)
+        if snapshot is not None:
+            self._settings = snapshot
+            self.changed.emit()
+        self.value_saved.emit(key)
+
+    async def _read_settings(self, pushes_before: int) -> None:
+        try:
+            raw = await self.connection.call(methods.SETTINGS_GET)
+        except RpcError as exc:
+            log.info("settings/get failed: %s", exc)
+            return
+        snapshot = decode(raw, SettingsSnapshot)
+        if snapshot is not None and self._pushes == pushes_before:
+            self._settings = snapshot
+            self.changed.emit()
+
+    async def _read_nodes(self) -> None:
+        try:
+            raw = await self.connection.call(methods.DISCOVERY_GET_NODES)
+        except RpcError as exc:
+            log.info("discovery:get-nodes failed: %s", exc)
+            return
+        nodes = decode(raw, list[DiscoveredNode])
+        if nodes is not None:
+            self._nodes = nodes
+            self.changed.emit()
+
+    def _on_connection_session_ready(self) -> None:
+        self._tasks.spawn(self._read_settings(self._pushes), name="settings")
+        self.refresh_nodes()
+
+    def _on_connection_session_changed(self) -> None:
+        if self.connection.ownership is None:
+            self._settings = None
+            self._nodes = []
+            self.changed.emit()
+
+    def _on_connection_notification_received(self, method: str, params: object) -> None:
+        if method == methods.SETTINGS_CHANGED:
+            snapshot = decode(params, SettingsSnapshot)
+            if snapshot is not None:
+                self._pushes += 1
+                self._settings = snapshot
+                self.changed.emit()

@@ -1,0 +1,281 @@
+"""Settings → General: start at login, keep running in the tray, the front doors' timeouts and
+the pinned node."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from PySide6.QtCore import QSettings, QSignalBlocker, Qt, Signal
+from PySide6.QtGui import QShowEvent
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QGroupBox,
+    QLabel,
+    QScrollArea,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.autostart import Autostart
+from app.controllers.endpoints import (
+    FIRST_CONTENT_TIMEOUT,
+    HEADER_TIMEOUT,
+    PINNED_NODE,
+    FrontDoorSettingsController,
+)
+from app.models.errors import SEVERITY_COLOURS
+from app.window.widgets import muted_label
+
+MINIMISE_TO_TRAY_KEY = "window/minimise_to_tray"
+TIMEOUT_LABELS = {
+    HEADER_TIMEOUT: "Wait for an answer",
+    FIRST_CONTENT_TIMEOUT: "Wait for the first words",
+}
+TIMEOUTS_NOTE = (
+    "When a computer takes longer than this, PAIR sends the request to another computer that "
+    "has the model."
+)
+TIMEOUT_TIPS = {
+    HEADER_TIMEOUT: "How long a front door waits for an engine to start answering before it "
+    "tries another computer.",
+    FIRST_CONTENT_TIMEOUT: "How long a front door waits, once an engine answered, for its first "
+    "output before it tries another computer (a cold model load counts).",
+}
+
+
+def minimise_to_tray(preferences: QSettings) -> bool:
+    """Whether closing the window keeps PAIR in the tray (the default) instead of quitting."""
+    return bool(preferences.value(MINIMISE_TO_TRAY_KEY, True, type=bool))
+
+
+def home_relative(location: str) -> str:
+    """A path under the home folder written with ``~`` (other text unchanged)."""
+    home = str(Path.home())
+    if location == home or location.startswith(home + os.sep):
+        return "~" + location[len(home) :]
+    return location
+
+
+def error_label() -> QLabel:
+    """A hidden, word-wrapped label in the error colour, for a problem next to its control."""
+    label = QLabel()
+    label.setWordWrap(True)
+    label.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+    label.setStyleSheet(f"color: {SEVERITY_COLOURS['error'].name()};")
+    label.hide()
+    return label
+
+
+def with_error(control: QWidget, error: QLabel) -> QWidget:
+    """A form field: the control at its natural width, its error label right under it."""
+    field = QWidget()
+    layout = QVBoxLayout(field)
+    layout.setContentsMargins(0, 0, 0, 0)
+    layout.setSpacing(2)
+    layout.addWidget(control, 0, Qt.AlignmentFlag.AlignLeft)
+    layout.addWidget(error)
+    return field
+
+
+def show_error(label: QLabel, message: str) -> None:
+    """Show ``message`` in an error label, or hide it when empty."""
+    label.setText(message)
+    label.setVisible(bool(message))
+
+
+class StartupBox(QGroupBox):
+    """Start at login and keep running in the tray."""
+
+    minimise_to_tray_changed = Signal(bool)
+
+    def __init__(
+        self,
+        autostart: Autostart,
+        preferences: QSettings,
+        *,
+        tray_available: bool,
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__("Startup and window", parent)
+        self._autostart = autostart
+        self._preferences = preferences
+        self.autostart_check = QCheckBox("Start PAIR when I log in")
+        self.autostart_note = muted_label(f"Adds {home_relative(autostart.location)}")
+        self.autostart_error = error_label()
+        self.tray_check = QCheckBox("Keep PAIR running in the tray when the window is closed")
+        self.tray_note = muted_label(
+            "Closing the window hides it; Quit in the tray menu stops PAIR."
+            if tray_available
+            else "This desktop has no system tray, so closing the window quits PAIR."
+        )
+        self.tray_check.setEnabled(tray_available)
+        self.tray_check.setChecked(tray_available and minimise_to_tray(preferences))
+        self.autostart_check.setChecked(self._read_autostart())
+        layout = QVBoxLayout(self)
+        for widget in (self.autostart_check, self.autostart_note, self.autostart_error):
+            layout.addWidget(widget)
+        layout.addWidget(self.tray_check)
+        layout.addWidget(self.tray_note)
+        self.autostart_check.toggled.connect(self._on_autostart_check_toggled)
+        self.tray_check.toggled.connect(self._on_tray_check_toggled)
+
+    def _read_autostart(self) -> bool:
+        try:
+            return self._autostart.is_enabled()
+        except OSError as exc:
+            show_error(self.autostart_error, f"Cannot read the login item: {exc}")
+            return False
+
+    def _on_autostart_check_toggled(self, on: bool) -> None:
+        try:
+            if on:
+                self._autostart.enable()
+            else:
+                self._autostart.disable()
+        except OSError as exc:
+            verb = "add" if on else "remove"
+            show_error(self.autostart_error, f"Could not {verb} the login item: {exc}")
+            with QSignalBlocker(self.autostart_check):
+                self.autostart_check.setChecked(self._read_autostart())
+            return
+        show_error(self.autostart_error, "")
+
+    def _on_tray_check_toggled(self, on: bool) -> None:
+        self._preferences.setValue(MINIMISE_TO_TRAY_KEY, on)
+        self._preferences.sync()
+        self.minimise_to_tray_changed.emit(on)
+
+
+def timeout_spin(tooltip: str) -> QDoubleSpinBox:
+    """A seconds box that reports a typed number once, not every keystroke."""
+    spin = QDoubleSpinBox()
+    spin.setSuffix(" s")
+    spin.setDecimals(0)
+    spin.setMinimumWidth(110)
+    spin.setSingleStep(10)
+    spin.setKeyboardTracking(False)
+    spin.setToolTip(tooltip)
+    return spin
+
+
+def pinned_combo() -> QComboBox:
+    """The preferred-computer list, wide enough for a node name."""
+    combo = QComboBox()
+    combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+    combo.setMinimumContentsLength(24)
+    combo.setToolTip("The computer the front doors try first whenever it has the requested model.")
+    return combo
+
+
+class FrontDoorsBox(QGroupBox):
+    """The broker's front-door settings, saved one at a time with the reason shown on refusal."""
+
+    def __init__(
+        self, controller: FrontDoorSettingsController, parent: QWidget | None = None
+    ) -> None:
+        super().__init__("Front doors", parent)
+        self._controller = controller
+        self.spins: dict[str, QDoubleSpinBox] = {}
+        self.errors: dict[str, QLabel] = {
+            key: error_label() for key in (*TIMEOUT_LABELS, PINNED_NODE)
+        }
+        self.offline_note = muted_label("These settings can be changed while the service runs.")
+        self.pinned_combo = pinned_combo()
+        self.pinned_combo.activated.connect(self._on_pinned_combo_activated)
+        form = QFormLayout(self)
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.ExpandingFieldsGrow)
+        form.addRow(self.offline_note)
+        for key, label in TIMEOUT_LABELS.items():
+            self.spins[key] = spin = timeout_spin(TIMEOUT_TIPS[key])
+            spin.valueChanged.connect(
+                lambda value, key=key: self._on_spin_value_changed(key, value)
+            )
+            form.addRow(label, with_error(spin, self.errors[key]))
+        form.addRow(muted_label(TIMEOUTS_NOTE))
+        form.addRow("Preferred computer", with_error(self.pinned_combo, self.errors[PINNED_NODE]))
+        form.addRow(muted_label("Requests go to the preferred computer when it has the model."))
+        controller.changed.connect(self.refresh)
+        controller.value_rejected.connect(self._on_controller_value_rejected)
+        controller.value_saved.connect(self._on_controller_value_saved)
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Show the saved values; controls work only while the schema is known."""
+        connected = self._controller.spec(HEADER_TIMEOUT) is not None
+        self.offline_note.setVisible(not connected)
+        for key, spin in self.spins.items():
+            spec = self._controller.spec(key)
+            value = self._controller.value(key)
+            with QSignalBlocker(spin):
+                if spec is not None:
+                    spin.setRange(spec.minimum or 0.0, spec.maximum or 1e9)
+                if isinstance(value, int | float):
+                    spin.setValue(float(value))
+            spin.setEnabled(spec is not None)
+        self._fill_pinned_combo()
+        self.pinned_combo.setEnabled(self._controller.spec(PINNED_NODE) is not None)
+        if not connected:
+            for label in self.errors.values():
+                show_error(label, "")
+
+    def showEvent(self, event: QShowEvent) -> None:
+        """Re-read the known computers whenever the tab is shown."""
+        super().showEvent(event)
+        self._controller.refresh_nodes()
+
+    def _fill_pinned_combo(self) -> None:
+        pinned = str(self._controller.value(PINNED_NODE) or "")
+        with QSignalBlocker(self.pinned_combo):
+            self.pinned_combo.clear()
+            for choice in self._controller.node_choices():
+                self.pinned_combo.addItem(choice.label, choice.node_id)
+            self.pinned_combo.setCurrentIndex(max(0, self.pinned_combo.findData(pinned)))
+
+    def _on_spin_value_changed(self, key: str, value: float) -> None:
+        self._controller.set_value(key, value)
+
+    def _on_pinned_combo_activated(self, index: int) -> None:
+        self._controller.set_value(PINNED_NODE, str(self.pinned_combo.itemData(index)))
+
+    def _on_controller_value_rejected(self, key: str, reason: str) -> None:
+        if key in self.errors:
+            show_error(self.errors[key], reason)
+
+    def _on_controller_value_saved(self, key: str) -> None:
+        if key in self.errors:
+            show_error(self.errors[key], "")
+
+
+class GeneralSettings(QScrollArea):
+    """The General tab: startup and window preferences, then the front doors."""
+
+    minimise_to_tray_changed = Signal(bool)
+
+    def __init__(
+        self,
+        controller: FrontDoorSettingsController,
+        autostart: Autostart,
+        preferences: QSettings,
+        *,
+        tray_available: bool,
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.startup_box = StartupBox(autostart, preferences, tray_available=tray_available)
+        self.front_doors_box = FrontDoorsBox(controller)
+        self.startup_box.minimise_to_tray_changed.connect(self.minimise_to_tray_changed)
+        body = QWidget()
+        layout = QVBoxLayout(body)
+        layout.setContentsMargins(0, 12, 0, 0)
+        layout.setSpacing(12)
+        layout.addWidget(self.startup_box)
+        layout.addWidget(self.front_doors_box)
+        layout.addStretch(1)
+        self.setWidget(body)
+        self.setWidgetResizable(True)
+        self.setFrameShape(QScrollArea.Shape.NoFrame)
