@@ -21,19 +21,23 @@ from app.controllers.activity import ActivityController
 from app.controllers.base import Controller
 from app.controllers.components import ComponentsController
 from app.controllers.endpoints import EndpointsController, FrontDoorSettingsController
+from app.controllers.engines import EnginesController
 from app.controllers.errors import ErrorsController
 from app.controllers.jobs import JobsController
 from app.controllers.nodes import NodesController
 from app.controllers.service import ServiceController, UrlOpener
 from app.icons import app_icon
 from app.models.components import ComponentsModel
+from app.models.engines import EnginesModel
 from app.models.errors import ErrorsModel
 from app.models.jobs import JobsModel
 from app.models.nodes import NodesModel
 from app.options import AppOptions
+from app.pending import PendingActions
 from app.preferences import preferences
 from app.tray import Tray, tray_available
 from app.window.endpoints_window import EndpointsWindow
+from app.window.engines_page import EnginesPage
 from app.window.jobs_page import JobsPage
 from app.window.main_window import MainWindow, Page
 from app.window.overview_page import OverviewPage
@@ -68,6 +72,9 @@ class PairApplication:
         self.service = ServiceController(self.connection, options.data_dir, open_url)
         self.nodes = NodesModel()
         self.nodes_controller = NodesController(self.connection, self.nodes)
+        self.pending = PendingActions()
+        self.engines = EnginesModel()
+        self.engines_controller = EnginesController(self.connection, self.engines, self.pending)
         self.jobs = JobsModel()
         self.jobs_controller = JobsController(self.connection, self.jobs)
         self.settings = preferences()
@@ -91,6 +98,11 @@ class PairApplication:
             hide_on_close=self.tray is not None and minimise_to_tray(self.settings),
             pages=[
                 Page("overview", "Overview", OverviewPage(self.connection, self.nodes)),
+                Page(
+                    "engines",
+                    "Engines",
+                    EnginesPage(self.connection, self.engines, self.engines_controller),
+                ),
                 Page("jobs", "Jobs", JobsPage(self.jobs_controller, self.settings)),
             ],
             settings_tabs=[("General", self.general_settings)],
@@ -123,6 +135,7 @@ class PairApplication:
             self.components_controller,
             self.nodes_controller,
             self.jobs_controller,
+            self.engines_controller,
             self.activity,
             self.endpoints,
             self.front_door_settings,

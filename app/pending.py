@@ -10,7 +10,7 @@ Studio deletes). A broker that goes away drops everything (``clear_all``).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from PySide6.QtCore import QObject, QTimer, Signal
@@ -54,10 +54,21 @@ class PendingActions(QObject):
     def begin(self, key: PendingKey, action: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         """Show ``action`` for ``key`` now; a newer action replaces an older one."""
         self._tokens += 1
-        entry = Pending(key, action, time.monotonic(), timeout_s, self._tokens)
-        self._entries[key] = entry
-        QTimer.singleShot(int(timeout_s * 1000), self, lambda: self._expire(key, entry.token))
+        self._arm(Pending(key, action, time.monotonic(), timeout_s, self._tokens))
         self.changed.emit(key)
+
+    def extend(self, key: PendingKey) -> bool:
+        """Progress arrived for ``key``: restart its safety timeout (True if it was pending).
+
+        For long actions that report progress (installs, pulls): the timeout then means "no
+        sign of life for that long" rather than "not finished in that long".
+        """
+        entry = self._entries.get(key)
+        if entry is None:
+            return False
+        self._tokens += 1
+        self._arm(replace(entry, token=self._tokens))
+        return True
 
     def get(self, key: PendingKey) -> Pending | None:
         """The pending action for ``key``, if any."""
@@ -89,6 +100,12 @@ class PendingActions(QObject):
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def _arm(self, entry: Pending) -> None:
+        self._entries[entry.key] = entry
+        QTimer.singleShot(
+            int(entry.timeout_s * 1000), self, lambda: self._expire(entry.key, entry.token)
+        )
 
     def _expire(self, key: PendingKey, token: int) -> None:
         entry = self._entries.get(key)

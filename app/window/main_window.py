@@ -42,6 +42,13 @@ EMPTY_PAGES: tuple[tuple[str, str, str, str], ...] = (
         "once the service reports them.",
     ),
     (
+        "engines",
+        "Engines",
+        "No engines yet",
+        "Ollama, LM Studio and llama.cpp on this computer will be listed here to install, "
+        "start and stop.",
+    ),
+    (
         "models",
         "Models",
         "No models yet",

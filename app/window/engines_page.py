@@ -1,0 +1,200 @@
+"""The Engines page: this computer's engines with controls, other computers' read-only."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QScrollArea,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.broker.connection import BrokerConnection
+from app.broker.state import ServiceState
+from app.controllers.engines import EnginesController
+from app.models.engines import EngineKey, EngineRow, EnginesModel
+from app.window.engine_card import READ_ONLY_TEXT, EngineCard
+from app.window.widgets import muted_label, page_title
+
+INTRO = (
+    "Start, stop and set up the engines that run models on this computer. Engines on other "
+    "computers are shown as their node reports them."
+)
+NOT_CONNECTED = {
+    ServiceState.CONNECTING: "Connecting to the PAIR service…",
+    ServiceState.DISCONNECTED: (
+        "Disconnected from the PAIR service: engines cannot be shown or controlled until it "
+        "is back."
+    ),
+    ServiceState.FAILED: (
+        "The PAIR service is not running: engines cannot be shown or controlled. "
+        "Start it from Settings → Service."
+    ),
+}
+NO_OTHERS = "No other computers with running engines have been found on your network."
+
+
+def section_title(text: str) -> QLabel:
+    """A bold heading between groups of cards."""
+    label = QLabel(f"<b>{text}</b>")
+    font = label.font()
+    font.setPointSizeF(font.pointSizeF() * 1.1)
+    label.setFont(font)
+    return label
+
+
+class NodeHeader(QWidget):
+    """A node's heading: its name, and beside it a muted line (address, read-only note)."""
+
+    def __init__(self, title: str, note: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.title = section_title(title)
+        self.note = muted_label(note)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 10, 0, 0)
+        layout.addWidget(self.title)
+        layout.addWidget(self.note, 1)
+
+
+def node_note(row: EngineRow) -> str:
+    """The muted text beside a node's name."""
+    if row.local:
+        return row.node_name
+    where = f"{row.address} · " if row.address else ""
+    return f"{where}{READ_ONLY_TEXT.lower()}"
+
+
+class EnginesPage(QScrollArea):
+    """Cards grouped by node, built from ``EnginesModel``: rows added or removed rebuild the
+    groups, changed rows update their card in place."""
+
+    def __init__(
+        self,
+        connection: BrokerConnection,
+        model: EnginesModel,
+        controller: EnginesController,
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self._connection = connection
+        self._model = model
+        self._controller = controller
+        self.cards: dict[EngineKey, EngineCard] = {}
+        self._headers: list[QWidget] = []
+        self._build()
+        model.rowsInserted.connect(self._on_model_rows_changed)
+        model.rowsRemoved.connect(self._on_model_rows_changed)
+        model.modelReset.connect(self._on_model_rows_changed)
+        model.dataChanged.connect(self._on_model_data_changed)
+        connection.state_changed.connect(self._on_connection_state_changed)
+        controller.problem_changed.connect(self._refresh_notices)
+        self._rebuild()
+
+    def _build(self) -> None:
+        self.connection_note = QLabel()
+        self.connection_note.setWordWrap(True)
+        self.connection_note.setObjectName("connectionNote")
+        self.connection_note.setStyleSheet(
+            "#connectionNote { background: rgba(128, 128, 128, 28);"
+            " border-left: 4px solid #808080; border-radius: 3px; padding: 8px 12px; }"
+        )
+        self.problem = QLabel()
+        self.problem.setWordWrap(True)
+        self.retry_button = QPushButton("Try again")
+        self.retry_button.clicked.connect(self._controller.reload)
+        problem_row = QHBoxLayout()
+        problem_row.addWidget(self.problem, 1)
+        problem_row.addWidget(self.retry_button)
+        self.others_title = section_title("Other computers")
+        self.no_others = muted_label(NO_OTHERS)
+        self._cards_layout = QVBoxLayout()
+        self._cards_layout.setSpacing(8)
+        body = QWidget()
+        layout = QVBoxLayout(body)
+        layout.setContentsMargins(24, 20, 24, 24)
+        layout.setSpacing(8)
+        layout.addWidget(page_title("Engines"))
+        layout.addWidget(muted_label(INTRO))
+        layout.addWidget(self.connection_note)
+        layout.addLayout(problem_row)
+        layout.addLayout(self._cards_layout)
+        layout.addStretch(1)
+        self.setWidget(body)
+        self.setWidgetResizable(True)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+
+    def card(self, node_id: str, engine: str) -> EngineCard | None:
+        """The card of one engine, if shown."""
+        return self.cards.get((node_id, engine))
+
+    def _on_model_rows_changed(self, *_args: object) -> None:
+        self._rebuild()
+
+    def _on_model_data_changed(
+        self, top: QModelIndex | QPersistentModelIndex, bottom: QModelIndex | QPersistentModelIndex
+    ) -> None:
+        for position in range(top.row(), bottom.row() + 1):
+            row = self._model.row_at(position)
+            card = self.cards.get(row.key)
+            if card is not None:
+                card.set_row(row)
+
+    def _rebuild(self) -> None:
+        rows = self._model.rows()
+        wanted = {row.key for row in rows}
+        for key in [key for key in self.cards if key not in wanted]:
+            self.cards.pop(key).deleteLater()
+        # removeWidget, not takeAt: a taken item left to Python's collector would detach the
+        # widget from its next layout item, which then keeps stale size hints.
+        layout = self._cards_layout
+        for position in reversed(range(layout.count())):
+            item = layout.itemAt(position)
+            widget = item.widget() if item is not None else None
+            if widget is not None:
+                layout.removeWidget(widget)
+        for header in self._headers:
+            header.deleteLater()
+        self._headers = []
+        local = [row for row in rows if row.local]
+        remote = [row for row in rows if not row.local]
+        if local:
+            self._add_group("This computer", local)
+        self._cards_layout.addWidget(self.others_title)
+        self._cards_layout.addWidget(self.no_others)
+        self.others_title.setVisible(bool(remote) or self._ready())
+        self.no_others.setVisible(not remote and self._ready())
+        for node_id in dict.fromkeys(row.node_id for row in remote):
+            group = [row for row in remote if row.node_id == node_id]
+            self._add_group(group[0].node_name, group)
+        self._refresh_notices()
+
+    def _add_group(self, title: str, rows: list[EngineRow]) -> None:
+        header = NodeHeader(title, node_note(rows[0]))
+        self._headers.append(header)
+        self._cards_layout.addWidget(header)
+        for row in rows:
+            card = self.cards.get(row.key)
+            if card is None:
+                card = self.cards[row.key] = EngineCard(row, self._controller)
+            else:
+                card.set_row(row)
+            self._cards_layout.addWidget(card)
+
+    def _ready(self) -> bool:
+        return self._connection.state is ServiceState.READY
+
+    def _on_connection_state_changed(self, _state: ServiceState) -> None:
+        self._rebuild()
+
+    def _refresh_notices(self) -> None:
+        state = self._connection.state
+        self.connection_note.setText(NOT_CONNECTED.get(state, ""))
+        self.connection_note.setVisible(state is not ServiceState.READY)
+        problem = self._controller.problem if state is ServiceState.READY else None
+        self.problem.setText(problem or "")
+        self.problem.setVisible(problem is not None)
+        self.retry_button.setVisible(problem is not None)

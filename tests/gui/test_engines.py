@@ -1,0 +1,599 @@
+"""The Engines page against a scripted connection: rows, pushes, pending actions, ports, peers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtWidgets import QAbstractButton, QLabel
+from pytestqt.modeltest import ModelTester
+from pytestqt.qtbot import QtBot
+
+from app.controllers.engines import EnginesController
+from app.models.engines import (
+    PENDING_ROLE,
+    READ_ONLY_ROLE,
+    EngineCommand,
+    EngineRow,
+    EnginesModel,
+    Expectation,
+    confirms,
+    door_ports,
+    parse_port,
+)
+from app.pending import PendingActions, PendingKey
+from app.window.engine_card import EngineCard, switch_on
+from app.window.engines_page import EnginesPage
+from backend.protocol import methods
+from backend.protocol.errors import Conflict, InternalError
+from backend.protocol.types import EngineStatus
+from tests.gui.helpers import FakeConnection, settle, wait_until
+
+SELF = "self-node"
+PEER = "peer-node"
+
+
+def engine(name: str, state: str = "stopped", revision: int = 1, **extra: Any) -> dict[str, Any]:
+    facts = {
+        "ollama": ("Ollama", "ollama", 11435),
+        "lmstudio": ("LM Studio", "openai", 1235),
+        "llamacpp": ("llama.cpp (llama-server)", "llamacpp", 8081),
+    }
+    display, door, port = facts[name]
+    return {
+        "engine": name, "display_name": display, "front_door": door, "mode": "process",
+        "installed": state != "not-installed", "state": state, "port": port,
+        "default_port": port, "revision": revision, **extra,
+    }  # fmt: skip
+
+
+def broker_status() -> dict[str, Any]:
+    return {
+        "version": "1", "pid": 1, "started_at": 0.0, "uptime_ms": 1, "data_dir": "/d",
+        "node_id": SELF, "node_name": "desk", "control_address": "x", "log_file": None,
+        "ports": {"node": 14320, "ollama": 11434, "openai": 1234, "llamacpp": 8080},
+        "components": [], "errors": [],
+        "front_doors": {"ollama": "http://127.0.0.1:11434", "openai": "http://127.0.0.1:1240"},
+    }  # fmt: skip
+
+
+def peer(reachable: bool = True, **engines: list[str]) -> dict[str, Any]:
+    return {
+        "node_id": PEER, "name": "gpu-box", "kind": "pair", "sources": ["mdns"],
+        "addresses": ["192.168.1.42"], "reachable": reachable,
+        "ports": {"node": 14320, "ollama": 11434, "openai": 1234, "llamacpp": 8080},
+        "engines": {name: {"models": models, "loaded": models[:1]}
+                    for name, models in engines.items()},
+    }  # fmt: skip
+
+
+def myself() -> dict[str, Any]:
+    return {
+        "node_id": SELF, "name": "desk", "kind": "pair", "sources": ["self"],
+        "addresses": ["127.0.0.1"], "ports": {}, "engines": {"ollama": {"models": ["x"]}},
+        "reachable": True,
+    }  # fmt: skip
+
+
+@dataclass
+class Ui:
+    connection: FakeConnection
+    store: PendingActions
+    model: EnginesModel
+    controller: EnginesController
+    page: EnginesPage
+
+    def card(self, name: str, node: str = SELF) -> EngineCard:
+        card = self.page.card(node, name)
+        assert card is not None, name
+        return card
+
+    def row(self, name: str, node: str = SELF) -> EngineRow:
+        row = self.model.get((node, name))
+        assert row is not None, name
+        return row
+
+    def calls(self, method: str) -> list[Any]:
+        return [params for called, params in self.connection.calls if called == method]
+
+    async def ready(self, *statuses: dict[str, Any], nodes: list[Any] | None = None) -> None:
+        self.connection.script(methods.STATUS, broker_status())
+        self.connection.script(methods.ENGINE_STATUS, list(statuses))
+        self.connection.script(methods.DISCOVERY_SUBSCRIBE, {"seq": 3, "nodes": nodes or []})
+        self.connection.become_ready()
+        await wait_until(lambda: self.model.rowCount() >= len(statuses))
+        await wait_until(lambda: bool(self.calls(methods.DISCOVERY_SUBSCRIBE)))
+        await settle()
+
+
+def make_ui(qtbot: QtBot, timeout_s: float = 60.0) -> Ui:
+    connection = FakeConnection()
+    store = PendingActions()
+    model = EnginesModel()
+    controller = EnginesController(connection, model, store, timeout_s=timeout_s)
+    page = EnginesPage(connection, model, controller)
+    qtbot.addWidget(page)
+    page.resize(800, 900)
+    page.show()
+    return Ui(connection, store, model, controller, page)
+
+
+async def close_ui(ui: Ui) -> None:
+    await ui.controller.close()
+    await ui.connection.stop()
+    ui.store.clear_all()
+
+
+@pytest.fixture
+async def ui(qtbot: QtBot) -> AsyncIterator[Ui]:
+    made = make_ui(qtbot)
+    yield made
+    await close_ui(made)
+
+
+@pytest.fixture
+async def quick_ui(qtbot: QtBot) -> AsyncIterator[Ui]:
+    """Pending actions time out after 0.1 s."""
+    made = make_ui(qtbot, timeout_s=0.1)
+    yield made
+    await close_ui(made)
+
+
+def never(ui: Ui) -> asyncio.Future[Any]:
+    """A call result that never arrives (the broker is still working)."""
+    return asyncio.get_running_loop().create_future()
+
+
+def enabled_buttons(card: EngineCard) -> list[QAbstractButton]:
+    return [
+        button
+        for button in card.findChildren(QAbstractButton)
+        if button.isEnabled() and button.isVisibleTo(card)
+    ]
+
+
+# -- the model ---------------------------------------------------------------------------------
+
+
+async def test_model_contract_with_local_and_remote_rows(
+    qtmodeltester: ModelTester, ui: Ui
+) -> None:
+    await ui.ready(
+        engine("ollama", "running"), engine("lmstudio"), engine("llamacpp", "not-installed"),
+        nodes=[myself(), peer(ollama=["llama3", "qwen"])],
+    )  # fmt: skip
+    await wait_until(lambda: ui.model.rowCount() == 4)
+    qtmodeltester.check(ui.model, force_py=True)
+    index = ui.model.index(3, 0)
+    assert ui.model.data(index, READ_ONLY_ROLE) is True
+    assert ui.model.data(ui.model.index(0, 0), READ_ONLY_ROLE) is False
+    assert ui.model.headerData(2, Qt.Orientation.Horizontal) == "State"
+    assert b"pending" in ui.model.roleNames().values()
+
+
+async def test_snapshot_rows_and_front_door_ports(ui: Ui) -> None:
+    await ui.ready(engine("ollama", "running", pid=7, slots=4), engine("lmstudio"))
+    ollama = ui.row("ollama")
+    assert (ollama.node_id, ollama.node_name, ollama.port, ollama.door_port) == (
+        SELF, "desk", 11435, 11434)  # fmt: skip
+    assert ui.row("lmstudio").door_port == 1240  # the door's real port, not the configured one
+    assert ui.card("ollama").state_label.text() == "Running"
+    assert "11434" in ui.card("ollama").door_port.text()
+    assert isinstance(ui.card("ollama").door_port, QLabel)  # shown, never edited here
+    assert ui.calls(methods.ENGINE_GET_INSTALLED)  # detection runs again on connect
+
+
+async def test_pushes_update_rows_without_reset(qtbot: QtBot, ui: Ui) -> None:
+    await ui.ready(engine("ollama"), engine("lmstudio"))
+    with qtbot.assertNotEmitted(ui.model.modelReset), qtbot.waitSignal(ui.model.dataChanged) as sig:
+        ui.connection.push(methods.ENGINE_STATE_CHANGED, engine("lmstudio", "running", 2))
+    assert sig.args[0].row() == 1
+    assert ui.row("lmstudio").state == "running"
+    assert ui.card("lmstudio").state_label.text() == "Running"
+    assert ui.card("lmstudio").switch.isChecked()
+    with qtbot.assertNotEmitted(ui.model.modelReset), qtbot.waitSignal(ui.model.dataChanged):
+        ui.connection.push(
+            methods.ENGINE_INSTALL_PROGRESS,
+            {"engine": "ollama", "stage": "downloading", "percent": 30.0},
+        )
+    card = ui.card("ollama")
+    assert card.progress.isVisibleTo(card)
+    assert card.progress.value() == 30
+
+
+async def test_pushes_that_overtake_the_snapshot_do_not_roll_it_back(ui: Ui) -> None:
+    status: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    ui.connection.script(methods.STATUS, broker_status())
+    ui.connection.script(methods.ENGINE_STATUS, status)
+    ui.connection.become_ready()
+    await settle()
+    ui.connection.push(methods.ENGINE_STATE_CHANGED, engine("ollama", "starting", 4))
+    ui.connection.push(methods.ENGINE_STATE_CHANGED, engine("lmstudio", "running", 9))
+    status.set_result([engine("ollama", "running", 4), engine("lmstudio", "starting", 8)])
+    await wait_until(lambda: ui.model.rowCount() == 2)
+    await settle()
+    assert ui.row("ollama").state == "running"  # same revision: the snapshot is newer
+    assert ui.row("lmstudio").state == "running"  # higher revision: the push is newer
+
+
+# -- pending actions ---------------------------------------------------------------------------
+
+
+async def test_start_is_pending_at_once_and_clears_on_the_state_change(ui: Ui) -> None:
+    await ui.ready(engine("lmstudio", revision=5))
+    ui.connection.script(methods.ENGINE_START, never(ui))
+    card = ui.card("lmstudio")
+    card.switch.click()
+    assert ui.store.action(PendingKey(SELF, "lmstudio")) == "Starting"
+    assert card.state_label.text() == "Starting…"
+    assert card.switch.isChecked()
+    assert not card.switch.isEnabled()
+    assert not card.port_edit.isEnabled()
+    assert ui.model.data(ui.model.index(0, 0), PENDING_ROLE) == "Starting"
+    await settle()
+    assert ui.calls(methods.ENGINE_START) == [{"engine": "lmstudio"}]
+    ui.connection.push(methods.ENGINE_STATE_CHANGED, engine("lmstudio", "starting", 6))
+    assert card.state_label.text() == "Starting…"  # not the outcome yet
+    ui.connection.push(methods.ENGINE_STATE_CHANGED, engine("lmstudio", "running", 6, pid=9))
+    assert ui.store.get(PendingKey(SELF, "lmstudio")) is None
+    assert card.state_label.text() == "Running"
+    assert card.switch.isEnabled()
+    assert card.restart_button.isEnabled()
+
+
+async def test_a_stale_push_does_not_confirm_a_restart(ui: Ui) -> None:
+    await ui.ready(engine("ollama", "running", revision=3))
+    ui.connection.script(methods.ENGINE_RESTART, never(ui))
+    card = ui.card("ollama")
+    card.restart_button.click()
+    assert card.state_label.text() == "Restarting…"
+    assert not card.restart_button.isEnabled()
+    ui.connection.push(methods.ENGINE_STATE_CHANGED, engine("ollama", "running", 3))
+    assert ui.row("ollama").pending == "Restarting"
+    for state in ("stopping", "stopped", "starting"):
+        ui.connection.push(methods.ENGINE_STATE_CHANGED, engine("ollama", state, 4))
+    assert ui.row("ollama").pending == "Restarting"
+    ui.connection.push(methods.ENGINE_STATE_CHANGED, engine("ollama", "running", 4))
+    assert ui.row("ollama").pending is None
+
+
+async def test_an_error_state_clears_the_pending_start_and_shows_why(ui: Ui) -> None:
+    await ui.ready(engine("llamacpp"))
+    ui.connection.script(methods.ENGINE_START, never(ui))
+    ui.card("llamacpp").switch.click()
+    ui.connection.push(
+        methods.ENGINE_STATE_CHANGED,
+        engine("llamacpp", "error", 2, error="llama.cpp exited with code 1 before it was ready"),
+    )
+    card = ui.card("llamacpp")
+    assert ui.row("llamacpp").pending is None
+    assert card.state_label.text() == "Error"
+    assert card.notice.isVisibleTo(card)
+    assert "exited with code 1" in card.notice.text()
+
+
+async def test_the_command_answer_settles_when_no_push_comes(ui: Ui) -> None:
+    await ui.ready(engine("ollama", "running", revision=2))
+    # Starting an engine that already runs answers without any state change.
+    ui.connection.script(methods.ENGINE_START, engine("ollama", "running", 3))
+    ui.controller.set_running("ollama", True)
+    assert ui.row("ollama").pending == "Starting"
+    await wait_until(lambda: ui.row("ollama").pending is None)
+    assert ui.row("ollama").revision == 3
+
+
+async def test_an_rpc_error_settles_and_shows_the_message(ui: Ui) -> None:
+    await ui.ready(engine("ollama", "running", revision=2))
+    refused = Conflict("Ollama on port 11435 was not started by PAIR, so PAIR will not stop it")
+    ui.connection.script(methods.ENGINE_STOP, refused)
+    card = ui.card("ollama")
+    card.switch.click()
+    assert card.state_label.text() == "Stopping…"
+    assert not card.switch.isChecked()
+    await wait_until(lambda: ui.row("ollama").pending is None)
+    assert card.state_label.text() == "Running"
+    assert card.switch.isChecked()
+    assert card.notice.isVisibleTo(card)
+    assert card.notice.text() == f"Could not stop: {refused.message}"
+    ui.connection.script(methods.ENGINE_RESTART, never(ui))
+    card.restart_button.click()
+    assert not card.notice.isVisibleTo(card)  # a new action starts with a clean slate
+
+
+async def test_an_unconfirmed_action_times_out(quick_ui: Ui) -> None:
+    ui = quick_ui
+    await ui.ready(engine("ollama", "running", revision=2))
+    ui.connection.script(methods.ENGINE_RESTART, never(ui))
+    card = ui.card("ollama")
+    card.restart_button.click()
+    assert card.state_label.text() == "Restarting…"
+    await wait_until(lambda: ui.row("ollama").pending is None, timeout=5)
+    assert "did not confirm in time" in card.notice.text()
+    assert card.notice.isVisibleTo(card)
+    assert card.restart_button.isEnabled()
+    # The truth arriving late replaces the warning.
+    ui.connection.push(methods.ENGINE_STATE_CHANGED, engine("ollama", "running", 3))
+    assert not card.notice.isVisibleTo(card)
+
+
+async def test_install_shows_progress_and_clears_on_the_last_event(ui: Ui) -> None:
+    await ui.ready(engine("llamacpp", "not-installed"))
+    ui.connection.script(methods.ENGINE_INSTALL, never(ui))
+    card = ui.card("llamacpp")
+    assert card.install_button.isVisibleTo(card)
+    assert not card.switch.isVisibleTo(card)
+    card.install_button.click()
+    assert card.state_label.text() == "Installing…"
+    assert not card.install_button.isEnabled()
+    assert card.progress.isVisibleTo(card)
+    progress = {"engine": "llamacpp", "stage": "downloading", "percent": 42.0}
+    ui.connection.push(methods.ENGINE_INSTALL_PROGRESS, progress)
+    assert card.progress.value() == 42
+    assert "downloading" in card.progress.format()
+    ui.connection.push(methods.ENGINE_INSTALL_PROGRESS, {**progress, "stage": "unpacking",
+                                                         "percent": None})  # fmt: skip
+    assert card.progress.maximum() == 0  # not measurable: a busy bar
+    ui.connection.push(
+        methods.ENGINE_INSTALL_PROGRESS,
+        {"engine": "llamacpp", "stage": "installed", "percent": 100.0, "done": True},
+    )
+    assert ui.row("llamacpp").pending is None
+    assert not card.progress.isVisibleTo(card)
+    ui.connection.push(methods.ENGINE_STATE_CHANGED, engine("llamacpp", "stopped", 2))
+    assert card.switch.isVisibleTo(card)
+    assert not card.install_button.isVisibleTo(card)
+
+
+async def test_a_failed_install_shows_its_error(ui: Ui) -> None:
+    await ui.ready(engine("llamacpp", "not-installed"))
+    ui.connection.script(methods.ENGINE_INSTALL, never(ui))
+    ui.controller.install("llamacpp")
+    ui.connection.push(
+        methods.ENGINE_INSTALL_PROGRESS,
+        {"engine": "llamacpp", "stage": "error", "done": True, "error": "offline"},
+    )
+    card = ui.card("llamacpp")
+    assert ui.row("llamacpp").pending is None
+    assert card.notice.text() == "Install failed: offline"
+    assert card.install_button.isEnabled()
+
+
+async def test_disconnect_clears_pending_and_shows_disconnected(ui: Ui) -> None:
+    await ui.ready(engine("ollama", "running"), nodes=[peer(ollama=["a"])])
+    ui.connection.script(methods.ENGINE_RESTART, never(ui))
+    ui.card("ollama").restart_button.click()
+    ui.store.begin(PendingKey(SELF, "ollama", "llama3"), "Loading")  # a model action elsewhere
+    assert len(ui.store) == 2
+    ui.connection.lose_session()
+    assert len(ui.store) == 0
+    assert ui.model.rowCount() == 0
+    await settle()
+    assert ui.page.cards == {}
+    assert ui.page.connection_note.isVisibleTo(ui.page)
+    assert "Disconnected" in ui.page.connection_note.text()
+    await ui.ready(engine("ollama", "running"))
+    assert not ui.page.connection_note.isVisibleTo(ui.page)
+    assert ui.row("ollama").pending is None
+
+
+async def test_a_failed_read_is_explained_with_a_retry(ui: Ui) -> None:
+    ui.connection.script(methods.STATUS, broker_status())
+    ui.connection.script(methods.ENGINE_STATUS, InternalError("engines component is down"))
+    ui.connection.become_ready()
+    await wait_until(lambda: ui.controller.problem is not None)
+    assert ui.page.problem.isVisibleTo(ui.page)
+    assert "engines component is down" in ui.page.problem.text()
+    ui.connection.script(methods.ENGINE_STATUS, [engine("ollama")])
+    ui.page.retry_button.click()
+    await wait_until(lambda: ui.model.rowCount() == 1)
+    assert not ui.page.problem.isVisibleTo(ui.page)
+
+
+# -- ports -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("typed", ["80", "1023", "65536", "abc", "", "12 34", "-5"])
+async def test_a_bad_port_is_refused_without_asking_the_broker(ui: Ui, typed: str) -> None:
+    await ui.ready(engine("ollama", "running"))
+    card = ui.card("ollama")
+    card.port_edit.setText(typed)
+    card.apply_port_button.click()
+    await settle()
+    assert ui.calls(methods.ENGINE_SET_PORT) == []
+    assert card.port_error.isVisibleTo(card)
+    assert "1024" in card.port_error.text() and "65535" in card.port_error.text()
+    assert ui.row("ollama").pending is None
+
+
+async def test_a_taken_port_shows_the_brokers_message(ui: Ui) -> None:
+    await ui.ready(engine("lmstudio"))
+    ui.connection.script(methods.ENGINE_SET_PORT, Conflict("port 1236 is already in use"))
+    card = ui.card("lmstudio")
+    card.port_edit.setText("1236")
+    card.port_edit.setModified(True)
+    card.port_edit.returnPressed.emit()
+    assert card.state_label.text() == "Changing port…"
+    await wait_until(lambda: ui.row("lmstudio").pending is None)
+    assert ui.calls(methods.ENGINE_SET_PORT) == [{"engine": "lmstudio", "port": 1236}]
+    assert card.port_error.text() == "Port 1236 is already in use"
+    assert card.port_edit.text() == "1236"  # what the user typed stays for correction
+    assert card.state_label.text() == "Stopped"
+
+
+async def test_a_port_change_clears_on_the_new_port(ui: Ui) -> None:
+    await ui.ready(engine("ollama", "running", revision=1))
+    ui.connection.script(methods.ENGINE_SET_PORT, never(ui))
+    card = ui.card("ollama")
+    card.port_edit.setText(" 11500 ")
+    card.apply_port_button.click()
+    assert not card.port_edit.isEnabled()
+    ui.connection.push(methods.ENGINE_STATE_CHANGED, engine("ollama", "stopped", 2))
+    assert ui.row("ollama").pending == "Changing port"  # still on the old port
+    ui.connection.push(methods.ENGINE_STATE_CHANGED, engine("ollama", "running", 2, port=11500))
+    assert ui.row("ollama").pending is None
+    assert card.port_edit.text() == "11500"
+    assert not card.port_error.isVisibleTo(card)
+
+
+async def test_the_same_port_is_not_sent(ui: Ui) -> None:
+    await ui.ready(engine("ollama", "running"))
+    assert ui.controller.set_port("ollama", "11435")
+    await settle()
+    assert ui.calls(methods.ENGINE_SET_PORT) == []  # the broker would restart the engine
+
+
+# -- other nodes -------------------------------------------------------------------------------
+
+
+async def test_other_nodes_are_read_only(qtbot: QtBot, ui: Ui) -> None:
+    await ui.ready(engine("ollama"), nodes=[myself(), peer(ollama=["llama3", "qwen"])])
+    await wait_until(lambda: ui.page.card(PEER, "ollama") is not None)
+    assert ui.model.get((SELF, "ollama")) is not None
+    card = ui.card("ollama", PEER)
+    row = ui.row("ollama", PEER)
+    assert (row.state, row.door_port, row.models, row.loaded) == (
+        "running", 11434, ("llama3", "qwen"), ("llama3",))  # fmt: skip
+    assert enabled_buttons(card) == []
+    assert not card.port_edit.isVisibleTo(card)
+    assert card.read_only.isVisibleTo(card)
+    assert card.read_only.text() == "Read-only until pairing"
+    assert "llama3 (loaded)" in card.models.text()
+    assert "192.168.1.42:11434" in card.door_port.text()
+    # Pushes from discovery update the peer's rows in place, then remove them.
+    with qtbot.assertNotEmitted(ui.model.modelReset), qtbot.waitSignal(ui.model.rowsInserted):
+        ui.connection.push(methods.DISCOVERY_EVENT, {
+            "seq": 4, "event": "node_updated", "node_id": PEER,
+            "node": peer(ollama=["llama3"], lmstudio=["gemma"])})  # fmt: skip
+    assert enabled_buttons(ui.card("lmstudio", PEER)) == []
+    ui.connection.push(methods.DISCOVERY_EVENT, {"seq": 5, "event": "node_telemetry",
+                                                 "node_id": PEER})  # fmt: skip
+    ui.connection.push(methods.DISCOVERY_EVENT, {"seq": 6, "event": "node_left",
+                                                 "node_id": PEER})  # fmt: skip
+    assert ui.model.node_rows(PEER) == []
+    await settle()
+    assert ui.page.card(PEER, "ollama") is None
+
+
+async def test_a_discovery_gap_subscribes_again(ui: Ui) -> None:
+    await ui.ready(engine("ollama"), nodes=[peer(ollama=["a"])])
+    ui.connection.script(methods.DISCOVERY_SUBSCRIBE, {"seq": 20, "nodes": []})
+    ui.connection.push(methods.DISCOVERY_EVENT, {"seq": 9, "event": "node_left", "node_id": "x"})
+    await wait_until(lambda: not ui.model.node_rows(PEER))
+    assert len(ui.calls(methods.DISCOVERY_SUBSCRIBE)) == 2
+
+
+async def test_discovery_events_that_overtake_the_snapshot_apply_after_it(ui: Ui) -> None:
+    snapshot: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    ui.connection.script(methods.STATUS, broker_status())
+    ui.connection.script(methods.ENGINE_STATUS, [engine("ollama")])
+    ui.connection.script(methods.DISCOVERY_SUBSCRIBE, snapshot)
+    ui.connection.become_ready()
+    await wait_until(lambda: bool(ui.calls(methods.DISCOVERY_SUBSCRIBE)))
+    ui.connection.push(
+        methods.DISCOVERY_EVENT,
+        {"seq": 3, "event": "node_joined", "node_id": PEER, "node": peer(ollama=["old"])},
+    )
+    ui.connection.push(
+        methods.DISCOVERY_EVENT,
+        {"seq": 4, "event": "node_updated", "node_id": PEER, "node": peer(ollama=["new"])},
+    )
+    snapshot.set_result({"seq": 3, "nodes": [myself(), peer(ollama=["old"])]})
+    await wait_until(lambda: ui.model.get((PEER, "ollama")) is not None)
+    await settle()
+    assert ui.row("ollama", PEER).models == ("new",)  # event 3 skipped, event 4 applied
+    assert ui.model.node_rows(SELF) == [ui.row("ollama")]  # the self entry is not a peer
+
+
+async def test_an_unreachable_peer_says_so(ui: Ui) -> None:
+    await ui.ready(engine("ollama"), nodes=[peer(reachable=False, ollama=["a"])])
+    await wait_until(lambda: ui.page.card(PEER, "ollama") is not None)
+    assert ui.card("ollama", PEER).state_label.text() == "Unreachable"
+
+
+# -- logs --------------------------------------------------------------------------------------
+
+
+async def test_logs_show_read_only_and_refresh(ui: Ui) -> None:
+    await ui.ready(engine("ollama", "running"))
+    ui.connection.script(methods.ENGINE_LOGS, {"engine": "ollama", "lines": ["one", "two"]})
+    card = ui.card("ollama")
+    card.log_button.click()
+    view = card.log_view
+    await wait_until(lambda: view.text.toPlainText() == "one\ntwo")
+    assert view.isVisibleTo(card)
+    assert view.text.isReadOnly()
+    assert view.text.font().fixedPitch() or "mono" in view.text.font().family().lower()
+    assert ui.calls(methods.ENGINE_LOGS) == [{"engine": "ollama", "lines": 500}]
+    ui.connection.script(methods.ENGINE_LOGS, InternalError("no such engine"))
+    view.refresh_button.click()
+    await wait_until(lambda: "no such engine" in view.status.text())
+    assert view.text.toPlainText() == "one\ntwo"  # the last good lines stay
+    card.log_button.click()
+    assert not view.isVisibleTo(card)
+
+
+# -- pure decisions ----------------------------------------------------------------------------
+
+
+def _status(state: str, revision: int, port: int = 11435, installed: bool = True) -> EngineStatus:
+    return EngineStatus(
+        engine="ollama", display_name="Ollama", front_door="ollama", mode="process",
+        installed=installed, state=state, port=port, default_port=11435,  # type: ignore[arg-type]
+        revision=revision,
+    )  # fmt: skip
+
+
+def test_what_confirms_a_command() -> None:
+    start = Expectation(EngineCommand.START, baseline=4)
+    assert not confirms(start, _status("running", 4))  # from before the click
+    assert not confirms(start, _status("starting", 5))
+    assert confirms(start, _status("running", 5))
+    assert confirms(start, _status("error", 5))
+    stop = Expectation(EngineCommand.STOP, baseline=1)
+    assert confirms(stop, _status("stopped", 2))
+    assert not confirms(stop, _status("stopping", 2))
+    install = Expectation(EngineCommand.INSTALL, baseline=0)
+    assert not confirms(install, _status("not-installed", 1, installed=False))
+    assert confirms(install, _status("stopped", 1))
+    port = Expectation(EngineCommand.SET_PORT, baseline=0, port=9000)
+    assert not confirms(port, _status("stopped", 1))
+    assert not confirms(port, _status("starting", 1, port=9000))
+    assert confirms(port, _status("running", 1, port=9000))
+
+
+def test_ports_parse_and_doors_read() -> None:
+    assert parse_port("1024") == 1024
+    assert parse_port(" 65535 ") == 65535
+    assert isinstance(parse_port("1023"), str)
+    assert isinstance(parse_port("x"), str)
+    assert door_ports({"ollama": "http://127.0.0.1:11434", "bad": "http://h:notaport"}) == {
+        "ollama": 11434
+    }
+
+
+def test_the_switch_points_at_the_pending_goal() -> None:
+    row = EngineRow(node_id="n", node_name="n", engine="e", display_name="E", local=True,
+                    state="running", installed=True, door="ollama")  # fmt: skip
+    assert switch_on(row)
+    assert not switch_on(EngineRow(**{**_fields(row), "pending": "Stopping"}))
+    assert switch_on(EngineRow(**{**_fields(row), "state": "stopped", "pending": "Starting"}))
+
+
+def _fields(row: EngineRow) -> dict[str, Any]:
+    return {name: getattr(row, name) for name in row.__dataclass_fields__}
+
+
+async def test_cards_take_clicks_only_where_allowed(qtbot: QtBot, ui: Ui) -> None:
+    await ui.ready(engine("ollama", "running", adopted=True))
+    card = ui.card("ollama")
+    assert card.state_label.text() == "Running (started outside PAIR)"
+    assert not card.switch.isEnabled()  # PAIR never stops what it did not start
+    assert not card.restart_button.isEnabled()
+    assert not card.port_edit.isEnabled()
+    qtbot.mouseClick(card.switch, Qt.MouseButton.LeftButton, pos=QPoint(5, 5))
+    await settle()
+    assert ui.calls(methods.ENGINE_STOP) == []
