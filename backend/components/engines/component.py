@@ -175,7 +175,9 @@ class EnginesComponent(Component):
         controller = self.controller(name)
         if not 1 <= port <= 65535:
             raise errors.InvalidParams(f"Invalid params: port {port} is outside 1-65535")
-        if port != controller.port and await port_in_use(controller.host, port):
+        if port == controller.port:
+            return controller.status()  # nothing to move: no restart
+        if await port_in_use(controller.host, port):
             raise errors.Conflict(f"port {port} is already in use")
         path = self.override_dir / f"{name}.json"
         try:

@@ -183,6 +183,8 @@ async def test_set_port_moves_a_running_engine_and_persists_the_override(
         override = json.loads((data_dir / "engines" / "ollama.json").read_text())
         assert override["runtime"]["port"] == new_port
         assert override["detect"], "the rest of the override is kept"
+        same = await client.call("engine:set-port", {"engine": "ollama", "port": new_port})
+        assert (same["state"], same["pid"]) == ("running", moved["pid"])  # no restart
         await client.call("engine:stop", {"engine": "ollama"}, timeout=30)
 
 
