@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from backend import __version__
 from backend.cli import (
     client_commands,
+    demo_command,
     emulate_command,
     endpoints_command,
     engine_commands,
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     jobs_command.add_parser(commands, _add_data_dir)
     endpoints_command.add_parser(commands, _add_data_dir)
     emulate_command.add_parser(commands)
+    demo_command.add_parser(commands)
     return parser
 
 
@@ -122,6 +124,8 @@ def _dispatch(argv: Sequence[str] | None) -> int:
         return node_command.run(args)
     if args.command == "emulate":
         return emulate_command.run(args)
+    if args.command == "demo":
+        return demo_command.run(args)
     if has_display():
         return _exec_gui(list(argv) if argv is not None else sys.argv[1:])
     print(
