@@ -68,6 +68,8 @@ class EnginesComponent(Component):
         self._listed: dict[str, list[str]] = {}
         self._sweep: asyncio.Task[None] | None = None
         self._stop_requested = asyncio.Event()
+        # Set when an engine starts running: list its models now, not at the next watch tick.
+        self._recheck = asyncio.Event()
 
     async def run(self) -> None:
         """Build controllers, reap orphans, restore intent, then watch models until cancelled."""
@@ -239,9 +241,11 @@ class EnginesComponent(Component):
         while not self._stop_requested.is_set():
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._watch_interval):
-                    await self._stop_requested.wait()
+                    await _first_of(self._stop_requested, self._recheck)
             if not self._stop_requested.is_set():
-                await self._check_models(force=False)
+                forced = self._recheck.is_set()
+                self._recheck.clear()
+                await self._check_models(force=forced)
 
     async def _check_models(self, *, force: bool) -> None:
         running = [c for c in self.controllers.values() if c.running]
@@ -266,6 +270,8 @@ class EnginesComponent(Component):
             self._push("engine:models-changed", await self._models_shape(running))
 
     def _on_engine_change(self, status: EngineStatus) -> None:
+        if status.state == "running":
+            self._recheck.set()
         self._push("engine:state-changed", status)
 
     def on_install_progress(self, progress: InstallProgress) -> None:
@@ -274,3 +280,13 @@ class EnginesComponent(Component):
 
     def _on_pull_progress(self, progress: PullProgress) -> None:
         self._push("engine:pull-progress", progress)
+
+
+async def _first_of(*events: asyncio.Event) -> None:
+    """Return once any of ``events`` is set."""
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
