@@ -1,0 +1,114 @@
+"""Render every screen of the app on a running `pair demo` cluster to PNG files.
+
+    .venv/bin/python scripts/render_demo_screens.py [--out build/screens] [--warm-up 25]
+
+Offscreen (QT_QPA_PLATFORM=offscreen) unless another platform is set. Starts the demo's three
+nodes (emulated Ollama and LM Studio, a real llama-server when installed) and its trickle of
+requests, attaches the app to the first node with preferences in a temporary folder (so the
+first-run welcome shows), waits for the screens to fill, saves one PNG per page, settings tab
+and window, then stops the app and every demo process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import qasync  # noqa: E402
+from PySide6.QtCore import QSettings  # noqa: E402
+from PySide6.QtWidgets import QApplication, QWidget  # noqa: E402
+
+from app.application import PairApplication  # noqa: E402
+from app.broker.state import ServiceState  # noqa: E402
+from app.options import AppOptions  # noqa: E402
+from backend.devtools.demo import Demo, Trickle  # noqa: E402
+
+WINDOW_SIZE = (1100, 720)
+READY_TIMEOUT_S = 90.0
+
+
+async def wait_until(condition: Callable[[], bool], timeout: float = READY_TIMEOUT_S) -> None:
+    """Poll ``condition()`` until it holds (it spans widgets and broker processes)."""
+    async with asyncio.timeout(timeout):
+        while True:
+            if condition():
+                return
+            await asyncio.sleep(0.1)
+
+
+async def grab(widget: QWidget, path: Path) -> Path:
+    """Let layouts settle, then save ``widget`` to ``path``."""
+    await asyncio.sleep(0.4)
+    if not widget.grab().save(str(path)):
+        raise OSError(f"could not write {path}")
+    print(f"saved {path}")
+    return path
+
+
+async def render(out_dir: Path, warm_up: float) -> list[Path]:
+    """Run the demo and the app, save the screens, stop everything; the files written."""
+    saved: list[Path] = []
+    with tempfile.TemporaryDirectory(prefix="pair-demo-screens-") as temp:
+        QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, temp)
+        demo = Demo(Path(temp) / "demo", say=lambda line: print(line))
+        await demo.start()
+        trickle = asyncio.create_task(Trickle(await demo.front_doors(), seed=7).run())
+        app = PairApplication(
+            AppOptions(demo.entry.data_dir, ()), use_tray=False, open_url=lambda _url: True
+        )
+        app.window.resize(*WINDOW_SIZE)
+        app.start()
+        try:
+            await wait_until(lambda: app.connection.state is ServiceState.READY)
+            await asyncio.sleep(3)
+            dialog = app.welcome.dialog
+            if dialog is not None and dialog.isVisible():
+                saved.append(await grab(dialog, out_dir / "welcome.png"))
+                dialog.close()
+            await wait_until(lambda: app.nodes.rowCount() >= 3)
+            await asyncio.sleep(warm_up)  # charts get history, jobs pile up
+            for page in ("overview", "engines", "models", "jobs", "cluster"):
+                app.window.show_page(page)
+                saved.append(await grab(app.window, out_dir / f"demo-{page}.png"))
+            app.window.show_page("settings")
+            tabs = app.window.settings_page.tabs
+            for index in range(tabs.count()):
+                tabs.setCurrentIndex(index)
+                name = tabs.tabText(index).lower().replace(" ", "-")
+                saved.append(await grab(app.window, out_dir / f"demo-settings-{name}.png"))
+            app.endpoints_window.show_and_raise()
+            saved.append(await grab(app.endpoints_window, out_dir / "demo-endpoints.png"))
+        finally:
+            trickle.cancel()
+            await app.shutdown()
+            await demo.stop()
+    return saved
+
+
+def main() -> int:
+    """Parse arguments and render."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", type=Path, default=ROOT / "build" / "screens")
+    parser.add_argument("--warm-up", type=float, default=25.0, help="seconds of demo traffic")
+    arguments = parser.parse_args()
+    arguments.out.mkdir(parents=True, exist_ok=True)
+    qt_app = QApplication.instance() or QApplication(sys.argv[:1])
+    assert isinstance(qt_app, QApplication)
+    qt_app.setQuitOnLastWindowClosed(False)
+    with asyncio.Runner(loop_factory=lambda: qasync.QEventLoop(qt_app)) as runner:
+        runner.run(render(arguments.out, arguments.warm_up))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
