@@ -17,6 +17,7 @@ from app.autostart import for_this_system
 from app.broker.connection import BrokerConnection
 from app.broker.launch import BrokerLaunch
 from app.broker.restart_policy import RestartPolicy
+from app.catalog import load_catalog
 from app.controllers.activity import ActivityController
 from app.controllers.base import Controller
 from app.controllers.components import ComponentsController
@@ -24,6 +25,7 @@ from app.controllers.endpoints import EndpointsController, FrontDoorSettingsCont
 from app.controllers.engines import EnginesController
 from app.controllers.errors import ErrorsController
 from app.controllers.jobs import JobsController
+from app.controllers.models import ModelsController
 from app.controllers.nodes import NodesController
 from app.controllers.service import ServiceController, UrlOpener
 from app.icons import app_icon
@@ -40,6 +42,7 @@ from app.window.endpoints_window import EndpointsWindow
 from app.window.engines_page import EnginesPage
 from app.window.jobs_page import JobsPage
 from app.window.main_window import MainWindow, Page
+from app.window.models_page import ModelsPage
 from app.window.overview_page import OverviewPage
 from app.window.settings_general import GeneralSettings, minimise_to_tray
 from app.window.welcome import Welcome
@@ -75,6 +78,7 @@ class PairApplication:
         self.pending = PendingActions()
         self.engines = EnginesModel()
         self.engines_controller = EnginesController(self.connection, self.engines, self.pending)
+        self.models_controller = ModelsController(self.connection, self.pending)
         self.jobs = JobsModel()
         self.jobs_controller = JobsController(self.connection, self.jobs)
         self.settings = preferences()
@@ -103,6 +107,7 @@ class PairApplication:
                     "Engines",
                     EnginesPage(self.connection, self.engines, self.engines_controller),
                 ),
+                Page("models", "Models", ModelsPage(self.models_controller, load_catalog())),
                 Page("jobs", "Jobs", JobsPage(self.jobs_controller, self.settings)),
             ],
             settings_tabs=[("General", self.general_settings)],
@@ -136,6 +141,7 @@ class PairApplication:
             self.nodes_controller,
             self.jobs_controller,
             self.engines_controller,
+            self.models_controller,
             self.activity,
             self.endpoints,
             self.front_door_settings,

@@ -1,0 +1,350 @@
+"""The Models page's Qt models: models per node and engine, pulls in progress, the hub catalogue.
+
+Rows are the broker's truth (``engine:models`` for this node, discovery for the others); what
+the user just asked for is overlaid from the shared ``PendingActions`` store, so a pending
+change repaints one row and never touches the rows themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from PySide6.QtCore import QAbstractItemModel, QObject, QSortFilterProxyModel
+from PySide6.QtGui import QColor
+
+from app.catalog import CatalogEntry, format_size, matches
+from app.models.keyed_table import ROW_ROLE, Column, KeyedTableModel, ModelIndex
+from app.pending import PendingActions, PendingKey
+from backend.protocol.types import DiscoveredNode, EngineModels
+
+ModelAction = Literal["load_model", "unload_model", "delete_model", "pull_model"]
+MODEL_ACTIONS: frozenset[ModelAction] = frozenset(
+    ("load_model", "unload_model", "delete_model", "pull_model")
+)
+# What the bundled manifests can do with models. An engine not listed here gets every action
+# and the broker's answer decides (it names the action the engine lacks).
+_ENGINE_ACTIONS: dict[str, frozenset[ModelAction]] = {
+    "ollama": MODEL_ACTIONS,
+    "lmstudio": MODEL_ACTIONS,
+    "llamacpp": frozenset(),
+}
+ENGINE_TITLES = {"ollama": "Ollama", "lmstudio": "LM Studio", "llamacpp": "llama.cpp"}
+ENGINE_ORDER = ("ollama", "lmstudio", "llamacpp")  # how engines are listed; others follow by id
+
+LOADING, EJECTING, DELETING, PULLING = "Loading", "Ejecting", "Deleting", "Pulling"
+NO_SIZE_TIP = "The engines do not report model sizes to PAIR yet."
+_LOADED = QColor("#2e7d32")
+_PENDING = QColor("#b26a00")
+_FAILED = QColor("#c62828")
+_OFFLINE = QColor("#808080")
+
+
+def on_any_change(model: QAbstractItemModel, slot: Callable[..., None]) -> None:
+    """Call ``slot`` whenever ``model``'s rows appear, go, change or are reset."""
+    for signal in (
+        model.rowsInserted,
+        model.rowsRemoved,
+        model.dataChanged,
+        model.modelReset,
+        model.layoutChanged,
+    ):
+        signal.connect(slot)
+
+
+def engine_title(engine: str) -> str:
+    """The engine's display name (its id when unknown)."""
+    return ENGINE_TITLES.get(engine, engine)
+
+
+def engine_order(engine: str) -> tuple[int, str]:
+    """A sort key: the bundled engines in their usual order, then the rest by id."""
+    known = ENGINE_ORDER.index(engine) if engine in ENGINE_ORDER else len(ENGINE_ORDER)
+    return (known, engine)
+
+
+def supports(engine: str, action: ModelAction) -> bool:
+    """Whether ``engine`` can run ``action`` on a model."""
+    return action in _ENGINE_ACTIONS.get(engine, MODEL_ACTIONS)
+
+
+def same_model(engine: str, first: str, second: str) -> bool:
+    """Whether two names mean one model: Ollama lists an untagged name as ``name:latest``."""
+    if first == second:
+        return True
+    if engine != "ollama":
+        return False
+    return _with_tag(first) == _with_tag(second)
+
+
+def _with_tag(name: str) -> str:
+    return name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRow:
+    """One model on one node's engine; ``local`` rows (this node) can be acted on."""
+
+    key: PendingKey
+    node_name: str
+    loaded: bool
+    local: bool
+    reachable: bool = True
+    size_bytes: int | None = None  # the broker does not report sizes yet
+
+    @property
+    def engine(self) -> str:
+        """The engine's id."""
+        return self.key.engine
+
+    @property
+    def model(self) -> str:
+        """The model's name as its engine lists it."""
+        return self.key.model
+
+    def sort_key(self) -> tuple[bool, str, int, str, str]:
+        """This node first, then by node name, engine and model."""
+        node = (not self.local, self.node_name.casefold())
+        return (*node, *engine_order(self.engine), self.model.casefold())
+
+
+def local_rows(node_id: str, node_name: str, models: EngineModels) -> list[ModelRow]:
+    """This node's rows from an ``engine:models`` answer or push."""
+    rows = []
+    for engine, names in models.by_engine.items():
+        loaded = set(models.loaded_by_engine.get(engine, []))
+        for name in names:
+            rows.append(
+                ModelRow(PendingKey(node_id, engine, name), node_name, name in loaded, True)
+            )
+    return rows
+
+
+def remote_rows(node: DiscoveredNode) -> list[ModelRow]:
+    """Another node's rows from discovery: read-only (no pairing yet)."""
+    rows = []
+    for engine, lists in node.engines.items():
+        loaded = set(lists.loaded or [])
+        for name in lists.models or []:
+            key = PendingKey(node.node_id, engine, name)
+            rows.append(ModelRow(key, node.name, name in loaded, False, node.reachable))
+    return rows
+
+
+def expectation_met(action: str, row: ModelRow | None) -> bool:
+    """Whether a model list shows what the pending ``action`` asked for (None: not listed)."""
+    if action == LOADING:
+        return row is not None and row.loaded
+    if action == EJECTING:
+        return row is not None and not row.loaded
+    if action == DELETING:
+        return row is None
+    if action == PULLING:
+        return row is not None
+    return False
+
+
+class ModelsModel(KeyedTableModel[PendingKey, ModelRow]):
+    """Models keyed by (node, engine, model): computer, engine, model, size, status, actions."""
+
+    ACTIONS_COLUMN = 5
+
+    def __init__(self, pending: PendingActions, parent: QObject | None = None) -> None:
+        columns: tuple[Column[ModelRow], ...] = (
+            Column("Computer", self._computer, tooltip=self._computer_tip),
+            Column("Engine", lambda row: engine_title(row.engine)),
+            Column("Model", lambda row: row.model, tooltip=lambda row: row.model),
+            Column("Size", lambda row: format_size(row.size_bytes), tooltip=self._size_tip),
+            Column("Status", self.status_text, foreground=self._status_colour),
+            Column("", lambda _row: ""),  # the page puts the row's buttons here
+        )
+        super().__init__(columns, lambda row: row.key, parent)
+        self._pending = pending
+        pending.changed.connect(self._on_pending_changed)
+
+    def status_text(self, row: ModelRow) -> str:
+        """``Loading…`` while an action is pending, else the model's state."""
+        action = self._pending.action(row.key)
+        if action is not None:
+            return f"{action}…"
+        state = "Loaded" if row.loaded else ("On disk" if row.local else "Available")
+        return state if row.reachable else f"{state} (offline)"
+
+    def find(self, key: PendingKey) -> ModelRow | None:
+        """The row for ``key``, also when the engine lists the model under a fuller name."""
+        exact = self.get(key)
+        if exact is not None:
+            return exact
+        for row in self.rows():
+            if row.key[:2] == key[:2] and same_model(key.engine, row.model, key.model):
+                return row
+        return None
+
+    def sync_node(self, node: str, rows: list[ModelRow]) -> None:
+        """Make one node's rows equal ``rows`` with row-level changes (no reset)."""
+        wanted = {row.key for row in rows}
+        for key in [row.key for row in self.rows() if row.key.node == node]:
+            if key not in wanted:
+                self.remove(key)
+        for row in rows:
+            self.upsert(row)
+
+    def remove_where(self, node: str, engine: str | None = None) -> None:
+        """Drop a node's rows (or only one engine's)."""
+        for row in self.rows():
+            if row.key.node == node and engine in (None, row.engine):
+                self.remove(row.key)
+
+    def nodes(self) -> set[str]:
+        """The nodes that have rows."""
+        return {row.key.node for row in self.rows()}
+
+    def _on_pending_changed(self, key: PendingKey) -> None:
+        position = self.position(key)
+        if position is not None:
+            last = self.index(position, self.columnCount() - 1)
+            self.dataChanged.emit(self.index(position, 0), last)
+
+    def _status_colour(self, row: ModelRow) -> QColor | None:
+        if self._pending.action(row.key) is not None:
+            return _PENDING
+        if not row.reachable:
+            return _OFFLINE
+        return _LOADED if row.loaded else None
+
+    @staticmethod
+    def _computer(row: ModelRow) -> str:
+        return "This computer" if row.local else row.node_name
+
+    @staticmethod
+    def _computer_tip(row: ModelRow) -> str:
+        if row.local:
+            return f"This computer ({row.node_name})"
+        return f"{row.node_name}: its models are shown, not managed, until it is paired."
+
+    @staticmethod
+    def _size_tip(row: ModelRow) -> str | None:
+        return NO_SIZE_TIP if row.size_bytes is None else None
+
+
+class ModelsSortProxy(QSortFilterProxyModel):
+    """Keeps rows grouped: this node first, then each node by name, engine and model."""
+
+    def __init__(self, source: ModelsModel, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.setSourceModel(source)
+        self.setDynamicSortFilter(True)
+        self.sort(0)
+
+    def lessThan(self, left: ModelIndex, right: ModelIndex) -> bool:
+        """Order by ``ModelRow.sort_key``."""
+        first, second = left.data(ROW_ROLE), right.data(ROW_ROLE)
+        if not isinstance(first, ModelRow) or not isinstance(second, ModelRow):
+            return False
+        return first.sort_key() < second.sort_key()
+
+
+@dataclass(frozen=True, slots=True)
+class PullRow:
+    """A pull on this node as its last progress push said; ``error`` once it failed."""
+
+    engine: str
+    model: str
+    stage: str = ""
+    percent: float | None = None
+    completed: int | None = None
+    total: int | None = None
+    error: str | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(engine, model)."""
+        return (self.engine, self.model)
+
+    @property
+    def failed(self) -> bool:
+        """The pull ended with an error (the row stays until dismissed)."""
+        return self.error is not None
+
+    def progress_text(self) -> str:
+        """``40 %`` and, when the engine says, ``0.8 GB of 2.0 GB``."""
+        if self.failed:
+            return "Failed"
+        parts = [] if self.percent is None else [f"{self.percent:.0f} %"]
+        if self.completed is not None and self.total is not None:
+            parts.append(f"{format_size(self.completed)} of {format_size(self.total)}")
+        return " · ".join(parts)
+
+
+PULL_COLUMNS: tuple[Column[PullRow], ...] = (
+    Column("Model", lambda pull: pull.model),
+    Column("Engine", lambda pull: engine_title(pull.engine)),
+    Column(
+        "Stage",
+        lambda pull: pull.error or pull.stage,
+        tooltip=lambda pull: pull.error or pull.stage,
+        foreground=lambda pull: _FAILED if pull.failed else None,
+    ),
+    Column("Progress", PullRow.progress_text),
+)
+
+
+class PullsModel(KeyedTableModel[tuple[str, str], PullRow]):
+    """Pulls on this node keyed by (engine, model), in the order they started."""
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(PULL_COLUMNS, lambda pull: pull.key, parent)
+
+    def active(self, engine: str, model: str) -> bool:
+        """Whether a pull of ``model`` on ``engine`` is running (not failed)."""
+        pull = self.get((engine, model))
+        return pull is not None and not pull.failed
+
+
+def _entry_tip(entry: CatalogEntry) -> str:
+    names = ", ".join(f"{name} ({engine_title(engine)})" for engine, name in entry.engines.items())
+    return f"{entry.name} by {entry.publisher}: {names}"
+
+
+CATALOG_COLUMNS: tuple[Column[CatalogEntry], ...] = (
+    Column("Model", lambda entry: entry.name, tooltip=_entry_tip),
+    Column(
+        "Size",
+        lambda entry: f"≈ {format_size(entry.size_bytes)}",
+        tooltip=lambda _entry: "Approximate download size",
+    ),
+    Column("Description", lambda entry: entry.description, tooltip=lambda entry: entry.description),
+    Column("", lambda _entry: ""),  # the hub puts one Pull button per engine here
+)
+
+
+class CatalogModel(KeyedTableModel[str, CatalogEntry]):
+    """The hub's entries keyed by id."""
+
+    ACTIONS_COLUMN = 3
+
+    def __init__(self, entries: tuple[CatalogEntry, ...], parent: QObject | None = None) -> None:
+        super().__init__(CATALOG_COLUMNS, lambda entry: entry.id, parent)
+        self.reset(entries)
+
+
+class CatalogFilter(QSortFilterProxyModel):
+    """Shows the entries whose name, publisher or description match the search words."""
+
+    def __init__(self, source: CatalogModel, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._query = ""
+        self.setSourceModel(source)
+
+    def set_query(self, query: str) -> None:
+        """Filter by ``query`` (words, any order, case-insensitive)."""
+        if query != self._query:
+            self.beginFilterChange()
+            self._query = query
+            self.endFilterChange(QSortFilterProxyModel.Direction.Rows)
+
+    def filterAcceptsRow(self, source_row: int, source_parent: ModelIndex) -> bool:
+        """Rows whose entry matches the query."""
+        entry = self.sourceModel().index(source_row, 0, source_parent).data(ROW_ROLE)
+        return isinstance(entry, CatalogEntry) and matches(entry, self._query)

@@ -1,0 +1,560 @@
+"""The Models page against a scripted connection: rows, pending actions, pulls and the hub."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from PySide6.QtWidgets import QMessageBox, QPushButton, QWidget
+from pytestqt.modeltest import ModelTester
+from pytestqt.qtbot import QtBot
+
+from app.catalog import Catalog, load_catalog
+from app.controllers.models import ModelsController, PendingTimeouts
+from app.models.keyed_table import ROW_ROLE
+from app.models.models import (
+    DELETING,
+    EJECTING,
+    LOADING,
+    PULLING,
+    CatalogFilter,
+    CatalogModel,
+    ModelRow,
+    ModelsSortProxy,
+    PullRow,
+    expectation_met,
+    same_model,
+)
+from app.pending import COLD_LOAD_TIMEOUT_S, LMSTUDIO_DELETE_TIMEOUT_S, PendingActions, PendingKey
+from app.window.models_page import ModelsPage, RowActions
+from backend.protocol import methods
+from backend.protocol.errors import InternalError
+from tests.gui.helpers import FakeConnection, settle, wait_until
+
+SELF, PEER = "node-self", "node-peer"
+
+
+def status() -> dict[str, Any]:
+    return {
+        "version": "0.1.0", "pid": 1, "started_at": 0.0, "uptime_ms": 1, "data_dir": "/d",
+        "node_id": SELF, "node_name": "desk", "control_address": "x", "log_file": None,
+        "ports": {"node": 1, "ollama": 2, "openai": 3, "llamacpp": 4},
+        "components": [], "errors": [],
+    }  # fmt: skip
+
+
+def engine(name: str, state: str = "running") -> dict[str, Any]:
+    return {
+        "engine": name, "display_name": name, "front_door": "x", "mode": "process",
+        "installed": True, "state": state, "port": 1, "default_port": 1,
+    }  # fmt: skip
+
+
+def listing(by_engine: dict[str, list[str]], loaded: dict[str, list[str]] | None = None) -> Any:
+    loaded = loaded or {}
+    return {
+        "models": sorted({m for names in by_engine.values() for m in names}),
+        "by_engine": by_engine,
+        "loaded_by_engine": {e: loaded.get(e, []) for e in by_engine},
+        "slots_by_engine": {},
+    }
+
+
+def node(node_id: str, name: str, engines: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {
+        "node_id": node_id, "name": name, "kind": "pair", "sources": ["mdns"],
+        "addresses": [], "ports": {}, "engines": engines, "reachable": True, **extra,
+    }  # fmt: skip
+
+
+LOCAL = listing({"ollama": ["llama3.2:3b", "qwen3:8b"], "lmstudio": ["openai/gpt-oss-20b"]})
+PEER_NODE = node(PEER, "gpu-box", {"ollama": {"models": ["qwen3:30b"], "loaded": ["qwen3:30b"]}})
+SELF_NODE = node(SELF, "desk", {"ollama": {"models": ["stale:1b"]}}, sources=["self"])
+
+
+@dataclass
+class Ui:
+    connection: FakeConnection
+    pending: PendingActions
+    controller: ModelsController
+    page: ModelsPage
+
+    def key(self, engine: str, model: str) -> PendingKey:
+        return PendingKey(SELF, engine, model)
+
+    def actions(self, engine: str, model: str) -> RowActions:
+        widget = self.page.models_tab.actions_for(self.key(engine, model))
+        assert widget is not None
+        return widget
+
+    def status_of(self, engine: str, model: str) -> str:
+        row = self.controller.models.get(self.key(engine, model))
+        assert row is not None
+        return self.controller.models.status_text(row)
+
+    def action_calls(self) -> list[dict[str, Any]]:
+        return [p for m, p in self.connection.calls if m == methods.ENGINE_ACTION]
+
+
+def script_session(
+    connection: FakeConnection, local: Any = LOCAL, nodes: list[dict[str, Any]] | None = None
+) -> None:
+    connection.script(methods.STATUS, status())
+    connection.script(methods.ENGINE_STATUS, [engine("ollama"), engine("lmstudio")])
+    connection.script(methods.ENGINE_MODELS, local)
+    snapshot_nodes = [SELF_NODE, *(nodes if nodes is not None else [PEER_NODE])]
+    connection.script(methods.DISCOVERY_SUBSCRIBE, {"seq": 10, "nodes": snapshot_nodes})
+
+
+async def make_ui(qtbot: QtBot, timeouts: PendingTimeouts | None = None, **catalog: Any) -> Ui:
+    connection = FakeConnection()
+    pending = PendingActions()
+    controller = ModelsController(connection, pending, timeouts)
+    page = ModelsPage(controller, catalog.get("catalog") or load_catalog())
+    qtbot.addWidget(page)
+    page.show()
+    return Ui(connection, pending, controller, page)
+
+
+@pytest.fixture
+async def ui(qtbot: QtBot) -> AsyncIterator[Ui]:
+    made = await make_ui(qtbot)
+    yield made
+    await close(made)
+
+
+async def close(ui: Ui) -> None:
+    await ui.controller.close()
+    await ui.connection.stop()
+
+
+async def start(ui: Ui, **session: Any) -> None:
+    script_session(ui.connection, **session)
+    ui.connection.become_ready()
+    await wait_until(lambda: any(m == methods.DISCOVERY_SUBSCRIBE for m, _ in ui.connection.calls))
+    await settle()
+
+
+def never() -> asyncio.Future[Any]:
+    return asyncio.get_running_loop().create_future()
+
+
+# Pure rules.
+
+
+def test_ollama_names_without_a_tag_mean_latest() -> None:
+    assert same_model("ollama", "llama3.2", "llama3.2:latest")
+    assert not same_model("ollama", "llama3.2:1b", "llama3.2:latest")
+    assert not same_model("lmstudio", "qwen", "qwen:latest")
+
+
+def test_expectations_per_pending_action() -> None:
+    loaded = ModelRow(PendingKey(SELF, "ollama", "m"), "desk", loaded=True, local=True)
+    on_disk = ModelRow(PendingKey(SELF, "ollama", "m"), "desk", loaded=False, local=True)
+    assert expectation_met(LOADING, loaded) and not expectation_met(LOADING, on_disk)
+    assert expectation_met(EJECTING, on_disk) and not expectation_met(EJECTING, loaded)
+    assert expectation_met(DELETING, None) and not expectation_met(DELETING, on_disk)
+    assert expectation_met(PULLING, on_disk) and not expectation_met(PULLING, None)
+
+
+# Models and rows.
+
+
+@pytest.mark.parametrize("which", ["models", "sorted", "pulls", "catalog", "search"])
+async def test_every_model_passes_the_model_tester(
+    qtmodeltester: ModelTester, ui: Ui, which: str
+) -> None:
+    catalog = CatalogModel(load_catalog().entries)
+    search = CatalogFilter(catalog)
+    target = {
+        "models": ui.controller.models,
+        "sorted": ModelsSortProxy(ui.controller.models),
+        "pulls": ui.controller.pulls,
+        "catalog": catalog,
+        "search": search,
+    }[which]
+    qtmodeltester.check(target, force_py=True)
+    await start(ui)
+    ui.controller.load(ui.key("ollama", "qwen3:8b"))
+    ui.connection.push(methods.ENGINE_MODELS_CHANGED, listing({"ollama": ["qwen3:8b"]}))
+    ui.controller.pulls.upsert(PullRow("ollama", "x:1b", percent=5.0))
+    ui.controller.pulls.upsert(PullRow("ollama", "x:1b", percent=7.0))
+    search.set_query("qwen coding")
+    search.set_query("")
+    ui.connection.lose_session()
+    await settle()
+    qtmodeltester.check(target, force_py=True)
+
+
+async def test_rows_come_from_the_engines_and_discovery_grouped_by_computer(ui: Ui) -> None:
+    await start(ui)
+    proxy = ui.page.models_tab.proxy
+    rows = [proxy.index(i, 0).data(ROW_ROLE) for i in range(proxy.rowCount())]
+    assert [(r.key.node, r.engine, r.model) for r in rows] == [
+        (SELF, "ollama", "llama3.2:3b"),
+        (SELF, "ollama", "qwen3:8b"),
+        (SELF, "lmstudio", "openai/gpt-oss-20b"),
+        (PEER, "ollama", "qwen3:30b"),
+    ]
+    assert ui.controller.models.get(PendingKey(SELF, "ollama", "stale:1b")) is None
+    assert proxy.index(0, 3).data() == "—"  # the broker reports no sizes
+    peer = ui.page.models_tab.actions_for(PendingKey(PEER, "ollama", "qwen3:30b"))
+    assert peer is not None and peer.view_only.isVisibleTo(ui.page)
+    assert not peer.buttons["load"].isVisibleTo(ui.page)
+
+
+async def test_pushes_update_rows_without_a_reset(qtbot: QtBot, ui: Ui) -> None:
+    await start(ui)
+    models = ui.controller.models
+    with qtbot.assertNotEmitted(models.modelReset), qtbot.waitSignal(models.dataChanged):
+        ui.connection.push(
+            methods.ENGINE_MODELS_CHANGED,
+            listing(LOCAL["by_engine"], {"ollama": ["qwen3:8b"]}),
+        )
+    assert ui.status_of("ollama", "qwen3:8b") == "Loaded"
+    assert ui.actions("ollama", "qwen3:8b").buttons["eject"].isEnabled()
+    with qtbot.assertNotEmitted(models.modelReset), qtbot.waitSignal(models.rowsRemoved):
+        ui.connection.push(methods.ENGINE_MODELS_CHANGED, listing({"ollama": ["qwen3:8b"]}))
+    assert models.get(ui.key("lmstudio", "openai/gpt-oss-20b")) is None
+    with qtbot.assertNotEmitted(models.modelReset), qtbot.waitSignal(models.rowsInserted):
+        event = {"seq": 11, "event": "node_updated", "node_id": PEER, "node": node(
+            PEER, "gpu-box", {"ollama": {"models": ["qwen3:30b", "gemma3:4b"]}})}  # fmt: skip
+        ui.connection.push(methods.DISCOVERY_EVENT, event)
+    assert models.get(PendingKey(PEER, "ollama", "gemma3:4b")) is not None
+    ui.connection.push(methods.DISCOVERY_EVENT, {"seq": 12, "event": "node_left", "node_id": PEER})
+    assert PEER not in models.nodes()
+
+
+async def test_a_push_that_overtakes_the_model_list_wins(ui: Ui) -> None:
+    answer = never()
+    script_session(ui.connection, local=answer)
+    ui.connection.become_ready()
+    await wait_until(lambda: any(m == methods.ENGINE_MODELS for m, _ in ui.connection.calls))
+    ui.connection.push(methods.ENGINE_MODELS_CHANGED, listing({"ollama": ["new:1b"]}))
+    answer.set_result(LOCAL)
+    await wait_until(lambda: any(m == methods.DISCOVERY_SUBSCRIBE for m, _ in ui.connection.calls))
+    await settle()
+    assert [r.model for r in ui.controller.models.rows() if r.local] == ["new:1b"]
+
+
+async def test_a_discovery_gap_subscribes_again(ui: Ui) -> None:
+    await start(ui)
+    ui.connection.script(methods.DISCOVERY_SUBSCRIBE, {"seq": 40, "nodes": [SELF_NODE]})
+    ui.connection.push(methods.DISCOVERY_EVENT, {"seq": 15, "event": "node_left", "node_id": "x"})
+    await wait_until(lambda: PEER not in ui.controller.models.nodes())
+    assert [m for m, _ in ui.connection.calls].count(methods.DISCOVERY_SUBSCRIBE) == 2
+
+
+async def test_a_stopped_engine_loses_its_rows_until_it_runs_again(ui: Ui) -> None:
+    await start(ui)
+    ui.connection.push(methods.ENGINE_STATE_CHANGED, engine("lmstudio", "stopped"))
+    assert ui.controller.models.get(ui.key("lmstudio", "openai/gpt-oss-20b")) is None
+    assert ui.controller.pull_engines() == ["ollama"]
+    ui.connection.script(methods.ENGINE_MODELS, LOCAL)
+    ui.connection.push(methods.ENGINE_STATE_CHANGED, engine("lmstudio"))
+    await wait_until(
+        lambda: ui.controller.models.get(ui.key("lmstudio", "openai/gpt-oss-20b")) is not None
+    )
+    assert ui.controller.pull_engines() == ["ollama", "lmstudio"]
+
+
+# Pending actions.
+
+
+@pytest.mark.parametrize(
+    ("button", "verb", "truth"),
+    [
+        ("load", "Loading…", listing(LOCAL["by_engine"], {"ollama": ["qwen3:8b"]})),
+        ("delete", "Deleting…", listing({"ollama": ["llama3.2:3b"], "lmstudio": []})),
+    ],
+)
+async def test_pending_shows_at_once_and_clears_on_the_truth(
+    monkeypatch: pytest.MonkeyPatch, ui: Ui, button: str, verb: str, truth: Any
+) -> None:
+    monkeypatch.setattr(QMessageBox, "question", lambda *_a: QMessageBox.StandardButton.Yes)
+    await start(ui)
+    answer = never()
+    ui.connection.script(methods.ENGINE_ACTION, answer)
+    ui.actions("ollama", "qwen3:8b").buttons[button].click()
+    assert ui.status_of("ollama", "qwen3:8b") == verb  # before the loop ran at all
+    assert not any(b.isEnabled() for b in ui.actions("ollama", "qwen3:8b").buttons.values())
+    await wait_until(lambda: len(ui.action_calls()) == 1)
+    ui.connection.push(methods.ENGINE_MODELS_CHANGED, truth)
+    assert ui.pending.get(ui.key("ollama", "qwen3:8b")) is None
+    answer.set_result({"ok": True})
+    await settle()
+
+
+async def test_eject_clears_when_the_model_is_listed_as_not_loaded(ui: Ui) -> None:
+    await start(ui, local=listing({"ollama": ["qwen3:8b"]}, {"ollama": ["qwen3:8b"]}))
+    ui.connection.script(methods.ENGINE_ACTION, never())
+    ui.actions("ollama", "qwen3:8b").buttons["eject"].click()
+    assert ui.status_of("ollama", "qwen3:8b") == "Ejecting…"
+    ui.connection.push(methods.ENGINE_MODELS_CHANGED, listing({"ollama": ["qwen3:8b"]}))
+    assert ui.status_of("ollama", "qwen3:8b") == "On disk"
+    assert ui.actions("ollama", "qwen3:8b").buttons["load"].isEnabled()
+
+
+async def test_an_error_clears_the_pending_state_with_a_message(ui: Ui) -> None:
+    await start(ui)
+    failures: list[str] = []
+    ui.controller.command_failed.connect(failures.append)
+    ui.connection.script(methods.ENGINE_ACTION, InternalError("out of memory"))
+    ui.actions("ollama", "qwen3:8b").buttons["load"].click()
+    await wait_until(lambda: bool(failures))
+    assert failures == ["Could not load qwen3:8b (Ollama): out of memory"]
+    assert ui.pending.get(ui.key("ollama", "qwen3:8b")) is None
+    assert ui.page.notice.isVisibleTo(ui.page)
+    assert "out of memory" in ui.page.notice.message.text()
+    assert ui.actions("ollama", "qwen3:8b").buttons["load"].isEnabled()
+
+
+async def test_the_broker_answer_settles_a_model_listed_under_a_fuller_name(ui: Ui) -> None:
+    await start(ui, local=listing({"ollama": ["llama3.2:latest"]}))
+    answer = never()
+    ui.connection.script(methods.ENGINE_ACTION, answer)
+    ui.controller.load(ui.key("ollama", "llama3.2"))
+    assert ui.pending.action(ui.key("ollama", "llama3.2")) == LOADING
+    answer.set_result({"ok": True})
+    await wait_until(lambda: ui.pending.get(ui.key("ollama", "llama3.2")) is None)
+
+
+async def test_a_pending_action_times_out_with_a_message(qtbot: QtBot) -> None:
+    ui = await make_ui(qtbot, PendingTimeouts(load=0.05, lmstudio_delete=0.05, default=0.05))
+    try:
+        await start(ui)
+        failures: list[str] = []
+        ui.controller.command_failed.connect(failures.append)
+        ui.connection.script(methods.ENGINE_ACTION, never())
+        ui.actions("ollama", "qwen3:8b").buttons["load"].click()
+        assert ui.status_of("ollama", "qwen3:8b") == "Loading…"
+        await wait_until(lambda: bool(failures), timeout=5)
+        assert "was not confirmed in time" in failures[0]
+        assert ui.status_of("ollama", "qwen3:8b") == "On disk"
+    finally:
+        await close(ui)
+
+
+async def test_pull_progress_keeps_pulling_alive_past_its_timeout(qtbot: QtBot) -> None:
+    ui = await make_ui(qtbot, PendingTimeouts(load=0.3, lmstudio_delete=0.3, default=0.3))
+    try:
+        await start(ui)
+        failures: list[str] = []
+        ui.controller.command_failed.connect(failures.append)
+        ui.connection.script(methods.ENGINE_ACTION, never())
+        ui.controller.pull("ollama", "big:70b")
+        key = ui.key("ollama", "big:70b")
+        for percent in range(1, 7):  # 0.6 s of progress, twice the timeout
+            ui.connection.push(methods.ENGINE_PULL_PROGRESS, progress("big:70b", float(percent)))
+            await asyncio.sleep(0.1)
+        assert ui.pending.action(key) == PULLING
+        await wait_until(lambda: ui.pending.get(key) is None, timeout=5)  # quiet for too long
+        assert failures == []
+        assert ui.controller.is_pulling("ollama", "big:70b")  # the row waits for the broker
+    finally:
+        await close(ui)
+
+
+async def test_timeouts_follow_the_action_and_engine(
+    monkeypatch: pytest.MonkeyPatch, ui: Ui
+) -> None:
+    monkeypatch.setattr(QMessageBox, "question", lambda *_a: QMessageBox.StandardButton.Yes)
+    await start(ui)
+    ui.connection.script(methods.ENGINE_ACTION, never(), never(), never())
+    ui.actions("ollama", "qwen3:8b").buttons["load"].click()
+    ui.actions("lmstudio", "openai/gpt-oss-20b").buttons["delete"].click()
+    ui.actions("ollama", "llama3.2:3b").buttons["delete"].click()
+    timeouts = [
+        entry.timeout_s
+        for key in (
+            ui.key("ollama", "qwen3:8b"),
+            ui.key("lmstudio", "openai/gpt-oss-20b"),
+            ui.key("ollama", "llama3.2:3b"),
+        )
+        if (entry := ui.pending.get(key)) is not None
+    ]
+    assert timeouts == [COLD_LOAD_TIMEOUT_S, LMSTUDIO_DELETE_TIMEOUT_S, 60.0]
+
+
+async def test_losing_the_broker_clears_everything(ui: Ui) -> None:
+    await start(ui)
+    ui.connection.script(methods.ENGINE_ACTION, never(), never())
+    ui.controller.load(ui.key("ollama", "qwen3:8b"))
+    ui.controller.pull("ollama", "gemma3:4b")
+    assert len(ui.pending) == 2
+    ui.connection.lose_session()
+    assert len(ui.pending) == 0
+    assert ui.controller.models.rowCount() == 0
+    assert ui.controller.pulls.rowCount() == 0
+    assert not ui.page.pull_bar.pull_button.isEnabled()
+    assert ui.page.models_tab.empty_note.isVisibleTo(ui.page)
+
+
+# Delete confirmation.
+
+
+async def test_delete_asks_first_and_lm_studio_says_it_restarts(
+    monkeypatch: pytest.MonkeyPatch, ui: Ui
+) -> None:
+    await start(ui)
+    asked: list[str] = []
+
+    def decline(_parent: QWidget, _title: str, text: str, *_rest: Any) -> Any:
+        asked.append(text)
+        return QMessageBox.StandardButton.Cancel
+
+    monkeypatch.setattr(QMessageBox, "question", decline)
+    ui.actions("ollama", "qwen3:8b").buttons["delete"].click()
+    ui.actions("lmstudio", "openai/gpt-oss-20b").buttons["delete"].click()
+    await settle()
+    assert ui.action_calls() == []
+    assert len(ui.pending) == 0
+    assert "qwen3:8b" in asked[0] and "restarts" not in asked[0]
+    assert "LM Studio restarts" in asked[1]
+    monkeypatch.setattr(QMessageBox, "question", lambda *_a: QMessageBox.StandardButton.Yes)
+    ui.connection.script(methods.ENGINE_ACTION, {"ok": True, "restarted": True})
+    ui.actions("lmstudio", "openai/gpt-oss-20b").buttons["delete"].click()
+    await wait_until(lambda: len(ui.action_calls()) == 1)
+    assert ui.action_calls()[0] == {
+        "engine": "lmstudio", "action": "delete_model", "model": "openai/gpt-oss-20b"
+    }  # fmt: skip
+
+
+# Pulls.
+
+
+def progress(model: str, percent: float | None, **extra: Any) -> dict[str, Any]:
+    return {"engine": "ollama", "model": model, "stage": "pulling abc", "percent": percent, **extra}
+
+
+async def test_pull_progress_survives_hiding_and_showing_the_page(qtbot: QtBot, ui: Ui) -> None:
+    await start(ui)
+    ui.connection.script(methods.ENGINE_ACTION, never())
+    ui.page.pull_bar.name_edit.setText("gemma3:4b")
+    ui.page.pull_bar.pull_button.click()
+    key = ui.key("ollama", "gemma3:4b")
+    assert ui.pending.action(key) == PULLING
+    assert ui.page.pull_bar.name_edit.text() == ""
+    ui.connection.push(methods.ENGINE_PULL_PROGRESS, progress("gemma3:4b", 40.0))
+    assert ui.pending.action(key) == PULLING  # until the one terminal push
+    item = ui.page.pulls_panel.items[("ollama", "gemma3:4b")]
+    assert item.bar.value() == 400 and "40 %" in item.bar.format()
+    ui.page.hide()
+    ui.connection.push(methods.ENGINE_PULL_PROGRESS, progress("gemma3:4b", 60.0))
+    ui.page.show()
+    assert item.isVisibleTo(ui.page) and item.bar.value() == 600
+    again = ModelsPage(ui.controller, Catalog())  # a page built later shows it too
+    qtbot.addWidget(again)
+    assert again.pulls_panel.items[("ollama", "gemma3:4b")].bar.value() == 600
+    again.pull_bar.name_edit.setText("gemma3:4b")
+    assert not again.pull_bar.pull_button.isEnabled()
+    assert again.pull_bar.pull_button.text() == "Pulling…"
+
+
+async def test_a_successful_pull_ends_once_and_the_model_appears(qtbot: QtBot, ui: Ui) -> None:
+    await start(ui)
+    answer = never()
+    ui.connection.script(methods.ENGINE_ACTION, answer)
+    ui.controller.pull("ollama", "gemma3:4b")
+    ui.connection.push(methods.ENGINE_PULL_PROGRESS, progress("gemma3:4b", None, stage="x"))
+    assert ui.page.pulls_panel.items[("ollama", "gemma3:4b")].bar.maximum() == 0  # busy bar
+    with qtbot.assertNotEmitted(ui.controller.command_failed):
+        ui.connection.push(
+            methods.ENGINE_PULL_PROGRESS, progress("gemma3:4b", 100.0, stage="success", done=True)
+        )
+        assert ui.pending.get(ui.key("ollama", "gemma3:4b")) is None
+        ui.connection.push(
+            methods.ENGINE_MODELS_CHANGED,
+            listing({**LOCAL["by_engine"], "ollama": ["gemma3:4b", "qwen3:8b"]}),
+        )
+        answer.set_result({"ok": True})
+        await settle()
+    assert ui.controller.pulls.rowCount() == 0
+    assert not ui.page.pulls_panel.isVisibleTo(ui.page)
+    assert ui.controller.is_installed("ollama", "gemma3:4b")
+
+
+async def test_a_failed_pull_reports_once_and_can_be_dismissed(qtbot: QtBot, ui: Ui) -> None:
+    await start(ui)
+    failures: list[str] = []
+    ui.controller.command_failed.connect(failures.append)
+    ui.connection.script(methods.ENGINE_ACTION, InternalError("pull of nope:1b failed: not found"))
+    terminal = progress("nope:1b", None, stage="error", done=True, error="file does not exist")
+    ui.controller.pull("ollama", "nope:1b")
+    ui.connection.push(methods.ENGINE_PULL_PROGRESS, terminal)
+    await wait_until(lambda: len(ui.action_calls()) == 1)
+    await settle()
+    assert failures == ["Could not pull nope:1b (Ollama): file does not exist"]
+    assert not ui.page.notice.isVisibleTo(ui.page)  # the pull's own row says it
+    item = ui.page.pulls_panel.items[("ollama", "nope:1b")]
+    assert item.error.isVisibleTo(ui.page) and "file does not exist" in item.error.text()
+    item.dismiss.click()
+    assert ui.controller.pulls.rowCount() == 0
+
+
+async def test_a_pull_that_fails_without_a_terminal_push_ends_on_the_error(ui: Ui) -> None:
+    await start(ui)
+    ui.connection.script(methods.ENGINE_ACTION, InternalError("LM Studio stopped answering"))
+    ui.controller.pull("lmstudio", "qwen/qwen3-8b")
+    await wait_until(lambda: ui.controller.pulls.rowCount() == 1 and
+                     ui.controller.pulls.row_at(0).failed)  # fmt: skip
+    assert ui.pending.get(ui.key("lmstudio", "qwen/qwen3-8b")) is None
+
+
+# The hub.
+
+
+def hub_button(ui: Ui, entry: str, engine: str) -> QPushButton:
+    pulls = ui.page.hub.entry_pulls(entry)
+    assert pulls is not None
+    return pulls.buttons[engine]  # type: ignore[index]
+
+
+async def test_hub_search_filters_and_pulls_through_the_same_flow(ui: Ui) -> None:
+    await start(ui)
+    hub = ui.page.hub
+    ui.page.tabs.setCurrentWidget(hub)
+    assert len(hub.visible_entries()) == len(load_catalog().entries)
+    hub.search.setText("CODING qwen")
+    assert hub.visible_entries() == ["qwen3-4b", "qwen3-14b", "qwen3-coder-30b", "qwen2.5-coder-7b"]
+    hub.search.setText("no such model anywhere")
+    assert hub.visible_entries() == [] and hub.no_match.isVisibleTo(ui.page)
+    hub.search.setText("")
+    assert hub_button(ui, "qwen3-8b", "ollama").text() == "On Ollama"
+    assert not hub_button(ui, "qwen3-8b", "ollama").isEnabled()
+    ui.connection.script(methods.ENGINE_ACTION, never())
+    button = hub_button(ui, "gemma3-4b", "lmstudio")
+    assert button.isEnabled()
+    button.click()
+    await wait_until(lambda: len(ui.action_calls()) == 1)
+    assert ui.action_calls()[0] == {
+        "engine": "lmstudio", "action": "pull_model", "model": "google/gemma-3-4b"
+    }  # fmt: skip
+    assert hub_button(ui, "gemma3-4b", "lmstudio").text() == "Pulling…"
+    assert ("lmstudio", "google/gemma-3-4b") in ui.page.pulls_panel.items
+
+
+async def test_hub_pull_needs_the_engine_running(ui: Ui) -> None:
+    await start(ui)
+    ui.connection.push(methods.ENGINE_STATE_CHANGED, engine("lmstudio", "stopped"))
+    button = hub_button(ui, "gemma3-4b", "lmstudio")
+    assert not button.isEnabled() and "Start LM Studio" in button.toolTip()
+
+
+async def test_a_broken_catalogue_leaves_an_empty_hub_and_a_working_page(qtbot: QtBot) -> None:
+    broken = Catalog(error="The model catalogue (x.json) could not be read: Expected `object`")
+    ui = await make_ui(qtbot, catalog=broken)
+    try:
+        await start(ui)
+        ui.page.tabs.setCurrentWidget(ui.page.hub)
+        assert ui.page.hub.error.isVisibleTo(ui.page)
+        assert "could not be read" in ui.page.hub.error.text()
+        assert ui.page.hub.visible_entries() == []
+        assert not ui.page.hub.no_match.isVisibleTo(ui.page)
+        ui.page.tabs.setCurrentWidget(ui.page.models_tab)
+        assert ui.actions("ollama", "qwen3:8b").buttons["load"].isEnabled()
+    finally:
+        await close(ui)
