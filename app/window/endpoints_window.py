@@ -144,6 +144,8 @@ class EndpointsWindow(QWidget):
 
     def show_and_raise(self) -> None:
         """Show the window (re-reading the doors) and bring it to the front."""
+        if not self.isVisible():
+            self.resize(self.sizeHint().boundedTo(self.screen().availableSize()))
         self.show()
         self.raise_()
         self.activateWindow()
