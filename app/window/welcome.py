@@ -60,8 +60,9 @@ def endpoints_text(front_doors: Mapping[str, str], url: Callable[[str], str] = s
         first = ", and ".join(parts) + "."
         first = first[0].upper() + first[1:]
     return (
-        f"{first} PAIR hands each request to an engine that has the model; API endpoints… in "
-        "the tray menu shows these addresses again, with example requests."
+        f"{first} PAIR hands each request to an engine that has the model; API endpoints… "
+        "(in the window's sidebar and the tray menu) shows these addresses again, with example "
+        "requests."
     )
 
 
