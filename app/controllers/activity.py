@@ -4,7 +4,6 @@ this computer's engines (and switching them on or off, installing them), and one
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping
 from enum import StrEnum
@@ -14,7 +13,7 @@ from PySide6.QtCore import QObject, Signal
 from app.broker.connection import BrokerConnection
 from app.broker.state import ServiceState
 from app.controllers.base import Controller, decode
-from app.models.components import EventStep, next_event_step
+from app.controllers.subscription import NumberedSubscription
 from app.models.errors import ErrorsModel
 from backend.protocol import methods
 from backend.protocol.errors import RpcError
@@ -98,9 +97,16 @@ class ActivityController(Controller):
         super().__init__(connection, parent)
         self._errors = errors
         self._jobs: dict[str, JobState] = {}
-        self._seq: int | None = None
-        self._early: list[WorkloadsEvent] = []
-        self._subscription: asyncio.Task[None] | None = None
+        self._workloads = NumberedSubscription(
+            self._tasks,
+            connection,
+            methods.WORKLOADS_SUBSCRIBE,
+            WorkloadsSnapshot,
+            WorkloadsEvent,
+            on_snapshot=self._show_jobs,
+            on_event=self._apply_job_event,
+            params={},
+        )
         self._engines: dict[str, EngineStatus] = {}
         self._busy: set[str] = set()  # engines with a command in flight
         self.install_progress: dict[str, str] = {}  # engine -> what its install is doing
@@ -118,7 +124,7 @@ class ActivityController(Controller):
     @property
     def jobs_known(self) -> bool:
         """Whether a jobs snapshot was read in this session."""
-        return self._seq is not None
+        return self._workloads.seq is not None
 
     @property
     def has_error(self) -> bool:
@@ -189,13 +195,13 @@ class ActivityController(Controller):
         return known.display_name if known is not None else engine
 
     def _on_connection_session_ready(self) -> None:
-        self._subscribe()
+        self._workloads.start()
         self._tasks.spawn(self._read_engines(detect=False), name="engines")
 
     def _on_connection_session_changed(self) -> None:
         if self.connection.ownership is None:
             self._jobs.clear()
-            self._seq = None
+            self._workloads.reset()
             self._engines.clear()
             self._busy.clear()
             self.install_progress.clear()
@@ -210,9 +216,7 @@ class ActivityController(Controller):
 
     def _on_connection_notification_received(self, method: str, params: object) -> None:
         if method == methods.WORKLOADS_EVENT:
-            event = decode(params, WorkloadsEvent)
-            if event is not None:
-                self._on_workloads_event(event)
+            self._workloads.feed(params)
         elif method == methods.ENGINE_STATE_CHANGED:
             status = decode(params, EngineStatus)
             if status is not None:
@@ -237,49 +241,13 @@ class ActivityController(Controller):
             self._engines = {engine.engine: engine for engine in engines}
             self.changed.emit()
 
-    # Jobs: a snapshot, then numbered events; a gap means subscribing again.
-
-    def _subscribe(self) -> None:
-        if self._subscription is not None:
-            self._subscription.cancel()
-        self._seq = None
-        self._early = []
-        self._subscription = self._tasks.spawn(self._read_jobs(), name="workloads")
-
-    async def _read_jobs(self) -> None:
-        try:
-            raw = await self.connection.call(methods.WORKLOADS_SUBSCRIBE, {})
-        except RpcError as exc:
-            log.info("workloads:subscribe failed: %s", exc)
-            return
-        snapshot = decode(raw, WorkloadsSnapshot)
-        if snapshot is None:
-            return
+    def _show_jobs(self, snapshot: WorkloadsSnapshot) -> None:
         self._jobs = {job.key: job.state for job in snapshot.workloads}
-        self._seq = snapshot.seq
-        early, self._early = self._early, []
-        for event in sorted(early, key=lambda e: e.seq):
-            self._apply(event)
         self.changed.emit()
 
-    def _on_workloads_event(self, event: WorkloadsEvent) -> None:
-        if self._seq is None:
-            self._early.append(event)
-            return
-        self._apply(event)
+    def _apply_job_event(self, event: WorkloadsEvent) -> None:
+        apply_job_event(self._jobs, event)
         self.changed.emit()
-
-    def _apply(self, event: WorkloadsEvent) -> None:
-        assert self._seq is not None
-        step = next_event_step(self._seq, event.seq)
-        if step is EventStep.APPLY:
-            self._seq = event.seq
-            apply_job_event(self._jobs, event)
-        elif step is EventStep.GAP:
-            log.info(
-                "workloads: gap after seq %d (got %d); subscribing again", self._seq, event.seq
-            )
-            self._subscribe()
 
 
 def apply_job_event(jobs: dict[str, JobState], event: WorkloadsEvent) -> None:

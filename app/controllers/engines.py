@@ -18,7 +18,7 @@ from PySide6.QtCore import QObject, Signal
 
 from app.broker.connection import BrokerConnection
 from app.controllers.base import Controller, decode
-from app.models.components import EventStep, next_event_step
+from app.controllers.subscription import NumberedSubscription
 from app.models.engines import (
     VERBS,
     EngineCommand,
@@ -97,10 +97,16 @@ class EnginesController(Controller):
         self._installs: dict[str, InstallStep] = {}
         self._expectations: dict[str, Expectation] = {}
         self._nodes: dict[str, DiscoveredNode] = {}
-        self._discovery_seq: int | None = None
-        self._early_events: list[DiscoveryEvent] = []
+        self._discovery = NumberedSubscription(
+            self._tasks,
+            connection,
+            methods.DISCOVERY_SUBSCRIBE,
+            DiscoverySnapshot,
+            DiscoveryEvent,
+            on_snapshot=self._show_nodes,
+            on_event=self._apply_discovery_event,
+        )
         self._reading: asyncio.Task[None] | None = None
-        self._discovering: asyncio.Task[None] | None = None
         self._reading_doors: asyncio.Task[None] | None = None
         pending.changed.connect(self._on_pending_changed)
         pending.expired.connect(self._on_pending_expired)
@@ -206,9 +212,10 @@ class EnginesController(Controller):
     def _on_connection_session_changed(self) -> None:
         if self.connection.ownership is not None:
             return
-        for task in (self._reading, self._discovering, self._reading_doors):
+        for task in (self._reading, self._reading_doors):
             if task is not None:
                 task.cancel()
+        self._discovery.reset()
         self._forget_session()
         self.pending.clear_all()
         self.model.reset([])
@@ -218,21 +225,20 @@ class EnginesController(Controller):
         self._statuses, self._doors, self._nodes = {}, {}, {}
         self._notices, self._port_errors, self._installs = {}, {}, {}
         self._expectations = {}
-        self._early, self._discovery_seq, self._early_events = None, None, []
+        self._early = None
         self.problem = None
 
     def _start_reading(self) -> None:
-        for task in (self._reading, self._discovering):
-            if task is not None:
-                task.cancel()
+        if self._reading is not None:
+            self._reading.cancel()
+        self._discovery.reset()
         self._early = []
-        self._discovery_seq, self._early_events = None, []
         self._reading = self._tasks.spawn(self._read_all(), name="read")
 
     async def _read_all(self) -> None:
         await self._read_broker_status()
         await self._read_engines()
-        self._resubscribe_discovery()
+        self._discovery.start()
 
     async def _read_broker_status(self) -> None:
         try:
@@ -287,9 +293,7 @@ class EnginesController(Controller):
             if progress is not None and progress.engine in self._statuses:
                 self._apply_install_progress(progress)
         elif method == methods.DISCOVERY_EVENT:
-            event = decode(params, DiscoveryEvent)
-            if event is not None:
-                self._on_discovery_event(event)
+            self._discovery.feed(params)
 
     def _apply_status(self, status: EngineStatus) -> None:
         engine = status.engine
@@ -380,48 +384,15 @@ class EnginesController(Controller):
 
     # -- other nodes ---------------------------------------------------------------------------
 
-    def _resubscribe_discovery(self) -> None:
-        if self._discovering is not None:
-            self._discovering.cancel()
-        self._discovery_seq = None
-        self._discovering = self._tasks.spawn(self._subscribe_discovery(), name="discovery")
-
-    async def _subscribe_discovery(self) -> None:
-        try:
-            raw = await self.connection.call(methods.DISCOVERY_SUBSCRIBE)
-        except RpcError as exc:
-            log.info("discovery:subscribe failed: %s", exc)
-            return
-        snapshot = decode(raw, DiscoverySnapshot)
-        if snapshot is None:
-            return
+    def _show_nodes(self, snapshot: DiscoverySnapshot) -> None:
         nodes = {node.node_id: node for node in snapshot.nodes if not self._is_self(node)}
         for gone in set(self._nodes) - set(nodes):
             self.model.sync_node(gone, [])
         self._nodes = {}
         for node in nodes.values():
             self._put_node(node)
-        self._discovery_seq = snapshot.seq
-        early, self._early_events = self._early_events, []
-        for event in sorted(early, key=lambda e: e.seq):
-            self._on_discovery_event(event)  # a gap among them buffers the rest again
-
-    def _on_discovery_event(self, event: DiscoveryEvent) -> None:
-        if self._discovery_seq is None:
-            self._early_events.append(event)
-        else:
-            self._apply_discovery_event(event)
 
     def _apply_discovery_event(self, event: DiscoveryEvent) -> None:
-        assert self._discovery_seq is not None
-        step = next_event_step(self._discovery_seq, event.seq)
-        if step is EventStep.GAP:
-            log.info("discovery: gap after seq %d (got %d)", self._discovery_seq, event.seq)
-            self._resubscribe_discovery()
-            return
-        if step is EventStep.SKIP:
-            return
-        self._discovery_seq = event.seq
         if event.event == "node_left":
             self._nodes.pop(event.node_id, None)
             self.model.sync_node(event.node_id, [])

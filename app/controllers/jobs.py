@@ -3,20 +3,13 @@ names of the nodes they mention; clears the history of finished jobs on request.
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from collections.abc import Callable, Coroutine
-from typing import Any, Generic, Protocol, TypeVar
-
 from PySide6.QtCore import QObject
 
 from app.broker.connection import BrokerConnection
-from app.controllers.base import Controller, decode
-from app.models.components import EventStep, next_event_step
+from app.controllers.base import Controller
+from app.controllers.subscription import NumberedSubscription
 from app.models.jobs import JobsModel
-from app.tasks import TaskSet
 from backend.protocol import methods
-from backend.protocol.errors import RpcError
 from backend.protocol.types import (
     DiscoveredNode,
     DiscoveryEvent,
@@ -25,85 +18,15 @@ from backend.protocol.types import (
     WorkloadsSnapshot,
 )
 
-log = logging.getLogger(__name__)
-
 # The most ``workloads:subscribe`` returns; the broker keeps the 1000 newest finished jobs.
 HISTORY_LIMIT = 1000
-
-
-class Numbered(Protocol):
-    """An event of a numbered stream."""
-
-    @property
-    def seq(self) -> int:
-        """One more than the previous event's."""
-        ...
-
-
-E = TypeVar("E", bound=Numbered)
-
-
-class NumberedFeed(Generic[E]):
-    """One subscription's bookkeeping: events that come before its snapshot wait for it, later
-    ones apply in ``seq`` order, a gap reads the snapshot again. Owns the read task."""
-
-    def __init__(
-        self,
-        name: str,
-        tasks: TaskSet,
-        read: Callable[[bool], Coroutine[Any, Any, int | None]],
-        apply: Callable[[E], None],
-    ) -> None:
-        self._name = name
-        self._tasks = tasks
-        self._read = read  # reads and shows a snapshot (True: a new session); returns its seq
-        self._apply = apply
-        self.seq: int | None = None  # None while no snapshot is applied
-        self._early: list[E] = []
-        self._reading: asyncio.Task[None] | None = None
-
-    def subscribe(self, *, fresh: bool) -> None:
-        """Read a snapshot (again), then apply the events after it."""
-        self.stop()
-        self._reading = self._tasks.spawn(self._read_then_catch_up(fresh), name=self._name)
-
-    def stop(self) -> None:
-        """Forget the subscription (the session ended)."""
-        if self._reading is not None:
-            self._reading.cancel()
-        self.seq = None
-        self._early = []
-
-    def offer(self, event: E) -> None:
-        """An event arrived."""
-        if self.seq is None:
-            self._early.append(event)
-            return
-        step = next_event_step(self.seq, event.seq)
-        if step is EventStep.APPLY:
-            self.seq = event.seq
-            self._apply(event)
-        elif step is EventStep.GAP:
-            log.info(
-                "%s: gap after seq %d (got %d); reading again", self._name, self.seq, event.seq
-            )
-            self.subscribe(fresh=False)
-
-    async def _read_then_catch_up(self, fresh: bool) -> None:
-        seq = await self._read(fresh)
-        if seq is None:
-            return
-        self.seq = seq
-        early, self._early = self._early, []
-        for event in sorted(early, key=lambda e: e.seq):
-            self.offer(event)
 
 
 class JobsController(Controller):
     """Subscribes to ``workloads:*`` on every new session and applies ``workloads:event`` in
     ``seq`` order; after a gap the fresh snapshot is applied as row changes. Node names come
     from ``discovery:subscribe`` and its ``node_joined``/``node_updated`` events. Owns the two
-    subscription tasks."""
+    subscriptions."""
 
     def __init__(
         self,
@@ -115,12 +38,26 @@ class JobsController(Controller):
     ) -> None:
         super().__init__(connection, parent)
         self.model = model
-        self._limit = limit
-        self._jobs = NumberedFeed[WorkloadsEvent](
-            "jobs", self._tasks, self._read_jobs, self._apply_job_event
+        self._jobs = NumberedSubscription(
+            self._tasks,
+            connection,
+            methods.WORKLOADS_SUBSCRIBE,
+            WorkloadsSnapshot,
+            WorkloadsEvent,
+            on_snapshot=self._show_jobs,
+            on_event=self._apply_job_event,
+            params={"limit": limit},
         )
-        self._nodes = NumberedFeed[DiscoveryEvent](
-            "job nodes", self._tasks, self._read_nodes, self._apply_node_event
+        self._session_shown = False  # whether this session's first jobs snapshot is shown
+        # Subscribed (not just discovery:get-nodes) so that new nodes and renames are pushed.
+        self._nodes = NumberedSubscription(
+            self._tasks,
+            connection,
+            methods.DISCOVERY_SUBSCRIBE,
+            DiscoverySnapshot,
+            DiscoveryEvent,
+            on_snapshot=lambda snapshot: self._name_nodes(snapshot.nodes),
+            on_event=self._apply_node_event,
         )
 
     def clear_history(self) -> None:
@@ -129,58 +66,34 @@ class JobsController(Controller):
         self.run_command(call, what="clear the jobs history")
 
     def _on_connection_session_ready(self) -> None:
-        self._jobs.subscribe(fresh=True)
-        self._nodes.subscribe(fresh=True)
+        self._session_shown = False
+        self._jobs.start()
+        self._nodes.start()
 
     def _on_connection_session_changed(self) -> None:
         if self.connection.ownership is None:
-            self._jobs.stop()
-            self._nodes.stop()
+            self._jobs.reset()
+            self._nodes.reset()
             self.model.clear()
 
     def _on_connection_notification_received(self, method: str, params: object) -> None:
         if method == methods.WORKLOADS_EVENT:
-            job_event = decode(params, WorkloadsEvent)
-            if job_event is not None:
-                self._jobs.offer(job_event)
+            self._jobs.feed(params)
         elif method == methods.DISCOVERY_EVENT:
-            node_event = decode(params, DiscoveryEvent)
-            if node_event is not None:
-                self._nodes.offer(node_event)
+            self._nodes.feed(params)
 
-    async def _read_jobs(self, fresh: bool) -> int | None:
-        try:
-            raw = await self.connection.call(methods.WORKLOADS_SUBSCRIBE, {"limit": self._limit})
-        except RpcError as exc:
-            log.info("workloads:subscribe failed: %s", exc)
-            return None
-        snapshot = decode(raw, WorkloadsSnapshot)
-        if snapshot is None:
-            return None
-        if fresh:
-            self.model.reset(snapshot.workloads)
-        else:  # after a gap the rows shown are comparable: keep the selection and scroll
+    def _show_jobs(self, snapshot: WorkloadsSnapshot) -> None:
+        if self._session_shown:  # after a gap the rows shown are comparable: keep the selection
             self.model.sync(snapshot.workloads)
-        return snapshot.seq
+        else:
+            self.model.reset(snapshot.workloads)
+            self._session_shown = True
 
     def _apply_job_event(self, event: WorkloadsEvent) -> None:
         if event.event == "remove":
             self.model.remove(event.key)
         elif event.workload is not None:
             self.model.upsert(event.workload)
-
-    async def _read_nodes(self, _fresh: bool) -> int | None:
-        # Subscribed (not just discovery:get-nodes) so that new nodes and renames are pushed.
-        try:
-            raw = await self.connection.call(methods.DISCOVERY_SUBSCRIBE)
-        except RpcError as exc:
-            log.info("discovery:subscribe failed; jobs show node ids: %s", exc)
-            return None
-        snapshot = decode(raw, DiscoverySnapshot)
-        if snapshot is None:
-            return None
-        self._name_nodes(snapshot.nodes)
-        return snapshot.seq
 
     def _apply_node_event(self, event: DiscoveryEvent) -> None:
         if event.node is not None:

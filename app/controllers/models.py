@@ -18,7 +18,7 @@ from PySide6.QtCore import QObject, Signal
 from app.broker.connection import BrokerConnection
 from app.broker.state import ServiceState
 from app.controllers.base import Controller, decode
-from app.models.components import EventStep, next_event_step
+from app.controllers.subscription import NumberedSubscription
 from app.models.models import (
     DELETING,
     EJECTING,
@@ -108,8 +108,15 @@ class ModelsController(Controller):
         self._early_local: EngineModels | None = None  # a push that overtook the node's id
         self._local_pushes = 0  # ``engine:models-changed`` seen, to spot answers a push overtook
         self._begun: dict[PendingKey, str] = {}  # marks this controller set, with their verb
-        self._discovery_seq: int | None = None
-        self._early_events: list[DiscoveryEvent] = []
+        self._discovery = NumberedSubscription(
+            self._tasks,
+            connection,
+            methods.DISCOVERY_SUBSCRIBE,
+            DiscoverySnapshot,
+            DiscoveryEvent,
+            on_snapshot=self._show_nodes,
+            on_event=self._apply_discovery_event,
+        )
         self._refresh: asyncio.Task[None] | None = None
         pending.expired.connect(self._on_pending_expired)
 
@@ -224,7 +231,8 @@ class ModelsController(Controller):
             return
         self.node_id = None
         self._engines, self._listed_engines = {}, set()
-        self._early_local, self._discovery_seq, self._early_events = None, None, []
+        self._early_local = None
+        self._discovery.reset()
         self._begun.clear()
         self.pending.clear_all()
         self.models.reset([])
@@ -246,9 +254,7 @@ class ModelsController(Controller):
             if status is not None:
                 self._apply_engine(status)
         elif method == methods.DISCOVERY_EVENT:
-            event = decode(params, DiscoveryEvent)
-            if event is not None:
-                self._on_discovery_event(event)
+            self._discovery.feed(params)
 
     async def _read_snapshots(self) -> None:
         """This node's id, its engines and models, then the other nodes (each may fail alone)."""
@@ -265,7 +271,7 @@ class ModelsController(Controller):
         if early is not None:
             self._apply_local(early)
         await self._read_local_models()
-        await self._subscribe_discovery()
+        self._discovery.start()
 
     async def _read_engines(self) -> None:
         try:
@@ -349,39 +355,14 @@ class ModelsController(Controller):
         self.pulls.upsert(replace(pull, error=error, percent=None))
         self.command_failed.emit(f"Could not pull {model} ({engine_title(engine)}): {error}")
 
-    async def _subscribe_discovery(self) -> None:
-        self._discovery_seq, self._early_events = None, []
-        try:
-            raw = await self.connection.call(methods.DISCOVERY_SUBSCRIBE)
-        except RpcError as exc:
-            log.info("discovery:subscribe failed: %s", exc)
-            return
-        snapshot = decode(raw, DiscoverySnapshot)
-        if snapshot is None:
-            return
+    def _show_nodes(self, snapshot: DiscoverySnapshot) -> None:
         remote = {node.node_id: node for node in snapshot.nodes if not self._is_self(node)}
         for node_id in self.models.nodes() - set(remote) - {self.node_id}:
             self.models.remove_where(node_id)
         for node in remote.values():
             self.models.sync_node(node.node_id, remote_rows(node))
-        self._discovery_seq = snapshot.seq
-        early, self._early_events = self._early_events, []
-        for event in sorted(early, key=lambda e: e.seq):
-            self._on_discovery_event(event)
 
-    def _on_discovery_event(self, event: DiscoveryEvent) -> None:
-        if self._discovery_seq is None:
-            self._early_events.append(event)
-            return
-        step = next_event_step(self._discovery_seq, event.seq)
-        if step is EventStep.GAP:
-            log.info("discovery: gap after seq %d; subscribing again", self._discovery_seq)
-            self._discovery_seq = None
-            self._tasks.spawn(self._subscribe_discovery(), name="discovery")
-            return
-        if step is EventStep.SKIP:
-            return
-        self._discovery_seq = event.seq
+    def _apply_discovery_event(self, event: DiscoveryEvent) -> None:
         if event.node_id == self.node_id:
             return  # this node's models come from the engine manager itself
         if event.event == "node_left":

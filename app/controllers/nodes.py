@@ -9,7 +9,7 @@ from PySide6.QtCore import QObject
 
 from app.broker.connection import BrokerConnection
 from app.controllers.base import Controller, decode
-from app.models.components import EventStep, next_event_step
+from app.controllers.subscription import NumberedSubscription
 from app.models.nodes import NodesModel
 from backend.protocol import methods
 from backend.protocol.errors import RpcError
@@ -33,9 +33,15 @@ class NodesController(Controller):
     ) -> None:
         super().__init__(connection, parent)
         self.model = model
-        self._seq: int | None = None  # None while no snapshot is applied
-        self._early: list[DiscoveryEvent] = []  # events that overtook the snapshot
-        self._subscription: asyncio.Task[None] | None = None
+        self._discovery = NumberedSubscription(
+            self._tasks,
+            connection,
+            methods.DISCOVERY_SUBSCRIBE,
+            DiscoverySnapshot,
+            DiscoveryEvent,
+            on_snapshot=self._load_nodes,
+            on_event=self._apply_node_event,
+        )
         self._self_id: str | None = None
         self._info_read: asyncio.Task[None] | None = None
         self._engines_read: asyncio.Task[None] | None = None
@@ -45,29 +51,22 @@ class NodesController(Controller):
     # Connection ------------------------------------------------------------------------------
 
     def _on_connection_session_ready(self) -> None:
-        self._subscribe()
+        self._discovery.start()
         self._engines_read = self._tasks.spawn(self._read_engines(), name="engine-status")
         self._read_self_info()
 
     def _on_connection_session_changed(self) -> None:
         if self.connection.ownership is None:
-            for task in (self._subscription, self._info_read, self._engines_read):
+            for task in (self._info_read, self._engines_read):
                 if task is not None:
                     task.cancel()
-            self._seq = None
-            self._early = []
+            self._discovery.reset()
             self._self_id = None
             self.model.clear()
 
     def _on_connection_notification_received(self, method: str, params: object) -> None:
         if method == methods.DISCOVERY_EVENT:
-            event = decode(params, DiscoveryEvent)
-            if event is None:
-                return
-            if self._seq is None:
-                self._early.append(event)
-            else:
-                self._apply(event)
+            self._discovery.feed(params)
         elif method == methods.ENGINE_STATE_CHANGED:
             status = decode(params, EngineStatus)
             if status is not None:
@@ -76,43 +75,13 @@ class NodesController(Controller):
 
     # Discovery -------------------------------------------------------------------------------
 
-    def _subscribe(self) -> None:
-        if self._subscription is not None:
-            self._subscription.cancel()
-        self._seq = None
-        self._early = []
-        self._subscription = self._tasks.spawn(self._read_snapshot(), name="subscribe")
-
-    async def _read_snapshot(self) -> None:
-        try:
-            raw = await self.connection.call(methods.DISCOVERY_SUBSCRIBE)
-        except RpcError as exc:
-            log.info("discovery:subscribe failed: %s", exc)
-            return
-        snapshot = decode(raw, DiscoverySnapshot)
-        if snapshot is None:
-            return
+    def _load_nodes(self, snapshot: DiscoverySnapshot) -> None:
         self._self_id = next(
             (node.node_id for node in snapshot.nodes if "self" in node.sources), self._self_id
         )
         self.model.load(snapshot.nodes)
-        self._seq = snapshot.seq
-        early, self._early = self._early, []
-        for event in sorted(early, key=lambda e: e.seq):
-            self._apply(event)
 
-    def _apply(self, event: DiscoveryEvent) -> None:
-        assert self._seq is not None
-        step = next_event_step(self._seq, event.seq)
-        if step is EventStep.GAP:
-            log.info(
-                "discovery: gap after seq %d (got %d); subscribing again", self._seq, event.seq
-            )
-            self._subscribe()
-            return
-        if step is EventStep.SKIP:
-            return
-        self._seq = event.seq
+    def _apply_node_event(self, event: DiscoveryEvent) -> None:
         if event.event == "node_left":
             self.model.remove(event.node_id)
         elif event.event == "node_telemetry":
