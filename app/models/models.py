@@ -34,7 +34,7 @@ ENGINE_TITLES = {"ollama": "Ollama", "lmstudio": "LM Studio", "llamacpp": "llama
 ENGINE_ORDER = ("ollama", "lmstudio", "llamacpp")  # how engines are listed; others follow by id
 
 LOADING, EJECTING, DELETING, PULLING = "Loading", "Ejecting", "Deleting", "Pulling"
-NO_SIZE_TIP = "The engines do not report model sizes to PAIR yet."
+REMOTE_SIZE_TIP = "Other computers do not share model sizes yet."
 _LOADED = QColor("#2e7d32")
 _PENDING = QColor("#b26a00")
 _FAILED = QColor("#c62828")
@@ -91,7 +91,7 @@ class ModelRow:
     loaded: bool
     local: bool
     reachable: bool = True
-    size_bytes: int | None = None  # the broker does not report sizes yet
+    size_bytes: int | None = None  # None when the engine does not report it
 
     @property
     def engine(self) -> str:
@@ -114,10 +114,10 @@ def local_rows(node_id: str, node_name: str, models: EngineModels) -> list[Model
     rows = []
     for engine, names in models.by_engine.items():
         loaded = set(models.loaded_by_engine.get(engine, []))
+        sizes = models.sizes_by_engine.get(engine, {})
         for name in names:
-            rows.append(
-                ModelRow(PendingKey(node_id, engine, name), node_name, name in loaded, True)
-            )
+            key = PendingKey(node_id, engine, name)
+            rows.append(ModelRow(key, node_name, name in loaded, True, size_bytes=sizes.get(name)))
     return rows
 
 
@@ -224,8 +224,12 @@ class ModelsModel(KeyedTableModel[PendingKey, ModelRow]):
         return f"{row.node_name}: its models are shown, not managed, until it is paired."
 
     @staticmethod
-    def _size_tip(row: ModelRow) -> str | None:
-        return NO_SIZE_TIP if row.size_bytes is None else None
+    def _size_tip(row: ModelRow) -> str:
+        if row.size_bytes is not None:
+            return f"{row.size_bytes:,} bytes"
+        if not row.local:
+            return REMOTE_SIZE_TIP
+        return f"{engine_title(row.engine)} does not report this model's size."
 
 
 class ModelsSortProxy(QSortFilterProxyModel):

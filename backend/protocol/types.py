@@ -227,12 +227,17 @@ class EngineActionParams(Wire, frozen=True, kw_only=True):
 
 
 class EngineModels(Wire, frozen=True, kw_only=True):
-    """Answer of ``engine:models`` and the ``engine:models-changed`` push."""
+    """Answer of ``engine:models`` and the ``engine:models-changed`` push.
+
+    ``sizes_by_engine`` maps engine -> model -> bytes; a model whose size its engine does not
+    report is absent (an older broker sends no sizes at all).
+    """
 
     models: list[str]
     by_engine: dict[str, list[str]]
     loaded_by_engine: dict[str, list[str]]
     slots_by_engine: dict[str, dict[str, int]]
+    sizes_by_engine: dict[str, dict[str, int]] = {}
 
 
 class PullProgress(Wire, frozen=True, kw_only=True):

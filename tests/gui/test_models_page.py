@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox, QPushButton, QWidget
 from pytestqt.modeltest import ModelTester
 from pytestqt.qtbot import QtBot
@@ -20,6 +21,7 @@ from app.models.models import (
     EJECTING,
     LOADING,
     PULLING,
+    REMOTE_SIZE_TIP,
     CatalogFilter,
     CatalogModel,
     ModelRow,
@@ -200,7 +202,7 @@ async def test_rows_come_from_the_engines_and_discovery_grouped_by_computer(ui: 
         (PEER, "ollama", "qwen3:30b"),
     ]
     assert ui.controller.models.get(PendingKey(SELF, "ollama", "stale:1b")) is None
-    assert proxy.index(0, 3).data() == "—"  # the broker reports no sizes
+    assert proxy.index(0, 3).data() == "—"  # this answer carries no sizes (an older broker)
     peer = ui.page.models_tab.actions_for(PendingKey(PEER, "ollama", "qwen3:30b"))
     assert peer is not None and peer.view_only.isVisibleTo(ui.page)
     assert not peer.buttons["load"].isVisibleTo(ui.page)
@@ -226,6 +228,33 @@ async def test_pushes_update_rows_without_a_reset(qtbot: QtBot, ui: Ui) -> None:
     assert models.get(PendingKey(PEER, "ollama", "gemma3:4b")) is not None
     ui.connection.push(methods.DISCOVERY_EVENT, {"seq": 12, "event": "node_left", "node_id": PEER})
     assert PEER not in models.nodes()
+
+
+async def test_sizes_the_engines_report_show_readably_and_the_rest_show_a_dash(
+    qtbot: QtBot, ui: Ui
+) -> None:
+    await start(ui)
+    models = ui.controller.models
+    sizes = {
+        "ollama": {"qwen3:8b": 5_225_376_047},
+        "lmstudio": {"openai/gpt-oss-20b": 12_109_565_632},
+    }
+    with qtbot.assertNotEmitted(models.modelReset), qtbot.waitSignal(models.dataChanged):
+        ui.connection.push(
+            methods.ENGINE_MODELS_CHANGED, {**listing(LOCAL["by_engine"]), "sizes_by_engine": sizes}
+        )
+
+    def size_cell(key: PendingKey) -> tuple[str, str]:
+        position = models.position(key)
+        assert position is not None
+        cell = models.index(position, 3)
+        return cell.data(), cell.data(Qt.ItemDataRole.ToolTipRole)
+
+    assert size_cell(ui.key("ollama", "qwen3:8b")) == ("5.2 GB", "5,225,376,047 bytes")
+    assert size_cell(ui.key("lmstudio", "openai/gpt-oss-20b"))[0] == "12 GB"
+    unknown = size_cell(ui.key("ollama", "llama3.2:3b"))
+    assert unknown == ("—", "Ollama does not report this model's size.")
+    assert size_cell(PendingKey(PEER, "ollama", "qwen3:30b")) == ("—", REMOTE_SIZE_TIP)
 
 
 async def test_a_push_that_overtakes_the_model_list_wins(ui: Ui) -> None:

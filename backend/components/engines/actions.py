@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -58,28 +59,66 @@ async def run_action(
     return await _remove(engine, action, values)
 
 
+@dataclass(frozen=True, slots=True)
+class ModelListing:
+    """One listing of an engine's models: sorted names, and sizes in bytes for those whose
+    size the engine reported (the others are absent)."""
+
+    names: list[str]
+    sizes: dict[str, int] = field(default_factory=dict)
+
+
 async def list_names(engine: EngineController, name: str, timeout: float) -> list[str]:
     """``list_models`` / ``loaded_models`` as names, bounded by ``timeout``."""
+    return (await read_listing(engine, name, timeout)).names
+
+
+async def read_listing(engine: EngineController, name: str, timeout: float) -> ModelListing:
+    """``list_models`` / ``loaded_models`` with sizes, bounded by ``timeout``."""
     action = action_of(engine, name)
     if action.http is None or action.result is None:
         raise errors.InvalidParams(f"{name} of {engine.name} is not an HTTP listing")
     document = await request_json(
         engine, action.http.method, action.http.path, None, timeout=timeout
     )
-    return pick_names(document, action.result)
+    return pick_listing(document, action.result)
+
+
+def pick_listing(document: Any, spec: ResultSpec) -> ModelListing:
+    """Names and sizes from one answer (a pure function)."""
+    return ModelListing(pick_names(document, spec), pick_sizes(document, spec))
 
 
 def pick_names(document: Any, spec: ResultSpec) -> list[str]:
     """Names from ``document[spec.array][*][spec.field]`` (a pure function)."""
+    return sorted({item[spec.field] for item in _picked_items(document, spec)})
+
+
+def pick_sizes(document: Any, spec: ResultSpec) -> dict[str, int]:
+    """Sizes in bytes from ``document[spec.array][*][spec.size]``; a model whose size is
+    missing or not a whole number of bytes is left out (a pure function)."""
+    if spec.size is None:
+        return {}
+    sizes: dict[str, int] = {}
+    for item in _picked_items(document, spec):
+        size = item.get(spec.size)
+        # bool is an int to Python but never a size.
+        if isinstance(size, int) and not isinstance(size, bool) and size >= 0:
+            sizes.setdefault(item[spec.field], size)
+    return sizes
+
+
+def _picked_items(document: Any, spec: ResultSpec) -> list[dict[str, Any]]:
+    """The entries of ``document[spec.array]`` that name a model and pass ``spec.nonempty``."""
     items = document.get(spec.array) if isinstance(document, dict) else None
-    names = []
+    picked = []
     for item in items if isinstance(items, list) else []:
         if not isinstance(item, dict) or not isinstance(item.get(spec.field), str):
             continue
         if spec.nonempty is not None and not item.get(spec.nonempty):
             continue
-        names.append(item[spec.field])
-    return sorted(set(names))
+        picked.append(item)
+    return picked
 
 
 async def _run_http(

@@ -65,7 +65,8 @@ class EnginesComponent(Component):
         self._watch_interval = watch_interval
         self.controllers: dict[str, EngineController] = {}
         self._loaded: dict[str, list[str]] = {}
-        self._listed: dict[str, list[str]] = {}
+        # Names and sizes come from one answer and are replaced together, never one alone.
+        self._listed: dict[str, actions.ModelListing] = {}
         self._sweep: asyncio.Task[None] | None = None
         self._stop_requested = asyncio.Event()
         # Set when an engine starts running: list its models now, not at the next watch tick.
@@ -158,7 +159,7 @@ class EnginesComponent(Component):
     def last_models(self) -> dict[str, tuple[list[str] | None, list[str] | None]]:
         """Each running engine's last good (listed, loaded) models, without asking the engines."""
         return {
-            name: (self._listed.get(name), self._loaded.get(name))
+            name: (_names_of(self._listed.get(name)), self._loaded.get(name))
             for name, controller in self.controllers.items()
             if controller.running
         }
@@ -205,22 +206,26 @@ class EnginesComponent(Component):
     async def models(self) -> EngineModels:
         """Models per running engine; an engine that misses the deadline fails the call."""
         running = [c for c in self.controllers.values() if c.running]
-        listed = await asyncio.gather(
-            *(actions.list_names(c, "list_models", INVENTORY_DEADLINE_S) for c in running)
-        )
+        listed = await asyncio.gather(*(self._listing(c) for c in running))
         loaded = await asyncio.gather(*(self._loaded_names(c) for c in running))
-        for controller, names, resident in zip(running, listed, loaded, strict=True):
-            self._listed[controller.name] = names
+        for controller, listing, resident in zip(running, listed, loaded, strict=True):
+            self._listed[controller.name] = listing
             self._loaded[controller.name] = resident
         return await self._models_shape(running)
 
     async def _models_shape(self, running: list[EngineController]) -> EngineModels:
-        by_engine = {c.name: self._listed.get(c.name, []) for c in running}
+        listings = {c.name: self._listed.get(c.name, actions.ModelListing([])) for c in running}
+        by_engine = {name: listing.names for name, listing in listings.items()}
+        sizes = {name: dict(listing.sizes) for name, listing in listings.items()}
         loaded = {c.name: self._loaded.get(c.name, []) for c in running}
         slots = {c.name: await self._slots_per_model(c, loaded[c.name]) for c in running}
         union = sorted({model for names in by_engine.values() for model in names})
         return EngineModels(
-            models=union, by_engine=by_engine, loaded_by_engine=loaded, slots_by_engine=slots
+            models=union,
+            by_engine=by_engine,
+            loaded_by_engine=loaded,
+            slots_by_engine=slots,
+            sizes_by_engine=sizes,
         )
 
     async def _slots_per_model(
@@ -233,6 +238,9 @@ class EnginesComponent(Component):
                 return {}
         total = controller.status().slots or controller.manifest.slots.default
         return dict.fromkeys(loaded, total)
+
+    async def _listing(self, controller: EngineController) -> actions.ModelListing:
+        return await actions.read_listing(controller, "list_models", INVENTORY_DEADLINE_S)
 
     async def _loaded_names(self, controller: EngineController) -> list[str]:
         return await actions.list_names(controller, "loaded_models", INVENTORY_DEADLINE_S)
@@ -262,9 +270,7 @@ class EnginesComponent(Component):
         if changed:
             for controller in running:
                 try:
-                    self._listed[controller.name] = await actions.list_names(
-                        controller, "list_models", INVENTORY_DEADLINE_S
-                    )
+                    self._listed[controller.name] = await self._listing(controller)
                 except errors.RpcError as exc:
                     log.debug("keeping the last model list of %s: %s", controller.name, exc)
             self._push("engine:models-changed", await self._models_shape(running))
@@ -280,6 +286,10 @@ class EnginesComponent(Component):
 
     def _on_pull_progress(self, progress: PullProgress) -> None:
         self._push("engine:pull-progress", progress)
+
+
+def _names_of(listing: actions.ModelListing | None) -> list[str] | None:
+    return listing.names if listing is not None else None
 
 
 async def _first_of(*events: asyncio.Event) -> None:

@@ -98,11 +98,13 @@ class HttpAction(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
 
 class ResultSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Pick names out of a JSON answer: ``answer[array][*][field]`` (optionally only entries
-    whose ``nonempty`` member is a non-empty list)."""
+    whose ``nonempty`` member is a non-empty list), and each model's size in bytes from its
+    ``size`` member when the engine reports one."""
 
     array: str
     field: str
     nonempty: str | None = None
+    size: str | None = None
 
 
 class Action(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -93,6 +93,33 @@ async def test_the_watcher_notices_a_model_loaded_outside_pair(
         await client.call("engine:stop", {"engine": "ollama"}, timeout=30)
 
 
+async def test_engine_models_and_its_push_carry_the_sizes_ollama_lists(
+    start_broker: StartBroker, ollama_node: tuple[Path, int]
+) -> None:
+    data_dir, port = ollama_node
+    broker = start_broker(data_dir=data_dir)
+    async with broker.connect() as client, httpx.AsyncClient() as http:
+        await client.call("engine:start", {"engine": "ollama"}, timeout=60)
+        tags = (await http.get(f"http://127.0.0.1:{port}/api/tags")).json()
+        expected = {entry["name"]: entry["size"] for entry in tags["models"]}
+        assert set(expected) == {"tinyllama:latest", "qwen2:0.5b"}
+        assert all(isinstance(size, int) and size > 0 for size in expected.values())
+        models = await client.call("engine:models")
+        assert models["sizes_by_engine"]["ollama"] == expected
+        answer = await http.post(
+            f"http://127.0.0.1:{port}/api/generate",
+            json={"model": "qwen2:0.5b", "prompt": ""},
+        )
+        assert answer.status_code == 200
+        changed = await client.wait_push(
+            "engine:models-changed",
+            lambda m: m["loaded_by_engine"].get("ollama") == ["qwen2:0.5b"],
+            timeout=15,
+        )
+        assert changed["sizes_by_engine"]["ollama"] == expected
+        await client.call("engine:stop", {"engine": "ollama"}, timeout=30)
+
+
 @pytest.fixture
 def lmstudio_node(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     """A data dir whose LM Studio is the fake ``lms`` driving the emulator: (data dir, models)."""
@@ -132,6 +159,7 @@ async def test_lmstudio_command_mode_start_models_slots_delete_restart_stop(
         models = await client.call("engine:models")
         assert models["loaded_by_engine"]["lmstudio"] == [model]
         assert models["slots_by_engine"]["lmstudio"] == {model: 4}, "LM Studio's default parallel"
+        assert models["sizes_by_engine"]["lmstudio"][model] > 0, "from size_bytes"
         await _action(client, "lmstudio", "pull_model", "qwen/qwen3-4b")
         pulled = [p for m, p in client.pushes if m == "engine:pull-progress" and p["done"]]
         assert pulled[-1]["error"] is None

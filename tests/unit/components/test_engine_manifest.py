@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from backend.components.engines import manifest as manifests
-from backend.components.engines.actions import pick_names
+from backend.components.engines.actions import pick_listing, pick_names, pick_sizes
 from backend.components.engines.manifest import ManifestError, ResultSpec, build, deep_merge
 from backend.components.engines.process import reap_orphan
 from backend.components.engines.templating import expand, expand_json
@@ -106,6 +106,68 @@ def test_pick_names_reads_lists_and_respects_nonempty() -> None:
     assert pick_names(document, loaded) == ["b"]
     assert pick_names({"models": None}, loaded) == []
     assert pick_names("garbage", loaded) == []
+
+
+def test_pick_sizes_reads_whole_byte_counts_of_picked_models_only() -> None:
+    document = {
+        "models": [
+            {"key": "b", "size_bytes": 2_019_393_189, "loaded_instances": [{"id": "b"}]},
+            {"key": "a", "size_bytes": 7, "loaded_instances": []},
+            {"key": "a", "size_bytes": 8},  # a repeated name keeps its first size
+            {"key": "no-size"},
+            {"key": "text", "size_bytes": "4.7 GB"},
+            {"key": "flag", "size_bytes": True},
+            {"key": "negative", "size_bytes": -1},
+            {"key": "fraction", "size_bytes": 1.5},
+            {"key": 3, "size_bytes": 9},
+            "junk",
+        ]
+    }
+    spec = ResultSpec(array="models", field="key", size="size_bytes")
+    assert pick_sizes(document, spec) == {"a": 7, "b": 2_019_393_189}
+    loaded = ResultSpec(array="models", field="key", nonempty="loaded_instances", size="size_bytes")
+    assert pick_sizes(document, loaded) == {"b": 2_019_393_189}
+    assert pick_sizes(document, ResultSpec(array="models", field="key")) == {}, "no size member"
+    assert pick_sizes("garbage", spec) == {}
+    listing = pick_listing(document, spec)
+    assert listing.names == ["a", "b", "flag", "fraction", "negative", "no-size", "text"]
+    assert listing.sizes == {"a": 7, "b": 2_019_393_189}
+
+
+def test_bundled_listings_read_sizes_where_the_engine_reports_them() -> None:
+    loaded = manifests.load_all(Path("/nonexistent")).manifests
+    sizes = {}
+    for name, manifest in loaded.items():
+        result = manifest.actions["list_models"].result
+        assert result is not None
+        sizes[name] = result.size
+    assert sizes == {"ollama": "size", "lmstudio": "size_bytes", "llamacpp": None}
+
+
+def test_the_size_member_is_optional_and_unknown_result_members_are_still_refused() -> None:
+    document = manifests.bundled_documents()["ollama"]  # a fresh copy on every call
+    without_size = manifests.bundled_documents()["ollama"]
+    without_size["actions"]["list_models"]["result"] = {"array": "models", "field": "name"}
+    listing = build(without_size, "older manifest").actions["list_models"].result
+    assert listing is not None and listing.size is None
+    typo = deep_merge(document, {"actions": {"list_models": {"result": {"sise": "size"}}}})
+    with pytest.raises(ManifestError, match="sise"):
+        build(typo, "typo")
+
+
+def test_an_ollama_tags_answer_gives_names_and_sizes() -> None:
+    loaded = manifests.load_all(Path("/nonexistent")).manifests
+    spec = loaded["ollama"].actions["list_models"].result
+    assert spec is not None
+    tags = {
+        "models": [
+            {"name": "llama3:8b", "model": "llama3:8b", "size": 4_661_224_676, "digest": "x"},
+            {"name": "tinyllama:latest", "model": "tinyllama:latest", "size": 637_700_138},
+        ]
+    }
+    listing = pick_listing(tags, spec)
+    assert listing.names == ["llama3:8b", "tinyllama:latest"]
+    assert listing.sizes == {"llama3:8b": 4_661_224_676, "tinyllama:latest": 637_700_138}
 
 
 def test_reaper_kills_only_the_process_whose_start_time_matches() -> None:

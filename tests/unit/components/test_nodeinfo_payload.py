@@ -10,6 +10,7 @@ from typing import Any, cast
 
 import msgspec
 
+from backend.components.engines.actions import ModelListing
 from backend.components.engines.component import EnginesComponent
 from backend.components.nodeinfo.payload import NodeInfoSource, last_engine_models
 from backend.components.nodeinfo.telemetry import (
@@ -166,7 +167,7 @@ def test_engine_models_are_the_running_engines_last_good_lists() -> None:
             "llamacpp": _Controller(running=True),
         },
     )
-    engines._listed = {"ollama": ["a", "b"], "lmstudio": ["stale"]}
+    engines._listed = {"ollama": ModelListing(["a", "b"]), "lmstudio": ModelListing(["stale"])}
     engines._loaded = {"ollama": ["b"], "lmstudio": ["stale"]}
     models = last_engine_models(engines)
     assert models == {
