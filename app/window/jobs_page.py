@@ -137,7 +137,8 @@ class JobsFilterBar(QWidget):
         layout.addSpacing(10)
         layout.addWidget(self.node_combo)
         layout.addWidget(self.engine_combo)
-        layout.addWidget(self.search_field, 1)
+        layout.addStretch(1)
+        # The search field sits in the page's header row (more room there); it is still ours.
         # Chips: Fusion's checked buttons differ from unchecked ones by a shade only.
         self.setStyleSheet(CHIP_STYLE)
 
@@ -268,6 +269,8 @@ class JobsPage(QWidget):
         header = QHBoxLayout()
         header.addWidget(page_title("Jobs"))
         header.addStretch(1)
+        self.filter_bar.search_field.setMinimumWidth(220)
+        header.addWidget(self.filter_bar.search_field)
         header.addWidget(self.clear_button)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(24, 20, 24, 16)
