@@ -63,9 +63,7 @@ def error_body(dialect: Dialect, message: str, *, kind: str, code: str | None) -
 def unknown_model_body(dialect: Dialect, model: str) -> dict[str, Any]:
     """The 404 answer for a model no engine behind this door has."""
     if dialect == "ollama":
-        return error_body(
-            dialect, f'model "{model}" not found, try pulling it first', kind="", code=None
-        )
+        return error_body(dialect, f"model '{model}' not found", kind="", code=None)
     if dialect == "anthropic":
         return error_body(dialect, f"model: {model}", kind="not_found_error", code=None)
     return error_body(

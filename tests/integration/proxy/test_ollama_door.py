@@ -57,7 +57,7 @@ async def test_unknown_model_is_answered_without_contacting_the_engine(
     with pytest.raises(ollama.ResponseError) as error:
         await asyncio.to_thread(client.generate, "qwen2.5", "hi")
     assert error.value.status_code == 404
-    assert error.value.error == 'model "qwen2.5" not found, try pulling it first'
+    assert error.value.error == "model 'qwen2.5' not found"
     state = await _state(ollama_emulator)
     assert (state["completed"], state["failed"], state["finished"]) == (0, 0, [])
 

@@ -83,7 +83,7 @@ async def test_unknown_model_is_404_in_each_dialect_and_known_ones_go_to_the_eng
     ollama_unknown = await ollama_door.post("/api/chat", json={"model": "mistral"})
     assert (ollama_unknown.status, await ollama_unknown.json()) == (
         404,
-        {"error": 'model "mistral" not found, try pulling it first'},
+        {"error": "model 'mistral' not found"},
     )
     openai_unknown = await openai_door.post("/v1/chat/completions", json={"model": "qwen"})
     assert openai_unknown.status == 404

@@ -36,9 +36,7 @@ def test_malformed_bodies_are_bad_requests(body: bytes, reason: str) -> None:
 
 
 def test_unknown_model_errors_follow_each_client_api() -> None:
-    assert unknown_model_body("ollama", "x") == {
-        "error": 'model "x" not found, try pulling it first'
-    }
+    assert unknown_model_body("ollama", "x") == {"error": "model 'x' not found"}
     error = unknown_model_body("openai", "x")["error"]
     assert set(error) == {"message", "type", "param", "code"}
     assert (error["type"], error["code"]) == ("not_found_error", "model_not_found")
