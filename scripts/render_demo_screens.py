@@ -31,7 +31,8 @@ from PySide6.QtWidgets import QApplication, QWidget  # noqa: E402
 from app.application import PairApplication  # noqa: E402
 from app.broker.state import ServiceState  # noqa: E402
 from app.options import AppOptions  # noqa: E402
-from backend.devtools.demo import Demo, Trickle  # noqa: E402
+from backend.devtools.demo import Demo  # noqa: E402
+from backend.devtools.demo_trickle import Trickle  # noqa: E402
 
 WINDOW_SIZE = (1100, 720)
 READY_TIMEOUT_S = 90.0

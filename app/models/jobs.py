@@ -8,8 +8,7 @@ from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from enum import IntEnum
-from typing import Any, get_args
+from typing import Any
 
 from PySide6.QtCore import (
     QAbstractTableModel,
@@ -23,11 +22,10 @@ from PySide6.QtCore import (
 )
 from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPainter, QPalette, QPixmap
 
+from app.models.job_text import TERMINAL, TITLES, JobColumn, cell_text, cell_tooltip
 from app.models.keyed_table import ROW_ROLE
 from backend.protocol.types import JobState, Workload
 
-ALL_STATES: tuple[JobState, ...] = get_args(JobState)
-TERMINAL: frozenset[JobState] = frozenset({"completed", "failed", "cancelled"})
 TICK_MS = 1000
 _NO_PARENT = QModelIndex()
 _TEXT_ROLES = [Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.ToolTipRole]
@@ -48,27 +46,6 @@ TICK_GAP = 16
 ModelIndex = QModelIndex | QPersistentModelIndex
 SortKey = tuple[float, str]
 
-
-class JobColumn(IntEnum):
-    """The Jobs table's columns, in order."""
-
-    STATE = 0
-    MODEL = 1
-    ENGINE = 2
-    ORIGIN = 3
-    PLACEMENT = 4
-    DURATION = 5
-    ERROR = 6
-
-
-TITLES = ("State", "Model", "Engine", "Requested from", "Placement", "Duration", "Error")
-STATE_LABELS: dict[JobState, str] = {
-    "in_flight": "In flight",
-    "running": "Running",
-    "completed": "Completed",
-    "failed": "Failed",
-    "cancelled": "Cancelled",
-}
 STATE_COLOURS: dict[JobState, str] = {
     "in_flight": "#d08c00",
     "running": "#1e88e5",
@@ -76,8 +53,6 @@ STATE_COLOURS: dict[JobState, str] = {
     "failed": "#d32f2f",
     "cancelled": "#8d8d8d",
 }
-ENGINE_LABELS = {"ollama": "Ollama", "lmstudio": "LM Studio", "llamacpp": "llama.cpp"}
-NodeLabel = Callable[[str | None], str]
 
 
 class JobsModel(QAbstractTableModel):
@@ -378,113 +353,6 @@ def _runs(rows: list[int], gap: int = 1) -> Iterator[tuple[int, int]]:
         previous = row
     if start is not None and previous is not None:
         yield start, previous
-
-
-# Text ------------------------------------------------------------------------------------------
-
-
-def engine_label(engine: str) -> str:
-    """An engine's display name."""
-    return ENGINE_LABELS.get(engine, engine)
-
-
-def model_name(model: str) -> str:
-    """A model without its publisher (``lmstudio-community/`` …): the tooltip has the rest."""
-    return model.rstrip("/").rsplit("/", 1)[-1] or model
-
-
-def clock_time(at: float, now: float) -> str:
-    """``HH:MM:SS`` (local time) for today, with the day before it for older times."""
-    moment, today = time.localtime(at), time.localtime(now)
-    if (moment.tm_yday, moment.tm_year) == (today.tm_yday, today.tm_year):
-        return time.strftime("%H:%M:%S", moment)
-    return time.strftime("%d %b %H:%M:%S", moment)
-
-
-def format_job_duration(seconds: float, *, live: bool = False) -> str:
-    """``0.4 s``, ``12 s``, ``3 min 05 s``, ``1 h 02 min``; whole seconds while a job runs (the
-    column refreshes once a second)."""
-    seconds = max(0.0, seconds)
-    if seconds < 10 and not live:
-        return f"{seconds:.1f} s"
-    whole = int(seconds)
-    if whole < 60:
-        return f"{whole} s"
-    minutes, whole = divmod(whole, 60)
-    if minutes < 60:
-        return f"{minutes} min {whole:02d} s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes:02d} min"
-
-
-def placement_text(job: Workload, label: NodeLabel, now: float) -> str:
-    """Where the job is or was: In flight since … → node, Running on … since …, Ran on …."""
-    if job.state == "in_flight":
-        text = f"In flight since {clock_time(job.created_at, now)}"
-        if job.target is not None:
-            text += f" → {label(job.target)}"
-        return text if job.attempt <= 1 else f"{text} (attempt {job.attempt})"
-    if job.state == "running":
-        since = clock_time(job.started_at or job.created_at, now)
-        return f"Running on {label(job.serving or job.target)} since {since}"
-    ended = clock_time(job.completed_at or job.created_at, now)
-    if job.serving is not None:
-        return f"Ran on {label(job.serving)}, ended {ended}"
-    if job.target is not None:
-        return f"Sent to {label(job.target)}, ended {ended}"
-    return f"Ended {ended} before reaching a computer"
-
-
-def cell_text(job: Workload, column: int, label: NodeLabel, now: float) -> str:
-    """What one cell shows."""
-    match column:
-        case JobColumn.STATE:
-            return STATE_LABELS[job.state]
-        case JobColumn.MODEL:
-            return model_name(job.model)
-        case JobColumn.ENGINE:
-            return engine_label(job.engine)
-        case JobColumn.ORIGIN:
-            return label(job.origin)
-        case JobColumn.PLACEMENT:
-            return placement_text(job, label, now)
-        case JobColumn.DURATION:
-            end = job.completed_at if job.completed_at is not None else now
-            return format_job_duration(end - job.created_at, live=job.state not in TERMINAL)
-    return " ".join((job.error or "").split())  # one line in the table
-
-
-def cell_tooltip(job: Workload, column: int, label: NodeLabel, now: float) -> str | None:
-    """The details behind a cell: timings, node ids, the path, the whole error."""
-    match column:
-        case JobColumn.MODEL:
-            return f"{job.model}\n{job.path}" if job.path else job.model
-        case JobColumn.ORIGIN:
-            return f"{label(job.origin)}\n{job.origin}"
-        case JobColumn.PLACEMENT | JobColumn.DURATION:
-            return _timeline(job, label, now)
-        case JobColumn.ERROR:
-            return job.error
-    return None
-
-
-def _timeline(job: Workload, label: NodeLabel, now: float) -> str:
-    lines = [f"Received {clock_time(job.created_at, now)} from {label(job.origin)}"]
-    if job.target is not None:
-        attempt = f" (attempt {job.attempt})" if job.attempt > 1 else ""
-        lines.append(f"Sent to {label(job.target)}{attempt}")
-    if job.started_at is not None:
-        waited = format_job_duration(job.started_at - job.created_at)
-        lines.append(
-            f"Started on {label(job.serving)} at {clock_time(job.started_at, now)} after {waited}"
-        )
-    if job.completed_at is not None:
-        took = format_job_duration(job.completed_at - (job.started_at or job.created_at))
-        verb = "Ran" if job.started_at is not None else "Waited"
-        ended = STATE_LABELS[job.state].lower()
-        lines.append(f"{verb} {took}, {ended} at {clock_time(job.completed_at, now)}")
-    lines.append(f"{job.path}  ·  job {job.key}" if job.path else f"Job {job.key}")
-    return "\n".join(lines)
 
 
 def state_dot(state: JobState) -> QIcon:

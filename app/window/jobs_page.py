@@ -25,17 +25,8 @@ from PySide6.QtWidgets import (
 
 from app.broker.state import ServiceState
 from app.controllers.jobs import JobsController
-from app.models.jobs import (
-    ALL_STATES,
-    STATE_LABELS,
-    TITLES,
-    JobColumn,
-    JobFilter,
-    JobsFilterModel,
-    JobsModel,
-    engine_label,
-    state_dot,
-)
+from app.models.job_text import ALL_STATES, STATE_LABELS, TITLES, JobColumn, engine_label
+from app.models.jobs import JobFilter, JobsFilterModel, JobsModel, state_dot
 from app.window.widgets import muted_label, page_title
 from backend.protocol.types import JobState
 

@@ -16,14 +16,8 @@ from pytestqt.qtbot import QtBot
 
 from app.broker.state import ServiceState
 from app.controllers.jobs import JobsController
-from app.models.jobs import (
-    JobColumn,
-    JobFilter,
-    JobsFilterModel,
-    JobsModel,
-    clock_time,
-    format_job_duration,
-)
+from app.models.job_text import JobColumn, clock_time, format_job_duration
+from app.models.jobs import JobFilter, JobsFilterModel, JobsModel
 from app.models.keyed_table import ROW_ROLE
 from app.window.jobs_page import JobsPage, load_filter
 from backend.protocol import methods

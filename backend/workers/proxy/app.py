@@ -51,7 +51,7 @@ from backend.workers.proxy.forward import (
     forward,
     json_answer,
 )
-from backend.workers.proxy.listing import federated_list
+from backend.workers.proxy.listing import federated_list, federated_model
 from backend.workers.proxy.relay import relay_key, started_handler
 
 log = logging.getLogger(__name__)
@@ -85,6 +85,7 @@ def build_app(context: DoorContext) -> web.Application:
         app.router.add_get("/api/tags", _tags, allow_head=True)
         app.router.add_get("/api/ps", _local_listing, allow_head=False)
     app.router.add_get("/v1/models", _models, allow_head=False)
+    app.router.add_get("/v1/models/{model_id:.+}", _model, allow_head=False)
     app.router.add_get(RELAY_STARTED_PATH, _relay_started, allow_head=False)
     app.router.add_route("*", RELAY_PREFIX + "/{tail:.*}", _relay)
     app.router.add_route("*", "/{tail:.*}", _pass_through)
@@ -162,6 +163,11 @@ async def _tags(request: web.Request) -> web.StreamResponse:
 
 async def _models(request: web.Request) -> web.StreamResponse:
     return await federated_list(request, request.app[CONTEXT_KEY], "models")
+
+
+async def _model(request: web.Request) -> web.StreamResponse:
+    model_id = request.match_info["model_id"]
+    return await federated_model(request, request.app[CONTEXT_KEY], model_id)
 
 
 async def _local_listing(request: web.Request) -> web.StreamResponse:

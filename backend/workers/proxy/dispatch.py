@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import msgspec
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
@@ -33,7 +34,14 @@ from backend.components.proxy.targets import (
     owners,
     upstream_url,
 )
-from backend.workers.proxy.attempt import Commit, Failure, Timeouts, precommit
+from backend.components.proxy.wire import dialect_for, error_body
+from backend.workers.proxy.attempt import (
+    FAILURE_BODY_LIMIT,
+    Commit,
+    Failure,
+    Timeouts,
+    precommit,
+)
 from backend.workers.proxy.errors import ErrorReply
 from backend.workers.proxy.forward import (
     PROXY_MS_HEADER,
@@ -274,7 +282,10 @@ class Router:
             return reply.response(job.path)
         job.failed(last.message)
         if last.kind == "status" and last.status is not None:
-            response = web.Response(status=last.status, body=last.body)
+            body = last.body
+            if dialect_for(job.path) == "openai":
+                body = openai_error_body(body, last.status)
+            response = web.Response(status=last.status, body=body)
             if last.headers is not None:
                 response.headers.extend(_reply_headers(last.headers))
             return response
@@ -376,6 +387,11 @@ class Router:
         upstream, job = commit.upstream, dispatch.job
         try:
             success = 200 <= upstream.status < 300
+            if not success and dialect_for(job.path) == "openai":
+                reshaped = await _openai_error(upstream, commit.first)
+                if reshaped is not None:
+                    job.failed(f"the engine answered {upstream.status}")
+                    return reshaped
             if success:
                 if dispatch.ticket is not None:
                     self.slots(job.engine).output(dispatch.ticket)
@@ -414,6 +430,38 @@ class Router:
             return response
         finally:
             upstream.close()
+
+
+async def _openai_error(upstream: aiohttp.ClientResponse, first: bytes) -> web.Response | None:
+    """A small JSON error answer, read whole and put in OpenAI's shape; None to stream it."""
+    if (
+        "json" not in upstream.headers.get("Content-Type", "")
+        or (upstream.content_length or FAILURE_BODY_LIMIT + 1) > FAILURE_BODY_LIMIT
+    ):
+        return None
+    body = first + await upstream.content.read()
+    return web.Response(
+        status=upstream.status,
+        body=openai_error_body(body, upstream.status),
+        content_type="application/json",
+    )
+
+
+def openai_error_body(body: bytes, status: int) -> bytes:
+    """An engine's flat ``{"error": "text"}`` (LM Studio does this) as an OpenAI error object.
+
+    Anything else (already an object, not JSON) is returned unchanged.
+    """
+    try:
+        decoded = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return body
+    if not isinstance(decoded, dict) or not isinstance(decoded.get("error"), str):
+        return body
+    kind = "not_found_error" if status == 404 else "invalid_request_error"
+    if status >= 500:
+        kind = "server_error"
+    return msgspec.json.encode(error_body("openai", decoded["error"], kind=kind, code=None))
 
 
 async def _write(response: web.StreamResponse, chunk: bytes, deadline: float) -> None:

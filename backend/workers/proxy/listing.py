@@ -76,24 +76,61 @@ async def federated_list(
     request: web.Request, context: DoorContext, kind: ListKind
 ) -> web.StreamResponse:
     """The door's model list merged from every target behind it (502 when none answers)."""
+    merged = await _merged(request, context, kind, request.raw_path)
+    if merged is None:
+        return _nobody_answered(context)
+    return _json_response(200, _envelope(kind, merged))
+
+
+async def federated_model(
+    request: web.Request, context: DoorContext, model_id: str
+) -> web.StreamResponse:
+    """``GET /v1/models/{id}``: that model's entry from the merged list, or 404.
+
+    With no engine behind the door at all the answer is 503 (retryable), not "no such model".
+    """
+    if not targets_for(context.targets(), context.door):
+        message = f"no engine is running behind the {context.door} front door"
+        body = error_body(context.dialect, message, kind="service_unavailable", code=None)
+        return _json_response(503, body)
+    merged = await _merged(request, context, "models", "/v1/models")
+    if merged is None:
+        return _nobody_answered(context)
+    engine = DOOR_ENGINES[context.door]
+    wanted = normalize(engine, model_id)
+    for entry in merged:
+        identity = _identity("models", entry)
+        if identity is not None and normalize(engine, identity) == wanted:
+            return web.Response(body=bytes(entry), content_type="application/json")
+    message = f"The model `{model_id}` does not exist or is not available on this computer."
+    body = error_body(context.dialect, message, kind="not_found_error", code="model_not_found")
+    return _json_response(404, body)
+
+
+async def _merged(
+    request: web.Request, context: DoorContext, kind: ListKind, path: str
+) -> list[msgspec.Raw] | None:
+    """Every target's entries merged, or None when targets exist and none answered."""
     targets = targets_for(context.targets(), context.door)
     if not targets:
-        return _json_response(200, _envelope(kind, []))
+        return []
     async with asyncio.TaskGroup() as group:
         tasks = [
             group.create_task(
-                _fetch_entries(request, context, target, kind),
+                _fetch_entries(request, context, target, kind, path),
                 name=f"model-list {context.door} {target.node_id}",
             )
             for target in targets
         ]
     answers = [entries for task in tasks if (entries := task.result()) is not None]
     if not answers:
-        message = f"no engine behind the {context.door} front door answered the model list"
-        return _json_response(
-            502, error_body(context.dialect, message, kind="bad_gateway", code=None)
-        )
-    return _json_response(200, _envelope(kind, merge(DOOR_ENGINES[context.door], kind, answers)))
+        return None
+    return merge(DOOR_ENGINES[context.door], kind, answers)
+
+
+def _nobody_answered(context: DoorContext) -> web.Response:
+    message = f"no engine behind the {context.door} front door answered the model list"
+    return _json_response(502, error_body(context.dialect, message, kind="bad_gateway", code=None))
 
 
 def merge(engine: str, kind: ListKind, answers: list[list[msgspec.Raw]]) -> list[msgspec.Raw]:
@@ -124,10 +161,10 @@ def fan_out_headers(request: web.Request, target: RouteTarget) -> CIMultiDict[st
 
 
 async def _fetch_entries(
-    request: web.Request, context: DoorContext, target: RouteTarget, kind: ListKind
+    request: web.Request, context: DoorContext, target: RouteTarget, kind: ListKind, path: str
 ) -> list[msgspec.Raw] | None:
     """One upstream's entries, or None (logged) when its answer is left out."""
-    url = upstream_url(target, request.raw_path)
+    url = upstream_url(target, path)
     try:
         async with asyncio.timeout(LIST_TIMEOUT_S):
             body = await _get_capped(context.session, url, fan_out_headers(request, target))

@@ -88,7 +88,7 @@ async def test_two_nodes_route_keep_jobs_and_survive_a_killed_proxy_worker(
 
         # A model only B has: A routes it through B's relay. Both brokers keep the job.
         clients = ollama.AsyncClient(host=door)
-        answer = await clients.chat(model="only-b", messages=[{"role": "user", "content": "hi"}])
+        answer = await _chat_when_routable(clients, "only-b")
         assert answer.done and answer.message.content
         job = (
             await _until(
@@ -109,6 +109,18 @@ async def test_two_nodes_route_keep_jobs_and_survive_a_killed_proxy_worker(
         assert names == ["only-b:latest", "shared:latest"]
 
         await _kill_proxy_mid_burst(a, b, door, node_b)
+
+
+async def _chat_when_routable(client: ollama.AsyncClient, model: str) -> ollama.ChatResponse:
+    """Chat once the routing table has caught up with discovery (it is sent every 0.1 s)."""
+    async with asyncio.timeout(10):
+        while True:
+            try:
+                return await client.chat(model=model, messages=[{"role": "user", "content": "hi"}])
+            except ollama.ResponseError as exc:
+                if exc.status_code != 404:
+                    raise
+            await asyncio.sleep(0.1)
 
 
 async def _kill_proxy_mid_burst(a: Client, b: Client, door: str, node_b: Broker) -> None:

@@ -9,27 +9,34 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import httpx
 import openai
 import pytest
 import pytest_asyncio
-from aiohttp import web
-from openai.types.chat import ChatCompletionMessageParam
 
-from backend.emulators.generation import TimingModel
-from backend.emulators.lmstudio import build_lmstudio_app
-from backend.emulators.lmstudio_state import LmStudioConfig
 from backend.emulators.server import EmulatorServer
-from tests.integration.proxy.conftest import RunningProxy, local
-from tests.integration.proxy.test_conformance_ollama import serving_proxy
+from tests.integration.proxy.conformance import (
+    CHAT_MODEL,
+    LLAMA_ALIAS,
+    MESSAGES,
+    SLOW_TOKEN_DELAY,
+    OpenAIDoor,
+    expect_failure_on,
+    fast_lmstudio_behind_door,
+    launch_healthy_llama_server,
+    llama_server_behind_door,
+    mid_stream_failure_app,
+    serving_proxy,
+    slow_lmstudio_behind_door,
+    sse_events,
+    stream_chunks,
+)
+from tests.integration.proxy.conftest import local
 
 if TYPE_CHECKING:
     # Annotations only: pytest must import the fixtures module first, as a plugin.
@@ -38,97 +45,19 @@ if TYPE_CHECKING:
 pytest_plugins = ["tests.engines.fixtures"]
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-CHAT_MODEL = "qwen2.5-7b-instruct"
-EMBEDDING_MODEL = "text-embedding-nomic-embed-text-v1.5"
-LLAMA_ALIAS = "tiny-chat"
-REPLY_TOKENS = 12
-SLOW_TOKEN_DELAY = 0.05
-MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Why is the sky blue?"}]
-
-
-@dataclass(frozen=True)
-class Door:
-    """A front door, the engine behind it and the models to ask it for."""
-
-    name: str
-    proxy: RunningProxy
-    engine_url: str
-    chat_model: str
-    embedding_model: str
-
-    @property
-    def url(self) -> str:
-        """The door's URL."""
-        return self.proxy.url(self.name)
-
-    def client(self, timeout: float = 10.0) -> httpx.AsyncClient:
-        """A raw HTTP client on the door."""
-        return httpx.AsyncClient(base_url=self.url, timeout=timeout)
-
-    def openai(self, **options: Any) -> openai.AsyncOpenAI:
-        """The official client on the door (no retries: every answer is observed as is)."""
-        return openai.AsyncOpenAI(
-            base_url=self.url + "/v1", api_key="anything", max_retries=0, **options
-        )
-
-    def chat(self, **fields: Any) -> dict[str, Any]:
-        """A chat completion body for this door's chat model."""
-        return {"model": self.chat_model, "messages": MESSAGES, "max_tokens": 8, **fields}
-
-    async def engine_state(self) -> dict[str, Any]:
-        """The emulator's ``/_emulator/state`` (asked directly, not through the door)."""
-        async with httpx.AsyncClient(base_url=self.engine_url) as client:
-            return (await client.get("/_emulator/state")).json()  # type: ignore[no-any-return]
-
-
-@contextlib.asynccontextmanager
-async def lmstudio_behind_door(config: LmStudioConfig) -> AsyncIterator[Door]:
-    """An LM Studio emulator with ``config`` behind a fresh proxy's OpenAI door."""
-    server = EmulatorServer(build_lmstudio_app(config))
-    await server.start()
-    try:
-        async with serving_proxy(lmstudio=local(server.url, list(config.models))) as proxy:
-            yield Door("openai", proxy, server.url, CHAT_MODEL, EMBEDDING_MODEL)
-    finally:
-        await server.stop()
-
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def lmstudio_door() -> AsyncIterator[Door]:
+async def lmstudio_door() -> AsyncIterator[OpenAIDoor]:
     """A fast LM Studio emulator (a chat and an embedding model) behind the OpenAI door."""
-    timing = TimingModel(load_delay=0.005, token_delay=0.001)
-    config = LmStudioConfig(
-        models=(CHAT_MODEL, EMBEDDING_MODEL), timing=timing, reply_tokens=REPLY_TOKENS
-    )
-    async with lmstudio_behind_door(config) as running:
+    async with fast_lmstudio_behind_door() as running:
         yield running
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def slow_lmstudio_door() -> AsyncIterator[Door]:
+async def slow_lmstudio_door() -> AsyncIterator[OpenAIDoor]:
     """An emulator writing one token per ``SLOW_TOKEN_DELAY`` (400 tokens unless capped)."""
-    timing = TimingModel(token_delay=SLOW_TOKEN_DELAY)
-    config = LmStudioConfig(models=(CHAT_MODEL,), timing=timing, reply_tokens=400)
-    async with lmstudio_behind_door(config) as running:
+    async with slow_lmstudio_behind_door() as running:
         yield running
-
-
-def launch_healthy_llama_server(
-    binary: Path, model: Path, log_dir: Path, **options: Any
-) -> LlamaServer:
-    """``start_llama_server``'s retry on a lost port race, for fixtures it cannot serve."""
-    from tests.engines.fixtures import launch_llama_server, stop_llama_server, wait_until_healthy
-
-    for attempt in range(3):
-        server = launch_llama_server(
-            binary, model, log_path=log_dir / f"llama-server-{attempt}.log", **options
-        )
-        if wait_until_healthy(server):
-            return server
-        stop_llama_server(server)
-        if "couldn't bind" not in server.log_tail():
-            break
-    pytest.fail(f"llama-server did not become healthy:\n{server.log_tail()}", pytrace=False)
 
 
 @pytest.fixture(scope="module")
@@ -158,18 +87,19 @@ def llama_server(
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def llamacpp_door(llama_server: LlamaServer | str) -> AsyncIterator[Door | str]:
+async def llamacpp_door(llama_server: LlamaServer | str) -> AsyncIterator[OpenAIDoor | str]:
     """The real llama-server behind the llama.cpp door (or the reason there is none)."""
     if isinstance(llama_server, str):
         yield llama_server
         return
-    target = local(llama_server.base_url, [LLAMA_ALIAS])
-    async with serving_proxy(llamacpp=target) as proxy:
-        yield Door("llamacpp", proxy, llama_server.base_url, LLAMA_ALIAS, LLAMA_ALIAS)
+    async with llama_server_behind_door(llama_server) as running:
+        yield running
 
 
 @pytest.fixture(params=["openai", "llamacpp"])
-def door(request: pytest.FixtureRequest, lmstudio_door: Door, llamacpp_door: Door | str) -> Door:
+def door(
+    request: pytest.FixtureRequest, lmstudio_door: OpenAIDoor, llamacpp_door: OpenAIDoor | str
+) -> OpenAIDoor:
     """Each OpenAI-compatible door in turn (llama.cpp skipped without llama-server)."""
     if request.param == "openai":
         return lmstudio_door
@@ -178,36 +108,10 @@ def door(request: pytest.FixtureRequest, lmstudio_door: Door, llamacpp_door: Doo
     return llamacpp_door
 
 
-def expect_failure_on(request: pytest.FixtureRequest, door: Door, name: str, reason: str) -> None:
-    """Mark this test a strict xfail when it runs against door ``name``."""
-    if door.name == name:
-        request.applymarker(pytest.mark.xfail(reason=reason, strict=True))
-
-
-def sse_events(body: bytes) -> list[str]:
-    """The ``data:`` payloads of an SSE body, asserting OpenAI's framing on the way."""
-    assert body.endswith(b"\n\n"), "every event ends with a blank line"
-    events = []
-    for block in body.decode().split("\n\n")[:-1]:
-        assert block.startswith("data: "), f"one data line per event: {block[:80]!r}"
-        assert "\n" not in block
-        events.append(block[len("data: ") :])
-    return events
-
-
-async def stream_chunks(door: Door, **fields: Any) -> tuple[httpx.Response, list[dict[str, Any]]]:
-    """A streamed chat completion: the response and its chunks (``[DONE]`` must end it)."""
-    async with door.client() as client:
-        response = await client.post("/v1/chat/completions", json=door.chat(stream=True, **fields))
-    events = sse_events(response.content)
-    assert events[-1] == "[DONE]"
-    return response, [json.loads(event) for event in events[:-1]]
-
-
 # Transport
 
 
-async def test_c05_json_answers_are_json(door: Door) -> None:
+async def test_c05_json_answers_are_json(door: OpenAIDoor) -> None:
     async with door.client() as client:
         listed = await client.get("/v1/models")
         completed = await client.post("/v1/chat/completions", json=door.chat())
@@ -216,7 +120,7 @@ async def test_c05_json_answers_are_json(door: Door) -> None:
         assert response.headers["content-type"].startswith("application/json")
 
 
-async def test_c06_cors_preflight_from_localhost_3000_is_allowed(door: Door) -> None:
+async def test_c06_cors_preflight_from_localhost_3000_is_allowed(door: OpenAIDoor) -> None:
     origin = "http://localhost:3000"
     wanted = ["authorization", "content-type", "x-stainless-os", "x-stainless-retry-count"]
     preflight_headers = {
@@ -239,7 +143,7 @@ async def test_c06_cors_preflight_from_localhost_3000_is_allowed(door: Door) -> 
 
 @pytest.mark.parametrize("authorization", [None, "Bearer anything-at-all"])
 async def test_c07_c85_authorization_is_optional_and_any_bearer_is_accepted(
-    door: Door, authorization: str | None
+    door: OpenAIDoor, authorization: str | None
 ) -> None:
     headers = {"Authorization": authorization} if authorization else {}
     async with door.client() as client:
@@ -256,7 +160,7 @@ async def test_c07_c85_authorization_is_optional_and_any_bearer_is_accepted(
 
 
 async def test_c65_models_list_has_the_openai_shape(
-    door: Door, request: pytest.FixtureRequest
+    door: OpenAIDoor, request: pytest.FixtureRequest
 ) -> None:
     expect_failure_on(
         request,
@@ -275,28 +179,15 @@ async def test_c65_models_list_has_the_openai_shape(
         assert isinstance(entry["owned_by"], str)
 
 
-async def test_c65_openai_client_lists_the_models(door: Door) -> None:
+async def test_c65_openai_client_lists_the_models(door: OpenAIDoor) -> None:
     async with door.openai() as client:
         listed = await client.models.list()
     assert door.chat_model in [model.id for model in listed.data]
 
 
-async def test_c66_retrieve_a_known_model(door: Door, request: pytest.FixtureRequest) -> None:
-    expect_failure_on(
-        request,
-        door,
-        "openai",
-        "LM Studio has no GET /v1/models/{id}; the door passes its 200 + "
-        '{"error": "Unexpected endpoint or method. ..."} through instead of answering from '
-        "/v1/models",
-    )
-    expect_failure_on(
-        request,
-        door,
-        "llamacpp",
-        "llama-server has no GET /v1/models/{id}; the door passes its 404 File Not Found "
-        "through instead of answering from /v1/models",
-    )
+async def test_c66_retrieve_a_known_model(door: OpenAIDoor) -> None:
+    # Neither LM Studio nor llama-server has GET /v1/models/{id}: the door answers it from
+    # the federated /v1/models list.
     async with door.client() as client:
         response = await client.get(f"/v1/models/{door.chat_model}")
     assert response.status_code == 200
@@ -304,16 +195,7 @@ async def test_c66_retrieve_a_known_model(door: Door, request: pytest.FixtureReq
     assert (retrieved["id"], retrieved["object"]) == (door.chat_model, "model")
 
 
-async def test_c66_retrieve_an_unknown_model_is_404(
-    door: Door, request: pytest.FixtureRequest
-) -> None:
-    expect_failure_on(
-        request,
-        door,
-        "openai",
-        "LM Studio answers unknown routes with HTTP 200 and a string error; the door passes "
-        "that through as a success (checklist 91)",
-    )
+async def test_c66_retrieve_an_unknown_model_is_404(door: OpenAIDoor) -> None:
     async with door.openai() as client:
         with pytest.raises(openai.NotFoundError) as refused:
             await client.models.retrieve("no-such-model")
@@ -321,14 +203,14 @@ async def test_c66_retrieve_an_unknown_model_is_404(
     assert isinstance(error, dict) and isinstance(error["message"], str)
 
 
-async def test_c67_without_stream_the_answer_is_one_chat_completion(door: Door) -> None:
+async def test_c67_without_stream_the_answer_is_one_chat_completion(door: OpenAIDoor) -> None:
     async with door.client() as client:
         response = await client.post("/v1/chat/completions", json=door.chat())
     assert response.headers["content-type"].startswith("application/json")
     assert response.json()["object"] == "chat.completion"
 
 
-async def test_c68_chat_completion_has_the_documented_fields(door: Door) -> None:
+async def test_c68_chat_completion_has_the_documented_fields(door: OpenAIDoor) -> None:
     async with door.client() as client:
         completion = (await client.post("/v1/chat/completions", json=door.chat())).json()
     assert isinstance(completion["id"], str) and completion["id"]
@@ -343,26 +225,31 @@ async def test_c68_chat_completion_has_the_documented_fields(door: Door) -> None
     assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
 
 
-async def test_c69_stream_is_server_sent_events(door: Door) -> None:
+async def test_c69_stream_is_server_sent_events(door: OpenAIDoor) -> None:
     response, chunks = await stream_chunks(door)
     assert response.headers["content-type"].startswith("text/event-stream")
     assert len(chunks) >= 2
 
 
-async def test_c70_chunks_share_id_and_created(door: Door) -> None:
+async def test_c70_chunks_share_id_and_created(door: OpenAIDoor) -> None:
     _, chunks = await stream_chunks(door)
     assert len({chunk["id"] for chunk in chunks}) == 1
-    assert len({chunk["created"] for chunk in chunks}) == 1
+    created = {chunk["created"] for chunk in chunks}
+    # llama-server stamps each chunk with the current second, so a stream that crosses a
+    # second boundary carries two values; the proxy passes them through untouched.
+    assert len(created) == 1 or (door.name == "llamacpp" and max(created) - min(created) <= 1)
     assert {chunk["object"] for chunk in chunks} == {"chat.completion.chunk"}
 
 
-async def test_c71_first_delta_is_the_assistant_role(door: Door) -> None:
+async def test_c71_first_delta_is_the_assistant_role(door: OpenAIDoor) -> None:
     _, chunks = await stream_chunks(door)
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
 
 
 @pytest.mark.parametrize("with_usage", [False, True])
-async def test_c72_exactly_one_finish_reason_before_done(door: Door, with_usage: bool) -> None:
+async def test_c72_exactly_one_finish_reason_before_done(
+    door: OpenAIDoor, with_usage: bool
+) -> None:
     fields = {"stream_options": {"include_usage": True}} if with_usage else {}
     _, chunks = await stream_chunks(door, **fields)
     reasons = [
@@ -376,7 +263,7 @@ async def test_c72_exactly_one_finish_reason_before_done(door: Door, with_usage:
     assert reasons[0][0] == len(chunks) - (2 if with_usage else 1)
 
 
-async def test_c73_stream_ends_with_done_and_closes(door: Door) -> None:
+async def test_c73_stream_ends_with_done_and_closes(door: OpenAIDoor) -> None:
     async with door.client() as client:
         response = await client.post("/v1/chat/completions", json=door.chat(stream=True))
     assert response.content.endswith(b"data: [DONE]\n\n")
@@ -384,7 +271,7 @@ async def test_c73_stream_ends_with_done_and_closes(door: Door) -> None:
     assert response.is_closed
 
 
-async def test_c74_include_usage_adds_a_usage_chunk_before_done(door: Door) -> None:
+async def test_c74_include_usage_adds_a_usage_chunk_before_done(door: OpenAIDoor) -> None:
     _, chunks = await stream_chunks(door, stream_options={"include_usage": True})
     last = chunks[-1]
     assert last["choices"] == []
@@ -393,19 +280,19 @@ async def test_c74_include_usage_adds_a_usage_chunk_before_done(door: Door) -> N
     assert all(chunk.get("usage") is None for chunk in chunks[:-1])
 
 
-async def test_c75_without_include_usage_no_chunk_carries_usage(door: Door) -> None:
+async def test_c75_without_include_usage_no_chunk_carries_usage(door: OpenAIDoor) -> None:
     _, chunks = await stream_chunks(door)
     assert all(chunk.get("usage") is None for chunk in chunks)
 
 
-async def test_c79_unknown_model_raises_not_found(door: Door) -> None:
+async def test_c79_unknown_model_raises_not_found(door: OpenAIDoor) -> None:
     async with door.openai() as client:
         with pytest.raises(openai.NotFoundError) as refused:
             await client.chat.completions.create(model="no-such-model", messages=MESSAGES)
     assert refused.value.status_code == 404
 
 
-async def test_c80_empty_messages_are_400(lmstudio_door: Door) -> None:
+async def test_c80_empty_messages_are_400(lmstudio_door: OpenAIDoor) -> None:
     # llama-server accepts empty messages (it generates from the bare template), so only the
     # LM Studio door is held to this item.
     async with lmstudio_door.openai() as client:
@@ -415,7 +302,7 @@ async def test_c80_empty_messages_are_400(lmstudio_door: Door) -> None:
 
 
 @pytest.mark.parametrize("stream", [False, True])
-async def test_c83_completions_are_text_completions(door: Door, stream: bool) -> None:
+async def test_c83_completions_are_text_completions(door: OpenAIDoor, stream: bool) -> None:
     body = {"model": door.chat_model, "prompt": "Once upon a time", "max_tokens": 8}
     async with door.client() as client:
         response = await client.post("/v1/completions", json={**body, "stream": stream})
@@ -436,7 +323,7 @@ async def test_c83_completions_are_text_completions(door: Door, stream: bool) ->
     ids=["string", "list", "base64"],
 )
 async def test_c84_embeddings_return_vectors_by_index(
-    door: Door, payload: dict[str, Any], request: pytest.FixtureRequest
+    door: OpenAIDoor, payload: dict[str, Any], request: pytest.FixtureRequest
 ) -> None:
     wants_base64 = payload.pop("b64", False)
     if wants_base64:
@@ -463,7 +350,7 @@ async def test_c84_embeddings_return_vectors_by_index(
             assert item["embedding"] and all(isinstance(x, float) for x in item["embedding"])
 
 
-async def test_c84_openai_client_embeds(door: Door) -> None:
+async def test_c84_openai_client_embeds(door: OpenAIDoor) -> None:
     async with door.openai() as client:
         embedded = await client.embeddings.create(
             model=door.embedding_model, input=["hello", "world"]
@@ -494,14 +381,13 @@ async def test_c84_openai_client_embeds(door: Door) -> None:
             b'{"model": "qwen2.5-7b-instruct", "messages": []}',
             400,
             "invalid_request_error",
-            "LM Studio answers this 400 with a flat string error; the door passes it through "
-            "instead of shaping it as an OpenAI error object",
+            "",  # LM Studio's flat string error, reshaped by the door
         ),
     ],
     ids=["door-400", "door-404", "engine-400"],
 )
 async def test_c78_errors_are_openai_error_objects(
-    lmstudio_door: Door,
+    lmstudio_door: OpenAIDoor,
     body: bytes,
     status: int,
     error_type: str,
@@ -519,38 +405,12 @@ async def test_c78_errors_are_openai_error_objects(
     assert error["type"] == error_type
 
 
-def mid_stream_failure_app() -> web.Application:
-    """An engine that streams one chat chunk, then an error event and no ``[DONE]`` (§5.5)."""
-
-    async def chat(request: web.Request) -> web.StreamResponse:
-        await request.read()
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        delta = {"role": "assistant", "content": "Hel"}
-        chunk = {
-            "id": "chatcmpl-1",
-            "object": "chat.completion.chunk",
-            "created": 1,
-            "model": "faulty",
-            "choices": [{"index": 0, "delta": delta, "finish_reason": None}],
-        }
-        error = {"error": {"code": 500, "message": "the engine crashed", "type": "server_error"}}
-        for event in (chunk, error):
-            await response.write(f"data: {json.dumps(event)}\n\n".encode())
-        await response.write_eof()
-        return response
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", chat)
-    return app
-
-
 async def test_c81_mid_stream_error_reaches_the_client_without_done() -> None:
     engine = EmulatorServer(mid_stream_failure_app())
     await engine.start()
     try:
         async with serving_proxy(lmstudio=local(engine.url, ["faulty"])) as proxy:
-            failing = Door("openai", proxy, engine.url, "faulty", "faulty")
+            failing = OpenAIDoor("openai", proxy, engine.url, "faulty", "faulty")
             async with failing.client() as client:
                 raw = await client.post("/v1/chat/completions", json=failing.chat(stream=True))
             async with failing.openai() as client:
@@ -568,7 +428,7 @@ async def test_c81_mid_stream_error_reaches_the_client_without_done() -> None:
 
 @pytest.mark.parametrize("call", ["models.retrieve", "chat.completions.create"])
 async def test_c86_openai_client_sees_503_when_the_door_has_no_engine(
-    lmstudio_door: Door, call: str
+    lmstudio_door: OpenAIDoor, call: str
 ) -> None:
     # The LM Studio proxy runs no llama-server: its llama.cpp door has no engine.
     empty = openai.AsyncOpenAI(
@@ -590,7 +450,7 @@ async def test_c86_openai_client_sees_503_when_the_door_has_no_engine(
 
 
 async def test_c24_first_event_arrives_long_before_generation_finishes(
-    slow_lmstudio_door: Door,
+    slow_lmstudio_door: OpenAIDoor,
 ) -> None:
     tokens = 8
     arrivals: list[float] = []
@@ -608,7 +468,9 @@ async def test_c24_first_event_arrives_long_before_generation_finishes(
     assert arrivals[-1] - arrivals[0] >= (tokens - 1) * SLOW_TOKEN_DELAY / 2
 
 
-async def test_c60_client_disconnect_stops_upstream_generation(slow_lmstudio_door: Door) -> None:
+async def test_c60_client_disconnect_stops_upstream_generation(
+    slow_lmstudio_door: OpenAIDoor,
+) -> None:
     before = (await slow_lmstudio_door.engine_state())["cancelled"]
     body = slow_lmstudio_door.chat(stream=True, max_tokens=-1)
     async with (
@@ -640,7 +502,9 @@ async def test_c60_client_disconnect_stops_upstream_generation(slow_lmstudio_doo
     ],
     ids=["truncated", "model-int", "model-list", "model-null", "array"],
 )
-async def test_door_answers_malformed_bodies_with_an_openai_400(door: Door, body: bytes) -> None:
+async def test_door_answers_malformed_bodies_with_an_openai_400(
+    door: OpenAIDoor, body: bytes
+) -> None:
     async with door.client() as client:
         response = await client.post("/v1/chat/completions", content=body)
     assert response.status_code == 400
@@ -648,7 +512,7 @@ async def test_door_answers_malformed_bodies_with_an_openai_400(door: Door, body
     assert isinstance(error["message"], str) and error["type"] == "invalid_request_error"
 
 
-async def test_door_refuses_a_40_mib_body_with_413(door: Door) -> None:
+async def test_door_refuses_a_40_mib_body_with_413(door: OpenAIDoor) -> None:
     content = "x" * (40 * 1024 * 1024)
     body = json.dumps(door.chat(messages=[{"role": "user", "content": content}])).encode()
     async with door.client(timeout=30) as client:
@@ -657,7 +521,7 @@ async def test_door_refuses_a_40_mib_body_with_413(door: Door) -> None:
     assert isinstance(response.json()["error"]["message"], str)
 
 
-async def test_door_refuses_a_rebinding_host_with_403_json(door: Door) -> None:
+async def test_door_refuses_a_rebinding_host_with_403_json(door: OpenAIDoor) -> None:
     async with door.client() as client:
         response = await client.post(
             "/v1/chat/completions", json=door.chat(), headers={"Host": "evil.example:11434"}
