@@ -23,6 +23,9 @@ from backend.protocol.types import Ports
 from backend.workers.proxy.service import BACKOFF_ENV
 from tests.fakes import RecordingErrors
 
+# Asserts inside the conformance helpers report their operands like asserts in test files.
+pytest.register_assert_rewrite("tests.integration.proxy.conformance")
+
 QUICK_RESTARTS = RestartPolicy(backoff=(0.5, 0.5, 0.5, 0.5, 0.5))
 
 
