@@ -30,6 +30,7 @@ from app.models.engines import (
     state_colour,
     state_label,
 )
+from app.window.indicator import ColourDot
 from app.window.log_view import LogView
 from app.window.widgets import muted_label
 
@@ -71,39 +72,6 @@ class ToggleSwitch(QAbstractButton):
             painter.setBrush(QColor("#ffffff") if self.isEnabled() else QColor("#e6e6e6"))
             painter.setPen(palette.color(QPalette.ColorRole.Mid))
             painter.drawEllipse(QRectF(left, 2, diameter, diameter))
-        finally:
-            painter.end()
-
-
-class ColourDot(QWidget):
-    """A small filled circle in any colour."""
-
-    def __init__(self, diameter: int = 10, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self._diameter = diameter
-        self.colour = QColor("#808080")
-        self.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
-
-    def set_colour(self, colour: QColor) -> None:
-        """Show ``colour``."""
-        self.colour = colour
-        self.update()
-
-    def sizeHint(self) -> QSize:
-        """Exactly the dot."""
-        return QSize(self._diameter, self._diameter)
-
-    def paintEvent(self, event: QPaintEvent) -> None:
-        """Draw the dot centred."""
-        painter = QPainter(self)
-        try:
-            painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-            painter.setPen(Qt.PenStyle.NoPen)
-            painter.setBrush(self.colour)
-            side = min(self.width(), self.height()) - 1
-            painter.drawEllipse(
-                QRectF((self.width() - side) / 2, (self.height() - side) / 2, side, side)
-            )
         finally:
             painter.end()
 

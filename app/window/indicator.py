@@ -10,25 +10,24 @@ from app.broker.state import ServiceState
 from app.window.look import STATE_LOOKS
 
 
-class StateDot(QWidget):
-    """A filled circle in the colour of a ``ServiceState``."""
+class ColourDot(QWidget):
+    """A small filled circle in any colour."""
 
-    def __init__(self, diameter: int = 12, parent: QWidget | None = None) -> None:
+    def __init__(self, diameter: int = 10, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._diameter = diameter
-        self._colour = QColor(STATE_LOOKS[ServiceState.CONNECTING].colour)
+        self._colour = QColor("#808080")
         self.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
-
-    def set_state(self, state: ServiceState) -> None:
-        """Show ``state``'s colour."""
-        self._colour = STATE_LOOKS[state].colour
-        self.setToolTip(STATE_LOOKS[state].label)
-        self.update()
 
     @property
     def colour(self) -> QColor:
         """The colour shown."""
         return self._colour
+
+    def set_colour(self, colour: QColor) -> None:
+        """Show ``colour``."""
+        self._colour = QColor(colour)
+        self.update()
 
     def sizeHint(self) -> QSize:
         """Exactly the dot."""
@@ -47,3 +46,16 @@ class StateDot(QWidget):
             painter.drawEllipse(QRectF(left, top, side, side))
         finally:
             painter.end()
+
+
+class StateDot(ColourDot):
+    """A filled circle in the colour of a ``ServiceState``."""
+
+    def __init__(self, diameter: int = 12, parent: QWidget | None = None) -> None:
+        super().__init__(diameter, parent)
+        self.set_colour(QColor(STATE_LOOKS[ServiceState.CONNECTING].colour))
+
+    def set_state(self, state: ServiceState) -> None:
+        """Show ``state``'s colour."""
+        self.set_colour(QColor(STATE_LOOKS[state].colour))
+        self.setToolTip(STATE_LOOKS[state].label)
