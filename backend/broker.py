@@ -34,6 +34,7 @@ from backend.components.proxy.table import (
     FIRST_CONTENT_TIMEOUT_ENV,
     HEADER_TIMEOUT_ENV,
     TableSource,
+    merged_loads,
     timeout_from,
 )
 from backend.components.proxy.targets import DEFAULT_TIMEOUT_S
@@ -114,6 +115,7 @@ class Broker:
         self._engines: EnginesComponent | None = None
         self._proxy: ProxyComponent | None = None
         self._discovery: DiscoveryComponent | None = None
+        self._workloads: WorkloadsComponent | None = None
 
     async def run(self, announce: Callable[[str], None] | None = None) -> int:
         """Serve until asked to stop; raises ``AlreadyRunning`` if the data dir is taken."""
@@ -222,12 +224,16 @@ class Broker:
         # Added before the proxy: components stop in reverse, so the proxy's last job reports
         # are written when the workloads component stops after it.
         supervisor.add(workloads)
+        self._workloads = workloads
         workloads_rpc.register(self._dispatcher, workloads, events)
         table = TableSource(
             node_id=lambda: self._node_id,
             local=lambda: local_engines(engines),
             nodes=lambda: self._discovery.nodes() if self._discovery is not None else [],
-            loads=workloads.pending_by_node,
+            loads=lambda: merged_loads(
+                workloads.pending_by_node(),
+                self._discovery.nodes() if self._discovery is not None else [],
+            ),
             timeouts=self._proxy_timeouts,
             pinned=lambda: str(self._settings.get("proxy_pinned_node")) if self._settings else "",
         )
@@ -263,6 +269,7 @@ class Broker:
             name=self._node_name,
             telemetry=telemetry.view,
             engine_models=lambda: last_engine_models(self._engines),
+            pending_jobs=self._pending_here,
         )
         supervisor.add(telemetry)
         supervisor.add(NodeApiServer(port=self._config.ports.node, source=source))
@@ -447,6 +454,11 @@ class Broker:
 
     def _ready_payload(self) -> AppReady:
         return AppReady(version=__version__, node_name=self._node_name(), pid=os.getpid())
+
+    def _pending_here(self) -> int | None:
+        if self._workloads is None:
+            return None
+        return self._workloads.pending_by_node().get(self._node_id, 0)
 
     def _published_ports(self) -> Ports:
         """The ports peers should use: the front doors' real ones once they are open."""

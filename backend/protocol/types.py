@@ -336,6 +336,7 @@ class NodeInfo(Wire, frozen=True, kw_only=True, omit_defaults=True):
     cluster_id: str | None = None
     ports: Ports
     engines: dict[str, NodeEngineModels]
+    pending_jobs: int | None = None
 
 
 NodeSource = Literal["self", "mdns", "manual"]
@@ -354,6 +355,7 @@ class NodeTelemetry(Wire, frozen=True, kw_only=True, omit_defaults=True):
     gpu_percent: float | None = None
     vram_used_bytes: int | None = None
     vram_total_bytes: int | None = None
+    pending_jobs: int | None = None
 
 
 class DiscoveredNode(Wire, frozen=True, kw_only=True, omit_defaults=True):

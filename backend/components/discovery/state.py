@@ -201,6 +201,7 @@ def reduce_telemetry(info: NodeInfo) -> NodeTelemetry:
         gpu_percent=max(gpu_percents) if gpu_percents else None,
         vram_used_bytes=sum(vram_used) if vram_used else None,
         vram_total_bytes=sum(vram_total) if vram_total else None,
+        pending_jobs=info.pending_jobs,
     )
 
 

@@ -24,6 +24,8 @@ class NodeInfoSource:
     name: Callable[[], str]
     telemetry: Callable[[], TelemetryView]
     engine_models: Callable[[], Mapping[str, NodeEngineModels]] = dict
+    # Requests at this node's front doors and relays, waiting or running (routing load).
+    pending_jobs: Callable[[], int | None] = lambda: None
     os: NodeOs = field(default_factory=read_os)
 
     def describe(self) -> NodeInfo:
@@ -41,6 +43,7 @@ class NodeInfoSource:
             telemetry_age_ms=view.age_ms,
             ports=self.ports(),
             engines=dict(self.engine_models()),
+            pending_jobs=self.pending_jobs(),
         )
 
 

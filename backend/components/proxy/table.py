@@ -147,6 +147,16 @@ class TableSource:
         )
 
 
+def merged_loads(own: Mapping[str, int], nodes: Sequence[DiscoveredNode]) -> dict[str, int]:
+    """Each node's pending work: what it reports (all origins) or, if more, what we sent it."""
+    loads = dict(own)
+    for node in nodes:
+        reported = node.telemetry.pending_jobs if node.telemetry is not None else None
+        if reported is not None and "self" not in node.sources:
+            loads[node.node_id] = max(loads.get(node.node_id, 0), reported)
+    return loads
+
+
 def timeout_from(setting: float, environment: Mapping[str, str], name: str) -> float:
     """The environment's value when it is a positive number of seconds, else the setting."""
     text = environment.get(name)

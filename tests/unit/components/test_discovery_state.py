@@ -19,6 +19,7 @@ from backend.components.discovery.state import (
     SourceDropped,
     apply,
     due_for_probe,
+    reduce_telemetry,
 )
 from backend.components.discovery.timing import DiscoveryTiming, telemetry_delay
 from backend.protocol.types import (
@@ -242,3 +243,14 @@ def test_wire_nodes_round_trip() -> None:
     directory, _ = found(Directory(), A)
     encoded = msgspec.json.encode(directory.nodes())
     assert msgspec.json.decode(encoded)[0]["node_id"] == A
+
+
+def test_telemetry_carries_the_nodes_pending_work_when_it_reports_it() -> None:
+    assert reduce_telemetry(info("a")).pending_jobs is None  # an older node says nothing
+    reported = msgspec.structs.replace(info("a"), pending_jobs=4)
+    telemetry = reduce_telemetry(reported)
+    assert (telemetry.pending_jobs, telemetry.gpu_percent, telemetry.vram_total_bytes) == (
+        4,
+        70,
+        16,
+    )

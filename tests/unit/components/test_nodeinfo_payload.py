@@ -138,8 +138,11 @@ def test_payload_with_readings_and_engines() -> None:
     )
     models = {"ollama": NodeEngineModels(models=["a", "b"], loaded=["a"])}
     payload = json.loads(
-        msgspec.json.encode(_source(view, engine_models=lambda: models).describe())
+        msgspec.json.encode(
+            _source(view, engine_models=lambda: models, pending_jobs=lambda: 3).describe()
+        )
     )
+    assert payload["pending_jobs"] == 3  # peers rank this node by it
     assert payload["cpu"] == {"name": "CPU", "cores": 4}
     assert (payload["telemetry_valid"], payload["telemetry_age_ms"]) == (True, 150)
     assert payload["engines"] == {"ollama": {"models": ["a", "b"], "loaded": ["a"]}}

@@ -4,17 +4,25 @@ from __future__ import annotations
 
 import logging
 
+import msgspec
 import pytest
 
 from backend.components.proxy.table import (
     LocalEngine,
     TableSource,
     build_table,
+    merged_loads,
     node_targets,
     timeout_from,
 )
 from backend.components.proxy.targets import ENGINE_DOORS, RouteTarget
-from backend.protocol.types import DiscoveredNode, NodeEngineModels, NodeKind, NodeSource
+from backend.protocol.types import (
+    DiscoveredNode,
+    NodeEngineModels,
+    NodeKind,
+    NodeSource,
+    NodeTelemetry,
+)
 
 PEER_PORTS = {"node": 47800, "ollama": 47811, "openai": 47812, "llamacpp": 47813}
 
@@ -268,3 +276,18 @@ def test_timeout_from_falls_back_to_the_setting_on_a_bad_value(
 
 def test_timeout_from_falls_back_on_nan() -> None:
     assert timeout_from(120.0, {"T": "nan"}, "T") == 120.0
+
+
+def test_a_peers_reported_pending_work_counts_when_it_is_more_than_ours() -> None:
+    reported = [
+        _with_pending(_node("busy"), 7),
+        _with_pending(_node("quiet"), 0),
+        _node("silent"),  # an older node that reports nothing
+        _with_pending(_node("me", sources=["self"]), 50),
+    ]
+    own = {"busy": 2, "quiet": 3, "silent": 1, "me": 4}
+    assert merged_loads(own, reported) == {"busy": 7, "quiet": 3, "silent": 1, "me": 4}
+
+
+def _with_pending(node: DiscoveredNode, pending: int) -> DiscoveredNode:
+    return msgspec.structs.replace(node, telemetry=NodeTelemetry(valid=True, pending_jobs=pending))
