@@ -67,6 +67,10 @@ class NumberedSubscription(Generic[S, E]):
     def start(self) -> None:
         """Subscribe (again): cancel a running subscribe, read the snapshot, then catch up."""
         self.reset()
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # a session signal after the event loop stopped (app exit)
+            return
         self._task = self._tasks.spawn(self._subscribe(), name=self._method)
 
     def reset(self) -> None:
