@@ -347,3 +347,27 @@ def mid_stream_failure_app() -> web.Application:
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
     return app
+
+
+LOCALHOST_3000 = "http://localhost:3000"
+
+
+async def check_cors_preflight(
+    client: httpx.AsyncClient, path: str, body: dict[str, Any], wanted: list[str]
+) -> None:
+    """Checklist 6: a preflight from a local web page is allowed, and so is the request."""
+    preflight = await client.options(
+        path,
+        headers={
+            "Origin": LOCALHOST_3000,
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": ",".join(wanted),
+        },
+    )
+    actual = await client.post(path, json=body, headers={"Origin": LOCALHOST_3000})
+    assert preflight.status_code in (200, 204)
+    assert preflight.headers["access-control-allow-origin"] in (LOCALHOST_3000, "*")
+    allowed = preflight.headers["access-control-allow-headers"].lower()
+    assert allowed == "*" or all(header in allowed for header in wanted)
+    assert actual.status_code == 200
+    assert actual.headers["access-control-allow-origin"] in (LOCALHOST_3000, "*")
