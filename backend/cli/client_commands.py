@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from backend.cli import exit_codes
-from backend.protocol import errors, methods
+from backend.protocol import contract, errors, methods
 from backend.protocol.endpoint import control_address, open_control_connection, resolve_data_dir
 from backend.protocol.peer import RpcPeer
 from backend.protocol.types import BrokerStatus
@@ -76,11 +76,11 @@ def status(data_dir: str | None, *, as_json: bool) -> int:
     """``pair status``."""
 
     async def work(peer: RpcPeer) -> int:
-        raw = await peer.call(methods.STATUS)
+        status = await contract.call(peer, methods.STATUS)
         if as_json:
-            sys.stdout.write(msgspec.json.format(msgspec.json.encode(raw)).decode() + "\n")
+            sys.stdout.write(msgspec.json.format(msgspec.json.encode(status)).decode() + "\n")
             return exit_codes.OK
-        print(format_status(msgspec.convert(raw, BrokerStatus)))
+        print(format_status(status))
         return exit_codes.OK
 
     return run_with_broker(data_dir, work)
@@ -90,7 +90,7 @@ def stop(data_dir: str | None) -> int:
     """``pair stop``: ask the broker to shut down and wait until it has."""
 
     async def work(peer: RpcPeer) -> int:
-        await peer.call(methods.SHUTDOWN)
+        await contract.call(peer, methods.SHUTDOWN)
         print("PAIR broker is stopping.")
         return exit_codes.OK
 

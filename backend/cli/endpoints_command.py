@@ -11,7 +11,7 @@ import msgspec
 
 from backend.cli import exit_codes
 from backend.cli.client_commands import run_with_broker
-from backend.protocol import methods
+from backend.protocol import contract, methods
 from backend.protocol.peer import RpcPeer
 from backend.protocol.types import BrokerStatus
 
@@ -40,7 +40,7 @@ def endpoints(data_dir: str | None, *, as_json: bool) -> int:
     """Print the front doors' URLs (the real ones, also when a port had to move)."""
 
     async def work(peer: RpcPeer) -> int:
-        status = msgspec.convert(await peer.call(methods.STATUS), BrokerStatus)
+        status = await contract.call(peer, methods.STATUS)
         if as_json:
             sys.stdout.write(msgspec.json.encode(status.front_doors).decode() + "\n")
             return exit_codes.OK

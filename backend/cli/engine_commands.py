@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
-
-import msgspec
+from typing import Any, TextIO
 
 from backend.cli import client_commands, exit_codes
-from backend.protocol import methods
+from backend.protocol import contract, methods
+from backend.protocol.contract import Method
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import EngineModels, EngineStatus, PullProgress
+from backend.protocol.types import (
+    EngineActionParams,
+    EngineName,
+    EngineRef,
+    EngineStatus,
+    PullProgress,
+    PullProgressed,
+)
 
 
 def add_parsers(commands: Any, add_data_dir: Any) -> None:
@@ -37,8 +43,11 @@ def run(args: argparse.Namespace) -> int | None:
     if args.command == "models":
         return client_commands.run_with_broker(args.data_dir, _models)
     if args.command == "pull":
+        progress = PullBar(EngineName(args.engine), args.model)
         return client_commands.run_with_broker(
-            args.data_dir, lambda peer: _pull(peer, args.engine, args.model), on_push=_show_progress
+            args.data_dir,
+            lambda peer: _pull(peer, EngineName(args.engine), args.model),
+            on_push=progress.on_push,
         )
     if args.command == "engine":
         method = {
@@ -53,7 +62,7 @@ def run(args: argparse.Namespace) -> int | None:
 
 
 async def _engines(peer: RpcPeer) -> int:
-    statuses = msgspec.convert(await peer.call(methods.ENGINE_STATUS, {}), list[EngineStatus])
+    statuses = await contract.call(peer, methods.ENGINE_LIST)
     print(f"{'ENGINE':<10}{'STATE':<15}{'PORT':<7}{'PID':<9}{'SLOTS':<7}{'WANTED':<8}DETAIL")
     for status in statuses:
         state = status.state + (" (adopted)" if status.adopted else "")
@@ -67,7 +76,7 @@ async def _engines(peer: RpcPeer) -> int:
 
 
 async def _models(peer: RpcPeer) -> int:
-    models = msgspec.convert(await peer.call(methods.ENGINE_MODELS, timeout=30), EngineModels)
+    models = await contract.call(peer, methods.ENGINE_MODELS, timeout=30)
     if not models.by_engine:
         print("no engine is running")
     for engine, names in sorted(models.by_engine.items()):
@@ -79,31 +88,45 @@ async def _models(peer: RpcPeer) -> int:
     return exit_codes.OK
 
 
-async def _pull(peer: RpcPeer, engine: str, model: str) -> int:
-    await peer.call(
-        methods.ENGINE_ACTION,
-        {"engine": engine, "action": "pull_model", "model": model},
-        timeout=None,
-    )
+async def _pull(peer: RpcPeer, engine: EngineName, model: str) -> int:
+    await contract.call(peer, methods.ENGINE_SUBSCRIBE)  # progress arrives as engine events
+    params = EngineActionParams(engine=engine, action="pull_model", model=model)
+    await contract.call(peer, methods.ENGINE_ACTION, params, timeout=None)
     print(f"\n{model} is ready in {engine}")
     return exit_codes.OK
 
 
-def _show_progress(method: str, params: Any) -> None:
-    if method != methods.ENGINE_PULL_PROGRESS:
-        return
-    progress = msgspec.convert(params, PullProgress)
+class PullBar:
+    """Draws one pull's progress from the ``engine:event`` pushes of the engine stream."""
+
+    def __init__(self, engine: EngineName, model: str, out: TextIO = sys.stdout) -> None:
+        self._engine, self._model, self._out = engine, model, out
+
+    def on_push(self, method: str, params: Any) -> None:
+        """The CLI connection's push hook: draw this pull's progress, ignore the rest."""
+        if method != methods.ENGINE_EVENT.name:
+            return
+        event = methods.ENGINE_EVENT.decode(params)
+        if not isinstance(event, PullProgressed):
+            return
+        progress = event.progress
+        if (progress.engine, progress.model) != (self._engine, self._model):
+            return
+        self._out.write("\r" + progress_line(progress)[:100].ljust(100))
+        self._out.flush()
+
+
+def progress_line(progress: PullProgress) -> str:
+    """A 30-character bar, the percentage and the stage (the stage alone when unmeasured)."""
     if progress.percent is None:
-        line = f"{progress.stage}"
-    else:
-        filled = int(progress.percent / 100 * 30)
-        line = f"[{'#' * filled}{'.' * (30 - filled)}] {progress.percent:5.1f}%  {progress.stage}"
-    sys.stdout.write("\r" + line[:100].ljust(100))
-    sys.stdout.flush()
+        return progress.stage
+    filled = int(progress.percent / 100 * 30)
+    return f"[{'#' * filled}{'.' * (30 - filled)}] {progress.percent:5.1f}%  {progress.stage}"
 
 
-async def _lifecycle(peer: RpcPeer, method: str, name: str) -> int:
-    status = msgspec.convert(await peer.call(method, {"engine": name}, timeout=900), EngineStatus)
+async def _lifecycle(peer: RpcPeer, method: Method[EngineRef, EngineStatus], name: str) -> int:
+    params = EngineRef(engine=EngineName(name))
+    status = await contract.call(peer, method, params, timeout=900)
     where = f" on port {status.port}" if status.state == "running" else ""
     print(
         f"{status.display_name}: {status.state}{where}"

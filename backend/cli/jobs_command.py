@@ -13,9 +13,16 @@ import msgspec
 
 from backend.cli import exit_codes
 from backend.cli.client_commands import run_with_broker
-from backend.protocol import methods
+from backend.protocol import contract, methods
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import JobState, Workload, WorkloadsEvent, WorkloadsSnapshot
+from backend.protocol.types import (
+    JobState,
+    Workload,
+    WorkloadsEvent,
+    WorkloadsQuery,
+    WorkloadsSnapshot,
+    WorkloadUpserted,
+)
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
@@ -64,11 +71,11 @@ def list_jobs(data_dir: str | None, *, limit: int, as_json: bool) -> int:
     """``pair jobs``."""
 
     async def work(peer: RpcPeer) -> int:
-        raw = await peer.call(methods.WORKLOADS_GET_INITIAL, {"limit": limit})
+        query = WorkloadsQuery(limit=limit)
+        snapshot = await contract.call(peer, methods.WORKLOADS_GET_INITIAL, query)
         if as_json:
-            print(msgspec.json.format(msgspec.json.encode(raw)).decode())
+            print(msgspec.json.format(msgspec.json.encode(snapshot)).decode())
             return exit_codes.OK
-        snapshot = msgspec.convert(raw, WorkloadsSnapshot)
         print(format_jobs(snapshot.workloads, time.time()))
         return exit_codes.OK
 
@@ -80,7 +87,8 @@ def follow_jobs(data_dir: str | None, *, limit: int, as_json: bool) -> int:
     follower = JobsFollower(print, as_json=as_json)
 
     async def work(peer: RpcPeer) -> int:
-        follower.start(await peer.call(methods.WORKLOADS_SUBSCRIBE, {"limit": limit}))
+        query = WorkloadsQuery(limit=limit)
+        follower.start(await contract.call(peer, methods.WORKLOADS_SUBSCRIBE, query))
         await peer.wait_closed()
         print("pair: the broker stopped", file=sys.stderr)
         return exit_codes.ERROR
@@ -110,9 +118,8 @@ class JobsFollower:
         self._seq: int | None = None
         self._early: list[WorkloadsEvent] = []
 
-    def start(self, raw: Any) -> None:
+    def start(self, snapshot: WorkloadsSnapshot) -> None:
         """Print the snapshot, then any event that came before it."""
-        snapshot = msgspec.convert(raw, WorkloadsSnapshot)
         self._seq = snapshot.seq
         if self._as_json:
             self._out(msgspec.json.encode(snapshot).decode())
@@ -124,9 +131,9 @@ class JobsFollower:
 
     def on_push(self, method: str, params: Any) -> None:
         """Handle one push (the CLI connection's notification hook)."""
-        if method != methods.WORKLOADS_EVENT:
+        if method != methods.WORKLOADS_EVENT.name:
             return
-        event = msgspec.convert(params, WorkloadsEvent)
+        event = methods.WORKLOADS_EVENT.decode(params)
         if self._seq is None:
             self._early.append(event)
         else:
@@ -139,7 +146,7 @@ class JobsFollower:
         self._seq = event.seq
         if self._as_json:
             self._out(msgspec.json.encode(event).decode())
-        elif event.workload is not None:
+        elif isinstance(event, WorkloadUpserted):
             self._out(format_job(event.workload, self._now()))
 
 

@@ -12,9 +12,15 @@ import msgspec
 
 from backend.cli import exit_codes
 from backend.cli.client_commands import run_with_broker
-from backend.protocol import methods
+from backend.protocol import contract, methods
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import DiscoveredNode, ManualNode
+from backend.protocol.types import (
+    DiscoveredNode,
+    ManualNode,
+    ManualNodeAdd,
+    ManualNodeId,
+    ManualNodeRef,
+)
 
 DEFAULT_NODE_PORT = 14320
 
@@ -67,18 +73,13 @@ def list_nodes(data_dir: str | None, *, as_json: bool) -> int:
     """``pair nodes``."""
 
     async def work(peer: RpcPeer) -> int:
-        found = await peer.call(methods.DISCOVERY_GET_NODES)
-        manual = await peer.call(methods.NODES_LIST)
+        found = await contract.call(peer, methods.DISCOVERY_GET_NODES)
+        manual = await contract.call(peer, methods.NODES_LIST)
         if as_json:
             document = {"nodes": found, "manual": manual}
             print(msgspec.json.format(msgspec.json.encode(document)).decode())
             return exit_codes.OK
-        print(
-            format_nodes(
-                msgspec.convert(found, list[DiscoveredNode]),
-                msgspec.convert(manual, list[ManualNode]),
-            )
-        )
+        print(format_nodes(found, manual))
         return exit_codes.OK
 
     return run_with_broker(data_dir, work)
@@ -88,10 +89,8 @@ def add_node(data_dir: str | None, address: str, port: int, name: str | None) ->
     """``pair node add``."""
 
     async def work(peer: RpcPeer) -> int:
-        params = {"address": address, "port": port}
-        if name:
-            params["name"] = name
-        added = msgspec.convert(await peer.call(methods.NODE_ADD, params), ManualNode)
+        params = ManualNodeAdd(address=address, port=port, name=name or None)
+        added = await contract.call(peer, methods.NODE_ADD, params)
         print(f"added {added.id}; it is probed every 10 s (see `pair nodes`)")
         return exit_codes.OK
 
@@ -102,7 +101,7 @@ def remove_node(data_dir: str | None, node_id: str) -> int:
     """``pair node remove``."""
 
     async def work(peer: RpcPeer) -> int:
-        await peer.call(methods.NODE_REMOVE, {"id": node_id})
+        await contract.call(peer, methods.NODE_REMOVE, ManualNodeRef(id=ManualNodeId(node_id)))
         print(f"removed {node_id}")
         return exit_codes.OK
 

@@ -6,42 +6,39 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
-
-import msgspec
+from typing import Any, Generic, TypeVar
 
 from backend.protocol import errors
+from backend.protocol.contract import Method, Push
 from backend.protocol.peer import RpcPeer
 
 log = logging.getLogger(__name__)
 P = TypeVar("P")
+R = TypeVar("R")
+E = TypeVar("E")
 
 
 @dataclass(frozen=True, slots=True)
-class _Route:
-    handler: Callable[[Any, RpcPeer], Awaitable[Any]]
-    params: type[Any] | None
+class _Route(Generic[P, R]):
+    method: Method[P, R]
+    handler: Callable[[P, RpcPeer], Awaitable[R]]
+
+    async def __call__(self, params: Any, peer: RpcPeer) -> R:
+        return await self.handler(self.method.convert_params(params), peer)
 
 
 class Dispatcher:
-    """Maps method names to handlers; converts params to the handler's type or answers -32602."""
+    """Routes declared methods to handlers; params are converted by the method's declaration
+    (malformed ones are answered with -32602 naming the field)."""
 
     def __init__(self) -> None:
-        self._routes: dict[str, _Route] = {}
+        self._routes: dict[str, _Route[Any, Any]] = {}
 
-    def add(
-        self, method: str, handler: Callable[[P, RpcPeer], Awaitable[Any]], params: type[P]
-    ) -> None:
-        """Route ``method`` to ``handler(params, peer)`` with params converted to ``params``."""
-        self._add(method, _Route(handler, params))
-
-    def add_plain(self, method: str, handler: Callable[[RpcPeer], Awaitable[Any]]) -> None:
-        """Route a method that takes no params."""
-
-        async def call(_: Any, peer: RpcPeer) -> Any:
-            return await handler(peer)
-
-        self._add(method, _Route(call, None))
+    def add(self, method: Method[P, R], handler: Callable[[P, RpcPeer], Awaitable[R]]) -> None:
+        """Route ``method`` to ``handler(params, peer)``; each method is routed once."""
+        if method.name in self._routes:
+            raise ValueError(f"method {method.name!r} is already routed")
+        self._routes[method.name] = _Route(method, handler)
 
     def methods(self) -> list[str]:
         """Every routed method name."""
@@ -52,23 +49,7 @@ class Dispatcher:
         route = self._routes.get(method)
         if route is None:
             raise errors.MethodNotFound(f"Method not found: {method}")
-        return await route.handler(_convert(method, params, route.params), peer)
-
-    def _add(self, method: str, route: _Route) -> None:
-        if method in self._routes:
-            raise ValueError(f"method {method!r} is already routed")
-        self._routes[method] = route
-
-
-def _convert(method: str, params: Any, target: type[Any] | None) -> Any:
-    if target is None:
-        return None
-    if isinstance(params, list):
-        raise errors.InvalidParams(f"Invalid params for {method}: params must be an object")
-    try:
-        return msgspec.convert(params if params is not None else {}, target)
-    except msgspec.ValidationError as exc:
-        raise errors.InvalidParams(f"Invalid params for {method}: {exc}") from None
+        return await route(params, peer)
 
 
 class ClientHub:
@@ -95,10 +76,10 @@ class ClientHub:
         """Call ``callback(peer)`` whenever a client leaves."""
         self._on_leave.append(callback)
 
-    def broadcast(self, method: str, params: Any) -> None:
+    def broadcast(self, push: Push[E], payload: E) -> None:
         """Push a notification to every client."""
         for peer in list(self._clients):
-            peer.notify(method, params)
+            peer.notify(push.name, payload)
 
     async def close_all(self, timeout: float) -> None:
         """Stop reading from every client, flush what they are owed, and wait (bounded)."""
@@ -112,11 +93,11 @@ class ClientHub:
             log.warning("some clients did not disconnect within %.1f s", timeout)
 
 
-class NumberedStream:
+class NumberedStream(Generic[E]):
     """Events with a monotonic ``seq`` delivered to subscribed clients after their snapshot."""
 
-    def __init__(self, push_method: str, hub: ClientHub) -> None:
-        self._push_method = push_method
+    def __init__(self, push: Push[E], hub: ClientHub) -> None:
+        self._push = push
         self._subscribers: set[RpcPeer] = set()
         self.seq = 0
         hub.on_leave(self._subscribers.discard)
@@ -130,11 +111,11 @@ class NumberedStream:
         """Remove ``peer``."""
         self._subscribers.discard(peer)
 
-    def publish(self, make_event: Callable[[int], Any]) -> None:
+    def publish(self, make_event: Callable[[int], E]) -> None:
         """Number the next event and push it to every subscriber."""
         self.seq += 1
         if not self._subscribers:
             return
         event = make_event(self.seq)
         for peer in list(self._subscribers):
-            peer.notify(self._push_method, event)
+            peer.notify(self._push.name, event)

@@ -122,7 +122,7 @@ class WorkerProcess(Component):
         last_answer = self._clock.monotonic()
         while True:
             try:
-                await peer.call(methods.PING, timeout=self._interval)
+                await peer.call(methods.PING.name, timeout=self._interval)
                 last_answer = self._clock.monotonic()
                 self.announce_ready()
             except (errors.CallTimeout, errors.ConnectionLost):

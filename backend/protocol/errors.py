@@ -82,6 +82,12 @@ class ConnectionLost(RpcError):
     code = jsonrpc.INTERNAL_ERROR
 
 
+class BadResult(RpcError):
+    """A result or push of a shape the contract does not declare (never sent on the wire)."""
+
+    code = jsonrpc.INTERNAL_ERROR
+
+
 class CallTimeout(RpcError):
     """No response within the call's timeout (never sent on the wire)."""
 

@@ -1,61 +1,167 @@
-"""Method and push names of the broker's client surface."""
+"""The broker's client surface, declared once: every method with its params and result type, every
+push with its payload type (see ``contract.py``; documented in docs/RPC.md)."""
 
-from typing import Final
+from __future__ import annotations
 
-PING: Final = "ping"
-VERSION: Final = "version"
-SHUTDOWN: Final = "shutdown"
-STATUS: Final = "status"
-LOG_SET_LEVEL: Final = "log/set-level"
+from typing import Any, Final
 
-COMPONENTS_SUBSCRIBE: Final = "components:subscribe"
-COMPONENTS_UNSUBSCRIBE: Final = "components:unsubscribe"
-COMPONENTS_RESTART: Final = "components:restart"
+from backend.protocol.contract import Method, NoParams, Push
+from backend.protocol.types import (
+    AppReady,
+    BrokerStatus,
+    Cleared,
+    ComponentInfo,
+    ComponentRef,
+    ComponentsEvent,
+    ComponentsSnapshot,
+    DiscoveredNode,
+    DiscoveryEvent,
+    DiscoverySnapshot,
+    EngineActionParams,
+    EngineActionResult,
+    EngineEvent,
+    EngineLogs,
+    EngineLogsQuery,
+    EngineModels,
+    EngineRef,
+    EngineSetPort,
+    EngineStatus,
+    EnginesSnapshot,
+    ErrorClear,
+    ErrorReport,
+    LogLevelParams,
+    ManualNode,
+    ManualNodeAdd,
+    ManualNodeRef,
+    NodeInfo,
+    Ok,
+    PingResult,
+    Removed,
+    ServiceError,
+    SettingsSnapshot,
+    SettingsUpdate,
+    Unsubscribed,
+    VersionInfo,
+    WorkloadsEvent,
+    WorkloadsQuery,
+    WorkloadsSnapshot,
+)
 
-ERRORS_GET_INITIAL: Final = "errors:get-initial"
-ERRORS_REPORT: Final = "errors:report"
-ERRORS_CLEAR: Final = "errors:clear"
+# Broker ---------------------------------------------------------------------------------------
+PING: Final = Method("ping", NoParams, PingResult, "liveness and uptime")
+VERSION: Final = Method("version", NoParams, VersionInfo, "versions of PAIR, protocol, Python")
+SHUTDOWN: Final = Method("shutdown", NoParams, Ok, "staged shutdown after the answer is sent")
+STATUS: Final = Method("status", NoParams, BrokerStatus, "what `pair status` prints")
+LOG_SET_LEVEL: Final = Method(
+    "log/set-level", LogLevelParams, LogLevelParams, "the log level, saved as a setting"
+)
 
-SETTINGS_GET: Final = "settings/get"
-SETTINGS_SET: Final = "settings/set"
+COMPONENTS_SUBSCRIBE: Final = Method(
+    "components:subscribe", NoParams, ComponentsSnapshot, "components, then numbered events"
+)
+COMPONENTS_UNSUBSCRIBE: Final = Method(
+    "components:unsubscribe", NoParams, Unsubscribed, "stop components:event pushes"
+)
+COMPONENTS_RESTART: Final = Method(
+    "components:restart", ComponentRef, ComponentInfo, "restart a component or worker"
+)
 
-ENGINE_GET_INSTALLED: Final = "engine:get-installed"
-ENGINE_STATUS: Final = "engine:status"
-ENGINE_INSTALL: Final = "engine:install"
-ENGINE_UNINSTALL: Final = "engine:uninstall"
-ENGINE_START: Final = "engine:start"
-ENGINE_STOP: Final = "engine:stop"
-ENGINE_RESTART: Final = "engine:restart"
-ENGINE_SET_PORT: Final = "engine:set-port"
-ENGINE_ACTION: Final = "engine:action"
-ENGINE_MODELS: Final = "engine:models"
-ENGINE_LOGS: Final = "engine:logs"
-ENGINE_PREPARE_SHUTDOWN: Final = "engine:prepare-shutdown"
+# Errors and settings --------------------------------------------------------------------------
+ERRORS_GET_INITIAL: Final = Method(
+    "errors:get-initial", NoParams, list[ServiceError], "every open error"
+)
+ERRORS_REPORT: Final = Method("errors:report", ErrorReport, type(None), "raise or update an error")
+ERRORS_CLEAR: Final = Method("errors:clear", ErrorClear, type(None), "dismiss an error")
 
-NODEINFO_GET: Final = "nodeinfo:get"
+SETTINGS_GET: Final = Method("settings/get", NoParams, SettingsSnapshot, "values and schema")
+SETTINGS_SET: Final = Method(
+    "settings/set", SettingsUpdate, SettingsSnapshot, "change settings, all or nothing"
+)
 
-# Pushes (broker to client notifications).
-APP_READY: Final = "app:ready"
-COMPONENTS_EVENT: Final = "components:event"
-ERRORS_UPDATE: Final = "errors:update"
-SETTINGS_CHANGED: Final = "settings:changed"
-ENGINE_STATE_CHANGED: Final = "engine:state-changed"
-ENGINE_MODELS_CHANGED: Final = "engine:models-changed"
-ENGINE_PULL_PROGRESS: Final = "engine:pull-progress"
-ENGINE_INSTALL_PROGRESS: Final = "engine:install-progress"
+# Engines --------------------------------------------------------------------------------------
+ENGINE_GET_INSTALLED: Final = Method(
+    "engine:get-installed", NoParams, list[EngineStatus], "detect again; the installed engines"
+)
+ENGINE_LIST: Final = Method("engine:list", NoParams, list[EngineStatus], "every engine")
+ENGINE_STATUS: Final = Method("engine:status", EngineRef, EngineStatus, "one engine")
+ENGINE_SUBSCRIBE: Final = Method(
+    "engine:subscribe", NoParams, EnginesSnapshot, "engines, models, progress; then events"
+)
+ENGINE_UNSUBSCRIBE: Final = Method(
+    "engine:unsubscribe", NoParams, Unsubscribed, "stop engine:event pushes"
+)
+ENGINE_INSTALL: Final = Method("engine:install", EngineRef, EngineStatus, "download, install")
+ENGINE_UNINSTALL: Final = Method(
+    "engine:uninstall", EngineRef, EngineStatus, "remove what PAIR installed"
+)
+ENGINE_START: Final = Method("engine:start", EngineRef, EngineStatus, "start or adopt")
+ENGINE_STOP: Final = Method("engine:stop", EngineRef, EngineStatus, "stop an owned engine")
+ENGINE_RESTART: Final = Method("engine:restart", EngineRef, EngineStatus, "stop and start")
+ENGINE_SET_PORT: Final = Method("engine:set-port", EngineSetPort, EngineStatus, "move an engine")
+ENGINE_ACTION: Final = Method(
+    "engine:action", EngineActionParams, EngineActionResult, "list, pull, load, eject, delete"
+)
+ENGINE_MODELS: Final = Method(
+    "engine:models", NoParams, EngineModels, "list every running engine's models now"
+)
+ENGINE_LOGS: Final = Method("engine:logs", EngineLogsQuery, EngineLogs, "an engine's output")
+ENGINE_PREPARE_SHUTDOWN: Final = Method(
+    "engine:prepare-shutdown", NoParams, Ok, "stop owned engines, keep the intent"
+)
 
-# Discovery: found and manual nodes.
-DISCOVERY_GET_NODES: Final = "discovery:get-nodes"
-DISCOVERY_SUBSCRIBE: Final = "discovery:subscribe"
-DISCOVERY_UNSUBSCRIBE: Final = "discovery:unsubscribe"
-DISCOVERY_EVENT: Final = "discovery:event"
-NODE_ADD: Final = "node/add"
-NODE_REMOVE: Final = "node/remove"
-NODES_LIST: Final = "nodes/list"
+NODEINFO_GET: Final = Method("nodeinfo:get", NoParams, NodeInfo, "this node's node-info")
 
-# Jobs (workloads) seen by this node's front doors.
-WORKLOADS_GET_INITIAL: Final = "workloads:get-initial"
-WORKLOADS_SUBSCRIBE: Final = "workloads:subscribe"
-WORKLOADS_UNSUBSCRIBE: Final = "workloads:unsubscribe"
-WORKLOADS_CLEAR: Final = "workloads:clear"
-WORKLOADS_EVENT: Final = "workloads:event"
+# Discovery: found and manual nodes ------------------------------------------------------------
+DISCOVERY_GET_NODES: Final = Method(
+    "discovery:get-nodes", NoParams, list[DiscoveredNode], "known nodes, self first"
+)
+DISCOVERY_SUBSCRIBE: Final = Method(
+    "discovery:subscribe", NoParams, DiscoverySnapshot, "nodes, then numbered events"
+)
+DISCOVERY_UNSUBSCRIBE: Final = Method(
+    "discovery:unsubscribe", NoParams, Unsubscribed, "stop discovery:event pushes"
+)
+NODE_ADD: Final = Method("node/add", ManualNodeAdd, ManualNode, "add a node by address")
+NODE_REMOVE: Final = Method("node/remove", ManualNodeRef, Removed, "remove a manual node")
+NODES_LIST: Final = Method("nodes/list", NoParams, list[ManualNode], "manual nodes")
+
+# Jobs (workloads) seen by this node's front doors ---------------------------------------------
+WORKLOADS_GET_INITIAL: Final = Method(
+    "workloads:get-initial", WorkloadsQuery, WorkloadsSnapshot, "newest jobs"
+)
+WORKLOADS_SUBSCRIBE: Final = Method(
+    "workloads:subscribe", WorkloadsQuery, WorkloadsSnapshot, "jobs, then numbered events"
+)
+WORKLOADS_UNSUBSCRIBE: Final = Method(
+    "workloads:unsubscribe", NoParams, Unsubscribed, "stop workloads:event pushes"
+)
+WORKLOADS_CLEAR: Final = Method("workloads:clear", NoParams, Cleared, "drop finished jobs")
+
+# Pushes (broker to client notifications) ------------------------------------------------------
+APP_READY: Final[Push[AppReady]] = Push("app:ready", AppReady, "the components are started")
+COMPONENTS_EVENT: Final[Push[ComponentsEvent]] = Push(
+    "components:event", ComponentsEvent, "numbered, subscribers"
+)
+ERRORS_UPDATE: Final[Push[list[ServiceError]]] = Push(
+    "errors:update", list[ServiceError], "every open error, to all"
+)
+SETTINGS_CHANGED: Final[Push[SettingsSnapshot]] = Push(
+    "settings:changed", SettingsSnapshot, "after a change, to all"
+)
+ENGINE_EVENT: Final[Push[EngineEvent]] = Push("engine:event", EngineEvent, "numbered, subscribers")
+DISCOVERY_EVENT: Final[Push[DiscoveryEvent]] = Push(
+    "discovery:event", DiscoveryEvent, "numbered, subscribers"
+)
+WORKLOADS_EVENT: Final[Push[WorkloadsEvent]] = Push(
+    "workloads:event", WorkloadsEvent, "numbered, subscribers"
+)
+
+
+def all_methods() -> list[Method[Any, Any]]:
+    """Every declared method, in declaration order."""
+    return [value for value in globals().values() if isinstance(value, Method)]
+
+
+def all_pushes() -> list[Push[Any]]:
+    """Every declared push, in declaration order."""
+    return [value for value in globals().values() if isinstance(value, Push)]

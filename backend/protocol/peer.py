@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from backend.protocol import errors, jsonrpc
+from backend.protocol.contract import Method, Push
 from backend.protocol.framing import MAX_FRAME_BYTES, FrameSplitter, OversizedFrame
 
 log = logging.getLogger(__name__)
@@ -102,8 +103,13 @@ class RpcPeer:
         self._writer.transport.abort()
         self.close()
 
-    async def call(self, method: str, params: Any = None, *, timeout: float | None = 10.0) -> Any:
-        """Send a request and return its result; raises the ``RpcError`` subclass for its code."""
+    async def call(
+        self, method: str | Method[Any, Any], params: Any = None, *, timeout: float | None = 10.0
+    ) -> Any:
+        """Send a request and return its raw result; raises the ``RpcError`` subclass for its
+        code. ``contract.call`` is the typed form."""
+        if isinstance(method, Method):
+            method = method.name
         if self.closed:
             raise errors.ConnectionLost(f"{self.name}: connection closed")
         request_id = next(self._ids)
@@ -118,8 +124,10 @@ class RpcPeer:
         finally:
             self._pending.pop(request_id, None)
 
-    def notify(self, method: str, params: Any = None) -> None:
+    def notify(self, method: str | Push[Any], params: Any = None) -> None:
         """Queue a notification; never waits."""
+        if isinstance(method, Push):
+            method = method.name
         if not self.closed:
             self._send(jsonrpc.notification(method, params))
 

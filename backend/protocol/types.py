@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NewType
 
 import msgspec
+
+# Ids that must not be mixed up: each is a plain string on the wire.
+NodeId = NewType("NodeId", str)  # a PAIR node's UUID, or a manual id for an engine-only address
+EngineName = NewType("EngineName", str)  # a manifest's name: ollama, lmstudio, llamacpp
+JobKey = NewType("JobKey", str)  # <origin node id>/<run id>/<n>
+ManualNodeId = NewType("ManualNodeId", str)  # an entry of the manual nodes list
+InviteId = NewType("InviteId", str)  # a pairing invitation
 
 LogLevel = Literal["debug", "info", "warning", "error"]
 LOG_LEVELS: tuple[LogLevel, ...] = ("debug", "info", "warning", "error")
@@ -49,13 +56,13 @@ class ServiceError(Wire, frozen=True, kw_only=True):
     """One entry of the errors registry, keyed by (``node_id``, ``id``)."""
 
     id: str
-    node_id: str
+    node_id: NodeId
     message: str
     severity: Severity = "error"
     action: ErrorAction | None = None
     created_at: float
     updated_at: float
-    engine: str | None = None
+    engine: EngineName | None = None
     model: str | None = None
 
 
@@ -66,9 +73,9 @@ class ErrorReport(Wire, frozen=True, kw_only=True):
     message: str
     severity: Severity = "error"
     action: ErrorAction | None = None
-    node_id: str | None = None
+    node_id: NodeId | None = None
     timestamp: float | None = None
-    engine: str | None = None
+    engine: EngineName | None = None
     model: str | None = None
 
 
@@ -76,7 +83,7 @@ class ErrorClear(Wire, frozen=True, kw_only=True):
     """Parameters of ``errors:clear``."""
 
     id: str
-    node_id: str | None = None
+    node_id: NodeId | None = None
 
 
 class ComponentInfo(Wire, frozen=True, kw_only=True):
@@ -99,12 +106,14 @@ class ComponentsSnapshot(Wire, frozen=True, kw_only=True):
     components: list[ComponentInfo]
 
 
-class ComponentChanged(Wire, frozen=True, kw_only=True):
+class ComponentChanged(Wire, frozen=True, kw_only=True, tag_field="event", tag="component_changed"):
     """Push ``components:event``: one component's new state."""
 
     seq: int
-    event: Literal["component_changed"] = "component_changed"
     component: ComponentInfo
+
+
+ComponentsEvent = ComponentChanged
 
 
 class Ports(Wire, frozen=True, kw_only=True):
@@ -124,7 +133,7 @@ class BrokerStatus(Wire, frozen=True, kw_only=True):
     started_at: float
     uptime_ms: int
     data_dir: str
-    node_id: str
+    node_id: NodeId
     node_name: str
     control_address: str
     log_file: str | None
@@ -188,7 +197,7 @@ EngineActionName = Literal[
 class EngineStatus(Wire, frozen=True, kw_only=True):
     """One engine on this node: installation, process state, ports, intent and slots."""
 
-    engine: str
+    engine: EngineName
     display_name: str
     front_door: str
     mode: Literal["process", "command"]
@@ -208,22 +217,31 @@ class EngineStatus(Wire, frozen=True, kw_only=True):
 class EngineRef(Wire, frozen=True, kw_only=True):
     """Parameters naming one engine."""
 
-    engine: str
+    engine: EngineName
 
 
 class EngineSetPort(Wire, frozen=True, kw_only=True):
     """Parameters of ``engine:set-port``."""
 
-    engine: str
+    engine: EngineName
     port: int
 
 
 class EngineActionParams(Wire, frozen=True, kw_only=True):
     """Parameters of ``engine:action``."""
 
-    engine: str
+    engine: EngineName
     action: EngineActionName
     model: str | None = None
+
+
+class EngineActionResult(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """Answer of ``engine:action``: ``names`` for the list actions, ``ok`` for the others, and
+    for a delete whether the engine was restarted to pick the change up."""
+
+    ok: bool
+    names: list[str] | None = None
+    restarted: bool | None = None
 
 
 class EngineModels(Wire, frozen=True, kw_only=True):
@@ -234,16 +252,17 @@ class EngineModels(Wire, frozen=True, kw_only=True):
     """
 
     models: list[str]
-    by_engine: dict[str, list[str]]
-    loaded_by_engine: dict[str, list[str]]
-    slots_by_engine: dict[str, dict[str, int]]
-    sizes_by_engine: dict[str, dict[str, int]] = {}
+    by_engine: dict[EngineName, list[str]]
+    loaded_by_engine: dict[EngineName, list[str]]
+    slots_by_engine: dict[EngineName, dict[str, int]]
+    sizes_by_engine: dict[EngineName, dict[str, int]] = {}
 
 
 class PullProgress(Wire, frozen=True, kw_only=True):
-    """Push ``engine:pull-progress``: ``percent`` is absent for stages that cannot be measured."""
+    """Pull progress (``engine:event`` ``pull_progress``): ``percent`` is absent for stages that
+    cannot be measured."""
 
-    engine: str
+    engine: EngineName
     model: str
     stage: str
     percent: float | None = None
@@ -254,9 +273,9 @@ class PullProgress(Wire, frozen=True, kw_only=True):
 
 
 class InstallProgress(Wire, frozen=True, kw_only=True):
-    """Push ``engine:install-progress`` (same rules as pull progress)."""
+    """Install progress (``engine:event`` ``install_progress``; same rules as pull progress)."""
 
-    engine: str
+    engine: EngineName
     stage: str
     percent: float | None = None
     done: bool = False
@@ -266,15 +285,59 @@ class InstallProgress(Wire, frozen=True, kw_only=True):
 class EngineLogs(Wire, frozen=True, kw_only=True):
     """Answer of ``engine:logs``."""
 
-    engine: str
+    engine: EngineName
     lines: list[str]
 
 
-class EngineQuery(Wire, frozen=True, kw_only=True):
-    """Parameters of ``engine:status`` and ``engine:logs``: one engine, or all when absent."""
+class EngineLogsQuery(Wire, frozen=True, kw_only=True):
+    """Parameters of ``engine:logs``: the last ``lines`` lines of one engine's output."""
 
-    engine: str | None = None
+    engine: EngineName
     lines: int = 200
+
+
+class EnginesSnapshot(Wire, frozen=True, kw_only=True):
+    """Answer to ``engine:subscribe``: this node's engines, their last known models and the pulls
+    and installs in progress; apply later ``engine:event`` pushes whose ``seq`` is greater."""
+
+    seq: int
+    engines: list[EngineStatus]
+    models: EngineModels
+    pulls: list[PullProgress] = []
+    installs: list[InstallProgress] = []
+
+
+class EngineStateChanged(Wire, frozen=True, kw_only=True, tag_field="event", tag="state_changed"):
+    """An engine's state, port, intent or slots changed."""
+
+    seq: int
+    status: EngineStatus
+
+
+class EngineModelsChanged(Wire, frozen=True, kw_only=True, tag_field="event", tag="models_changed"):
+    """The models listed or loaded by the running engines changed (also from outside PAIR)."""
+
+    seq: int
+    models: EngineModels
+
+
+class PullProgressed(Wire, frozen=True, kw_only=True, tag_field="event", tag="pull_progressed"):
+    """A model download moved on; exactly one per pull has ``done``."""
+
+    seq: int
+    progress: PullProgress
+
+
+class InstallProgressed(
+    Wire, frozen=True, kw_only=True, tag_field="event", tag="install_progressed"
+):
+    """An engine install moved on; exactly one per install has ``done``."""
+
+    seq: int
+    progress: InstallProgress
+
+
+EngineEvent = EngineStateChanged | EngineModelsChanged | PullProgressed | InstallProgressed
 
 
 class NodeOs(Wire, frozen=True, kw_only=True, omit_defaults=True):
@@ -324,7 +387,7 @@ class NodeInfo(Wire, frozen=True, kw_only=True, omit_defaults=True):
     ``engines`` holds running engines only.
     """
 
-    node_id: str
+    node_id: NodeId
     name: str
     version: str
     os: NodeOs
@@ -366,7 +429,7 @@ class DiscoveredNode(Wire, frozen=True, kw_only=True, omit_defaults=True):
     front doors (PAIR) or the engine's port (engine-only); ``last_seen`` is Unix time.
     """
 
-    node_id: str
+    node_id: NodeId
     name: str
     kind: NodeKind
     sources: list[NodeSource]
@@ -377,7 +440,7 @@ class DiscoveredNode(Wire, frozen=True, kw_only=True, omit_defaults=True):
     last_seen: float | None = None
     version: str | None = None
     cluster_id: str | None = None
-    manual_id: str | None = None
+    manual_id: ManualNodeId | None = None
     telemetry: NodeTelemetry | None = None
 
 
@@ -388,15 +451,41 @@ class DiscoverySnapshot(Wire, frozen=True, kw_only=True):
     nodes: list[DiscoveredNode]
 
 
-class DiscoveryEvent(Wire, frozen=True, kw_only=True, omit_defaults=True):
-    """Push ``discovery:event``: ``node`` for joined/updated, ``telemetry`` for telemetry."""
+class NodeJoined(Wire, frozen=True, kw_only=True, tag_field="event", tag="node_joined"):
+    """A node joined the list."""
 
     seq: int
-    event: DiscoveryEventName
-    node_id: str
-    node: DiscoveredNode | None = None
+    node_id: NodeId
+    node: DiscoveredNode
+
+
+class NodeUpdated(Wire, frozen=True, kw_only=True, tag_field="event", tag="node_updated"):
+    """Something other than telemetry changed about a node."""
+
+    seq: int
+    node_id: NodeId
+    node: DiscoveredNode
+
+
+class NodeLeft(Wire, frozen=True, kw_only=True, tag_field="event", tag="node_left"):
+    """A node left the list (evicted, or a manual node removed)."""
+
+    seq: int
+    node_id: NodeId
+
+
+class NodeTelemetryChanged(
+    Wire, frozen=True, kw_only=True, omit_defaults=True, tag_field="event", tag="node_telemetry"
+):
+    """Only a node's telemetry and last-seen time changed."""
+
+    seq: int
+    node_id: NodeId
     telemetry: NodeTelemetry | None = None
     last_seen: float | None = None
+
+
+DiscoveryEvent = NodeJoined | NodeUpdated | NodeLeft | NodeTelemetryChanged
 
 
 class ManualNodeAdd(Wire, frozen=True, kw_only=True):
@@ -410,7 +499,7 @@ class ManualNodeAdd(Wire, frozen=True, kw_only=True):
 class ManualNodeRef(Wire, frozen=True, kw_only=True):
     """Parameters of ``node/remove``."""
 
-    id: str
+    id: ManualNodeId
 
 
 class ManualNode(Wire, frozen=True, kw_only=True, omit_defaults=True):
@@ -419,13 +508,13 @@ class ManualNode(Wire, frozen=True, kw_only=True, omit_defaults=True):
     ``node_id`` is the PAIR node's UUID, or the manual id for an engine-only address.
     """
 
-    id: str
+    id: ManualNodeId
     address: str
     port: int
     name: str | None = None
     added_at: float
     state: ManualNodeState
-    node_id: str | None = None
+    node_id: NodeId | None = None
     failures: int = 0
     last_error: str | None = None
     last_seen: float | None = None
@@ -445,19 +534,19 @@ class JobEvent(Wire, frozen=True, kw_only=True, omit_defaults=True):
     node whose engine started it. Times are Unix seconds.
     """
 
-    key: str
+    key: JobKey
     seq: int
     kind: JobEventKind
     attempt: int
     at: float
-    engine: str
+    engine: EngineName
     model: str
-    origin: str
+    origin: NodeId
     run_id: str
     created_at: float
     path: str = ""
-    target: str | None = None
-    node: str | None = None
+    target: NodeId | None = None
+    node: NodeId | None = None
     error: str | None = None
     cancelled: bool = False
 
@@ -465,18 +554,18 @@ class JobEvent(Wire, frozen=True, kw_only=True, omit_defaults=True):
 class Workload(Wire, frozen=True, kw_only=True, omit_defaults=True):
     """One job as ``workloads:*`` and ``pair jobs`` show it (the reducer's state, stored)."""
 
-    key: str
-    engine: str
+    key: JobKey
+    engine: EngineName
     model: str
-    origin: str
+    origin: NodeId
     run_id: str
     state: JobState
     created_at: float
     seq: int
     attempt: int = 0
     path: str = ""
-    target: str | None = None
-    serving: str | None = None
+    target: NodeId | None = None
+    serving: NodeId | None = None
     started_at: float | None = None
     completed_at: float | None = None
     error: str | None = None
@@ -492,16 +581,49 @@ class WorkloadsSnapshot(Wire, frozen=True, kw_only=True):
     workloads: list[Workload]
 
 
-class WorkloadsEvent(Wire, frozen=True, kw_only=True, omit_defaults=True):
-    """Push ``workloads:event``: ``upsert`` carries the job; ``remove`` only its key."""
+class WorkloadUpserted(Wire, frozen=True, kw_only=True, tag_field="event", tag="upsert"):
+    """A job appeared or changed: the whole job."""
 
     seq: int
-    event: Literal["upsert", "remove"]
-    key: str
-    workload: Workload | None = None
+    key: JobKey
+    workload: Workload
+
+
+class WorkloadRemoved(Wire, frozen=True, kw_only=True, tag_field="event", tag="remove"):
+    """A job left the history (cleared or trimmed)."""
+
+    seq: int
+    key: JobKey
+
+
+WorkloadsEvent = WorkloadUpserted | WorkloadRemoved
 
 
 class WorkloadsQuery(Wire, frozen=True, kw_only=True):
     """Parameters of ``workloads:get-initial``: at most ``limit`` jobs, newest first."""
 
     limit: int = 200
+
+
+class Ok(Wire, frozen=True, kw_only=True):
+    """An answer that only says the request was done."""
+
+    ok: bool = True
+
+
+class Unsubscribed(Wire, frozen=True, kw_only=True):
+    """Answer to every ``<stream>:unsubscribe``."""
+
+    subscribed: bool = False
+
+
+class Removed(Wire, frozen=True, kw_only=True):
+    """Answer to ``node/remove``."""
+
+    removed: bool = True
+
+
+class Cleared(Wire, frozen=True, kw_only=True):
+    """Answer to ``workloads:clear``: how many finished jobs were removed."""
+
+    cleared: int

@@ -32,7 +32,7 @@ async def serve_worker(
     started = time.monotonic()
 
     async def on_request(method: str, params: Any, _: RpcPeer) -> Any:
-        if method == methods.PING:
+        if method == methods.PING.name:
             uptime_ms = int((time.monotonic() - started) * 1000)
             return {
                 "pong": True,
@@ -46,7 +46,7 @@ async def serve_worker(
         return await handler(params)
 
     def on_notification(method: str, params: Any, _: RpcPeer) -> None:
-        if method == methods.LOG_SET_LEVEL and isinstance(params, dict):
+        if method == methods.LOG_SET_LEVEL.name and isinstance(params, dict):
             level = params.get("level")
             if level in LOG_LEVELS:
                 logs.set_level(level)

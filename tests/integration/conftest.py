@@ -14,14 +14,18 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import msgspec
 import pytest
 
+from backend.protocol import contract, methods
+from backend.protocol.contract import Method, Push
 from backend.protocol.endpoint import control_address, open_control_connection
 from backend.protocol.peer import RpcPeer
 
 ROOT = Path(__file__).resolve().parents[2]
+R = TypeVar("R")
 
 
 def free_port() -> int:
@@ -53,6 +57,15 @@ def node_argv(data_dir: Path, *extra: str) -> list[str]:
     ]
 
 
+# Where each engine event carries its payload.
+_ENGINE_PAYLOADS = {
+    "state_changed": "status",
+    "models_changed": "models",
+    "pull_progressed": "progress",
+    "install_progressed": "progress",
+}
+
+
 @dataclass
 class Client:
     """An RPC connection to a broker that records every push it receives."""
@@ -61,12 +74,48 @@ class Client:
     pushes: list[tuple[str, Any]] = field(default_factory=list)
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
 
-    async def call(self, method: str, params: Any = None, timeout: float = 10.0) -> Any:
-        return await self.peer.call(method, params, timeout=timeout)
+    async def call(
+        self, method: Method[Any, Any] | str, params: Any = None, timeout: float = 10.0
+    ) -> Any:
+        """The raw result of ``method`` (a declared method, or a raw name to test the wire)."""
+        name = method.name if isinstance(method, Method) else method
+        if isinstance(params, msgspec.Struct):
+            params = msgspec.to_builtins(params)
+        return await self.peer.call(name, params, timeout=timeout)
+
+    async def typed(self, method: Method[Any, R], params: Any = None, timeout: float = 10.0) -> R:
+        """The typed result of ``method``."""
+        return await contract.call(self.peer, method, params, timeout=timeout)
+
+    def engine_events(self, tag: str, since: int = 0) -> list[Any]:
+        """The payloads (status, models or progress) of the ``engine:event`` pushes tagged
+        ``tag`` received so far (needs ``engine:subscribe``, which ``connect`` makes)."""
+        return [
+            params[_ENGINE_PAYLOADS[tag]]
+            for name, params in self.pushes[since:]
+            if name == methods.ENGINE_EVENT.name and params.get("event") == tag
+        ]
+
+    async def wait_engine_event(
+        self,
+        tag: str,
+        predicate: Callable[[Any], bool] = lambda _: True,
+        timeout: float = 10.0,
+        since: int = 0,
+    ) -> Any:
+        """The payload of the first ``engine:event`` tagged ``tag`` that satisfies ``predicate``."""
+        field = _ENGINE_PAYLOADS[tag]
+        event = await self.wait_push(
+            methods.ENGINE_EVENT,
+            lambda params: params.get("event") == tag and predicate(params[field]),
+            timeout,
+            since,
+        )
+        return event[field]
 
     async def wait_push(
         self,
-        method: str,
+        method: Push[Any] | str,
         predicate: Callable[[Any], bool] = lambda _: True,
         timeout: float = 10.0,
         since: int = 0,
@@ -76,10 +125,11 @@ class Client:
         ``since`` skips the pushes received before that index (``len(client.pushes)``).
         """
         seen = since
+        wanted = method.name if isinstance(method, Push) else method
         async with asyncio.timeout(timeout):
             while True:
                 for name, params in self.pushes[seen:]:
-                    if name == method and predicate(params):
+                    if name == wanted and predicate(params):
                         return params
                 seen = len(self.pushes)
                 self.arrived.clear()
@@ -106,7 +156,8 @@ class Broker:
         return records
 
     @contextlib.asynccontextmanager
-    async def connect(self) -> AsyncIterator[Client]:
+    async def connect(self, *, engine_events: bool = True) -> AsyncIterator[Client]:
+        """A client connection; it follows the engine stream unless ``engine_events`` is off."""
         reader, writer = await open_control_connection(self.address)
         client: Client
 
@@ -117,6 +168,8 @@ class Broker:
         client = Client(RpcPeer(reader, writer, name="test-client", on_notification=on_push))
         task = asyncio.create_task(client.peer.run())
         try:
+            if engine_events:
+                await client.call(methods.ENGINE_SUBSCRIBE)
             yield client
         finally:
             client.peer.close()

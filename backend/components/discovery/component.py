@@ -34,13 +34,15 @@ from backend.components.errors.registry import ErrorsRegistry
 from backend.core.clock import Clock
 from backend.core.component import Component
 from backend.core.rpc import NumberedStream
-from backend.core.tasks import TaskSet
+from backend.common.tasks import TaskSet
 from backend.protocol import errors
+from backend.protocol import types as wire
 from backend.protocol.types import (
     DiscoveredNode,
     DiscoveryEvent,
     ManualNode,
     ManualNodeAdd,
+    NodeId,
     Ports,
 )
 
@@ -63,11 +65,11 @@ class DiscoveryComponent(Component):
     def __init__(
         self,
         *,
-        node_id: str,
+        node_id: NodeId,
         ports: Ports,
         name: Callable[[], str],
         clock: Clock,
-        events: NumberedStream,
+        events: NumberedStream[DiscoveryEvent],
         errors_sink: ErrorsRegistry,
         manual_store: manual.ManualNodeStore,
         timing: DiscoveryTiming | None = None,
@@ -86,8 +88,8 @@ class DiscoveryComponent(Component):
         self._directory = Directory()
         self._manual: dict[str, ManualNode] = {}
         self._manual_loaded = False
-        self._polls: dict[str, _Poll] = {}
-        self._in_flight: set[str] = set()
+        self._polls: dict[NodeId, _Poll] = {}
+        self._in_flight: set[str] = set()  # node ids and "manual <id>" keys
         self._tasks = TaskSet("discovery")
         self._session: aiohttp.ClientSession | None = None
         self._mdns: MdnsLink | None = None
@@ -273,7 +275,7 @@ class DiscoveryComponent(Component):
 
     def _spawn_fetch(
         self,
-        node_id: str,
+        node_id: NodeId,
         *,
         addresses: Sequence[str] | None = None,
         port: int | None = None,
@@ -285,7 +287,7 @@ class DiscoveryComponent(Component):
         self._tasks.spawn(self._fetch(node_id, addresses, port, source), name=f"fetch {node_id}")
 
     async def _fetch(
-        self, node_id: str, addresses: Sequence[str] | None, port: int | None, source: str | None
+        self, node_id: NodeId, addresses: Sequence[str] | None, port: int | None, source: str | None
     ) -> None:
         try:
             async with self._limit:
@@ -301,7 +303,7 @@ class DiscoveryComponent(Component):
             self._commit(FetchFailed(node_id))
 
     async def _fetch_once(
-        self, node_id: str, addresses: Sequence[str] | None, port: int | None, source: str | None
+        self, node_id: NodeId, addresses: Sequence[str] | None, port: int | None, source: str | None
     ) -> bool:
         assert self._session is not None
         is_self = node_id == self._node_id
@@ -403,14 +405,14 @@ class DiscoveryComponent(Component):
         except probe.ProbeFailed:
             return manual.NoAnswer(pair_failure)
         if node.id in self._manual:
-            self._rekey_manual(node, node.id)
+            self._rekey_manual(node, NodeId(node.id))  # an engine-only node is keyed by it
             name = node.name or f"{found.engine} on {node.address}"
             self._commit(
                 EngineFound(node.id, name, node.address, node.port, found.engine, found.models, at)
             )
         return manual.EngineAnswered(found.engine)
 
-    def _rekey_manual(self, node: ManualNode, node_id: str) -> None:
+    def _rekey_manual(self, node: ManualNode, node_id: NodeId) -> None:
         # The machine at this address changed (wiped, or PAIR replaced a bare engine).
         if node.node_id is not None and node.node_id != node_id:
             self._commit(SourceDropped(node.node_id, "manual"))
@@ -442,15 +444,14 @@ class _Stopped(Exception):
 def _wire(seq: int, change: Change) -> DiscoveryEvent:
     match change:
         case NodeJoined(node=node):
-            return DiscoveryEvent(seq=seq, event="node_joined", node_id=node.node_id, node=node)
+            return wire.NodeJoined(seq=seq, node_id=node.node_id, node=node)
         case NodeUpdated(node=node):
-            return DiscoveryEvent(seq=seq, event="node_updated", node_id=node.node_id, node=node)
+            return wire.NodeUpdated(seq=seq, node_id=node.node_id, node=node)
         case NodeLeft(node_id=node_id):
-            return DiscoveryEvent(seq=seq, event="node_left", node_id=node_id)
+            return wire.NodeLeft(seq=seq, node_id=node_id)
         case NodeTelemetryChanged():
-            return DiscoveryEvent(
+            return wire.NodeTelemetryChanged(
                 seq=seq,
-                event="node_telemetry",
                 node_id=change.node_id,
                 telemetry=change.telemetry,
                 last_seen=change.last_seen,

@@ -15,7 +15,7 @@ import msgspec
 
 from backend.core.store import Store
 from backend.protocol import errors
-from backend.protocol.types import ManualNode, ManualNodeAdd
+from backend.protocol.types import ManualNode, ManualNodeAdd, ManualNodeId
 
 FAILURES_TO_REPORT = 3
 ERROR_PREFIX = "discovery:manual-unreachable:"
@@ -48,9 +48,9 @@ class NoAnswer:
 ProbeOutcome = PairAnswered | EngineAnswered | NoAnswer
 
 
-def manual_id(address: str, port: int) -> str:
+def manual_id(address: str, port: int) -> ManualNodeId:
     """The stable id of a manual entry."""
-    return f"manual:{address.lower()}:{port}"
+    return ManualNodeId(f"manual:{address.lower()}:{port}")
 
 
 def error_id(node_id: str) -> str:
@@ -115,7 +115,7 @@ class ManualNodeStore:
         )
         return [
             ManualNode(
-                id=str(row[0]),
+                id=ManualNodeId(str(row[0])),
                 address=str(row[1]),
                 port=int(row[2]),
                 name=row[3],

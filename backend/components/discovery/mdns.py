@@ -23,7 +23,7 @@ from backend.components.discovery.records import (
     rank_addresses,
     service_properties,
 )
-from backend.core.tasks import TaskSet
+from backend.common.tasks import TaskSet
 from backend.protocol.types import Ports
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from backend.protocol.types import Ports
+from backend.protocol.types import NodeId, Ports
 
 SERVICE_TYPE = "_pair-node._tcp.local."
 TXT_VERSION = "1"
@@ -33,7 +33,7 @@ class MalformedRecord(ValueError):
 class Announcement:
     """What a peer's TXT record says about it."""
 
-    node_id: str
+    node_id: NodeId
     cluster_id: str
     addresses: tuple[str, ...]
     ports: Mapping[str, int]
@@ -67,7 +67,7 @@ def parse_properties(properties: Mapping[bytes, bytes | None]) -> Announcement:
     text = {_decode(key): _decode(value) for key, value in properties.items() if value is not None}
     if text.get("v") != TXT_VERSION:
         raise MalformedRecord(f"unsupported protocol version {text.get('v')!r}")
-    node_id = _node_id(text.get("uuid", ""))
+    node_id = NodeId(_node_id(text.get("uuid", "")))
     ports = {name: _port(key, text[key]) for key, name in PORT_KEYS.items() if key in text}
     if "node" not in ports:
         raise MalformedRecord("no node API port (ni)")

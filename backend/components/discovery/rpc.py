@@ -5,42 +5,48 @@ from __future__ import annotations
 from backend.components.discovery.component import DiscoveryComponent
 from backend.core.rpc import Dispatcher, NumberedStream
 from backend.protocol import methods
+from backend.protocol.contract import NoParams
 from backend.protocol.peer import RpcPeer
 from backend.protocol.types import (
     DiscoveredNode,
+    DiscoveryEvent,
     DiscoverySnapshot,
     ManualNode,
     ManualNodeAdd,
     ManualNodeRef,
+    Removed,
+    Unsubscribed,
 )
 
 
-def register(dispatcher: Dispatcher, discovery: DiscoveryComponent, events: NumberedStream) -> None:
+def register(
+    dispatcher: Dispatcher, discovery: DiscoveryComponent, events: NumberedStream[DiscoveryEvent]
+) -> None:
     """Route ``discovery:*``, ``node/add``, ``node/remove`` and ``nodes/list``."""
 
-    async def get_nodes(_: RpcPeer) -> list[DiscoveredNode]:
+    async def get_nodes(_: NoParams, __: RpcPeer) -> list[DiscoveredNode]:
         return discovery.nodes()
 
-    async def subscribe(peer: RpcPeer) -> DiscoverySnapshot:
+    async def subscribe(_: NoParams, peer: RpcPeer) -> DiscoverySnapshot:
         return DiscoverySnapshot(seq=events.subscribe(peer), nodes=discovery.nodes())
 
-    async def unsubscribe(peer: RpcPeer) -> dict[str, bool]:
+    async def unsubscribe(_: NoParams, peer: RpcPeer) -> Unsubscribed:
         events.unsubscribe(peer)
-        return {"subscribed": False}
+        return Unsubscribed()
 
     async def add(params: ManualNodeAdd, _: RpcPeer) -> ManualNode:
         return await discovery.add_manual(params)
 
-    async def remove(params: ManualNodeRef, _: RpcPeer) -> dict[str, bool]:
+    async def remove(params: ManualNodeRef, _: RpcPeer) -> Removed:
         await discovery.remove_manual(params.id)
-        return {"removed": True}
+        return Removed()
 
-    async def list_manual(_: RpcPeer) -> list[ManualNode]:
+    async def list_manual(_: NoParams, __: RpcPeer) -> list[ManualNode]:
         return discovery.manual_nodes()
 
-    dispatcher.add_plain(methods.DISCOVERY_GET_NODES, get_nodes)
-    dispatcher.add_plain(methods.DISCOVERY_SUBSCRIBE, subscribe)
-    dispatcher.add_plain(methods.DISCOVERY_UNSUBSCRIBE, unsubscribe)
-    dispatcher.add(methods.NODE_ADD, add, ManualNodeAdd)
-    dispatcher.add(methods.NODE_REMOVE, remove, ManualNodeRef)
-    dispatcher.add_plain(methods.NODES_LIST, list_manual)
+    dispatcher.add(methods.DISCOVERY_GET_NODES, get_nodes)
+    dispatcher.add(methods.DISCOVERY_SUBSCRIBE, subscribe)
+    dispatcher.add(methods.DISCOVERY_UNSUBSCRIBE, unsubscribe)
+    dispatcher.add(methods.NODE_ADD, add)
+    dispatcher.add(methods.NODE_REMOVE, remove)
+    dispatcher.add(methods.NODES_LIST, list_manual)

@@ -17,7 +17,9 @@ import msgspec
 
 from backend.protocol.types import (
     DiscoveredNode,
+    ManualNodeId,
     NodeEngineModels,
+    NodeId,
     NodeInfo,
     NodeSource,
     NodeTelemetry,
@@ -48,7 +50,7 @@ class Entry:
 class Directory:
     """Every known node by id, and how many scans in a row lost them all."""
 
-    entries: Mapping[str, Entry] = field(default_factory=dict)
+    entries: Mapping[NodeId, Entry] = field(default_factory=dict)
     mass_loss_scans: int = 0
 
     def nodes(self) -> list[DiscoveredNode]:
@@ -66,7 +68,7 @@ class Directory:
 class Announced:
     """mDNS announced (or re-announced) a PAIR node."""
 
-    node_id: str
+    node_id: NodeId
     addresses: tuple[str, ...]
     ports: Mapping[str, int]
     at: float
@@ -84,7 +86,7 @@ class InfoFetched:
     address: str
     at: float
     source: NodeSource | None = None
-    manual_id: str | None = None
+    manual_id: ManualNodeId | None = None
     addresses: tuple[str, ...] | None = None
 
 
@@ -92,7 +94,7 @@ class InfoFetched:
 class EngineFound:
     """A manual address answered as a bare engine (no PAIR there)."""
 
-    manual_id: str
+    manual_id: ManualNodeId
     name: str
     address: str
     port: int
@@ -105,14 +107,14 @@ class EngineFound:
 class FetchFailed:
     """A node did not answer as itself (its telemetry poll or manual probe failed)."""
 
-    node_id: str
+    node_id: NodeId
 
 
 @dataclass(frozen=True, slots=True)
 class SourceDropped:
     """A way of knowing a node ended (a manual node removed)."""
 
-    node_id: str
+    node_id: NodeId
     source: NodeSource
 
 
@@ -145,14 +147,14 @@ class NodeUpdated:
 class NodeLeft:
     """A node left the list."""
 
-    node_id: str
+    node_id: NodeId
 
 
 @dataclass(frozen=True, slots=True)
 class NodeTelemetryChanged:
     """Only telemetry or ``last_seen`` changed."""
 
-    node_id: str
+    node_id: NodeId
     telemetry: NodeTelemetry | None
     last_seen: float | None
 
@@ -179,7 +181,7 @@ def apply(
             return _source_dropped(directory, event)
 
 
-def due_for_probe(directory: Directory, policy: EvictionPolicy) -> list[str]:
+def due_for_probe(directory: Directory, policy: EvictionPolicy) -> list[NodeId]:
     """mDNS nodes that have missed enough scans to be probed on this one."""
     return sorted(
         node_id
@@ -282,9 +284,9 @@ def _info_fetched(directory: Directory, event: InfoFetched) -> tuple[Directory, 
 
 
 def _engine_found(directory: Directory, event: EngineFound) -> tuple[Directory, list[Change]]:
-    entry = directory.entries.get(event.manual_id)
+    entry = directory.entries.get(NodeId(event.manual_id))
     node = DiscoveredNode(
-        node_id=event.manual_id,
+        node_id=NodeId(event.manual_id),
         name=event.name,
         kind="engine",
         sources=["manual"],

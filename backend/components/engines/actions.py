@@ -18,7 +18,7 @@ from backend.components.engines.http import engine_error_text, request_json
 from backend.components.engines.manifest import Action, HttpAction, ResultSpec
 from backend.components.engines.templating import expand, expand_all, expand_json
 from backend.protocol import errors
-from backend.protocol.types import PullProgress
+from backend.protocol.types import EngineActionResult, EngineName, PullProgress
 
 if TYPE_CHECKING:
     from backend.components.engines.controller import EngineController
@@ -41,7 +41,7 @@ def action_of(engine: EngineController, name: str) -> Action:
 
 async def run_action(
     engine: EngineController, name: str, model: str | None, progress: ProgressSink
-) -> Any:
+) -> EngineActionResult:
     """Run ``name``; model actions need ``model``; the engine must be running."""
     action = action_of(engine, name)
     if name in MODEL_ACTIONS and not (model and model.strip()):
@@ -128,7 +128,7 @@ async def _run_http(
     values: dict[str, str],
     model: str,
     progress: ProgressSink,
-) -> Any:
+) -> EngineActionResult:
     http = action.http
     assert http is not None
     body = expand_json(http.body, values) if http.body is not None else None
@@ -138,15 +138,15 @@ async def _run_http(
         return await poll_lmstudio_download(engine, http, body, model, progress)
     document = await request_json(engine, http.method, http.path, body, timeout=http.timeout_s)
     if action.result is not None:
-        return pick_names(document, action.result)
+        return EngineActionResult(ok=True, names=pick_names(document, action.result))
     if action.restart_after:
         await engine.restart()
-    return {"ok": True}
+    return EngineActionResult(ok=True)
 
 
 async def _stream_ollama_progress(
     engine: EngineController, http: HttpAction, body: Any, model: str, progress: ProgressSink
-) -> Any:
+) -> EngineActionResult:
     url = engine.base_url() + http.path
     report = _Reporter(engine.name, model, progress)
     try:
@@ -160,13 +160,13 @@ async def _stream_ollama_progress(
         report.fail(f"{engine.manifest.display_name} stopped answering: {exc}")
     if not report.finished:
         report.fail("the engine ended the stream without reporting success")
-    return {"ok": True}
+    return EngineActionResult(ok=True)
 
 
 class _Reporter:
     """Turns an Ollama pull stream into progress pushes with exactly one terminal push."""
 
-    def __init__(self, engine: str, model: str, sink: ProgressSink) -> None:
+    def __init__(self, engine: EngineName, model: str, sink: ProgressSink) -> None:
         self._engine, self._model, self._sink = engine, model, sink
         self.finished = False
 
@@ -214,7 +214,7 @@ async def _run_cmd(
     values: dict[str, str],
     model: str,
     progress: ProgressSink,
-) -> Any:
+) -> EngineActionResult:
     assert action.cmd is not None
     result = await run_command(
         expand_all(action.cmd, values), timeout=action.timeout_s, output=engine.output
@@ -248,10 +248,12 @@ async def _run_cmd(
         )
     if action.restart_after:
         await engine.restart()
-    return {"ok": True}
+    return EngineActionResult(ok=True)
 
 
-async def _remove(engine: EngineController, action: Action, values: dict[str, str]) -> Any:
+async def _remove(
+    engine: EngineController, action: Action, values: dict[str, str]
+) -> EngineActionResult:
     assert action.remove_path is not None
     target = expand(action.remove_path, values)
     await asyncio.to_thread(_delete_inside, values["models_dir"], target, values["model"])
@@ -259,7 +261,7 @@ async def _remove(engine: EngineController, action: Action, values: dict[str, st
     if action.restart_after:
         await engine.restart()
         restarted = True
-    return {"ok": True, "restarted": restarted}
+    return EngineActionResult(ok=True, restarted=restarted)
 
 
 def _delete_inside(models_dir_text: str, target_text: str, model: str) -> None:
@@ -278,7 +280,7 @@ def _delete_inside(models_dir_text: str, target_text: str, model: str) -> None:
 
 async def poll_lmstudio_download(
     engine: EngineController, http: HttpAction, body: Any, model: str, progress: ProgressSink
-) -> Any:
+) -> EngineActionResult:
     """LM Studio downloads are jobs: start one, then poll its status until it ends."""
     job = await request_json(engine, http.method, http.path, body, timeout=60)
     if not isinstance(job, dict):
@@ -292,7 +294,7 @@ async def poll_lmstudio_download(
                         engine=engine.name, model=model, stage=status, percent=100.0, done=True
                     )
                 )
-                return {"ok": True}
+                return EngineActionResult(ok=True)
             if status == "failed" or "job_id" not in job:
                 message = f"LM Studio reports the download as {status}"
                 progress(
@@ -308,7 +310,7 @@ async def poll_lmstudio_download(
             )
 
 
-def _download_progress(engine: str, model: str, job: dict[str, Any]) -> PullProgress:
+def _download_progress(engine: EngineName, model: str, job: dict[str, Any]) -> PullProgress:
     total, done = job.get("total_size_bytes"), job.get("downloaded_bytes")
     measured = isinstance(total, int) and total > 0 and isinstance(done, int)
     return PullProgress(

@@ -6,9 +6,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 
@@ -29,20 +27,35 @@ from backend.components.engines.process import reap_orphan
 from backend.components.engines.slots import loaded_instance_slots
 from backend.core.clock import Clock
 from backend.core.component import Component
-from backend.core.files import write_private_atomic
+from backend.common.files import write_private_atomic
+from backend.core.rpc import NumberedStream
 from backend.core.supervisor import ErrorSink
 from backend.protocol import errors
-from backend.protocol.types import EngineModels, EngineStatus, InstallProgress, PullProgress
+from backend.protocol.types import (
+    EngineActionName,
+    EngineActionResult,
+    EngineEvent,
+    EngineModels,
+    EngineModelsChanged,
+    EnginesSnapshot,
+    EngineStateChanged,
+    EngineStatus,
+    InstallProgress,
+    InstallProgressed,
+    PullProgress,
+    PullProgressed,
+)
 
 log = logging.getLogger(__name__)
 
 WATCH_INTERVAL_S = 5.0
 INVENTORY_DEADLINE_S = 5.0
-Push = Callable[[str, Any], None]
+NO_MODELS = EngineModels(models=[], by_engine={}, loaded_by_engine={}, slots_by_engine={})
 
 
 class EnginesComponent(Component):
-    """Owns the engine controllers, their shared HTTP session and the loaded-model watcher."""
+    """Owns the engine controllers, their shared HTTP session and the loaded-model watcher;
+    publishes every change as a numbered ``engine:event`` and keeps what a snapshot needs."""
 
     ready_on_start = False
 
@@ -53,7 +66,7 @@ class EnginesComponent(Component):
         ledger: EngineLedger,
         errors_sink: ErrorSink,
         clock: Clock,
-        push: Push,
+        events: NumberedStream[EngineEvent],
         watch_interval: float = WATCH_INTERVAL_S,
     ) -> None:
         super().__init__("engines")
@@ -61,7 +74,10 @@ class EnginesComponent(Component):
         self._ledger = ledger
         self._errors = errors_sink
         self._clock = clock
-        self._push = push
+        self._events = events
+        self._last_models = NO_MODELS
+        self._pulls: dict[tuple[str, str], PullProgress] = {}  # (engine, model): in progress
+        self._installs: dict[str, InstallProgress] = {}
         self._watch_interval = watch_interval
         self.controllers: dict[str, EngineController] = {}
         self._loaded: dict[str, list[str]] = {}
@@ -195,7 +211,19 @@ class EnginesComponent(Component):
         await asyncio.to_thread(write_private_atomic, path, json.dumps(override, indent=2).encode())
         return status
 
-    async def run_action(self, name: str, action: str, model: str | None) -> Any:
+    def snapshot(self, seq: int) -> EnginesSnapshot:
+        """What a subscriber starts from at ``seq``: no engine is asked."""
+        return EnginesSnapshot(
+            seq=seq,
+            engines=self.statuses(),
+            models=self._last_models,
+            pulls=list(self._pulls.values()),
+            installs=list(self._installs.values()),
+        )
+
+    async def run_action(
+        self, name: str, action: EngineActionName, model: str | None
+    ) -> EngineActionResult:
         """``engine:action``; pull progress is pushed as it comes."""
         controller = self.controller(name)
         result = await actions.run_action(controller, action, model, self._on_pull_progress)
@@ -220,13 +248,14 @@ class EnginesComponent(Component):
         loaded = {c.name: self._loaded.get(c.name, []) for c in running}
         slots = {c.name: await self._slots_per_model(c, loaded[c.name]) for c in running}
         union = sorted({model for names in by_engine.values() for model in names})
-        return EngineModels(
+        self._last_models = EngineModels(
             models=union,
             by_engine=by_engine,
             loaded_by_engine=loaded,
             slots_by_engine=slots,
             sizes_by_engine=sizes,
         )
+        return self._last_models
 
     async def _slots_per_model(
         self, controller: EngineController, loaded: list[str]
@@ -273,19 +302,28 @@ class EnginesComponent(Component):
                     self._listed[controller.name] = await self._listing(controller)
                 except errors.RpcError as exc:
                     log.debug("keeping the last model list of %s: %s", controller.name, exc)
-            self._push("engine:models-changed", await self._models_shape(running))
+            models = await self._models_shape(running)
+            self._events.publish(lambda seq: EngineModelsChanged(seq=seq, models=models))
 
     def _on_engine_change(self, status: EngineStatus) -> None:
         if status.state == "running":
             self._recheck.set()
-        self._push("engine:state-changed", status)
+        self._events.publish(lambda seq: EngineStateChanged(seq=seq, status=status))
 
     def on_install_progress(self, progress: InstallProgress) -> None:
-        """Push ``engine:install-progress``."""
-        self._push("engine:install-progress", progress)
+        """Publish install progress; the install stays in snapshots until its last step."""
+        if progress.done:
+            self._installs.pop(progress.engine, None)
+        else:
+            self._installs[progress.engine] = progress
+        self._events.publish(lambda seq: InstallProgressed(seq=seq, progress=progress))
 
     def _on_pull_progress(self, progress: PullProgress) -> None:
-        self._push("engine:pull-progress", progress)
+        if progress.done:
+            self._pulls.pop((progress.engine, progress.model), None)
+        else:
+            self._pulls[(progress.engine, progress.model)] = progress
+        self._events.publish(lambda seq: PullProgressed(seq=seq, progress=progress))
 
 
 def _names_of(listing: actions.ModelListing | None) -> list[str] | None:

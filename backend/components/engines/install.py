@@ -21,7 +21,7 @@ from backend.components.engines.manifest import InstallSpec, Manifest
 from backend.components.engines.process import EngineLog
 from backend.components.engines.templating import expand_all
 from backend.protocol import errors
-from backend.protocol.types import InstallProgress
+from backend.protocol.types import EngineName, InstallProgress
 
 ProgressSink = Callable[[InstallProgress], None]
 CHUNK = 256 * 1024
@@ -43,7 +43,7 @@ async def install(
             f"{manifest.display_name} has no installer PAIR can run on this computer; "
             "install it from its website, then PAIR will find it"
         )
-    report = _Reporter(manifest.engine, progress)
+    report = _Reporter(EngineName(manifest.engine), progress)
     try:
         download = None
         if spec.url is not None:
@@ -140,7 +140,7 @@ def _unpack(archive: Path, kind: str, install_dir: Path) -> None:
 
 
 class _Reporter:
-    def __init__(self, engine: str, sink: ProgressSink) -> None:
+    def __init__(self, engine: EngineName, sink: ProgressSink) -> None:
         self._engine, self._sink = engine, sink
         self._last: tuple[str, int | None] | None = None
 

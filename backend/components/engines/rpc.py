@@ -2,35 +2,49 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from backend.components.engines.component import EnginesComponent
-from backend.core.rpc import Dispatcher
+from backend.core.rpc import Dispatcher, NumberedStream
 from backend.protocol import methods
+from backend.protocol.contract import NoParams
 from backend.protocol.peer import RpcPeer
 from backend.protocol.types import (
     EngineActionParams,
+    EngineActionResult,
+    EngineEvent,
     EngineLogs,
+    EngineLogsQuery,
     EngineModels,
-    EngineQuery,
     EngineRef,
     EngineSetPort,
+    EnginesSnapshot,
     EngineStatus,
+    Ok,
+    Unsubscribed,
 )
 
 
-def register(dispatcher: Dispatcher, engines: EnginesComponent) -> None:
+def register(
+    dispatcher: Dispatcher, engines: EnginesComponent, events: NumberedStream[EngineEvent]
+) -> None:
     """Route ``engine:*``."""
 
-    async def get_installed(_: RpcPeer) -> list[EngineStatus]:
+    async def get_installed(_: NoParams, __: RpcPeer) -> list[EngineStatus]:
         for controller in engines.controllers.values():
             await controller.detect()
         return [status for status in engines.statuses() if status.installed]
 
-    async def status(params: EngineQuery, _: RpcPeer) -> EngineStatus | list[EngineStatus]:
-        if params.engine is not None:
-            return engines.controller(params.engine).status()
+    async def list_all(_: NoParams, __: RpcPeer) -> list[EngineStatus]:
         return engines.statuses()
+
+    async def status(params: EngineRef, _: RpcPeer) -> EngineStatus:
+        return engines.controller(params.engine).status()
+
+    async def subscribe(_: NoParams, peer: RpcPeer) -> EnginesSnapshot:
+        return engines.snapshot(events.subscribe(peer))
+
+    async def unsubscribe(_: NoParams, peer: RpcPeer) -> Unsubscribed:
+        events.unsubscribe(peer)
+        return Unsubscribed()
 
     async def start(params: EngineRef, _: RpcPeer) -> EngineStatus:
         return await engines.controller(params.engine).start()
@@ -51,29 +65,32 @@ def register(dispatcher: Dispatcher, engines: EnginesComponent) -> None:
     async def set_port(params: EngineSetPort, _: RpcPeer) -> EngineStatus:
         return await engines.set_port(params.engine, params.port)
 
-    async def action(params: EngineActionParams, _: RpcPeer) -> Any:
+    async def action(params: EngineActionParams, _: RpcPeer) -> EngineActionResult:
         return await engines.run_action(params.engine, params.action, params.model)
 
-    async def models(_: RpcPeer) -> EngineModels:
+    async def models(_: NoParams, __: RpcPeer) -> EngineModels:
         return await engines.models()
 
-    async def logs(params: EngineQuery, _: RpcPeer) -> EngineLogs:
-        controller = engines.controller(params.engine or "")
+    async def logs(params: EngineLogsQuery, _: RpcPeer) -> EngineLogs:
+        controller = engines.controller(params.engine)
         return EngineLogs(engine=controller.name, lines=controller.output.tail(params.lines))
 
-    async def prepare_shutdown(_: RpcPeer) -> dict[str, bool]:
+    async def prepare_shutdown(_: NoParams, __: RpcPeer) -> Ok:
         await engines.prepare_shutdown()
-        return {"ok": True}
+        return Ok()
 
-    dispatcher.add_plain(methods.ENGINE_GET_INSTALLED, get_installed)
-    dispatcher.add(methods.ENGINE_STATUS, status, EngineQuery)
-    dispatcher.add(methods.ENGINE_START, start, EngineRef)
-    dispatcher.add(methods.ENGINE_STOP, stop, EngineRef)
-    dispatcher.add(methods.ENGINE_RESTART, restart, EngineRef)
-    dispatcher.add(methods.ENGINE_INSTALL, install, EngineRef)
-    dispatcher.add(methods.ENGINE_UNINSTALL, uninstall, EngineRef)
-    dispatcher.add(methods.ENGINE_SET_PORT, set_port, EngineSetPort)
-    dispatcher.add(methods.ENGINE_ACTION, action, EngineActionParams)
-    dispatcher.add_plain(methods.ENGINE_MODELS, models)
-    dispatcher.add(methods.ENGINE_LOGS, logs, EngineQuery)
-    dispatcher.add_plain(methods.ENGINE_PREPARE_SHUTDOWN, prepare_shutdown)
+    dispatcher.add(methods.ENGINE_GET_INSTALLED, get_installed)
+    dispatcher.add(methods.ENGINE_LIST, list_all)
+    dispatcher.add(methods.ENGINE_STATUS, status)
+    dispatcher.add(methods.ENGINE_SUBSCRIBE, subscribe)
+    dispatcher.add(methods.ENGINE_UNSUBSCRIBE, unsubscribe)
+    dispatcher.add(methods.ENGINE_START, start)
+    dispatcher.add(methods.ENGINE_STOP, stop)
+    dispatcher.add(methods.ENGINE_RESTART, restart)
+    dispatcher.add(methods.ENGINE_INSTALL, install)
+    dispatcher.add(methods.ENGINE_UNINSTALL, uninstall)
+    dispatcher.add(methods.ENGINE_SET_PORT, set_port)
+    dispatcher.add(methods.ENGINE_ACTION, action)
+    dispatcher.add(methods.ENGINE_MODELS, models)
+    dispatcher.add(methods.ENGINE_LOGS, logs)
+    dispatcher.add(methods.ENGINE_PREPARE_SHUTDOWN, prepare_shutdown)

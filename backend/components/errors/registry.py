@@ -7,14 +7,21 @@ from collections.abc import Callable
 from backend.components.errors import state as error_state
 from backend.core.clock import Clock
 from backend.protocol import errors
-from backend.protocol.types import ErrorAction, ErrorClear, ErrorReport, ServiceError, Severity
+from backend.protocol.types import (
+    ErrorAction,
+    ErrorClear,
+    ErrorReport,
+    NodeId,
+    ServiceError,
+    Severity,
+)
 
 
 class ErrorsRegistry:
     """In-memory registry keyed by (node, id). Producers re-raise after a restart, so no disk."""
 
     def __init__(
-        self, *, node_id: str, clock: Clock, on_update: Callable[[list[ServiceError]], None]
+        self, *, node_id: NodeId, clock: Clock, on_update: Callable[[list[ServiceError]], None]
     ) -> None:
         self._node_id = node_id
         self._clock = clock

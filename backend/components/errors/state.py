@@ -6,14 +6,14 @@ from collections.abc import Mapping
 
 import msgspec
 
-from backend.protocol.types import ErrorReport, ServiceError
+from backend.protocol.types import ErrorReport, NodeId, ServiceError
 
-ErrorKey = tuple[str, str]  # (node_id, id)
+ErrorKey = tuple[NodeId, str]  # (node_id, id)
 ErrorState = Mapping[ErrorKey, ServiceError]
 
 
 def apply_report(
-    state: ErrorState, report: ErrorReport, *, local_node: str, now: float
+    state: ErrorState, report: ErrorReport, *, local_node: NodeId, now: float
 ) -> dict[ErrorKey, ServiceError] | None:
     """The state after ``report``, or None when nothing visible changes.
 
@@ -42,7 +42,7 @@ def apply_report(
 
 
 def apply_clear(
-    state: ErrorState, node_id: str, error_id: str
+    state: ErrorState, node_id: NodeId, error_id: str
 ) -> dict[ErrorKey, ServiceError] | None:
     """The state without that entry, or None when it was not there."""
     key = (node_id, error_id)

@@ -34,6 +34,7 @@ from backend.components.identity.fingerprint import (
 from backend.core.clock import Clock
 from backend.core.store import Store
 from backend.core.supervisor import ErrorSink
+from backend.protocol.types import NodeId
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ HoldsNode = Callable[[Path, str], bool]
 class RecordedIdentity:
     """The identity the data dir holds; ``fingerprint`` is None if written before fingerprints."""
 
-    node_id: str
+    node_id: NodeId
     fingerprint: Fingerprint | None
     created_at: float | None
 
@@ -64,7 +65,7 @@ class RecordedIdentity:
 class NodeIdentity:
     """Who this node is after start-up, how that was decided, and the identity it replaced."""
 
-    node_id: str
+    node_id: NodeId
     verdict: Verdict
     replaced: RecordedIdentity | None = None
 
@@ -104,7 +105,7 @@ async def load_identity(
     verdict = await asyncio.to_thread(judge, recorded, current, holds)
     now = clock.wall()
     if recorded is None or verdict.startswith("copied"):
-        identity = NodeIdentity(str(uuid.uuid4()), verdict, replaced=recorded)
+        identity = NodeIdentity(NodeId(str(uuid.uuid4())), verdict, replaced=recorded)
         if recorded is not None:
             await _retire(store, recorded, verdict, identity.node_id, now)
         await _write(store, identity.node_id, current, now)
@@ -145,16 +146,16 @@ async def _read(store: Store) -> RecordedIdentity | None:
     if not node_id:
         return None
     if "node_data_dir" not in values:
-        return RecordedIdentity(node_id, None, None)
+        return RecordedIdentity(NodeId(node_id), None, None)
     fingerprint = Fingerprint(values.get("node_machine", ""), values["node_data_dir"])
     try:
         created_at: float | None = float(values.get("node_created_at", ""))
     except ValueError:
         created_at = None
-    return RecordedIdentity(node_id, fingerprint, created_at)
+    return RecordedIdentity(NodeId(node_id), fingerprint, created_at)
 
 
-async def _write(store: Store, node_id: str, where: Fingerprint, created_at: float) -> None:
+async def _write(store: Store, node_id: NodeId, where: Fingerprint, created_at: float) -> None:
     # One statement, so the id and its fingerprint change together or not at all.
     await store.execute(
         "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?), (?, ?), (?, ?), (?, ?)",

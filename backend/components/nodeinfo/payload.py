@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from backend.components.nodeinfo.host import read_os
 from backend.components.nodeinfo.telemetry import TelemetryView
-from backend.protocol.types import NodeEngineModels, NodeInfo, NodeOs, Ports
+from backend.protocol.types import NodeEngineModels, NodeId, NodeInfo, NodeOs, Ports
 
 if TYPE_CHECKING:
     from backend.components.engines.component import EnginesComponent
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 class NodeInfoSource:
     """Builds the node-info payload from the node's identity, settings, telemetry and engines."""
 
-    node_id: str
+    node_id: NodeId
     version: str
     ports: Callable[[], Ports]
     name: Callable[[], str]

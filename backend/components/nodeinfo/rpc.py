@@ -5,6 +5,7 @@ from __future__ import annotations
 from backend.components.nodeinfo.payload import NodeInfoSource
 from backend.core.rpc import Dispatcher
 from backend.protocol import methods
+from backend.protocol.contract import NoParams
 from backend.protocol.peer import RpcPeer
 from backend.protocol.types import NodeInfo
 
@@ -12,7 +13,7 @@ from backend.protocol.types import NodeInfo
 def register(dispatcher: Dispatcher, source: NodeInfoSource) -> None:
     """Route ``nodeinfo:get``."""
 
-    async def get(_: RpcPeer) -> NodeInfo:
+    async def get(_: NoParams, __: RpcPeer) -> NodeInfo:
         return source.describe()
 
-    dispatcher.add_plain(methods.NODEINFO_GET, get)
+    dispatcher.add(methods.NODEINFO_GET, get)

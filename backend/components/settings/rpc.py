@@ -5,6 +5,7 @@ from __future__ import annotations
 from backend.components.settings.service import SettingsService
 from backend.core.rpc import Dispatcher
 from backend.protocol import methods
+from backend.protocol.contract import NoParams
 from backend.protocol.peer import RpcPeer
 from backend.protocol.types import LogLevelParams, SettingsSnapshot, SettingsUpdate
 
@@ -12,7 +13,7 @@ from backend.protocol.types import LogLevelParams, SettingsSnapshot, SettingsUpd
 def register(dispatcher: Dispatcher, settings: SettingsService) -> None:
     """Route ``settings/*`` and ``log/set-level`` (a setting applied at once)."""
 
-    async def get(_: RpcPeer) -> SettingsSnapshot:
+    async def get(_: NoParams, __: RpcPeer) -> SettingsSnapshot:
         return settings.snapshot()
 
     async def set_values(params: SettingsUpdate, _: RpcPeer) -> SettingsSnapshot:
@@ -22,6 +23,6 @@ def register(dispatcher: Dispatcher, settings: SettingsService) -> None:
         settings.update({"log_level": params.level})
         return params
 
-    dispatcher.add_plain(methods.SETTINGS_GET, get)
-    dispatcher.add(methods.SETTINGS_SET, set_values, SettingsUpdate)
-    dispatcher.add(methods.LOG_SET_LEVEL, set_log_level, LogLevelParams)
+    dispatcher.add(methods.SETTINGS_GET, get)
+    dispatcher.add(methods.SETTINGS_SET, set_values)
+    dispatcher.add(methods.LOG_SET_LEVEL, set_log_level)

@@ -28,7 +28,14 @@ from backend.core.clock import Clock
 from backend.core.component import Component
 from backend.core.rpc import NumberedStream
 from backend.protocol import errors
-from backend.protocol.types import JobEvent, Workload, WorkloadsEvent
+from backend.protocol.types import (
+    JobEvent,
+    JobKey,
+    Workload,
+    WorkloadRemoved,
+    WorkloadsEvent,
+    WorkloadUpserted,
+)
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +62,7 @@ class WorkloadsComponent(Component):
         store: WorkloadStore,
         clock: Clock,
         node_id: str,
-        events: NumberedStream,
+        events: NumberedStream[WorkloadsEvent],
         write_interval: float = WRITE_INTERVAL_S,
         gap_timeout: float = GAP_TIMEOUT_S,
     ) -> None:
@@ -260,7 +267,7 @@ class WorkloadsComponent(Component):
             self._forget(job.id)
         self._trim_forgotten()
 
-    def _forget(self, key: str) -> None:
+    def _forget(self, key: JobKey) -> None:
         del self._jobs[key]
         self._dirty.pop(key, None)
         self._deleted.add(key)
@@ -354,8 +361,8 @@ def _age(job: Job) -> tuple[float, str]:
 
 
 def _upsert(job: Job, seq: int) -> WorkloadsEvent:
-    return WorkloadsEvent(seq=seq, event="upsert", key=job.id, workload=to_workload(job))
+    return WorkloadUpserted(seq=seq, key=job.id, workload=to_workload(job))
 
 
-def _remove(key: str, seq: int) -> WorkloadsEvent:
-    return WorkloadsEvent(seq=seq, event="remove", key=key)
+def _remove(key: JobKey, seq: int) -> WorkloadsEvent:
+    return WorkloadRemoved(seq=seq, key=key)

@@ -6,13 +6,22 @@ from __future__ import annotations
 from backend.components.workloads.component import WorkloadsComponent
 from backend.core.rpc import Dispatcher, NumberedStream
 from backend.protocol import errors, methods
+from backend.protocol.contract import Method, NoParams
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import WorkloadsQuery, WorkloadsSnapshot
+from backend.protocol.types import (
+    Cleared,
+    Unsubscribed,
+    WorkloadsEvent,
+    WorkloadsQuery,
+    WorkloadsSnapshot,
+)
 
 MAX_LIMIT = 1000
 
 
-def register(dispatcher: Dispatcher, workloads: WorkloadsComponent, events: NumberedStream) -> None:
+def register(
+    dispatcher: Dispatcher, workloads: WorkloadsComponent, events: NumberedStream[WorkloadsEvent]
+) -> None:
     """Route ``workloads:get-initial``, ``workloads:subscribe``, ``workloads:unsubscribe`` and
     ``workloads:clear``."""
 
@@ -24,22 +33,22 @@ def register(dispatcher: Dispatcher, workloads: WorkloadsComponent, events: Numb
         limit = _limit(methods.WORKLOADS_SUBSCRIBE, params)
         return WorkloadsSnapshot(seq=events.subscribe(peer), workloads=workloads.workloads(limit))
 
-    async def unsubscribe(peer: RpcPeer) -> dict[str, bool]:
+    async def unsubscribe(_: NoParams, peer: RpcPeer) -> Unsubscribed:
         events.unsubscribe(peer)
-        return {"subscribed": False}
+        return Unsubscribed()
 
-    async def clear(_: RpcPeer) -> dict[str, int]:
-        return {"cleared": await workloads.clear_finished()}
+    async def clear(_: NoParams, __: RpcPeer) -> Cleared:
+        return Cleared(cleared=await workloads.clear_finished())
 
-    dispatcher.add(methods.WORKLOADS_GET_INITIAL, get_initial, WorkloadsQuery)
-    dispatcher.add(methods.WORKLOADS_SUBSCRIBE, subscribe, WorkloadsQuery)
-    dispatcher.add_plain(methods.WORKLOADS_UNSUBSCRIBE, unsubscribe)
-    dispatcher.add_plain(methods.WORKLOADS_CLEAR, clear)
+    dispatcher.add(methods.WORKLOADS_GET_INITIAL, get_initial)
+    dispatcher.add(methods.WORKLOADS_SUBSCRIBE, subscribe)
+    dispatcher.add(methods.WORKLOADS_UNSUBSCRIBE, unsubscribe)
+    dispatcher.add(methods.WORKLOADS_CLEAR, clear)
 
 
-def _limit(method: str, params: WorkloadsQuery) -> int:
+def _limit(method: Method[WorkloadsQuery, WorkloadsSnapshot], params: WorkloadsQuery) -> int:
     if not 1 <= params.limit <= MAX_LIMIT:
         raise errors.InvalidParams(
-            f"Invalid params for {method}: limit must be 1-{MAX_LIMIT}, got {params.limit}"
+            f"Invalid params for {method.name}: limit must be 1-{MAX_LIMIT}, got {params.limit}"
         )
     return params.limit

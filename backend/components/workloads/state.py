@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from backend.protocol.types import EngineName, JobKey, NodeId
+
 JobState = Literal["in_flight", "running", "completed", "failed", "cancelled"]
 TERMINAL: frozenset[JobState] = frozenset({"completed", "failed", "cancelled"})
 INTERRUPTED = "interrupted: PAIR stopped"
@@ -21,15 +23,15 @@ INTERRUPTED = "interrupted: PAIR stopped"
 class Job:
     """One inference request as the Jobs list shows it."""
 
-    id: str
-    engine: str
+    id: JobKey
+    engine: EngineName
     model: str
-    origin: str
+    origin: NodeId
     created_at: float
     state: JobState = "in_flight"
     attempt: int = 0
-    target: str | None = None
-    serving: str | None = None
+    target: NodeId | None = None
+    serving: NodeId | None = None
     started_at: float | None = None
     completed_at: float | None = None
     error: str | None = None
@@ -44,7 +46,7 @@ class Submitted:
 
     seq: int
     attempt: int
-    target: str | None
+    target: NodeId | None
     at: float
 
 
@@ -54,7 +56,7 @@ class Started:
 
     seq: int
     attempt: int
-    node: str
+    node: NodeId
     at: float
 
 

@@ -7,6 +7,7 @@ from typing import Any, get_args
 
 from backend.components.workloads.state import TERMINAL, Job, JobState
 from backend.core.store import Row, Store
+from backend.protocol.types import EngineName, JobKey, NodeId
 
 DEFAULT_KEEP_FINISHED = 1000
 COLUMNS = (
@@ -106,10 +107,10 @@ def _values(job: Job, updated_at: float) -> tuple[Any, ...]:
 def _job(row: Row) -> Job:
     state: JobState = row[6] if row[6] in _STATES else "failed"
     return Job(
-        id=str(row[0]),
-        engine=str(row[1]),
+        id=JobKey(str(row[0])),
+        engine=EngineName(str(row[1])),
         model=str(row[2]),
-        origin=str(row[3]),
+        origin=NodeId(str(row[3])),
         run_id=str(row[4]),
         path=str(row[5]),
         state=state,

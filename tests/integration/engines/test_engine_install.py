@@ -92,7 +92,7 @@ async def test_install_downloads_checks_unpacks_and_the_engine_then_runs(
         status = await client.call("engine:install", {"engine": "ollama"}, timeout=60)
         assert status["installed"] is True
         assert status["binary"] == str(data_dir.resolve() / "engines" / "ollama" / "bin" / "ollama")
-        progress = [p for m, p in client.pushes if m == "engine:install-progress"]
+        progress = client.engine_events("install_progressed")
         assert progress[-1]["done"] is True and progress[-1]["stage"] == "installed"
         assert any(p["stage"] == "unpacking" and p["percent"] is None for p in progress)
         running = await client.call("engine:start", {"engine": "ollama"}, timeout=60)
@@ -126,7 +126,7 @@ async def test_offline_install_fails_with_an_actionable_error(
     async with broker.connect() as client:
         with pytest.raises(errors.Unavailable, match="check the internet connection"):
             await client.call("engine:install", {"engine": "ollama"}, timeout=60)
-        last = [p for m, p in client.pushes if m == "engine:install-progress"][-1]
+        last = client.engine_events("install_progressed")[-1]
         assert last["stage"] == "error" and last["done"] is True
 
 

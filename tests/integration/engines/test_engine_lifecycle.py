@@ -37,8 +37,8 @@ async def _status(client: Client, engine: str = "ollama") -> dict[str, Any]:
 async def _wait_status(
     client: Client, predicate: Callable[[dict[str, Any]], bool], timeout: float = 30
 ) -> dict[str, Any]:
-    return await client.wait_push(  # type: ignore[no-any-return]
-        "engine:state-changed", lambda s: s["engine"] == "ollama" and predicate(s), timeout
+    return await client.wait_engine_event(  # type: ignore[no-any-return]
+        "state_changed", lambda s: s["engine"] == "ollama" and predicate(s), timeout
     )
 
 

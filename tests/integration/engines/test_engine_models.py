@@ -22,7 +22,8 @@ StartBroker = Callable[..., Broker]
 
 async def _action(client: Client, engine: str, action: str, model: str | None = None) -> Any:
     params = {"engine": engine, "action": action, "model": model}
-    return await client.call("engine:action", params, timeout=120)
+    result = await client.call("engine:action", params, timeout=120)
+    return result["names"] if "names" in result else result  # the list actions answer names
 
 
 async def test_ollama_emulator_pull_load_unload_delete_through_the_broker(
@@ -36,7 +37,7 @@ async def test_ollama_emulator_pull_load_unload_delete_through_the_broker(
         await client.call("engine:start", {"engine": "ollama"}, timeout=60)
         assert "tinyllama:latest" in await _action(client, "ollama", "list_models")
         await _action(client, "ollama", "pull_model", "phi3:mini")
-        pushes = [p for m, p in client.pushes if m == "engine:pull-progress"]
+        pushes = client.engine_events("pull_progressed")
         terminal = [p for p in pushes if p["done"]]
         assert len(terminal) == 1 and terminal[0]["stage"] == "success"
         measured = [p["percent"] for p in pushes if p["percent"] is not None and not p["done"]]
@@ -66,7 +67,7 @@ async def test_a_pull_that_fails_ends_with_one_terminal_error(
         await client.call("engine:start", {"engine": "ollama"}, timeout=60)
         with pytest.raises(errors.InternalError, match="pull of no-such/model failed"):
             await _action(client, "ollama", "pull_model", "no-such/model")
-        pushes = [p for m, p in client.pushes if m == "engine:pull-progress"]
+        pushes = client.engine_events("pull_progressed")
         assert [p["stage"] for p in pushes if p["done"]] == ["error"]
         await client.call("engine:stop", {"engine": "ollama"}, timeout=30)
 
@@ -84,8 +85,8 @@ async def test_the_watcher_notices_a_model_loaded_outside_pair(
                 json={"model": "tinyllama:latest", "prompt": ""},
             )
             assert answer.status_code == 200
-        changed = await client.wait_push(
-            "engine:models-changed",
+        changed = await client.wait_engine_event(
+            "models_changed",
             lambda m: m["loaded_by_engine"].get("ollama") == ["tinyllama:latest"],
             timeout=15,
         )
@@ -111,8 +112,8 @@ async def test_engine_models_and_its_push_carry_the_sizes_ollama_lists(
             json={"model": "qwen2:0.5b", "prompt": ""},
         )
         assert answer.status_code == 200
-        changed = await client.wait_push(
-            "engine:models-changed",
+        changed = await client.wait_engine_event(
+            "models_changed",
             lambda m: m["loaded_by_engine"].get("ollama") == ["qwen2:0.5b"],
             timeout=15,
         )
@@ -161,7 +162,7 @@ async def test_lmstudio_command_mode_start_models_slots_delete_restart_stop(
         assert models["slots_by_engine"]["lmstudio"] == {model: 4}, "LM Studio's default parallel"
         assert models["sizes_by_engine"]["lmstudio"][model] > 0, "from size_bytes"
         await _action(client, "lmstudio", "pull_model", "qwen/qwen3-4b")
-        pulled = [p for m, p in client.pushes if m == "engine:pull-progress" and p["done"]]
+        pulled = [p for p in client.engine_events("pull_progressed") if p["done"]]
         assert pulled[-1]["error"] is None
         (models_dir / "publisher" / "doomed").mkdir(parents=True)
         (models_dir / "publisher" / "doomed" / "w.gguf").write_bytes(b"x")
@@ -188,14 +189,14 @@ async def test_an_engine_crash_during_a_pull_fails_the_pull_once_and_the_engine_
     async with broker.connect() as client:
         pid = (await client.call("engine:start", {"engine": "ollama"}, timeout=60))["pid"]
         pull = asyncio.create_task(_action(client, "ollama", "pull_model", "phi3:mini"))
-        await client.wait_push("engine:pull-progress", lambda p: p["percent"] is not None)
+        await client.wait_engine_event("pull_progressed", lambda p: p["percent"] is not None)
         os.kill(pid, signal.SIGKILL)
         with pytest.raises(errors.InternalError, match="pull of phi3:mini failed"):
             await pull
-        terminal = [p for m, p in client.pushes if m == "engine:pull-progress" and p["done"]]
+        terminal = [p for p in client.engine_events("pull_progressed") if p["done"]]
         assert len(terminal) == 1 and terminal[0]["stage"] == "error"
-        await client.wait_push(
-            "engine:state-changed",
+        await client.wait_engine_event(
+            "state_changed",
             lambda s: s["engine"] == "ollama" and s["state"] == "running" and s["pid"] != pid,
             timeout=30,
         )

@@ -46,8 +46,8 @@ def _alive(pid: int) -> bool:
 async def _running_again(
     client: Client, old_pid: int, since: int, timeout: float = 60
 ) -> dict[str, Any]:
-    return await client.wait_push(  # type: ignore[no-any-return]
-        "engine:state-changed",
+    return await client.wait_engine_event(  # type: ignore[no-any-return]
+        "state_changed",
         lambda s: s["engine"] == "llamacpp" and s["state"] == "running" and s["pid"] != old_pid,
         timeout,
         since,

@@ -3,7 +3,7 @@ snapshot it was given, whatever order they arrive in."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 import pytest
@@ -11,7 +11,14 @@ import pytest
 from backend.cli.jobs_command import HEADER, JobsFollower, format_job, format_jobs
 from backend.cli.main import build_parser
 from backend.protocol import methods
-from backend.protocol.types import Workload, WorkloadsEvent, WorkloadsSnapshot
+from backend.protocol.types import (
+    JobKey,
+    Workload,
+    WorkloadRemoved,
+    WorkloadsEvent,
+    WorkloadsSnapshot,
+    WorkloadUpserted,
+)
 
 NOW = 10_000.0
 ORIGIN = "0f3c2a9e-1111-4222-8333-944455556666"
@@ -122,14 +129,17 @@ def test_follow_prints_the_snapshot_oldest_first_then_only_later_events() -> Non
     older = _workload(key="k1", model="llama", created_at=NOW - 50)
 
     def push(seq: int, workload: Workload | None) -> None:
-        event: Literal["upsert", "remove"] = "remove" if workload is None else "upsert"
-        params = WorkloadsEvent(seq=seq, event=event, key="k", workload=workload)
-        follower.on_push(methods.WORKLOADS_EVENT, msgspec.to_builtins(params))
+        params: WorkloadsEvent = (
+            WorkloadRemoved(seq=seq, key=JobKey("k"))
+            if workload is None
+            else WorkloadUpserted(seq=seq, key=JobKey("k"), workload=workload)
+        )
+        follower.on_push(methods.WORKLOADS_EVENT.name, msgspec.to_builtins(params))
 
     push(7, _workload(key="k3", model="early"))  # came before the snapshot's answer
     push(6, _workload(key="k2", model="stale"))  # already in the snapshot
-    follower.on_push(methods.ERRORS_UPDATE, [])
-    follower.start(msgspec.to_builtins(WorkloadsSnapshot(seq=6, workloads=[newer, older])))
+    follower.on_push(methods.ERRORS_UPDATE.name, [])
+    follower.start(WorkloadsSnapshot(seq=6, workloads=[newer, older]))
     push(8, None)
     push(9, _workload(key="k4", model="late"))
     table, *events = lines

@@ -20,6 +20,8 @@ from backend.components.nodeinfo.telemetry import (
     TelemetryComponent,
     TelemetryView,
 )
+from backend.core.rpc import ClientHub, NumberedStream
+from backend.protocol import methods
 from backend.protocol.types import NodeCpu, NodeEngineModels, NodeGpu, NodeMemory, NodeOs, Ports
 from tests.fakes import FakeClock
 
@@ -160,7 +162,7 @@ def test_engine_models_are_the_running_engines_last_good_lists() -> None:
         ledger=cast(Any, None),
         errors_sink=cast(Any, None),
         clock=cast(Any, None),
-        push=lambda method, params: None,
+        events=NumberedStream(methods.ENGINE_EVENT, ClientHub()),
     )
     engines.controllers = cast(
         Any,

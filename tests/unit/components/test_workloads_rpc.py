@@ -68,7 +68,7 @@ async def connected(tmp_path: Path) -> AsyncIterator[Connected]:
     pushes: asyncio.Queue[WorkloadsEvent] = asyncio.Queue()
 
     def on_push(method: str, params: Any, _: RpcPeer) -> None:
-        assert method == methods.WORKLOADS_EVENT
+        assert method == methods.WORKLOADS_EVENT.name
         pushes.put_nowait(msgspec.convert(params, WorkloadsEvent))
 
     left, right = socket.socketpair()
@@ -124,7 +124,7 @@ async def test_subscribers_get_events_numbered_after_their_snapshot(connected: C
     connected.report(2)
     first = await asyncio.wait_for(connected.pushes.get(), 5)
     second = await asyncio.wait_for(connected.pushes.get(), 5)
-    assert (first.seq, first.event, first.key) == (2, "upsert", "me/run1/1")
+    assert (first.seq, _tag(first), first.key) == (2, "upsert", "me/run1/1")
     assert first.workload is not None and first.workload.state == "completed"
     assert (second.seq, second.key) == (3, "me/run1/2")
 
@@ -150,7 +150,7 @@ async def test_clear_deletes_finished_jobs_and_pushes_their_removal(connected: C
         assert await connected.client.call(methods.WORKLOADS_CLEAR) == {"cleared": 2}
         first = await asyncio.wait_for(connected.pushes.get(), 5)
         second = await asyncio.wait_for(connected.pushes.get(), 5)
-        assert [(p.seq, p.event, p.key) for p in (first, second)] == [
+        assert [(p.seq, _tag(p), p.key) for p in (first, second)] == [
             (snapshot.seq + 1, "remove", "me/run1/1"),
             (snapshot.seq + 2, "remove", "me/run1/3"),
         ]
@@ -174,3 +174,8 @@ async def running(workloads: WorkloadsComponent) -> AsyncIterator[None]:
     finally:
         await workloads.stop()
         await asyncio.wait_for(task, 5)
+
+
+def _tag(event: object) -> str:
+    """A tagged event's wire tag (its ``event`` member)."""
+    return str(type(event).__struct_config__.tag)  # type: ignore[attr-defined]
