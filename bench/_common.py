@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from backend.components.proxy.targets import ProxyTargets  # noqa: E402
+from backend.protocol.proxy import ProxyTargets  # noqa: E402
 from tests.engines.fixtures import free_port  # noqa: E402
 
 __all__ = [

@@ -20,8 +20,8 @@ import msgspec
 from _common import free_port
 
 from backend.components.proxy.component import ProxyComponent
-from backend.components.proxy.targets import ProxyTargets
 from backend.core.clock import SystemClock
+from backend.protocol.proxy import ProxyTargets
 from backend.protocol.types import ErrorAction, Ports, Severity
 
 TARGETS_INTERVAL_S = 0.05

@@ -55,8 +55,8 @@ from _common import (
     worker_rss,
 )
 
-from backend.components.proxy.targets import ProxyTargets, RouteTarget
 from backend.devtools.llama_server import search_llama_server
+from backend.protocol.proxy import ProxyTargets, RouteTarget
 from tests.engines.fixtures import (
     LlamaServer,
     cached_model,

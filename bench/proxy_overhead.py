@@ -25,8 +25,10 @@ from pathlib import Path
 import psutil
 from _common import ROOT, free_port, percentile, run_load
 
+from backend.protocol import contract, methods
 from backend.protocol.endpoint import control_address, open_control_connection
 from backend.protocol.peer import RpcPeer
+from backend.protocol.types import EngineName, EngineRef
 
 MODEL = "tinyllama:latest"
 
@@ -35,11 +37,12 @@ async def adopt_engine(data_dir: Path) -> None:
     reader, writer = await open_control_connection(control_address(data_dir))
     peer = RpcPeer(reader, writer, name="bench")
     runner = asyncio.create_task(peer.run())
-    status = await peer.call("engine:start", {"engine": "ollama"}, timeout=60)
-    assert status["adopted"], status
+    ollama = EngineName("ollama")
+    status = await contract.call(peer, methods.ENGINE_START, EngineRef(engine=ollama), timeout=60)
+    assert status.adopted, status
     for _ in range(100):  # the proxy learns its targets within a few seconds
-        models = await peer.call("engine:models")
-        if MODEL in models["by_engine"].get("ollama", []):
+        models = await contract.call(peer, methods.ENGINE_MODELS)
+        if MODEL in models.by_engine.get(ollama, []):
             break
         await asyncio.sleep(0.1)
     await asyncio.sleep(3)

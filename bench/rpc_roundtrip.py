@@ -16,15 +16,20 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from backend.protocol import contract, methods  # noqa: E402
+from backend.protocol.contract import Method, NoParams  # noqa: E402
 from backend.protocol.endpoint import control_address, open_control_connection  # noqa: E402
 from backend.protocol.peer import RpcPeer  # noqa: E402
 
 
-async def _measure(address: str, method: str, calls: int, concurrency: int) -> list[float]:
+async def _measure(
+    address: str, method: Method[NoParams, Any], calls: int, concurrency: int
+) -> list[float]:
     reader, writer = await open_control_connection(address)
     peer = RpcPeer(reader, writer, name="bench")
     runner = asyncio.create_task(peer.run())
@@ -33,7 +38,7 @@ async def _measure(address: str, method: str, calls: int, concurrency: int) -> l
     async def worker(count: int) -> None:
         for _ in range(count):
             started = time.perf_counter()
-            await peer.call(method)
+            await contract.call(peer, method)
             samples.append((time.perf_counter() - started) * 1e6)
 
     await asyncio.gather(*(worker(calls // concurrency) for _ in range(concurrency)))
@@ -52,12 +57,12 @@ def _report(label: str, samples: list[float], seconds: float) -> None:
 
 
 async def _main(calls: int, levels: list[int], address: str) -> None:
-    await _measure(address, "ping", 200, 1)  # warm up
-    for method in ("ping", "status"):
+    await _measure(address, methods.PING, 200, 1)  # warm up
+    for method in (methods.PING, methods.STATUS):
         for concurrency in levels:
             started = time.perf_counter()
             samples = await _measure(address, method, calls, concurrency)
-            _report(f"{method} c={concurrency}", samples, time.perf_counter() - started)
+            _report(f"{method.name} c={concurrency}", samples, time.perf_counter() - started)
 
 
 def main() -> int:

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from backend.components.proxy.targets import ProxyTargets, RouteTarget  # noqa: E402
+from backend.protocol.proxy import ProxyTargets, RouteTarget  # noqa: E402
 from bench._common import Emulator, ProxyHost, cpu_seconds  # noqa: E402
 
 MODEL = "bench:latest"

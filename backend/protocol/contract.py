@@ -61,7 +61,7 @@ class Method(Generic[P, R]):
 
 @dataclass(frozen=True, slots=True)
 class Push(Generic[E]):
-    """One notification the broker sends: ``name`` on the wire and its payload type."""
+    """One notification (broker to client, or worker to broker): ``name`` and its payload type."""
 
     name: str
     payload: Any  # the msgspec type of E, often a tagged union (which is not a ``type[E]``)

@@ -1,1 +1,1 @@
-"""The front door (data plane): routing, retries and job reporting. Policies are pure functions."""
+"""The front doors, broker side: the listening sockets, the proxy worker and its routing table."""

@@ -19,19 +19,13 @@ from backend.components.proxy.listeners import (
     port_taken_message,
 )
 from backend.components.proxy.table import LocalEngine
-from backend.components.proxy.targets import (
-    CLOSE_NOTIFICATION,
-    DOORS,
-    JOB_NOTIFICATION,
-    TARGETS_NOTIFICATION,
-    Door,
-    ProxyTargets,
-)
 from backend.core.clock import Clock
 from backend.core.component import Component
 from backend.core.supervisor import ErrorSink
 from backend.core.worker import WorkerProcess
+from backend.protocol.proxy import DOORS, Door, ProxyTargets
 from backend.protocol.types import Ports
+from backend.protocol.worker_methods import PROXY_CLOSE_LISTENERS, PROXY_JOB, PROXY_TARGETS
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +112,7 @@ class ProxyComponent(Component):
     async def close_front_doors(self) -> None:
         """Stop accepting connections (worker and broker copies); requests in flight go on."""
         if self._worker is not None:
-            self._worker.notify(CLOSE_NOTIFICATION)
+            self._worker.notify(PROXY_CLOSE_LISTENERS.name)
             await asyncio.sleep(0)
         for front_door in self._doors.values():
             with contextlib.suppress(OSError):
@@ -154,7 +148,7 @@ class ProxyComponent(Component):
         return worker
 
     def _notification(self, method: str, params: Any) -> None:
-        if method == JOB_NOTIFICATION:
+        if method == PROXY_JOB.name:
             self._on_job(params)
 
     async def _send_targets(self, worker: WorkerProcess) -> None:
@@ -162,7 +156,7 @@ class ProxyComponent(Component):
         while True:
             current = self._targets()
             if current != sent and worker.pid() is not None:
-                worker.notify(TARGETS_NOTIFICATION, msgspec.to_builtins(current))
+                worker.notify(PROXY_TARGETS.name, msgspec.to_builtins(current))
                 sent = current
             await self._clock.sleep(self._targets_interval)
 

@@ -10,7 +10,7 @@ import errno
 import socket
 from dataclasses import dataclass
 
-from backend.components.proxy.targets import Door
+from backend.protocol.proxy import Door
 
 BACKLOG = 1024
 

@@ -14,13 +14,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from backend.components.proxy.targets import (
-    DEFAULT_TIMEOUT_S,
-    ENGINE_DOORS,
-    ProxyTargets,
-    RouteTarget,
-    TargetKind,
-)
+from backend.components.proxy.targets import ENGINE_DOORS
+from backend.protocol.proxy import DEFAULT_TIMEOUT_S, ProxyTargets, RouteTarget, TargetKind
 from backend.protocol.types import DiscoveredNode
 
 log = logging.getLogger(__name__)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import random
 import sys
 
-from backend.components.proxy.targets import CLOSE_NOTIFICATION, DOORS, TARGETS_NOTIFICATION, Door
+from backend.core.clock import SystemClock
+from backend.protocol.proxy import DOORS, Door
+from backend.protocol.worker_methods import PROXY_CLOSE_LISTENERS, PROXY_TARGETS
 from backend.workers.proxy.service import ProxyService
 from backend.workers.runtime import environment_level, serve_worker
 
@@ -24,10 +27,10 @@ def parse_fds(values: list[str]) -> dict[Door, int]:
 
 async def serve(fds: dict[Door, int]) -> None:
     """Serve the doors and the broker's RPC until the broker closes our stdin."""
-    service = ProxyService(fds)
+    service = ProxyService(fds, clock=SystemClock(), rng=random.Random())
     notifications = {
-        TARGETS_NOTIFICATION: service.on_targets,
-        CLOSE_NOTIFICATION: service.on_close_listeners,
+        PROXY_TARGETS.name: service.on_targets,
+        PROXY_CLOSE_LISTENERS.name: service.on_close_listeners,
     }
     async with asyncio.TaskGroup() as group:
         doors = group.create_task(service.serve(), name="proxy:doors")

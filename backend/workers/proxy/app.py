@@ -16,23 +16,8 @@ import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from backend.components.proxy.gate import refusal
-from backend.components.proxy.targets import (
-    RELAY_PREFIX,
-    RELAY_STARTED_PATH,
-    RouteTarget,
-    local_target,
-    owners,
-    targets_for,
-    upstream_url,
-)
-from backend.components.proxy.wire import (
-    MAX_BODY_BYTES,
-    BadRequest,
-    dialect_for,
-    read_model,
-    unknown_model_body,
-)
+from backend.protocol.proxy import RouteTarget
+from backend.protocol.types import NodeId
 from backend.workers.proxy.context import CONTEXT_KEY, DoorContext
 from backend.workers.proxy.dispatch import (
     ATTEMPT_HEADER,
@@ -51,8 +36,23 @@ from backend.workers.proxy.forward import (
     forward,
     json_answer,
 )
+from backend.workers.proxy.gate import refusal
 from backend.workers.proxy.listing import federated_list, federated_model
-from backend.workers.proxy.relay import relay_key, started_handler
+from backend.workers.proxy.relay import RELAY_STARTED_PATH, relay_key, started_handler
+from backend.workers.proxy.routing import (
+    RELAY_PREFIX,
+    local_target,
+    owners,
+    targets_for,
+    upstream_url,
+)
+from backend.workers.proxy.wire import (
+    MAX_BODY_BYTES,
+    BadRequest,
+    dialect_for,
+    read_model,
+    unknown_model_body,
+)
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +203,8 @@ async def _relay(request: web.Request) -> web.StreamResponse:
         return admission
     peer_key = request.headers.get(JOB_HEADER)
     attempt_text = request.headers.get(ATTEMPT_HEADER, "1")
-    admission.origin = request.headers.get(ORIGIN_HEADER)
+    origin = request.headers.get(ORIGIN_HEADER)
+    admission.origin = NodeId(origin) if origin is not None else None
     admission.attempt = int(attempt_text) if attempt_text.isdigit() else 1
     admission.only = [local]
     if peer_key is None:

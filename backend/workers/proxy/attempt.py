@@ -3,21 +3,23 @@
 Before the commit nothing reaches the client, so a failure can still go to another node.
 ``precommit`` sends the request and waits, within the header and first-content timeouts, for
 either a failure (kept so the last one can be answered with) or the first body byte.
+``unless_gone`` races that wait against the node leaving the routing table: the attempt owns
+both and ends itself, so nothing outside it cancels the request's handler.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Callable, Container, Coroutine, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import aiohttp
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from backend.components.proxy.retry import retryable_status
+from backend.workers.proxy.retry import retryable_status
 
 FAILURE_BODY_LIMIT = 64 * 1024
 
@@ -49,6 +51,60 @@ class Timeouts:
 
     headers: float
     first_content: float
+
+
+@dataclass(eq=False)
+class _Watch:
+    gone: asyncio.Event = field(default_factory=asyncio.Event)
+    attempts: int = 0
+
+
+class Departures:
+    """One "gone" event per node that attempts are waiting on, set when it leaves the table."""
+
+    def __init__(self) -> None:
+        self._watched: dict[str, _Watch] = {}
+
+    @contextlib.contextmanager
+    def watch(self, node: str) -> Iterator[asyncio.Event]:
+        """The event set once ``node`` leaves the table, while the ``with`` block waits on it."""
+        entry = self._watched.setdefault(node, _Watch())
+        entry.attempts += 1
+        try:
+            yield entry.gone
+        finally:
+            entry.attempts -= 1
+            # A node that left and came back has a fresh entry: leave that one alone.
+            if entry.attempts == 0 and self._watched.get(node) is entry:
+                del self._watched[node]
+
+    def table_changed(self, present: Container[str]) -> None:
+        """Signal every watched node that is not in the new table."""
+        for node in [node for node in self._watched if node not in present]:
+            self._watched.pop(node).gone.set()
+
+    def __len__(self) -> int:
+        return len(self._watched)
+
+
+async def unless_gone(
+    work: Coroutine[Any, Any, Commit | Failure], gone: asyncio.Event, node: str
+) -> Commit | Failure:
+    """Run ``work`` (a ``precommit``) until it ends or ``gone`` is set, whichever comes first.
+
+    When the node goes first the attempt cancels its own upstream request (closing the
+    connection, so the engine stops working on it) and ends with a ``target-gone`` failure.
+    A client that disconnects cancels the caller, and with it both waits.
+    """
+    async with asyncio.TaskGroup() as group:
+        upstream = group.create_task(work, name=f"precommit:{node}")
+        departure = group.create_task(gone.wait(), name=f"gone:{node}")
+        await asyncio.wait((upstream, departure), return_when=asyncio.FIRST_COMPLETED)
+        departure.cancel()
+        upstream.cancel()  # no-op once it has its outcome: a finished attempt is kept
+    if upstream.cancelled():
+        return Failure("target-gone", f"node {node} left the table")
+    return upstream.result()
 
 
 async def precommit(

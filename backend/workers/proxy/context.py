@@ -8,10 +8,10 @@ from dataclasses import dataclass
 import aiohttp
 from aiohttp import web
 
-from backend.components.proxy.targets import Door, ProxyTargets
-from backend.components.proxy.wire import Dialect
+from backend.protocol.proxy import Door, ProxyTargets
 from backend.workers.proxy.dispatch import Router
 from backend.workers.proxy.relay import RelayBoard
+from backend.workers.proxy.wire import Dialect
 
 
 @dataclass(frozen=True, slots=True)

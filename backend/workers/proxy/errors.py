@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from backend.components.proxy.wire import dialect_for, error_body
+from backend.workers.proxy.wire import dialect_for, error_body
 
 
 @dataclass(frozen=True, slots=True)

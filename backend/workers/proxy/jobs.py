@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from backend.protocol.types import JobEvent, JobEventKind
+from backend.protocol.types import EngineName, JobEvent, JobEventKind, JobKey, NodeId
 
 Notify = Callable[[Any], None]
 
@@ -28,10 +28,16 @@ class JobLog:
         self._numbers = itertools.count(1)
 
     def new(
-        self, *, origin: str, engine: str, model: str, path: str, key: str | None = None
+        self,
+        *,
+        origin: NodeId,
+        engine: EngineName,
+        model: str,
+        path: str,
+        key: JobKey | None = None,
     ) -> Job:
         """A job for a request received here (``key`` given: a peer's job served here)."""
-        key = key or f"{origin}/{self.run_id}/{next(self._numbers)}"
+        key = key or JobKey(f"{origin}/{self.run_id}/{next(self._numbers)}")
         return Job(self, key=key, origin=origin, engine=engine, model=model, path=path)
 
     def send(self, event: JobEvent) -> None:
@@ -43,7 +49,14 @@ class Job:
     """One request's events; ``attempt`` is the dispatch the next events belong to."""
 
     def __init__(
-        self, log: JobLog, *, key: str, origin: str, engine: str, model: str, path: str
+        self,
+        log: JobLog,
+        *,
+        key: JobKey,
+        origin: NodeId,
+        engine: EngineName,
+        model: str,
+        path: str,
     ) -> None:
         self._log = log
         self.key = key
@@ -57,12 +70,12 @@ class Job:
         self._seq = 0
         self._started_attempt = -1
 
-    def submitted(self, attempt: int, target: str | None) -> None:
+    def submitted(self, attempt: int, target: NodeId | None) -> None:
         """Attempt ``attempt`` goes to ``target`` (None: waiting for the next round)."""
         self.attempt = attempt
         self._emit("submitted", target=target)
 
-    def started(self, node: str, attempt: int | None = None) -> None:
+    def started(self, node: NodeId, attempt: int | None = None) -> None:
         """The engine on ``node`` started the request (once per attempt)."""
         attempt = self.attempt if attempt is None else attempt
         if attempt != self.attempt or self._started_attempt == attempt:
@@ -94,8 +107,8 @@ class Job:
         self,
         kind: JobEventKind,
         *,
-        target: str | None = None,
-        node: str | None = None,
+        target: NodeId | None = None,
+        node: NodeId | None = None,
         error: str | None = None,
         cancelled: bool = False,
     ) -> None:

@@ -19,10 +19,12 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from backend.components.proxy.naming import normalize
-from backend.components.proxy.targets import DOOR_ENGINES, RouteTarget, targets_for, upstream_url
-from backend.components.proxy.wire import error_body
+from backend.components.proxy.targets import DOOR_ENGINES
+from backend.protocol.proxy import RouteTarget
 from backend.workers.proxy.forward import request_headers
+from backend.workers.proxy.naming import normalize
+from backend.workers.proxy.routing import targets_for, upstream_url
+from backend.workers.proxy.wire import error_body
 
 if TYPE_CHECKING:
     # Only for annotations: app.py imports this module to route the list paths here.

@@ -16,10 +16,13 @@ from dataclasses import dataclass, field
 import aiohttp
 from aiohttp import web
 
-from backend.components.proxy.targets import RELAY_STARTED_PATH, RouteTarget
+from backend.protocol.proxy import RouteTarget
+from backend.protocol.types import JobKey
 
 log = logging.getLogger(__name__)
 
+# A peer answers here (long poll) once a relayed request holds one of its engine's slots.
+RELAY_STARTED_PATH = "/_pair/relay-started"
 STARTED_POLL_S = 30.0
 
 
@@ -84,9 +87,9 @@ async def started_handler(request: web.Request, board: RelayBoard) -> web.Respon
     return web.json_response(await board.wait(relay_key(key, attempt), attempt, STARTED_POLL_S))
 
 
-def relay_key(peer_key: str, attempt: int) -> str:
+def relay_key(peer_key: str, attempt: int) -> JobKey:
     """The key of the job kept here for attempt ``attempt`` of the peer's job ``peer_key``."""
-    return f"{peer_key}@{attempt}"
+    return JobKey(f"{peer_key}@{attempt}")
 
 
 class PeerStarted:

@@ -12,16 +12,19 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import aiohttp
-import msgspec
 from aiohttp import web
 
-from backend.components.proxy.targets import JOB_NOTIFICATION, Door, ProxyTargets
+from backend.core.clock import Clock
+from backend.protocol.errors import BadResult
+from backend.protocol.proxy import Door, ProxyTargets
+from backend.protocol.worker_methods import PROXY_JOB, PROXY_TARGETS
 from backend.workers.proxy.app import build_app
 from backend.workers.proxy.attempt import sent_tracing
 from backend.workers.proxy.context import DoorContext
 from backend.workers.proxy.dispatch import RetryPolicy, Router
 from backend.workers.proxy.jobs import JobLog
 from backend.workers.proxy.relay import PeerStarted, RelayBoard
+from backend.workers.proxy.retry import RandomSource
 
 log = logging.getLogger(__name__)
 
@@ -39,11 +42,14 @@ class ProxyService:
     """Owns the upstream session (one connection pool for all doors), the router and the doors.
 
     The doors start serving only once the broker has sent the first targets; until then the
-    kernel holds incoming connections in the listening sockets' backlog.
+    kernel holds incoming connections in the listening sockets' backlog. ``clock`` and ``rng``
+    drive the router's dispatch budget, busy holds and backoff jitter.
     """
 
-    def __init__(self, fds: Mapping[Door, int]) -> None:
+    def __init__(self, fds: Mapping[Door, int], *, clock: Clock, rng: RandomSource) -> None:
         self._fds = dict(fds)
+        self._clock = clock
+        self._rng = rng
         self._pending_targets: ProxyTargets | None = None
         self._router: Router | None = None
         self._have_targets = asyncio.Event()
@@ -58,8 +64,8 @@ class ProxyService:
     def on_targets(self, params: Any) -> None:
         """``proxy/targets``: adopt the broker's routing table."""
         try:
-            targets = msgspec.convert(params, ProxyTargets)
-        except msgspec.ValidationError as exc:
+            targets = PROXY_TARGETS.decode(params)
+        except BadResult as exc:
             log.error("ignoring malformed proxy targets: %s", exc)
             return
         if self._router is not None:
@@ -85,7 +91,9 @@ class ProxyService:
             board = RelayBoard()
             router = Router(
                 session,
-                JobLog(lambda event: self._notify(JOB_NOTIFICATION, event)),
+                JobLog(lambda event: self._notify(PROXY_JOB.name, event)),
+                clock=self._clock,
+                rng=self._rng,
                 policy=retry_policy(os.environ),
                 on_started=board.started,
                 peer_started=PeerStarted(session),

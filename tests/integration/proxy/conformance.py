@@ -25,15 +25,15 @@ from aiohttp import web
 from openai.types.chat import ChatCompletionMessageParam
 
 from backend.components.proxy.component import ProxyComponent
-from backend.components.proxy.targets import ProxyTargets, RouteTarget
 from backend.core.clock import SystemClock
 from backend.core.supervisor import Supervisor
-from backend.emulators.generation import TimingModel
-from backend.emulators.lmstudio import build_lmstudio_app
-from backend.emulators.lmstudio_state import LmStudioConfig
-from backend.emulators.ollama import build_ollama_app
-from backend.emulators.ollama_state import OllamaConfig
-from backend.emulators.server import EmulatorServer
+from backend.devtools.emulators.generation import TimingModel
+from backend.devtools.emulators.lmstudio import build_lmstudio_app
+from backend.devtools.emulators.lmstudio_state import LmStudioConfig
+from backend.devtools.emulators.ollama import build_ollama_app
+from backend.devtools.emulators.ollama_state import OllamaConfig
+from backend.devtools.emulators.server import EmulatorServer
+from backend.protocol.proxy import ProxyTargets, RouteTarget
 from backend.workers.proxy.service import BACKOFF_ENV
 from tests.fakes import RecordingErrors
 from tests.integration.proxy.conftest import (

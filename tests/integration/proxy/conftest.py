@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 
 from backend.components.proxy.component import ProxyComponent
-from backend.components.proxy.targets import ProxyTargets, RouteTarget
 from backend.core.clock import SystemClock
 from backend.core.restart_policy import RestartPolicy
 from backend.core.supervisor import Supervisor
-from backend.emulators.generation import TimingModel
-from backend.emulators.ollama import build_ollama_app
-from backend.emulators.ollama_state import OllamaConfig
-from backend.emulators.server import EmulatorServer
+from backend.devtools.emulators.generation import TimingModel
+from backend.devtools.emulators.ollama import build_ollama_app
+from backend.devtools.emulators.ollama_state import OllamaConfig
+from backend.devtools.emulators.server import EmulatorServer
+from backend.protocol.proxy import ProxyTargets, RouteTarget
 from backend.protocol.types import Ports
 from backend.workers.proxy.service import BACKOFF_ENV
 from tests.fakes import RecordingErrors

@@ -14,7 +14,7 @@ from typing import Literal
 
 from aiohttp import web
 
-from backend.emulators.server import EmulatorServer
+from backend.devtools.emulators.server import EmulatorServer
 
 Behaviour = Literal["ok", "busy", "error", "hang", "silent", "cut", "flood"]
 

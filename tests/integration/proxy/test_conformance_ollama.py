@@ -18,7 +18,7 @@ import ollama
 import pytest
 import pytest_asyncio
 
-from backend.emulators.ollama_state import OllamaConfig
+from backend.devtools.emulators.ollama_state import OllamaConfig
 from tests.integration.proxy.conformance import (
     BODIES,
     CHAT,

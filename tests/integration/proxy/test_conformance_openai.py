@@ -19,7 +19,7 @@ import openai
 import pytest
 import pytest_asyncio
 
-from backend.emulators.server import EmulatorServer
+from backend.devtools.emulators.server import EmulatorServer
 from tests.integration.proxy.conformance import (
     CHAT_MODEL,
     LLAMA_ALIAS,

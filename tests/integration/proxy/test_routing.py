@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from backend.components.proxy.targets import ProxyTargets, RouteTarget
+from backend.protocol.proxy import ProxyTargets, RouteTarget
 from backend.workers.proxy.service import WRITE_DEADLINE_ENV
 from tests.integration.proxy.conftest import LOCAL_NODE, RunningProxy, StartProxy
 from tests.integration.proxy.scripted import ScriptedEngine, start_engine

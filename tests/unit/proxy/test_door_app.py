@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import AsyncIterator
 from unittest import mock
 
@@ -10,12 +11,13 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
 
-from backend.components.proxy.targets import Door, ProxyTargets, RouteTarget
+from backend.protocol.proxy import Door, ProxyTargets, RouteTarget
 from backend.workers.proxy import app as door_app
 from backend.workers.proxy.app import CONTEXT_KEY, DoorContext, build_app, gate
 from backend.workers.proxy.dispatch import RetryPolicy, Router
 from backend.workers.proxy.jobs import JobLog
 from backend.workers.proxy.relay import RelayBoard
+from tests.fakes import FakeClock
 
 # Nothing listens here: a request that reaches "the engine" fails with 502.
 DEAD_ENGINE = RouteTarget(
@@ -25,7 +27,13 @@ TARGETS = ProxyTargets(node_id="self", engines={"ollama": [DEAD_ENGINE], "lmstud
 
 
 def _context(door: Door, session: aiohttp.ClientSession) -> DoorContext:
-    router = Router(session, JobLog(lambda event: None), policy=RetryPolicy(schedule=(0.01,)))
+    router = Router(
+        session,
+        JobLog(lambda event: None),
+        clock=FakeClock(),
+        rng=random.Random(0),
+        policy=RetryPolicy(schedule=(0.01,)),
+    )
     router.update(TARGETS)
     return DoorContext(door, router, RelayBoard())
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from backend.components.proxy.gate import host_allowed, origin_allowed, peer_allowed, refusal
+from backend.workers.proxy.gate import host_allowed, origin_allowed, peer_allowed, refusal
 
 
 @pytest.mark.parametrize(

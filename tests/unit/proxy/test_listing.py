@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,26 +13,22 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from backend.components.proxy.targets import (
-    DOOR_ENGINES,
-    RELAY_PREFIX,
-    Door,
-    ProxyTargets,
-    RouteTarget,
-    TargetKind,
-)
-from backend.emulators.generation import TimingModel
-from backend.emulators.lmstudio import build_lmstudio_app
-from backend.emulators.lmstudio_state import LmStudioConfig
-from backend.emulators.ollama import build_ollama_app
-from backend.emulators.ollama_state import OllamaConfig
-from backend.emulators.server import EmulatorServer
+from backend.components.proxy.targets import DOOR_ENGINES
+from backend.devtools.emulators.generation import TimingModel
+from backend.devtools.emulators.lmstudio import build_lmstudio_app
+from backend.devtools.emulators.lmstudio_state import LmStudioConfig
+from backend.devtools.emulators.ollama import build_ollama_app
+from backend.devtools.emulators.ollama_state import OllamaConfig
+from backend.devtools.emulators.server import EmulatorServer
+from backend.protocol.proxy import Door, ProxyTargets, RouteTarget, TargetKind
 from backend.workers.proxy import listing
 from backend.workers.proxy.context import DoorContext
 from backend.workers.proxy.dispatch import Router
 from backend.workers.proxy.jobs import JobLog
 from backend.workers.proxy.listing import federated_list
 from backend.workers.proxy.relay import RelayBoard
+from backend.workers.proxy.routing import RELAY_PREFIX
+from tests.fakes import FakeClock
 
 DoorClient = TestClient[web.Request, web.Application]
 # Nothing listens on the discard port: connecting to it is refused at once.
@@ -91,7 +88,9 @@ class Harness:
     async def door(self, door: Door, *targets: RouteTarget) -> DoorClient:
         """A door app whose list routes are ``federated_list``, over ``targets`` in table order."""
         table = ProxyTargets(node_id="self", engines={DOOR_ENGINES[door]: list(targets)})
-        router = Router(self.session, JobLog(lambda event: None))
+        router = Router(
+            self.session, JobLog(lambda event: None), clock=FakeClock(), rng=random.Random(0)
+        )
         router.update(table)
         context = DoorContext(door, router, RelayBoard())
 

@@ -15,7 +15,8 @@ from backend.components.proxy.table import (
     node_targets,
     timeout_from,
 )
-from backend.components.proxy.targets import ENGINE_DOORS, RouteTarget
+from backend.components.proxy.targets import ENGINE_DOORS
+from backend.protocol.proxy import RouteTarget
 from backend.protocol.types import (
     DiscoveredNode,
     NodeEngineModels,

@@ -1,14 +1,26 @@
-"""When to try another node, and how long to wait: the front door's retry policy."""
+"""When to try another node, and how long to wait: the front door's retry policy.
+
+Pure: the caller passes the time (``now``) and the random source of the jitter, so a test can
+fix both.
+"""
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
+from typing import Protocol
 
 MAX_DISPATCHES = 5
 DEADLINE_S = 600.0
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0)
 JITTER = 0.25
+
+
+class RandomSource(Protocol):
+    """Where the jitter comes from (``random.Random`` in the worker)."""
+
+    def uniform(self, a: float, b: float, /) -> float:
+        """A number between ``a`` and ``b``."""
+        ...
 
 
 def retryable_status(status: int, *, inference: bool) -> bool:
@@ -21,7 +33,7 @@ def retryable_status(status: int, *, inference: bool) -> bool:
     return status == 404 and inference
 
 
-def backoff(dispatches: int, rng: random.Random, schedule: tuple[float, ...] = BACKOFF_S) -> float:
+def backoff(dispatches: int, rng: RandomSource, schedule: tuple[float, ...] = BACKOFF_S) -> float:
     """Seconds before the next round: 1, 2, 4, 8 (clamped) after that many dispatches, ±25 %."""
     base = schedule[min(max(dispatches - 1, 0), len(schedule) - 1)]
     return base * (1 + rng.uniform(-JITTER, JITTER))
@@ -51,7 +63,7 @@ class Budget:
             self.schedule,
         )
 
-    def wait_before_next(self, now: float, rng: random.Random) -> float | None:
+    def wait_before_next(self, now: float, rng: RandomSource) -> float | None:
         """The backoff before the next round, or None when no round may start in time."""
         if not self.may_dispatch(now):
             return None

@@ -1,5 +1,6 @@
 """Which nodes may serve a request and in what order; reservations that spread bursts.
 
+Owners: the targets behind a door whose inventory lists the model (by the engine's naming rule).
 Order: a manual pin (if eligible), then the scheduler's priority list, then a stable order.
 Among the first group the least loaded node (pending work + GPU pressure + reservations) goes
 first. Reservations carry the generation of the load snapshot they were counted against, so a
@@ -11,9 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from backend.components.proxy.naming import has_model
+from backend.components.proxy.targets import DOOR_ENGINES
+from backend.protocol.proxy import Door, ProxyTargets, RouteTarget
+from backend.workers.proxy.naming import has_model
 
 NodeId = str
+# A peer serves requests under this path with its own engine only (no second routing hop).
+RELAY_PREFIX = "/_pair/relay"
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,3 +101,45 @@ class Reservations:
             self._held[node] = held - 1
         else:
             self._held.pop(node, None)
+
+
+def targets_for(targets: ProxyTargets, door: Door) -> list[RouteTarget]:
+    """Every node running the engine behind ``door`` (local first, then the table's order)."""
+    found = targets.engines.get(DOOR_ENGINES[door], [])
+    return sorted(found, key=lambda target: target.kind != "local")
+
+
+def local_target(targets: ProxyTargets, door: Door) -> RouteTarget | None:
+    """This node's own engine behind ``door``, if it runs."""
+    return next((t for t in targets_for(targets, door) if t.kind == "local"), None)
+
+
+def owners(targets: ProxyTargets, door: Door, model: str) -> list[RouteTarget]:
+    """The nodes whose inventory for the door's engine has ``model`` (by its naming rule)."""
+    engine = DOOR_ENGINES[door]
+    return [t for t in targets_for(targets, door) if has_model(engine, t.models, model)]
+
+
+def upstream_url(target: RouteTarget, path_and_query: str) -> str:
+    """The URL that serves ``path_and_query`` on ``target`` (a peer's through its relay)."""
+    base = target.base_url.rstrip("/")
+    if target.kind == "peer":
+        return f"{base}{RELAY_PREFIX}{path_and_query}"
+    return f"{base}{path_and_query}"
+
+
+def candidates(targets: ProxyTargets, door: Door, model: str) -> list[RouteTarget]:
+    """The owners of ``model`` in the order they are tried: pin, priority, this node, node id."""
+    engine = DOOR_ENGINES[door]
+    pin = targets.pins.get(engine)
+    rank = {node: index for index, node in enumerate(targets.priority)}
+
+    def key(target: RouteTarget) -> tuple[int, int, int, str]:
+        return (
+            0 if target.node_id == pin else 1,
+            rank.get(target.node_id, len(rank)),
+            0 if target.kind == "local" else 1,
+            target.node_id,
+        )
+
+    return sorted(owners(targets, door, model), key=key)
