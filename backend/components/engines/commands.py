@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from backend.components.engines.process import EngineLog
 
@@ -22,6 +23,14 @@ class CommandResult:
         """One line for an error message."""
         tail = " | ".join(self.lines[-3:])
         return f"`{' '.join(self.argv)}` exited with {self.code}" + (f": {tail}" if tail else "")
+
+
+class CommandRunner(Protocol):
+    """Runs one command to completion (``run_command`` in production)."""
+
+    async def __call__(
+        self, argv: list[str], *, timeout: float, output: EngineLog | None = None
+    ) -> CommandResult: ...
 
 
 async def run_command(

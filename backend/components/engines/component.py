@@ -10,6 +10,8 @@ from pathlib import Path
 
 import aiohttp
 
+from backend.common.files import write_private_atomic
+from backend.common.tasks import wait_first
 from backend.components.engines import actions
 from backend.components.engines.controller import EngineController, EngineHooks
 from backend.components.engines.ledger import EngineLedger
@@ -27,7 +29,6 @@ from backend.components.engines.process import reap_orphan
 from backend.components.engines.slots import loaded_instance_slots
 from backend.core.clock import Clock
 from backend.core.component import Component
-from backend.common.files import write_private_atomic
 from backend.core.rpc import NumberedStream
 from backend.core.supervisor import ErrorSink
 from backend.protocol import errors
@@ -278,7 +279,9 @@ class EnginesComponent(Component):
         while not self._stop_requested.is_set():
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._watch_interval):
-                    await _first_of(self._stop_requested, self._recheck)
+                    await wait_first(
+                        self._stop_requested.wait(), self._recheck.wait(), name="engines:watch"
+                    )
             if not self._stop_requested.is_set():
                 forced = self._recheck.is_set()
                 self._recheck.clear()
@@ -328,13 +331,3 @@ class EnginesComponent(Component):
 
 def _names_of(listing: actions.ModelListing | None) -> list[str] | None:
     return listing.names if listing is not None else None
-
-
-async def _first_of(*events: asyncio.Event) -> None:
-    """Return once any of ``events`` is set."""
-    waiters = [asyncio.ensure_future(event.wait()) for event in events]
-    try:
-        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in waiters:
-            waiter.cancel()

@@ -1,9 +1,10 @@
 """One engine's lifecycle: detect, adopt, start, stop, restart, port changes, crash handling.
 
-Lifecycle operations hold the engine's lock; status reads and probes never do. Every operation
-bumps a revision, and an observation (health probe, exit watcher) is applied only if the
-revision it started under is still current, so a late observation cannot undo a start, stop
-or port change.
+Lifecycle operations hold the engine's lock; status reads and probes never do. What the
+controller knows lives in one frozen ``Lifecycle`` changed only through ``lifecycle.apply``,
+which also fences observations: a health probe or exit watcher reports the revision its run
+began under, and a report about a run that a start, stop or port change has since ended
+leaves the state as it is.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -19,20 +19,20 @@ from pathlib import Path
 
 import aiohttp
 
+from backend.common.tasks import TaskSet
 from backend.components.engines import install as installer
+from backend.components.engines import lifecycle
 from backend.components.engines import slots as slot_counts
-from backend.components.engines.commands import run_command
 from backend.components.engines.detect import find_executable
+from backend.components.engines.lifecycle import Command, Event, Lifecycle
 from backend.components.engines.manifest import Manifest
-from backend.components.engines.probes import port_in_use, probe_http
-from backend.components.engines.process import EngineLog, EngineProcess
-from backend.components.engines.templating import expand, expand_all, expand_path
+from backend.components.engines.process import EngineLog, RunningProcess
+from backend.components.engines.runner import REAL_DRIVERS, EngineDrivers, EngineRunner
+from backend.components.engines.templating import expand_path
 from backend.core.clock import Clock
-from backend.core.restart_policy import Restart, RestartPolicy, Streak, decide_after_exit
 from backend.core.supervisor import ErrorSink
-from backend.core.tasks import TaskSet
 from backend.protocol import errors
-from backend.protocol.types import EngineState, EngineStatus, ErrorAction, InstallProgress
+from backend.protocol.types import EngineName, EngineStatus, ErrorAction, InstallProgress
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,7 @@ class EngineController:
         hooks: EngineHooks,
         install_dir: Path,
         desired: bool | None = None,
+        drivers: EngineDrivers = REAL_DRIVERS,
     ) -> None:
         self.manifest = manifest
         self.install_dir = install_dir
@@ -69,27 +70,18 @@ class EngineController:
         self._session = session
         self._clock = clock
         self._hooks = hooks
-        self._desired = desired
+        self._runner = EngineRunner(drivers, session=session, clock=clock, output=self.output)
         self._lock = asyncio.Lock()
         self._tasks = TaskSet(f"engine:{manifest.engine}")
-        self._state: EngineState = "stopped"
-        self._binary: Path | None = None
-        self._installed = False
-        self._adopted = False
-        self._daemon_started = False
-        self._process: EngineProcess | None = None
-        self._error: str | None = None
-        self._revision = 0
-        self._streak = Streak()
-        self._started_at = 0.0
-        self._slots: int | None = None
+        self._life = Lifecycle(desired=desired)
+        self._process: RunningProcess | None = None  # the live handle of ``_life.pid``
 
     # -- reading ----------------------------------------------------------------------------
 
     @property
-    def name(self) -> str:
+    def name(self) -> EngineName:
         """The engine's name (``ollama``, ``lmstudio``, ``llamacpp``)."""
-        return self.manifest.engine
+        return EngineName(self.manifest.engine)
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -109,12 +101,12 @@ class EngineController:
     @property
     def running(self) -> bool:
         """Whether the engine is serving now."""
-        return self._state == "running"
+        return self._life.running
 
     @property
     def owned(self) -> bool:
         """Whether PAIR started what runs (so PAIR may stop it)."""
-        return self._process is not None or self._daemon_started
+        return self._life.owned
 
     def base_url(self) -> str:
         """``http://host:port`` of the engine."""
@@ -122,24 +114,7 @@ class EngineController:
 
     def status(self) -> EngineStatus:
         """A snapshot; never waits for a lifecycle operation."""
-        process = self._process
-        return EngineStatus(
-            engine=self.name,
-            display_name=self.manifest.display_name,
-            front_door=self.manifest.front_door,
-            mode=self.manifest.runtime.mode,
-            installed=self._installed,
-            binary=str(self._binary) if self._binary else None,
-            state=self._state,
-            adopted=self._adopted,
-            pid=process.pid if process is not None else None,
-            port=self.port,
-            default_port=self.manifest.runtime.port,
-            desired=self._desired,
-            revision=self._revision,
-            error=self._error,
-            slots=self._slots if self.running else None,
-        )
+        return lifecycle.status_of(self.manifest, self._life)
 
     def placeholder_values(self, **extra: str) -> dict[str, str]:
         """Values for the manifest's placeholders."""
@@ -147,7 +122,7 @@ class EngineController:
         values = {
             "host": self.host,
             "port": str(self.port),
-            "bin": str(self._binary or ""),
+            "bin": str(self._life.binary or ""),
             "python": sys.executable,
             "install_dir": str(self.install_dir),
             "models_dir": expand_path(self.manifest.models_dir or ""),
@@ -160,42 +135,33 @@ class EngineController:
 
     async def detect(self) -> bool:
         """Look for the executable again (in a thread: it touches the filesystem)."""
-        self._binary = await asyncio.to_thread(
+        binary = await asyncio.to_thread(
             find_executable, self.manifest.detect, self.placeholder_values()
         )
-        self._installed = self._binary is not None
-        if not self._installed and self._state == "stopped":
-            self._set_state("not-installed")
-        elif self._installed and self._state == "not-installed":
-            self._set_state("stopped")
-        return self._installed
+        self._apply(lifecycle.Detected(binary))
+        return binary is not None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def start(self, *, explicit: bool = True) -> EngineStatus:
         """Start (or adopt) the engine and wait until it is ready."""
         async with self._lock:
-            self._revision += 1
-            if explicit:
-                await self._set_desired(True)
-            if self._state == "running":
-                return self.status()
-            await self._start_locked()
+            await self._command("start", explicit=explicit)
+            if not self.running:
+                await self._start_locked()
             return self.status()
 
     async def stop(self, *, explicit: bool = True) -> EngineStatus:
         """Stop an engine PAIR started; refuse (but remember the intent) for an adopted one."""
         async with self._lock:
-            self._revision += 1
-            if explicit:
-                await self._set_desired(False)
+            await self._command("stop", explicit=explicit)
             await self._stop_locked()
             return self.status()
 
     async def restart(self) -> EngineStatus:
         """Stop and start again (an adopted engine is refused)."""
         async with self._lock:
-            self._revision += 1
+            await self._command("restart")
             await self._stop_locked()
             await self._start_locked()
             return self.status()
@@ -203,7 +169,7 @@ class EngineController:
     async def shutdown(self) -> None:
         """Stop what PAIR started, keep the desired state; never touches adopted engines."""
         async with self._lock:
-            self._revision += 1
+            await self._command("shutdown")
             if self.owned:
                 await self._stop_owned()
         await self._tasks.close(timeout=2.0)
@@ -211,7 +177,7 @@ class EngineController:
     async def install(self, progress: installer.ProgressSink) -> EngineStatus:
         """Install with the manifest's installer; an engine already found is left as it is."""
         async with self._lock:
-            self._revision += 1
+            await self._command("install")
             if await self.detect():
                 progress(
                     InstallProgress(
@@ -236,7 +202,7 @@ class EngineController:
     async def uninstall(self) -> EngineStatus:
         """Remove an engine PAIR installed (stopping it first); the model store stays."""
         async with self._lock:
-            self._revision += 1
+            await self._command("uninstall")
             await self._stop_locked()
             await installer.uninstall(
                 self.manifest,
@@ -244,20 +210,19 @@ class EngineController:
                 values=self.placeholder_values(),
                 output=self.output,
             )
-            self._binary = None
             await self.detect()
             return self.status()
 
     async def replace_manifest(self, manifest: Manifest) -> EngineStatus:
         """Adopt a new manifest (a port change): a running owned engine restarts on it."""
         async with self._lock:
-            if self._adopted and self.running:
+            if self._life.adopted and self.running:
                 raise errors.Conflict(
                     f"{self.manifest.display_name} was already running when PAIR found it; "
                     "PAIR did not start it, so it cannot move it to another port"
                 )
-            self._revision += 1
             was_running = self.running
+            self._apply(lifecycle.PortChanged())
             if was_running:
                 await self._stop_locked()
             self.manifest = manifest
@@ -266,36 +231,38 @@ class EngineController:
             self._notify()
             return self.status()
 
+    async def _command(self, command: Command, *, explicit: bool = False) -> None:
+        self._apply(lifecycle.Commanded(command, explicit))
+        desired = self._life.desired
+        if explicit and desired is not None:
+            await self._hooks.save_desired(self.name, desired)
+
     async def _start_locked(self) -> None:
-        if not await self._adopt_if_serving():
-            self._adopted = False
-            await self._require_installed()
-            self._error = None
-            self._set_state("starting")
-            try:
-                await self._check_port_free()
-                await self._launch()
-            except BaseException as exc:
-                await asyncio.shield(self._abandon_start(exc))
-                raise
-        self._streak = Streak() if self._clock.monotonic() - self._started_at > 60 else self._streak
-        self._started_at = self._clock.monotonic()
-        await self._refresh_slots()
-        self._set_state("running")
+        if await self._runner.answers(self.manifest.runtime, self.manifest.runtime.ready):
+            log.info("%s already answers on port %d: adopting it", self.name, self.port)
+            slots = await slot_counts.engine_slots(self)
+            self._apply(lifecycle.Adopted(at=self._clock.monotonic(), slots=slots))
+        else:
+            slots = await self._start_owned()
+            self._apply(lifecycle.Ready(at=self._clock.monotonic(), slots=slots))
         self._hooks.errors.clear_error(self._error_id("crashed"))
         self._hooks.errors.clear_error(self._error_id("start-failed"))
         self._spawn_monitors()
 
-    async def _adopt_if_serving(self) -> bool:
-        if not await probe_http(self._session, self.host, self.port, self.manifest.runtime.ready):
-            return False
-        log.info("%s already answers on port %d: adopting it", self.name, self.port)
-        self._adopted = True
-        self._error = None
-        return True
+    async def _start_owned(self) -> int:
+        """Launch the engine, wait until it is ready and return its slot count."""
+        await self._require_installed()
+        self._apply(lifecycle.StartBegan())
+        try:
+            await self._check_port_free()
+            await self._launch()
+            return await slot_counts.engine_slots(self)
+        except BaseException as exc:
+            await asyncio.shield(self._abandon_start(exc))
+            raise
 
     async def _check_port_free(self) -> None:
-        if await port_in_use(self.host, self.port):
+        if await self._runner.port_in_use(self.manifest.runtime):
             raise errors.Conflict(
                 f"port {self.port} is in use by another program that is not "
                 f"{self.manifest.display_name}; PAIR never stops programs it did not start. "
@@ -304,64 +271,34 @@ class EngineController:
             )
 
     async def _require_installed(self) -> None:
-        if self._binary is None and not await self.detect():
+        if not self._life.installed and not await self.detect():
             raise errors.NotFound(
                 f"{self.manifest.display_name} is not installed on this computer",
                 {"engine": self.name, "action": "install"},
             )
 
     async def _launch(self) -> None:
+        values = self.placeholder_values()
         if self.manifest.runtime.mode == "process":
-            await self._spawn_process()
+            await self._spawn_process(values)
         else:
-            await self._start_daemon()
-        await self._wait_ready()
+            # Recorded before the commands run, so a half-started daemon is stopped too.
+            self._apply(lifecycle.DaemonLaunched())
+            await self._runner.run_start_commands(self.manifest, values)
+        await self._runner.wait_ready(self.manifest, self._process)
 
-    async def _spawn_process(self) -> None:
-        runtime = self.manifest.runtime
-        values = self.placeholder_values()
-        argv = [str(self._binary), *expand_all(runtime.args, values)]
-        env = {**os.environ, **{k: expand(v, values) for k, v in runtime.env.items()}}
-        log.info("starting %s: %s", self.name, " ".join(argv))
-        self.output.add(f"[pair] starting: {' '.join(argv)}")
-        process = await EngineProcess.spawn(argv, env, self.output)
+    async def _spawn_process(self, values: dict[str, str]) -> None:
+        assert self._life.binary is not None, "a start requires the executable"
+        process = await self._runner.spawn(self.manifest, self._life.binary, values)
         self._process = process
+        self._apply(lifecycle.Spawned(process.pid))
         await self._hooks.record_process(self.name, process.pid, process.create_time)
-
-    async def _start_daemon(self) -> None:
-        values = self.placeholder_values()
-        self._daemon_started = True
-        for command in self.manifest.runtime.start:
-            result = await run_command(expand_all(command, values), timeout=120, output=self.output)
-            if result.code != 0:
-                raise errors.InternalError(
-                    f"{self.manifest.display_name} did not start: {result.describe()}"
-                )
-
-    async def _wait_ready(self) -> None:
-        ready = self.manifest.runtime.ready
-        deadline = self._clock.monotonic() + ready.timeout_s
-        while self._clock.monotonic() < deadline:
-            process = self._process
-            if process is not None and process.returncode is not None:
-                tail = "\n".join(self.output.tail(10))
-                raise errors.InternalError(
-                    f"{self.manifest.display_name} exited with code {process.returncode} "
-                    f"before it was ready:\n{tail}"
-                )
-            if await probe_http(self._session, self.host, self.port, ready):
-                return
-            await self._clock.sleep(ready.interval_s)
-        raise errors.InternalError(
-            f"{self.manifest.display_name} was not ready within {ready.timeout_s:g} s"
-        )
 
     async def _abandon_start(self, exc: BaseException) -> None:
         if self.owned:
             await self._stop_owned()
         message = str(exc) if not isinstance(exc, asyncio.CancelledError) else "start cancelled"
-        self._error = message
-        self._set_state("error")
+        self._apply(lifecycle.StartFailed(message))
         self._hooks.errors.raise_error(
             self._error_id("start-failed"),
             f"{self.manifest.display_name} could not start: {message}",
@@ -369,7 +306,7 @@ class EngineController:
         )
 
     async def _stop_locked(self) -> None:
-        if self._adopted:
+        if self._life.adopted:
             raise errors.Conflict(
                 f"{self.manifest.display_name} on port {self.port} was not started by PAIR, so "
                 "PAIR will not stop it; stop it where it was started",
@@ -377,122 +314,105 @@ class EngineController:
             )
         if self.owned:
             await self._stop_owned()
-        self._error = None
-        self._set_state("stopped" if self._installed else "not-installed")
+        else:
+            self._apply(lifecycle.Stopped())
 
     async def _stop_owned(self) -> None:
-        self._set_state("stopping")
+        self._apply(lifecycle.StopBegan())
         await self._tasks.close(timeout=1.0)
         process, self._process = self._process, None
         if process is not None:
             stop = self.manifest.runtime.stop
             await process.stop(kill=stop.signal == "kill", grace=stop.grace_s)
             await self._hooks.forget_process(process.pid)
-        if self._daemon_started:
-            await self._stop_daemon()
-        self._set_state("stopped")
-
-    async def _stop_daemon(self) -> None:
-        stop = self.manifest.runtime.stop
-        if stop.cmd:
-            await run_command(
-                expand_all(stop.cmd, self.placeholder_values()),
-                timeout=stop.grace_s + 10,
-                output=self.output,
-            )
-        deadline = self._clock.monotonic() + stop.grace_s
-        while await port_in_use(self.host, self.port) and self._clock.monotonic() < deadline:
-            await self._clock.sleep(0.1)
-        self._daemon_started = False
+        if self._life.owner == "daemon":
+            await self._runner.stop_daemon(self.manifest, self.placeholder_values())
+        self._apply(lifecycle.Stopped())
 
     # -- observation ---------------------------------------------------------------------------
 
     def _spawn_monitors(self) -> None:
-        revision = self._revision
+        run = self._life.run
+        assert run is not None, "monitors watch a run that began"
         if self._process is not None:
-            self._tasks.spawn(self._watch_exit(self._process, revision), name="exit")
+            self._tasks.spawn(self._watch_exit(self._process, run), name="exit")
         if self.manifest.runtime.health is not None:
-            self._tasks.spawn(self._watch_health(revision), name="health")
+            self._tasks.spawn(self._watch_health(run), name="health")
 
-    async def _watch_exit(self, process: EngineProcess, revision: int) -> None:
+    async def _watch_exit(self, process: RunningProcess, run: int) -> None:
         code = await process.wait()
-        if revision != self._revision:
-            return
+        if not lifecycle.observes(self._life, run):
+            return  # a stop got there first (without waiting for the lock it holds)
+        reason = f"exited with code {code}"
         async with self._lock:
-            if revision != self._revision or self._process is not process:
+            exited = lifecycle.Exited(
+                run, process.pid, self._with_output(reason), self._clock.monotonic()
+            )
+            if not self._apply(exited):
                 return  # a stop or restart got there first: not a crash
-            self._revision += 1
             self._process = None
             await self._hooks.forget_process(process.pid)
-            await self._after_crash(f"exited with code {code}")
+            self._report_crash(reason)
 
-    async def _watch_health(self, revision: int) -> None:
+    async def _watch_health(self, run: int) -> None:
         probe = self.manifest.runtime.health
         assert probe is not None
         failures = 0
-        while revision == self._revision:
+        while lifecycle.observes(self._life, run):
             await self._clock.sleep(probe.interval_s)
-            healthy = await probe_http(self._session, self.host, self.port, probe)
-            if revision != self._revision:
+            healthy = await self._runner.answers(self.manifest.runtime, probe)
+            if not lifecycle.observes(self._life, run):
                 return
             failures = 0 if healthy else failures + 1
             if failures >= UNHEALTHY_AFTER:
-                await self._on_unhealthy(revision, failures * probe.interval_s)
+                await self._on_unhealthy(run, failures * probe.interval_s)
                 return
 
-    async def _on_unhealthy(self, revision: int, silent_s: float) -> None:
+    async def _on_unhealthy(self, run: int, silent_s: float) -> None:
         async with self._lock:
-            if revision != self._revision:
+            adopted = self._life.adopted
+            if not self._apply(lifecycle.Unhealthy(run)):
                 return
-            self._revision += 1
-            if self._adopted:
-                self._adopted = False
-                self._set_state("stopped" if self._installed else "not-installed")
+            if adopted:
                 log.warning("%s (adopted) stopped answering; it is gone", self.name)
                 return
             log.error("%s stopped answering health probes for %.0f s", self.name, silent_s)
             await self._stop_owned()
-            await self._after_crash(f"answered no health probe for {silent_s:.0f} s")
+            reason = f"answered no health probe for {silent_s:.0f} s"
+            self._apply(lifecycle.Crashed(self._with_output(reason), self._clock.monotonic()))
+            self._report_crash(reason)
 
-    async def _after_crash(self, reason: str) -> None:
-        tail = " | ".join(self.output.tail(3))
-        self._error = f"{reason}; last output: {tail}" if tail else reason
-        self._set_state("error")
-        ran_for = self._clock.monotonic() - self._started_at
-        self._streak, decision = decide_after_exit(RestartPolicy(), self._streak, ran_for)
-        restart = decision if isinstance(decision, Restart) and self._desired is True else None
-        suffix = f"; restarting in {restart.delay:g} s" if restart is not None else ""
+    def _report_crash(self, reason: str) -> None:
+        delay, run = self._life.restart_in, self._life.run
+        suffix = f"; restarting in {delay:g} s" if delay is not None else ""
         self._hooks.errors.raise_error(
             self._error_id("crashed"),
             f"{self.manifest.display_name} {reason}{suffix}",
             action=ErrorAction(kind="retry", label="Start again", target=self.name),
         )
-        if restart is not None:
-            self._tasks.spawn(
-                self._restart_after(restart.delay, self._revision), name="crash-restart"
-            )
+        if delay is not None and run is not None:
+            self._tasks.spawn(self._restart_after(delay, run), name="crash-restart")
 
-    async def _restart_after(self, delay: float, revision: int) -> None:
+    async def _restart_after(self, delay: float, run: int) -> None:
         await self._clock.sleep(delay)
         async with self._lock:
-            if revision != self._revision or self._desired is not True:
+            if not self._apply(lifecycle.CrashRestartDue(run)):
                 return
-            self._revision += 1
             with contextlib.suppress(errors.RpcError):
                 await self._start_locked()
 
     # -- helpers -------------------------------------------------------------------------------
 
-    async def _refresh_slots(self) -> None:
-        self._slots = await slot_counts.engine_slots(self)
+    def _apply(self, event: Event) -> bool:
+        """Move the lifecycle on; whether it changed (a stale observation changes nothing)."""
+        before, self._life = self._life, lifecycle.apply(self._life, event)
+        if lifecycle.reported_changed(before, self._life):
+            self._notify()
+        return self._life != before
 
-    async def _set_desired(self, desired: bool) -> None:
-        self._desired = desired
-        await self._hooks.save_desired(self.name, desired)
-
-    def _set_state(self, state: EngineState) -> None:
-        self._state = state
-        self._notify()
+    def _with_output(self, reason: str) -> str:
+        tail = " | ".join(self.output.tail(3))
+        return f"{reason}; last output: {tail}" if tail else reason
 
     def _notify(self) -> None:
         self._hooks.on_change(self.status())

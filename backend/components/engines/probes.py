@@ -3,13 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Protocol
 
 import aiohttp
 
 from backend.components.engines.manifest import Probe
 from backend.core.net import port_in_use
 
-__all__ = ["port_in_use", "probe_http"]
+__all__ = ["HttpProbe", "PortCheck", "port_in_use", "probe_http"]
+
+
+class HttpProbe(Protocol):
+    """Whether the engine on ``host:port`` answers ``probe`` (``probe_http`` in production)."""
+
+    async def __call__(
+        self, session: aiohttp.ClientSession, host: str, port: int, probe: Probe
+    ) -> bool: ...
+
+
+class PortCheck(Protocol):
+    """Whether anything accepts connections on ``host:port`` (``port_in_use`` in production)."""
+
+    async def __call__(self, host: str, port: int) -> bool: ...
 
 
 async def probe_http(session: aiohttp.ClientSession, host: str, port: int, probe: Probe) -> bool:

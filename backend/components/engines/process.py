@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from typing import Protocol
 
 import psutil
 
@@ -34,6 +35,41 @@ class EngineLog:
         """The last ``count`` lines (all kept lines when None)."""
         lines = list(self._lines)
         return lines if count is None else lines[-count:]
+
+
+class RunningProcess(Protocol):
+    """What a controller needs of an engine process it started (an ``EngineProcess``)."""
+
+    @property
+    def pid(self) -> int:
+        """The process ID (also its process group's)."""
+        ...
+
+    @property
+    def create_time(self) -> float:
+        """When the OS started it, so a recycled PID is never mistaken for it."""
+        ...
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status once it exited."""
+        ...
+
+    async def wait(self) -> int:
+        """Wait for the exit (and the last output)."""
+        ...
+
+    async def stop(self, *, kill: bool = False, grace: float = 5.0) -> int:
+        """Signal it, wait up to ``grace`` seconds, then kill what is left."""
+        ...
+
+
+class Spawn(Protocol):
+    """Starts an engine process whose output goes to ``output`` (``EngineProcess.spawn``)."""
+
+    async def __call__(
+        self, argv: Sequence[str], env: dict[str, str], output: EngineLog
+    ) -> RunningProcess: ...
 
 
 class EngineProcess:

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from backend.emulators.lms_cli import write_lms_shim
+from backend.devtools.emulators.lms_cli import write_lms_shim
 from backend.protocol import errors
 from tests.integration.conftest import Broker, Client, free_port
 from tests.integration.engines.conftest import write_override
@@ -23,7 +23,7 @@ StartBroker = Callable[..., Broker]
 async def _action(client: Client, engine: str, action: str, model: str | None = None) -> Any:
     params = {"engine": engine, "action": action, "model": model}
     result = await client.call("engine:action", params, timeout=120)
-    return result["names"] if "names" in result else result  # the list actions answer names
+    return result.get("names", result)  # the list actions answer names
 
 
 async def test_ollama_emulator_pull_load_unload_delete_through_the_broker(

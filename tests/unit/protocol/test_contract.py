@@ -70,7 +70,9 @@ def test_push_events_are_tagged_unions_on_the_wire() -> None:
     assert left == {"seq": 4, "node_id": "n1", "event": "node_left"}
     decoded = methods.DISCOVERY_EVENT.decode(left)
     assert isinstance(decoded, NodeLeft) and decoded.seq == 4
-    telemetry = methods.DISCOVERY_EVENT.decode({"event": "node_telemetry", "seq": 5, "node_id": "n"})
+    telemetry = methods.DISCOVERY_EVENT.decode(
+        {"event": "node_telemetry", "seq": 5, "node_id": "n"}
+    )
     assert isinstance(telemetry, NodeTelemetryChanged)
     removed = methods.WORKLOADS_EVENT.decode({"event": "remove", "seq": 1, "key": "a/b/1"})
     assert isinstance(removed, WorkloadRemoved)

@@ -1,0 +1,546 @@
+"""Engine lifecycle: the pure transition function, and the controller driven by fake drivers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from backend.components.engines import lifecycle
+from backend.components.engines.commands import CommandResult
+from backend.components.engines.controller import EngineController, EngineHooks
+from backend.components.engines.lifecycle import (
+    Adopted,
+    Command,
+    Commanded,
+    Crashed,
+    CrashRestartDue,
+    DaemonLaunched,
+    Detected,
+    Event,
+    Exited,
+    Lifecycle,
+    PortChanged,
+    Ready,
+    Spawned,
+    StartBegan,
+    StartFailed,
+    StopBegan,
+    Stopped,
+    Unhealthy,
+    apply,
+)
+from backend.components.engines.manifest import (
+    Manifest,
+    Probe,
+    build,
+    bundled_documents,
+    deep_merge,
+)
+from backend.components.engines.process import EngineLog
+from backend.components.engines.runner import EngineDrivers
+from backend.core.restart_policy import Streak
+from backend.protocol import errors
+from backend.protocol.types import EngineStatus
+from tests.fakes import RecordingErrors
+
+BIN = Path("/opt/engine/bin/serve")
+T0 = 1000.0
+
+
+def after(*events: Event, state: Lifecycle | None = None) -> Lifecycle:
+    """The state reached from ``state`` (an installed, stopped engine) through ``events``."""
+    current = state if state is not None else Lifecycle(binary=BIN)
+    for event in events:
+        current = apply(current, event)
+    return current
+
+
+def running_owned(pid: int = 100, *, desired: bool | None = True) -> Lifecycle:
+    """An engine PAIR started and wants running; its run began under the current revision."""
+    start = Lifecycle(binary=BIN, desired=desired)
+    return after(Commanded("start"), StartBegan(), Spawned(pid), Ready(at=T0, slots=2), state=start)
+
+
+# -- commands ----------------------------------------------------------------------------------
+
+
+def test_a_command_bumps_the_revision_and_an_explicit_start_or_stop_records_the_intent() -> None:
+    idle = Lifecycle(binary=BIN)
+    assert apply(idle, Commanded("start", explicit=True)) == replace(idle, revision=1, desired=True)
+    assert apply(idle, Commanded("stop", explicit=True)) == replace(idle, revision=1, desired=False)
+    assert apply(idle, Commanded("start")) == replace(idle, revision=1)
+    others: tuple[Command, ...] = ("restart", "shutdown", "install", "uninstall")
+    for command in others:
+        assert apply(idle, Commanded(command, explicit=True)) == replace(idle, revision=1)
+
+
+def test_a_command_alone_leaves_a_running_engine_and_its_run_alone() -> None:
+    running = running_owned()
+    again = apply(running, Commanded("start", explicit=True))
+    assert again == replace(running, revision=running.revision + 1)
+    assert not lifecycle.reported_changed(running, again), "the RPC reply answers a command"
+    assert lifecycle.observes(again, running.revision), "its monitors still watch it"
+
+
+def test_a_port_change_bumps_the_revision_and_ends_the_run() -> None:
+    running = running_owned()
+    moved = apply(running, PortChanged())
+    assert moved == replace(running, revision=running.revision + 1, run=None)
+
+
+def test_detection_moves_between_stopped_and_not_installed_only_when_idle() -> None:
+    gone = apply(Lifecycle(binary=BIN), Detected(None))
+    assert gone == Lifecycle(state="not-installed") and not gone.installed
+    assert apply(gone, Detected(BIN)) == Lifecycle(binary=BIN)
+    running = running_owned()
+    assert apply(running, Detected(None)) == replace(running, binary=None)
+    failed = Lifecycle(state="error", binary=BIN)
+    assert apply(failed, Detected(None)) == replace(failed, binary=None)
+
+
+# -- starting and stopping ---------------------------------------------------------------------
+
+
+def test_adopting_serves_the_engine_without_owning_it() -> None:
+    failed = Lifecycle(binary=BIN, state="error", error="it broke", revision=4)
+    adopted = apply(failed, Adopted(at=T0, slots=3))
+    expected = replace(
+        failed, state="running", owner="adopted", error=None, slots=3, run=4, started_at=T0
+    )
+    assert adopted == expected
+    assert adopted.adopted and not adopted.owned
+
+
+def test_an_owned_start_begins_spawns_and_becomes_ready() -> None:
+    failed = Lifecycle(binary=BIN, state="error", error="old", revision=2, run=1, restart_in=2.0)
+    starting = apply(failed, StartBegan())
+    assert starting == Lifecycle(binary=BIN, state="starting", revision=2)
+    spawned = apply(starting, Spawned(321))
+    assert spawned == replace(starting, owner="process", pid=321) and spawned.owned
+    ready = apply(spawned, Ready(at=T0, slots=1))
+    assert ready == replace(spawned, state="running", slots=1, run=2, started_at=T0)
+
+
+def test_a_daemon_is_owned_from_the_moment_its_start_commands_run() -> None:
+    starting = after(StartBegan())
+    launched = apply(starting, DaemonLaunched())
+    assert launched == replace(starting, owner="daemon") and launched.owned
+
+
+def test_a_start_long_after_the_last_one_begins_a_new_restart_streak() -> None:
+    starting = replace(running_owned(), state="starting", streak=Streak(3))
+    assert apply(starting, Ready(at=T0 + 30, slots=1)).streak == Streak(3)
+    assert apply(starting, Ready(at=T0 + 61, slots=1)).streak == Streak(0)
+
+
+def test_a_failed_start_lets_go_of_everything_and_keeps_the_reason() -> None:
+    failed = after(StartBegan(), Spawned(7), StartFailed("port busy"))
+    assert failed == Lifecycle(binary=BIN, state="error", error="port busy")
+
+
+def test_stopping_ends_the_run_then_owns_nothing() -> None:
+    running = running_owned()
+    stopping = apply(running, StopBegan())
+    assert stopping == replace(running, state="stopping", run=None)
+    stopped = apply(stopping, Stopped())
+    assert stopped == replace(stopping, state="stopped", owner="nobody", pid=None, slots=None)
+    uninstalled = apply(replace(stopping, binary=None), Stopped())
+    assert uninstalled.state == "not-installed"
+
+
+def test_a_stop_of_a_failed_engine_clears_the_error() -> None:
+    stopped = apply(Lifecycle(binary=BIN, state="error", error="boom"), Stopped())
+    assert stopped == Lifecycle(binary=BIN)
+
+
+# -- observations --------------------------------------------------------------------------------
+
+
+def test_an_exit_of_the_current_process_is_a_crash_with_a_restart_when_wanted() -> None:
+    running = running_owned()
+    crashed = apply(running, Exited(running.revision, 100, "exited with code -9", T0 + 5))
+    revision = running.revision + 1
+    assert crashed == replace(
+        running,
+        state="error",
+        error="exited with code -9",
+        owner="nobody",
+        pid=None,
+        revision=revision,
+        run=revision,
+        restart_in=1.0,
+        streak=Streak(1),
+    )
+
+
+def test_a_crash_of_an_engine_nobody_asked_for_is_not_restarted() -> None:
+    running = running_owned(desired=None)
+    crashed = apply(running, Exited(running.revision, 100, "exited with code 1", T0 + 5))
+    assert (crashed.state, crashed.restart_in, crashed.run) == ("error", None, None)
+
+
+def test_restarts_back_off_and_give_up_after_five_quick_crashes() -> None:
+    delays = []
+    state = running_owned()
+    for attempt in range(6):
+        state = apply(state, Exited(state.revision, state.pid or 0, "crash", T0 + attempt))
+        delays.append(state.restart_in)
+        if state.restart_in is None:
+            break
+        due = CrashRestartDue(state.revision)
+        state = after(due, StartBegan(), Spawned(200 + attempt), Ready(T0, 1), state=state)
+    assert delays == [1.0, 2.0, 4.0, 8.0, 16.0, None]
+
+
+def test_an_exit_of_another_pid_is_not_a_crash_of_this_run() -> None:
+    running = running_owned(pid=100)
+    assert apply(running, Exited(running.revision, 99, "late", T0)) is running
+
+
+def test_an_adopted_engine_that_went_silent_is_gone_not_crashed() -> None:
+    adopted = apply(Lifecycle(binary=BIN, revision=3), Adopted(at=T0, slots=1))
+    gone = apply(adopted, Unhealthy(3))
+    assert gone == Lifecycle(binary=BIN, revision=4, started_at=T0)
+
+
+def test_an_owned_engine_that_went_silent_is_stopped_then_recorded_as_crashed() -> None:
+    running = running_owned()
+    fenced = apply(running, Unhealthy(running.revision))
+    assert fenced == replace(running, revision=running.revision + 1, run=None)
+    crashed = after(StopBegan(), Stopped(), Crashed("silent", T0 + 100), state=fenced)
+    assert (crashed.state, crashed.error, crashed.restart_in, crashed.run) == (
+        "error",
+        "silent",
+        1.0,
+        fenced.revision,
+    )
+
+
+def test_a_due_crash_restart_bumps_the_revision_only_while_the_engine_is_wanted() -> None:
+    running = running_owned()
+    crashed = apply(running, Exited(running.revision, 100, "crash", T0))
+    due = apply(crashed, CrashRestartDue(crashed.revision))
+    assert due == replace(crashed, revision=crashed.revision + 1, run=None, restart_in=None)
+    unwanted = replace(crashed, desired=False)
+    assert apply(unwanted, CrashRestartDue(crashed.revision)) is unwanted
+
+
+# What the controller applies for a newer command, from whatever state the engine is in.
+
+
+def _launched(pid: int) -> list[Event]:
+    return [StartBegan(), Spawned(pid), Ready(at=T0 + 1, slots=1)]
+
+
+def _stopping(state: Lifecycle) -> list[Event]:
+    return [StopBegan(), Stopped()] if state.owned else [Stopped()]
+
+
+def _newer_start(state: Lifecycle, pid: int = 999) -> Lifecycle:
+    command = Commanded("restart" if state.running else "start", explicit=True)
+    return after(command, *_stopping(state), *_launched(pid), state=state)
+
+
+def _newer_stop(state: Lifecycle) -> Lifecycle:
+    return after(Commanded("stop", explicit=True), *_stopping(state), state=state)
+
+
+def _newer_port_change(state: Lifecycle) -> Lifecycle:
+    restart = [*_stopping(state), *_launched(999)] if state.running else []
+    return after(PortChanged(), *restart, state=state)
+
+
+NEWER_COMMANDS = {"start": _newer_start, "stop": _newer_stop, "port change": _newer_port_change}
+
+
+@pytest.mark.parametrize("newer", NEWER_COMMANDS.values(), ids=NEWER_COMMANDS.keys())
+@pytest.mark.parametrize("observation", ["exit", "health"])
+def test_a_stale_observation_never_undoes_a_newer_command(
+    newer: Callable[[Lifecycle], Lifecycle], observation: str
+) -> None:
+    old = running_owned(pid=100)
+    current = newer(old)
+    late: Event = (
+        Exited(old.revision, 100, "exited", T0 + 2)
+        if observation == "exit"
+        else Unhealthy(old.revision)
+    )
+    assert apply(current, late) is current
+
+
+def test_a_stale_exit_is_ignored_even_when_the_new_process_got_the_same_pid() -> None:
+    old = running_owned(pid=100)
+    current = _newer_start(old, pid=100)
+    assert apply(current, Exited(old.revision, 100, "exited", T0 + 2)) is current
+
+
+@pytest.mark.parametrize("newer", NEWER_COMMANDS.values(), ids=NEWER_COMMANDS.keys())
+def test_a_stale_crash_restart_never_undoes_a_newer_command(
+    newer: Callable[[Lifecycle], Lifecycle],
+) -> None:
+    running = running_owned()
+    crashed = apply(running, Exited(running.revision, 100, "crash", T0))
+    current = newer(crashed)
+    assert apply(current, CrashRestartDue(crashed.revision)) is current
+
+
+def test_the_status_shows_slots_only_while_running() -> None:
+    manifest = _manifest()
+    status = lifecycle.status_of(manifest, running_owned(pid=5))
+    assert (status.state, status.pid, status.slots, status.adopted) == ("running", 5, 2, False)
+    stopping = lifecycle.status_of(manifest, apply(running_owned(), StopBegan()))
+    assert stopping.slots is None
+
+
+# -- the controller, with fake drivers -------------------------------------------------------
+
+
+class ManualClock:
+    """Time moves only when the test advances it; sleepers wake when their time has come."""
+
+    def __init__(self, start: float = T0) -> None:
+        self.now = start
+        self._sleepers: list[tuple[float, asyncio.Future[None]]] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def wall(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        wake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._sleepers.append((self.now + seconds, wake))
+        await wake
+
+    async def advance(self, seconds: float) -> None:
+        self.now += seconds
+        for due, wake in self._sleepers:
+            if due <= self.now and not wake.done():
+                wake.set_result(None)
+        self._sleepers = [(due, wake) for due, wake in self._sleepers if not wake.done()]
+        await settle()
+
+
+class FakeProcess:
+    """An engine process that exits when told; like ``EngineProcess.wait`` it keeps waiting
+    for its last output even when cancelled meanwhile."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.create_time = T0
+        self.returncode: int | None = None
+        self.stopped = False
+        self.draining = False
+        self._exited = asyncio.Event()
+        self._output_done = asyncio.Event()
+
+    def exit(self, code: int, *, output_done: bool = True) -> None:
+        self.returncode = code
+        self._exited.set()
+        if output_done:
+            self._output_done.set()
+
+    def finish_output(self) -> None:
+        self._output_done.set()
+
+    async def wait(self) -> int:
+        await self._exited.wait()
+        self.draining = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._output_done.wait()
+        assert self.returncode is not None
+        return self.returncode
+
+    async def stop(self, *, kill: bool = False, grace: float = 5.0) -> int:
+        self.stopped = True
+        if self.returncode is None:
+            self.exit(-9 if kill else -15)
+        self.finish_output()
+        return await self.wait()
+
+
+class FakeWorld:
+    """Ports, answers and processes as the controller sees them through its drivers."""
+
+    def __init__(self) -> None:
+        self.answering: set[int] = set()  # ports where an engine PAIR did not start answers
+        self.listening: set[int] = set()  # ports some other program holds
+        self.spawned: list[FakeProcess] = []
+
+    def drivers(self) -> EngineDrivers:
+        return EngineDrivers(
+            probe_http=self.probe_http,
+            port_in_use=self.port_in_use,
+            spawn=self.spawn,
+            run_command=self.run_command,
+        )
+
+    def answers(self, port: int) -> bool:
+        alive = any(process.returncode is None for process in self.spawned)
+        return port in self.answering or alive
+
+    async def probe_http(
+        self, session: aiohttp.ClientSession, host: str, port: int, probe: Probe
+    ) -> bool:
+        return self.answers(port)
+
+    async def port_in_use(self, host: str, port: int) -> bool:
+        return port in self.listening or self.answers(port)
+
+    async def spawn(
+        self, argv: Sequence[str], env: dict[str, str], output: EngineLog
+    ) -> FakeProcess:
+        process = FakeProcess(pid=1000 + len(self.spawned))
+        self.spawned.append(process)
+        return process
+
+    async def run_command(
+        self, argv: list[str], *, timeout: float, output: EngineLog | None = None
+    ) -> CommandResult:
+        return CommandResult(argv, 0)
+
+
+class Harness:
+    """One controller over a fake world, with everything it reported."""
+
+    def __init__(self, session: aiohttp.ClientSession) -> None:
+        self.world = FakeWorld()
+        self.clock = ManualClock()
+        self.errors = RecordingErrors()
+        self.pushed: list[EngineStatus] = []
+        self.saved: list[bool] = []
+        self.controller = EngineController(
+            _manifest(),
+            session=session,
+            clock=self.clock,
+            hooks=EngineHooks(
+                errors=self.errors,
+                on_change=self.pushed.append,
+                save_desired=self._save_desired,
+                record_process=self._ignore,
+                forget_process=self._ignore,
+            ),
+            install_dir=Path("/nonexistent"),
+            drivers=self.world.drivers(),
+        )
+
+    @property
+    def port(self) -> int:
+        return self.controller.port
+
+    async def _save_desired(self, name: str, desired: bool) -> None:
+        self.saved.append(desired)
+
+    async def _ignore(self, *_: object) -> None:
+        return None
+
+
+def _manifest() -> Manifest:
+    # The running Python is an executable file for detection; health probes are left out so
+    # only the exit watcher observes the engine.
+    override = {"detect": [{"path": sys.executable}], "runtime": {"health": None}}
+    return build(deep_merge(bundled_documents()["ollama"], override), "test")
+
+
+async def settle() -> None:
+    """Let every ready task run until it waits for something the test controls."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+@pytest.fixture
+async def harness() -> AsyncIterator[Harness]:
+    async with aiohttp.ClientSession() as session:
+        made = Harness(session)
+        await made.controller.detect()
+        yield made
+        for process in made.world.spawned:
+            process.finish_output()
+        await made.controller.shutdown()
+
+
+async def test_start_adopts_an_engine_already_answering_and_never_stops_it(
+    harness: Harness,
+) -> None:
+    harness.world.answering.add(harness.port)
+    status = await harness.controller.start()
+    assert (status.state, status.adopted, status.pid) == ("running", True, None)
+    assert harness.world.spawned == []
+    with pytest.raises(errors.Conflict, match="not started by PAIR"):
+        await harness.controller.stop()
+    assert harness.saved == [True, False], "the intent is saved all the same"
+    assert harness.controller.status().state == "running"
+
+
+async def test_a_port_held_by_another_program_is_a_conflict_and_nothing_is_killed(
+    harness: Harness,
+) -> None:
+    harness.world.listening.add(harness.port)
+    with pytest.raises(errors.Conflict, match=f"port {harness.port} is in use by another"):
+        await harness.controller.start()
+    status = harness.controller.status()
+    assert (status.state, status.pid, status.adopted) == ("error", None, False)
+    assert harness.world.spawned == [], "nothing was started, so nothing is stopped"
+    assert "engine:start-failed:ollama" in harness.errors.open
+
+
+async def test_a_late_exit_of_the_old_process_after_a_restart_does_not_crash_the_new_one(
+    harness: Harness,
+) -> None:
+    await harness.controller.start()
+    old = harness.world.spawned[0]
+    old.exit(-9, output_done=False)  # it dies just as a restart begins
+    await settle()
+    assert old.draining, "its exit watcher woke and waits for the last output"
+    # The restart cancels the watcher, which (like EngineProcess.wait) swallows that while
+    # draining and reports the exit after the stop began: late, so it must be ignored.
+    status = await harness.controller.restart()
+    assert (status.state, status.pid) == ("running", 1001)
+    assert old.stopped
+    await settle()
+    assert harness.controller.status().state == "running"
+    assert "engine:crashed:ollama" not in harness.errors.raised
+    assert all(pushed.state != "error" for pushed in harness.pushed)
+
+
+async def test_a_crash_is_reported_and_a_wanted_engine_restarts_after_the_backoff(
+    harness: Harness,
+) -> None:
+    await harness.controller.start()
+    harness.world.spawned[0].exit(-9)
+    await settle()
+    status = harness.controller.status()
+    assert (status.state, status.pid) == ("error", None)
+    assert status.error is not None and status.error.startswith("exited with code -9; last output")
+    assert "restarting in 1 s" in harness.errors.open["engine:crashed:ollama"]
+    await harness.clock.advance(1.0)
+    status = harness.controller.status()
+    assert (status.state, status.pid) == ("running", 1001)
+    assert "engine:crashed:ollama" not in harness.errors.open
+
+
+async def test_a_stop_during_the_backoff_cancels_the_crash_restart(harness: Harness) -> None:
+    await harness.controller.start()
+    harness.world.spawned[0].exit(-9)
+    await settle()
+    await harness.controller.stop()
+    await harness.clock.advance(60.0)
+    assert harness.controller.status().state == "stopped"
+    assert len(harness.world.spawned) == 1
+
+
+async def test_a_start_of_a_running_engine_keeps_watching_it(harness: Harness) -> None:
+    await harness.controller.start()
+    again = await harness.controller.start()
+    assert (again.state, len(harness.world.spawned)) == ("running", 1)
+    harness.world.spawned[0].exit(-9)
+    await settle()
+    assert harness.controller.status().state == "error", "the crash is still noticed"
