@@ -1,0 +1,1 @@
+"""Tests for the cluster component: pairing crypto and the CPace PAKE."""
