@@ -8,6 +8,7 @@ import logging
 import signal
 import sys
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import qasync
 from PySide6.QtGui import QDesktopServices
@@ -37,6 +38,11 @@ from app.models.nodes import NodesModel
 from app.options import AppOptions
 from app.pending import PendingActions
 from app.preferences import preferences
+from app.stores.base import StreamStore
+from app.stores.components import ComponentsStore
+from app.stores.discovery import DiscoveryStore
+from app.stores.engines import EnginesStore
+from app.stores.workloads import WorkloadsStore
 from app.tray import Tray, tray_available
 from app.window.endpoints_window import EndpointsWindow
 from app.window.engines_page import EnginesPage
@@ -51,7 +57,8 @@ log = logging.getLogger(__name__)
 
 
 class PairApplication:
-    """One GUI process: the broker connection, models, controllers, main window and tray.
+    """One GUI process: the broker connection, one store per numbered stream, models,
+    controllers, main window and tray.
 
     Owns all of them; ``shutdown`` stops a broker this app started and leaves an attached one.
     """
@@ -65,25 +72,33 @@ class PairApplication:
         restart_policy: RestartPolicy | None = None,
     ) -> None:
         launch = BrokerLaunch(options.data_dir, options.broker_args)
-        self.connection = BrokerConnection(launch, restart_policy)
+        self.connection = connection = BrokerConnection(launch, restart_policy)
+        self.discovery_store = discovery = DiscoveryStore(connection)
+        self.engines_store = engines = EnginesStore(connection)
+        self.workloads_store = workloads = WorkloadsStore(connection)
+        self.components_store = ComponentsStore(connection)
         self.components = ComponentsModel()
         self.errors = ErrorsModel()
-        self.components_controller = ComponentsController(self.connection, self.components)
-        self.errors_controller = ErrorsController(
-            self.connection, self.errors, self.components_controller
+        self.components_controller = ComponentsController(
+            connection, self.components, self.components_store
         )
-        self.service = ServiceController(self.connection, options.data_dir, open_url)
+        self.errors_controller = ErrorsController(
+            connection, self.errors, self.components_controller
+        )
+        self.service = ServiceController(connection, options.data_dir, open_url)
         self.nodes = NodesModel()
-        self.nodes_controller = NodesController(self.connection, self.nodes)
+        self.nodes_controller = NodesController(connection, self.nodes, discovery, engines)
         self.pending = PendingActions()
         self.engines = EnginesModel()
-        self.engines_controller = EnginesController(self.connection, self.engines, self.pending)
-        self.models_controller = ModelsController(self.connection, self.pending)
+        self.engines_controller = EnginesController(
+            connection, self.engines, self.pending, engines, discovery
+        )
+        self.models_controller = ModelsController(connection, self.pending, engines, discovery)
         self.jobs = JobsModel()
-        self.jobs_controller = JobsController(self.connection, self.jobs)
+        self.jobs_controller = JobsController(connection, self.jobs, workloads, discovery)
         self.settings = preferences()
-        self.activity = ActivityController(self.connection, self.errors)
-        self.endpoints = EndpointsController(self.connection)
+        self.activity = ActivityController(connection, self.errors, workloads, engines)
+        self.endpoints = EndpointsController(connection, engines)
         self.front_door_settings = FrontDoorSettingsController(self.connection)
         with_tray = tray_available() if use_tray is None else use_tray
         self.tray = Tray(self.connection, self.service, self.activity) if with_tray else None
@@ -147,6 +162,14 @@ class PairApplication:
             self.front_door_settings,
         )
 
+    def _stores(self) -> tuple[StreamStore[Any, Any, Any], ...]:
+        return (
+            self.discovery_store,
+            self.engines_store,
+            self.workloads_store,
+            self.components_store,
+        )
+
     def start(self) -> None:
         """Start supervising the broker and show the window (event loop running)."""
         self.connection.start()
@@ -174,6 +197,8 @@ class PairApplication:
             self.welcome.dialog.hide()
         for controller in self._controllers():
             await controller.close()
+        for store in self._stores():
+            await store.close()
         await self.connection.stop()
 
     async def run(self) -> int:

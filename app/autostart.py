@@ -11,10 +11,11 @@ import os
 import plistlib
 import subprocess
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
+
+from backend.common.files import write_atomic
 
 ENTRY_NAME = "pair"
 LAUNCH_AGENT_LABEL = "org.pair.PAIR"
@@ -101,20 +102,6 @@ def launch_agent_plist(command: Sequence[str], label: str = LAUNCH_AGENT_LABEL) 
 def run_value(command: Sequence[str]) -> str:
     """The ``Run`` registry value: one command line with Windows quoting."""
     return subprocess.list2cmdline(list(command))
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(temp_name, 0o644)
-        os.replace(temp_name, path)
-    except BaseException:
-        Path(temp_name).unlink(missing_ok=True)
-        raise
 
 
 class FileAutostart:

@@ -15,6 +15,8 @@ from typing import NamedTuple
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from backend.protocol.types import EngineName, NodeId
+
 DEFAULT_TIMEOUT_S = 60.0
 COLD_LOAD_TIMEOUT_S = 300.0
 LMSTUDIO_DELETE_TIMEOUT_S = 120.0
@@ -23,8 +25,8 @@ LMSTUDIO_DELETE_TIMEOUT_S = 120.0
 class PendingKey(NamedTuple):
     """What a pending action is about: ``model`` is "" for engine-wide actions."""
 
-    node: str
-    engine: str
+    node: NodeId
+    engine: EngineName
     model: str = ""
 
 
@@ -86,7 +88,7 @@ class PendingActions(QObject):
         self.changed.emit(key)
         return True
 
-    def settle_engine(self, node: str, engine: str) -> None:
+    def settle_engine(self, node: NodeId, engine: EngineName) -> None:
         """Truth about a whole engine (it stopped, crashed, restarted): drop all its entries."""
         for key in [k for k in self._entries if k.node == node and k.engine == engine]:
             self.settle(key)

@@ -13,7 +13,7 @@ from app.controllers.activity import ActivityController, OverallStatus, is_on, o
 from app.controllers.service import ServiceController
 from app.icons import state_icon
 from app.window.look import STATE_LOOKS
-from backend.protocol.types import EngineStatus
+from backend.protocol.types import EngineName, EngineStatus
 
 ICON_SIZES = (16, 22, 24, 32, 48, 64)
 DOT_COLOURS: dict[OverallStatus, QColor] = {
@@ -210,7 +210,7 @@ class Tray(QObject):
             self.menu.insertAction(self._engines_end, action)
             self.engine_actions[engine.engine] = action
 
-    def _on_engine_action_triggered(self, engine: str, checked: bool) -> None:
+    def _on_engine_action_triggered(self, engine: EngineName, checked: bool) -> None:
         if self._activity is not None:
             self._activity.set_engine_on(engine, checked)
 

@@ -84,8 +84,9 @@ async def save(app: PairApplication, page: str, path: Path) -> Path:
 async def kill_test_worker(app: PairApplication) -> None:
     """SIGKILL the broker's test worker so the screen shows a real supervisor error."""
     status = await app.connection.call(methods.STATUS)
-    worker = next(c for c in status["components"] if c["name"] == "testworker")
-    os.kill(worker["pid"], signal.SIGKILL)
+    worker = next(c for c in status.components if c.name == "testworker")
+    assert worker.pid is not None, "the test worker runs"
+    os.kill(worker.pid, signal.SIGKILL)
 
 
 async def crash_until_failed(app: PairApplication) -> None:

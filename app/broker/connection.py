@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from PySide6.QtCore import QObject, Signal
 
@@ -27,11 +27,14 @@ from app.broker.process import OwnedBroker
 from app.broker.restart_policy import RestartPolicy
 from app.broker.session import STARTUP_TIMEOUT_S, BrokerSession
 from app.broker.state import Ending, Ownership, ServiceState
-from app.tasks import TaskSet, wait_first
+from backend.common.tasks import TaskSet, wait_first
 from backend.protocol import methods
+from backend.protocol.contract import Method
 from backend.protocol.errors import ConnectionLost
 
 log = logging.getLogger(__name__)
+P = TypeVar("P")
+R = TypeVar("R")
 
 RETRY_INTERVAL_S = 3.0
 RESTART_DELAY_S = 0.5
@@ -120,8 +123,12 @@ class BrokerConnection(QObject):
         """Owned: stop the broker and spawn a new one. Attached: reconnect to it."""
         self._request(Command.RESTART)
 
-    async def call(self, method: str, params: Any = None, timeout: float = 10.0) -> Any:
-        """One RPC to the broker; raises ``ConnectionLost`` when there is no session."""
+    async def call(self, method: Method[P, R], params: P | None = None, timeout: float = 10.0) -> R:
+        """One typed RPC to the broker: ``params`` encoded and the result decoded by ``method``.
+
+        Raises ``ConnectionLost`` when there is no session, ``BadResult`` (an ``RpcError``) when
+        the answer has another shape than the contract declares.
+        """
         session = self._session
         if session is None or session.closing:
             raise ConnectionLost("not connected to the PAIR service")
@@ -255,7 +262,7 @@ class BrokerConnection(QObject):
     def _on_session_push(self, session: BrokerSession, method: str, params: Any) -> None:
         if session is not self._session:
             return
-        if method == methods.APP_READY:
+        if method == methods.APP_READY.name:
             self.session_changed.emit()  # the session now knows the broker's PID
             self._announce_ready(session)
         self.notification_received.emit(method, params)

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 
 from app.broker.launch import BrokerLaunch
-from app.tasks import TaskSet
+from backend.common.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 

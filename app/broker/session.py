@@ -6,18 +6,16 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any
-
-import msgspec
+from typing import Any, TypeVar
 
 from app.broker.process import OwnedBroker
 from app.broker.state import Ending, Ownership, classify_exit, describe_exit
-from app.tasks import TaskSet, wait_first
-from backend.protocol import methods
+from backend.common.tasks import TaskSet, wait_first
+from backend.protocol import contract, methods
+from backend.protocol.contract import Method
 from backend.protocol.endpoint import open_control_connection
-from backend.protocol.errors import RpcError
+from backend.protocol.errors import BadResult, RpcError
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import AppReady
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +24,9 @@ STARTUP_TIMEOUT_S = 60.0
 SHUTDOWN_CALL_TIMEOUT_S = 2.0
 # An owned broker whose stdout closed should exit at once; past this it is killed.
 EXIT_AFTER_EOF_S = 3.0
+
+P = TypeVar("P")
+R = TypeVar("R")
 
 SessionSink = Callable[["BrokerSession", str, Any], None]
 
@@ -81,12 +82,11 @@ class BrokerSession:
             return None
         session = cls(reader, writer, sink)
         try:
-            await session.peer.call(methods.PING, timeout=PING_TIMEOUT_S)
+            await session.call(methods.PING, timeout=PING_TIMEOUT_S)
             # The broker's PID, even when its app:ready greeting has not come yet.
-            status = await session.peer.call(methods.STATUS, timeout=PING_TIMEOUT_S)
-            if session.pid is None and isinstance(status, dict):
-                pid = status.get("pid")
-                session.pid = pid if isinstance(pid, int) else None
+            status = await session.call(methods.STATUS, timeout=PING_TIMEOUT_S)
+            if session.pid is None:
+                session.pid = status.pid
         except RpcError as exc:
             log.info("broker at %s did not answer ping: %s", address, exc)
             await session.close()
@@ -98,9 +98,9 @@ class BrokerSession:
         """Owned when this app spawned the broker."""
         return Ownership.ATTACHED if self.process is None else Ownership.OWNED
 
-    async def call(self, method: str, params: Any = None, timeout: float = 10.0) -> Any:
-        """One RPC on this session."""
-        return await self.peer.call(method, params, timeout=timeout)
+    async def call(self, method: Method[P, R], params: P | None = None, timeout: float = 10.0) -> R:
+        """One typed RPC on this session; a result of the wrong shape raises ``BadResult``."""
+        return await contract.call(self.peer, method, params, timeout=timeout)
 
     def describe_end(self) -> str:
         """Why the session ended, for the user: how an owned broker exited, or a lost link."""
@@ -132,7 +132,7 @@ class BrokerSession:
         self.closing = True
         if self.process is not None and self.process.process.returncode is None:
             with contextlib.suppress(RpcError):
-                await self.peer.call(methods.SHUTDOWN, timeout=SHUTDOWN_CALL_TIMEOUT_S)
+                await self.call(methods.SHUTDOWN, timeout=SHUTDOWN_CALL_TIMEOUT_S)
             await self.process.stop()
         self.peer.close()
         await asyncio.wait([self._run], timeout=2.0)
@@ -150,11 +150,11 @@ class BrokerSession:
 
     def _on_push(self, method: str, params: Any) -> None:
         # app:ready may arrive before the ping answer, while the session is not adopted yet.
-        if method == methods.APP_READY:
+        if method == methods.APP_READY.name:
             try:
-                self.pid = msgspec.convert(params, AppReady).pid
-            except msgspec.ValidationError:
-                log.warning("malformed %s push: %r", method, params)
+                self.pid = methods.APP_READY.decode(params).pid
+            except BadResult as exc:
+                log.warning("%s", exc)
         self._sink(self, method, params)
 
     async def _reap_after_eof(self, process: OwnedBroker) -> None:

@@ -12,17 +12,19 @@ from PySide6.QtCore import QObject, Signal
 
 from app.broker.connection import BrokerConnection
 from app.broker.state import ServiceState
-from app.controllers.base import Controller, decode
-from app.controllers.subscription import NumberedSubscription
+from app.controllers.base import Controller
 from app.models.errors import ErrorsModel
+from app.stores.engines import EnginesStore
+from app.stores.workloads import WorkloadsStore
 from backend.protocol import methods
+from backend.protocol.contract import Method
 from backend.protocol.errors import RpcError
 from backend.protocol.types import (
+    EngineName,
+    EngineRef,
     EngineStatus,
     InstallProgress,
     JobState,
-    WorkloadsEvent,
-    WorkloadsSnapshot,
 )
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,7 @@ ACTIVE_JOB_STATES: frozenset[JobState] = frozenset({"in_flight", "running"})
 INSTALL_TIMEOUT_S = 1800.0
 START_TIMEOUT_S = 120.0
 ENGINE_ORDER = ("ollama", "lmstudio", "llamacpp")
+EngineMethod = Method[EngineRef, EngineStatus]
 
 
 class OverallStatus(StrEnum):
@@ -85,46 +88,52 @@ def is_on(engine: EngineStatus) -> bool:
 
 
 class ActivityController(Controller):
-    """Follows ``workloads:subscribe`` (snapshot, numbered events, re-subscribe on a gap), engine
-    states (``engine:status`` per session, ``engine:state-changed``) and error severities.
-    Owns the subscription, refresh and command tasks."""
+    """Reads the running jobs from the workloads store, this computer's engines from the engines
+    store, and error severities from the errors model; runs engine switches and installs.
+    Owns the command and detection tasks."""
 
     changed = Signal()
 
     def __init__(
-        self, connection: BrokerConnection, errors: ErrorsModel, parent: QObject | None = None
+        self,
+        connection: BrokerConnection,
+        errors: ErrorsModel,
+        workloads: WorkloadsStore,
+        engines: EnginesStore,
+        parent: QObject | None = None,
     ) -> None:
         super().__init__(connection, parent)
         self._errors = errors
-        self._jobs: dict[str, JobState] = {}
-        self._workloads = NumberedSubscription(
-            self._tasks,
-            connection,
-            methods.WORKLOADS_SUBSCRIBE,
-            WorkloadsSnapshot,
-            WorkloadsEvent,
-            on_snapshot=self._show_jobs,
-            on_event=self._apply_job_event,
-            params={},
-        )
-        self._engines: dict[str, EngineStatus] = {}
-        self._busy: set[str] = set()  # engines with a command in flight
-        self.install_progress: dict[str, str] = {}  # engine -> what its install is doing
-        self.engine_errors: dict[str, str] = {}  # engine -> why its last command failed
+        self._workloads = workloads
+        self._engines = engines
+        self._busy: set[EngineName] = set()  # engines with a command in flight
+        self.install_progress: dict[EngineName, str] = {}  # engine -> what its install does
+        self.engine_errors: dict[EngineName, str] = {}  # engine -> why its last command failed
         connection.state_changed.connect(self._on_connection_state_changed)
         for signal in (errors.rowsInserted, errors.rowsRemoved, errors.modelReset):
             signal.connect(self._on_errors_changed)
         errors.dataChanged.connect(self._on_errors_changed)
+        for store_signal in (
+            workloads.reset,
+            workloads.cleared,
+            workloads.job_changed,
+            workloads.job_removed,
+            engines.reset,
+            engines.cleared,
+            engines.engine_changed,
+        ):
+            store_signal.connect(self._on_store_changed)
+        engines.install_progressed.connect(self._on_engines_install_progressed)
 
     @property
     def running_jobs(self) -> int:
         """Jobs in flight or running right now."""
-        return count_active(self._jobs)
+        return sum(job.state in ACTIVE_JOB_STATES for job in self._workloads.jobs.values())
 
     @property
     def jobs_known(self) -> bool:
         """Whether a jobs snapshot was read in this session."""
-        return self._workloads.seq is not None
+        return self._workloads.loaded
 
     @property
     def has_error(self) -> bool:
@@ -139,34 +148,36 @@ class ActivityController(Controller):
     @property
     def engines(self) -> list[EngineStatus]:
         """Every engine PAIR knows on this computer, installed or not, by display name."""
-        return sorted(self._engines.values(), key=engine_order)
+        return sorted(self._engines.statuses.values(), key=engine_order)
 
     @property
     def installed_engines(self) -> list[EngineStatus]:
         """The engines found on this computer."""
         return [engine for engine in self.engines if engine.installed]
 
-    def is_busy(self, engine: str) -> bool:
+    def is_busy(self, engine: EngineName) -> bool:
         """Whether a start, stop or install of ``engine`` is in flight."""
         return engine in self._busy
 
-    def set_engine_on(self, engine: str, on: bool) -> None:
+    def set_engine_on(self, engine: EngineName, on: bool) -> None:
         """Start or stop an engine (``engine:start`` / ``engine:stop``)."""
         method = methods.ENGINE_START if on else methods.ENGINE_STOP
         verb = "start" if on else "stop"
         self._engine_command(engine, method, verb, START_TIMEOUT_S)
 
-    def install_engine(self, engine: str) -> None:
-        """Install an engine (``engine:install``); progress arrives as pushes."""
+    def install_engine(self, engine: EngineName) -> None:
+        """Install an engine (``engine:install``); progress arrives through the engines store."""
         if engine not in self._busy:
             self.install_progress[engine] = "Installing"
         self._engine_command(engine, methods.ENGINE_INSTALL, "install", INSTALL_TIMEOUT_S)
 
     def detect_engines(self) -> None:
-        """Look for engines again (``engine:get-installed``), then read every engine's status."""
-        self._tasks.spawn(self._read_engines(detect=True), name="detect-engines")
+        """Look for engines again (``engine:get-installed``); what changes arrives as events."""
+        self._tasks.spawn(self._detect_engines(), name="detect-engines")
 
-    def _engine_command(self, engine: str, method: str, verb: str, timeout: float) -> None:
+    def _engine_command(
+        self, engine: EngineName, method: EngineMethod, verb: str, timeout: float
+    ) -> None:
         if engine in self._busy:
             return
         self._busy.add(engine)
@@ -175,12 +186,12 @@ class ActivityController(Controller):
         what = f"{verb} {self._display_name(engine)}"
         self.run_command(self._run_engine_command(engine, method, timeout), what=what)
 
-    async def _run_engine_command(self, engine: str, method: str, timeout: float) -> None:
+    async def _run_engine_command(
+        self, engine: EngineName, method: EngineMethod, timeout: float
+    ) -> None:
         try:
-            raw = await self.connection.call(method, {"engine": engine}, timeout=timeout)
-            status = decode(raw, EngineStatus)
-            if status is not None:
-                self._engines[status.engine] = status
+            # The outcome arrives as engine events before the answer; the answer only ends "busy".
+            await self.connection.call(method, EngineRef(engine=engine), timeout=timeout)
         except RpcError as exc:
             self.engine_errors[engine] = exc.message
             raise
@@ -190,19 +201,18 @@ class ActivityController(Controller):
             self.install_progress.pop(engine, None)
             self.changed.emit()
 
-    def _display_name(self, engine: str) -> str:
-        known = self._engines.get(engine)
+    def _display_name(self, engine: EngineName) -> str:
+        known = self._engines.status(engine)
         return known.display_name if known is not None else engine
 
-    def _on_connection_session_ready(self) -> None:
-        self._workloads.start()
-        self._tasks.spawn(self._read_engines(detect=False), name="engines")
+    async def _detect_engines(self) -> None:
+        try:
+            await self.connection.call(methods.ENGINE_GET_INSTALLED)
+        except RpcError as exc:
+            log.info("detecting the engines failed: %s", exc)
 
     def _on_connection_session_changed(self) -> None:
         if self.connection.ownership is None:
-            self._jobs.clear()
-            self._workloads.reset()
-            self._engines.clear()
             self._busy.clear()
             self.install_progress.clear()
             self.engine_errors.clear()
@@ -214,45 +224,10 @@ class ActivityController(Controller):
     def _on_errors_changed(self, *_args: object) -> None:
         self.changed.emit()
 
-    def _on_connection_notification_received(self, method: str, params: object) -> None:
-        if method == methods.WORKLOADS_EVENT:
-            self._workloads.feed(params)
-        elif method == methods.ENGINE_STATE_CHANGED:
-            status = decode(params, EngineStatus)
-            if status is not None:
-                self._engines[status.engine] = status
-                self.changed.emit()
-        elif method == methods.ENGINE_INSTALL_PROGRESS:
-            progress = decode(params, InstallProgress)
-            if progress is not None and progress.engine in self._busy:
-                self.install_progress[progress.engine] = install_text(progress)
-                self.changed.emit()
+    def _on_store_changed(self, *_args: object) -> None:
+        self.changed.emit()
 
-    async def _read_engines(self, *, detect: bool) -> None:
-        try:
-            if detect:
-                await self.connection.call(methods.ENGINE_GET_INSTALLED)
-            raw = await self.connection.call(methods.ENGINE_STATUS, {})
-        except RpcError as exc:
-            log.info("reading the engines failed: %s", exc)
-            return
-        engines = decode(raw, list[EngineStatus])
-        if engines is not None:
-            self._engines = {engine.engine: engine for engine in engines}
+    def _on_engines_install_progressed(self, progress: InstallProgress) -> None:
+        if progress.engine in self._busy:
+            self.install_progress[progress.engine] = install_text(progress)
             self.changed.emit()
-
-    def _show_jobs(self, snapshot: WorkloadsSnapshot) -> None:
-        self._jobs = {job.key: job.state for job in snapshot.workloads}
-        self.changed.emit()
-
-    def _apply_job_event(self, event: WorkloadsEvent) -> None:
-        apply_job_event(self._jobs, event)
-        self.changed.emit()
-
-
-def apply_job_event(jobs: dict[str, JobState], event: WorkloadsEvent) -> None:
-    """Apply one ``workloads:event`` to a key → state map."""
-    if event.event == "remove" or event.workload is None:
-        jobs.pop(event.key, None)
-    else:
-        jobs[event.key] = event.workload.state

@@ -1,4 +1,4 @@
-"""What every controller shares: owned tasks, typed decoding and reporting failed commands."""
+"""What every controller shares: owned tasks, typed pushes and reporting failed commands."""
 
 from __future__ import annotations
 
@@ -6,23 +6,23 @@ import logging
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-import msgspec
 from PySide6.QtCore import QObject, Signal
 
 from app.broker.connection import BrokerConnection
-from app.tasks import TaskSet
-from backend.protocol.errors import RpcError
+from backend.common.tasks import TaskSet
+from backend.protocol.contract import Push
+from backend.protocol.errors import BadResult, RpcError
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
+E = TypeVar("E")
 
 
-def decode(payload: Any, kind: type[T]) -> T | None:
-    """Convert a raw JSON value to a wire type; None (and a warning) when it does not fit."""
+def decode_push(push: Push[E], params: object) -> E | None:
+    """A push's raw params as its payload type; None (and a warning) when they do not fit."""
     try:
-        return msgspec.convert(payload, kind)
-    except msgspec.ValidationError as exc:
-        log.warning("unexpected %s payload: %s", getattr(kind, "__name__", kind), exc)
+        return push.decode(params)
+    except BadResult as exc:
+        log.warning("%s", exc)
         return None
 
 

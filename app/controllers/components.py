@@ -1,4 +1,4 @@
-"""Keeps ``ComponentsModel`` equal to the broker's: a snapshot, then numbered events."""
+"""Keeps ``ComponentsModel`` equal to the ``ComponentsStore`` and restarts components."""
 
 from __future__ import annotations
 
@@ -6,47 +6,39 @@ from PySide6.QtCore import QObject
 
 from app.broker.connection import BrokerConnection
 from app.controllers.base import Controller
-from app.controllers.subscription import NumberedSubscription
 from app.models.components import ComponentsModel
+from app.stores.components import ComponentsStore
 from backend.protocol import methods
-from backend.protocol.types import ComponentChanged, ComponentsSnapshot
+from backend.protocol.types import ComponentRef
 
 
 class ComponentsController(Controller):
-    """Subscribes on every new session, applies ``components:event`` in ``seq`` order, re-subscribes
-    on a gap, and restarts components on request. Owns the subscription."""
+    """Shows the store's components as row changes (a reset per snapshot) and restarts
+    components on request. Owns the restart tasks."""
 
     def __init__(
         self,
         connection: BrokerConnection,
         model: ComponentsModel,
+        store: ComponentsStore,
         parent: QObject | None = None,
     ) -> None:
         super().__init__(connection, parent)
         self.model = model
-        self._components = NumberedSubscription(
-            self._tasks,
-            connection,
-            methods.COMPONENTS_SUBSCRIBE,
-            ComponentsSnapshot,
-            ComponentChanged,
-            on_snapshot=lambda snapshot: model.reset(snapshot.components),
-            on_event=lambda event: model.upsert(event.component),
-        )
+        self.store = store
+        store.reset.connect(self._on_store_reset)
+        store.cleared.connect(self._on_store_reset)
+        store.component_changed.connect(self._on_store_component_changed)
 
     def restart_component(self, name: str) -> None:
         """Ask the broker to restart one component or worker."""
-        call = self.connection.call(methods.COMPONENTS_RESTART, {"name": name})
+        call = self.connection.call(methods.COMPONENTS_RESTART, ComponentRef(name=name))
         self.run_command(call, what=f"restart {name}")
 
-    def _on_connection_session_ready(self) -> None:
-        self._components.start()
+    def _on_store_reset(self) -> None:
+        self.model.reset(self.store.components.values())
 
-    def _on_connection_session_changed(self) -> None:
-        if self.connection.ownership is None:
-            self._components.reset()
-            self.model.reset([])
-
-    def _on_connection_notification_received(self, method: str, params: object) -> None:
-        if method == methods.COMPONENTS_EVENT:
-            self._components.feed(params)
+    def _on_store_component_changed(self, name: str) -> None:
+        component = self.store.components.get(name)
+        if component is not None:
+            self.model.upsert(component)

@@ -1,6 +1,6 @@
 """The front doors as the GUI shows them: real URLs, moved ports, example requests (from
-``status``, ``errors:update`` and ``engine:models``), and the front doors' settings (timeouts and
-the pinned node, through ``settings/get`` / ``settings/set``)."""
+``status``, ``errors:update`` and the engines store's model lists), and the front doors'
+settings (timeouts and the pinned node, through ``settings/get`` / ``settings/set``)."""
 
 from __future__ import annotations
 
@@ -13,16 +13,18 @@ from dataclasses import dataclass
 from PySide6.QtCore import QObject, Signal
 
 from app.broker.connection import BrokerConnection
-from app.controllers.base import Controller, decode
+from app.controllers.base import Controller, decode_push
+from app.stores.engines import EnginesStore
 from backend.protocol import methods
 from backend.protocol.errors import RpcError
 from backend.protocol.types import (
-    BrokerStatus,
     DiscoveredNode,
     EngineModels,
+    EngineName,
     ServiceError,
     SettingSpec,
     SettingsSnapshot,
+    SettingsUpdate,
     SettingValue,
 )
 
@@ -41,15 +43,27 @@ class DoorKind:
 
     door: str
     title: str
-    engine: str  # the bundled manifests' engine for this door
+    engine: EngineName  # the bundled manifests' engine for this door
     chat_path: str
     openai: bool
 
 
 DOOR_KINDS: tuple[DoorKind, ...] = (
-    DoorKind("ollama", "Ollama API", "ollama", "/api/chat", openai=False),
-    DoorKind("openai", "OpenAI API · LM Studio models", "lmstudio", "/v1/chat/completions", True),
-    DoorKind("llamacpp", "OpenAI API · llama.cpp models", "llamacpp", "/v1/chat/completions", True),
+    DoorKind("ollama", "Ollama API", EngineName("ollama"), "/api/chat", openai=False),
+    DoorKind(
+        "openai",
+        "OpenAI API · LM Studio models",
+        EngineName("lmstudio"),
+        "/v1/chat/completions",
+        openai=True,
+    ),
+    DoorKind(
+        "llamacpp",
+        "OpenAI API · llama.cpp models",
+        EngineName("llamacpp"),
+        "/v1/chat/completions",
+        openai=True,
+    ),
 )
 _KINDS = {kind.door: kind for kind in DOOR_KINDS}
 
@@ -94,7 +108,7 @@ def client_setting(kind: DoorKind, url: str) -> str:
     return f"OLLAMA_HOST={url.removeprefix('http://')}"
 
 
-def example_model(engine: str, models: EngineModels | None) -> str | None:
+def example_model(engine: EngineName, models: EngineModels | None) -> str | None:
     """A model of ``engine`` for the example: a loaded one first, else the first listed."""
     if models is None:
         return None
@@ -124,7 +138,9 @@ def build_endpoints(
     endpoints = []
     for door in doors:
         url = front_doors[door]
-        kind = _KINDS.get(door, DoorKind(door, door, door, "/v1/chat/completions", openai=True))
+        kind = _KINDS.get(
+            door, DoorKind(door, door, EngineName(door), "/v1/chat/completions", openai=True)
+        )
         model = example_model(kind.engine, models)
         endpoints.append(
             Endpoint(
@@ -141,23 +157,27 @@ def build_endpoints(
 
 
 class EndpointsController(Controller):
-    """Reads ``status`` and ``engine:models`` per session, again on every ``errors:update`` (a
-    door may have moved) and on ``refresh``; follows ``engine:models-changed``. Owns the read."""
+    """Reads ``status`` per session, again on every ``errors:update`` (a door may have moved)
+    and on ``refresh``; the examples' models come from the engines store. Owns the read."""
 
     changed = Signal()
 
-    def __init__(self, connection: BrokerConnection, parent: QObject | None = None) -> None:
+    def __init__(
+        self, connection: BrokerConnection, engines: EnginesStore, parent: QObject | None = None
+    ) -> None:
         super().__init__(connection, parent)
+        self._engines = engines
         self._front_doors: dict[str, str] = {}
         self._errors: list[ServiceError] = []
-        self._models: EngineModels | None = None
         self._known = False  # a status was read in this session
         self._read: asyncio.Task[None] | None = None
+        engines.reset.connect(self.changed)
+        engines.models_changed.connect(self.changed)
 
     @property
     def endpoints(self) -> list[Endpoint]:
         """The open front doors."""
-        return build_endpoints(self._front_doors, self._errors, self._models)
+        return build_endpoints(self._front_doors, self._errors, self._engines.models)
 
     @property
     def front_doors(self) -> dict[str, str]:
@@ -170,7 +190,7 @@ class EndpointsController(Controller):
         return self._known
 
     def refresh(self) -> None:
-        """Read the doors and models again (while connected)."""
+        """Read the doors again (while connected)."""
         if self.connection.ownership is None:
             return
         if self._read is not None:
@@ -179,23 +199,14 @@ class EndpointsController(Controller):
 
     async def _read_all(self) -> None:
         try:
-            status = decode(await self.connection.call(methods.STATUS), BrokerStatus)
+            status = await self.connection.call(methods.STATUS)
         except RpcError as exc:
             log.info("status failed: %s", exc)
             return
-        if status is not None:
-            self._front_doors = dict(status.front_doors)
-            self._errors = list(status.errors)
-            self._known = True
-            self.changed.emit()
-        try:
-            models = decode(await self.connection.call(methods.ENGINE_MODELS), EngineModels)
-        except RpcError as exc:
-            log.info("engine:models failed (keeping the last list): %s", exc)
-            return
-        if models is not None:
-            self._models = models
-            self.changed.emit()
+        self._front_doors = dict(status.front_doors)
+        self._errors = list(status.errors)
+        self._known = True
+        self.changed.emit()
 
     def _on_connection_session_ready(self) -> None:
         self.refresh()
@@ -204,22 +215,16 @@ class EndpointsController(Controller):
         if self.connection.ownership is None:
             self._front_doors = {}
             self._errors = []
-            self._models = None
             self._known = False
             self.changed.emit()
 
     def _on_connection_notification_received(self, method: str, params: object) -> None:
-        if method == methods.ERRORS_UPDATE:
-            errors = decode(params, list[ServiceError])
+        if method == methods.ERRORS_UPDATE.name:
+            errors = decode_push(methods.ERRORS_UPDATE, params)
             if errors is not None:
                 self._errors = errors
                 self.changed.emit()
                 self.refresh()
-        elif method == methods.ENGINE_MODELS_CHANGED:
-            models = decode(params, EngineModels)
-            if models is not None:
-                self._models = models
-                self.changed.emit()
 
 
 # Front-door settings.
@@ -321,40 +326,34 @@ class FrontDoorSettingsController(Controller):
             self._tasks.spawn(self._read_nodes(), name="nodes")
 
     async def _save(self, key: str, value: SettingValue) -> None:
+        update = SettingsUpdate(values={key: value})
         try:
-            raw = await self.connection.call(methods.SETTINGS_SET, {"values": {key: value}})
+            self._settings = await self.connection.call(methods.SETTINGS_SET, update)
         except RpcError as exc:
             log.info("settings/set %s failed: %s", key, exc)
             self.value_rejected.emit(key, rejection_text(exc, key))
             self.changed.emit()  # the view shows the saved value again
             return
-        snapshot = decode(raw, SettingsSnapshot)
-        if snapshot is not None:
-            self._settings = snapshot
-            self.changed.emit()
+        self.changed.emit()
         self.value_saved.emit(key)
 
     async def _read_settings(self, pushes_before: int) -> None:
         try:
-            raw = await self.connection.call(methods.SETTINGS_GET)
+            snapshot = await self.connection.call(methods.SETTINGS_GET)
         except RpcError as exc:
             log.info("settings/get failed: %s", exc)
             return
-        snapshot = decode(raw, SettingsSnapshot)
-        if snapshot is not None and self._pushes == pushes_before:
+        if self._pushes == pushes_before:
             self._settings = snapshot
             self.changed.emit()
 
     async def _read_nodes(self) -> None:
         try:
-            raw = await self.connection.call(methods.DISCOVERY_GET_NODES)
+            self._nodes = await self.connection.call(methods.DISCOVERY_GET_NODES)
         except RpcError as exc:
             log.info("discovery:get-nodes failed: %s", exc)
             return
-        nodes = decode(raw, list[DiscoveredNode])
-        if nodes is not None:
-            self._nodes = nodes
-            self.changed.emit()
+        self.changed.emit()
 
     def _on_connection_session_ready(self) -> None:
         self._tasks.spawn(self._read_settings(self._pushes), name="settings")
@@ -367,8 +366,8 @@ class FrontDoorSettingsController(Controller):
             self.changed.emit()
 
     def _on_connection_notification_received(self, method: str, params: object) -> None:
-        if method == methods.SETTINGS_CHANGED:
-            snapshot = decode(params, SettingsSnapshot)
+        if method == methods.SETTINGS_CHANGED.name:
+            snapshot = decode_push(methods.SETTINGS_CHANGED, params)
             if snapshot is not None:
                 self._pushes += 1
                 self._settings = snapshot

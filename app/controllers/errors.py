@@ -7,12 +7,12 @@ import logging
 from PySide6.QtCore import QObject, Signal
 
 from app.broker.connection import BrokerConnection
-from app.controllers.base import Controller, decode
+from app.controllers.base import Controller, decode_push
 from app.controllers.components import ComponentsController
 from app.models.errors import ErrorsModel
 from backend.protocol import methods
 from backend.protocol.errors import RpcError
-from backend.protocol.types import ServiceError
+from backend.protocol.types import EngineName, EngineRef, ErrorClear, ServiceError
 
 log = logging.getLogger(__name__)
 ENGINE_START_TIMEOUT_S = 120.0  # an engine may take a minute to answer its readiness probe
@@ -39,7 +39,7 @@ class ErrorsController(Controller):
     def dismiss(self, error: ServiceError) -> None:
         """Clear an error (a later report brings it back)."""
         call = self.connection.call(
-            methods.ERRORS_CLEAR, {"id": error.id, "node_id": error.node_id}
+            methods.ERRORS_CLEAR, ErrorClear(id=error.id, node_id=error.node_id)
         )
         self.run_command(call, what="dismiss the message")
 
@@ -55,7 +55,7 @@ class ErrorsController(Controller):
         elif action.kind == "retry" and action.target and error.id.startswith("engine:"):
             # An engine that failed to start or crashed: starting it again is the retry; a
             # successful start clears the error on the broker's side.
-            params = {"engine": action.target}
+            params = EngineRef(engine=EngineName(action.target))
             call = self.connection.call(
                 methods.ENGINE_START, params, timeout=ENGINE_START_TIMEOUT_S
             )
@@ -72,19 +72,18 @@ class ErrorsController(Controller):
             self.model.sync([])
 
     def _on_connection_notification_received(self, method: str, params: object) -> None:
-        if method != methods.ERRORS_UPDATE:
+        if method != methods.ERRORS_UPDATE.name:
             return
-        errors = decode(params, list[ServiceError])
+        errors = decode_push(methods.ERRORS_UPDATE, params)
         if errors is not None:
             self._updates += 1
             self.model.sync(errors)
 
     async def _read_initial(self, updates_before: int) -> None:
         try:
-            raw = await self.connection.call(methods.ERRORS_GET_INITIAL)
+            errors = await self.connection.call(methods.ERRORS_GET_INITIAL)
         except RpcError as exc:
             log.info("errors:get-initial failed: %s", exc)
             return
-        errors = decode(raw, list[ServiceError])
-        if errors is not None and self._updates == updates_before:
+        if self._updates == updates_before:
             self.model.sync(errors)

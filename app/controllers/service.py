@@ -14,19 +14,12 @@ from PySide6.QtGui import QDesktopServices
 
 from app import versions
 from app.broker.connection import BrokerConnection
-from app.controllers.base import Controller, decode
+from app.controllers.base import Controller, decode_push
 from backend.protocol import methods
+from backend.protocol.contract import Method, NoParams
 from backend.protocol.endpoint import log_dir
 from backend.protocol.errors import RpcError
-from backend.protocol.types import (
-    LOG_LEVELS,
-    AppReady,
-    BrokerStatus,
-    LogLevel,
-    LogLevelParams,
-    SettingsSnapshot,
-    VersionInfo,
-)
+from backend.protocol.types import LOG_LEVELS, LogLevel, LogLevelParams, SettingsSnapshot
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -126,10 +119,8 @@ class ServiceController(Controller):
             self.info_changed.emit()
 
     async def _set_log_level(self, level: LogLevel) -> None:
-        raw = await self.connection.call(methods.LOG_SET_LEVEL, {"level": level})
-        result = decode(raw, LogLevelParams)
-        if result is not None:
-            self._set_info(replace(self._info, log_level=result.level))
+        result = await self.connection.call(methods.LOG_SET_LEVEL, LogLevelParams(level=level))
+        self._set_info(replace(self._info, log_level=result.level))
 
     def _on_connection_session_ready(self) -> None:
         self._tasks.spawn(self._refresh(self._settings_pushes), name="refresh")
@@ -141,23 +132,23 @@ class ServiceController(Controller):
             self._set_info(replace(self._info, pid=self.connection.pid))
 
     def _on_connection_notification_received(self, method: str, params: object) -> None:
-        if method == methods.APP_READY:
-            ready = decode(params, AppReady)
+        if method == methods.APP_READY.name:
+            ready = decode_push(methods.APP_READY, params)
             if ready is not None:
                 self._set_info(
                     replace(self._info, broker_version=ready.version, node_name=ready.node_name)
                 )
-        elif method == methods.SETTINGS_CHANGED:
-            settings = decode(params, SettingsSnapshot)
+        elif method == methods.SETTINGS_CHANGED.name:
+            settings = decode_push(methods.SETTINGS_CHANGED, params)
             if settings is not None:
                 self._settings_pushes += 1
                 self._set_info(replace(self._info, log_level=log_level_of(settings)))
 
     async def _refresh(self, settings_pushes_before: int) -> None:
-        version = await self._read(methods.VERSION, VersionInfo)
+        version = await self._read(methods.VERSION)
         if version is not None:
             self._set_info(replace(self._info, broker_version=version.version))
-        status = await self._read(methods.STATUS, BrokerStatus)
+        status = await self._read(methods.STATUS)
         if status is not None:
             self._set_info(
                 replace(
@@ -168,14 +159,13 @@ class ServiceController(Controller):
                     uptime_read_at=time.monotonic(),
                 )
             )
-        settings = await self._read(methods.SETTINGS_GET, SettingsSnapshot)
+        settings = await self._read(methods.SETTINGS_GET)
         if settings is not None and self._settings_pushes == settings_pushes_before:
             self._set_info(replace(self._info, log_level=log_level_of(settings)))
 
-    async def _read(self, method: str, kind: type[T]) -> T | None:
+    async def _read(self, method: Method[NoParams, T]) -> T | None:
         try:
-            raw = await self.connection.call(method)
+            return await self.connection.call(method)
         except RpcError as exc:
-            log.info("%s failed: %s", method, exc)
+            log.info("%s failed: %s", method.name, exc)
             return None
-        return decode(raw, kind)

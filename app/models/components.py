@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 from PySide6.QtCore import QObject
 from PySide6.QtGui import QColor
 
@@ -14,21 +12,6 @@ _STATUS_COLOURS: dict[ComponentStatus, QColor] = {
     "failed": QColor("#c62828"),
     "backoff": QColor("#b26a00"),
 }
-
-
-class EventStep(StrEnum):
-    """What to do with a ``components:event`` given the last applied ``seq``."""
-
-    APPLY = "apply"  # the next event
-    SKIP = "skip"  # already covered by the snapshot or an earlier event
-    GAP = "gap"  # events were missed: subscribe again for a fresh snapshot
-
-
-def next_event_step(last_seq: int, event_seq: int) -> EventStep:
-    """Events after a snapshot apply in order; an old one is skipped, a jump is a gap."""
-    if event_seq <= last_seq:
-        return EventStep.SKIP
-    return EventStep.APPLY if event_seq == last_seq + 1 else EventStep.GAP
 
 
 def _restarts(component: ComponentInfo) -> str:

@@ -17,10 +17,17 @@ from PySide6.QtCore import QByteArray, QObject, Qt
 from PySide6.QtGui import QColor
 
 from app.models.keyed_table import ROW_ROLE, Column, KeyedTableModel, ModelIndex
-from backend.protocol.types import DiscoveredNode, EngineState, EngineStatus, InstallProgress
+from backend.protocol.types import (
+    DiscoveredNode,
+    EngineName,
+    EngineState,
+    EngineStatus,
+    InstallProgress,
+    NodeId,
+)
 
 RowState = EngineState | Literal["unreachable"]
-EngineKey = tuple[str, str]  # (node id, engine)
+EngineKey = tuple[NodeId, EngineName]
 
 MIN_PORT = 1024
 MAX_PORT = 65535
@@ -79,9 +86,9 @@ class EngineRow:
     command's failure or timeout; ``port_error`` a rejected port (by the form or the broker).
     """
 
-    node_id: str
+    node_id: NodeId
     node_name: str
-    engine: str
+    engine: EngineName
     display_name: str
     local: bool
     state: RowState
@@ -125,7 +132,7 @@ class LocalExtras:
 
 
 def local_row(
-    node_id: str,
+    node_id: NodeId,
     node_name: str,
     status: EngineStatus,
     doors: dict[str, int],
@@ -167,7 +174,7 @@ def remote_rows(node: DiscoveredNode) -> list[EngineRow]:
             EngineRow(
                 node_id=node.node_id,
                 node_name=node.name,
-                engine=engine,
+                engine=EngineName(engine),
                 display_name=DISPLAY_NAMES.get(engine, engine),
                 local=False,
                 state="running" if node.reachable else "unreachable",
@@ -212,7 +219,7 @@ class Expectation:
 
 
 def confirms(expect: Expectation, status: EngineStatus) -> bool:
-    """Whether ``status`` (a state-changed push) is the outcome of ``expect``'s command."""
+    """Whether ``status`` (a state-changed event) is the outcome of ``expect``'s command."""
     if status.revision <= expect.baseline:
         return False
     if status.state == "error":
@@ -237,7 +244,7 @@ def _engine_rank(engine: str) -> tuple[int, str]:
 
 
 def install_step(progress: InstallProgress) -> InstallStep | None:
-    """What to show for an install progress push; None once it is over."""
+    """What to show for an install progress event; None once it is over."""
     if progress.done:
         return None
     return InstallStep(progress.stage, progress.percent)
@@ -342,11 +349,11 @@ class EnginesModel(KeyedTableModel[EngineKey, EngineRow]):
         names.update({role: QByteArray(name) for role, name in _ROLE_NAMES.items()})
         return names
 
-    def node_rows(self, node_id: str) -> list[EngineRow]:
+    def node_rows(self, node_id: NodeId) -> list[EngineRow]:
         """The rows of one node, in display order."""
         return [row for row in self.rows() if row.node_id == node_id]
 
-    def sync_node(self, node_id: str, rows: list[EngineRow]) -> None:
+    def sync_node(self, node_id: NodeId, rows: list[EngineRow]) -> None:
         """Make one node's rows equal ``rows`` with row-level changes (other nodes untouched)."""
         wanted = {row.key for row in rows}
         for row in self.node_rows(node_id):

@@ -1,13 +1,13 @@
 """The Models page's Qt models: models per node and engine, pulls in progress, the hub catalogue.
 
-Rows are the broker's truth (``engine:models`` for this node, discovery for the others); what
+Rows are the broker's truth (the engines store for this node, discovery for the others); what
 the user just asked for is overlaid from the shared ``PendingActions`` store, so a pending
 change repaints one row and never touches the rows themselves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Literal
 
@@ -17,7 +17,7 @@ from PySide6.QtGui import QColor
 from app.catalog import CatalogEntry, format_size, matches
 from app.models.keyed_table import ROW_ROLE, Column, KeyedTableModel, ModelIndex
 from app.pending import PendingActions, PendingKey
-from backend.protocol.types import DiscoveredNode, EngineModels
+from backend.protocol.types import DiscoveredNode, EngineModels, EngineName, NodeId
 
 ModelAction = Literal["load_model", "unload_model", "delete_model", "pull_model"]
 MODEL_ACTIONS: frozenset[ModelAction] = frozenset(
@@ -94,7 +94,7 @@ class ModelRow:
     size_bytes: int | None = None  # None when the engine does not report it
 
     @property
-    def engine(self) -> str:
+    def engine(self) -> EngineName:
         """The engine's id."""
         return self.key.engine
 
@@ -109,10 +109,14 @@ class ModelRow:
         return (*node, *engine_order(self.engine), self.model.casefold())
 
 
-def local_rows(node_id: str, node_name: str, models: EngineModels) -> list[ModelRow]:
-    """This node's rows from an ``engine:models`` answer or push."""
+def local_rows(
+    node_id: NodeId, node_name: str, models: EngineModels, engines: Collection[EngineName]
+) -> list[ModelRow]:
+    """This node's rows of ``engines`` from a model list."""
     rows = []
     for engine, names in models.by_engine.items():
+        if engine not in engines:
+            continue
         loaded = set(models.loaded_by_engine.get(engine, []))
         sizes = models.sizes_by_engine.get(engine, {})
         for name in names:
@@ -127,7 +131,7 @@ def remote_rows(node: DiscoveredNode) -> list[ModelRow]:
     for engine, lists in node.engines.items():
         loaded = set(lists.loaded or [])
         for name in lists.models or []:
-            key = PendingKey(node.node_id, engine, name)
+            key = PendingKey(node.node_id, EngineName(engine), name)
             rows.append(ModelRow(key, node.name, name in loaded, False, node.reachable))
     return rows
 
@@ -251,9 +255,9 @@ class ModelsSortProxy(QSortFilterProxyModel):
 
 @dataclass(frozen=True, slots=True)
 class PullRow:
-    """A pull on this node as its last progress push said; ``error`` once it failed."""
+    """A pull on this node as its last progress event said; ``error`` once it failed."""
 
-    engine: str
+    engine: EngineName
     model: str
     stage: str = ""
     percent: float | None = None
@@ -262,7 +266,7 @@ class PullRow:
     error: str | None = None
 
     @property
-    def key(self) -> tuple[str, str]:
+    def key(self) -> tuple[EngineName, str]:
         """(engine, model)."""
         return (self.engine, self.model)
 
@@ -294,13 +298,13 @@ PULL_COLUMNS: tuple[Column[PullRow], ...] = (
 )
 
 
-class PullsModel(KeyedTableModel[tuple[str, str], PullRow]):
+class PullsModel(KeyedTableModel[tuple[EngineName, str], PullRow]):
     """Pulls on this node keyed by (engine, model), in the order they started."""
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(PULL_COLUMNS, lambda pull: pull.key, parent)
 
-    def active(self, engine: str, model: str) -> bool:
+    def active(self, engine: EngineName, model: str) -> bool:
         """Whether a pull of ``model`` on ``engine`` is running (not failed)."""
         pull = self.get((engine, model))
         return pull is not None and not pull.failed

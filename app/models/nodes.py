@@ -323,12 +323,12 @@ class NodesModel(QAbstractListModel):
         self._set_details(SelfDetails(info, self._details.engines))
 
     def set_self_engines(self, statuses: Sequence[EngineStatus]) -> None:
-        """All of this node's engines (from ``engine:status``)."""
+        """All of this node's engines (an engines snapshot)."""
         ordered = tuple(sorted(statuses, key=lambda status: status.display_name.casefold()))
         self._set_details(SelfDetails(self._details.info, ordered))
 
     def update_self_engine(self, status: EngineStatus) -> None:
-        """One of this node's engines changed (``engine:state-changed``)."""
+        """One of this node's engines changed (an ``engine:event``)."""
         others = [known for known in self._details.engines if known.engine != status.engine]
         self.set_self_engines([*others, status])
 

@@ -19,6 +19,7 @@ from app.controllers.engines import EnginesController
 from app.models.engines import EngineKey, EngineRow, EnginesModel
 from app.window.engine_card import READ_ONLY_TEXT, EngineCard
 from app.window.widgets import muted_label, page_title
+from backend.protocol.types import EngineName, NodeId
 
 INTRO = (
     "Start, stop and set up the engines that run models on this computer. Engines on other "
@@ -127,7 +128,7 @@ class EnginesPage(QScrollArea):
         self.setWidgetResizable(True)
         self.setFrameShape(QFrame.Shape.NoFrame)
 
-    def card(self, node_id: str, engine: str) -> EngineCard | None:
+    def card(self, node_id: NodeId, engine: EngineName) -> EngineCard | None:
         """The card of one engine, if shown."""
         return self.cards.get((node_id, engine))
 

@@ -21,6 +21,7 @@ from app.controllers.models import ModelsController
 from app.models.keyed_table import ROW_ROLE
 from app.models.models import CatalogFilter, CatalogModel, engine_title, on_any_change
 from app.window.widgets import muted_label
+from backend.protocol.types import EngineName
 
 _ERROR = QColor("#c62828")
 ROW_HEIGHT = 34
@@ -57,9 +58,9 @@ class EntryPulls(QWidget):
         for engine, button in self.buttons.items():
             name = self.entry.engines[engine]
             title = engine_title(engine)
-            if controller.is_installed(engine, name):
+            if controller.is_installed(EngineName(engine), name):
                 text, tip, enabled = f"On {title}", f"{name} is on this computer", False
-            elif controller.is_pulling(engine, name):
+            elif controller.is_pulling(EngineName(engine), name):
                 text, tip, enabled = "Pulling…", f"Downloading {name}", False
             elif controller.connected and engine in running:
                 text, tip, enabled = f"Pull · {title}", f"Download {name} with {title}", True

@@ -41,6 +41,7 @@ from app.pending import PendingKey
 from app.window.banners import Banner
 from app.window.model_hub import ModelHub
 from app.window.widgets import muted_label, page_title
+from backend.protocol.types import EngineName
 
 _ERROR = QColor("#c62828")
 ROW_HEIGHT = 34
@@ -140,7 +141,7 @@ class PullBar(QWidget):
         engine = self.engine_combo.currentData()
         name = self.name_edit.text().strip()
         ready = self._controller.connected and bool(name) and isinstance(engine, str)
-        busy = isinstance(engine, str) and self._controller.is_pulling(engine, name)
+        busy = isinstance(engine, str) and self._controller.is_pulling(EngineName(engine), name)
         self.pull_button.setEnabled(ready and not busy)
         self.pull_button.setText("Pulling…" if busy else "Pull")
 
@@ -162,7 +163,7 @@ class PullBar(QWidget):
     def _on_pull_button_clicked(self) -> None:
         engine = self.engine_combo.currentData()
         if self.pull_button.isEnabled() and isinstance(engine, str):
-            self._controller.pull(engine, self.name_edit.text())
+            self._controller.pull(EngineName(engine), self.name_edit.text())
             self.name_edit.clear()
 
 

@@ -155,9 +155,9 @@ class EngineRows(QGroupBox):
         if engine is None:
             return
         if engine.installed:
-            self._activity.set_engine_on(name, True)
+            self._activity.set_engine_on(engine.engine, True)
         else:
-            self._activity.install_engine(name)
+            self._activity.install_engine(engine.engine)
 
 
 class WelcomeDialog(QDialog):

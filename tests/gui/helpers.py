@@ -1,15 +1,25 @@
-"""Helpers for async GUI tests: polling waits and a scripted broker connection."""
+"""Helpers for async GUI tests: polling waits, a scripted broker connection, the stores."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from app.broker.connection import BrokerConnection
 from app.broker.launch import BrokerLaunch
 from app.broker.state import Ownership, ServiceState
+from app.stores.components import ComponentsStore
+from app.stores.discovery import DiscoveryStore
+from app.stores.engines import EnginesStore
+from app.stores.workloads import WorkloadsStore
+from backend.protocol import methods
+from backend.protocol.contract import Method, Push
+
+P = TypeVar("P")
+R = TypeVar("R")
 
 
 async def wait_until(predicate: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
@@ -34,7 +44,12 @@ async def settle() -> None:
 
 
 class FakeConnection(BrokerConnection):
-    """A connection without a broker: scripted call results, pushes emitted by the test."""
+    """A connection without a broker: scripted call results, pushes emitted by the test.
+
+    ``calls`` records ``(method name, params as on the wire)``; a scripted result is the raw
+    JSON value, decoded by the method as the real connection does (an unscripted call answers
+    ``null``, which most methods refuse with ``BadResult``).
+    """
 
     def __init__(self) -> None:
         super().__init__(BrokerLaunch(Path("/nonexistent/pair-test")))
@@ -50,21 +65,23 @@ class FakeConnection(BrokerConnection):
     def pid(self) -> int | None:
         return 4242 if self.fake_ownership is not None else None
 
-    async def call(self, method: str, params: Any = None, timeout: float = 10.0) -> Any:
-        self.calls.append((method, params))
-        queue = self.results.get(method)
-        if not queue:
-            return None
-        value = queue.pop(0)
+    async def call(self, method: Method[P, R], params: P | None = None, timeout: float = 10.0) -> R:
+        self.calls.append((method.name, method.encode_params(params)))
+        queue = self.results.get(method.name)
+        value = queue.pop(0) if queue else None
         if isinstance(value, asyncio.Future):
             value = await value
         if isinstance(value, Exception):
             raise value
-        return value
+        return method.decode_result(value)
 
-    def script(self, method: str, *results: Any) -> None:
-        """Queue results for ``method``: a value, an exception to raise, or a future to await."""
-        self.results.setdefault(method, []).extend(results)
+    def script(self, method: Method[Any, Any], *results: Any) -> None:
+        """Queue raw results for ``method``: a value, an exception to raise, or a future."""
+        self.results.setdefault(method.name, []).extend(results)
+
+    def called(self, method: Method[Any, Any]) -> list[Any]:
+        """The params of every call of ``method``, in order."""
+        return [params for name, params in self.calls if name == method.name]
 
     def become_ready(self, ownership: Ownership = Ownership.OWNED) -> None:
         """Pretend a session started and is ready."""
@@ -79,6 +96,80 @@ class FakeConnection(BrokerConnection):
         self.session_changed.emit()
         self._set_state(state)
 
-    def push(self, method: str, params: Any) -> None:
-        """Deliver a push as the broker would."""
-        self.notification_received.emit(method, params)
+    def push(self, push: Push[Any], params: Any) -> None:
+        """Deliver a push (raw params) as the broker would."""
+        self.notification_received.emit(push.name, params)
+
+
+@dataclass
+class Stores:
+    """One store per numbered stream, as the composition root builds them."""
+
+    discovery: DiscoveryStore
+    engines: EnginesStore
+    workloads: WorkloadsStore
+    components: ComponentsStore
+
+    @classmethod
+    def build(cls, connection: BrokerConnection) -> Stores:
+        return cls(
+            DiscoveryStore(connection),
+            EnginesStore(connection),
+            WorkloadsStore(connection),
+            ComponentsStore(connection),
+        )
+
+    async def close(self) -> None:
+        for store in (self.discovery, self.engines, self.workloads, self.components):
+            await store.close()
+
+
+NO_MODELS: dict[str, Any] = {
+    "models": [], "by_engine": {}, "loaded_by_engine": {}, "slots_by_engine": {},
+}  # fmt: skip
+
+
+class EngineEvents:
+    """The ``engine:*`` stream as a test drives it: a snapshot at ``seq``, then numbered
+    ``engine:event`` pushes, each one more than the last."""
+
+    def __init__(self, connection: FakeConnection, seq: int = 1) -> None:
+        self.connection = connection
+        self.seq = seq
+
+    def snapshot(
+        self,
+        engines: Iterable[dict[str, Any]] = (),
+        models: dict[str, Any] | None = None,
+        pulls: Iterable[dict[str, Any]] = (),
+        installs: Iterable[dict[str, Any]] = (),
+    ) -> dict[str, Any]:
+        """A raw ``engine:subscribe`` answer at the current ``seq``."""
+        return {
+            "seq": self.seq, "engines": list(engines), "models": models or NO_MODELS,
+            "pulls": list(pulls), "installs": list(installs),
+        }  # fmt: skip
+
+    def script(self, *engines: dict[str, Any], **rest: Any) -> None:
+        """Script the next ``engine:subscribe`` answer."""
+        self.connection.script(methods.ENGINE_SUBSCRIBE, self.snapshot(engines, **rest))
+
+    def state(self, status: dict[str, Any]) -> None:
+        """Push ``state_changed``."""
+        self._push("state_changed", status=status)
+
+    def models(self, models: dict[str, Any]) -> None:
+        """Push ``models_changed``."""
+        self._push("models_changed", models=models)
+
+    def pull(self, progress: dict[str, Any]) -> None:
+        """Push ``pull_progressed``."""
+        self._push("pull_progressed", progress=progress)
+
+    def install(self, progress: dict[str, Any]) -> None:
+        """Push ``install_progressed``."""
+        self._push("install_progressed", progress=progress)
+
+    def _push(self, event: str, **payload: Any) -> None:
+        self.seq += 1
+        self.connection.push(methods.ENGINE_EVENT, {"seq": self.seq, "event": event, **payload})

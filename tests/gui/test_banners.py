@@ -15,6 +15,7 @@ from app.controllers.components import ComponentsController
 from app.controllers.errors import ErrorsController
 from app.models.components import ComponentsModel
 from app.models.errors import ErrorsModel
+from app.stores.components import ComponentsStore
 from app.window.banners import Banner, ErrorBanners
 from backend.protocol import methods
 from tests.gui.helpers import FakeConnection, settle
@@ -37,12 +38,13 @@ class Ui:
 @pytest.fixture
 async def ui(qtbot: QtBot) -> AsyncIterator[Ui]:
     connection = FakeConnection()
-    components = ComponentsController(connection, ComponentsModel())
+    store = ComponentsStore(connection)
+    components = ComponentsController(connection, ComponentsModel(), store)
     errors = ErrorsController(connection, ErrorsModel(), components)
     banners = ErrorBanners(errors.model, errors)
     qtbot.addWidget(banners)
     yield Ui(connection, errors, banners)
-    for controller in (errors, components):
+    for controller in (errors, components, store):
         await controller.close()
     await connection.stop()
 
@@ -58,14 +60,16 @@ async def test_retry_on_an_engine_error_starts_the_engine(ui: Ui) -> None:
     assert banner.message.text() == "engine:start-failed:ollama went wrong"
     buttons(banner)["Try again"].click()
     await settle()
-    assert (methods.ENGINE_START, {"engine": "ollama"}) in ui.connection.calls
+    assert (methods.ENGINE_START.name, {"engine": "ollama"}) in ui.connection.calls
 
 
 async def test_dismiss_clears_the_entry_for_its_node(ui: Ui) -> None:
     ui.connection.push(methods.ERRORS_UPDATE, [error("store:corrupt", None)])
     buttons(ui.banners.banners[0])["Dismiss"].click()
     await settle()
-    assert ui.connection.calls == [(methods.ERRORS_CLEAR, {"id": "store:corrupt", "node_id": "n1"})]
+    assert ui.connection.calls == [
+        (methods.ERRORS_CLEAR.name, {"id": "store:corrupt", "node_id": "n1"})
+    ]
     # The broker answers with a new snapshot without the entry: the banner goes.
     ui.connection.push(methods.ERRORS_UPDATE, [])
     assert ui.banners.banners == []
@@ -82,7 +86,7 @@ async def test_restart_and_open_settings_actions(qtbot: QtBot, ui: Ui) -> None:
     first, second = ui.banners.banners
     buttons(first)["Restart now"].click()
     await settle()
-    assert (methods.COMPONENTS_RESTART, {"name": "proxy"}) in ui.connection.calls
+    assert (methods.COMPONENTS_RESTART.name, {"name": "proxy"}) in ui.connection.calls
     with qtbot.waitSignal(ui.errors.open_settings_requested):
         buttons(second)["Open settings"].click()
 

@@ -17,6 +17,7 @@ from app.controllers.errors import ErrorsController
 from app.controllers.service import ServiceController
 from app.models.components import ComponentsModel
 from app.models.errors import ErrorsModel
+from app.stores.components import ComponentsStore
 from backend.protocol import methods
 from backend.protocol.errors import Unavailable
 from tests.gui.helpers import FakeConnection, settle, wait_until
@@ -46,9 +47,11 @@ async def connection() -> AsyncIterator[FakeConnection]:
 
 @pytest.fixture
 async def components(connection: FakeConnection) -> AsyncIterator[ComponentsController]:
-    controller = ComponentsController(connection, ComponentsModel())
+    store = ComponentsStore(connection)
+    controller = ComponentsController(connection, ComponentsModel(), store)
     yield controller
     await controller.close()
+    await store.close()
 
 
 async def test_snapshot_then_events_update_rows_without_reset(
@@ -84,7 +87,7 @@ async def test_a_gap_subscribes_again(
     await wait_until(lambda: components.model.rowCount() == 1)
     connection.push(methods.COMPONENTS_EVENT, event(3, component("control", "failed")))
     await wait_until(lambda: components.model.row_at(0).restarts == 2)
-    assert [call[0] for call in connection.calls].count(methods.COMPONENTS_SUBSCRIBE) == 2
+    assert [call[0] for call in connection.calls].count(methods.COMPONENTS_SUBSCRIBE.name) == 2
     assert components.model.row_at(0).status == "backoff"
 
 
@@ -160,8 +163,8 @@ async def test_error_actions_call_the_broker(
     errors.run_action(crashed)
     errors.run_action(plain)
     await settle()
-    assert (methods.COMPONENTS_RESTART, {"name": "proxy"}) in connection.calls
-    assert (methods.ERRORS_CLEAR, {"id": "plain", "node_id": "n1"}) in connection.calls
+    assert (methods.COMPONENTS_RESTART.name, {"name": "proxy"}) in connection.calls
+    assert (methods.ERRORS_CLEAR.name, {"id": "plain", "node_id": "n1"}) in connection.calls
     await errors.close()
 
 
@@ -183,7 +186,7 @@ async def test_service_controller_reads_facts_and_follows_pushes(
     connection.script(methods.LOG_SET_LEVEL, {"level": "error"})
     service.set_log_level("error")
     await wait_until(lambda: service.info.log_level == "error")
-    assert (methods.LOG_SET_LEVEL, {"level": "error"}) in connection.calls
+    assert (methods.LOG_SET_LEVEL.name, {"level": "error"}) in connection.calls
     service.open_log_folder()
     assert opened == [QUrl.fromLocalFile(str(tmp_path / "logs"))]
     await service.close()

@@ -21,11 +21,12 @@ from app.controllers.endpoints import (
     curl_example,
     moved_notes,
 )
+from app.stores.engines import EnginesStore
 from app.window.endpoints_window import NO_DOORS, NOT_CONNECTED, EndpointsWindow
 from backend.protocol import methods
 from backend.protocol.errors import Unavailable
 from backend.protocol.types import EngineModels, ServiceError
-from tests.gui.helpers import FakeConnection, settle, wait_until
+from tests.gui.helpers import EngineEvents, FakeConnection, settle, wait_until
 
 DOORS = {
     "llamacpp": "http://127.0.0.1:8080",
@@ -128,18 +129,20 @@ async def connection() -> AsyncIterator[FakeConnection]:
 
 @pytest.fixture
 async def window(qtbot: QtBot, connection: FakeConnection) -> AsyncIterator[EndpointsWindow]:
-    controller = EndpointsController(connection)
+    engines = EnginesStore(connection)
+    controller = EndpointsController(connection, engines)
     shown = EndpointsWindow(controller)
     qtbot.addWidget(shown)
     yield shown
     await controller.close()
+    await engines.close()
 
 
 async def test_each_door_shows_its_real_url_and_copy_puts_it_on_the_clipboard(
     connection: FakeConnection, window: EndpointsWindow
 ) -> None:
     connection.script(methods.STATUS, status(DOORS, [MOVED]))
-    connection.script(methods.ENGINE_MODELS, models(ollama=["llama3.2:3b"]))
+    EngineEvents(connection).script(models=models(ollama=["llama3.2:3b"]))
     connection.become_ready()
     await wait_until(lambda: len(window.cards) == 3, 5, "three doors")
     await wait_until(lambda: window.cards["ollama"].copy_example.text_to_copy.count("llama3.2"))
@@ -181,7 +184,7 @@ async def test_a_moved_port_shows_the_brokers_note_on_that_door(
     assert not card.note.isHidden()
     assert card.note.message.text() == message
     await wait_until(lambda: card.url.text() == "http://127.0.0.1:41999", 5, "the new URL")
-    assert [call for call, _ in connection.calls].count(methods.STATUS) == 2
+    assert [call for call, _ in connection.calls].count(methods.STATUS.name) == 2
     assert window.cards["ollama"].note.isHidden()
     connection.push(methods.ERRORS_UPDATE, [])
     assert card.note.isHidden()
@@ -190,14 +193,27 @@ async def test_a_moved_port_shows_the_brokers_note_on_that_door(
 async def test_models_changed_updates_the_example(
     connection: FakeConnection, window: EndpointsWindow
 ) -> None:
+    events = EngineEvents(connection, seq=3)
     connection.script(methods.STATUS, status(DOORS, []))
-    connection.script(methods.ENGINE_MODELS, Unavailable("engines are starting"))
+    events.script()  # no engine has listed its models yet
     connection.become_ready()
     await wait_until(lambda: len(window.cards) == 3, 5, "three doors")
     await settle()
-    connection.push(methods.ENGINE_MODELS_CHANGED, models(lmstudio=["qwen2.5-7b-instruct"]))
+    events.models(models(lmstudio=["qwen2.5-7b-instruct"]))
     _, body = run_curl_body(window.cards["openai"].example.text())
     assert body["model"] == "qwen2.5-7b-instruct"
+
+
+async def test_a_failed_engines_subscribe_leaves_placeholders(
+    connection: FakeConnection, window: EndpointsWindow
+) -> None:
+    connection.script(methods.STATUS, status(DOORS, []))
+    connection.script(methods.ENGINE_SUBSCRIBE, Unavailable("engines are starting"))
+    connection.become_ready()
+    await wait_until(lambda: len(window.cards) == 3, 5, "three doors")
+    await settle()
+    _, body = run_curl_body(window.cards["ollama"].example.text())
+    assert body["model"] == MODEL_PLACEHOLDER
 
 
 async def test_without_a_service_the_window_says_why_it_is_empty(

@@ -26,12 +26,15 @@ from app.models.engines import (
     parse_port,
 )
 from app.pending import PendingActions, PendingKey
+from app.stores.discovery import DiscoveryStore
+from app.stores.engines import EnginesStore
 from app.window.engine_card import EngineCard, switch_on
 from app.window.engines_page import EnginesPage
 from backend.protocol import methods
+from backend.protocol.contract import Method
 from backend.protocol.errors import Conflict, InternalError
 from backend.protocol.types import EngineStatus
-from tests.gui.helpers import FakeConnection, settle, wait_until
+from tests.gui.helpers import EngineEvents, FakeConnection, settle, wait_until
 
 SELF = "self-node"
 PEER = "peer-node"
@@ -86,6 +89,7 @@ class Ui:
     model: EnginesModel
     controller: EnginesController
     page: EnginesPage
+    events: EngineEvents
 
     def card(self, name: str, node: str = SELF) -> EngineCard:
         card = self.page.card(node, name)
@@ -97,12 +101,12 @@ class Ui:
         assert row is not None, name
         return row
 
-    def calls(self, method: str) -> list[Any]:
-        return [params for called, params in self.connection.calls if called == method]
+    def calls(self, method: Method[Any, Any]) -> list[Any]:
+        return self.connection.called(method)
 
     async def ready(self, *statuses: dict[str, Any], nodes: list[Any] | None = None) -> None:
         self.connection.script(methods.STATUS, broker_status())
-        self.connection.script(methods.ENGINE_STATUS, list(statuses))
+        self.events.script(*statuses)
         self.connection.script(methods.DISCOVERY_SUBSCRIBE, {"seq": 3, "nodes": nodes or []})
         self.connection.become_ready()
         await wait_until(lambda: self.model.rowCount() >= len(statuses))
@@ -114,16 +118,21 @@ def make_ui(qtbot: QtBot, timeout_s: float = 60.0) -> Ui:
     connection = FakeConnection()
     store = PendingActions()
     model = EnginesModel()
-    controller = EnginesController(connection, model, store, timeout_s=timeout_s)
+    engines, discovery = EnginesStore(connection), DiscoveryStore(connection)
+    controller = EnginesController(
+        connection, model, store, engines, discovery, timeout_s=timeout_s
+    )
     page = EnginesPage(connection, model, controller)
     qtbot.addWidget(page)
     page.resize(800, 900)
     page.show()
-    return Ui(connection, store, model, controller, page)
+    return Ui(connection, store, model, controller, page, EngineEvents(connection))
 
 
 async def close_ui(ui: Ui) -> None:
     await ui.controller.close()
+    await ui.controller.engines.close()
+    await ui.controller.discovery.close()
     await ui.connection.stop()
     ui.store.clear_all()
 
@@ -168,9 +177,10 @@ async def test_model_contract_with_local_and_remote_rows(
     )  # fmt: skip
     await wait_until(lambda: ui.model.rowCount() == 4)
     qtmodeltester.check(ui.model, force_py=True)
-    index = ui.model.index(3, 0)
-    assert ui.model.data(index, READ_ONLY_ROLE) is True
-    assert ui.model.data(ui.model.index(0, 0), READ_ONLY_ROLE) is False
+    peer_row, own_row = ui.model.position((PEER, "ollama")), ui.model.position((SELF, "ollama"))
+    assert peer_row is not None and own_row is not None
+    assert ui.model.data(ui.model.index(peer_row, 0), READ_ONLY_ROLE) is True
+    assert ui.model.data(ui.model.index(own_row, 0), READ_ONLY_ROLE) is False
     assert ui.model.headerData(2, Qt.Orientation.Horizontal) == "State"
     assert b"pending" in ui.model.roleNames().values()
 
@@ -190,14 +200,13 @@ async def test_snapshot_rows_and_front_door_ports(ui: Ui) -> None:
 async def test_pushes_update_rows_without_reset(qtbot: QtBot, ui: Ui) -> None:
     await ui.ready(engine("ollama"), engine("lmstudio"))
     with qtbot.assertNotEmitted(ui.model.modelReset), qtbot.waitSignal(ui.model.dataChanged) as sig:
-        ui.connection.push(methods.ENGINE_STATE_CHANGED, engine("lmstudio", "running", 2))
+        ui.events.state(engine("lmstudio", "running", 2))
     assert sig.args[0].row() == 1
     assert ui.row("lmstudio").state == "running"
     assert ui.card("lmstudio").state_label.text() == "Running"
     assert ui.card("lmstudio").switch.isChecked()
     with qtbot.assertNotEmitted(ui.model.modelReset), qtbot.waitSignal(ui.model.dataChanged):
-        ui.connection.push(
-            methods.ENGINE_INSTALL_PROGRESS,
+        ui.events.install(
             {"engine": "ollama", "stage": "downloading", "percent": 30.0},
         )
     card = ui.card("ollama")
@@ -205,19 +214,21 @@ async def test_pushes_update_rows_without_reset(qtbot: QtBot, ui: Ui) -> None:
     assert card.progress.value() == 30
 
 
-async def test_pushes_that_overtake_the_snapshot_do_not_roll_it_back(ui: Ui) -> None:
-    status: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+async def test_events_that_overtake_the_snapshot_do_not_roll_it_back(ui: Ui) -> None:
+    snapshot: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
     ui.connection.script(methods.STATUS, broker_status())
-    ui.connection.script(methods.ENGINE_STATUS, status)
+    ui.connection.script(methods.ENGINE_SUBSCRIBE, snapshot)
     ui.connection.become_ready()
     await settle()
-    ui.connection.push(methods.ENGINE_STATE_CHANGED, engine("ollama", "starting", 4))
-    ui.connection.push(methods.ENGINE_STATE_CHANGED, engine("lmstudio", "running", 9))
-    status.set_result([engine("ollama", "running", 4), engine("lmstudio", "starting", 8)])
+    ui.events.seq = 4
+    ui.events.state(engine("ollama", "starting", 4))  # seq 5: the snapshot covers it
+    ui.events.state(engine("lmstudio", "running", 9))  # seq 6: newer than the snapshot
+    engines = [engine("ollama", "running", 4), engine("lmstudio", "starting", 8)]
+    snapshot.set_result({**ui.events.snapshot(engines), "seq": 5})
     await wait_until(lambda: ui.model.rowCount() == 2)
     await settle()
-    assert ui.row("ollama").state == "running"  # same revision: the snapshot is newer
-    assert ui.row("lmstudio").state == "running"  # higher revision: the push is newer
+    assert ui.row("ollama").state == "running"
+    assert ui.row("lmstudio").state == "running"
 
 
 # -- pending actions ---------------------------------------------------------------------------
@@ -236,9 +247,9 @@ async def test_start_is_pending_at_once_and_clears_on_the_state_change(ui: Ui) -
     assert ui.model.data(ui.model.index(0, 0), PENDING_ROLE) == "Starting"
     await settle()
     assert ui.calls(methods.ENGINE_START) == [{"engine": "lmstudio"}]
-    ui.connection.push(methods.ENGINE_STATE_CHANGED, engine("lmstudio", "starting", 6))
+    ui.events.state(engine("lmstudio", "starting", 6))
     assert card.state_label.text() == "Starting…"  # not the outcome yet
-    ui.connection.push(methods.ENGINE_STATE_CHANGED, engine("lmstudio", "running", 6, pid=9))
+    ui.events.state(engine("lmstudio", "running", 6, pid=9))
     assert ui.store.get(PendingKey(SELF, "lmstudio")) is None
     assert card.state_label.text() == "Running"
     assert card.switch.isEnabled()
@@ -252,12 +263,12 @@ async def test_a_stale_push_does_not_confirm_a_restart(ui: Ui) -> None:
     card.restart_button.click()
     assert card.state_label.text() == "Restarting…"
     assert not card.restart_button.isEnabled()
-    ui.connection.push(methods.ENGINE_STATE_CHANGED, engine("ollama", "running", 3))
+    ui.events.state(engine("ollama", "running", 3))
     assert ui.row("ollama").pending == "Restarting"
     for state in ("stopping", "stopped", "starting"):
-        ui.connection.push(methods.ENGINE_STATE_CHANGED, engine("ollama", state, 4))
+        ui.events.state(engine("ollama", state, 4))
     assert ui.row("ollama").pending == "Restarting"
-    ui.connection.push(methods.ENGINE_STATE_CHANGED, engine("ollama", "running", 4))
+    ui.events.state(engine("ollama", "running", 4))
     assert ui.row("ollama").pending is None
 
 
@@ -265,8 +276,7 @@ async def test_an_error_state_clears_the_pending_start_and_shows_why(ui: Ui) -> 
     await ui.ready(engine("llamacpp"))
     ui.connection.script(methods.ENGINE_START, never(ui))
     ui.card("llamacpp").switch.click()
-    ui.connection.push(
-        methods.ENGINE_STATE_CHANGED,
+    ui.events.state(
         engine("llamacpp", "error", 2, error="llama.cpp exited with code 1 before it was ready"),
     )
     card = ui.card("llamacpp")
@@ -283,7 +293,8 @@ async def test_the_command_answer_settles_when_no_push_comes(ui: Ui) -> None:
     ui.controller.set_running("ollama", True)
     assert ui.row("ollama").pending == "Starting"
     await wait_until(lambda: ui.row("ollama").pending is None)
-    assert ui.row("ollama").revision == 3
+    assert ui.row("ollama").state == "running"
+    assert not ui.card("ollama").notice.isVisibleTo(ui.card("ollama"))
 
 
 async def test_an_rpc_error_settles_and_shows_the_message(ui: Ui) -> None:
@@ -316,7 +327,7 @@ async def test_an_unconfirmed_action_times_out(quick_ui: Ui) -> None:
     assert card.notice.isVisibleTo(card)
     assert card.restart_button.isEnabled()
     # The truth arriving late replaces the warning.
-    ui.connection.push(methods.ENGINE_STATE_CHANGED, engine("ollama", "running", 3))
+    ui.events.state(engine("ollama", "running", 3))
     assert not card.notice.isVisibleTo(card)
 
 
@@ -331,29 +342,39 @@ async def test_install_shows_progress_and_clears_on_the_last_event(ui: Ui) -> No
     assert not card.install_button.isEnabled()
     assert card.progress.isVisibleTo(card)
     progress = {"engine": "llamacpp", "stage": "downloading", "percent": 42.0}
-    ui.connection.push(methods.ENGINE_INSTALL_PROGRESS, progress)
+    ui.events.install(progress)
     assert card.progress.value() == 42
     assert "downloading" in card.progress.format()
-    ui.connection.push(methods.ENGINE_INSTALL_PROGRESS, {**progress, "stage": "unpacking",
+    ui.events.install({**progress, "stage": "unpacking",
                                                          "percent": None})  # fmt: skip
     assert card.progress.maximum() == 0  # not measurable: a busy bar
-    ui.connection.push(
-        methods.ENGINE_INSTALL_PROGRESS,
+    ui.events.install(
         {"engine": "llamacpp", "stage": "installed", "percent": 100.0, "done": True},
     )
     assert ui.row("llamacpp").pending is None
     assert not card.progress.isVisibleTo(card)
-    ui.connection.push(methods.ENGINE_STATE_CHANGED, engine("llamacpp", "stopped", 2))
+    ui.events.state(engine("llamacpp", "stopped", 2))
     assert card.switch.isVisibleTo(card)
     assert not card.install_button.isVisibleTo(card)
+
+
+async def test_an_install_in_progress_before_connecting_shows_its_progress(ui: Ui) -> None:
+    ui.connection.script(methods.STATUS, broker_status())
+    installing = {"engine": "llamacpp", "stage": "downloading", "percent": 64.0}
+    ui.events.script(engine("llamacpp", "not-installed"), installs=[installing])
+    ui.connection.become_ready()
+    await wait_until(lambda: ui.model.rowCount() == 1)
+    card = ui.card("llamacpp")
+    assert card.progress.isVisibleTo(card) and card.progress.value() == 64
+    ui.events.install({**installing, "stage": "installed", "percent": 100.0, "done": True})
+    assert not card.progress.isVisibleTo(card)
 
 
 async def test_a_failed_install_shows_its_error(ui: Ui) -> None:
     await ui.ready(engine("llamacpp", "not-installed"))
     ui.connection.script(methods.ENGINE_INSTALL, never(ui))
     ui.controller.install("llamacpp")
-    ui.connection.push(
-        methods.ENGINE_INSTALL_PROGRESS,
+    ui.events.install(
         {"engine": "llamacpp", "stage": "error", "done": True, "error": "offline"},
     )
     card = ui.card("llamacpp")
@@ -381,13 +402,13 @@ async def test_disconnect_clears_pending_and_shows_disconnected(ui: Ui) -> None:
 
 
 async def test_a_failed_read_is_explained_with_a_retry(ui: Ui) -> None:
-    ui.connection.script(methods.STATUS, broker_status())
-    ui.connection.script(methods.ENGINE_STATUS, InternalError("engines component is down"))
+    ui.connection.script(methods.STATUS, broker_status(), broker_status())
+    ui.connection.script(methods.ENGINE_SUBSCRIBE, InternalError("engines component is down"))
     ui.connection.become_ready()
     await wait_until(lambda: ui.controller.problem is not None)
     assert ui.page.problem.isVisibleTo(ui.page)
     assert "engines component is down" in ui.page.problem.text()
-    ui.connection.script(methods.ENGINE_STATUS, [engine("ollama")])
+    ui.events.script(engine("ollama"))
     ui.page.retry_button.click()
     await wait_until(lambda: ui.model.rowCount() == 1)
     assert not ui.page.problem.isVisibleTo(ui.page)
@@ -431,9 +452,9 @@ async def test_a_port_change_clears_on_the_new_port(ui: Ui) -> None:
     card.port_edit.setText(" 11500 ")
     card.apply_port_button.click()
     assert not card.port_edit.isEnabled()
-    ui.connection.push(methods.ENGINE_STATE_CHANGED, engine("ollama", "stopped", 2))
+    ui.events.state(engine("ollama", "stopped", 2))
     assert ui.row("ollama").pending == "Changing port"  # still on the old port
-    ui.connection.push(methods.ENGINE_STATE_CHANGED, engine("ollama", "running", 2, port=11500))
+    ui.events.state(engine("ollama", "running", 2, port=11500))
     assert ui.row("ollama").pending is None
     assert card.port_edit.text() == "11500"
     assert not card.port_error.isVisibleTo(card)
@@ -489,7 +510,7 @@ async def test_a_discovery_gap_subscribes_again(ui: Ui) -> None:
 async def test_discovery_events_that_overtake_the_snapshot_apply_after_it(ui: Ui) -> None:
     snapshot: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
     ui.connection.script(methods.STATUS, broker_status())
-    ui.connection.script(methods.ENGINE_STATUS, [engine("ollama")])
+    ui.events.script(engine("ollama"))
     ui.connection.script(methods.DISCOVERY_SUBSCRIBE, snapshot)
     ui.connection.become_ready()
     await wait_until(lambda: bool(ui.calls(methods.DISCOVERY_SUBSCRIBE)))

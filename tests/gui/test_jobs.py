@@ -19,6 +19,8 @@ from app.controllers.jobs import JobsController
 from app.models.job_text import JobColumn, clock_time, format_job_duration
 from app.models.jobs import JobFilter, JobsFilterModel, JobsModel
 from app.models.keyed_table import ROW_ROLE
+from app.stores.discovery import DiscoveryStore
+from app.stores.workloads import WorkloadsStore
 from app.window.jobs_page import JobsPage, load_filter
 from backend.protocol import methods
 from backend.protocol.types import Workload
@@ -85,9 +87,11 @@ async def connection() -> AsyncIterator[FakeConnection]:
 
 @pytest.fixture
 async def controller(connection: FakeConnection, model: JobsModel) -> AsyncIterator[JobsController]:
-    jobs = JobsController(connection, model)
+    workloads, discovery = WorkloadsStore(connection), DiscoveryStore(connection)
+    jobs = JobsController(connection, model, workloads, discovery)
     yield jobs
-    await jobs.close()
+    for closing in (jobs, workloads, discovery):
+        await closing.close()
 
 
 @pytest.fixture
@@ -350,7 +354,7 @@ async def test_a_snapshot_then_pushes_change_rows_without_a_reset(
     qtbot: QtBot, connection: FakeConnection, model: JobsModel, controller: JobsController
 ) -> None:
     await ready_with(connection, model, job(2, "running"), job(1), seq=10)
-    assert (methods.WORKLOADS_SUBSCRIBE, {"limit": 1000}) in connection.calls
+    assert (methods.WORKLOADS_SUBSCRIBE.name, {"limit": 1000}) in connection.calls
     assert model.data(model.index(0, JobColumn.PLACEMENT)).startswith("Running on gpu-box")
     with qtbot.assertNotEmitted(model.modelReset):
         with qtbot.waitSignal(model.rowsInserted):
@@ -374,7 +378,7 @@ async def test_a_gap_subscribes_again_and_applies_the_snapshot_as_row_changes(
     with qtbot.assertNotEmitted(model.modelReset):
         connection.push(methods.WORKLOADS_EVENT, upsert(15, job(4)))
         await wait_until(lambda: keys(model) == [4, 2])
-    assert [call[0] for call in connection.calls].count(methods.WORKLOADS_SUBSCRIBE) == 2
+    assert [call[0] for call in connection.calls].count(methods.WORKLOADS_SUBSCRIBE.name) == 2
     assert model.row_at(1).state == "completed"
     connection.push(methods.WORKLOADS_EVENT, upsert(21, job(5)))
     assert keys(model) == [5, 4, 2]
@@ -514,10 +518,10 @@ async def test_clear_history_asks_then_calls_the_broker_and_the_removals_drop_ro
     assert page.clear_button.isEnabled()
     page.clear_button.click()  # declined
     await settle()
-    assert methods.WORKLOADS_CLEAR not in [call[0] for call in connection.calls]
+    assert methods.WORKLOADS_CLEAR.name not in [call[0] for call in connection.calls]
     connection.script(methods.WORKLOADS_CLEAR, {"cleared": 2})
     page.clear_button.click()
-    await wait_until(lambda: methods.WORKLOADS_CLEAR in [call[0] for call in connection.calls])
+    await wait_until(lambda: methods.WORKLOADS_CLEAR.name in [call[0] for call in connection.calls])
     assert answers == [2, 2]
     connection.push(methods.WORKLOADS_EVENT, remove(11, 1))
     connection.push(methods.WORKLOADS_EVENT, remove(12, 3))

@@ -31,10 +31,12 @@ from app.models.models import (
     same_model,
 )
 from app.pending import COLD_LOAD_TIMEOUT_S, LMSTUDIO_DELETE_TIMEOUT_S, PendingActions, PendingKey
+from app.stores.discovery import DiscoveryStore
+from app.stores.engines import EnginesStore
 from app.window.models_page import ModelsPage, RowActions
 from backend.protocol import methods
 from backend.protocol.errors import InternalError
-from tests.gui.helpers import FakeConnection, settle, wait_until
+from tests.gui.helpers import EngineEvents, FakeConnection, settle, wait_until
 
 SELF, PEER = "node-self", "node-peer"
 
@@ -83,6 +85,7 @@ class Ui:
     pending: PendingActions
     controller: ModelsController
     page: ModelsPage
+    events: EngineEvents
 
     def key(self, engine: str, model: str) -> PendingKey:
         return PendingKey(SELF, engine, model)
@@ -98,15 +101,18 @@ class Ui:
         return self.controller.models.status_text(row)
 
     def action_calls(self) -> list[dict[str, Any]]:
-        return [p for m, p in self.connection.calls if m == methods.ENGINE_ACTION]
+        return self.connection.called(methods.ENGINE_ACTION)
 
 
 def script_session(
-    connection: FakeConnection, local: Any = LOCAL, nodes: list[dict[str, Any]] | None = None
+    ui: Ui,
+    local: Any = LOCAL,
+    nodes: list[dict[str, Any]] | None = None,
+    pulls: tuple[dict[str, Any], ...] = (),
 ) -> None:
+    connection = ui.connection
     connection.script(methods.STATUS, status())
-    connection.script(methods.ENGINE_STATUS, [engine("ollama"), engine("lmstudio")])
-    connection.script(methods.ENGINE_MODELS, local)
+    ui.events.script(engine("ollama"), engine("lmstudio"), models=local, pulls=pulls)
     snapshot_nodes = [SELF_NODE, *(nodes if nodes is not None else [PEER_NODE])]
     connection.script(methods.DISCOVERY_SUBSCRIBE, {"seq": 10, "nodes": snapshot_nodes})
 
@@ -114,11 +120,12 @@ def script_session(
 async def make_ui(qtbot: QtBot, timeouts: PendingTimeouts | None = None, **catalog: Any) -> Ui:
     connection = FakeConnection()
     pending = PendingActions()
-    controller = ModelsController(connection, pending, timeouts)
+    engines, discovery = EnginesStore(connection), DiscoveryStore(connection)
+    controller = ModelsController(connection, pending, engines, discovery, timeouts)
     page = ModelsPage(controller, catalog.get("catalog") or load_catalog())
     qtbot.addWidget(page)
     page.show()
-    return Ui(connection, pending, controller, page)
+    return Ui(connection, pending, controller, page, EngineEvents(connection, seq=20))
 
 
 @pytest.fixture
@@ -130,13 +137,15 @@ async def ui(qtbot: QtBot) -> AsyncIterator[Ui]:
 
 async def close(ui: Ui) -> None:
     await ui.controller.close()
+    await ui.controller.engines.close()
+    await ui.controller.discovery.close()
     await ui.connection.stop()
 
 
 async def start(ui: Ui, **session: Any) -> None:
-    script_session(ui.connection, **session)
+    script_session(ui, **session)
     ui.connection.become_ready()
-    await wait_until(lambda: any(m == methods.DISCOVERY_SUBSCRIBE for m, _ in ui.connection.calls))
+    await wait_until(lambda: ui.controller.node_id is not None and ui.controller.engines.loaded)
     await settle()
 
 
@@ -181,7 +190,7 @@ async def test_every_model_passes_the_model_tester(
     qtmodeltester.check(target, force_py=True)
     await start(ui)
     ui.controller.load(ui.key("ollama", "qwen3:8b"))
-    ui.connection.push(methods.ENGINE_MODELS_CHANGED, listing({"ollama": ["qwen3:8b"]}))
+    ui.events.models(listing({"ollama": ["qwen3:8b"]}))
     ui.controller.pulls.upsert(PullRow("ollama", "x:1b", percent=5.0))
     ui.controller.pulls.upsert(PullRow("ollama", "x:1b", percent=7.0))
     search.set_query("qwen coding")
@@ -212,14 +221,13 @@ async def test_pushes_update_rows_without_a_reset(qtbot: QtBot, ui: Ui) -> None:
     await start(ui)
     models = ui.controller.models
     with qtbot.assertNotEmitted(models.modelReset), qtbot.waitSignal(models.dataChanged):
-        ui.connection.push(
-            methods.ENGINE_MODELS_CHANGED,
+        ui.events.models(
             listing(LOCAL["by_engine"], {"ollama": ["qwen3:8b"]}),
         )
     assert ui.status_of("ollama", "qwen3:8b") == "Loaded"
     assert ui.actions("ollama", "qwen3:8b").buttons["eject"].isEnabled()
     with qtbot.assertNotEmitted(models.modelReset), qtbot.waitSignal(models.rowsRemoved):
-        ui.connection.push(methods.ENGINE_MODELS_CHANGED, listing({"ollama": ["qwen3:8b"]}))
+        ui.events.models(listing({"ollama": ["qwen3:8b"]}))
     assert models.get(ui.key("lmstudio", "openai/gpt-oss-20b")) is None
     with qtbot.assertNotEmitted(models.modelReset), qtbot.waitSignal(models.rowsInserted):
         event = {"seq": 11, "event": "node_updated", "node_id": PEER, "node": node(
@@ -240,9 +248,7 @@ async def test_sizes_the_engines_report_show_readably_and_the_rest_show_a_dash(
         "lmstudio": {"openai/gpt-oss-20b": 12_109_565_632},
     }
     with qtbot.assertNotEmitted(models.modelReset), qtbot.waitSignal(models.dataChanged):
-        ui.connection.push(
-            methods.ENGINE_MODELS_CHANGED, {**listing(LOCAL["by_engine"]), "sizes_by_engine": sizes}
-        )
+        ui.events.models({**listing(LOCAL["by_engine"]), "sizes_by_engine": sizes})
 
     def size_cell(key: PendingKey) -> tuple[str, str]:
         position = models.position(key)
@@ -257,14 +263,15 @@ async def test_sizes_the_engines_report_show_readably_and_the_rest_show_a_dash(
     assert size_cell(PendingKey(PEER, "ollama", "qwen3:30b")) == ("—", REMOTE_SIZE_TIP)
 
 
-async def test_a_push_that_overtakes_the_model_list_wins(ui: Ui) -> None:
+async def test_a_models_event_that_overtakes_the_snapshot_applies_after_it(ui: Ui) -> None:
     answer = never()
-    script_session(ui.connection, local=answer)
+    script_session(ui)
+    ui.connection.results[methods.ENGINE_SUBSCRIBE.name] = [answer]
     ui.connection.become_ready()
-    await wait_until(lambda: any(m == methods.ENGINE_MODELS for m, _ in ui.connection.calls))
-    ui.connection.push(methods.ENGINE_MODELS_CHANGED, listing({"ollama": ["new:1b"]}))
-    answer.set_result(LOCAL)
-    await wait_until(lambda: any(m == methods.DISCOVERY_SUBSCRIBE for m, _ in ui.connection.calls))
+    await wait_until(lambda: bool(ui.connection.called(methods.ENGINE_SUBSCRIBE)))
+    ui.events.models(listing({"ollama": ["new:1b"]}))
+    answer.set_result({**ui.events.snapshot([engine("ollama")], LOCAL), "seq": 20})
+    await wait_until(lambda: ui.controller.engines.loaded)
     await settle()
     assert [r.model for r in ui.controller.models.rows() if r.local] == ["new:1b"]
 
@@ -274,16 +281,15 @@ async def test_a_discovery_gap_subscribes_again(ui: Ui) -> None:
     ui.connection.script(methods.DISCOVERY_SUBSCRIBE, {"seq": 40, "nodes": [SELF_NODE]})
     ui.connection.push(methods.DISCOVERY_EVENT, {"seq": 15, "event": "node_left", "node_id": "x"})
     await wait_until(lambda: PEER not in ui.controller.models.nodes())
-    assert [m for m, _ in ui.connection.calls].count(methods.DISCOVERY_SUBSCRIBE) == 2
+    assert [m for m, _ in ui.connection.calls].count(methods.DISCOVERY_SUBSCRIBE.name) == 2
 
 
 async def test_a_stopped_engine_loses_its_rows_until_it_runs_again(ui: Ui) -> None:
     await start(ui)
-    ui.connection.push(methods.ENGINE_STATE_CHANGED, engine("lmstudio", "stopped"))
+    ui.events.state(engine("lmstudio", "stopped"))
     assert ui.controller.models.get(ui.key("lmstudio", "openai/gpt-oss-20b")) is None
     assert ui.controller.pull_engines() == ["ollama"]
-    ui.connection.script(methods.ENGINE_MODELS, LOCAL)
-    ui.connection.push(methods.ENGINE_STATE_CHANGED, engine("lmstudio"))
+    ui.events.state(engine("lmstudio"))
     await wait_until(
         lambda: ui.controller.models.get(ui.key("lmstudio", "openai/gpt-oss-20b")) is not None
     )
@@ -311,7 +317,7 @@ async def test_pending_shows_at_once_and_clears_on_the_truth(
     assert ui.status_of("ollama", "qwen3:8b") == verb  # before the loop ran at all
     assert not any(b.isEnabled() for b in ui.actions("ollama", "qwen3:8b").buttons.values())
     await wait_until(lambda: len(ui.action_calls()) == 1)
-    ui.connection.push(methods.ENGINE_MODELS_CHANGED, truth)
+    ui.events.models(truth)
     assert ui.pending.get(ui.key("ollama", "qwen3:8b")) is None
     answer.set_result({"ok": True})
     await settle()
@@ -322,7 +328,7 @@ async def test_eject_clears_when_the_model_is_listed_as_not_loaded(ui: Ui) -> No
     ui.connection.script(methods.ENGINE_ACTION, never())
     ui.actions("ollama", "qwen3:8b").buttons["eject"].click()
     assert ui.status_of("ollama", "qwen3:8b") == "Ejecting…"
-    ui.connection.push(methods.ENGINE_MODELS_CHANGED, listing({"ollama": ["qwen3:8b"]}))
+    ui.events.models(listing({"ollama": ["qwen3:8b"]}))
     assert ui.status_of("ollama", "qwen3:8b") == "On disk"
     assert ui.actions("ollama", "qwen3:8b").buttons["load"].isEnabled()
 
@@ -377,7 +383,7 @@ async def test_pull_progress_keeps_pulling_alive_past_its_timeout(qtbot: QtBot) 
         ui.controller.pull("ollama", "big:70b")
         key = ui.key("ollama", "big:70b")
         for percent in range(1, 7):  # 0.6 s of progress, twice the timeout
-            ui.connection.push(methods.ENGINE_PULL_PROGRESS, progress("big:70b", float(percent)))
+            ui.events.pull(progress("big:70b", float(percent)))
             await asyncio.sleep(0.1)
         assert ui.pending.action(key) == PULLING
         await wait_until(lambda: ui.pending.get(key) is None, timeout=5)  # quiet for too long
@@ -467,12 +473,12 @@ async def test_pull_progress_survives_hiding_and_showing_the_page(qtbot: QtBot, 
     key = ui.key("ollama", "gemma3:4b")
     assert ui.pending.action(key) == PULLING
     assert ui.page.pull_bar.name_edit.text() == ""
-    ui.connection.push(methods.ENGINE_PULL_PROGRESS, progress("gemma3:4b", 40.0))
+    ui.events.pull(progress("gemma3:4b", 40.0))
     assert ui.pending.action(key) == PULLING  # until the one terminal push
     item = ui.page.pulls_panel.items[("ollama", "gemma3:4b")]
     assert item.bar.value() == 400 and "40 %" in item.bar.format()
     ui.page.hide()
-    ui.connection.push(methods.ENGINE_PULL_PROGRESS, progress("gemma3:4b", 60.0))
+    ui.events.pull(progress("gemma3:4b", 60.0))
     ui.page.show()
     assert item.isVisibleTo(ui.page) and item.bar.value() == 600
     again = ModelsPage(ui.controller, Catalog())  # a page built later shows it too
@@ -488,15 +494,12 @@ async def test_a_successful_pull_ends_once_and_the_model_appears(qtbot: QtBot, u
     answer = never()
     ui.connection.script(methods.ENGINE_ACTION, answer)
     ui.controller.pull("ollama", "gemma3:4b")
-    ui.connection.push(methods.ENGINE_PULL_PROGRESS, progress("gemma3:4b", None, stage="x"))
+    ui.events.pull(progress("gemma3:4b", None, stage="x"))
     assert ui.page.pulls_panel.items[("ollama", "gemma3:4b")].bar.maximum() == 0  # busy bar
     with qtbot.assertNotEmitted(ui.controller.command_failed):
-        ui.connection.push(
-            methods.ENGINE_PULL_PROGRESS, progress("gemma3:4b", 100.0, stage="success", done=True)
-        )
+        ui.events.pull(progress("gemma3:4b", 100.0, stage="success", done=True))
         assert ui.pending.get(ui.key("ollama", "gemma3:4b")) is None
-        ui.connection.push(
-            methods.ENGINE_MODELS_CHANGED,
+        ui.events.models(
             listing({**LOCAL["by_engine"], "ollama": ["gemma3:4b", "qwen3:8b"]}),
         )
         answer.set_result({"ok": True})
@@ -513,7 +516,7 @@ async def test_a_failed_pull_reports_once_and_can_be_dismissed(qtbot: QtBot, ui:
     ui.connection.script(methods.ENGINE_ACTION, InternalError("pull of nope:1b failed: not found"))
     terminal = progress("nope:1b", None, stage="error", done=True, error="file does not exist")
     ui.controller.pull("ollama", "nope:1b")
-    ui.connection.push(methods.ENGINE_PULL_PROGRESS, terminal)
+    ui.events.pull(terminal)
     await wait_until(lambda: len(ui.action_calls()) == 1)
     await settle()
     assert failures == ["Could not pull nope:1b (Ollama): file does not exist"]
@@ -531,6 +534,23 @@ async def test_a_pull_that_fails_without_a_terminal_push_ends_on_the_error(ui: U
     await wait_until(lambda: ui.controller.pulls.rowCount() == 1 and
                      ui.controller.pulls.row_at(0).failed)  # fmt: skip
     assert ui.pending.get(ui.key("lmstudio", "qwen/qwen3-8b")) is None
+
+
+async def test_pulls_in_the_snapshot_show_and_a_gap_drops_one_that_ended_unseen(ui: Ui) -> None:
+    elsewhere = progress("gemma3:4b", 30.0)  # started before this app connected (the CLI)
+    await start(ui, pulls=(elsewhere,))
+    item = ui.page.pulls_panel.items[("ollama", "gemma3:4b")]
+    assert item.bar.value() == 300
+    assert ui.controller.is_pulling("ollama", "gemma3:4b")
+    ui.connection.script(methods.ENGINE_ACTION, never())
+    ui.controller.pull("ollama", "mine:1b")  # this app's own pull, not yet reported
+    await wait_until(lambda: len(ui.action_calls()) == 1)
+    ui.events.script(engine("ollama"), engine("lmstudio"), models=LOCAL)
+    ui.events.seq += 5  # events were missed, the other pull's end among them
+    ui.events.pull(progress("mine:1b", 10.0))
+    await wait_until(lambda: not ui.controller.pulls.active("ollama", "gemma3:4b"))
+    assert ui.controller.pulls.get(("ollama", "mine:1b")) is not None  # its answer ends it
+    assert ui.pending.action(ui.key("ollama", "mine:1b")) == PULLING
 
 
 # The hub.
@@ -568,7 +588,7 @@ async def test_hub_search_filters_and_pulls_through_the_same_flow(ui: Ui) -> Non
 
 async def test_hub_pull_needs_the_engine_running(ui: Ui) -> None:
     await start(ui)
-    ui.connection.push(methods.ENGINE_STATE_CHANGED, engine("lmstudio", "stopped"))
+    ui.events.state(engine("lmstudio", "stopped"))
     button = hub_button(ui, "gemma3-4b", "lmstudio")
     assert not button.isEnabled() and "Start LM Studio" in button.toolTip()
 

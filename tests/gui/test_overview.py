@@ -13,12 +13,14 @@ from pytestqt.qtbot import QtBot
 
 from app.controllers.nodes import NodesController
 from app.models.nodes import HISTORY_LENGTH, NodeCard, NodeRole, NodesModel
+from app.stores.discovery import DiscoveryStore
+from app.stores.engines import EnginesStore
 from app.window.node_card import NodeCardWidget, format_used, subtitle
 from app.window.overview_page import OverviewPage, column_count
 from app.window.sparkline import segments
 from backend.protocol import methods
 from backend.protocol.types import DiscoveredNode, EngineStatus, NodeInfo
-from tests.gui.helpers import FakeConnection, settle, wait_until
+from tests.gui.helpers import EngineEvents, FakeConnection, settle, wait_until
 
 GIB = 1024**3
 
@@ -85,7 +87,7 @@ def push(connection: FakeConnection, seq: int, name: str, node_id: str, **extra:
 
 
 def subscribe_calls(connection: FakeConnection) -> int:
-    return [method for method, _ in connection.calls].count(methods.DISCOVERY_SUBSCRIBE)
+    return [method for method, _ in connection.calls].count(methods.DISCOVERY_SUBSCRIBE.name)
 
 
 @pytest.fixture
@@ -97,9 +99,11 @@ async def connection() -> AsyncIterator[FakeConnection]:
 
 @pytest.fixture
 async def controller(connection: FakeConnection) -> AsyncIterator[NodesController]:
-    nodes = NodesController(connection, NodesModel())
+    discovery, engines = DiscoveryStore(connection), EnginesStore(connection)
+    nodes = NodesController(connection, NodesModel(), discovery, engines)
     yield nodes
-    await nodes.close()
+    for closing in (nodes, discovery, engines):
+        await closing.close()
 
 
 def names(model: NodesModel) -> list[str]:
@@ -252,34 +256,37 @@ async def test_this_nodes_telemetry_rereads_its_gpus_and_engines_follow_pushes(
     connection: FakeConnection, controller: NodesController
 ) -> None:
     model = controller.model
-    statuses = [
+    events = EngineEvents(connection, seq=7)
+    events.script(
         engine_status("ollama", "Ollama", "stopped"),
         engine_status("lmstudio", "LM Studio", "stopped"),
-    ]
-    connection.script(methods.ENGINE_STATUS, statuses)
+    )
     connection.script(methods.NODEINFO_GET, node_info(gpus=1), node_info(gpus=2))
     start(connection, 1, node("me", "atlas", sources=("self",)))
     await wait_until(lambda: len(model.cards()[0].gpus) == 1 if model.cards() else False)
     await wait_until(lambda: len(model.cards()[0].engines) == 2)
     push(connection, 2, "node_telemetry", "me", telemetry=telemetry(), last_seen=102.0)
     await wait_until(lambda: len(model.cards()[0].gpus) == 2)
-    assert [m for m, _ in connection.calls].count(methods.NODEINFO_GET) == 2
-    connection.push(methods.ENGINE_STATE_CHANGED, engine_status("ollama", "Ollama", "running"))
+    assert [m for m, _ in connection.calls].count(methods.NODEINFO_GET.name) == 2
+    events.state(engine_status("ollama", "Ollama", "running"))
     assert [(e.name, e.state) for e in model.cards()[0].engines] == [
         ("LM Studio", "stopped"), ("Ollama", "running")]  # fmt: skip
 
 
-async def test_an_engine_push_during_the_status_read_wins(
+async def test_an_engine_event_that_overtakes_the_engines_snapshot_applies_after_it(
     connection: FakeConnection, controller: NodesController
 ) -> None:
     answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-    connection.script(methods.ENGINE_STATUS, answer)
+    events = EngineEvents(connection, seq=4)
+    connection.script(methods.ENGINE_SUBSCRIBE, answer)
     connection.script(methods.NODEINFO_GET, node_info())
     start(connection, 1, node("me", "atlas", sources=("self",)))
     await wait_until(lambda: controller.model.rowCount() == 1)
-    connection.push(methods.ENGINE_STATE_CHANGED, engine_status("ollama", "Ollama", "running"))
-    answer.set_result([engine_status("ollama", "Ollama", "starting")])
-    await settle()
+    events.state(engine_status("ollama", "Ollama", "running"))  # seq 5
+    answer.set_result(
+        {**events.snapshot([engine_status("ollama", "Ollama", "starting")]), "seq": 4}
+    )
+    await wait_until(lambda: bool(controller.model.cards()[0].engines))
     engines = controller.model.cards()[0].engines
     assert [(e.name, e.state) for e in engines] == [("Ollama", "running")]
 

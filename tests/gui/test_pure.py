@@ -8,8 +8,8 @@ import pytest
 
 from app.broker.launch import BrokerLaunch
 from app.broker.state import Ending, Ownership, ServiceState, classify_exit
-from app.models.components import EventStep, next_event_step
 from app.options import parse_options
+from app.stores.subscription import EventStep, next_event_step
 from app.window.look import describe, format_duration
 
 

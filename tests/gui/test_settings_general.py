@@ -95,7 +95,7 @@ async def ready(tab: Tab, **values: Any) -> None:
 
 
 def set_calls(connection: FakeConnection) -> list[Any]:
-    return [params for method, params in connection.calls if method == methods.SETTINGS_SET]
+    return [params for method, params in connection.calls if method == methods.SETTINGS_SET.name]
 
 
 def test_check_value_uses_the_schema_bounds() -> None:

@@ -8,11 +8,10 @@ from typing import Any
 
 import pytest
 
-from app.controllers.subscription import NumberedSubscription
-from app.tasks import TaskSet
+from app.stores.subscription import NumberedSubscription
+from backend.common.tasks import TaskSet
 from backend.protocol import methods
-from backend.protocol.errors import Unavailable
-from backend.protocol.types import ComponentChanged, ComponentsSnapshot
+from backend.protocol.errors import RpcError, Unavailable
 from tests.gui.helpers import FakeConnection, settle, wait_until
 
 Seen = list[tuple[str, int]]  # ("snapshot" | "event", seq) in the order the callbacks ran
@@ -36,14 +35,15 @@ class Stream:
 
     def __init__(self, connection: FakeConnection, tasks: TaskSet) -> None:
         self.seen: Seen = []
+        self.failures: list[RpcError] = []
         self.subscription = NumberedSubscription(
             tasks,
             connection,
             methods.COMPONENTS_SUBSCRIBE,
-            ComponentsSnapshot,
-            ComponentChanged,
+            methods.COMPONENTS_EVENT,
             on_snapshot=lambda s: self.seen.append(("snapshot", s.seq)),
             on_event=lambda e: self.seen.append(("event", e.seq)),
+            on_failure=self.failures.append,
         )
 
     def feed(self, *seqs: int) -> None:
@@ -66,7 +66,7 @@ async def stream(connection: FakeConnection) -> AsyncIterator[Stream]:
 
 
 def subscribes(connection: FakeConnection) -> int:
-    return [method for method, _ in connection.calls].count(methods.COMPONENTS_SUBSCRIBE)
+    return [method for method, _ in connection.calls].count(methods.COMPONENTS_SUBSCRIBE.name)
 
 
 async def test_snapshot_then_events_in_order(connection: FakeConnection, stream: Stream) -> None:
@@ -162,6 +162,18 @@ async def test_a_failed_subscribe_applies_nothing(
     stream.feed(1, 2)
     assert stream.seen == []
     assert stream.subscription.seq is None
+    assert [failure.message for failure in stream.failures] == ["not yet"]
+
+
+async def test_a_snapshot_of_the_wrong_shape_is_a_failure(
+    connection: FakeConnection, stream: Stream
+) -> None:
+    connection.script(methods.COMPONENTS_SUBSCRIBE, {"seq": "five", "components": []})
+    stream.subscription.start()
+    await settle()
+    assert stream.seen == []
+    assert len(stream.failures) == 1
+    assert "components:subscribe" in stream.failures[0].message
 
 
 async def test_reset_cancels_the_subscribe_and_forgets_the_stream(

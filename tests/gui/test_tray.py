@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from app.tray import Tray, engine_label, jobs_text, status_icon
 from backend.protocol import methods
 from backend.protocol.errors import Conflict
 from backend.protocol.types import EngineStatus
-from tests.gui.helpers import FakeConnection, settle, wait_until
+from tests.gui.helpers import EngineEvents, FakeConnection, Stores, settle, wait_until
 
 
 def job(key: str, state: str) -> dict[str, Any]:
@@ -55,25 +56,28 @@ class TrayUi:
     connection: FakeConnection
     activity: ActivityController
     tray: Tray
+    engines: EngineEvents
 
 
 @pytest.fixture
 async def ui(qtbot: QtBot, tmp_path: Path) -> AsyncIterator[TrayUi]:
     connection = FakeConnection()
+    stores = Stores.build(connection)
     service = ServiceController(connection, tmp_path, lambda _url: True)
-    components = ComponentsController(connection, ComponentsModel())
+    components = ComponentsController(connection, ComponentsModel(), stores.components)
     errors = ErrorsController(connection, ErrorsModel(), components)
-    activity = ActivityController(connection, errors.model)
+    activity = ActivityController(connection, errors.model, stores.workloads, stores.engines)
     tray = Tray(connection, service, activity)
-    yield TrayUi(connection, activity, tray)
+    yield TrayUi(connection, activity, tray, EngineEvents(connection))
     for controller in (activity, errors, components, service):
         await controller.close()
+    await stores.close()
     await connection.stop()
 
 
 async def ready(ui: TrayUi, jobs: list[dict[str, Any]], engines: list[dict[str, Any]]) -> None:
     ui.connection.script(methods.WORKLOADS_SUBSCRIBE, {"seq": 10, "workloads": jobs})
-    ui.connection.script(methods.ENGINE_STATUS, engines)
+    ui.engines.script(*engines)
     ui.connection.become_ready()
     await wait_until(lambda: ui.activity.jobs_known, 5, "the jobs snapshot")
     await settle()
@@ -150,7 +154,7 @@ async def test_a_gap_in_job_events_subscribes_again(ui: TrayUi) -> None:
     )
     ui.connection.push(methods.WORKLOADS_EVENT, upsert(15, "lost", "running"))
     await wait_until(lambda: ui.tray.jobs_action.text() == "1 job running", 5, "the new snapshot")
-    subscribes = [m for m, _ in ui.connection.calls if m == methods.WORKLOADS_SUBSCRIBE]
+    subscribes = [m for m, _ in ui.connection.calls if m == methods.WORKLOADS_SUBSCRIBE.name]
     assert len(subscribes) == 2
 
 
@@ -184,7 +188,7 @@ async def test_one_checkable_action_per_installed_engine(ui: TrayUi) -> None:
     assert not actions["lmstudio"].isChecked()
     assert ui.tray.engines_header.isVisible()
     assert not ui.tray.no_engines_action.isVisible()
-    ui.connection.push(methods.ENGINE_STATE_CHANGED, engine("lmstudio", "running", adopted=True))
+    ui.engines.state(engine("lmstudio", "running", adopted=True))
     assert actions["lmstudio"].isChecked()
     assert not actions["lmstudio"].isEnabled()  # PAIR will not stop what it did not start
     assert actions["lmstudio"].text() == "LM Studio (started outside PAIR)"
@@ -193,17 +197,24 @@ async def test_one_checkable_action_per_installed_engine(ui: TrayUi) -> None:
 async def test_toggling_an_engine_calls_start_and_stop(ui: TrayUi) -> None:
     await ready(ui, [], [engine("ollama")])
     action = ui.tray.engine_actions["ollama"]
-    ui.connection.script(methods.ENGINE_START, engine("ollama", "running"))
+    started = asyncio.get_running_loop().create_future()
+    ui.connection.script(methods.ENGINE_START, started)
     action.trigger()  # checks it
     assert not action.isEnabled()  # until the broker answers
     assert action.text() == "Ollama (starting…)"
+    await settle()
+    ui.engines.state(engine("ollama", "starting"))
+    ui.engines.state(engine("ollama", "running"))  # the outcome comes before the answer
+    assert not action.isEnabled()
+    started.set_result(engine("ollama", "running"))
     await wait_until(lambda: action.isEnabled(), 5, "the start to finish")
-    assert (methods.ENGINE_START, {"engine": "ollama"}) in ui.connection.calls
+    assert (methods.ENGINE_START.name, {"engine": "ollama"}) in ui.connection.calls
     assert action.isChecked()
     ui.connection.script(methods.ENGINE_STOP, engine("ollama", "stopped"))
     action.trigger()
+    ui.engines.state(engine("ollama", "stopped"))
     await wait_until(lambda: action.isEnabled(), 5, "the stop to finish")
-    assert (methods.ENGINE_STOP, {"engine": "ollama"}) in ui.connection.calls
+    assert (methods.ENGINE_STOP.name, {"engine": "ollama"}) in ui.connection.calls
     assert not action.isChecked()
 
 

@@ -20,7 +20,7 @@ from app.models.errors import ErrorsModel
 from app.window.welcome import WELCOME_SHOWN_KEY, Welcome, endpoints_text, welcome_shown
 from backend.protocol import methods
 from backend.protocol.errors import InternalError
-from tests.gui.helpers import FakeConnection, settle, wait_until
+from tests.gui.helpers import EngineEvents, FakeConnection, Stores, settle, wait_until
 
 DOORS = {
     "ollama": "http://127.0.0.1:11434",
@@ -61,6 +61,7 @@ class FirstRun:
     endpoints: EndpointsController
     preferences: QSettings
     welcome: Welcome
+    engines: EngineEvents
 
 
 @pytest.fixture
@@ -76,16 +77,19 @@ async def first_run(
     quit_on_close = qapp.quitOnLastWindowClosed()
     qapp.setQuitOnLastWindowClosed(False)
     connection = FakeConnection()
-    activity = ActivityController(connection, ErrorsModel())
-    endpoints = EndpointsController(connection)
+    stores = Stores.build(connection)
+    activity = ActivityController(connection, ErrorsModel(), stores.workloads, stores.engines)
+    endpoints = EndpointsController(connection, stores.engines)
     preferences = QSettings(str(preferences_file), QSettings.Format.IniFormat)
     welcome = Welcome(connection, activity, endpoints, preferences)
-    yield FirstRun(connection, activity, endpoints, preferences, welcome)
+    events = EngineEvents(connection)
+    yield FirstRun(connection, activity, endpoints, preferences, welcome, events)
     if welcome.dialog is not None:
         welcome.dialog.close()
         welcome.dialog.deleteLater()
     for controller in (activity, endpoints):
         await controller.close()
+    await stores.close()
     await connection.stop()
     qapp.setQuitOnLastWindowClosed(quit_on_close)
 
@@ -93,7 +97,7 @@ async def first_run(
 def script_session(connection: FakeConnection, engines: list[dict[str, Any]]) -> None:
     for _ in range(3):
         connection.script(methods.STATUS, status(DOORS))
-        connection.script(methods.ENGINE_STATUS, engines)
+        EngineEvents(connection).script(*engines)
     connection.script(methods.ENGINE_GET_INSTALLED, [e for e in engines if e["installed"]])
 
 
@@ -162,7 +166,7 @@ async def test_engines_are_found_and_offer_start_or_install(first_run: FirstRun)
     assert dialog is not None
     rows = dialog.engine_rows
     await wait_until(lambda: len(rows.names) == 3, 5, "three engine rows")
-    assert methods.ENGINE_GET_INSTALLED in [method for method, _ in first_run.connection.calls]
+    assert methods.ENGINE_GET_INSTALLED.name in [method for method, _ in first_run.connection.calls]
     assert rows.searching.isHidden()
     assert [rows.names[name].text() for name in rows.names] == [
         "<b>Ollama</b>",
@@ -190,20 +194,23 @@ async def test_start_and_install_call_the_broker(first_run: FirstRun) -> None:
     await wait_until(lambda: len(rows.names) == 3, 5, "three engine rows")
     connection.script(methods.ENGINE_START, engine("lmstudio", "running"))
     rows.buttons["lmstudio"].click()
+    await settle()
+    first_run.engines.state(engine("lmstudio", "running"))
     await wait_until(lambda: rows.states["lmstudio"].text() == "Running", 5, "LM Studio running")
-    assert (methods.ENGINE_START, {"engine": "lmstudio"}) in connection.calls
+    assert (methods.ENGINE_START.name, {"engine": "lmstudio"}) in connection.calls
     assert rows.buttons["lmstudio"].isHidden()
     # Installing: progress pushes show in the row, the result replaces them.
     install: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
     connection.script(methods.ENGINE_INSTALL, install)
     rows.buttons["llamacpp"].click()
     await settle()
-    assert (methods.ENGINE_INSTALL, {"engine": "llamacpp"}) in connection.calls
+    assert (methods.ENGINE_INSTALL.name, {"engine": "llamacpp"}) in connection.calls
     assert not rows.buttons["llamacpp"].isEnabled()
     assert rows.buttons["llamacpp"].text() == "Installing…"
-    progress = {"engine": "llamacpp", "stage": "downloading", "percent": 42.0}
-    connection.push(methods.ENGINE_INSTALL_PROGRESS, progress)
+    first_run.engines.install({"engine": "llamacpp", "stage": "downloading", "percent": 42.0})
     assert rows.states["llamacpp"].text() == "Downloading 42%"
+    first_run.engines.install({"engine": "llamacpp", "stage": "installed", "done": True})
+    first_run.engines.state(engine("llamacpp", "stopped"))
     install.set_result(engine("llamacpp", "stopped"))
     await wait_until(lambda: rows.buttons["llamacpp"].text() == "Start", 5, "installed")
     assert rows.states["llamacpp"].text() == "Installed"

@@ -18,6 +18,7 @@ from app.controllers.service import ServiceController
 from app.icons import app_icon, state_icon
 from app.models.components import ComponentsModel
 from app.models.errors import ErrorsModel
+from app.stores.components import ComponentsStore
 from app.tray import Tray
 from app.window.empty_page import EmptyPage
 from app.window.main_window import EMPTY_PAGES, MainWindow
@@ -39,14 +40,15 @@ class Ui:
 async def ui(qtbot: QtBot, tmp_path: Path) -> AsyncIterator[Ui]:
     connection = FakeConnection()
     service = ServiceController(connection, tmp_path, lambda _url: True)
-    components = ComponentsController(connection, ComponentsModel())
+    store = ComponentsStore(connection)
+    components = ComponentsController(connection, ComponentsModel(), store)
     errors = ErrorsController(connection, ErrorsModel(), components)
     window = MainWindow(
         connection, service, components.model, errors.model, errors, hide_on_close=False
     )
     qtbot.addWidget(window)
     yield Ui(connection, service, errors, components, window)
-    for controller in (service, errors, components):
+    for controller in (service, errors, components, store):
         await controller.close()
     await connection.stop()
 
@@ -112,8 +114,8 @@ async def test_banner_buttons_run_the_error_actions(ui: Ui) -> None:
     buttons["Restart proxy"].click()
     buttons["Dismiss"].click()
     await settle()
-    assert (methods.COMPONENTS_RESTART, {"name": "proxy"}) in ui.connection.calls
-    assert (methods.ERRORS_CLEAR, {"id": "crash", "node_id": "n1"}) in ui.connection.calls
+    assert (methods.COMPONENTS_RESTART.name, {"name": "proxy"}) in ui.connection.calls
+    assert (methods.ERRORS_CLEAR.name, {"id": "crash", "node_id": "n1"}) in ui.connection.calls
 
 
 async def test_closing_without_a_tray_asks_to_quit(qtbot: QtBot, ui: Ui) -> None:
@@ -139,7 +141,7 @@ async def test_log_level_combo_reflects_pushes_and_calls_the_broker(ui: Ui) -> N
     ui.connection.script(methods.LOG_SET_LEVEL, {"level": "debug"})
     combo.activated.emit(combo.findData("debug"))
     await settle()
-    assert (methods.LOG_SET_LEVEL, {"level": "debug"}) in ui.connection.calls
+    assert (methods.LOG_SET_LEVEL.name, {"level": "debug"}) in ui.connection.calls
     assert combo.currentData() == "debug"
 
 

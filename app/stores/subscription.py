@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any, Generic, Protocol, TypeVar
+from enum import StrEnum
+from typing import Generic, Protocol, TypeVar
 
 from app.broker.connection import BrokerConnection
-from app.controllers.base import decode
-from app.models.components import EventStep, next_event_step
-from app.tasks import TaskSet
-from backend.protocol.errors import RpcError
+from backend.common.tasks import TaskSet
+from backend.protocol.contract import Method, Push
+from backend.protocol.errors import BadResult, RpcError
 
 log = logging.getLogger(__name__)
 
@@ -25,36 +25,52 @@ class Numbered(Protocol):
         ...
 
 
+P = TypeVar("P")
 S = TypeVar("S", bound=Numbered)
 E = TypeVar("E", bound=Numbered)
 
 
-class NumberedSubscription(Generic[S, E]):
-    """Follows one ``<x>:subscribe`` stream for its controller: ``on_snapshot`` gets the
-    snapshot, ``on_event`` each later event in ``seq`` order. Events that overtake the snapshot
-    wait for it, old ones are dropped, a gap subscribes again. Owns the subscribe task (spawned
-    in the controller's ``TaskSet``)."""
+class EventStep(StrEnum):
+    """What to do with a numbered event given the last applied ``seq``."""
+
+    APPLY = "apply"  # the next event
+    SKIP = "skip"  # already covered by the snapshot or an earlier event
+    GAP = "gap"  # events were missed: subscribe again for a fresh snapshot
+
+
+def next_event_step(last_seq: int, event_seq: int) -> EventStep:
+    """Events after a snapshot apply in order; an old one is skipped, a jump is a gap."""
+    if event_seq <= last_seq:
+        return EventStep.SKIP
+    return EventStep.APPLY if event_seq == last_seq + 1 else EventStep.GAP
+
+
+class NumberedSubscription(Generic[P, S, E]):
+    """Follows one ``<x>:subscribe`` stream: ``on_snapshot`` gets the snapshot, ``on_event``
+    each later event in ``seq`` order. Events that overtake the snapshot wait for it, old ones
+    are dropped, a gap subscribes again; a failed subscribe goes to ``on_failure``. Owns the
+    subscribe task (spawned in its owner's ``TaskSet``)."""
 
     def __init__(
         self,
         tasks: TaskSet,
         connection: BrokerConnection,
-        method: str,
-        snapshot_type: type[S],
-        event_type: type[E],
+        method: Method[P, S],
+        push: Push[E],
         *,
         on_snapshot: Callable[[S], None],
         on_event: Callable[[E], None],
-        params: Any = None,
+        on_failure: Callable[[RpcError], None] | None = None,
+        params: P | None = None,
     ) -> None:
         self._tasks = tasks
         self._connection = connection
-        self._method = method
+        self.method = method
+        self.push = push
         self._params = params
-        self._snapshot_type = snapshot_type
-        self._event_type = event_type
         self._on_snapshot = on_snapshot
         self._on_event = on_event
+        self._on_failure = on_failure
         self._seq: int | None = None
         self._early: list[E] = []  # events that overtook the snapshot
         self._task: asyncio.Task[None] | None = None
@@ -71,7 +87,7 @@ class NumberedSubscription(Generic[S, E]):
             asyncio.get_running_loop()
         except RuntimeError:  # a session signal after the event loop stopped (app exit)
             return
-        self._task = self._tasks.spawn(self._subscribe(), name=self._method)
+        self._task = self._tasks.spawn(self._subscribe(), name=self.method.name)
 
     def reset(self) -> None:
         """Cancel a running subscribe and forget the stream (the session ended)."""
@@ -83,19 +99,22 @@ class NumberedSubscription(Generic[S, E]):
         self._early = []
 
     def feed(self, params: object) -> None:
-        """An event of this stream was pushed: apply it now, later, or never."""
-        event = decode(params, self._event_type)
-        if event is not None:
-            self._offer(event)
+        """An event of this stream was pushed (raw params): apply it now, later, or never."""
+        try:
+            event = self.push.decode(params)
+        except BadResult as exc:
+            log.warning("%s", exc)
+            return
+        self._offer(event)
 
     async def _subscribe(self) -> None:
         try:
-            raw = await self._connection.call(self._method, self._params)
+            snapshot = await self._connection.call(self.method, self._params)
         except RpcError as exc:
-            log.info("%s failed: %s", self._method, exc)
-            return
-        snapshot = decode(raw, self._snapshot_type)
-        if snapshot is None:
+            log.info("%s failed: %s", self.method.name, exc)
+            self._task, self._early = None, []  # nothing will apply what waits
+            if self._on_failure is not None:
+                self._on_failure(exc)
             return
         self._on_snapshot(snapshot)
         self._seq = snapshot.seq
@@ -105,7 +124,8 @@ class NumberedSubscription(Generic[S, E]):
 
     def _offer(self, event: E) -> None:
         if self._seq is None:
-            self._early.append(event)
+            if self._task is not None:  # only while a snapshot is on its way
+                self._early.append(event)
             return
         step = next_event_step(self._seq, event.seq)
         if step is EventStep.APPLY:
@@ -114,7 +134,7 @@ class NumberedSubscription(Generic[S, E]):
         elif step is EventStep.GAP:
             log.info(
                 "%s: gap after seq %d (got %d); subscribing again",
-                self._method,
+                self.method.name,
                 self._seq,
                 event.seq,
             )

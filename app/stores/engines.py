@@ -1,0 +1,103 @@
+"""This node's engines (``engine:subscribe``): their states, the models they list and load, and
+the pulls and installs in progress, shared by the Engines, Models and Overview pages, the tray,
+the welcome dialog and the Endpoints window."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from PySide6.QtCore import QObject, Signal
+
+from app.broker.connection import BrokerConnection
+from app.stores.base import StreamStore
+from backend.protocol import methods
+from backend.protocol.contract import NoParams
+from backend.protocol.types import (
+    EngineEvent,
+    EngineModels,
+    EngineModelsChanged,
+    EngineName,
+    EnginesSnapshot,
+    EngineStateChanged,
+    EngineStatus,
+    InstallProgress,
+    InstallProgressed,
+    PullProgress,
+    PullProgressed,
+)
+
+PullKey = tuple[EngineName, str]  # (engine, model)
+
+
+class EnginesStore(StreamStore[NoParams, EnginesSnapshot, EngineEvent]):
+    """Engine statuses by name, the last model lists, and the pulls and installs still running.
+    ``engine_changed`` names an engine whose status changed, ``models_changed`` follows a new
+    model list, ``pull_progressed`` and ``install_progressed`` carry each progress step (the
+    last one has ``done``); ``reset`` after every snapshot."""
+
+    engine_changed = Signal(str)  # EngineName
+    models_changed = Signal()
+    pull_progressed = Signal(object)  # PullProgress
+    install_progressed = Signal(object)  # InstallProgress
+
+    def __init__(self, connection: BrokerConnection, parent: QObject | None = None) -> None:
+        super().__init__(connection, methods.ENGINE_SUBSCRIBE, methods.ENGINE_EVENT, None, parent)
+        self._statuses: dict[EngineName, EngineStatus] = {}
+        self._models: EngineModels | None = None
+        self._pulls: dict[PullKey, PullProgress] = {}
+        self._installs: dict[EngineName, InstallProgress] = {}
+
+    @property
+    def statuses(self) -> Mapping[EngineName, EngineStatus]:
+        """Every engine PAIR knows on this node, installed or not (read-only)."""
+        return self._statuses
+
+    def status(self, engine: EngineName) -> EngineStatus | None:
+        """One engine's status, if known."""
+        return self._statuses.get(engine)
+
+    @property
+    def models(self) -> EngineModels | None:
+        """The running engines' last model lists; None until a snapshot arrived."""
+        return self._models
+
+    @property
+    def pulls(self) -> Mapping[PullKey, PullProgress]:
+        """Downloads in progress by (engine, model), their last step each."""
+        return self._pulls
+
+    @property
+    def installs(self) -> Mapping[EngineName, InstallProgress]:
+        """Installs in progress by engine, their last step each."""
+        return self._installs
+
+    def _load(self, snapshot: EnginesSnapshot) -> None:
+        self._statuses = {status.engine: status for status in snapshot.engines}
+        self._models = snapshot.models
+        self._pulls = {(pull.engine, pull.model): pull for pull in snapshot.pulls}
+        self._installs = {install.engine: install for install in snapshot.installs}
+
+    def _apply(self, event: EngineEvent) -> None:
+        match event:
+            case EngineStateChanged(status=status):
+                self._statuses[status.engine] = status
+                self.engine_changed.emit(status.engine)
+            case EngineModelsChanged(models=models):
+                self._models = models
+                self.models_changed.emit()
+            case PullProgressed(progress=pull):
+                if pull.done:
+                    self._pulls.pop((pull.engine, pull.model), None)
+                else:
+                    self._pulls[(pull.engine, pull.model)] = pull
+                self.pull_progressed.emit(pull)
+            case InstallProgressed(progress=install):
+                if install.done:
+                    self._installs.pop(install.engine, None)
+                else:
+                    self._installs[install.engine] = install
+                self.install_progressed.emit(install)
+
+    def _forget(self) -> None:
+        self._statuses, self._models = {}, None
+        self._pulls, self._installs = {}, {}
