@@ -1,7 +1,7 @@
 """``pair emulate ollama|lmstudio``: run an engine emulator in the foreground (developer tool).
 
 The emulators stand in for real Ollama and LM Studio servers in tests and demos; they follow
-the engines' wire protocols and have a timing model (see ``backend/emulators``).
+the engines' wire protocols and have a timing model (see ``backend/devtools/emulators``).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def _seconds(text: str) -> float:
 
 def run(args: argparse.Namespace) -> int:
     """Serve the chosen emulator until Ctrl+C or SIGTERM."""
-    from backend.emulators.server import EmulatorServer, serve_until_signalled
+    from backend.devtools.emulators.server import EmulatorServer, serve_until_signalled
 
     app = _ollama_app(args) if args.engine == "ollama" else _lmstudio_app(args)
     server = EmulatorServer(app, args.host, args.port)
@@ -99,10 +99,10 @@ def _models(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def _ollama_app(args: argparse.Namespace) -> web.Application:
-    from backend.emulators.generation import TimingModel
-    from backend.emulators.ollama import build_ollama_app
-    from backend.emulators.ollama_scheduler import OllamaLimits
-    from backend.emulators.ollama_state import OllamaConfig
+    from backend.devtools.emulators.generation import TimingModel
+    from backend.devtools.emulators.ollama import build_ollama_app
+    from backend.devtools.emulators.ollama_scheduler import OllamaLimits
+    from backend.devtools.emulators.ollama_state import OllamaConfig
 
     limits = OllamaLimits(parallel=args.parallel or 1)
     if args.keep_alive is not None:
@@ -118,9 +118,9 @@ def _ollama_app(args: argparse.Namespace) -> web.Application:
 
 
 def _lmstudio_app(args: argparse.Namespace) -> web.Application:
-    from backend.emulators.generation import TimingModel
-    from backend.emulators.lmstudio import build_lmstudio_app
-    from backend.emulators.lmstudio_state import LmStudioConfig
+    from backend.devtools.emulators.generation import TimingModel
+    from backend.devtools.emulators.lmstudio import build_lmstudio_app
+    from backend.devtools.emulators.lmstudio_state import LmStudioConfig
 
     config = LmStudioConfig(
         models=_models(args),

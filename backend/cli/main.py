@@ -45,9 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also serve JSON-RPC on stdin/stdout; stdin EOF stops the node",
     )
-    node.add_argument(
-        "--test-worker", choices=("healthy", "crash-on-start"), help=argparse.SUPPRESS
-    )
+    # Development only: also supervise backend.devtools.testworker in MODE.
+    node.add_argument("--test-worker", metavar="MODE", help=argparse.SUPPRESS)
     status = commands.add_parser("status", help="show the local broker's state")
     _add_data_dir(status)
     status.add_argument("--json", action="store_true", help="print the raw status as JSON")

@@ -6,14 +6,17 @@ import argparse
 import asyncio
 import logging
 import sys
+from collections.abc import Callable
+from pathlib import Path
 
-from backend.broker import Broker, BrokerConfig
+from backend.broker import Broker
 from backend.cli import exit_codes
 from backend.core import logs
 from backend.core.instance import AlreadyRunning
 from backend.core.store import StoreError
 from backend.protocol.endpoint import log_dir, resolve_data_dir
 from backend.protocol.types import Ports
+from backend.wiring import BrokerConfig, WorkerSpec
 
 PORT_FLAGS: tuple[tuple[str, int, str], ...] = (
     ("--node-port", 14320, "node API port (node info, pairing, cluster)"),
@@ -38,6 +41,11 @@ def run(args: argparse.Namespace) -> int:
     """Run the broker until it is stopped; the exit code says how it ended."""
     data_dir = resolve_data_dir(args.data_dir)
     try:
+        extra_workers = dev_workers(args.test_worker)
+    except ValueError as exc:
+        print(f"pair node: {exc}", file=sys.stderr)
+        return exit_codes.USAGE
+    try:
         log_file = logs.configure(
             "broker",
             level=args.log_level or "info",
@@ -47,22 +55,29 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"pair node: cannot write logs: {exc}", file=sys.stderr)
         return exit_codes.ERROR
-    config = BrokerConfig(
+    broker = Broker(_config(args, data_dir, log_file), extra_workers=extra_workers)
+    return _serve(broker, announce=None if args.stdio else _print_to_stdout)
+
+
+def _config(args: argparse.Namespace, data_dir: Path, log_file: Path | None) -> BrokerConfig:
+    ports = Ports(
+        node=args.node_port,
+        ollama=args.ollama_port,
+        openai=args.openai_port,
+        llamacpp=args.llamacpp_port,
+    )
+    return BrokerConfig(
         data_dir=data_dir,
-        ports=Ports(
-            node=args.node_port,
-            ollama=args.ollama_port,
-            openai=args.openai_port,
-            llamacpp=args.llamacpp_port,
-        ),
+        ports=ports,
         stdio=args.stdio,
         log_level=args.log_level,
         log_file=log_file,
-        test_worker=args.test_worker,
     )
-    announce = None if args.stdio else _print_to_stdout
+
+
+def _serve(broker: Broker, announce: Callable[[str], None] | None) -> int:
     try:
-        return asyncio.run(Broker(config).run(announce))
+        return asyncio.run(broker.run(announce))
     except AlreadyRunning as exc:
         print(f"pair node: {exc}", file=sys.stderr)
         return exit_codes.ALREADY_RUNNING
@@ -72,6 +87,18 @@ def run(args: argparse.Namespace) -> int:
         return exit_codes.ERROR
     except KeyboardInterrupt:
         return exit_codes.OK
+
+
+def dev_workers(mode: str | None) -> list[WorkerSpec]:
+    """The hidden ``--test-worker MODE``: the development package's supervision test worker
+    (imported only when asked for); raises ValueError for an unknown mode."""
+    if mode is None:
+        return []
+    from backend.devtools import testworker
+
+    if mode not in testworker.MODES:
+        raise ValueError(f"--test-worker must be one of {', '.join(testworker.MODES)}")
+    return [WorkerSpec(testworker.NAME, testworker.argv(mode))]
 
 
 def _print_to_stdout(text: str) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import filelock
 
-from backend.core.files import ensure_private_dir, write_private_atomic
+from backend.common.files import ensure_private_dir, write_private_atomic
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ import os
 import time
 from pathlib import Path
 
-from backend.core.files import ensure_private_dir
+from backend.common.files import ensure_private_dir
 from backend.protocol.types import LogLevel
 
 _LEVELS: dict[LogLevel, int] = {

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from backend.core.files import ensure_private_dir, set_aside
+from backend.common.files import ensure_private_dir, set_aside
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -88,6 +88,26 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX jobs_newest ON jobs (created_at DESC, key DESC);
     """,
+    """
+    CREATE TABLE cluster_state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    CREATE TABLE cluster_members (
+        node_id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        cert_der BLOB NOT NULL,
+        fingerprint TEXT NOT NULL,
+        added_by TEXT NOT NULL,
+        added_at REAL NOT NULL,
+        provisional INTEGER NOT NULL,
+        address TEXT NOT NULL,
+        node_port INTEGER NOT NULL
+    );
+    CREATE TABLE cluster_tombstones (
+        fingerprint TEXT PRIMARY KEY,
+        node_id TEXT NOT NULL,
+        removed_by TEXT NOT NULL,
+        removed_at REAL NOT NULL
+    );
+    """,
 )
 
 
@@ -122,6 +142,13 @@ class Store:
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         """Run one statement in its own transaction; return ``lastrowid``."""
         return await self._in_thread(lambda: self._execute_sync(sql, params))
+
+    async def transaction(
+        self, statements: Sequence[tuple[str, Sequence[Any]]], *, durable: bool = False
+    ) -> None:
+        """Run ``statements`` all or nothing. ``durable`` waits for the disk (``synchronous=
+        FULL`` for this commit), for facts another computer acts on once we say so."""
+        await self._in_thread(lambda: self._transaction_sync(statements, durable))
 
     async def fetch_all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         """Rows of a query."""
@@ -199,6 +226,25 @@ class Store:
     def _execute_sync(self, sql: str, params: Sequence[Any]) -> int:
         cursor = self._conn().execute(sql, params)
         return int(cursor.lastrowid or 0)
+
+    def _transaction_sync(
+        self, statements: Sequence[tuple[str, Sequence[Any]]], durable: bool
+    ) -> None:
+        connection = self._conn()
+        if durable:
+            connection.execute("PRAGMA synchronous=FULL")
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                for sql, params in statements:
+                    connection.execute(sql, params)
+            except BaseException:
+                connection.execute("ROLLBACK")
+                raise
+            connection.execute("COMMIT")
+        finally:
+            if durable:
+                connection.execute("PRAGMA synchronous=NORMAL")
 
     def _close_sync(self) -> None:
         connection = self._conn()

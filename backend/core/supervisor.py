@@ -9,6 +9,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from backend.common.tasks import TaskSet, wait_first
 from backend.core.clock import Clock
 from backend.core.component import Component, FatalError, NotReadyError
 from backend.core.restart_policy import (
@@ -18,7 +19,6 @@ from backend.core.restart_policy import (
     decide_after_exit,
     not_ready_delay,
 )
-from backend.core.tasks import TaskSet
 from backend.protocol.types import ComponentInfo, ComponentStatus, ErrorAction, Severity
 
 log = logging.getLogger(__name__)
@@ -231,13 +231,8 @@ class Supervisor:
             await wait
             return
         delay = max(0.0, at - self._clock.wall())
-        sleeper = self._tasks.spawn(self._clock.sleep(delay), name=f"{slot.component.name}:backoff")
-        waker = self._tasks.spawn(wait, name=f"{slot.component.name}:wake")
-        try:
-            await asyncio.wait([sleeper, waker], return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            sleeper.cancel()
-            waker.cancel()
+        name = f"supervisor:{slot.component.name}:backoff"
+        await wait_first(self._clock.sleep(delay), wait, name=name)
 
     def _on_ready(self, slot: _Slot) -> None:
         self._set(slot, "running")

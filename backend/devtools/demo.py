@@ -32,12 +32,19 @@ from typing import Any, Final
 
 import psutil
 
+from backend.common.tasks import TaskSet
 from backend.core.processes import child_env, child_preexec, stop_child
-from backend.core.tasks import TaskSet
 from backend.devtools.demo_trickle import Trickle
-from backend.protocol import errors, methods
+from backend.protocol import contract, errors, methods
 from backend.protocol.endpoint import control_address, open_control_connection
 from backend.protocol.peer import RpcPeer
+from backend.protocol.types import (
+    EngineName,
+    EngineRef,
+    ManualNodeAdd,
+    ManualNodeRef,
+    SettingsUpdate,
+)
 
 PROJECT_ROOT: Final = Path(__file__).resolve().parents[2]
 # PAIR's default ports and the engines' own: a demo node never takes one.
@@ -204,7 +211,7 @@ class Demo:
         doors: dict[str, str] = {}
         async with connect(self.entry.data_dir) as peer:
             for _ in range(100):
-                doors = dict((await peer.call(methods.STATUS)).get("front_doors") or {})
+                doors = dict((await contract.call(peer, methods.STATUS)).front_doors)
                 if len(doors) == len(DOORS):
                     break
                 await asyncio.sleep(0.1)
@@ -291,7 +298,7 @@ class Demo:
                 raise DemoError(f"{node.plan.name}: the broker exited\n{_tail(node.log_path)}")
             with contextlib.suppress(OSError, errors.RpcError):
                 async with connect(node.data_dir) as peer:
-                    await peer.call(methods.PING, timeout=2)
+                    await contract.call(peer, methods.PING, timeout=2)
                     return
             await asyncio.sleep(0.1)
         raise DemoError(f"{node.plan.name}: the broker did not answer\n{_tail(node.log_path)}")
@@ -299,11 +306,15 @@ class Demo:
     async def _configure(self, node: DemoNode) -> None:
         """Name the node and start its engines (an engine that fails is reported, not fatal)."""
         async with connect(node.data_dir) as peer:
-            await peer.call(methods.SETTINGS_SET, {"values": {"node_name": node.plan.name}})
+            named = SettingsUpdate(values={"node_name": node.plan.name})
+            await contract.call(peer, methods.SETTINGS_SET, named)
             for engine in node.engines:
                 try:
-                    await peer.call(
-                        methods.ENGINE_START, {"engine": engine}, timeout=ENGINE_START_TIMEOUT
+                    await contract.call(
+                        peer,
+                        methods.ENGINE_START,
+                        EngineRef(engine=EngineName(engine)),
+                        timeout=ENGINE_START_TIMEOUT,
                     )
                 except (errors.RpcError, TimeoutError) as error:
                     self._say(f"{node.plan.name}: {engine} did not start: {error}")
@@ -313,11 +324,12 @@ class Demo:
         """The entry node adds the others on 127.0.0.1; entries from an earlier run go."""
         wanted = {node.ports["node"]: node.plan.name for node in self.nodes[1:]}
         async with connect(self.entry.data_dir) as peer:
-            for entry in await peer.call(methods.NODES_LIST):
-                if entry["address"] != "127.0.0.1" or entry["port"] not in wanted:
-                    await peer.call(methods.NODE_REMOVE, {"id": entry["id"]})
+            for entry in await contract.call(peer, methods.NODES_LIST):
+                if entry.address != "127.0.0.1" or entry.port not in wanted:
+                    await contract.call(peer, methods.NODE_REMOVE, ManualNodeRef(id=entry.id))
             for port, name in wanted.items():
-                await peer.call(methods.NODE_ADD, {"address": "127.0.0.1", "port": port})
+                added = ManualNodeAdd(address="127.0.0.1", port=port)
+                await contract.call(peer, methods.NODE_ADD, added)
                 self._say(f"{self.entry.plan.name}: added {name} as a manual node (port {port})")
 
     def _stop_stray_lmstudio(self) -> None:
@@ -358,7 +370,7 @@ def _ollama_override(node: DemoNode, bin_dir: Path) -> dict[str, Any]:
 
 
 def _lmstudio_override(node: DemoNode, bin_dir: Path) -> dict[str, Any]:
-    from backend.emulators.lms_cli import write_lms_shim
+    from backend.devtools.emulators.lms_cli import write_lms_shim
 
     models = node.data_dir / "lmstudio-models"
     models.mkdir(exist_ok=True)

@@ -81,6 +81,42 @@ async def test_settings_are_validated_persisted_0600_and_pushed(start_broker: St
     assert json.loads(path.read_text())["log_level"] == "debug"
 
 
+async def _send_a_stray_response(broker: Broker, request_id: int) -> None:
+    """A response to nothing the broker asked, which it logs at debug level; then a ping, whose
+    answer says the response has been handled."""
+    reader, writer = await open_control_connection(broker.address)
+    try:
+        stray = {"jsonrpc": "2.0", "id": request_id, "result": None}
+        writer.write(json.dumps(stray).encode() + b"\n")
+        writer.write(b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n')
+        await writer.drain()
+        while json.loads(await asyncio.wait_for(reader.readline(), 10)).get("id") != 1:
+            pass
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+def _logged_stray(broker: Broker, request_id: int) -> bool:
+    needle = f"response to unknown id {request_id} ignored"
+    return any(r["level"] == "debug" and needle in r["msg"] for r in broker.logs())
+
+
+async def test_the_command_line_log_level_holds_until_log_set_level_changes_it(
+    start_broker: StartBroker,
+) -> None:
+    broker = start_broker("--log-level", "debug")
+    async with broker.connect() as client:
+        await client.call("settings/set", {"values": {"node_name": "gpu-box"}})
+        await client.call("settings/set", {"values": {"proxy_pinned_node": "node-b"}})
+        await _send_a_stray_response(broker, 901)
+        assert _logged_stray(broker, 901), "a settings change dropped --log-level debug"
+        assert await client.call("log/set-level", {"level": "warning"}) == {"level": "warning"}
+        await _send_a_stray_response(broker, 902)
+        assert not _logged_stray(broker, 902)
+    assert json.loads((broker.data_dir / "settings.json").read_text())["log_level"] == "warning"
+
+
 async def test_components_subscription_is_a_snapshot_then_numbered_events(
     start_broker: StartBroker,
 ) -> None:

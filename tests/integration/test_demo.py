@@ -11,14 +11,19 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 import psutil
 import pytest
 
 from backend.devtools.demo import connect
-from backend.protocol import methods
+from backend.protocol import contract, methods
+from backend.protocol.contract import Method
+from backend.protocol.types import DiscoveredNode, WorkloadsQuery
 from tests.integration.conftest import ROOT
+
+P = TypeVar("P")
+R = TypeVar("R")
 
 NAMES = ("gaming-pc", "laptop", "gpu-box")
 READY_LINE = "PAIR demo is running:"
@@ -71,18 +76,22 @@ def demo(tmp_path: Path) -> Iterator[RunningDemo]:
 
 
 async def _until(
-    data_dir: Path, method: str, params: Any, check: Callable[[Any], bool], timeout: float = 25.0
-) -> Any:
+    data_dir: Path,
+    method: Method[P, R],
+    params: P | None,
+    check: Callable[[R], bool],
+    timeout: float = 25.0,
+) -> R:
     async with connect(data_dir) as peer, asyncio.timeout(timeout):
         while True:
-            answer = await peer.call(method, params)
+            answer = await contract.call(peer, method, params)
             if check(answer):
                 return answer
             await asyncio.sleep(0.2)
 
 
-def _sees_the_others(nodes: list[dict[str, Any]]) -> bool:
-    reachable = {node["name"] for node in nodes if node["reachable"]}
+def _sees_the_others(nodes: list[DiscoveredNode]) -> bool:
+    reachable = {node.name for node in nodes if node.reachable}
     return {"laptop", "gpu-box"} <= reachable
 
 
@@ -100,20 +109,20 @@ async def test_demo_runs_three_nodes_fills_jobs_and_stops_every_process(
     statuses = []
     for name in NAMES:
         async with connect(demo.root / name) as peer:
-            statuses.append(await peer.call(methods.STATUS))
-    assert [status["node_name"] for status in statuses] == list(NAMES)
-    brokers = [status["pid"] for status in statuses]
+            statuses.append(await contract.call(peer, methods.STATUS))
+    assert [status.node_name for status in statuses] == list(NAMES)
+    brokers = [status.pid for status in statuses]
     entry = demo.root / "gaming-pc"
 
     nodes = await _until(entry, methods.DISCOVERY_GET_NODES, None, _sees_the_others)
-    assert sum("manual" in node["sources"] for node in nodes) == 2
+    assert sum("manual" in node.sources for node in nodes) == 2
     jobs = await _until(
         entry,
         methods.WORKLOADS_GET_INITIAL,
-        {"limit": 50},
-        lambda s: any(job["state"] == "completed" for job in s["workloads"]),
+        WorkloadsQuery(limit=50),
+        lambda s: any(job.state == "completed" for job in s.workloads),
     )
-    assert all(job["origin"] == statuses[0]["node_id"] for job in jobs["workloads"])
+    assert all(job.origin == statuses[0].node_id for job in jobs.workloads)
     output = demo.text()
     gpu_box = next(line for line in output.splitlines() if line.startswith("  gpu-box"))
     assert "llama-server (real" in gpu_box or "llama-server not installed; skipping" in output

@@ -1,4 +1,5 @@
-"""The layout is the architecture: backend never imports Qt or app; app sees only protocol."""
+"""The layout is the architecture: backend never imports Qt or app; app sees only protocol and
+the shared pieces in common; the product never imports the development package."""
 
 from __future__ import annotations
 
@@ -8,12 +9,32 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 QT_MODULES = ("PySide6", "shiboken6", "qasync", "PyQt5", "PyQt6")
+NETWORK_MODULES = ("socket", "ssl", "http", "urllib", "aiohttp", "zeroconf", "asyncio.streams")
+DEV_PACKAGE = "backend.devtools"
+# The product: what runs in a user's broker, its components and workers.
+PRODUCT = (
+    "backend/core",
+    "backend/components",
+    "backend/workers",
+    "backend/broker.py",
+    "backend/wiring.py",
+    "backend/common",
+    "backend/protocol",
+)
 
 
-def _imports(package: str, root: Path = ROOT) -> Iterator[tuple[Path, str]]:
-    for path in sorted((root / package).rglob("*.py")):
+def _files(place: str, root: Path) -> list[Path]:
+    target = root / place
+    return [target] if target.is_file() else sorted(target.rglob("*.py"))
+
+
+def _imports(
+    place: str, root: Path = ROOT, *, top_level: bool = False
+) -> Iterator[tuple[Path, str]]:
+    for path in _files(place, root):
         tree = ast.parse(path.read_text(), filename=str(path))
-        for node in ast.walk(tree):
+        nodes = tree.body if top_level else ast.walk(tree)
+        for node in nodes:
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     yield path, alias.name
@@ -24,11 +45,16 @@ def _imports(package: str, root: Path = ROOT) -> Iterator[tuple[Path, str]]:
 
 
 def _violations(
-    package: str, forbidden: tuple[str, ...], allowed: tuple[str, ...] = (), root: Path = ROOT
+    place: str,
+    forbidden: tuple[str, ...],
+    allowed: tuple[str, ...] = (),
+    root: Path = ROOT,
+    *,
+    top_level: bool = False,
 ) -> list[str]:
     found = []
-    for path, module in _imports(package, root):
-        if module.startswith(allowed):
+    for path, module in _imports(place, root, top_level=top_level):
+        if any(module == name or module.startswith(name + ".") for name in allowed):
             continue
         if any(module == name or module.startswith(name + ".") for name in forbidden):
             found.append(f"{path.relative_to(root)} imports {module}")
@@ -39,20 +65,39 @@ def test_backend_never_imports_qt_or_the_app() -> None:
     assert _violations("backend", (*QT_MODULES, "app")) == []
 
 
-def test_app_imports_only_the_protocol_package_from_backend() -> None:
-    allowed = ("backend.protocol",)
+def test_app_imports_only_the_protocol_and_common_packages_from_backend() -> None:
+    allowed = ("backend.protocol", "backend.common")
     assert _violations("app", ("backend",), allowed) == []
     assert "backend" not in {module for _, module in _imports("app")}, "import backend is too wide"
+
+
+def test_common_imports_no_qt_no_app_no_network_and_only_the_protocol_from_backend() -> None:
+    forbidden = (*QT_MODULES, "app", "backend", *NETWORK_MODULES)
+    assert _violations("backend/common", forbidden, ("backend.common", "backend.protocol")) == []
+
+
+def test_the_product_never_imports_the_development_package() -> None:
+    for place in PRODUCT:
+        assert _violations(place, (DEV_PACKAGE,)) == [], place
+
+
+def test_the_cli_imports_the_development_package_only_when_a_dev_command_runs() -> None:
+    assert _violations("backend/cli", (DEV_PACKAGE,), top_level=True) == []
 
 
 def test_the_checker_sees_violations(tmp_path: Path) -> None:
     (tmp_path / "app").mkdir()
     (tmp_path / "app" / "bad.py").write_text(
         "from backend.core import supervisor\nimport backend.protocol.types\n"
+        "from backend.common.tasks import TaskSet\n"
     )
-    (tmp_path / "backend").mkdir()
+    (tmp_path / "backend" / "common").mkdir(parents=True)
     (tmp_path / "backend" / "bad.py").write_text("if True:\n    from PySide6 import QtCore\n")
-    app_found = _violations("app", ("backend",), ("backend.protocol",), root=tmp_path)
+    (tmp_path / "backend" / "common" / "net.py").write_text("import socket\nimport backend.core\n")
+    (tmp_path / "backend" / "cli.py").write_text(
+        "import backend.devtools.demo\n\ndef run():\n    from backend.devtools import testworker\n"
+    )
+    app_found = _violations("app", ("backend",), ("backend.protocol", "backend.common"), tmp_path)
     assert app_found == [
         "app/bad.py imports backend.core",
         "app/bad.py imports backend.core.supervisor",
@@ -61,3 +106,11 @@ def test_the_checker_sees_violations(tmp_path: Path) -> None:
         "backend/bad.py imports PySide6",
         "backend/bad.py imports PySide6.QtCore",
     ]
+    common = _violations("backend/common", ("backend", "socket"), ("backend.common",), tmp_path)
+    assert common == [
+        "backend/common/net.py imports socket",
+        "backend/common/net.py imports backend.core",
+    ]
+    lazy = _violations("backend/cli.py", (DEV_PACKAGE,), root=tmp_path, top_level=True)
+    assert lazy == ["backend/cli.py imports backend.devtools.demo"]
+    assert len(_violations("backend/cli.py", (DEV_PACKAGE,), root=tmp_path)) == 3

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from backend.common.tasks import TaskSet
 from backend.components.discovery import manual, probe
 from backend.components.discovery.mdns import MdnsLink
 from backend.components.discovery.records import Announcement
@@ -34,7 +35,6 @@ from backend.components.errors.registry import ErrorsRegistry
 from backend.core.clock import Clock
 from backend.core.component import Component
 from backend.core.rpc import NumberedStream
-from backend.common.tasks import TaskSet
 from backend.protocol import errors
 from backend.protocol import types as wire
 from backend.protocol.types import (

@@ -14,6 +14,7 @@ import psutil
 from zeroconf import IPVersion, ServiceStateChange, Zeroconf
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
+from backend.common.tasks import TaskSet
 from backend.components.discovery.records import (
     SERVICE_TYPE,
     Announcement,
@@ -23,7 +24,6 @@ from backend.components.discovery.records import (
     rank_addresses,
     service_properties,
 )
-from backend.common.tasks import TaskSet
 from backend.protocol.types import Ports
 
 log = logging.getLogger(__name__)

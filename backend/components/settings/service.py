@@ -1,4 +1,5 @@
-"""The settings service: loads, validates, persists atomically (0600) and announces changes."""
+"""The settings service: loads, validates, persists atomically (0600), announces changes and
+keeps a typed view of the values."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from backend.common.files import set_aside, write_private_atomic
 from backend.components.settings import schema
+from backend.components.settings.view import SettingsView
 from backend.core.clock import Clock
-from backend.core.files import set_aside, write_private_atomic
 from backend.protocol import errors
 from backend.protocol.types import SettingsSnapshot, SettingValue
 
@@ -34,6 +36,7 @@ class SettingsService:
         self._on_change = on_change
         self._on_corrupt = on_corrupt
         self._values = schema.defaults()
+        self._view = SettingsView.of(self._values)
         self._unknown: dict[str, object] = {}
 
     def load(self) -> None:
@@ -54,9 +57,9 @@ class SettingsService:
             return
         self._adopt(raw)
 
-    def get(self, key: str) -> SettingValue:
-        """One value."""
-        return self._values[key]
+    def view(self) -> SettingsView:
+        """Every value, typed (a new frozen view after each change)."""
+        return self._view
 
     def snapshot(self) -> SettingsSnapshot:
         """All values and the schema."""
@@ -74,6 +77,7 @@ class SettingsService:
         if changed:
             self._save({**self._values, **changed})
             self._values.update(changed)
+            self._view = SettingsView.of(self._values)
             self._on_change(self.snapshot())
         return self.snapshot()
 
@@ -86,6 +90,7 @@ class SettingsService:
                 self._values[key] = schema.validate(key, value)
             except ValueError as exc:
                 log.warning("settings file: %s; using the default", exc)
+        self._view = SettingsView.of(self._values)
 
     def _save(self, values: dict[str, SettingValue]) -> None:
         document = {**self._unknown, **values}

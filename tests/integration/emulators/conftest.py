@@ -11,15 +11,15 @@ from typing import Any
 import httpx
 import pytest
 
-from backend.emulators.generation import TimingModel
-from backend.emulators.lmstudio import build_lmstudio_app
-from backend.emulators.lmstudio_http import ENGINE as LMSTUDIO_ENGINE
-from backend.emulators.lmstudio_state import LmStudioConfig, LmStudioEngine
-from backend.emulators.ollama import build_ollama_app
-from backend.emulators.ollama_http import ENGINE as OLLAMA_ENGINE
-from backend.emulators.ollama_scheduler import OllamaLimits
-from backend.emulators.ollama_state import OllamaConfig, OllamaEngine
-from backend.emulators.server import EmulatorServer
+from backend.devtools.emulators.generation import TimingModel
+from backend.devtools.emulators.lmstudio import build_lmstudio_app
+from backend.devtools.emulators.lmstudio_http import ENGINE as LMSTUDIO_ENGINE
+from backend.devtools.emulators.lmstudio_state import LmStudioConfig, LmStudioEngine
+from backend.devtools.emulators.ollama import build_ollama_app
+from backend.devtools.emulators.ollama_http import ENGINE as OLLAMA_ENGINE
+from backend.devtools.emulators.ollama_scheduler import OllamaLimits
+from backend.devtools.emulators.ollama_state import OllamaConfig, OllamaEngine
+from backend.devtools.emulators.server import EmulatorServer
 
 FAST = TimingModel(load_delay=0.01, token_delay=0.002)
 

@@ -21,7 +21,7 @@ import ollama
 import psutil
 import pytest
 
-from backend.emulators.lms_cli import write_lms_shim
+from backend.devtools.emulators.lms_cli import write_lms_shim
 from tests.integration.conftest import ROOT, free_port
 
 Lms = Callable[..., subprocess.CompletedProcess[str]]

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from backend.emulators.generation import TimingModel
+from backend.devtools.emulators.generation import TimingModel
 from tests.integration.emulators.conftest import Emulator, StartLmStudio
 
 CHAT = {"model": "qwen2.5-7b-instruct", "messages": [{"role": "user", "content": "hi"}]}

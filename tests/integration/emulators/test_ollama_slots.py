@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import ollama
 
-from backend.emulators.generation import TimingModel
+from backend.devtools.emulators.generation import TimingModel
 from tests.integration.emulators.conftest import Emulator, StartOllama
 
 SLOW = TimingModel(load_delay=0.01, token_delay=0.02)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import stat
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 
 from backend.components.settings import schema
 from backend.components.settings.service import SettingsService
+from backend.components.settings.view import SettingsView
 from backend.protocol import errors
 from backend.protocol.types import SettingsSnapshot
 from tests.fakes import FakeClock
@@ -38,7 +40,7 @@ def test_update_persists_with_mode_0600_and_survives_reload(tmp_path: Path) -> N
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert changes[-1].values["log_level"] == "debug"
     reloaded, _, _ = _service(path)
-    assert reloaded.get("node_name") == "gpu-box"
+    assert reloaded.view().node_name == "gpu-box"
 
 
 @pytest.mark.parametrize(
@@ -57,7 +59,7 @@ def test_wrong_values_get_a_clear_error_and_change_nothing(
     service, changes, _ = _service(path)
     with pytest.raises(errors.InvalidParams, match=needle):
         service.update({"node_name": "ok", **values})
-    assert service.get("node_name") == ""
+    assert service.view().node_name == ""
     assert changes == []
     assert not path.exists()
 
@@ -77,8 +79,8 @@ def test_unknown_keys_in_the_file_are_kept_and_bad_values_fall_back(tmp_path: Pa
     path = tmp_path / "settings.json"
     path.write_text(json.dumps({"from_the_future": [1, 2], "log_level": 7, "node_name": "a"}))
     service, _, corrupt = _service(path)
-    assert service.get("log_level") == "info"
-    assert service.get("node_name") == "a"
+    assert service.view().log_level == "info"
+    assert service.view().node_name == "a"
     assert corrupt == []
     service.update({"node_name": "b"})
     assert json.loads(path.read_text())["from_the_future"] == [1, 2]
@@ -88,3 +90,22 @@ def test_empty_update_is_rejected(tmp_path: Path) -> None:
     service, _, _ = _service(tmp_path / "settings.json")
     with pytest.raises(errors.InvalidParams, match="no settings"):
         service.update({})
+
+
+def test_the_view_has_one_typed_field_per_setting_and_follows_updates(tmp_path: Path) -> None:
+    assert [field.name for field in dataclasses.fields(SettingsView)] == list(schema.SPECS)
+    service, _, _ = _service(tmp_path / "settings.json")
+    assert service.view() == SettingsView(
+        node_name="",
+        log_level="info",
+        proxy_header_timeout_s=120.0,
+        proxy_first_content_timeout_s=120.0,
+        proxy_pinned_node=None,
+    )
+    before = service.view()
+    service.update({"proxy_pinned_node": "node-b", "proxy_header_timeout_s": 5})
+    assert service.view().proxy_pinned_node == "node-b"
+    assert service.view().proxy_header_timeout_s == 5.0
+    assert before.proxy_pinned_node is None, "a view never changes once handed out"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        service.view().node_name = "x"  # type: ignore[misc]

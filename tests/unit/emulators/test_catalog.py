@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from backend.emulators.catalog import (
+from backend.devtools.emulators.catalog import (
     ModelName,
     is_known_family,
     lmstudio_catalog,

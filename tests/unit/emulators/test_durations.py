@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from backend.emulators.durations import DurationError, keep_alive_ns, parse_go_duration
-from backend.emulators.wire import FOREVER_NS
+from backend.devtools.emulators.durations import DurationError, keep_alive_ns, parse_go_duration
+from backend.devtools.emulators.wire import FOREVER_NS
 
 SECOND = 1_000_000_000
 

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from backend.emulators.catalog import spec_for
-from backend.emulators.generation import TimingModel
-from backend.emulators.ollama_scheduler import OllamaLimits, OllamaScheduler, ServerBusy
+from backend.devtools.emulators.catalog import spec_for
+from backend.devtools.emulators.generation import TimingModel
+from backend.devtools.emulators.ollama_scheduler import OllamaLimits, OllamaScheduler, ServerBusy
 from tests.fakes import FakeClock
 
 SECOND = 1_000_000_000

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from backend.emulators.options import (
+from backend.devtools.emulators.options import (
     GenerationOptions,
     RequestError,
     include_usage,

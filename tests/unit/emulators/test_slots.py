@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from backend.emulators.scheduling import FifoSlots, RequestLog
+from backend.devtools.emulators.scheduling import FifoSlots, RequestLog
 from tests.fakes import FakeClock
 
 

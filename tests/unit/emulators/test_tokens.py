@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from backend.emulators.tokens import (
+from backend.devtools.emulators.tokens import (
     count_tokens,
     embedding,
     natural_length,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from backend.emulators.wire import go_json, iso_millis, js_json, rfc3339_nano
+from backend.devtools.emulators.wire import go_json, iso_millis, js_json, rfc3339_nano
 
 
 def test_emulator_timestamps_follow_go_rfc3339_nano() -> None:

@@ -7,13 +7,13 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from backend.common.tasks import TaskSet
 from backend.core.clock import Clock
-from backend.core.tasks import TaskSet
-from backend.emulators.catalog import ModelSpec, lmstudio_catalog, spec_for
-from backend.emulators.generation import TimingModel
-from backend.emulators.lmstudio_scheduler import LmStudioScheduler
-from backend.emulators.scheduling import RequestLog
-from backend.emulators.wire import iso_millis
+from backend.devtools.emulators.catalog import ModelSpec, lmstudio_catalog, spec_for
+from backend.devtools.emulators.generation import TimingModel
+from backend.devtools.emulators.lmstudio_scheduler import LmStudioScheduler
+from backend.devtools.emulators.scheduling import RequestLog
+from backend.devtools.emulators.wire import iso_millis
 
 DownloadStatus = Literal["downloading", "paused", "completed", "failed"]
 

@@ -12,14 +12,14 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from backend.common.tasks import TaskSet
 from backend.core.clock import Clock, SystemClock
-from backend.core.tasks import TaskSet
-from backend.emulators import ollama_inference as inference
-from backend.emulators import ollama_models as models
-from backend.emulators import ollama_openai as openai_layer
-from backend.emulators.ollama_http import ENGINE, cors, engine_of, gin_errors, host_check
-from backend.emulators.ollama_state import OllamaConfig, OllamaEngine
-from backend.emulators.wire import js_json, json_response
+from backend.devtools.emulators import ollama_inference as inference
+from backend.devtools.emulators import ollama_models as models
+from backend.devtools.emulators import ollama_openai as openai_layer
+from backend.devtools.emulators.ollama_http import ENGINE, cors, engine_of, gin_errors, host_check
+from backend.devtools.emulators.ollama_state import OllamaConfig, OllamaEngine
+from backend.devtools.emulators.wire import js_json, json_response
 
 
 def build_ollama_app(

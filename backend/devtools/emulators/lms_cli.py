@@ -8,8 +8,8 @@ stderr; JSON on stdout) and exit codes, and really starts a detached emulator pr
 ``lms server stop`` stops only the process it started, by PID. Extra emulator arguments can be
 passed in ``$PAIR_FAKE_LMS_ARGS`` (for example ``--models a,b --load-delay 0.2``).
 
-Run as ``python -m backend.emulators.lms_cli ...``; ``write_lms_shim`` puts an ``lms`` script
-into a directory for tests to put on ``PATH``.
+Run as ``python -m backend.devtools.emulators.lms_cli ...``; ``write_lms_shim`` puts an ``lms``
+script into a directory for tests to put on ``PATH``.
 """
 
 from __future__ import annotations
@@ -32,8 +32,10 @@ from typing import Any, Final
 
 import psutil
 
+from backend.common.files import write_atomic
+
 DEFAULT_PORT: Final = 1234
-_ROOT: Final = Path(__file__).resolve().parents[2]
+_ROOT: Final = Path(__file__).resolve().parents[3]  # the directory that holds backend/
 _START_TIMEOUT: Final = 20.0
 _STOP_TIMEOUT: Final = 10.0
 
@@ -60,9 +62,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _write_json(path: Path, value: dict[str, Any]) -> None:
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(value))
-    temporary.replace(path)
+    write_atomic(path, json.dumps(value).encode())
 
 
 def _info(message: str) -> None:
@@ -333,7 +333,7 @@ def write_lms_shim(directory: Path) -> Path:
         "#!/bin/sh\n"
         "# The PAIR LM Studio emulator's fake lms CLI.\n"
         f'PYTHONPATH={shlex.quote(str(_ROOT))}"${{PYTHONPATH:+:$PYTHONPATH}}" '
-        f'exec {shlex.quote(sys.executable)} -m backend.emulators.lms_cli "$@"\n'
+        f'exec {shlex.quote(sys.executable)} -m backend.devtools.emulators.lms_cli "$@"\n'
     )
     shim.chmod(shim.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return shim

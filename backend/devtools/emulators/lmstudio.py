@@ -15,12 +15,12 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from backend.common.tasks import TaskSet
 from backend.core.clock import Clock, SystemClock
-from backend.core.tasks import TaskSet
-from backend.emulators import lmstudio_models as models
-from backend.emulators import lmstudio_openai as openai_layer
-from backend.emulators.lmstudio_http import ENGINE, engine_of, express_errors, express_json
-from backend.emulators.lmstudio_state import LmStudioConfig, LmStudioEngine
+from backend.devtools.emulators import lmstudio_models as models
+from backend.devtools.emulators import lmstudio_openai as openai_layer
+from backend.devtools.emulators.lmstudio_http import ENGINE, engine_of, express_errors, express_json
+from backend.devtools.emulators.lmstudio_state import LmStudioConfig, LmStudioEngine
 
 
 def build_lmstudio_app(config: LmStudioConfig, *, clock: Clock | None = None) -> web.Application:

@@ -15,12 +15,12 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from backend.common.tasks import TaskSet
 from backend.core.clock import Clock
-from backend.core.tasks import TaskSet
-from backend.emulators.catalog import ModelSpec
-from backend.emulators.generation import TimingModel
-from backend.emulators.scheduling import FifoSlots, reap_until_cancelled
-from backend.emulators.wire import NANOSECONDS, far_future_ns
+from backend.devtools.emulators.catalog import ModelSpec
+from backend.devtools.emulators.generation import TimingModel
+from backend.devtools.emulators.scheduling import FifoSlots, reap_until_cancelled
+from backend.devtools.emulators.wire import NANOSECONDS, far_future_ns
 
 MAX_QUEUE_MESSAGE: Final = "server busy, please try again.  maximum pending requests exceeded"
 

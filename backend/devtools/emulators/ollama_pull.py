@@ -13,9 +13,9 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from backend.common.tasks import TaskSet
 from backend.core.clock import Clock
-from backend.core.tasks import TaskSet
-from backend.emulators.catalog import ModelSpec
+from backend.devtools.emulators.catalog import ModelSpec
 
 MANIFEST_MISSING: Final = "pull model manifest: file does not exist"
 _TICK: Final = 0.06  # Ollama reports progress about every 60 ms

@@ -15,20 +15,26 @@ from typing import Any
 
 from aiohttp import web
 
-from backend.emulators import openai_wire as oai
-from backend.emulators.catalog import ModelSpec, parse_model_name
-from backend.emulators.ollama_http import engine_of
-from backend.emulators.ollama_inference import run_embedding
-from backend.emulators.ollama_jobs import Job, Outcome, chat_prompt, parse_messages, run_job
-from backend.emulators.ollama_scheduler import ServerBusy
-from backend.emulators.options import (
+from backend.devtools.emulators import openai_wire as oai
+from backend.devtools.emulators.catalog import ModelSpec, parse_model_name
+from backend.devtools.emulators.ollama_http import engine_of
+from backend.devtools.emulators.ollama_inference import run_embedding
+from backend.devtools.emulators.ollama_jobs import (
+    Job,
+    Outcome,
+    chat_prompt,
+    parse_messages,
+    run_job,
+)
+from backend.devtools.emulators.ollama_scheduler import ServerBusy
+from backend.devtools.emulators.options import (
     RequestError,
     include_usage,
     openai_options,
     parse_json_object,
 )
-from backend.emulators.tokens import count_tokens, embedding
-from backend.emulators.wire import SseStream, go_json, json_response
+from backend.devtools.emulators.tokens import count_tokens, embedding
+from backend.devtools.emulators.wire import SseStream, go_json, json_response
 
 
 def openai_json(value: Any, status: int = 200) -> web.Response:

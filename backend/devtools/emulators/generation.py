@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from backend.core.clock import Clock
-from backend.emulators.scheduling import RequestLog, RequestRecord
-from backend.emulators.tokens import Reply
+from backend.devtools.emulators.scheduling import RequestLog, RequestRecord
+from backend.devtools.emulators.tokens import Reply
 
 
 @dataclass(frozen=True)

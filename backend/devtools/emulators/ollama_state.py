@@ -6,12 +6,12 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from backend.core.clock import Clock
-from backend.emulators.catalog import ModelSpec, ollama_catalog, parse_model_name, spec_for
-from backend.emulators.generation import TimingModel
-from backend.emulators.ollama_pull import PullManager
-from backend.emulators.ollama_scheduler import OllamaLimits, OllamaScheduler
-from backend.emulators.scheduling import RequestLog
-from backend.emulators.wire import NANOSECONDS
+from backend.devtools.emulators.catalog import ModelSpec, ollama_catalog, parse_model_name, spec_for
+from backend.devtools.emulators.generation import TimingModel
+from backend.devtools.emulators.ollama_pull import PullManager
+from backend.devtools.emulators.ollama_scheduler import OllamaLimits, OllamaScheduler
+from backend.devtools.emulators.scheduling import RequestLog
+from backend.devtools.emulators.wire import NANOSECONDS
 
 # What the emulated ollama.com library offers to ``/api/pull`` (any tag of these names).
 DEFAULT_LIBRARY: Final = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from backend.emulators.wire import FOREVER_NS
+from backend.devtools.emulators.wire import FOREVER_NS
 
 _UNITS: Final = {
     "ns": 1,

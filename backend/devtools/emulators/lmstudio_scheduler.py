@@ -14,11 +14,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Final
 
+from backend.common.tasks import TaskSet
 from backend.core.clock import Clock
-from backend.core.tasks import TaskSet
-from backend.emulators.catalog import ModelSpec
-from backend.emulators.generation import TimingModel
-from backend.emulators.scheduling import FifoSlots, reap_until_cancelled
+from backend.devtools.emulators.catalog import ModelSpec
+from backend.devtools.emulators.generation import TimingModel
+from backend.devtools.emulators.scheduling import FifoSlots, reap_until_cancelled
 
 DEFAULT_CONTEXT_LENGTH: Final = 4096
 JIT_TTL_SECONDS: Final = 60 * 60.0  # LM Studio's default idle TTL for JIT-loaded models

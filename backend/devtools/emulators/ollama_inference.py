@@ -7,9 +7,15 @@ from typing import Any
 
 from aiohttp import web
 
-from backend.emulators.catalog import ModelSpec
-from backend.emulators.ollama_http import engine_of, ollama_error, ollama_json, read_body, utc_time
-from backend.emulators.ollama_jobs import (
+from backend.devtools.emulators.catalog import ModelSpec
+from backend.devtools.emulators.ollama_http import (
+    engine_of,
+    ollama_error,
+    ollama_json,
+    read_body,
+    utc_time,
+)
+from backend.devtools.emulators.ollama_jobs import (
     Job,
     Outcome,
     chat_prompt,
@@ -17,11 +23,11 @@ from backend.emulators.ollama_jobs import (
     parse_messages,
     run_job,
 )
-from backend.emulators.ollama_scheduler import ServerBusy
-from backend.emulators.ollama_state import OllamaEngine
-from backend.emulators.options import RequestError, parse_ollama_options
-from backend.emulators.tokens import count_tokens, embedding, token_ids
-from backend.emulators.wire import NdjsonStream
+from backend.devtools.emulators.ollama_scheduler import ServerBusy
+from backend.devtools.emulators.ollama_state import OllamaEngine
+from backend.devtools.emulators.options import RequestError, parse_ollama_options
+from backend.devtools.emulators.tokens import count_tokens, embedding, token_ids
+from backend.devtools.emulators.wire import NdjsonStream
 
 ChunkBuilder = Callable[[str], dict[str, Any]]
 FinalBuilder = Callable[[Outcome, bool], dict[str, Any]]

@@ -7,8 +7,8 @@ from typing import Any
 
 from aiohttp import web
 
-from backend.emulators.catalog import ModelSpec, parse_model_name
-from backend.emulators.ollama_http import (
+from backend.devtools.emulators.catalog import ModelSpec, parse_model_name
+from backend.devtools.emulators.ollama_http import (
     details,
     engine_of,
     local_time,
@@ -16,8 +16,8 @@ from backend.emulators.ollama_http import (
     ollama_json,
     read_body,
 )
-from backend.emulators.ollama_pull import MANIFEST_MISSING
-from backend.emulators.wire import NdjsonStream, go_json, json_response
+from backend.devtools.emulators.ollama_pull import MANIFEST_MISSING
+from backend.devtools.emulators.wire import NdjsonStream, go_json, json_response
 
 
 async def root(request: web.Request) -> web.Response:

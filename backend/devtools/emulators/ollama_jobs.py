@@ -6,13 +6,19 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from backend.emulators.catalog import ModelSpec
-from backend.emulators.durations import DurationError, keep_alive_ns
-from backend.emulators.generation import Metrics, nanoseconds, paced_tokens
-from backend.emulators.ollama_state import OllamaEngine
-from backend.emulators.options import GenerationOptions, RequestError
-from backend.emulators.scheduling import RequestRecord
-from backend.emulators.tokens import Reply, count_tokens, natural_length, plan_reply, reply_seed
+from backend.devtools.emulators.catalog import ModelSpec
+from backend.devtools.emulators.durations import DurationError, keep_alive_ns
+from backend.devtools.emulators.generation import Metrics, nanoseconds, paced_tokens
+from backend.devtools.emulators.ollama_state import OllamaEngine
+from backend.devtools.emulators.options import GenerationOptions, RequestError
+from backend.devtools.emulators.scheduling import RequestRecord
+from backend.devtools.emulators.tokens import (
+    Reply,
+    count_tokens,
+    natural_length,
+    plan_reply,
+    reply_seed,
+)
 
 TokenSink = Callable[[str], Awaitable[None]]
 # The chat template's own tokens around each message (role headers, end markers).

@@ -10,19 +10,19 @@ from typing import Any
 
 from aiohttp import web
 
-from backend.emulators import openai_wire as oai
-from backend.emulators.catalog import ModelSpec
-from backend.emulators.generation import Metrics, paced_tokens
-from backend.emulators.lmstudio_http import (
+from backend.devtools.emulators import openai_wire as oai
+from backend.devtools.emulators.catalog import ModelSpec
+from backend.devtools.emulators.generation import Metrics, paced_tokens
+from backend.devtools.emulators.lmstudio_http import (
     engine_of,
     express_json,
     model_not_found,
     no_models_loaded,
     read_body,
 )
-from backend.emulators.lmstudio_state import LmStudioEngine
-from backend.emulators.options import GenerationOptions, include_usage, openai_options
-from backend.emulators.tokens import (
+from backend.devtools.emulators.lmstudio_state import LmStudioEngine
+from backend.devtools.emulators.options import GenerationOptions, include_usage, openai_options
+from backend.devtools.emulators.tokens import (
     Reply,
     count_tokens,
     embedding,
@@ -30,7 +30,7 @@ from backend.emulators.tokens import (
     plan_reply,
     reply_seed,
 )
-from backend.emulators.wire import SseStream, js_json
+from backend.devtools.emulators.wire import SseStream, js_json
 
 TokenSink = Callable[[str], Awaitable[None]]
 _ALPHABET = string.ascii_lowercase + string.digits

@@ -29,21 +29,42 @@ class TaskSet:
         return len(self._tasks)
 
     async def close(self, timeout: float = 5.0) -> None:
-        """Cancel every task and wait for them, at most ``timeout`` seconds."""
+        """Cancel every task and wait for them, at most ``timeout`` seconds.
+
+        A task of this set may close it: it is not cancelled nor waited for (it would wait for
+        itself).
+        """
         tasks = [task for task in self._tasks if task is not asyncio.current_task()]
         for task in tasks:
             task.cancel()
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=timeout)
-            for task in pending:
-                log.warning(
-                    "%s: task %s did not finish within %.1f s",
-                    self._owner,
-                    task.get_name(),
-                    timeout,
-                )
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=timeout)
+        for task in pending:
+            log.warning(
+                "%s: task %s did not finish within %.1f s", self._owner, task.get_name(), timeout
+            )
 
     def _forget(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("%s: task %s failed", self._owner, task.get_name(), exc_info=task.exception())
+
+
+async def wait_first(*coros: Coroutine[Any, Any, Any], name: str = "wait-first") -> int:
+    """Run the coroutines until one finishes; cancel and await the others, return the winner's
+    index. The winner's exception, if it raised, is raised here.
+
+    The tasks are named ``<name>:<index>`` and never outlive this call.
+    """
+    loop = asyncio.get_running_loop()
+    tasks = [loop.create_task(coro, name=f"{name}:{index}") for index, coro in enumerate(coros)]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        winner = next(index for index, task in enumerate(tasks) if task in done)
+        tasks[winner].result()
+        return winner
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -7,8 +7,8 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from backend.emulators.catalog import ModelSpec, is_known_family
-from backend.emulators.lmstudio_http import (
+from backend.devtools.emulators.catalog import ModelSpec, is_known_family
+from backend.devtools.emulators.lmstudio_http import (
     display_name,
     engine_of,
     express_json,
@@ -16,7 +16,7 @@ from backend.emulators.lmstudio_http import (
     read_body,
     rest_error,
 )
-from backend.emulators.lmstudio_scheduler import Instance, LoadSettings
+from backend.devtools.emulators.lmstudio_scheduler import Instance, LoadSettings
 
 # The fields POST /api/v1/models/load accepts; anything else is rejected (no "parallel").
 LOAD_FIELDS: Final = frozenset(

@@ -8,10 +8,10 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from backend.emulators.catalog import ModelSpec
-from backend.emulators.lmstudio_state import LmStudioEngine
-from backend.emulators.options import RequestError
-from backend.emulators.wire import JSON_UTF8, js_json, json_response
+from backend.devtools.emulators.catalog import ModelSpec
+from backend.devtools.emulators.lmstudio_state import LmStudioEngine
+from backend.devtools.emulators.options import RequestError
+from backend.devtools.emulators.wire import JSON_UTF8, js_json, json_response
 
 ENGINE: Final = web.AppKey("lmstudio_engine", LmStudioEngine)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

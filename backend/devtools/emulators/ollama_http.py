@@ -9,10 +9,10 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from backend.emulators.catalog import ModelSpec
-from backend.emulators.ollama_state import OllamaEngine
-from backend.emulators.options import RequestError, parse_json_object
-from backend.emulators.wire import JSON_UTF8, go_json, json_response, rfc3339_nano
+from backend.devtools.emulators.catalog import ModelSpec
+from backend.devtools.emulators.ollama_state import OllamaEngine
+from backend.devtools.emulators.options import RequestError, parse_json_object
+from backend.devtools.emulators.wire import JSON_UTF8, go_json, json_response, rfc3339_nano
 
 ENGINE: Final = web.AppKey("ollama_engine", OllamaEngine)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

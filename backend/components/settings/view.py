@@ -1,0 +1,52 @@
+"""The settings as one frozen, typed value: what the broker and its components read."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from backend.protocol.types import LOG_LEVELS, LogLevel, NodeId, SettingValue
+
+
+@dataclass(frozen=True, slots=True)
+class SettingsView:
+    """Every setting of ``schema.SCHEMA``, one typed field per key (a test keeps them in step)."""
+
+    node_name: str
+    log_level: LogLevel
+    proxy_header_timeout_s: float
+    proxy_first_content_timeout_s: float
+    proxy_pinned_node: NodeId | None  # None: the setting is empty
+
+    @classmethod
+    def of(cls, values: Mapping[str, SettingValue]) -> SettingsView:
+        """The view of validated values (every key of the schema present)."""
+        pinned = _text(values, "proxy_pinned_node")
+        return cls(
+            node_name=_text(values, "node_name"),
+            log_level=_log_level(values["log_level"]),
+            proxy_header_timeout_s=_number(values, "proxy_header_timeout_s"),
+            proxy_first_content_timeout_s=_number(values, "proxy_first_content_timeout_s"),
+            proxy_pinned_node=NodeId(pinned) if pinned else None,
+        )
+
+
+def _text(values: Mapping[str, SettingValue], key: str) -> str:
+    value = values[key]
+    if not isinstance(value, str):
+        raise TypeError(f"setting {key!r} holds {value!r}, not a string")
+    return value
+
+
+def _number(values: Mapping[str, SettingValue], key: str) -> float:
+    value = values[key]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"setting {key!r} holds {value!r}, not a number")
+    return float(value)
+
+
+def _log_level(value: SettingValue) -> LogLevel:
+    for level in LOG_LEVELS:
+        if value == level:
+            return level
+    raise TypeError(f"setting 'log_level' holds {value!r}, not a log level")

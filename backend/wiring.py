@@ -1,0 +1,356 @@
+"""The broker's object graph, built in dependency order.
+
+Each piece is constructed after everything it reads, so nothing starts empty to be filled in
+later: the services (errors, settings, log levels, supervisor) first, then the engines, the jobs
+ledger, discovery, the proxy (its routing table reads all three), and the node API (it publishes
+the proxy's real ports). Every component's JSON-RPC methods are routed as it is built.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from backend import __version__
+from backend.components.discovery import rpc as discovery_rpc
+from backend.components.discovery.component import DiscoveryComponent
+from backend.components.discovery.manual import ManualNodeStore
+from backend.components.discovery.timing import DiscoveryTiming, mdns_enabled
+from backend.components.engines import rpc as engines_rpc
+from backend.components.engines.component import EnginesComponent
+from backend.components.engines.ledger import EngineLedger
+from backend.components.errors import rpc as errors_rpc
+from backend.components.errors.registry import ErrorsRegistry
+from backend.components.identity.identity import NodeIdentity, report_identity
+from backend.components.nodeinfo import rpc as nodeinfo_rpc
+from backend.components.nodeinfo.payload import NodeInfoSource, last_engine_models
+from backend.components.nodeinfo.server import NodeApiServer
+from backend.components.nodeinfo.telemetry import TelemetryComponent
+from backend.components.proxy.component import ProxyComponent, local_engines
+from backend.components.proxy.table import (
+    FIRST_CONTENT_TIMEOUT_ENV,
+    HEADER_TIMEOUT_ENV,
+    TableSource,
+    merged_loads,
+    timeout_from,
+)
+from backend.components.settings import rpc as settings_rpc
+from backend.components.settings.log_level import LogLevels
+from backend.components.settings.service import CORRUPT_ERROR_ID, SettingsService
+from backend.components.workloads import rpc as workloads_rpc
+from backend.components.workloads.component import WorkloadsComponent
+from backend.components.workloads.store import WorkloadStore
+from backend.core import broker_rpc, logs
+from backend.core.broker_rpc import Readiness, StatusSource, Uptime
+from backend.core.clock import Clock
+from backend.core.component import Component
+from backend.core.control_server import ControlServer
+from backend.core.rpc import ClientHub, Dispatcher, NumberedStream
+from backend.core.store import Store
+from backend.core.supervisor import Supervisor
+from backend.core.worker import WorkerProcess
+from backend.protocol import methods
+from backend.protocol.types import LogLevel, LogLevelParams, Ports
+
+PROXY_GONE = "interrupted: the proxy worker stopped"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """What ``pair node`` was asked to run."""
+
+    data_dir: Path
+    ports: Ports
+    stdio: bool = False
+    log_level: LogLevel | None = None
+    log_file: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSpec:
+    """An extra worker process for the broker to supervise; its caller names it (tests do)."""
+
+    name: str
+    argv: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Foundation:
+    """What the broker holds before the node is built: its config, the open store and the
+    identity read from it, the clock, and how to ask the broker to stop."""
+
+    config: BrokerConfig
+    extra_workers: Sequence[WorkerSpec]
+    store: Store
+    identity: NodeIdentity
+    clock: Clock
+    started_at: float
+    uptime_ms: Uptime
+    control_address: str
+    request_shutdown: Callable[[], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """The built node: what the broker starts, serves with and stops in stages."""
+
+    hub: ClientHub
+    dispatcher: Dispatcher
+    supervisor: Supervisor
+    readiness: Readiness
+    engines: EnginesComponent
+    proxy: ProxyComponent
+    node_name: Callable[[], str]
+
+
+@dataclass(frozen=True, slots=True)
+class _Services:
+    """The first layer: what every component may be handed."""
+
+    hub: ClientHub
+    dispatcher: Dispatcher
+    errors: ErrorsRegistry
+    settings: SettingsService
+    levels: LogLevels
+    supervisor: Supervisor
+    node_name: Callable[[], str]
+    readiness: Readiness
+
+
+def build_node(base: Foundation) -> Node:
+    """Every component, built in dependency order, routed, and added in start order."""
+    services = _services(base)
+    workers = [_worker(base, spec, services.levels) for spec in base.extra_workers]
+    _register_settings(services, workers)
+    control = ControlServer(
+        base.control_address,
+        dispatcher=services.dispatcher,
+        hub=services.hub,
+        on_connect=services.readiness.greet,
+    )
+    engines = _engines(base, services)
+    workloads = _workloads(base, services)
+    discovery = _discovery(base, services)
+    proxy = _proxy(base, services, engines, workloads, discovery)
+    telemetry, node_api = _node_api(base, services, engines, workloads, proxy)
+    _register_broker(base, services, proxy)
+    # Start order; stop is the reverse. Workloads before the proxy, so the proxy's last job
+    # reports are written; discovery after the node API, so the node is announced once it serves.
+    started: list[Component] = [control, engines, workloads, proxy, telemetry, node_api, discovery]
+    for component in (*started, *workers):
+        services.supervisor.add(component)
+    return Node(
+        hub=services.hub,
+        dispatcher=services.dispatcher,
+        supervisor=services.supervisor,
+        readiness=services.readiness,
+        engines=engines,
+        proxy=proxy,
+        node_name=services.node_name,
+    )
+
+
+def published_ports(configured: Ports, proxy: ProxyComponent) -> Ports:
+    """The ports peers should use: the front doors' real ones once they are open."""
+    doors = proxy.ports()
+    return Ports(
+        node=configured.node,
+        ollama=doors.get("ollama", configured.ollama),
+        openai=doors.get("openai", configured.openai),
+        llamacpp=doors.get("llamacpp", configured.llamacpp),
+    )
+
+
+def _services(base: Foundation) -> _Services:
+    hub = ClientHub()
+    registry = ErrorsRegistry(
+        node_id=base.identity.node_id,
+        clock=base.clock,
+        on_update=lambda entries: hub.broadcast(methods.ERRORS_UPDATE, list(entries)),
+    )
+    settings = _settings(base, hub, registry)
+    _report_start_problems(base, registry)
+    levels = LogLevels(command_line=base.config.log_level, saved=settings.view().log_level)
+    logs.set_level(levels.current)
+    components = NumberedStream(methods.COMPONENTS_EVENT, hub)
+    supervisor = Supervisor(
+        errors=registry, clock=base.clock, on_change=broker_rpc.component_publisher(components)
+    )
+    dispatcher = Dispatcher()
+    broker_rpc.register_components(dispatcher, supervisor, components)
+    errors_rpc.register(dispatcher, registry)
+    name = _node_name(settings)
+    readiness = Readiness(hub, name)
+    return _Services(hub, dispatcher, registry, settings, levels, supervisor, name, readiness)
+
+
+def _settings(base: Foundation, hub: ClientHub, registry: ErrorsRegistry) -> SettingsService:
+    settings = SettingsService(
+        base.config.data_dir / "settings.json",
+        clock=base.clock,
+        on_change=lambda snapshot: hub.broadcast(methods.SETTINGS_CHANGED, snapshot),
+        on_corrupt=lambda message: registry.raise_error(
+            CORRUPT_ERROR_ID, message, severity="warning"
+        ),
+    )
+    settings.load()
+    return settings
+
+
+def _report_start_problems(base: Foundation, registry: ErrorsRegistry) -> None:
+    set_aside = base.store.set_aside_path
+    if set_aside is not None:
+        registry.raise_error(
+            "store:corrupt",
+            f"The database could not be read; it was kept as {set_aside.name}"
+            " and a new one was started.",
+            severity="warning",
+        )
+    report_identity(registry, base.identity)
+
+
+def _node_name(settings: SettingsService) -> Callable[[], str]:
+    def name() -> str:
+        return settings.view().node_name or socket.gethostname()
+
+    return name
+
+
+def _worker(base: Foundation, spec: WorkerSpec, levels: LogLevels) -> WorkerProcess:
+    return WorkerProcess(
+        spec.name, spec.argv, clock=base.clock, environment=levels.worker_environment
+    )
+
+
+def _register_settings(services: _Services, workers: Sequence[WorkerProcess]) -> None:
+    def apply_level(level: LogLevel) -> None:
+        logs.set_level(level)
+        for worker in workers:
+            worker.notify(methods.LOG_SET_LEVEL.name, LogLevelParams(level=level))
+
+    settings_rpc.register(
+        services.dispatcher, services.settings, levels=services.levels, apply_level=apply_level
+    )
+
+
+def _engines(base: Foundation, services: _Services) -> EnginesComponent:
+    events = NumberedStream(methods.ENGINE_EVENT, services.hub)
+    engines = EnginesComponent(
+        data_dir=base.config.data_dir,
+        ledger=EngineLedger(base.store, base.clock),
+        errors_sink=services.errors,
+        clock=base.clock,
+        events=events,
+    )
+    engines_rpc.register(services.dispatcher, engines, events)
+    return engines
+
+
+def _workloads(base: Foundation, services: _Services) -> WorkloadsComponent:
+    events = NumberedStream(methods.WORKLOADS_EVENT, services.hub)
+    workloads = WorkloadsComponent(
+        store=WorkloadStore(base.store),
+        clock=base.clock,
+        node_id=base.identity.node_id,
+        events=events,
+    )
+    workloads_rpc.register(services.dispatcher, workloads, events)
+    return workloads
+
+
+def _discovery(base: Foundation, services: _Services) -> DiscoveryComponent:
+    events = NumberedStream(methods.DISCOVERY_EVENT, services.hub)
+    discovery = DiscoveryComponent(
+        node_id=base.identity.node_id,
+        ports=base.config.ports,
+        name=services.node_name,
+        clock=base.clock,
+        events=events,
+        errors_sink=services.errors,
+        manual_store=ManualNodeStore(base.store),
+        timing=DiscoveryTiming.from_environment(os.environ),
+        use_mdns=mdns_enabled(os.environ),
+    )
+    discovery_rpc.register(services.dispatcher, discovery, events)
+    return discovery
+
+
+def _proxy(
+    base: Foundation,
+    services: _Services,
+    engines: EnginesComponent,
+    workloads: WorkloadsComponent,
+    discovery: DiscoveryComponent,
+) -> ProxyComponent:
+    settings = services.settings
+    node_id = base.identity.node_id
+    table = TableSource(
+        node_id=lambda: node_id,
+        local=lambda: local_engines(engines),
+        nodes=discovery.nodes,
+        loads=lambda: merged_loads(workloads.pending_by_node(), discovery.nodes()),
+        timeouts=_proxy_timeouts(settings),
+        pinned=lambda: settings.view().proxy_pinned_node or "",
+    )
+    return ProxyComponent(
+        ports=base.config.ports,
+        errors=services.errors,
+        clock=base.clock,
+        targets=table,
+        environment=services.levels.worker_environment,
+        on_job=workloads.on_job_event,
+        on_worker_exit=lambda: workloads.fail_unfinished(PROXY_GONE),
+    )
+
+
+def _proxy_timeouts(settings: SettingsService) -> Callable[[], tuple[float, float]]:
+    def timeouts() -> tuple[float, float]:
+        view = settings.view()
+        return (
+            timeout_from(view.proxy_header_timeout_s, os.environ, HEADER_TIMEOUT_ENV),
+            timeout_from(view.proxy_first_content_timeout_s, os.environ, FIRST_CONTENT_TIMEOUT_ENV),
+        )
+
+    return timeouts
+
+
+def _node_api(
+    base: Foundation,
+    services: _Services,
+    engines: EnginesComponent,
+    workloads: WorkloadsComponent,
+    proxy: ProxyComponent,
+) -> tuple[TelemetryComponent, NodeApiServer]:
+    telemetry = TelemetryComponent(clock=base.clock)
+    node_id = base.identity.node_id
+    source = NodeInfoSource(
+        node_id=node_id,
+        version=__version__,
+        ports=lambda: published_ports(base.config.ports, proxy),
+        name=services.node_name,
+        telemetry=telemetry.view,
+        engine_models=lambda: last_engine_models(engines),
+        pending_jobs=lambda: workloads.pending_by_node().get(node_id, 0),
+    )
+    nodeinfo_rpc.register(services.dispatcher, source)
+    return telemetry, NodeApiServer(port=base.config.ports.node, source=source)
+
+
+def _register_broker(base: Foundation, services: _Services, proxy: ProxyComponent) -> None:
+    status = StatusSource(
+        started_at=base.started_at,
+        data_dir=base.config.data_dir,
+        node_id=base.identity.node_id,
+        control_address=base.control_address,
+        log_file=base.config.log_file,
+        uptime_ms=base.uptime_ms,
+        node_name=services.node_name,
+        ports=lambda: published_ports(base.config.ports, proxy),
+        front_doors=lambda: {str(door): url for door, url in proxy.endpoints().items()},
+        components=services.supervisor.snapshot,
+        errors=services.errors.snapshot,
+    )
+    broker_rpc.register(services.dispatcher, status=status, request_shutdown=base.request_shutdown)
