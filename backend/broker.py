@@ -10,7 +10,11 @@ import os
 import signal
 from collections.abc import Callable, Sequence
 
+import keyring
+
 from backend import __version__
+from backend.components.cluster.members import Members, MemberStore
+from backend.components.identity.certificate import PasswordVault, load_or_mint
 from backend.components.identity.identity import load_identity
 from backend.core.broker_rpc import Uptime
 from backend.core.clock import Clock, SystemClock
@@ -26,6 +30,8 @@ from backend.wiring import BrokerConfig, Foundation, Node, WorkerSpec, build_nod
 log = logging.getLogger(__name__)
 
 SHUTDOWN_BUDGET = 10.0
+# The identity verdicts after which this start minted the node id (so a certificate is minted).
+FRESH_IDENTITIES = ("first-run", "copied-from-another-computer", "copied-on-this-computer")
 READY_TIMEOUT = 10.0
 
 
@@ -42,8 +48,10 @@ class Broker:
         *,
         extra_workers: Sequence[WorkerSpec] = (),
         clock: Clock | None = None,
+        vault: PasswordVault = keyring,
     ) -> None:
         self._config = config
+        self._vault = vault
         self._extra_workers = tuple(extra_workers)
         self._clock = clock or SystemClock()
         self._started_wall = self._clock.wall()
@@ -70,6 +78,15 @@ class Broker:
 
     async def _serve(self, announce: Callable[[str], None] | None) -> int:
         identity = await load_identity(self._store, self._config.data_dir, clock=self._clock)
+        credentials = await asyncio.to_thread(
+            load_or_mint,
+            self._config.data_dir,
+            identity.node_id,
+            first_run=identity.verdict in FRESH_IDENTITIES,
+            vault=self._vault,
+        )
+        members = Members(MemberStore(self._store))
+        await members.open()
         run = await self._ledger.record_start(
             pid=os.getpid(), version=__version__, started_at=self._started_wall
         )
@@ -79,6 +96,8 @@ class Broker:
                 extra_workers=self._extra_workers,
                 store=self._store,
                 identity=identity,
+                credentials=credentials,
+                members=members,
                 clock=self._clock,
                 started_at=self._started_wall,
                 uptime_ms=self._uptime,
@@ -143,7 +162,7 @@ class Broker:
             f"  data dir        {self._config.data_dir}",
             f"  control socket  {self._address}   (pair status --data-dir ... attaches here)",
             f"  log file        {self._config.log_file or 'stderr only'}",
-            f"  node API        http://0.0.0.0:{ports.node}/v1/node-info",
+            f"  node API        https://0.0.0.0:{ports.node}/v1/node-info (TLS; pairing too)",
             f"  front doors     {_front_doors(node)}",
             "  engines         `pair engines`, `pair engine start NAME`",
             "Stop with Ctrl+C or `pair stop`.",

@@ -15,6 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend import __version__
+from backend.components.cluster import rpc as cluster_rpc
+from backend.components.cluster import tls
+from backend.components.cluster.component import ClusterComponent
+from backend.components.cluster.members import Members, Membership
+from backend.components.cluster.service import ClusterService
 from backend.components.discovery import rpc as discovery_rpc
 from backend.components.discovery.component import DiscoveryComponent
 from backend.components.discovery.manual import ManualNodeStore
@@ -24,6 +29,7 @@ from backend.components.engines.component import EnginesComponent
 from backend.components.engines.ledger import EngineLedger
 from backend.components.errors import rpc as errors_rpc
 from backend.components.errors.registry import ErrorsRegistry
+from backend.components.identity.certificate import StoredIdentity
 from backend.components.identity.identity import NodeIdentity, report_identity
 from backend.components.nodeinfo import rpc as nodeinfo_rpc
 from backend.components.nodeinfo.payload import NodeInfoSource, last_engine_models
@@ -86,6 +92,8 @@ class Foundation:
     extra_workers: Sequence[WorkerSpec]
     store: Store
     identity: NodeIdentity
+    credentials: StoredIdentity
+    members: Members
     clock: Clock
     started_at: float
     uptime_ms: Uptime
@@ -135,11 +143,21 @@ def build_node(base: Foundation) -> Node:
     workloads = _workloads(base, services)
     discovery = _discovery(base, services)
     proxy = _proxy(base, services, engines, workloads, discovery)
-    telemetry, node_api = _node_api(base, services, engines, workloads, proxy)
+    cluster = _cluster(base, services)
+    telemetry, node_api = _node_api(base, services, engines, workloads, proxy, cluster.service)
     _register_broker(base, services, proxy)
     # Start order; stop is the reverse. Workloads before the proxy, so the proxy's last job
     # reports are written; discovery after the node API, so the node is announced once it serves.
-    started: list[Component] = [control, engines, workloads, proxy, telemetry, node_api, discovery]
+    started: list[Component] = [
+        control,
+        engines,
+        workloads,
+        proxy,
+        cluster,
+        telemetry,
+        node_api,
+        discovery,
+    ]
     for component in (*started, *workers):
         services.supervisor.add(component)
     return Node(
@@ -317,12 +335,34 @@ def _proxy_timeouts(settings: SettingsService) -> Callable[[], tuple[float, floa
     return timeouts
 
 
+def _cluster(base: Foundation, services: _Services) -> ClusterComponent:
+    events = NumberedStream(methods.CLUSTER_EVENT, services.hub)
+    service = ClusterService(
+        node_id=base.identity.node_id,
+        name=services.node_name,
+        node_port=lambda: base.config.ports.node,
+        credentials=base.credentials.credentials,
+        key_protection=base.credentials.protected_by,
+        members=base.members,
+        clock=base.clock,
+        events=events,
+    )
+    cluster_rpc.register(services.dispatcher, service, events)
+    return ClusterComponent(service, clock=base.clock)
+
+
+def _pins(membership: Membership) -> list[bytes]:
+    """Every certificate the node API lets in: members, provisional ones too (their hello)."""
+    return [member.cert_der for member in membership.members.values()]
+
+
 def _node_api(
     base: Foundation,
     services: _Services,
     engines: EnginesComponent,
     workloads: WorkloadsComponent,
     proxy: ProxyComponent,
+    cluster: ClusterService,
 ) -> tuple[TelemetryComponent, NodeApiServer]:
     telemetry = TelemetryComponent(clock=base.clock)
     node_id = base.identity.node_id
@@ -334,9 +374,15 @@ def _node_api(
         telemetry=telemetry.view,
         engine_models=lambda: last_engine_models(engines),
         pending_jobs=lambda: workloads.pending_by_node().get(node_id, 0),
+        fingerprint=base.credentials.credentials.fingerprint,
     )
     nodeinfo_rpc.register(services.dispatcher, source)
-    return telemetry, NodeApiServer(port=base.config.ports.node, source=source)
+    pinned = tls.PinnedServer(base.credentials.credentials, _pins(cluster.membership))
+    cluster.on_trust_changed(lambda membership: pinned.set_pins(_pins(membership)))
+    server = NodeApiServer(
+        port=base.config.ports.node, source=source, ssl_context=pinned.context, cluster=cluster
+    )
+    return telemetry, server
 
 
 def _register_broker(base: Foundation, services: _Services, proxy: ProxyComponent) -> None:
@@ -352,5 +398,7 @@ def _register_broker(base: Foundation, services: _Services, proxy: ProxyComponen
         front_doors=lambda: {str(door): url for door, url in proxy.endpoints().items()},
         components=services.supervisor.snapshot,
         errors=services.errors.snapshot,
+        fingerprint=base.credentials.credentials.fingerprint,
+        cluster_id=lambda: base.members.current.cluster_id,
     )
     broker_rpc.register(services.dispatcher, status=status, request_shutdown=base.request_shutdown)

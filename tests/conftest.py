@@ -11,6 +11,8 @@ import psutil
 import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# Test brokers keep their keys in files, never in the keyring of the machine running the tests.
+os.environ["PAIR_KEYRING"] = "off"
 
 # Threads owned by libraries for the whole session (asyncio's default executor is per loop and
 # is closed with it; Qt and pytest-timeout keep their own).

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from backend.broker import Broker
 from backend.cli import exit_codes
+from backend.components.identity.certificate import IdentityError, vault_from
 from backend.core import logs
 from backend.core.instance import AlreadyRunning
 from backend.core.store import StoreError
@@ -55,7 +57,11 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"pair node: cannot write logs: {exc}", file=sys.stderr)
         return exit_codes.ERROR
-    broker = Broker(_config(args, data_dir, log_file), extra_workers=extra_workers)
+    broker = Broker(
+        _config(args, data_dir, log_file),
+        extra_workers=extra_workers,
+        vault=vault_from(os.environ),
+    )
     return _serve(broker, announce=None if args.stdio else _print_to_stdout)
 
 
@@ -81,7 +87,7 @@ def _serve(broker: Broker, announce: Callable[[str], None] | None) -> int:
     except AlreadyRunning as exc:
         print(f"pair node: {exc}", file=sys.stderr)
         return exit_codes.ALREADY_RUNNING
-    except (StoreError, PermissionError) as exc:
+    except (StoreError, PermissionError, IdentityError) as exc:
         logging.getLogger(__name__).error("cannot start: %s", exc)
         print(f"pair node: cannot start: {exc}", file=sys.stderr)
         return exit_codes.ERROR

@@ -63,6 +63,8 @@ class StatusSource:
     front_doors: Callable[[], Mapping[str, str]]
     components: Callable[[], list[ComponentInfo]]
     errors: Callable[[], list[ServiceError]]
+    fingerprint: str | None = None
+    cluster_id: Callable[[], str | None] = lambda: None
 
     def describe(self) -> BrokerStatus:
         """The status as of now."""
@@ -80,6 +82,8 @@ class StatusSource:
             components=self.components(),
             errors=self.errors(),
             front_doors=dict(self.front_doors()),
+            fingerprint=self.fingerprint,
+            cluster_id=self.cluster_id(),
         )
 
 

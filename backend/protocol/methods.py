@@ -10,6 +10,9 @@ from backend.protocol.types import (
     AppReady,
     BrokerStatus,
     Cleared,
+    ClusterEvent,
+    ClusterSnapshot,
+    ClusterStatus,
     ComponentInfo,
     ComponentRef,
     ComponentsEvent,
@@ -29,6 +32,11 @@ from backend.protocol.types import (
     EngineStatus,
     ErrorClear,
     ErrorReport,
+    Invite,
+    InviteAnswer,
+    InviteCreated,
+    InviteParams,
+    InviteRef,
     LogLevelParams,
     ManualNode,
     ManualNodeAdd,
@@ -137,6 +145,25 @@ WORKLOADS_UNSUBSCRIBE: Final = Method(
 )
 WORKLOADS_CLEAR: Final = Method("workloads:clear", NoParams, Cleared, "drop finished jobs")
 
+# Cluster: pairing and membership ---------------------------------------------------------------
+CLUSTER_STATUS: Final = Method(
+    "cluster:status", NoParams, ClusterStatus, "identity, cluster, members, open invites"
+)
+CLUSTER_SUBSCRIBE: Final = Method(
+    "cluster:subscribe", NoParams, ClusterSnapshot, "cluster status, then numbered events"
+)
+CLUSTER_UNSUBSCRIBE: Final = Method(
+    "cluster:unsubscribe", NoParams, Unsubscribed, "stop cluster:event pushes"
+)
+CLUSTER_INVITE: Final = Method(
+    "cluster:invite", InviteParams, InviteCreated, "invite a computer; the PIN to show"
+)
+CLUSTER_ACCEPT: Final = Method(
+    "cluster:accept", InviteAnswer, Invite, "answer a received invite with the PIN"
+)
+CLUSTER_DECLINE: Final = Method("cluster:decline", InviteRef, Invite, "decline a received invite")
+CLUSTER_CANCEL: Final = Method("cluster:cancel", InviteRef, Invite, "cancel a sent invite")
+
 # Pushes (broker to client notifications) ------------------------------------------------------
 APP_READY: Final[Push[AppReady]] = Push("app:ready", AppReady, "the components are started")
 COMPONENTS_EVENT: Final[Push[ComponentsEvent]] = Push(
@@ -151,6 +178,9 @@ SETTINGS_CHANGED: Final[Push[SettingsSnapshot]] = Push(
 ENGINE_EVENT: Final[Push[EngineEvent]] = Push("engine:event", EngineEvent, "numbered, subscribers")
 DISCOVERY_EVENT: Final[Push[DiscoveryEvent]] = Push(
     "discovery:event", DiscoveryEvent, "numbered, subscribers"
+)
+CLUSTER_EVENT: Final[Push[ClusterEvent]] = Push(
+    "cluster:event", ClusterEvent, "numbered, subscribers"
 )
 WORKLOADS_EVENT: Final[Push[WorkloadsEvent]] = Push(
     "workloads:event", WorkloadsEvent, "numbered, subscribers"

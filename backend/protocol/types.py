@@ -141,6 +141,8 @@ class BrokerStatus(Wire, frozen=True, kw_only=True):
     components: list[ComponentInfo]
     errors: list[ServiceError]
     front_doors: dict[str, str] = msgspec.field(default_factory=dict)
+    fingerprint: str | None = None  # sha256: + hex of this node's certificate
+    cluster_id: str | None = None
 
 
 class SettingSpec(Wire, frozen=True, kw_only=True):
@@ -384,7 +386,8 @@ class NodeInfo(Wire, frozen=True, kw_only=True, omit_defaults=True):
     """``GET /v1/node-info`` and ``nodeinfo:get``: who this node is, its hardware and services.
 
     ``telemetry_age_ms`` is omitted before the first sample; ``cluster_id`` while not clustered.
-    ``engines`` holds running engines only.
+    ``engines`` holds running engines only. ``fingerprint`` is ``sha256:`` + hex of the node's
+    certificate (a hint for people comparing screens: only a pinned handshake proves it).
     """
 
     node_id: NodeId
@@ -400,6 +403,7 @@ class NodeInfo(Wire, frozen=True, kw_only=True, omit_defaults=True):
     ports: Ports
     engines: dict[str, NodeEngineModels]
     pending_jobs: int | None = None
+    fingerprint: str | None = None
 
 
 NodeSource = Literal["self", "mdns", "manual"]
@@ -627,3 +631,115 @@ class Cleared(Wire, frozen=True, kw_only=True):
     """Answer to ``workloads:clear``: how many finished jobs were removed."""
 
     cleared: int
+
+
+InviteState = Literal[
+    "pending",
+    "paired",
+    "wrong-pin",
+    "declined",
+    "canceled",
+    "expired",
+    "rejected",
+    "busy",
+    "locked-out",
+    "failed",
+]
+InviteDirection = Literal["outgoing", "incoming"]
+
+
+class Invite(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """One pairing attempt as either side sees it; ``reason`` says in words how it ended.
+
+    ``outgoing``: this node invited ``peer`` and shows the PIN. ``incoming``: ``peer`` invited
+    this node; the user types the PIN here (``cluster:accept``). Times are Unix seconds.
+    """
+
+    id: InviteId
+    direction: InviteDirection
+    peer_node_id: NodeId
+    peer_name: str
+    peer_address: str
+    peer_fingerprint: str
+    created_at: float
+    expires_at: float
+    state: InviteState
+    reason: str | None = None
+
+
+class InviteCreated(Wire, frozen=True, kw_only=True):
+    """Answer to ``cluster:invite``: the invite and the PIN to show (the only time it is sent)."""
+
+    invite: Invite
+    pin: str
+
+
+class InviteParams(Wire, frozen=True, kw_only=True):
+    """Parameters of ``cluster:invite``: the other computer's address (or hostname) and port."""
+
+    address: str
+    port: int = 14320
+
+
+class InviteRef(Wire, frozen=True, kw_only=True):
+    """Parameters naming one invite (``cluster:decline``, ``cluster:cancel``)."""
+
+    id: InviteId
+
+
+class InviteAnswer(Wire, frozen=True, kw_only=True):
+    """Parameters of ``cluster:accept``: the invite and the six digits the user typed."""
+
+    id: InviteId
+    pin: str
+
+
+class ClusterMember(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """A member of this node's cluster as ``cluster:status`` shows it."""
+
+    node_id: NodeId
+    name: str
+    fingerprint: str
+    address: str
+    node_port: int
+    added_by: NodeId
+    added_at: float
+    state: Literal["online", "offline", "provisional"] = "offline"
+
+
+class ClusterStatus(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """Answer to ``cluster:status``: this node's identity, its cluster and the open invites."""
+
+    node_id: NodeId
+    fingerprint: str
+    key_protection: Literal["keyring", "file"]
+    cluster_id: str | None = None
+    cluster_name: str = ""
+    members: list[ClusterMember] = []
+    invites: list[Invite] = []
+
+
+class ClusterSnapshot(Wire, frozen=True, kw_only=True):
+    """Answer to ``cluster:subscribe``: apply later ``cluster:event`` pushes after ``seq``."""
+
+    seq: int
+    status: ClusterStatus
+
+
+class InviteChanged(Wire, frozen=True, kw_only=True, tag_field="event", tag="invite_changed"):
+    """An invite appeared or moved on (received, paired, expired, ...)."""
+
+    seq: int
+    invite: Invite
+
+
+class MembershipChanged(
+    Wire, frozen=True, kw_only=True, tag_field="event", tag="membership_changed"
+):
+    """The cluster, its members or this node's trust changed: the whole new status."""
+
+    seq: int
+    status: ClusterStatus
+
+
+ClusterEvent = InviteChanged | MembershipChanged

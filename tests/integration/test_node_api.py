@@ -26,8 +26,8 @@ def _port_flags() -> tuple[dict[str, int], list[str]]:
 
 
 async def _node_info(port: int) -> dict[str, Any]:
-    async with httpx.AsyncClient(timeout=5) as http:
-        response = await http.get(f"http://127.0.0.1:{port}/v1/node-info")
+    async with httpx.AsyncClient(timeout=5, verify=False) as http:  # node-info is public
+        response = await http.get(f"https://127.0.0.1:{port}/v1/node-info")
     assert response.status_code == 200, response.text
     assert response.headers["content-type"].startswith("application/json")
     payload: dict[str, Any] = response.json()
@@ -85,8 +85,8 @@ async def test_the_node_api_listens_on_every_interface(start_broker: StartBroker
 async def test_unknown_paths_and_wrong_methods_answer_json(start_broker: StartBroker) -> None:
     ports, flags = _port_flags()
     start_broker(*flags)
-    base = f"http://127.0.0.1:{ports['node']}"
-    async with httpx.AsyncClient(timeout=5) as http:
+    base = f"https://127.0.0.1:{ports['node']}"
+    async with httpx.AsyncClient(timeout=5, verify=False) as http:
         missing = await http.get(f"{base}/v1/nope")
         wrong = await http.post(f"{base}/v1/node-info", content=b"x" * 200_000)
         head = await http.head(f"{base}/v1/node-info")

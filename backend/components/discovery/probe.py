@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 import msgspec
 
+from backend.components.cluster import tls
 from backend.protocol.types import NodeEngineModels, NodeInfo
 
 NODE_INFO_PATH = "/v1/node-info"
@@ -55,14 +56,30 @@ def url_host(address: str) -> str:
     return address
 
 
+# A PAIR node API speaks TLS; node-info is public, so its certificate is not checked here (a
+# node's identity is what a pinned handshake proves, never what discovery reads).
+_PUBLIC_TLS = tls.unverified_client_context(None)
+
+
 async def get_json(
-    session: aiohttp.ClientSession, address: str, port: int, path: str, timeout: float
+    session: aiohttp.ClientSession,
+    address: str,
+    port: int,
+    path: str,
+    timeout: float,
+    *,
+    secure: bool = False,
 ) -> Any:
-    """GET a JSON document of at most ``MAX_BODY_BYTES``; raises ``ProbeFailed``."""
-    url = f"http://{url_host(address)}:{port}{path}"
+    """GET a JSON document of at most ``MAX_BODY_BYTES`` (over TLS when ``secure``: a PAIR node
+    API; plain HTTP: a bare engine); raises ``ProbeFailed``."""
+    scheme = "https" if secure else "http"
+    url = f"{scheme}://{url_host(address)}:{port}{path}"
     limits = aiohttp.ClientTimeout(total=timeout, sock_connect=min(CONNECT_TIMEOUT_S, timeout))
+    tls_context = _PUBLIC_TLS if secure else None
     try:
-        async with session.get(url, timeout=limits, allow_redirects=False) as response:
+        async with session.get(
+            url, timeout=limits, allow_redirects=False, ssl=tls_context or True
+        ) as response:
             if response.status != 200:
                 raise ProbeFailed(f"{url} answered {response.status}")
             body = await _read_bounded(response)
@@ -83,7 +100,7 @@ async def fetch_node_info(
     timeout: float = READ_TIMEOUT_S,
 ) -> NodeInfo:
     """The node-info of the PAIR node at ``address``; a different ``node_id`` is refused."""
-    document = await get_json(session, address, port, NODE_INFO_PATH, timeout)
+    document = await get_json(session, address, port, NODE_INFO_PATH, timeout, secure=True)
     try:
         info = msgspec.convert(document, NodeInfo)
     except msgspec.ValidationError as exc:

@@ -30,6 +30,7 @@ import secrets
 import shutil
 import stat
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, Protocol
@@ -90,6 +91,27 @@ class PasswordVault(Protocol):
     def set_password(self, service_name: str, username: str, password: str) -> None: ...
 
     def delete_password(self, service_name: str, username: str) -> None: ...
+
+
+class NoVault:
+    """No keyring at all (``PAIR_KEYRING=off``): the key is kept as a plain 0600 file."""
+
+    def get_password(self, service_name: str, username: str) -> str | None:
+        """Nothing is ever stored."""
+        return None
+
+    def set_password(self, service_name: str, username: str, password: str) -> None:
+        """Refused, as a machine without a keyring backend refuses."""
+        raise keyring.errors.NoKeyringError("the keyring is turned off (PAIR_KEYRING=off)")
+
+    def delete_password(self, service_name: str, username: str) -> None:
+        """Nothing to delete."""
+        raise keyring.errors.PasswordDeleteError("the keyring is turned off")
+
+
+def vault_from(environment: Mapping[str, str]) -> PasswordVault:
+    """The OS keyring, unless ``PAIR_KEYRING=off`` (tests, or a user who wants plain files)."""
+    return NoVault() if environment.get("PAIR_KEYRING") == "off" else keyring
 
 
 class IdentityError(Exception):

@@ -27,6 +27,7 @@ class NodeInfoSource:
     # Requests at this node's front doors and relays, waiting or running (routing load).
     pending_jobs: Callable[[], int | None] = lambda: None
     os: NodeOs = field(default_factory=read_os)
+    fingerprint: str | None = None  # of the node's certificate
 
     def describe(self) -> NodeInfo:
         """The payload as of now (cheap: reads only values kept in memory)."""
@@ -44,6 +45,7 @@ class NodeInfoSource:
             ports=self.ports(),
             engines=dict(self.engine_models()),
             pending_jobs=self.pending_jobs(),
+            fingerprint=self.fingerprint,
         )
 
 

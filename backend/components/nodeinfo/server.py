@@ -1,18 +1,22 @@
-"""The node API listener: one port on every interface for the services other computers use.
+"""The node API listener: one TLS port on every interface for the services other computers use.
 
-Today it serves ``GET /v1/node-info`` in plaintext (as node-info and the pairing exchange will
-stay); pairing, cluster and relay routes join it later behind mutual TLS.
+``GET /v1/node-info`` and the pairing exchange answer anyone; ``/v1/cluster/*`` answers only a
+client whose certificate matches a pin (the TLS context comes from ``PinnedServer``, whose pins
+follow the membership without a restart). See docs/CLUSTER.md.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 
 import msgspec
 from aiohttp import web
 
+from backend.components.cluster import routes as cluster_routes
+from backend.components.cluster.service import ClusterService
 from backend.components.nodeinfo.payload import NodeInfoSource
 from backend.core.component import Component, FatalError
 from backend.core.net import port_in_use
@@ -20,20 +24,25 @@ from backend.core.net import port_in_use
 log = logging.getLogger(__name__)
 
 NODE_INFO_PATH = "/v1/node-info"
-# No route reads a body yet; pairing messages are small, so anything larger is refused.
+# Pairing messages are small, so anything larger is refused.
 MAX_BODY_BYTES = 64 * 1024
 SHUTDOWN_TIMEOUT_S = 2.0
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def build_app(source: NodeInfoSource) -> web.Application:
+def build_app(source: NodeInfoSource, cluster: ClusterService | None = None) -> web.Application:
     """The node API's routes, with every error answered as JSON ``{"error": ...}``."""
 
     async def node_info(_: web.Request) -> web.Response:
         return _json(200, msgspec.json.encode(source.describe()))
 
-    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_json_errors])
+    app = web.Application(
+        client_max_size=MAX_BODY_BYTES, middlewares=[_json_errors, cluster_routes.members_only]
+    )
     app.router.add_get(NODE_INFO_PATH, node_info)
+    if cluster is not None:
+        app[cluster_routes.SERVICE_KEY] = cluster
+        cluster_routes.add_routes(app, cluster)
     return app
 
 
@@ -42,18 +51,28 @@ class NodeApiServer(Component):
 
     ready_on_start = False
 
-    def __init__(self, *, port: int, source: NodeInfoSource, host: str = "0.0.0.0") -> None:
+    def __init__(
+        self,
+        *,
+        port: int,
+        source: NodeInfoSource,
+        ssl_context: ssl.SSLContext | None = None,
+        cluster: ClusterService | None = None,
+        host: str = "0.0.0.0",
+    ) -> None:
         super().__init__("node-api")
         self.port = port
         self._host = host
         self._source = source
+        self._ssl = ssl_context
+        self._cluster = cluster
         self._stopped = asyncio.Event()
 
     async def run(self) -> None:
         """Listen until stopped; a port held by another program is fatal (nothing is killed)."""
         self._stopped.clear()
         runner = web.AppRunner(
-            build_app(self._source),
+            build_app(self._source, self._cluster),
             access_log=None,
             handle_signals=False,
             shutdown_timeout=SHUTDOWN_TIMEOUT_S,
@@ -76,7 +95,13 @@ class NodeApiServer(Component):
         # program holds on one address, so ask the port first; the bind still decides on Linux.
         if await port_in_use("127.0.0.1", self.port):
             raise FatalError(self._taken("another program answers on it"))
-        site = web.TCPSite(runner, self._host, self.port, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+        site = web.TCPSite(
+            runner,
+            self._host,
+            self.port,
+            shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+            ssl_context=self._ssl,
+        )
         try:
             await site.start()
         except OSError as exc:

@@ -13,7 +13,10 @@ import httpx
 import pytest
 from aiohttp import web
 
+from backend.components.cluster import tls
+from backend.components.identity.certificate import mint
 from backend.protocol import errors
+from backend.protocol.types import NodeId
 from tests.integration.conftest import ROOT, Broker, Client, free_port
 
 StartBroker = Callable[..., Broker]
@@ -210,7 +213,9 @@ async def hostile_node_api() -> AsyncIterator[tuple[int, list[str]]]:
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     port = free_port()
-    site = web.TCPSite(runner, "127.0.0.1", port)
+    # A node API speaks TLS; this one has a certificate of its own and garbage to say.
+    context = tls.server_context(mint(NodeId("dddddddd-0000-4000-8000-00000000000d")), ())
+    site = web.TCPSite(runner, "127.0.0.1", port, ssl_context=context)
     await site.start()
     try:
         yield port, modes

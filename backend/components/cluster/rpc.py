@@ -1,0 +1,56 @@
+"""JSON-RPC methods of the cluster (``cluster:*``): status, invites, and the numbered stream."""
+
+from __future__ import annotations
+
+from backend.components.cluster.service import ClusterService
+from backend.core.rpc import Dispatcher, NumberedStream
+from backend.protocol import methods
+from backend.protocol.contract import NoParams
+from backend.protocol.peer import RpcPeer
+from backend.protocol.types import (
+    ClusterEvent,
+    ClusterSnapshot,
+    ClusterStatus,
+    Invite,
+    InviteAnswer,
+    InviteCreated,
+    InviteParams,
+    InviteRef,
+    Unsubscribed,
+)
+
+
+def register(
+    dispatcher: Dispatcher, service: ClusterService, events: NumberedStream[ClusterEvent]
+) -> None:
+    """Route ``cluster:*``."""
+
+    async def status(_: NoParams, __: RpcPeer) -> ClusterStatus:
+        return service.status()
+
+    async def subscribe(_: NoParams, peer: RpcPeer) -> ClusterSnapshot:
+        return ClusterSnapshot(seq=events.subscribe(peer), status=service.status())
+
+    async def unsubscribe(_: NoParams, peer: RpcPeer) -> Unsubscribed:
+        events.unsubscribe(peer)
+        return Unsubscribed()
+
+    async def invite(params: InviteParams, _: RpcPeer) -> InviteCreated:
+        return await service.invite(params.address.strip(), params.port)
+
+    async def accept(params: InviteAnswer, _: RpcPeer) -> Invite:
+        return await service.accept(params.id, params.pin)
+
+    async def decline(params: InviteRef, _: RpcPeer) -> Invite:
+        return await service.decline(params.id)
+
+    async def cancel(params: InviteRef, _: RpcPeer) -> Invite:
+        return await service.cancel(params.id)
+
+    dispatcher.add(methods.CLUSTER_STATUS, status)
+    dispatcher.add(methods.CLUSTER_SUBSCRIBE, subscribe)
+    dispatcher.add(methods.CLUSTER_UNSUBSCRIBE, unsubscribe)
+    dispatcher.add(methods.CLUSTER_INVITE, invite)
+    dispatcher.add(methods.CLUSTER_ACCEPT, accept)
+    dispatcher.add(methods.CLUSTER_DECLINE, decline)
+    dispatcher.add(methods.CLUSTER_CANCEL, cancel)

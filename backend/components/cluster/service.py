@@ -1,0 +1,439 @@
+"""The cluster service: invites in both directions, the membership, and what trust they give.
+
+It answers the pairing routes of the node API (``handle_*``, called by ``routes.py``) and the
+``cluster:*`` RPC methods, publishes every change as a numbered ``cluster:event``, and tells its
+listeners (the node API's pinned TLS, the proxy's relay) whenever the set of trusted
+certificates changes. Owns no tasks of its own: the component runs ``expire`` every second.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable
+
+import msgspec
+
+from backend.components.cluster import invites as rules
+from backend.components.cluster import messages as m
+from backend.components.cluster import pairing_crypto as pc
+from backend.components.cluster import peer_client
+from backend.components.cluster.inviter import (
+    Outgoing,
+    ProtocolViolation,
+    answer_confirm,
+    answer_start,
+    open_finish,
+    sealed_answer,
+)
+from backend.components.cluster.joiner import Ended, Joined, run_pairing
+from backend.components.cluster.members import (
+    DEFAULT_CLUSTER_NAME,
+    Member,
+    Members,
+    Membership,
+    new_cluster_id,
+)
+from backend.components.identity.certificate import NodeCredentials, fingerprint_of
+from backend.core.clock import Clock
+from backend.core.rpc import NumberedStream
+from backend.protocol import errors
+from backend.protocol.types import (
+    ClusterEvent,
+    ClusterMember,
+    ClusterStatus,
+    Invite,
+    InviteChanged,
+    InviteCreated,
+    InviteId,
+    InviteState,
+    MembershipChanged,
+    NodeId,
+)
+
+log = logging.getLogger(__name__)
+
+
+class ClusterService:
+    """Holds the invites (memory only) and the membership (``Members``, durable)."""
+
+    def __init__(
+        self,
+        *,
+        node_id: NodeId,
+        name: Callable[[], str],
+        node_port: Callable[[], int],
+        credentials: NodeCredentials,
+        key_protection: str,
+        members: Members,
+        clock: Clock,
+        events: NumberedStream[ClusterEvent],
+    ) -> None:
+        self._node_id = node_id
+        self._name = name
+        self._node_port = node_port
+        self._credentials = credentials
+        self._key_protection = key_protection
+        self._members = members
+        self._clock = clock
+        self._events = events
+        self._outgoing: dict[InviteId, Outgoing] = {}
+        self._incoming: dict[InviteId, tuple[Invite, m.InviteOffer, str]] = {}
+        self._wrong_pins: list[float] = []
+        self._trust_listeners: list[Callable[[Membership], None]] = []
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    @property
+    def membership(self) -> Membership:
+        """The membership now."""
+        return self._members.current
+
+    def on_trust_changed(self, listener: Callable[[Membership], None]) -> None:
+        """Call ``listener`` with the membership whenever trusted certificates change."""
+        self._trust_listeners.append(listener)
+
+    def status(self) -> ClusterStatus:
+        """This node's identity, cluster, members and open invites."""
+        membership = self.membership
+        return ClusterStatus(
+            node_id=self._node_id,
+            fingerprint=self._credentials.fingerprint,
+            key_protection="keyring" if self._key_protection == "keyring" else "file",
+            cluster_id=membership.cluster_id,
+            cluster_name=membership.cluster_name,
+            members=[_wire_member(member) for member in membership.members.values()],
+            invites=self._invites(),
+        )
+
+    def _invites(self) -> list[Invite]:
+        found = [o.invite for o in self._outgoing.values()]
+        found += [invite for invite, _, _ in self._incoming.values()]
+        return sorted(found, key=lambda invite: invite.created_at)
+
+    # -- the inviter -----------------------------------------------------------------------------
+
+    async def invite(self, address: str, port: int) -> InviteCreated:
+        """Invite the node at ``address:port``; the PIN is in the answer (and only there)."""
+        now = self._clock.wall()
+        blocked = self._blocked(now)
+        try:
+            info = await peer_client.node_info(address, port)
+        except peer_client.PeerUnreachable as exc:
+            raise errors.Unavailable(
+                f"no PAIR node answers at {address}:{port} ({exc}); check the address and that "
+                "PAIR runs there"
+            ) from None
+        if info.node_id == self._node_id:
+            raise errors.InvalidParams(f"{address}:{port} is this computer")
+        if info.node_id in self.membership.members:
+            raise errors.Conflict(f"{info.name} is already a member of this cluster")
+        invite = Invite(
+            id=InviteId(secrets.token_hex(16)),
+            direction="outgoing",
+            peer_node_id=info.node_id,
+            peer_name=info.name,
+            peer_address=address,
+            peer_fingerprint=info.fingerprint or "",
+            created_at=now,
+            expires_at=now + rules.INVITE_TTL_S,
+            state="pending",
+        )
+        if blocked is not None:
+            return InviteCreated(invite=rules.finish(invite, blocked), pin="")
+        return await self._offer(Outgoing(invite, pc.new_pin(), address, port))
+
+    def _blocked(self, now: float) -> InviteState | None:
+        if rules.locked_until(self._wrong_pins, now) is not None:
+            return "locked-out"
+        if rules.pending(self._invites()):
+            return "busy"
+        return None
+
+    async def _offer(self, outgoing: Outgoing) -> InviteCreated:
+        invite = outgoing.invite
+        offer = m.InviteOffer(
+            invite_id=invite.id,
+            node_id=self._node_id,
+            name=self._name(),
+            cert_der=self._credentials.cert_der,
+            node_port=self._node_port(),
+            cluster_id=self.membership.cluster_id,
+            expires_in_s=rules.INVITE_TTL_S,
+        )
+        context = peer_client.pinned_anonymous_context(await self._their_cert(outgoing))
+        try:
+            answer = await peer_client.post(
+                outgoing.address, outgoing.port, m.INVITE_PATH, offer, context, m.OfferAnswer
+            )
+        except peer_client.PeerUnreachable as exc:
+            return InviteCreated(invite=rules.finish(invite, "failed", str(exc)), pin="")
+        if answer.state != "pending":
+            return InviteCreated(invite=rules.finish(invite, answer.state, answer.reason), pin="")
+        self._outgoing[invite.id] = outgoing
+        self._publish_invite(invite)
+        return InviteCreated(invite=invite, pin=outgoing.pin)
+
+    async def _their_cert(self, outgoing: Outgoing) -> bytes:
+        try:
+            return await peer_client.server_certificate(outgoing.address, outgoing.port)
+        except peer_client.PeerUnreachable as exc:
+            raise errors.Unavailable(str(exc)) from None
+
+    async def cancel(self, invite_id: InviteId) -> Invite:
+        """Cancel an invite this node sent (the other computer is told, best effort)."""
+        outgoing = self._outgoing.get(invite_id)
+        if outgoing is None:
+            raise errors.NotFound(f"no invite {invite_id} was sent from this computer")
+        self._end_outgoing(outgoing, "canceled")
+        await self._tell(outgoing.address, outgoing.port, m.CANCEL_PATH, invite_id)
+        return outgoing.invite
+
+    def handle_start(self, start: m.Start) -> m.StartAnswer:
+        """The joiner's run begins (public route)."""
+        outgoing = self._pending_outgoing(start.invite_id)
+        if outgoing is None:
+            return m.StartAnswer(state="expired", reason=rules.REASONS["expired"])
+        own_ad = m.associated_data(self._node_id, self._credentials.fingerprint)
+        return answer_start(outgoing, start, self._credentials, own_ad)
+
+    def handle_confirm(self, confirm: m.Confirm) -> m.ConfirmAnswer:
+        """The joiner's tag: a wrong one ends the invite (public route)."""
+        outgoing = self._pending_outgoing(confirm.invite_id)
+        if outgoing is None:
+            return m.ConfirmAnswer(state="expired", reason=rules.REASONS["expired"])
+        if not answer_confirm(outgoing, confirm):
+            self._wrong_pins.append(self._clock.wall())
+            self._end_outgoing(outgoing, "wrong-pin")
+            return m.ConfirmAnswer(state="wrong-pin", reason=rules.REASONS["wrong-pin"])
+        outgoing.cluster_id = self.membership.cluster_id or new_cluster_id()
+        facts = msgspec.structs.replace(self._own_facts(), cluster_id=outgoing.cluster_id)
+        return sealed_answer(outgoing, facts)
+
+    async def handle_finish(self, finish: m.Finish, address: str) -> m.Outcome:
+        """The joiner's facts: pin it provisionally (durably) until its hello (public route)."""
+        outgoing = self._pending_outgoing(finish.invite_id)
+        if outgoing is None:
+            return m.Outcome(state="expired", reason=rules.REASONS["expired"])
+        facts = open_finish(outgoing, finish)
+        membership = self.membership
+        cluster_id = membership.cluster_id or outgoing.cluster_id  # the first pairing founds it
+        cluster_name = membership.cluster_name or DEFAULT_CLUSTER_NAME
+        member = self._member_from(facts, address, provisional=True)
+        await self._members.add(member, cluster_id=cluster_id, cluster_name=cluster_name)
+        self._trust_changed()
+        return m.Outcome(state="pending")
+
+    async def handle_hello(self, hello: m.Hello, peer_cert: bytes) -> m.Outcome:
+        """The joiner committed (mutual TLS, provisional pin): the pairing is complete."""
+        outgoing = self._outgoing.get(InviteId(hello.invite_id))
+        member = self.membership.pin_for(peer_cert)
+        if outgoing is None or outgoing.joiner is None or member is None:
+            raise ProtocolViolation("no pairing waits for this hello")
+        if member.node_id != outgoing.joiner.node_id:
+            raise ProtocolViolation("hello from another member")
+        if member.provisional:
+            await self._members.confirm(member.node_id)
+            self._trust_changed()
+        self._end_outgoing(outgoing, "paired")
+        log.info("paired with %s (%s)", member.name, member.fingerprint)
+        return m.Outcome(state="paired")
+
+    def handle_decline(self, end: m.InviteEnd) -> m.Outcome:
+        """The invited computer declined (public route)."""
+        outgoing = self._pending_outgoing(end.invite_id)
+        if outgoing is not None and not outgoing.started:
+            self._end_outgoing(outgoing, "declined")
+        return m.Outcome(state="declined")
+
+    def _pending_outgoing(self, invite_id: str) -> Outgoing | None:
+        outgoing = self._outgoing.get(InviteId(invite_id))
+        if outgoing is None or outgoing.invite.state != "pending":
+            return None
+        if self._clock.wall() >= outgoing.invite.expires_at:
+            self._end_outgoing(outgoing, "expired")
+            return None
+        return outgoing
+
+    def _end_outgoing(self, outgoing: Outgoing, state: InviteState) -> None:
+        ended = rules.finish(outgoing.invite, state)
+        if ended is not outgoing.invite:
+            outgoing.invite = ended
+            outgoing.pin = ""  # the PIN is dead: drop it from memory
+            self._publish_invite(ended)
+
+    # -- the joiner ------------------------------------------------------------------------------
+
+    def handle_offer(self, offer: m.InviteOffer, address: str) -> m.OfferAnswer:
+        """Another computer invites this one (public route): hold it and tell the app."""
+        now = self._clock.wall()
+        refusal = self._refusal(offer, now)
+        if refusal is not None:
+            return m.OfferAnswer(state=refusal, reason=rules.REASONS[refusal])
+        invite = Invite(
+            id=InviteId(offer.invite_id),
+            direction="incoming",
+            peer_node_id=offer.node_id,
+            peer_name=offer.name,
+            peer_address=address,
+            peer_fingerprint=fingerprint_of(offer.cert_der),
+            created_at=now,
+            expires_at=now + min(offer.expires_in_s, rules.INVITE_TTL_S),
+            state="pending",
+        )
+        self._incoming[invite.id] = (invite, offer, address)
+        self._publish_invite(invite)
+        return m.OfferAnswer(state="pending")
+
+    def _refusal(self, offer: m.InviteOffer, now: float) -> InviteState | None:
+        membership = self.membership
+        if offer.node_id == self._node_id or offer.invite_id in self._incoming:
+            return "failed"
+        if membership.clustered and offer.cluster_id != membership.cluster_id:
+            return "rejected"
+        if rules.pending(self._invites()):
+            return "busy"
+        return None
+
+    async def accept(self, invite_id: InviteId, pin: str) -> Invite:
+        """The user typed the PIN for an invite this computer received."""
+        try:
+            pin = pc.validate_pin(pin)
+        except ValueError:
+            raise errors.InvalidParams(
+                "the PIN is six digits (0-9), as shown on the other computer"
+            ) from None
+        _, offer, address = self._incoming_pending(invite_id)
+        try:
+            result = await run_pairing(offer, address, pin, self._credentials, self._own_facts())
+        except peer_client.PeerUnreachable as exc:
+            return self._end_incoming(invite_id, "failed", f"{offer.name} stopped answering: {exc}")
+        if isinstance(result, Ended):
+            return self._end_incoming(invite_id, result.state, result.reason)
+        return await self._commit_join(invite_id, offer, address, result)
+
+    async def _commit_join(
+        self, invite_id: InviteId, offer: m.InviteOffer, address: str, joined: Joined
+    ) -> Invite:
+        inviter = joined.inviter
+        member = self._member_from(inviter, address, provisional=False)
+        cluster_id = inviter.cluster_id or new_cluster_id()
+        await self._members.add(member, cluster_id=cluster_id, cluster_name=inviter.cluster_name)
+        self._trust_changed()
+        context = peer_client.mutual_context(self._credentials, inviter.cert_der)
+        hello = m.Hello(invite_id=offer.invite_id)
+        try:
+            done = await peer_client.post(
+                address, offer.node_port, m.HELLO_PATH, hello, context, m.Outcome
+            )
+        except peer_client.PeerUnreachable as exc:
+            done = m.Outcome(state="failed", reason=str(exc))
+        if done.state != "paired":
+            await self._members.undo_join(member.node_id)  # as we were before the invite
+            self._trust_changed()
+            return self._end_incoming(invite_id, "failed", done.reason)
+        return self._end_incoming(invite_id, "paired")
+
+    async def decline(self, invite_id: InviteId) -> Invite:
+        """Decline an invite this computer received (the inviter is told, best effort)."""
+        _, offer, address = self._incoming_pending(invite_id)
+        ended = self._end_incoming(invite_id, "declined")
+        await self._tell(address, offer.node_port, m.DECLINE_PATH, invite_id)
+        return ended
+
+    def handle_cancel(self, end: m.InviteEnd) -> m.Outcome:
+        """The inviter canceled (public route)."""
+        if end.invite_id in self._incoming:
+            self._end_incoming(InviteId(end.invite_id), "canceled")
+        return m.Outcome(state="canceled")
+
+    def _incoming_pending(self, invite_id: InviteId) -> tuple[Invite, m.InviteOffer, str]:
+        found = self._incoming.get(invite_id)
+        if found is None:
+            raise errors.NotFound(f"no invite {invite_id} was received by this computer")
+        if found[0].state != "pending":
+            raise errors.Conflict(f"that invite is over: {found[0].reason or found[0].state}")
+        return found
+
+    def _end_incoming(
+        self, invite_id: InviteId, state: InviteState, reason: str | None = None
+    ) -> Invite:
+        invite, offer, address = self._incoming[invite_id]
+        ended = rules.finish(invite, state, reason)
+        if ended is not invite:
+            self._incoming[invite_id] = (ended, offer, address)
+            self._publish_invite(ended)
+        return ended
+
+    # -- both ------------------------------------------------------------------------------------
+
+    async def expire(self) -> None:
+        """End invites whose time is up; drop a joiner whose pairing never completed."""
+        now = self._clock.wall()
+        for outgoing in list(self._outgoing.values()):
+            if outgoing.invite.state == "pending" and now >= outgoing.invite.expires_at:
+                self._end_outgoing(outgoing, "expired")
+                joiner = outgoing.joiner
+                member = self.membership.members.get(joiner.node_id) if joiner else None
+                if member is not None and member.provisional:
+                    await self._members.undo_join(member.node_id)
+                    self._trust_changed()
+        for invite, _, _ in list(self._incoming.values()):
+            if invite.state == "pending" and now >= invite.expires_at:
+                self._end_incoming(invite.id, "expired")
+
+    async def _tell(self, address: str, port: int, path: str, invite_id: InviteId) -> None:
+        try:
+            cert = await peer_client.server_certificate(address, port)
+            context = peer_client.pinned_anonymous_context(cert)
+            await peer_client.post(
+                address, port, path, m.InviteEnd(invite_id=invite_id), context, m.Outcome
+            )
+        except peer_client.PeerUnreachable as exc:
+            log.info("could not tell %s:%d that invite %s ended: %s", address, port, invite_id, exc)
+
+    def _own_facts(self) -> m.SealedFacts:
+        membership = self.membership
+        return m.SealedFacts(
+            node_id=self._node_id,
+            name=self._name(),
+            cert_der=self._credentials.cert_der,
+            node_port=self._node_port(),
+            cluster_id=membership.cluster_id,
+            cluster_name=membership.cluster_name,
+        )
+
+    def _member_from(self, facts: m.SealedFacts, address: str, *, provisional: bool) -> Member:
+        return Member(
+            node_id=facts.node_id,
+            name=facts.name,
+            cert_der=facts.cert_der,
+            fingerprint=fingerprint_of(facts.cert_der),
+            added_by=self._node_id,
+            added_at=self._clock.wall(),
+            address=address,
+            node_port=facts.node_port,
+            provisional=provisional,
+        )
+
+    def _publish_invite(self, invite: Invite) -> None:
+        self._events.publish(lambda seq: InviteChanged(seq=seq, invite=invite))
+
+    def _trust_changed(self) -> None:
+        status = self.status()
+        self._events.publish(lambda seq: MembershipChanged(seq=seq, status=status))
+        for listener in self._trust_listeners:
+            listener(self.membership)
+
+
+def _wire_member(member: Member) -> ClusterMember:
+    return ClusterMember(
+        node_id=member.node_id,
+        name=member.name,
+        fingerprint=member.fingerprint,
+        address=member.address,
+        node_port=member.node_port,
+        added_by=member.added_by,
+        added_at=member.added_at,
+        state="provisional" if member.provisional else "offline",
+    )
