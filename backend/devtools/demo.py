@@ -41,6 +41,8 @@ from backend.protocol.peer import RpcPeer
 from backend.protocol.types import (
     EngineName,
     EngineRef,
+    InviteAnswer,
+    InviteParams,
     ManualNodeAdd,
     ManualNodeRef,
     SettingsUpdate,
@@ -193,6 +195,7 @@ class Demo:
         await asyncio.gather(*(self._wait_ready(node) for node in self.nodes))
         await asyncio.gather(*(self._configure(node) for node in self.nodes))
         await self._add_manual_nodes()
+        await self._pair_nodes()
 
     async def stop(self) -> None:
         """Stop every broker this demo started, by PID and in order (idempotent, bounded)."""
@@ -331,6 +334,24 @@ class Demo:
                 added = ManualNodeAdd(address="127.0.0.1", port=port)
                 await contract.call(peer, methods.NODE_ADD, added)
                 self._say(f"{self.entry.plan.name}: added {name} as a manual node (port {port})")
+
+    async def _pair_nodes(self) -> None:
+        """The entry node invites the others and each types the PIN (as a person would), so
+        they form one cluster; nodes paired in an earlier run (``--root``) stay paired."""
+        async with connect(self.entry.data_dir) as inviter:
+            for node in self.nodes[1:]:
+                invite = InviteParams(address="127.0.0.1", port=node.ports["node"])
+                try:
+                    created = await contract.call(inviter, methods.CLUSTER_INVITE, invite)
+                except errors.Conflict:
+                    continue  # already a member
+                if created.invite.state != "pending":
+                    self._say(f"{node.plan.name}: not paired: {created.invite.reason}")
+                    continue
+                async with connect(node.data_dir) as joiner:
+                    answer = InviteAnswer(id=created.invite.id, pin=created.pin)
+                    ended = await contract.call(joiner, methods.CLUSTER_ACCEPT, answer, timeout=30)
+                self._say(f"{self.entry.plan.name}: {node.plan.name} {ended.reason or ended.state}")
 
     def _stop_stray_lmstudio(self) -> None:
         """The LM Studio emulator runs detached (as LM Studio does); its broker stops it with

@@ -116,6 +116,10 @@ async def test_demo_runs_three_nodes_fills_jobs_and_stops_every_process(
 
     nodes = await _until(entry, methods.DISCOVERY_GET_NODES, None, _sees_the_others)
     assert sum("manual" in node.sources for node in nodes) == 2
+    # The demo pairs its nodes with PINs, as a person would: one cluster of three.
+    cluster = await _until(entry, methods.CLUSTER_STATUS, None, lambda s: len(s.members) == 2)
+    assert sorted(member.name for member in cluster.members) == ["gpu-box", "laptop"]
+    assert "laptop paired" in demo.text()
     jobs = await _until(
         entry,
         methods.WORKLOADS_GET_INITIAL,
