@@ -291,6 +291,10 @@ def _discovery(base: Foundation, services: _Services) -> DiscoveryComponent:
         manual_store=ManualNodeStore(base.store),
         timing=DiscoveryTiming.from_environment(os.environ),
         use_mdns=mdns_enabled(os.environ),
+        members=lambda: [
+            (member.node_id, member.address, member.node_port)
+            for member in base.members.current.trusted()
+        ],
     )
     discovery_rpc.register(services.dispatcher, discovery, events)
     return discovery

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -74,8 +75,10 @@ class DiscoveryComponent(Component):
         manual_store: manual.ManualNodeStore,
         timing: DiscoveryTiming | None = None,
         use_mdns: bool = True,
+        members: Callable[[], list[tuple[NodeId, str, int]]] = list,
     ) -> None:
         super().__init__("discovery")
+        self._members = members  # the cluster's members: (node id, address, node API port)
         self._node_id = node_id
         self._ports = ports
         self._name = name
@@ -130,6 +133,19 @@ class DiscoveryComponent(Component):
         if self._session is not None:
             self._spawn_manual_probe(entry_id)
         return node
+
+    async def follow_members(self, members: list[tuple[NodeId, str, int]]) -> None:
+        """Members of this node's cluster (node id, address, node API port) that discovery does
+        not know yet are added by address, so a member learned through the roster (never seen
+        over mDNS, perhaps behind a VPN) is polled, listed and routable like the others."""
+        await self._load_manual()
+        known = {node.node_id for node in self._directory.nodes()}
+        known |= {node.node_id for node in self._manual.values() if node.node_id is not None}
+        for node_id, address, port in members:
+            if node_id in known or not address:
+                continue
+            with contextlib.suppress(errors.RpcError):
+                await self.add_manual(ManualNodeAdd(address=address, port=port))
 
     async def remove_manual(self, entry_id: str) -> None:
         """Forget a manual entry; ``NotFound`` for an unknown id."""
@@ -243,6 +259,20 @@ class DiscoveryComponent(Component):
         self._commit(Scanned())
         for node_id in due_for_probe(self._directory, self._timing.policy):
             self._spawn_fetch(node_id)
+        members = self._members()
+        known = {node.node_id for node in self._directory.nodes()}
+        if (
+            any(node_id not in known for node_id, _, _ in members)
+            and "members" not in self._in_flight
+        ):
+            self._in_flight.add("members")
+            self._tasks.spawn(self._follow(members), name="follow members")
+
+    async def _follow(self, members: list[tuple[NodeId, str, int]]) -> None:
+        try:
+            await self.follow_members(members)
+        finally:
+            self._in_flight.discard("members")
 
     # mDNS ------------------------------------------------------------------------------------
 
