@@ -1,6 +1,6 @@
 """Route one inference request: pick a node, fail over before the commit, stream after it.
 
-The loop (pair-anchor §3.3-3.5): owners of the model only; order by pin, priority, this
+The loop (docs/ARCHITECTURE.md, "Routing"): owners of the model only; order by pin, priority, this
 node, then node id; reserve the least loaded; dispatch; on a transport error, a retryable
 status, a timeout or the target leaving the table, try the next candidate; after a round,
 back off (1, 2, 4, 8 s ±25 %) and re-resolve; at most 5 dispatches within 10 minutes. The
