@@ -108,6 +108,10 @@ MIGRATIONS: tuple[str, ...] = (
         removed_at REAL NOT NULL
     );
     """,
+    """
+    ALTER TABLE cluster_members ADD COLUMN endorsements BLOB NOT NULL DEFAULT x'';
+    ALTER TABLE cluster_tombstones ADD COLUMN record BLOB NOT NULL DEFAULT x'';
+    """,
 )
 
 

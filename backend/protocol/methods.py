@@ -11,6 +11,8 @@ from backend.protocol.types import (
     BrokerStatus,
     Cleared,
     ClusterEvent,
+    ClusterLeft,
+    ClusterRename,
     ClusterSnapshot,
     ClusterStatus,
     ComponentInfo,
@@ -41,6 +43,8 @@ from backend.protocol.types import (
     ManualNode,
     ManualNodeAdd,
     ManualNodeRef,
+    MemberRef,
+    MemberRemoved,
     NodeInfo,
     Ok,
     PingResult,
@@ -163,6 +167,11 @@ CLUSTER_ACCEPT: Final = Method(
 )
 CLUSTER_DECLINE: Final = Method("cluster:decline", InviteRef, Invite, "decline a received invite")
 CLUSTER_CANCEL: Final = Method("cluster:cancel", InviteRef, Invite, "cancel a sent invite")
+CLUSTER_REMOVE: Final = Method(
+    "cluster:remove", MemberRef, MemberRemoved, "remove a member for good"
+)
+CLUSTER_LEAVE: Final = Method("cluster:leave", NoParams, ClusterLeft, "leave the cluster")
+CLUSTER_RENAME: Final = Method("cluster:rename", ClusterRename, ClusterStatus, "rename the cluster")
 
 # Pushes (broker to client notifications) ------------------------------------------------------
 APP_READY: Final[Push[AppReady]] = Push("app:ready", AppReady, "the components are started")

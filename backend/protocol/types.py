@@ -117,12 +117,14 @@ ComponentsEvent = ComponentChanged
 
 
 class Ports(Wire, frozen=True, kw_only=True):
-    """The node's listener ports as configured."""
+    """The node's listener ports as configured; ``relay`` is the mutual-TLS port paired
+    computers send each other's requests to (its default lets payloads without it decode)."""
 
     node: int
     ollama: int
     openai: int
     llamacpp: int
+    relay: int = 14321
 
 
 class BrokerStatus(Wire, frozen=True, kw_only=True):
@@ -717,6 +719,7 @@ class ClusterStatus(Wire, frozen=True, kw_only=True, omit_defaults=True):
     cluster_name: str = ""
     members: list[ClusterMember] = []
     invites: list[Invite] = []
+    removed: RemovedFromCluster | None = None  # another member removed this node
 
 
 class ClusterSnapshot(Wire, frozen=True, kw_only=True):
@@ -743,3 +746,46 @@ class MembershipChanged(
 
 
 ClusterEvent = InviteChanged | MembershipChanged
+
+
+class MemberRef(Wire, frozen=True, kw_only=True):
+    """Parameters of ``cluster:remove``: the member to remove."""
+
+    node_id: NodeId
+
+
+class MemberRemoved(Wire, frozen=True, kw_only=True):
+    """Answer to ``cluster:remove``: who is out, for good (its certificate is tombstoned)."""
+
+    node_id: NodeId
+    name: str
+    fingerprint: str
+    removed_at: float
+
+
+class ClusterLeft(Wire, frozen=True, kw_only=True):
+    """Answer to ``cluster:leave``: the cluster left, and which members heard it in time."""
+
+    cluster_id: str
+    told: list[NodeId] = []
+    not_told: list[NodeId] = []
+
+
+class ClusterRename(Wire, frozen=True, kw_only=True):
+    """Parameters of ``cluster:rename``: 1-64 printable characters (trimmed)."""
+
+    name: str
+
+
+class RemovedFromCluster(Wire, frozen=True, kw_only=True):
+    """In ``ClusterStatus``: another member removed this node from its cluster (by whom, when).
+
+    Kept until this node joins a cluster again; it can join only with a new identity, because
+    the members keep its certificate tombstoned.
+    """
+
+    cluster_id: str
+    cluster_name: str
+    by: NodeId
+    by_name: str
+    at: float

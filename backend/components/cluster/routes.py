@@ -1,5 +1,9 @@
 """The cluster's routes on the node API: the pairing exchange for anyone, ``/v1/cluster/*`` only
-for a client whose TLS certificate matches a pin byte for byte (anything else: 403)."""
+for a client whose TLS certificate matches a pin byte for byte (anything else: 403).
+
+Members' routes: ``hello`` (the pairing's last step), ``roster`` (merge the sender's roster,
+answer with ours) and ``members/remove`` (a signed removal proof).
+"""
 
 from __future__ import annotations
 
@@ -10,9 +14,12 @@ import msgspec
 from aiohttp import web
 
 from backend.components.cluster import messages as m
+from backend.components.cluster import roster as r
 from backend.components.cluster import tls
 from backend.components.cluster.inviter import ProtocolViolation
 from backend.components.cluster.members import Member
+from backend.components.cluster.merge import RosterRefused
+from backend.components.cluster.roster_keeper import RemovedHere
 from backend.components.cluster.service import ClusterService
 
 M = TypeVar("M", bound=m.Message)
@@ -48,7 +55,31 @@ def add_routes(app: web.Application, service: ClusterService) -> None:
             return _forbidden()
         return _answer(await service.handle_hello(await _read(request, m.Hello), cert))
 
+    async def roster(request: web.Request) -> web.Response:
+        sender = member_of(service, request)
+        if sender is None:
+            return _forbidden()
+        body = await _read(request, r.Roster, r.MAX_ROSTER_BYTES)
+        try:
+            answer = await service.roster.handle_roster(body, sender, _remote(request))
+        except RosterRefused as exc:
+            return _json(409, {"error": str(exc)})
+        except RemovedHere:
+            return _json(409, {"error": "this computer was removed from the cluster just now"})
+        return _answer(answer)
+
+    async def remove(request: web.Request) -> web.Response:
+        if member_of(service, request) is None:
+            return _forbidden()
+        body = await _read(request, r.RemovalNotice)
+        try:
+            return _answer(await service.roster.handle_removal(body))
+        except RosterRefused as exc:
+            return _json(400, {"error": str(exc)})
+
     for path, handler in (
+        (r.ROSTER_PATH, roster),
+        (r.REMOVE_PATH, remove),
         (m.INVITE_PATH, offer),
         (m.START_PATH, start),
         (m.CONFIRM_PATH, confirm),
@@ -95,9 +126,14 @@ def _protocol_errors(
     return guarded
 
 
-async def _read(request: web.Request, kind: type[M]) -> M:
-    raw = await request.content.read(MAX_MESSAGE_BYTES + 1)
-    if len(raw) > MAX_MESSAGE_BYTES:
+async def _read(request: web.Request, kind: type[M], limit: int = MAX_MESSAGE_BYTES) -> M:
+    raw = bytearray()
+    while len(raw) <= limit:  # ``read(n)`` answers with what has arrived, maybe less than n
+        chunk = await request.content.read(limit + 1 - len(raw))
+        if not chunk:
+            break
+        raw += chunk
+    if len(raw) > limit:
         raise ProtocolViolation("message too large")
     try:
         return msgspec.json.decode(raw, type=kind)

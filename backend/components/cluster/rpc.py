@@ -1,4 +1,5 @@
-"""JSON-RPC methods of the cluster (``cluster:*``): status, invites, and the numbered stream."""
+"""JSON-RPC methods of the cluster (``cluster:*``): status, invites, membership (remove, leave,
+rename) and the numbered stream."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from backend.protocol.contract import NoParams
 from backend.protocol.peer import RpcPeer
 from backend.protocol.types import (
     ClusterEvent,
+    ClusterLeft,
+    ClusterRename,
     ClusterSnapshot,
     ClusterStatus,
     Invite,
@@ -16,6 +19,8 @@ from backend.protocol.types import (
     InviteCreated,
     InviteParams,
     InviteRef,
+    MemberRef,
+    MemberRemoved,
     Unsubscribed,
 )
 
@@ -47,6 +52,16 @@ def register(
     async def cancel(params: InviteRef, _: RpcPeer) -> Invite:
         return await service.cancel(params.id)
 
+    async def remove(params: MemberRef, _: RpcPeer) -> MemberRemoved:
+        return await service.roster.remove(params.node_id)
+
+    async def leave(_: NoParams, __: RpcPeer) -> ClusterLeft:
+        return await service.roster.leave()
+
+    async def rename(params: ClusterRename, _: RpcPeer) -> ClusterStatus:
+        await service.roster.rename(params.name)
+        return service.status()
+
     dispatcher.add(methods.CLUSTER_STATUS, status)
     dispatcher.add(methods.CLUSTER_SUBSCRIBE, subscribe)
     dispatcher.add(methods.CLUSTER_UNSUBSCRIBE, unsubscribe)
@@ -54,3 +69,6 @@ def register(
     dispatcher.add(methods.CLUSTER_ACCEPT, accept)
     dispatcher.add(methods.CLUSTER_DECLINE, decline)
     dispatcher.add(methods.CLUSTER_CANCEL, cancel)
+    dispatcher.add(methods.CLUSTER_REMOVE, remove)
+    dispatcher.add(methods.CLUSTER_LEAVE, leave)
+    dispatcher.add(methods.CLUSTER_RENAME, rename)

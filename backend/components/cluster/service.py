@@ -3,7 +3,9 @@
 It answers the pairing routes of the node API (``handle_*``, called by ``routes.py``) and the
 ``cluster:*`` RPC methods, publishes every change as a numbered ``cluster:event``, and tells its
 listeners (the node API's pinned TLS, the proxy's relay) whenever the set of trusted
-certificates changes. Owns no tasks of its own: the component runs ``expire`` every second.
+certificates changes. The membership across the cluster (rosters, removal, leave, rename) is
+its ``roster`` (``RosterKeeper``). Owns no tasks of its own: the component runs ``expire``
+every second and the roster pushes.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from backend.components.cluster import invites as rules
 from backend.components.cluster import messages as m
 from backend.components.cluster import pairing_crypto as pc
 from backend.components.cluster import peer_client
+from backend.components.cluster.incoming import IncomingInvites
 from backend.components.cluster.inviter import (
     Outgoing,
     ProtocolViolation,
@@ -29,18 +32,18 @@ from backend.components.cluster.inviter import (
 from backend.components.cluster.joiner import Ended, Joined, run_pairing
 from backend.components.cluster.members import (
     DEFAULT_CLUSTER_NAME,
-    Member,
     Members,
     Membership,
     new_cluster_id,
 )
+from backend.components.cluster.roster_keeper import RosterKeeper
+from backend.components.cluster.status import cluster_status
 from backend.components.identity.certificate import NodeCredentials, fingerprint_of
 from backend.core.clock import Clock
 from backend.core.rpc import NumberedStream
 from backend.protocol import errors
 from backend.protocol.types import (
     ClusterEvent,
-    ClusterMember,
     ClusterStatus,
     Invite,
     InviteChanged,
@@ -52,6 +55,11 @@ from backend.protocol.types import (
 )
 
 log = logging.getLogger(__name__)
+
+_REMOVED = (
+    "{name} was removed from this cluster, and its certificate can never rejoin; it must get "
+    "a new identity first"
+)
 
 
 class ClusterService:
@@ -78,9 +86,17 @@ class ClusterService:
         self._clock = clock
         self._events = events
         self._outgoing: dict[InviteId, Outgoing] = {}
-        self._incoming: dict[InviteId, tuple[Invite, m.InviteOffer, str]] = {}
+        self._incoming = IncomingInvites(node_id=node_id, clock=clock, publish=self._publish_invite)
         self._wrong_pins: list[float] = []
         self._trust_listeners: list[Callable[[Membership], None]] = []
+        self.roster = RosterKeeper(
+            node_id=node_id,
+            credentials=credentials,
+            node_port=node_port,
+            members=members,
+            clock=clock,
+            changed=self._trust_changed,
+        )
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -95,20 +111,16 @@ class ClusterService:
 
     def status(self) -> ClusterStatus:
         """This node's identity, cluster, members and open invites."""
-        membership = self.membership
-        return ClusterStatus(
-            node_id=self._node_id,
-            fingerprint=self._credentials.fingerprint,
-            key_protection="keyring" if self._key_protection == "keyring" else "file",
-            cluster_id=membership.cluster_id,
-            cluster_name=membership.cluster_name,
-            members=[_wire_member(member) for member in membership.members.values()],
-            invites=self._invites(),
+        return cluster_status(
+            self._node_id,
+            self._credentials.fingerprint,
+            self._key_protection,
+            self.membership,
+            self._invites(),
         )
 
     def _invites(self) -> list[Invite]:
-        found = [o.invite for o in self._outgoing.values()]
-        found += [invite for invite, _, _ in self._incoming.values()]
+        found = [o.invite for o in self._outgoing.values()] + self._incoming.invites()
         return sorted(found, key=lambda invite: invite.created_at)
 
     # -- the inviter -----------------------------------------------------------------------------
@@ -128,6 +140,8 @@ class ClusterService:
             raise errors.InvalidParams(f"{address}:{port} is this computer")
         if info.node_id in self.membership.members:
             raise errors.Conflict(f"{info.name} is already a member of this cluster")
+        if self.roster.removed_for_good(info.fingerprint or ""):
+            raise errors.Conflict(_REMOVED.format(name=info.name))
         invite = Invite(
             id=InviteId(secrets.token_hex(16)),
             direction="outgoing",
@@ -216,10 +230,13 @@ class ClusterService:
         if outgoing is None:
             return m.Outcome(state="expired", reason=rules.REASONS["expired"])
         facts = open_finish(outgoing, finish)
+        if self.roster.removed_for_good(fingerprint_of(facts.cert_der)):
+            self._end_outgoing(outgoing, "failed")
+            return m.Outcome(state="failed", reason=_REMOVED.format(name=facts.name))
         membership = self.membership
         cluster_id = membership.cluster_id or outgoing.cluster_id  # the first pairing founds it
         cluster_name = membership.cluster_name or DEFAULT_CLUSTER_NAME
-        member = self._member_from(facts, address, provisional=True)
+        member = self.roster.paired_member(facts, address, cluster_id, provisional=True)
         await self._members.add(member, cluster_id=cluster_id, cluster_name=cluster_name)
         self._trust_changed()
         return m.Outcome(state="pending")
@@ -237,6 +254,7 @@ class ClusterService:
             self._trust_changed()
         self._end_outgoing(outgoing, "paired")
         log.info("paired with %s (%s)", member.name, member.fingerprint)
+        self.roster.request_push()
         return m.Outcome(state="paired")
 
     def handle_decline(self, end: m.InviteEnd) -> m.Outcome:
@@ -266,34 +284,8 @@ class ClusterService:
 
     def handle_offer(self, offer: m.InviteOffer, address: str) -> m.OfferAnswer:
         """Another computer invites this one (public route): hold it and tell the app."""
-        now = self._clock.wall()
-        refusal = self._refusal(offer, now)
-        if refusal is not None:
-            return m.OfferAnswer(state=refusal, reason=rules.REASONS[refusal])
-        invite = Invite(
-            id=InviteId(offer.invite_id),
-            direction="incoming",
-            peer_node_id=offer.node_id,
-            peer_name=offer.name,
-            peer_address=address,
-            peer_fingerprint=fingerprint_of(offer.cert_der),
-            created_at=now,
-            expires_at=now + min(offer.expires_in_s, rules.INVITE_TTL_S),
-            state="pending",
-        )
-        self._incoming[invite.id] = (invite, offer, address)
-        self._publish_invite(invite)
-        return m.OfferAnswer(state="pending")
-
-    def _refusal(self, offer: m.InviteOffer, now: float) -> InviteState | None:
-        membership = self.membership
-        if offer.node_id == self._node_id or offer.invite_id in self._incoming:
-            return "failed"
-        if membership.clustered and offer.cluster_id != membership.cluster_id:
-            return "rejected"
-        if rules.pending(self._invites()):
-            return "busy"
-        return None
+        busy = bool(rules.pending(self._invites()))
+        return self._incoming.offer(offer, address, self.membership, busy=busy)
 
     async def accept(self, invite_id: InviteId, pin: str) -> Invite:
         """The user typed the PIN for an invite this computer received."""
@@ -303,21 +295,21 @@ class ClusterService:
             raise errors.InvalidParams(
                 "the PIN is six digits (0-9), as shown on the other computer"
             ) from None
-        _, offer, address = self._incoming_pending(invite_id)
+        _, offer, address = self._incoming.pending(invite_id)
         try:
             result = await run_pairing(offer, address, pin, self._credentials, self._own_facts())
         except peer_client.PeerUnreachable as exc:
-            return self._end_incoming(invite_id, "failed", f"{offer.name} stopped answering: {exc}")
+            return self._incoming.end(invite_id, "failed", f"{offer.name} stopped answering: {exc}")
         if isinstance(result, Ended):
-            return self._end_incoming(invite_id, result.state, result.reason)
+            return self._incoming.end(invite_id, result.state, result.reason)
         return await self._commit_join(invite_id, offer, address, result)
 
     async def _commit_join(
         self, invite_id: InviteId, offer: m.InviteOffer, address: str, joined: Joined
     ) -> Invite:
         inviter = joined.inviter
-        member = self._member_from(inviter, address, provisional=False)
         cluster_id = inviter.cluster_id or new_cluster_id()
+        member = self.roster.paired_member(inviter, address, cluster_id, provisional=False)
         await self._members.add(member, cluster_id=cluster_id, cluster_name=inviter.cluster_name)
         self._trust_changed()
         context = peer_client.mutual_context(self._credentials, inviter.cert_der)
@@ -331,39 +323,20 @@ class ClusterService:
         if done.state != "paired":
             await self._members.undo_join(member.node_id)  # as we were before the invite
             self._trust_changed()
-            return self._end_incoming(invite_id, "failed", done.reason)
-        return self._end_incoming(invite_id, "paired")
+            return self._incoming.end(invite_id, "failed", done.reason)
+        self.roster.request_push()
+        return self._incoming.end(invite_id, "paired")
 
     async def decline(self, invite_id: InviteId) -> Invite:
         """Decline an invite this computer received (the inviter is told, best effort)."""
-        _, offer, address = self._incoming_pending(invite_id)
-        ended = self._end_incoming(invite_id, "declined")
+        _, offer, address = self._incoming.pending(invite_id)
+        ended = self._incoming.end(invite_id, "declined")
         await self._tell(address, offer.node_port, m.DECLINE_PATH, invite_id)
         return ended
 
     def handle_cancel(self, end: m.InviteEnd) -> m.Outcome:
         """The inviter canceled (public route)."""
-        if end.invite_id in self._incoming:
-            self._end_incoming(InviteId(end.invite_id), "canceled")
-        return m.Outcome(state="canceled")
-
-    def _incoming_pending(self, invite_id: InviteId) -> tuple[Invite, m.InviteOffer, str]:
-        found = self._incoming.get(invite_id)
-        if found is None:
-            raise errors.NotFound(f"no invite {invite_id} was received by this computer")
-        if found[0].state != "pending":
-            raise errors.Conflict(f"that invite is over: {found[0].reason or found[0].state}")
-        return found
-
-    def _end_incoming(
-        self, invite_id: InviteId, state: InviteState, reason: str | None = None
-    ) -> Invite:
-        invite, offer, address = self._incoming[invite_id]
-        ended = rules.finish(invite, state, reason)
-        if ended is not invite:
-            self._incoming[invite_id] = (ended, offer, address)
-            self._publish_invite(ended)
-        return ended
+        return self._incoming.cancel(end)
 
     # -- both ------------------------------------------------------------------------------------
 
@@ -378,9 +351,7 @@ class ClusterService:
                 if member is not None and member.provisional:
                     await self._members.undo_join(member.node_id)
                     self._trust_changed()
-        for invite, _, _ in list(self._incoming.values()):
-            if invite.state == "pending" and now >= invite.expires_at:
-                self._end_incoming(invite.id, "expired")
+        self._incoming.expire()
 
     async def _tell(self, address: str, port: int, path: str, invite_id: InviteId) -> None:
         try:
@@ -403,19 +374,6 @@ class ClusterService:
             cluster_name=membership.cluster_name,
         )
 
-    def _member_from(self, facts: m.SealedFacts, address: str, *, provisional: bool) -> Member:
-        return Member(
-            node_id=facts.node_id,
-            name=facts.name,
-            cert_der=facts.cert_der,
-            fingerprint=fingerprint_of(facts.cert_der),
-            added_by=self._node_id,
-            added_at=self._clock.wall(),
-            address=address,
-            node_port=facts.node_port,
-            provisional=provisional,
-        )
-
     def _publish_invite(self, invite: Invite) -> None:
         self._events.publish(lambda seq: InviteChanged(seq=seq, invite=invite))
 
@@ -424,16 +382,3 @@ class ClusterService:
         self._events.publish(lambda seq: MembershipChanged(seq=seq, status=status))
         for listener in self._trust_listeners:
             listener(self.membership)
-
-
-def _wire_member(member: Member) -> ClusterMember:
-    return ClusterMember(
-        node_id=member.node_id,
-        name=member.name,
-        fingerprint=member.fingerprint,
-        address=member.address,
-        node_port=member.node_port,
-        added_by=member.added_by,
-        added_at=member.added_at,
-        state="provisional" if member.provisional else "offline",
-    )

@@ -156,8 +156,8 @@ async def test_the_right_pin_pairs_both_sides_durably(
     assert b_sees.members[a.node_id].cert_der == a.credentials.cert_der
     reloaded = await MemberStore(a.store).load()
     assert reloaded.members[b.node_id].cert_der == b.credentials.cert_der
-    # Member routes: a pinned client passes the gate (404: no such route yet), others get 403.
-    assert await _members_route(b, a, with_cert=True) == 404
+    # Member routes: a pinned client passes the gate (405: the roster is POSTed), others get 403.
+    assert await _members_route(b, a, with_cert=True) == 405
     assert await _members_route(b, a, with_cert=False) == 403
 
 
