@@ -2,8 +2,9 @@
 
 Each piece is constructed after everything it reads, so nothing starts empty to be filled in
 later: the services (errors, settings, log levels, supervisor) first, then the engines, the jobs
-ledger, discovery, the proxy (its routing table reads all three), and the node API (it publishes
-the proxy's real ports). Every component's JSON-RPC methods are routed as it is built.
+ledger, discovery, the cluster, the proxy (its routing table reads all four: only trusted
+members are peers), and the node API (it publishes the proxy's real ports). Every component's
+JSON-RPC methods are routed as it is built.
 """
 
 from __future__ import annotations
@@ -142,8 +143,8 @@ def build_node(base: Foundation) -> Node:
     engines = _engines(base, services)
     workloads = _workloads(base, services)
     discovery = _discovery(base, services)
-    proxy = _proxy(base, services, engines, workloads, discovery)
     cluster = _cluster(base, services)
+    proxy = _proxy(base, services, engines, workloads, discovery, cluster.service)
     telemetry, node_api = _node_api(base, services, engines, workloads, proxy, cluster.service)
     _register_broker(base, services, proxy)
     # Start order; stop is the reverse. Workloads before the proxy, so the proxy's last job
@@ -172,13 +173,15 @@ def build_node(base: Foundation) -> Node:
 
 
 def published_ports(configured: Ports, proxy: ProxyComponent) -> Ports:
-    """The ports peers should use: the front doors' real ones once they are open."""
+    """The ports peers should use: the front doors' and the relay's real ones once open."""
     doors = proxy.ports()
+    relay = proxy.relay_port()
     return Ports(
         node=configured.node,
         ollama=doors.get("ollama", configured.ollama),
         openai=doors.get("openai", configured.openai),
         llamacpp=doors.get("llamacpp", configured.llamacpp),
+        relay=relay if relay is not None else configured.relay,
     )
 
 
@@ -306,6 +309,7 @@ def _proxy(
     engines: EnginesComponent,
     workloads: WorkloadsComponent,
     discovery: DiscoveryComponent,
+    cluster: ClusterService,
 ) -> ProxyComponent:
     settings = services.settings
     node_id = base.identity.node_id
@@ -316,12 +320,14 @@ def _proxy(
         loads=lambda: merged_loads(workloads.pending_by_node(), discovery.nodes()),
         timeouts=_proxy_timeouts(settings),
         pinned=lambda: settings.view().proxy_pinned_node or "",
+        members=lambda: cluster.membership,
     )
     return ProxyComponent(
         ports=base.config.ports,
         errors=services.errors,
         clock=base.clock,
         targets=table,
+        credentials=base.credentials.credentials,
         environment=services.levels.worker_environment,
         on_job=workloads.on_job_event,
         on_worker_exit=lambda: workloads.fail_unfinished(PROXY_GONE),

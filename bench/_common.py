@@ -10,6 +10,7 @@ Every process started here is stopped here, by its own PID.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import itertools
 import json
@@ -39,6 +40,7 @@ __all__ = [
     "ROOT",
     "Emulator",
     "LoadResult",
+    "PassThrough",
     "ProxyHost",
     "RssSampler",
     "free_port",
@@ -233,13 +235,18 @@ class ProxyHost:
 
     The host opens the front doors on free loopback ports and runs the real proxy worker; the
     routing table is sent on its stdin (one JSON line per table) and acknowledged once the worker
-    has had time to receive it. ``worker_pid`` is the proxy worker's PID.
+    has had time to receive it. ``worker_pid`` is the proxy worker's PID; ``relay_url`` and
+    ``cert_der`` are where its relay listens and the certificate it shows (minted for
+    ``node_id``), for another host's table to name it as a peer.
     """
 
-    def __init__(self, targets: ProxyTargets, *, log_path: Path) -> None:
+    def __init__(
+        self, targets: ProxyTargets, *, log_path: Path, node_id: str = "bench-node"
+    ) -> None:
+        host_script = str(Path(__file__).with_name("_proxy_host.py"))
         with log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, str(Path(__file__).with_name("_proxy_host.py"))],
+                [sys.executable, host_script, node_id],
                 cwd=ROOT,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -255,6 +262,8 @@ class ProxyHost:
             raise
         self.doors: dict[str, str] = hello["doors"]
         self.worker_pid: int = hello["pid"]
+        self.relay_url: str = hello["relay"]
+        self.cert_der: bytes = base64.b64decode(hello["cert"])
 
     def update(self, targets: ProxyTargets) -> None:
         """Replace the routing table; returns once the worker has it."""
@@ -279,6 +288,45 @@ class ProxyHost:
             tail = self._log_path.read_text(errors="replace").splitlines()[-15:]
             raise RuntimeError("the proxy host exited:\n" + "\n".join(tail))
         return line
+
+
+class PassThrough:
+    """A bare aiohttp pass-through to ``upstream`` (``bench/_pass_through.py``) as a child.
+
+    Plain HTTP unless ``pin`` (the upstream's certificate) is given: then mutual TLS with a
+    certificate of its own (``cert_der``, for the upstream to trust), pooled unless ``fresh``.
+    """
+
+    def __init__(
+        self, upstream: str, *, log_path: Path, pin: bytes | None = None, fresh: bool = False
+    ) -> None:
+        argv = [sys.executable, str(Path(__file__).with_name("_pass_through.py")), upstream]
+        if pin is not None:
+            argv += ["--pin", base64.b64encode(pin).decode()]
+        if fresh:
+            argv.append("--fresh")
+        with log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                argv, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True
+            )
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            self.stop()
+            raise RuntimeError(f"the pass-through to {upstream} exited; see {log_path}")
+        hello = json.loads(line)
+        self.url: str = hello["url"]
+        self.cert_der: bytes = base64.b64decode(hello["cert"])
+
+    def stop(self) -> None:
+        """Close its stdin (it stops serving), then reap it."""
+        if self.process.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.process.stdin.close()
+        try:
+            self.process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            stop_process(self.process)
 
 
 def cpu_seconds(pid: int | None) -> float:

@@ -1,10 +1,11 @@
 """Runs PAIR's ``ProxyComponent`` for the benchmarks in a process of its own, as the broker does.
 
-    python bench/_proxy_host.py     (started by ``_common.ProxyHost``; not run by hand)
+    python bench/_proxy_host.py [NODE_ID]   (started by ``_common.ProxyHost``; not run by hand)
 
-stdin: one ``ProxyTargets`` JSON per line. The first line starts the component (front doors on
-free loopback ports, the real proxy worker as its child); once the worker answers heartbeats and
-has the table, one JSON line goes to stdout: ``{"doors": {door: url}, "pid": worker PID}``.
+stdin: one ``ProxyTargets`` JSON per line. The first line starts the component (front doors and
+the relay on free loopback ports, the real proxy worker as its child, an identity minted for
+``NODE_ID``); once the worker answers heartbeats and has the table, one JSON line goes to
+stdout: ``{"doors": {door: url}, "pid": worker PID, "relay": URL, "cert": base64 DER}``.
 Every later line replaces the table and is acknowledged with ``{"ok": true}``. stdin EOF closes
 the doors and stops the worker. Only the public ``ProxyComponent`` API is used.
 """
@@ -12,6 +13,7 @@ the doors and stops the worker. Only the public ``ProxyComponent`` API is used.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import sys
@@ -19,10 +21,11 @@ import sys
 import msgspec
 from _common import free_port
 
+from backend.components.identity.certificate import mint
 from backend.components.proxy.component import ProxyComponent
 from backend.core.clock import SystemClock
 from backend.protocol.proxy import ProxyTargets
-from backend.protocol.types import ErrorAction, Ports, Severity
+from backend.protocol.types import ErrorAction, NodeId, Ports, Severity
 
 TARGETS_INTERVAL_S = 0.05
 # The worker may take a few intervals to get a new table after it changes.
@@ -59,17 +62,25 @@ def answer(message: dict[str, object]) -> None:
     sys.stdout.flush()
 
 
-async def host() -> None:
+async def host(node_id: str) -> None:
     table = await read_targets()
     if table is None:
         return
     current = [table]
-    ports = Ports(node=free_port(), ollama=free_port(), openai=free_port(), llamacpp=free_port())
+    credentials = mint(NodeId(node_id))
+    ports = Ports(
+        node=free_port(),
+        ollama=free_port(),
+        openai=free_port(),
+        llamacpp=free_port(),
+        relay=free_port(),
+    )
     component = ProxyComponent(
         ports=ports,
         errors=LoggedErrors(),
         clock=SystemClock(),
         targets=lambda: current[0],
+        credentials=credentials,
         host="127.0.0.1",
         environment=lambda: {"PAIR_LOG_LEVEL": "warning"},
         targets_interval=TARGETS_INTERVAL_S,
@@ -87,7 +98,14 @@ async def host() -> None:
         if not ready.is_set():
             raise RuntimeError("the proxy worker answered no heartbeat")
         await asyncio.sleep(SETTLE_S)
-        answer({"doors": dict(component.endpoints()), "pid": component.pid()})
+        answer(
+            {
+                "doors": dict(component.endpoints()),
+                "pid": component.pid(),
+                "relay": f"https://127.0.0.1:{component.relay_port()}",
+                "cert": base64.b64encode(credentials.cert_der).decode(),
+            }
+        )
         while (table := await read_targets()) is not None:
             current[0] = table
             await asyncio.sleep(SETTLE_S)
@@ -101,7 +119,7 @@ async def host() -> None:
 
 def main() -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    asyncio.run(host())
+    asyncio.run(host(sys.argv[1] if len(sys.argv) > 1 else "bench-node"))
     return 0
 
 

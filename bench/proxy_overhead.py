@@ -145,6 +145,8 @@ def main() -> int:
                         str(free_port()),
                         "--llamacpp-port",
                         str(free_port()),
+                        "--relay-port",
+                        str(free_port()),
                     ],
                     cwd=ROOT,
                     stdout=subprocess.DEVNULL,

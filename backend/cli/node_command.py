@@ -25,6 +25,7 @@ PORT_FLAGS: tuple[tuple[str, int, str], ...] = (
     ("--ollama-port", 11434, "Ollama-compatible front door"),
     ("--openai-port", 1234, "OpenAI-compatible front door for LM Studio models"),
     ("--llamacpp-port", 8080, "front door for llama.cpp models"),
+    ("--relay-port", 14321, "relay between paired computers (mutual TLS)"),
 )
 
 
@@ -71,6 +72,7 @@ def _config(args: argparse.Namespace, data_dir: Path, log_file: Path | None) -> 
         ollama=args.ollama_port,
         openai=args.openai_port,
         llamacpp=args.llamacpp_port,
+        relay=args.relay_port,
     )
     return BrokerConfig(
         data_dir=data_dir,

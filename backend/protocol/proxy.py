@@ -1,9 +1,9 @@
-"""The routing table the broker sends its proxy worker (the ``proxy/targets`` push).
+"""What the broker sends its proxy worker: the routing table and the node's TLS identity.
 
-Per engine, every node that runs it: this node's own engine (``local``), another PAIR node
-(``peer``, reached through that node's front door under its relay prefix so it serves the
-request with its own engine and never routes it again), or a bare engine added by address
-(``engine``). Each carries the models its inventory lists; only those nodes are eligible.
+Per engine, every node that runs it: this node's own engine (``local``), a paired PAIR node
+(``peer``, reached over mutual TLS at that node's relay port, where it serves the request with
+its own engine and never routes it again), or a bare engine added by address (``engine``). Each
+carries the models its inventory lists; only those nodes are eligible.
 """
 
 from __future__ import annotations
@@ -24,8 +24,10 @@ class RouteTarget(Wire, frozen=True, kw_only=True):
     """One node that runs an engine: how to reach it and what its inventory lists.
 
     ``base_url`` is the engine's own URL for ``local`` and ``engine`` targets, and the peer's
-    front door for that engine for ``peer`` targets. ``slots`` (local only) is how many
-    requests the engine runs at once per model, ``model_slots`` per-model exceptions.
+    relay listener (``https://host:relay-port``) for ``peer`` targets, whose ``cert_der`` is
+    the certificate pinned for it at pairing (the only one its TLS handshake may show).
+    ``slots`` (local only) is how many requests the engine runs at once per model,
+    ``model_slots`` per-model exceptions.
     """
 
     node_id: str
@@ -35,6 +37,7 @@ class RouteTarget(Wire, frozen=True, kw_only=True):
     models: list[str] = msgspec.field(default_factory=list)
     slots: int = 1
     model_slots: dict[str, int] = msgspec.field(default_factory=dict)
+    cert_der: bytes | None = None
 
 
 class ProxyTargets(Wire, frozen=True, kw_only=True):
@@ -43,7 +46,8 @@ class ProxyTargets(Wire, frozen=True, kw_only=True):
     ``loads`` is each node's pending work at snapshot ``generation`` (reservations taken since
     are the proxy's own). ``pins`` names a node to try first per engine; ``priority`` is the
     scheduler's order. Timeouts are seconds for the response headers and for the first body
-    byte after them.
+    byte after them. ``trusted`` holds the certificates (DER) of the paired members: the only
+    clients the relay listener lets in.
     """
 
     node_id: str = ""
@@ -54,3 +58,15 @@ class ProxyTargets(Wire, frozen=True, kw_only=True):
     priority: list[str] = msgspec.field(default_factory=list)
     header_timeout_s: float = DEFAULT_TIMEOUT_S
     first_content_timeout_s: float = DEFAULT_TIMEOUT_S
+    trusted: list[bytes] = msgspec.field(default_factory=list)
+
+
+class ProxyIdentity(Wire, frozen=True, kw_only=True):
+    """This node's certificate and private key (PEM; the key unencrypted PKCS8), for the relay."""
+
+    cert_pem: str
+    key_pem: str
+
+    def __repr__(self) -> str:
+        # Never print the key, whatever logs or tracebacks show this payload.
+        return f"ProxyIdentity(cert_pem=<{len(self.cert_pem)} chars>, key_pem=<hidden>)"

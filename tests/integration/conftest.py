@@ -23,6 +23,7 @@ from backend.protocol import contract, methods
 from backend.protocol.contract import Method, Push
 from backend.protocol.endpoint import control_address, open_control_connection
 from backend.protocol.peer import RpcPeer
+from backend.protocol.types import InviteAnswer, InviteParams
 
 ROOT = Path(__file__).resolve().parents[2]
 R = TypeVar("R")
@@ -52,6 +53,8 @@ def node_argv(data_dir: Path, *extra: str) -> list[str]:
         "--openai-port",
         str(free_port()),
         "--llamacpp-port",
+        str(free_port()),
+        "--relay-port",
         str(free_port()),
         *extra,
     ]
@@ -134,6 +137,19 @@ class Client:
                 seen = len(self.pushes)
                 self.arrived.clear()
                 await self.arrived.wait()
+
+
+async def pair_nodes(
+    a_client: Client, b_client: Client, b_node_port: int, b_address: str = "127.0.0.1"
+) -> None:
+    """Pair A (the inviter) with B (the joiner) as a user would: A invites B, B types the PIN."""
+    created = await a_client.typed(
+        methods.CLUSTER_INVITE, InviteParams(address=b_address, port=b_node_port), timeout=30
+    )
+    assert created.invite.state == "pending", created.invite.reason
+    answer = InviteAnswer(id=created.invite.id, pin=created.pin)
+    ended = await b_client.typed(methods.CLUSTER_ACCEPT, answer, timeout=30)
+    assert ended.state == "paired", ended.reason
 
 
 @dataclass

@@ -124,6 +124,7 @@ async def test_components_subscription_is_a_snapshot_then_numbered_events(
     async with broker.connect() as client:
         snapshot = await client.call("components:subscribe")
         assert {c["name"] for c in snapshot["components"]} == {
+            "cluster",
             "control",
             "discovery",
             "engines",

@@ -20,7 +20,7 @@ StartBroker = Callable[..., Broker]
 
 
 def _port_flags() -> tuple[dict[str, int], list[str]]:
-    ports = {name: free_port() for name in ("node", "ollama", "openai", "llamacpp")}
+    ports = {name: free_port() for name in ("node", "ollama", "openai", "llamacpp", "relay")}
     flags = [item for name, port in ports.items() for item in (f"--{name}-port", str(port))]
     return ports, flags
 

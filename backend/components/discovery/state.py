@@ -371,4 +371,5 @@ def _pair_ports(info: NodeInfo) -> dict[str, int]:
         "ollama": ports.ollama,
         "openai": ports.openai,
         "llamacpp": ports.llamacpp,
+        "relay": ports.relay,
     }

@@ -10,11 +10,15 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
+from cryptography.hazmat.primitives import serialization
 
 from backend.components.engines.component import EnginesComponent
+from backend.components.identity.certificate import NodeCredentials
 from backend.components.proxy.listeners import (
-    FrontDoor,
-    open_front_door,
+    RELAY,
+    Listener,
+    ListenerName,
+    open_listener,
     port_taken_error_id,
     port_taken_message,
 )
@@ -23,9 +27,14 @@ from backend.core.clock import Clock
 from backend.core.component import Component
 from backend.core.supervisor import ErrorSink
 from backend.core.worker import WorkerProcess
-from backend.protocol.proxy import DOORS, Door, ProxyTargets
+from backend.protocol.proxy import DOORS, Door, ProxyIdentity, ProxyTargets
 from backend.protocol.types import Ports
-from backend.protocol.worker_methods import PROXY_CLOSE_LISTENERS, PROXY_JOB, PROXY_TARGETS
+from backend.protocol.worker_methods import (
+    PROXY_CLOSE_LISTENERS,
+    PROXY_IDENTITY,
+    PROXY_JOB,
+    PROXY_TARGETS,
+)
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +42,9 @@ TARGETS_INTERVAL_S = 0.1
 
 
 class ProxyComponent(Component):
-    """Owns the front doors' listening sockets (kept across worker restarts), the proxy worker
-    process (via a ``WorkerProcess``) and the loop that sends it the engine targets.
+    """Owns the proxy's listening sockets (the front doors and the relay, kept across worker
+    restarts), the proxy worker process (via a ``WorkerProcess``) and the loop that sends it
+    the node's identity once per start, then the routing table whenever it changes.
 
     Ready when the worker answers its first heartbeat. ``close_front_doors()`` is the first
     shutdown stage; ``stop()`` then ends the worker.
@@ -50,6 +60,7 @@ class ProxyComponent(Component):
         errors: ErrorSink,
         clock: Clock,
         targets: Callable[[], ProxyTargets],
+        credentials: NodeCredentials,
         host: str = "0.0.0.0",
         environment: Callable[[], dict[str, str]] = dict,
         on_job: Callable[[Any], None] = lambda event: None,
@@ -58,21 +69,24 @@ class ProxyComponent(Component):
         targets_interval: float = TARGETS_INTERVAL_S,
     ) -> None:
         super().__init__("proxy")
-        self._wanted: dict[Door, int] = {
+        self._wanted: dict[ListenerName, int] = {
             "ollama": ports.ollama,
             "openai": ports.openai,
             "llamacpp": ports.llamacpp,
+            RELAY: ports.relay,
         }
         self._errors = errors
         self._clock = clock
         self._targets = targets
+        self._identity = identity_payload(credentials)
         self._host = host
         self._environment = environment
         self._on_job = on_job
         self._on_worker_exit = on_worker_exit
         self._heartbeat_interval = heartbeat_interval
         self._targets_interval = targets_interval
-        self._doors: dict[Door, FrontDoor] = {}
+        self._doors: dict[Door, Listener] = {}
+        self._relay: Listener | None = None
         self._worker: WorkerProcess | None = None
 
     def endpoints(self) -> dict[Door, str]:
@@ -83,14 +97,18 @@ class ProxyComponent(Component):
         """The port each open front door is bound to."""
         return {door: front_door.port for door, front_door in self._doors.items()}
 
+    def relay_port(self) -> int | None:
+        """The port the relay listener is bound to, while it is open."""
+        return self._relay.port if self._relay is not None else None
+
     def pid(self) -> int | None:
         """The proxy worker's PID while it runs."""
         return self._worker.pid() if self._worker is not None else None
 
     async def run(self) -> None:
-        """Open the doors once, then run one worker and feed it targets until it exits."""
+        """Open the listeners once, then run one worker and feed it until it exits."""
         if not self._doors:
-            self._open_doors()
+            self._open_listeners()
         worker = self._build_worker()
         self._worker = worker
         try:
@@ -104,37 +122,50 @@ class ProxyComponent(Component):
             self._on_worker_exit()
 
     async def stop(self) -> None:
-        """Close the front doors, then end the worker."""
+        """Close the listeners, then end the worker."""
         await self.close_front_doors()
         if self._worker is not None:
             await self._worker.stop()
 
     async def close_front_doors(self) -> None:
-        """Stop accepting connections (worker and broker copies); requests in flight go on."""
+        """Stop accepting connections on the doors and the relay (worker and broker copies);
+        requests in flight go on."""
         if self._worker is not None:
             self._worker.notify(PROXY_CLOSE_LISTENERS.name)
             await asyncio.sleep(0)
-        for front_door in self._doors.values():
+        for listener in self._listeners():
             with contextlib.suppress(OSError):
-                front_door.sock.close()
+                listener.sock.close()
         # A later run() (after a restart request) opens them again.
         self._doors = {}
+        self._relay = None
 
-    def _open_doors(self) -> None:
+    def _listeners(self) -> list[Listener]:
+        return [*self._doors.values(), *([self._relay] if self._relay is not None else [])]
+
+    def _open_listeners(self) -> None:
         for door in DOORS:
-            front_door = open_front_door(door, self._host, self._wanted[door])
-            self._doors[door] = front_door
-            if front_door.moved:
-                message = port_taken_message(front_door)
-                log.warning("%s", message)
-                self._errors.raise_error(port_taken_error_id(door), message, severity="warning")
-            else:
-                self._errors.clear_error(port_taken_error_id(door))
+            self._doors[door] = self._open(door)
+        self._relay = self._open(RELAY)
+
+    def _open(self, name: ListenerName) -> Listener:
+        # A taken port gets the same treatment for the relay as for a door: another free port
+        # and a warning. Peers read the relay's real port from node-info, so routing follows.
+        listener = open_listener(name, self._host, self._wanted[name])
+        if listener.moved:
+            message = port_taken_message(listener)
+            log.warning("%s", message)
+            self._errors.raise_error(port_taken_error_id(name), message, severity="warning")
+        else:
+            self._errors.clear_error(port_taken_error_id(name))
+        return listener
 
     def _build_worker(self) -> WorkerProcess:
         argv = [sys.executable, "-m", "backend.workers.proxy"]
         for door, front_door in self._doors.items():
             argv += ["--fd", f"{door}={front_door.sock.fileno()}"]
+        if self._relay is not None:
+            argv += ["--relay-fd", str(self._relay.sock.fileno())]
         worker = WorkerProcess(
             "proxy",
             argv,
@@ -142,7 +173,7 @@ class ProxyComponent(Component):
             heartbeat_interval=self._heartbeat_interval,
             environment=self._environment,
             on_notification=self._notification,
-            pass_fds=[front_door.sock.fileno() for front_door in self._doors.values()],
+            pass_fds=[listener.sock.fileno() for listener in self._listeners()],
         )
         worker.bind_ready(self.announce_ready)
         return worker
@@ -152,13 +183,37 @@ class ProxyComponent(Component):
             self._on_job(params)
 
     async def _send_targets(self, worker: WorkerProcess) -> None:
+        """The identity first (once per worker), then every table that differs from the last.
+
+        The stdio channel keeps order, so the worker has its identity before its first table.
+        """
         sent: ProxyTargets | None = None
+        identity_sent = False
         while True:
-            current = self._targets()
-            if current != sent and worker.pid() is not None:
-                worker.notify(PROXY_TARGETS.name, msgspec.to_builtins(current))
-                sent = current
+            if worker.pid() is not None:
+                if not identity_sent:
+                    worker.notify(PROXY_IDENTITY.name, msgspec.to_builtins(self._identity))
+                    identity_sent = True
+                current = self._targets()
+                if current != sent:
+                    worker.notify(PROXY_TARGETS.name, msgspec.to_builtins(current))
+                    sent = current
             await self._clock.sleep(self._targets_interval)
+
+
+def identity_payload(credentials: NodeCredentials) -> ProxyIdentity:
+    """The ``proxy/identity`` payload: the certificate and the key in unencrypted PKCS8 PEM.
+
+    Sending the key in the clear is acceptable here: it travels only over the worker's private
+    stdio pipe to our own child process, which runs as the same user and could read the key
+    file (or the keyring entry) itself. It never touches the disk or a socket on the way.
+    """
+    key_pem = credentials.private_key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    return ProxyIdentity(cert_pem=credentials.cert_pem.decode(), key_pem=key_pem.decode())
 
 
 def local_engines(engines: EnginesComponent) -> dict[str, LocalEngine]:

@@ -1,4 +1,5 @@
-"""The front doors' listening sockets, created and kept by the broker across worker restarts.
+"""The proxy's listening sockets (the front doors and the relay), created and kept by the broker
+across worker restarts.
 
 While the worker restarts, the kernel keeps queueing connections on these sockets (up to the
 backlog), so a client waits instead of being refused.
@@ -9,17 +10,20 @@ from __future__ import annotations
 import errno
 import socket
 from dataclasses import dataclass
+from typing import Literal
 
 from backend.protocol.proxy import Door
 
 BACKLOG = 1024
+RELAY: Literal["relay"] = "relay"
+ListenerName = Door | Literal["relay"]
 
 
 @dataclass(frozen=True, slots=True)
-class FrontDoor:
-    """One open listener: which door, the port asked for, and the socket."""
+class Listener:
+    """One open listener: a front door or the relay, the port asked for, and the socket."""
 
-    door: Door
+    name: ListenerName
     wanted_port: int
     sock: socket.socket
 
@@ -34,8 +38,9 @@ class FrontDoor:
         return self.port != self.wanted_port
 
     def url(self) -> str:
-        """The loopback URL clients use."""
-        return f"http://127.0.0.1:{self.port}"
+        """The loopback URL (the relay speaks mutual TLS only)."""
+        scheme = "https" if self.name == RELAY else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
 
 
 def listen_tcp(host: str, port: int) -> socket.socket:
@@ -53,24 +58,32 @@ def listen_tcp(host: str, port: int) -> socket.socket:
     return sock
 
 
-def open_front_door(door: Door, host: str, port: int) -> FrontDoor:
+def open_listener(name: ListenerName, host: str, port: int) -> Listener:
     """Listen on ``port`` if it is free, otherwise on any free port (never taking one over)."""
     try:
-        return FrontDoor(door, port, listen_tcp(host, port))
+        return Listener(name, port, listen_tcp(host, port))
     except OSError as exc:
         if exc.errno not in (errno.EADDRINUSE, errno.EACCES):
             raise
-    return FrontDoor(door, port, listen_tcp(host, 0))
+    return Listener(name, port, listen_tcp(host, 0))
 
 
-def port_taken_error_id(door: Door) -> str:
-    """The warning raised while ``door`` runs on another port than configured."""
-    return f"proxy:port-taken:{door}"
+def port_taken_error_id(name: ListenerName) -> str:
+    """The warning raised while ``name`` runs on another port than configured."""
+    return f"proxy:port-taken:{name}"
 
 
-def port_taken_message(front_door: FrontDoor) -> str:
-    """The warning text naming the real URL."""
+def port_taken_message(listener: Listener) -> str:
+    """The warning text naming the real URL (or, for the relay, the real port)."""
+    if listener.name == RELAY:
+        # Peers read the real port from this node's node-info, so routing follows the move;
+        # a firewall opened for the configured port does not.
+        return (
+            f"Port {listener.wanted_port} for the relay between paired computers is used by "
+            f"another program; PAIR serves the relay on port {listener.port} instead (paired "
+            "computers learn it from node-info; open it in the firewall or free the port)."
+        )
     return (
-        f"Port {front_door.wanted_port} for the {front_door.door} front door is used by another "
-        f"program; PAIR serves this door on {front_door.url()} instead."
+        f"Port {listener.wanted_port} for the {listener.name} front door is used by another "
+        f"program; PAIR serves this door on {listener.url()} instead."
     )

@@ -1,27 +1,30 @@
-"""The routing table the broker sends its proxy worker, from engines, discovery and jobs.
+"""The routing table the broker sends its proxy worker, from engines, discovery, jobs and trust.
 
-This node's running engines are ``local`` targets. Other PAIR nodes are ``peer`` targets,
-reached through their front doors; until pairing brings mutual TLS a front door accepts
-plaintext only from loopback, so only peers with a loopback address are routable (several
-nodes on one computer). Bare engines added by address are ``engine`` targets.
+This node's running engines are ``local`` targets. Other PAIR nodes are ``peer`` targets only
+once they are trusted members of this node's cluster (paired, not provisional): they are
+reached over mutual TLS at their relay port, pinned to the certificate stored at pairing. An
+unpaired PAIR node is never a target, wherever it is. Bare engines added by address are
+``engine`` targets (plain HTTP, as the engine itself speaks).
 """
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from backend.components.cluster.members import Member, Membership
 from backend.components.proxy.targets import ENGINE_DOORS
-from backend.protocol.proxy import DEFAULT_TIMEOUT_S, ProxyTargets, RouteTarget, TargetKind
-from backend.protocol.types import DiscoveredNode
+from backend.protocol.proxy import DEFAULT_TIMEOUT_S, ProxyTargets, RouteTarget
+from backend.protocol.types import DiscoveredNode, Ports
 
 log = logging.getLogger(__name__)
 
 HEADER_TIMEOUT_ENV = "PAIR_PROXY_HEADER_TIMEOUT_S"
 FIRST_CONTENT_TIMEOUT_ENV = "PAIR_PROXY_FIRST_CONTENT_TIMEOUT_S"
+# A node whose node-info names no relay port is dialled at the default one.
+DEFAULT_RELAY_PORT = Ports(node=0, ollama=0, openai=0, llamacpp=0).relay
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,29 +36,52 @@ class LocalEngine:
     slots: int = 1
 
 
-def node_targets(node: DiscoveredNode) -> dict[str, RouteTarget]:
-    """The targets another node offers, by engine (nothing if it cannot be reached yet)."""
+def node_targets(
+    node: DiscoveredNode, members: Mapping[str, Member] | None = None
+) -> dict[str, RouteTarget]:
+    """The targets another node offers, by engine (nothing if it cannot be reached or trusted).
+
+    A PAIR node counts only as a trusted member in ``members``: it is dialled at the first
+    address discovery lists (the last that answered), else the address stored at pairing.
+    """
     if "self" in node.sources or not node.reachable:
         return {}
-    kind: TargetKind
     if node.kind == "engine":
-        host = node.addresses[0] if node.addresses else None
-        ports = node.ports
-        kind = "engine"
-    else:
-        host = next((a for a in node.addresses if _is_loopback(a)), None)
-        ports = {engine: node.ports.get(door, 0) for engine, door in ENGINE_DOORS.items()}
-        kind = "peer"
+        return _engine_targets(node)
+    member = (members or {}).get(node.node_id)
+    if member is None or member.provisional:
+        return {}
+    host = node.addresses[0] if node.addresses else member.address
+    if not host:
+        return {}
+    port = node.ports.get("relay") or DEFAULT_RELAY_PORT
+    return {
+        engine: RouteTarget(
+            node_id=node.node_id,
+            kind="peer",
+            base_url=f"https://{_host(host)}:{port}",
+            name=node.name,
+            models=list(listed.models or []),
+            cert_der=member.cert_der,
+        )
+        for engine, listed in node.engines.items()
+        if engine in ENGINE_DOORS  # an engine no door serves cannot be relayed
+    }
+
+
+def _engine_targets(node: DiscoveredNode) -> dict[str, RouteTarget]:
+    """A bare engine added by address, dialled at its own port in plain HTTP."""
+    host = node.addresses[0] if node.addresses else None
     if host is None:
         return {}
     found: dict[str, RouteTarget] = {}
     for engine, listed in node.engines.items():
-        port = ports.get(engine)
+        port = node.ports.get(engine)
         if not port:
             continue
         found[engine] = RouteTarget(
             node_id=node.node_id,
-            kind=kind,
+            kind="engine",
             base_url=f"http://{_host(host)}:{port}",
             name=node.name,
             models=list(listed.models or []),
@@ -73,8 +99,15 @@ def build_table(
     header_timeout_s: float = DEFAULT_TIMEOUT_S,
     first_content_timeout_s: float = DEFAULT_TIMEOUT_S,
     pinned: str = "",
+    membership: Membership | None = None,
 ) -> ProxyTargets:
-    """This node's engines first, then every other node's by node id; ``pinned`` tried first."""
+    """This node's engines first, then every other node's by node id; ``pinned`` tried first.
+
+    Other PAIR nodes are in it only as trusted members of ``membership``, whose certificates
+    are also the table's ``trusted`` list (the clients the relay lets in).
+    """
+    trusted = trusted_members(membership or Membership())
+    members: dict[str, Member] = {member.node_id: member for member in trusted}
     engines: dict[str, list[RouteTarget]] = {}
     for name, engine in local.items():
         engines.setdefault(name, []).append(
@@ -89,7 +122,7 @@ def build_table(
     for node in sorted(nodes, key=lambda n: n.node_id):
         if node.node_id == node_id:
             continue
-        for name, target in node_targets(node).items():
+        for name, target in node_targets(node, members).items():
             engines.setdefault(name, []).append(target)
     return ProxyTargets(
         node_id=node_id,
@@ -99,7 +132,13 @@ def build_table(
         pins=dict.fromkeys(engines, pinned) if pinned else {},
         header_timeout_s=header_timeout_s,
         first_content_timeout_s=first_content_timeout_s,
+        trusted=sorted(member.cert_der for member in trusted),
     )
+
+
+def trusted_members(membership: Membership) -> list[Member]:
+    """The members whose pin is final and not tombstoned: the only peers, both ways."""
+    return [m for m in membership.trusted() if m.fingerprint not in membership.removed]
 
 
 class TableSource:
@@ -114,6 +153,7 @@ class TableSource:
         loads: Callable[[], Mapping[str, int]],
         timeouts: Callable[[], tuple[float, float]],
         pinned: Callable[[], str] = str,
+        members: Callable[[], Membership] = Membership,
     ) -> None:
         self._node_id = node_id
         self._local = local
@@ -121,6 +161,7 @@ class TableSource:
         self._loads = loads
         self._timeouts = timeouts
         self._pinned = pinned
+        self._members = members
         self._generation = 0
         self._last_loads: dict[str, int] | None = None
 
@@ -139,6 +180,7 @@ class TableSource:
             header_timeout_s=header,
             first_content_timeout_s=first_content,
             pinned=self._pinned(),
+            membership=self._members(),
         )
 
 
@@ -165,13 +207,6 @@ def timeout_from(setting: float, environment: Mapping[str, str], name: str) -> f
         log.warning("%s=%r is not a positive number of seconds; using %g", name, text, setting)
         return setting
     return value
-
-
-def _is_loopback(address: str) -> bool:
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return address == "localhost"
 
 
 def _host(address: str) -> str:

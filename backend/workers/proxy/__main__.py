@@ -1,4 +1,4 @@
-"""``python -m backend.workers.proxy --fd ollama=5 --fd openai=6 --fd llamacpp=7``."""
+"""``python -m backend.workers.proxy --fd ollama=5 --fd openai=6 --fd llamacpp=7 --relay-fd 8``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,11 @@ import sys
 
 from backend.core.clock import SystemClock
 from backend.protocol.proxy import DOORS, Door
-from backend.protocol.worker_methods import PROXY_CLOSE_LISTENERS, PROXY_TARGETS
+from backend.protocol.worker_methods import (
+    PROXY_CLOSE_LISTENERS,
+    PROXY_IDENTITY,
+    PROXY_TARGETS,
+)
 from backend.workers.proxy.service import ProxyService
 from backend.workers.runtime import environment_level, serve_worker
 
@@ -25,10 +29,11 @@ def parse_fds(values: list[str]) -> dict[Door, int]:
     return fds
 
 
-async def serve(fds: dict[Door, int]) -> None:
-    """Serve the doors and the broker's RPC until the broker closes our stdin."""
-    service = ProxyService(fds, clock=SystemClock(), rng=random.Random())
+async def serve(fds: dict[Door, int], relay_fd: int | None = None) -> None:
+    """Serve the doors, the relay and the broker's RPC until the broker closes our stdin."""
+    service = ProxyService(fds, clock=SystemClock(), rng=random.Random(), relay_fd=relay_fd)
     notifications = {
+        PROXY_IDENTITY.name: service.on_identity,
         PROXY_TARGETS.name: service.on_targets,
         PROXY_CLOSE_LISTENERS.name: service.on_close_listeners,
     }
@@ -48,13 +53,14 @@ def main(argv: list[str]) -> int:
     """Process entry point."""
     parser = argparse.ArgumentParser(prog="backend.workers.proxy")
     parser.add_argument("--fd", action="append", default=[], metavar="DOOR=FD")
+    parser.add_argument("--relay-fd", type=int, default=None, metavar="FD")
     arguments = parser.parse_args(argv)
     try:
         fds = parse_fds(arguments.fd)
     except ValueError as exc:
         parser.error(str(exc))
     try:
-        asyncio.run(serve(fds))
+        asyncio.run(serve(fds, arguments.relay_fd))
     except KeyboardInterrupt:
         return 130
     return 0

@@ -1,8 +1,8 @@
 """One front door's aiohttp application: the gate, then the routes.
 
 Inference routes become jobs and are routed across the nodes that have the model; model lists
-are federated; a peer's relayed request is served by this node's engine only; anything else
-goes to one node (this one's engine when it runs).
+are federated; anything else goes to one node (this one's engine when it runs). Peers' relayed
+requests are not served here: only the relay listener (``relay_app.py``, mutual TLS) takes them.
 """
 
 from __future__ import annotations
@@ -17,14 +17,8 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from backend.protocol.proxy import RouteTarget
-from backend.protocol.types import NodeId
 from backend.workers.proxy.context import CONTEXT_KEY, DoorContext
-from backend.workers.proxy.dispatch import (
-    ATTEMPT_HEADER,
-    JOB_HEADER,
-    ORIGIN_HEADER,
-    Admission,
-)
+from backend.workers.proxy.dispatch import Admission
 from backend.workers.proxy.errors import ErrorReply
 from backend.workers.proxy.forward import (
     PROXY_MS_HEADER,
@@ -38,14 +32,8 @@ from backend.workers.proxy.forward import (
 )
 from backend.workers.proxy.gate import refusal
 from backend.workers.proxy.listing import federated_list, federated_model
-from backend.workers.proxy.relay import RELAY_STARTED_PATH, relay_key, started_handler
-from backend.workers.proxy.routing import (
-    RELAY_PREFIX,
-    local_target,
-    owners,
-    targets_for,
-    upstream_url,
-)
+from backend.workers.proxy.peer_tls import NoIdentity
+from backend.workers.proxy.routing import local_target, owners, targets_for, upstream_url
 from backend.workers.proxy.wire import (
     MAX_BODY_BYTES,
     BadRequest,
@@ -62,8 +50,18 @@ OLLAMA_INFERENCE = ("/api/chat", "/api/generate", "/api/embed", "/api/embeddings
 MODEL_LOOKUPS = ("/api/show",)
 # Answered locally when no engine runs behind the door, so clients see an empty node.
 OLLAMA_EMPTY: dict[str, Any] = {"/api/ps": {"models": []}}
+# PAIR's own paths (the relay among them) are never passed to an engine from a front door.
+PAIR_PATHS = "/_pair/{tail:.*}"
 
-__all__ = ["CONTEXT_KEY", "DoorContext", "build_app", "gate", "inference_paths"]
+__all__ = [
+    "CONTEXT_KEY",
+    "DoorContext",
+    "admit",
+    "build_app",
+    "forward_or_502",
+    "gate",
+    "inference_paths",
+]
 
 
 def inference_paths(context: DoorContext) -> tuple[str, ...]:
@@ -86,8 +84,7 @@ def build_app(context: DoorContext) -> web.Application:
         app.router.add_get("/api/ps", _local_listing, allow_head=False)
     app.router.add_get("/v1/models", _models, allow_head=False)
     app.router.add_get("/v1/models/{model_id:.+}", _model, allow_head=False)
-    app.router.add_get(RELAY_STARTED_PATH, _relay_started, allow_head=False)
-    app.router.add_route("*", RELAY_PREFIX + "/{tail:.*}", _relay)
+    app.router.add_route("*", PAIR_PATHS, _not_here)
     app.router.add_route("*", "/{tail:.*}", _pass_through)
     return app
 
@@ -114,7 +111,7 @@ async def gate(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 async def _inference(request: web.Request) -> web.StreamResponse:
     context = request.app[CONTEXT_KEY]
-    admission = await _admit(request, context, request.raw_path)
+    admission = await admit(request, context, request.raw_path)
     if isinstance(admission, web.StreamResponse):
         return admission
     if not owners(context.targets(), context.door, admission.model):
@@ -128,7 +125,7 @@ async def _inference(request: web.Request) -> web.StreamResponse:
     return await context.router.route(request, admission)
 
 
-async def _admit(
+async def admit(
     request: web.Request, context: DoorContext, path: str
 ) -> Admission | web.StreamResponse:
     """Read the (capped) body and its model, or the answer refusing it."""
@@ -148,13 +145,13 @@ async def _admit(
 async def _lookup(request: web.Request) -> web.StreamResponse:
     """``/api/show``: sent once to the first node that has the model (this one first)."""
     context = request.app[CONTEXT_KEY]
-    admission = await _admit(request, context, request.raw_path)
+    admission = await admit(request, context, request.raw_path)
     if isinstance(admission, web.StreamResponse):
         return admission
     found = owners(context.targets(), context.door, admission.model)
     if not found:
         return json_answer(404, {"error": f"model '{admission.model}' not found"})
-    return await _forward_or_502(request, context, found[0], admission.body)
+    return await forward_or_502(request, context, found[0], admission.body)
 
 
 async def _tags(request: web.Request) -> web.StreamResponse:
@@ -175,7 +172,7 @@ async def _local_listing(request: web.Request) -> web.StreamResponse:
     target = local_target(context.targets(), context.door)
     if target is None:
         return json_answer(200, OLLAMA_EMPTY[request.path])
-    return await _forward_or_502(request, context, target, None)
+    return await forward_or_502(request, context, target, None)
 
 
 async def _pass_through(request: web.Request) -> web.StreamResponse:
@@ -184,57 +181,31 @@ async def _pass_through(request: web.Request) -> web.StreamResponse:
     if not targets:
         message = f"no engine is running behind the {context.door} front door"
         return ErrorReply(503, message, "service_unavailable").response(request.path)
-    return await _forward_or_502(request, context, targets[0], body_stream(request))
+    return await forward_or_502(request, context, targets[0], body_stream(request))
 
 
-async def _relay(request: web.Request) -> web.StreamResponse:
-    """A peer's request, served by this node's engine only (one attempt, no second hop)."""
-    context = request.app[CONTEXT_KEY]
-    path = request.raw_path[len(RELAY_PREFIX) :] or "/"
-    api_path = path.split("?", 1)[0]
-    local = local_target(context.targets(), context.door)
-    if local is None:
-        message = f"no engine is running behind this node's {context.door} front door"
-        return ErrorReply(503, message, "service_unavailable").response(api_path)
-    if request.method != "POST" or api_path not in inference_paths(context):
-        return await _forward_or_502(request, context, local, body_stream(request), path)
-    admission = await _admit(request, context, path)
-    if isinstance(admission, web.StreamResponse):
-        return admission
-    peer_key = request.headers.get(JOB_HEADER)
-    attempt_text = request.headers.get(ATTEMPT_HEADER, "1")
-    origin = request.headers.get(ORIGIN_HEADER)
-    admission.origin = NodeId(origin) if origin is not None else None
-    admission.attempt = int(attempt_text) if attempt_text.isdigit() else 1
-    admission.only = [local]
-    if peer_key is None:
-        return await context.router.route(request, admission)
-    # One job here per attempt the peer sends us (a later round may come back here).
-    admission.job_key = relay_key(peer_key, admission.attempt)
-    context.board.serving(admission.job_key, admission.attempt)
-    try:
-        return await context.router.route(request, admission)
-    finally:
-        context.board.ended(admission.job_key, admission.attempt)
+async def _not_here(request: web.Request) -> web.StreamResponse:
+    message = (
+        "PAIR's own paths are served only on the relay port, over mutual TLS, to paired computers"
+    )
+    return ErrorReply(404, message, "not_found_error").response(request.path)
 
 
-async def _relay_started(request: web.Request) -> web.StreamResponse:
-    return await started_handler(request, request.app[CONTEXT_KEY].board)
-
-
-async def _forward_or_502(
+async def forward_or_502(
     request: web.Request,
     context: DoorContext,
     target: RouteTarget,
     body: bytes | AsyncIterator[bytes] | None,
     path: str | None = None,
 ) -> web.StreamResponse:
+    """Send the request to ``target`` once and stream its answer; 502 if it cannot be reached."""
     relative = path or request.raw_path
-    url = upstream_url(target, relative)
+    url = upstream_url(target, relative, context.door)
     base = url[: len(url) - len(relative)]
     try:
-        return await forward(request, context.session, base, body, relative)
-    except aiohttp.ClientConnectorError as exc:
+        tls = context.router.peer_tls.client_tls(target)
+        return await forward(request, context.session, base, body, relative, tls=tls)
+    except (aiohttp.ClientConnectorError, NoIdentity) as exc:
         log.warning("%s door: %s unreachable: %s", context.door, target.base_url, exc)
         message = f"the engine at {target.base_url} is unreachable"
         return ErrorReply(502, message, "bad_gateway").response(request.path)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import Callable, Container, Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -117,10 +118,12 @@ async def precommit(
     *,
     inference: bool,
     sent: Callable[[], None] | None = None,
+    tls: ssl.SSLContext | bool = True,
 ) -> Commit | Failure:
     """Send the request; return the commit, or why this node cannot serve it now.
 
     A status that is not retried (2xx, 3xx, most 4xx) commits too: it goes to the client as is.
+    ``tls`` is aiohttp's ``ssl=``: a peer's pinned client context (its own connection pool).
     """
     try:
         async with _timeout(timeouts.headers):
@@ -133,6 +136,7 @@ async def precommit(
                         data=body,
                         allow_redirects=False,
                         trace_request_ctx=sent,
+                        ssl=tls,
                     )
                     break
                 except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:

@@ -38,6 +38,8 @@ from backend.workers.proxy.errors import ErrorReply
 from backend.workers.proxy.forward import request_headers
 from backend.workers.proxy.jobs import Job, JobLog
 from backend.workers.proxy.naming import normalize
+from backend.workers.proxy.peer_tls import NoIdentity, PeerTls
+from backend.workers.proxy.relay import REFUSED_HEADER
 from backend.workers.proxy.retry import BACKOFF_S, Budget, RandomSource
 from backend.workers.proxy.routing import (
     NodeLoad,
@@ -126,8 +128,10 @@ class Router:
         policy: RetryPolicy | None = None,
         on_started: Callable[[str, int], None] = lambda key, attempt: None,
         peer_started: Callable[[RouteTarget, str, int], asyncio.Task[None]] | None = None,
+        peer_tls: PeerTls | None = None,
     ) -> None:
         self.session = session
+        self.peer_tls = peer_tls or PeerTls()
         self.jobs = jobs
         self.policy = policy or RetryPolicy()
         self._clock = clock
@@ -356,17 +360,33 @@ class Router:
             headers[ORIGIN_HEADER] = dispatch.job.origin
             headers[JOB_HEADER] = dispatch.job.key
             headers[ATTEMPT_HEADER] = str(dispatch.attempt)
+        try:
+            tls = self.peer_tls.client_tls(target)
+        except NoIdentity as exc:
+            return Failure("transport", str(exc))
         timeouts = Timeouts(self._targets.header_timeout_s, self._targets.first_content_timeout_s)
-        return await precommit(
+        outcome = await precommit(
             self.session,
             request.method,
-            upstream_url(target, admission.path),
+            upstream_url(target, admission.path, admission.door),
             headers,
             admission.body,
             timeouts,
             inference=admission.inference,
             sent=dispatch.mark_sent,
+            tls=tls,
         )
+        if isinstance(outcome, Commit) and _refused_by_peer(target, outcome):
+            # The peer no longer trusts this computer (it removed us after the handshake of a
+            # kept-alive connection): that is not the client's answer, another node may serve.
+            outcome.upstream.close()
+            return Failure("transport", f"node {target.node_id} refused this computer")
+        return outcome
+
+
+def _refused_by_peer(target: RouteTarget, commit: Commit) -> bool:
+    upstream = commit.upstream
+    return target.kind == "peer" and upstream.status == 403 and REFUSED_HEADER in upstream.headers
 
 
 def _reply_headers(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:

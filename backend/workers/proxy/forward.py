@@ -7,6 +7,7 @@ frees its slot.
 
 from __future__ import annotations
 
+import ssl
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -69,10 +70,13 @@ async def forward(
     base_url: str,
     body: bytes | AsyncIterator[bytes] | None,
     path: str | None = None,
+    *,
+    tls: ssl.SSLContext | bool = True,
 ) -> web.StreamResponse:
     """Send ``request`` (with ``body``) to ``base_url`` and stream the engine's answer back.
 
-    ``path`` (with its query) replaces the request's own, e.g. for a relayed request.
+    ``path`` (with its query) replaces the request's own, e.g. for a relayed request; ``tls``
+    is aiohttp's ``ssl=`` (a peer's pinned client context).
     """
     url = URL(base_url.rstrip("/") + (path or request.raw_path), encoded=True)
     before_upstream = elapsed_ms(request[STARTED_KEY])
@@ -82,6 +86,7 @@ async def forward(
         headers=request_headers(request),
         data=body,
         allow_redirects=False,
+        ssl=tls,
     ) as upstream:
         headers_at = time.perf_counter()
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason)

@@ -4,7 +4,8 @@ Every target behind the door is asked at once; the answers are merged in routing
 node first), each model once by the engine's naming rule, the first node's entry kept. Entries
 pass through byte for byte (kept as ``msgspec.Raw``), so fields the proxy does not know survive;
 only the envelope is rebuilt. An upstream that fails, is too slow, answers too much or answers
-something else is left out and logged; only when every one fails is the answer a 502.
+something else is left out and logged; only when every one fails is the answer a 502. A peer
+is asked at its relay, over its pinned mutual-TLS connection pool like its inference requests.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from backend.components.proxy.targets import DOOR_ENGINES
 from backend.protocol.proxy import RouteTarget
 from backend.workers.proxy.forward import request_headers
 from backend.workers.proxy.naming import normalize
+from backend.workers.proxy.peer_tls import ClientTls
 from backend.workers.proxy.routing import targets_for, upstream_url
 from backend.workers.proxy.wire import error_body
 
@@ -166,10 +168,11 @@ async def _fetch_entries(
     request: web.Request, context: DoorContext, target: RouteTarget, kind: ListKind, path: str
 ) -> list[msgspec.Raw] | None:
     """One upstream's entries, or None (logged) when its answer is left out."""
-    url = upstream_url(target, path)
+    url = upstream_url(target, path, context.door)
     try:
+        tls = context.router.peer_tls.client_tls(target)
         async with asyncio.timeout(LIST_TIMEOUT_S):
-            body = await _get_capped(context.session, url, fan_out_headers(request, target))
+            body = await _get_capped(context.session, url, fan_out_headers(request, target), tls)
         return _decode(kind, body)
     except _Skipped as exc:
         reason = str(exc)
@@ -183,10 +186,12 @@ async def _fetch_entries(
     return None
 
 
-async def _get_capped(session: aiohttp.ClientSession, url: str, headers: CIMultiDict[str]) -> bytes:
+async def _get_capped(
+    session: aiohttp.ClientSession, url: str, headers: CIMultiDict[str], tls: ClientTls
+) -> bytes:
     """The body of a 2xx answer to ``GET url``, at most ``MAX_LIST_BYTES`` long."""
     async with session.get(
-        URL(url, encoded=True), headers=headers, allow_redirects=False
+        URL(url, encoded=True), headers=headers, allow_redirects=False, ssl=tls
     ) as upstream:
         if not 200 <= upstream.status < 300:
             raise _Skipped(f"HTTP {upstream.status}")

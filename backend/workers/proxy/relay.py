@@ -1,10 +1,11 @@
 """Serving a peer's request with this node's engine, and telling the peer when it runs here.
 
-A peer sends a routed request to ``RELAY_PREFIX`` + path on the matching front door: it is
-served by this node's own engine only (never routed again), as a single attempt whose failure
-goes back to the peer unchanged so the peer can fail over. Its job is kept here too (origin:
-the peer). ``RELAY_STARTED_PATH`` is a long poll the peer makes while it waits: it answers once
-the request holds one of this engine's slots, so the peer's job reads Running before output.
+A peer sends a routed request over mutual TLS to this node's relay listener, at
+``RELAY_PREFIX`` + door + path (``relay_app.py``): it is served by this node's own engine only
+(never routed again), as a single attempt whose failure goes back to the peer unchanged so the
+peer can fail over. Its job is kept here too (origin: the peer). ``RELAY_STARTED_PATH`` is a
+long poll the peer makes while it waits: it answers once the request holds one of this
+engine's slots, so the peer's job reads Running before output.
 """
 
 from __future__ import annotations
@@ -18,12 +19,16 @@ from aiohttp import web
 
 from backend.protocol.proxy import RouteTarget
 from backend.protocol.types import JobKey
+from backend.workers.proxy.peer_tls import PeerTls
 
 log = logging.getLogger(__name__)
 
 # A peer answers here (long poll) once a relayed request holds one of its engine's slots.
 RELAY_STARTED_PATH = "/_pair/relay-started"
 STARTED_POLL_S = 30.0
+# Set on the relay's 403 to a client whose certificate is not (or no longer) pinned, so the
+# sender tells "this peer refused us" from an engine's own 403.
+REFUSED_HEADER = "X-PAIR-Refused"
 
 
 @dataclass
@@ -95,8 +100,9 @@ def relay_key(peer_key: str, attempt: int) -> JobKey:
 class PeerStarted:
     """Asks a peer (long poll) when a request this node sent it holds a slot there."""
 
-    def __init__(self, session: aiohttp.ClientSession) -> None:
+    def __init__(self, session: aiohttp.ClientSession, peer_tls: PeerTls) -> None:
         self._session = session
+        self._tls = peer_tls
 
     def __call__(self, target: RouteTarget, key: str, attempt: int) -> asyncio.Task[None]:
         """A task that returns once the peer says the request runs; it raises otherwise."""
@@ -106,8 +112,9 @@ class PeerStarted:
         url = f"{target.base_url.rstrip('/')}{RELAY_STARTED_PATH}"
         params = {"job": key, "attempt": str(attempt)}
         timeout = aiohttp.ClientTimeout(total=STARTED_POLL_S + 10)
+        tls = self._tls.client_tls(target)
         while True:
-            async with self._session.get(url, params=params, timeout=timeout) as answer:
+            async with self._session.get(url, params=params, timeout=timeout, ssl=tls) as answer:
                 if answer.status != 200:
                     raise LookupError(f"{target.node_id} cannot say when {key} starts")
                 state = await answer.json()

@@ -17,7 +17,8 @@ from backend.protocol.proxy import Door, ProxyTargets, RouteTarget
 from backend.workers.proxy.naming import has_model
 
 NodeId = str
-# A peer serves requests under this path with its own engine only (no second routing hop).
+# A peer's relay listener serves requests under this prefix and the door's name with its own
+# engine only (no second routing hop): ``/_pair/relay/ollama/api/chat``.
 RELAY_PREFIX = "/_pair/relay"
 
 
@@ -120,12 +121,17 @@ def owners(targets: ProxyTargets, door: Door, model: str) -> list[RouteTarget]:
     return [t for t in targets_for(targets, door) if has_model(engine, t.models, model)]
 
 
-def upstream_url(target: RouteTarget, path_and_query: str) -> str:
-    """The URL that serves ``path_and_query`` on ``target`` (a peer's through its relay)."""
+def upstream_url(target: RouteTarget, path_and_query: str, door: Door) -> str:
+    """The URL that serves ``path_and_query`` of ``door`` on ``target`` (a peer's relay)."""
     base = target.base_url.rstrip("/")
     if target.kind == "peer":
-        return f"{base}{RELAY_PREFIX}{path_and_query}"
+        return f"{base}{relay_path(door, path_and_query)}"
     return f"{base}{path_and_query}"
+
+
+def relay_path(door: Door, path_and_query: str) -> str:
+    """Where a peer's relay serves ``path_and_query`` of ``door``."""
+    return f"{RELAY_PREFIX}/{door}{path_and_query}"
 
 
 def candidates(targets: ProxyTargets, door: Door, model: str) -> list[RouteTarget]:

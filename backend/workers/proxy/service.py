@@ -1,4 +1,5 @@
-"""The proxy worker's serving loop: one aiohttp runner per front door on inherited sockets."""
+"""The proxy worker's serving loop: one aiohttp runner per front door and one for the relay, on
+sockets inherited from the broker."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import logging
 import math
 import os
 import socket
+import ssl
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -17,13 +19,15 @@ from aiohttp import web
 from backend.core.clock import Clock
 from backend.protocol.errors import BadResult
 from backend.protocol.proxy import Door, ProxyTargets
-from backend.protocol.worker_methods import PROXY_JOB, PROXY_TARGETS
+from backend.protocol.worker_methods import PROXY_IDENTITY, PROXY_JOB, PROXY_TARGETS
 from backend.workers.proxy.app import build_app
 from backend.workers.proxy.attempt import sent_tracing
 from backend.workers.proxy.context import DoorContext
 from backend.workers.proxy.dispatch import RetryPolicy, Router
 from backend.workers.proxy.jobs import JobLog
+from backend.workers.proxy.peer_tls import PeerTls, credentials_from
 from backend.workers.proxy.relay import PeerStarted, RelayBoard
+from backend.workers.proxy.relay_app import build_relay_app
 from backend.workers.proxy.retry import RandomSource
 
 log = logging.getLogger(__name__)
@@ -39,20 +43,32 @@ Notify = Callable[[str, Any], None]
 
 
 class ProxyService:
-    """Owns the upstream session (one connection pool for all doors), the router and the doors.
+    """Owns the upstream session (one connection pool per upstream and TLS context, shared by
+    every door), the router, the doors and the relay listener.
 
-    The doors start serving only once the broker has sent the first targets; until then the
-    kernel holds incoming connections in the listening sockets' backlog. ``clock`` and ``rng``
-    drive the router's dispatch budget, busy holds and backoff jitter.
+    The doors start serving only once the broker has sent the first targets, the relay once it
+    has also sent this node's identity; until then the kernel holds incoming connections in the
+    listening sockets' backlog. ``clock`` and ``rng`` drive the router's dispatch budget, busy
+    holds and backoff jitter.
     """
 
-    def __init__(self, fds: Mapping[Door, int], *, clock: Clock, rng: RandomSource) -> None:
+    def __init__(
+        self,
+        fds: Mapping[Door, int],
+        *,
+        clock: Clock,
+        rng: RandomSource,
+        relay_fd: int | None = None,
+    ) -> None:
         self._fds = dict(fds)
+        self._relay_fd = relay_fd
         self._clock = clock
         self._rng = rng
+        self._tls = PeerTls()
         self._pending_targets: ProxyTargets | None = None
         self._router: Router | None = None
         self._have_targets = asyncio.Event()
+        self._have_identity = asyncio.Event()
         self._closing = asyncio.Event()
         self._sites: list[web.SockSite] = []
         self._notify: Notify = lambda method, params: None
@@ -61,13 +77,25 @@ class ProxyService:
         """Where job events go (the broker connection)."""
         self._notify = notify
 
+    def on_identity(self, params: Any) -> None:
+        """``proxy/identity``: this node's certificate and key, for the relay both ways."""
+        try:
+            credentials = credentials_from(PROXY_IDENTITY.decode(params))
+        except (BadResult, ValueError) as exc:
+            # The payload holds the private key: name the problem, never the payload.
+            log.error("ignoring an unusable node identity: %s", type(exc).__name__)
+            return
+        self._tls.adopt_identity(credentials)
+        self._have_identity.set()
+
     def on_targets(self, params: Any) -> None:
-        """``proxy/targets``: adopt the broker's routing table."""
+        """``proxy/targets``: adopt the broker's routing table (and its trusted members)."""
         try:
             targets = PROXY_TARGETS.decode(params)
         except BadResult as exc:
             log.error("ignoring malformed proxy targets: %s", exc)
             return
+        self._tls.follow(targets)
         if self._router is not None:
             self._router.update(targets)
         else:
@@ -79,7 +107,7 @@ class ProxyService:
         self._closing.set()
 
     async def serve(self) -> None:
-        """Serve every door until cancelled."""
+        """Serve every door and the relay until cancelled."""
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S)
         async with aiohttp.ClientSession(
@@ -96,30 +124,57 @@ class ProxyService:
                 rng=self._rng,
                 policy=retry_policy(os.environ),
                 on_started=board.started,
-                peer_started=PeerStarted(session),
+                peer_started=PeerStarted(session, self._tls),
+                peer_tls=self._tls,
             )
             self._router = router
             runners: list[web.AppRunner] = []
             try:
-                await self._have_targets.wait()
-                if self._pending_targets is not None:
-                    router.update(self._pending_targets)
-                for door, fd in self._fds.items():
-                    runners.append(await self._start_door(DoorContext(door, router, board), fd))
-                log.info("serving front doors: %s", ", ".join(self._fds))
-                await self._closing.wait()
-                for site in self._sites:
-                    await site.stop()
-                await asyncio.Event().wait()
+                await self._serve(router, board, runners)
             finally:
                 await asyncio.shield(_cleanup(runners))
 
+    async def _serve(self, router: Router, board: RelayBoard, runners: list[web.AppRunner]) -> None:
+        await self._have_targets.wait()
+        if self._pending_targets is not None:
+            router.update(self._pending_targets)
+        contexts: dict[str, DoorContext] = {
+            door: DoorContext(door, router, board) for door in self._fds
+        }
+        for door, fd in self._fds.items():
+            runners.append(await self._start_door(contexts[door], fd))
+        log.info("serving front doors: %s", ", ".join(self._fds))
+        async with asyncio.TaskGroup() as group:
+            relay = group.create_task(
+                self._start_relay(contexts, board, runners), name="proxy:relay"
+            )
+            await self._closing.wait()
+            relay.cancel()
+            for site in self._sites:
+                await site.stop()
+        await asyncio.Event().wait()
+
     async def _start_door(self, context: DoorContext, fd: int) -> web.AppRunner:
+        return await self._start(build_app(context), fd, None)
+
+    async def _start_relay(
+        self, contexts: Mapping[str, DoorContext], board: RelayBoard, runners: list[web.AppRunner]
+    ) -> None:
+        if self._relay_fd is None:
+            return
+        await self._have_identity.wait()
+        app = build_relay_app(contexts, board, self._tls)
+        runners.append(await self._start(app, self._relay_fd, self._tls.server_context()))
+        log.info("serving the relay (mutual TLS) to paired computers")
+
+    async def _start(
+        self, app: web.Application, fd: int, ssl_context: ssl.SSLContext | None
+    ) -> web.AppRunner:
         # handler_cancellation: a client that hangs up cancels its handler, which closes the
-        # upstream request so the engine frees the slot.
-        runner = web.AppRunner(build_app(context), handler_cancellation=True, access_log=None)
+        # upstream request so the engine frees the slot (a peer's relay hop included).
+        runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
         await runner.setup()
-        site = web.SockSite(runner, socket.socket(fileno=fd))
+        site = web.SockSite(runner, socket.socket(fileno=fd), ssl_context=ssl_context)
         await site.start()
         self._sites.append(site)
         return runner

@@ -40,6 +40,7 @@ from tests.integration.proxy.conftest import (
     LOCAL_NODE,
     QUICK_RESTARTS,
     RunningProxy,
+    credentials_for,
     free_ports,
     local,
 )
@@ -63,6 +64,7 @@ async def serving_proxy(**engines: RouteTarget) -> AsyncIterator[RunningProxy]:
             errors=errors,
             clock=clock,
             targets=lambda: proxy.targets,
+            credentials=credentials_for(LOCAL_NODE),
             on_job=lambda event: proxy.jobs.append(event),
             # Engine 5xx answers are retried after a backoff: keep it short, as start_proxy does.
             environment=lambda: {BACKOFF_ENV: "0.05,0.1"},

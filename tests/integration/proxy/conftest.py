@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from backend.components.identity.certificate import NodeCredentials, mint
 from backend.components.proxy.component import ProxyComponent
 from backend.core.clock import SystemClock
 from backend.core.restart_policy import RestartPolicy
@@ -19,7 +21,7 @@ from backend.devtools.emulators.ollama import build_ollama_app
 from backend.devtools.emulators.ollama_state import OllamaConfig
 from backend.devtools.emulators.server import EmulatorServer
 from backend.protocol.proxy import ProxyTargets, RouteTarget
-from backend.protocol.types import Ports
+from backend.protocol.types import NodeId, Ports
 from backend.workers.proxy.service import BACKOFF_ENV
 from tests.fakes import RecordingErrors
 
@@ -27,6 +29,15 @@ from tests.fakes import RecordingErrors
 pytest.register_assert_rewrite("tests.integration.proxy.conformance")
 
 QUICK_RESTARTS = RestartPolicy(backoff=(0.5, 0.5, 0.5, 0.5, 0.5))
+
+
+LOCAL_NODE = "node-local"
+
+
+@functools.cache
+def credentials_for(node_id: str) -> NodeCredentials:
+    """One identity per node id for the whole session (minting takes a few milliseconds)."""
+    return mint(NodeId(node_id))
 
 
 @dataclass
@@ -41,6 +52,7 @@ class RunningProxy:
     errors: RecordingErrors
     targets: ProxyTargets = field(default_factory=ProxyTargets)
     jobs: list[dict[str, Any]] = field(default_factory=list)
+    credentials: NodeCredentials = field(default_factory=lambda: credentials_for(LOCAL_NODE))
 
     def events(self, key: str | None = None) -> list[dict[str, Any]]:
         """Job events received so far (of one job), in arrival order."""
@@ -65,6 +77,20 @@ class RunningProxy:
         """The door's real URL."""
         return self.component.endpoints()[door]  # type: ignore[index]
 
+    def relay_url(self) -> str:
+        """The relay listener's URL (mutual TLS)."""
+        return f"https://127.0.0.1:{self.component.relay_port()}"
+
+    def as_peer(self, node_id: str, models: list[str]) -> RouteTarget:
+        """The target another node's table lists for this one: its relay, pinned."""
+        return RouteTarget(
+            node_id=node_id,
+            kind="peer",
+            base_url=self.relay_url(),
+            models=models,
+            cert_der=self.credentials.cert_der,
+        )
+
     async def wait_serving(self, timeout: float = 15.0) -> int:
         """Wait until the worker answers heartbeats; its PID."""
         async with asyncio.timeout(timeout):
@@ -87,9 +113,11 @@ async def start_proxy() -> AsyncIterator[StartProxy]:
     async def start(
         ports: Ports | None = None,
         environment: dict[str, str] | None = None,
+        node_id: str = LOCAL_NODE,
         **engines: RouteTarget,
     ) -> RunningProxy:
-        """Start a proxy whose table holds ``engines`` (engine name: this node's target)."""
+        """Start a proxy whose table holds ``engines`` (engine name: this node's target);
+        ``node_id`` picks its identity (``credentials_for``)."""
         errors = RecordingErrors()
         clock = SystemClock()
         proxy = RunningProxy(
@@ -98,6 +126,7 @@ async def start_proxy() -> AsyncIterator[StartProxy]:
                 errors=errors,
                 clock=clock,
                 targets=lambda: proxy.targets,
+                credentials=credentials_for(node_id),
                 on_job=lambda event: proxy.jobs.append(event),
                 environment=lambda: {BACKOFF_ENV: "0.05,0.1", **(environment or {})},
                 host="127.0.0.1",
@@ -106,8 +135,9 @@ async def start_proxy() -> AsyncIterator[StartProxy]:
             supervisor=Supervisor(errors=errors, clock=clock, policy=QUICK_RESTARTS),
             errors=errors,
             targets=ProxyTargets(
-                node_id=LOCAL_NODE, engines={name: [t] for name, t in engines.items()}
+                node_id=node_id, engines={name: [t] for name, t in engines.items()}
             ),
+            credentials=credentials_for(node_id),
         )
         running.append(proxy)
         proxy.supervisor.add(proxy.component)
@@ -121,9 +151,6 @@ async def start_proxy() -> AsyncIterator[StartProxy]:
         await proxy.supervisor.stop(grace=5.0)
 
 
-LOCAL_NODE = "node-local"
-
-
 def local(base_url: str, models: list[str], *, slots: int = 1) -> RouteTarget:
     """This node's own engine at ``base_url`` listing ``models``."""
     return RouteTarget(
@@ -132,7 +159,7 @@ def local(base_url: str, models: list[str], *, slots: int = 1) -> RouteTarget:
 
 
 # PAIR's defaults and the engines' own ports: a test never takes one.
-RESERVED_PORTS = frozenset({1234, 1235, 8080, 8081, 11434, 11435, 14320})
+RESERVED_PORTS = frozenset({1234, 1235, 8080, 8081, 11434, 11435, 14320, 14321})
 
 
 def free_port() -> int:
@@ -147,7 +174,13 @@ def free_port() -> int:
 
 def free_ports() -> Ports:
     """Free ports for every listener (never PAIR's defaults)."""
-    return Ports(node=free_port(), ollama=free_port(), openai=free_port(), llamacpp=free_port())
+    return Ports(
+        node=free_port(),
+        ollama=free_port(),
+        openai=free_port(),
+        llamacpp=free_port(),
+        relay=free_port(),
+    )
 
 
 @pytest.fixture

@@ -1,8 +1,10 @@
 """Two real brokers on one computer, each managing its own (emulated) Ollama.
 
-Node A knows node B as a manual node. Requests through A's front door with the official
-``ollama`` client are served by whichever node has the model; both brokers keep the jobs.
-Then A's proxy worker is killed with -9 in the middle of a burst.
+Node A knows node B as a manual node, on loopback. Until they are paired B is no routing
+target (a model only B has is 404 at A's door). Once paired with a PIN, requests through A's
+front door with the official ``ollama`` client are served by whichever node has the model, B's
+over mutual TLS at B's relay port; both brokers keep the jobs. Then A's proxy worker is killed
+with -9 in the middle of a burst, and B's engine stops the work A's dead worker had sent it.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from typing import Any
 
 import aiohttp
 import ollama
+import psutil
+import pytest
 
-from tests.integration.conftest import Broker, Client, free_port
+from tests.integration.conftest import Broker, Client, free_port, pair_nodes
 from tests.integration.engines.conftest import OLLAMA_SHIM, write_override, write_script
 
 LONG = {"num_predict": 400}  # 400 tokens at the emulator's 20 ms each: about 8 s
@@ -85,9 +89,19 @@ async def test_two_nodes_route_keep_jobs_and_survive_a_killed_proxy_worker(
         await _until(a, "discovery:get-nodes", None, knows_b)
         door = a_status["front_doors"]["ollama"]
         assert door.startswith("http://127.0.0.1:")
-
-        # A model only B has: A routes it through B's relay. Both brokers keep the job.
         clients = ollama.AsyncClient(host=door)
+
+        # Not paired: B is discovered on loopback but is no target. Its model is unknown here,
+        # and the federated list holds A's models only.
+        await asyncio.sleep(0.5)  # the table is sent every 0.1 s
+        with pytest.raises(ollama.ResponseError) as refused:
+            await clients.chat(model="only-b", messages=[{"role": "user", "content": "hi"}])
+        assert refused.value.status_code == 404
+        assert sorted(m.model or "" for m in (await clients.list()).models) == ["shared:latest"]
+
+        await pair_nodes(a, b, b_status["ports"]["node"])
+
+        # A model only B has: A routes it to B's relay port. Both brokers keep the job.
         answer = await _chat_when_routable(clients, "only-b")
         assert answer.done and answer.message.content
         job = (
@@ -102,6 +116,10 @@ async def test_two_nodes_route_keep_jobs_and_survive_a_killed_proxy_worker(
         served = await _until(b, "workloads:get-initial", {"limit": 10}, lambda s: bool(_jobs(s)))
         assert _jobs(served)[0]["origin"] == a_id
         assert _jobs(served)[0]["key"].startswith(job["key"])
+        # It went over A's worker's kept-alive connection to B's relay port, not to B's doors.
+        remote = _remote_ports(_proxy_pid(await a.call("status")))
+        assert b_status["ports"]["relay"] in remote
+        assert b_status["ports"]["ollama"] not in remote
 
         # Federated model list: A's /api/tags lists B's models too, each once.
         listed = await clients.list()
@@ -109,6 +127,12 @@ async def test_two_nodes_route_keep_jobs_and_survive_a_killed_proxy_worker(
         assert names == ["only-b:latest", "shared:latest"]
 
         await _kill_proxy_mid_burst(a, b, door, node_b)
+
+
+def _remote_ports(pid: int | None) -> set[int]:
+    """The remote ports of the TCP connections process ``pid`` holds open."""
+    assert pid is not None
+    return {c.raddr.port for c in psutil.Process(pid).net_connections("tcp") if c.raddr}
 
 
 async def _chat_when_routable(client: ollama.AsyncClient, model: str) -> ollama.ChatResponse:

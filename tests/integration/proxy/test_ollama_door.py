@@ -6,11 +6,11 @@ import asyncio
 from typing import Any
 
 import httpx
+import msgspec
 import ollama
 import pytest
 
 from backend.components.proxy.listeners import listen_tcp
-from backend.protocol.types import Ports
 from tests.integration.proxy.conftest import RunningProxy, StartProxy, free_ports, local
 
 # The proxy is told only about llama3.2, so qwen2.5 (installed on the emulator) is unknown to it.
@@ -109,7 +109,7 @@ async def test_a_taken_port_moves_the_door_and_raises_a_warning_with_the_real_ur
         taken = int(other_program.getsockname()[1])
         ports = free_ports()
         proxy = await start_proxy(
-            Ports(node=ports.node, ollama=taken, openai=ports.openai, llamacpp=ports.llamacpp),
+            msgspec.structs.replace(ports, ollama=taken),
             ollama=local(ollama_emulator, KNOWN),
         )
         real_url = proxy.url("ollama")

@@ -1,8 +1,8 @@
 """Routing across nodes on loopback: two or three real proxy workers, scripted engines.
 
-Node A's table lists its own engine and node B as a peer (B's front door, through B's relay).
-Each test breaks something on purpose and checks what the client, the engines and the job
-events saw.
+Node A's table lists its own engine and node B as a peer (B's relay listener, mutual TLS with
+each side pinning the other's certificate). Each test breaks something on purpose and checks
+what the client, the engines and the job events saw.
 """
 
 from __future__ import annotations
@@ -18,7 +18,12 @@ import pytest
 
 from backend.protocol.proxy import ProxyTargets, RouteTarget
 from backend.workers.proxy.service import WRITE_DEADLINE_ENV
-from tests.integration.proxy.conftest import LOCAL_NODE, RunningProxy, StartProxy
+from tests.integration.proxy.conftest import (
+    LOCAL_NODE,
+    RunningProxy,
+    StartProxy,
+    credentials_for,
+)
 from tests.integration.proxy.scripted import ScriptedEngine, start_engine
 
 NODE_B = "node-b"
@@ -50,14 +55,15 @@ def _table(node: str, *targets: RouteTarget, **options: Any) -> ProxyTargets:
 async def _node_b(
     start_proxy: StartProxy, engine: ScriptedEngine, *, slots: int = 1
 ) -> RouteTarget:
-    """Start node B serving ``engine``; the peer target node A uses to reach it."""
-    b = await start_proxy()
+    """Start node B serving ``engine`` and trusting node A; the peer target A uses to reach B."""
+    b = await start_proxy(node_id=NODE_B)
     b.targets = _table(
         NODE_B,
         RouteTarget(node_id=NODE_B, kind="local", base_url=engine.url, models=["m"], slots=slots),
+        trusted=[credentials_for(LOCAL_NODE).cert_der],
     )
     _NODES[NODE_B] = b
-    return RouteTarget(node_id=NODE_B, kind="peer", base_url=b.url("ollama"), models=["m"])
+    return b.as_peer(NODE_B, ["m"])
 
 
 _NODES: dict[str, RunningProxy] = {}

@@ -126,7 +126,7 @@ def test_payload_without_readings_omits_them_and_never_says_zero() -> None:
         "memory": {},
         "gpus": [],
         "telemetry_valid": False,
-        "ports": {"node": 1, "ollama": 2, "openai": 3, "llamacpp": 4},
+        "ports": {"node": 1, "ollama": 2, "openai": 3, "llamacpp": 4, "relay": 14321},
         "engines": {},
     }
 

@@ -173,7 +173,7 @@ async def test_ollama_tags_merge_local_first_and_dedupe_by_ollama_names(harness:
         local_entries = (await direct.json())["models"]
     assert merged[:2] == local_entries  # entries pass through unchanged
     assert merged[2] == peer_entries[1]
-    assert [path for path, _ in peer.seen] == [f"{RELAY_PREFIX}/api/tags"]
+    assert [path for path, _ in peer.seen] == [f"{RELAY_PREFIX}/ollama/api/tags"]
 
 
 async def test_ollama_v1_models_dedupe_by_the_same_rule_and_null_data_is_empty(
@@ -304,7 +304,7 @@ def _chunked_app(body: bytes) -> web.Application:
         return response
 
     app = web.Application()
-    app.router.add_get(f"{RELAY_PREFIX}/api/tags", handle, allow_head=False)
+    app.router.add_get(f"{RELAY_PREFIX}/ollama/api/tags", handle, allow_head=False)
     return app
 
 
@@ -342,7 +342,10 @@ async def test_credentials_reach_only_this_node_s_engine(harness: Harness) -> No
         peer.seen[0],
         engine.seen[0],
     )
-    assert (local_path, peer_path) == ("/api/tags?verbose=1", f"{RELAY_PREFIX}/api/tags?verbose=1")
+    assert (local_path, peer_path) == (
+        "/api/tags?verbose=1",
+        f"{RELAY_PREFIX}/ollama/api/tags?verbose=1",
+    )
     assert local_headers["Authorization"] == "Bearer local-secret"
     assert local_headers["Cookie"] == "session=1"
     for forwarded in (local_headers, peer_headers, engine_headers):

@@ -7,7 +7,9 @@ import logging
 import msgspec
 import pytest
 
+from backend.components.cluster.members import Member, Membership
 from backend.components.proxy.table import (
+    DEFAULT_RELAY_PORT,
     LocalEngine,
     TableSource,
     build_table,
@@ -15,17 +17,17 @@ from backend.components.proxy.table import (
     node_targets,
     timeout_from,
 )
-from backend.components.proxy.targets import ENGINE_DOORS
 from backend.protocol.proxy import RouteTarget
 from backend.protocol.types import (
     DiscoveredNode,
     NodeEngineModels,
+    NodeId,
     NodeKind,
     NodeSource,
     NodeTelemetry,
 )
 
-PEER_PORTS = {"node": 47800, "ollama": 47811, "openai": 47812, "llamacpp": 47813}
+PEER_PORTS = {"node": 47800, "ollama": 47811, "openai": 47812, "llamacpp": 47813, "relay": 47821}
 
 
 def _node(
@@ -51,55 +53,88 @@ def _node(
     )
 
 
-def test_a_loopback_peer_offers_each_engine_at_its_front_door() -> None:
+def _member(
+    node_id: str = "peer-1", *, provisional: bool = False, address: str = "192.168.1.9"
+) -> Member:
+    return Member(
+        node_id=NodeId(node_id),
+        name=f"{node_id} name",
+        cert_der=f"certificate of {node_id}".encode(),
+        fingerprint=f"sha256:{node_id}",
+        added_by=NodeId("me"),
+        added_at=1.0,
+        address=address,
+        node_port=47800,
+        provisional=provisional,
+    )
+
+
+def _members(*members: Member) -> dict[str, Member]:
+    return {member.node_id: member for member in members}
+
+
+def _membership(*node_ids: str) -> Membership:
+    return Membership(cluster_id="c", members={NodeId(n): _member(n) for n in node_ids})
+
+
+TRUSTED = _members(_member())
+
+
+def test_a_paired_peer_offers_each_engine_at_its_relay_port_over_tls() -> None:
     node = _node(engines={"ollama": ["llama3"], "lmstudio": ["qwen"], "llamacpp": ["phi"]})
-    found = node_targets(node)
+    found = node_targets(node, TRUSTED)
     assert found == {
         engine: RouteTarget(
             node_id="peer-1",
             kind="peer",
-            base_url=f"http://127.0.0.1:{PEER_PORTS[ENGINE_DOORS[engine]]}",
+            base_url="https://127.0.0.1:47821",
             name="peer-1 name",
             models=[model],
+            cert_der=b"certificate of peer-1",
         )
         for engine, model in (("ollama", "llama3"), ("lmstudio", "qwen"), ("llamacpp", "phi"))
     }
-    # lmstudio's models are served by the OpenAI-compatible door, not a port named lmstudio.
-    assert found["lmstudio"].base_url == "http://127.0.0.1:47812"
 
 
-def test_a_peer_is_dialled_at_its_loopback_address_even_if_listed_after_lan_ones() -> None:
-    node = _node(addresses=["192.168.1.20", "fe80::1", "127.0.0.2"])
-    assert node_targets(node)["ollama"].base_url == "http://127.0.0.2:47811"
+def test_an_unpaired_or_provisional_node_is_never_a_target_even_on_loopback() -> None:
+    assert node_targets(_node()) == {}
+    assert node_targets(_node(), _members(_member("someone-else"))) == {}
+    assert node_targets(_node(), _members(_member(provisional=True))) == {}
 
 
-@pytest.mark.parametrize("addresses", [["192.168.1.20"], ["10.0.0.5", "fe80::1%eth0"], []])
-def test_a_peer_known_only_by_lan_addresses_is_not_routable_before_pairing(
-    addresses: list[str],
+@pytest.mark.parametrize(
+    ("addresses", "host"),
+    [
+        (["192.168.1.20", "127.0.0.2"], "192.168.1.20"),
+        (["fe80::1", "10.0.0.5"], "[fe80::1]"),
+        (["localhost"], "localhost"),
+    ],
+)
+def test_a_paired_peer_is_dialled_at_the_first_address_discovery_lists(
+    addresses: list[str], host: str
 ) -> None:
-    assert node_targets(_node(addresses=addresses)) == {}
+    target = node_targets(_node(addresses=addresses), TRUSTED)["ollama"]
+    assert target.base_url == f"https://{host}:47821"
 
 
-def test_an_ipv6_loopback_peer_is_bracketed() -> None:
-    assert node_targets(_node(addresses=["::1"]))["ollama"].base_url == "http://[::1]:47811"
+def test_a_paired_peer_without_a_listed_address_is_dialled_where_it_was_paired() -> None:
+    target = node_targets(_node(addresses=[]), TRUSTED)["ollama"]
+    assert target.base_url == "https://192.168.1.9:47821"
 
 
-def test_a_peer_named_localhost_is_loopback() -> None:
-    assert node_targets(_node(addresses=["localhost"]))["ollama"].base_url == (
-        "http://localhost:47811"
-    )
+def test_a_peer_that_names_no_relay_port_is_dialled_at_the_default_one() -> None:
+    ports = {k: v for k, v in PEER_PORTS.items() if k != "relay"}
+    target = node_targets(_node(ports=ports), TRUSTED)["ollama"]
+    assert target.base_url == f"https://127.0.0.1:{DEFAULT_RELAY_PORT}" == "https://127.0.0.1:14321"
 
 
-def test_a_peer_engine_without_a_front_door_port_is_skipped() -> None:
-    node = _node(
-        ports={"node": 47800, "ollama": 47811, "openai": 0},
-        engines={"ollama": ["llama3"], "lmstudio": ["qwen"], "llamacpp": ["phi"], "vllm": ["x"]},
-    )
-    assert list(node_targets(node)) == ["ollama"]
+def test_a_peer_engine_no_door_serves_is_skipped() -> None:
+    node = _node(engines={"ollama": ["llama3"], "vllm": ["x"]})
+    assert list(node_targets(node, TRUSTED)) == ["ollama"]
 
 
 def test_a_peer_engine_not_listed_yet_offers_no_models() -> None:
-    assert node_targets(_node(engines={"ollama": None}))["ollama"].models == []
+    assert node_targets(_node(engines={"ollama": None}), TRUSTED)["ollama"].models == []
 
 
 def test_an_engine_only_node_is_dialled_at_its_address_and_engine_port() -> None:
@@ -134,8 +169,8 @@ def test_an_engine_only_node_without_an_address_or_port_offers_nothing() -> None
 
 
 def test_this_node_and_unreachable_nodes_offer_nothing() -> None:
-    assert node_targets(_node(sources=["self", "mdns"])) == {}
-    assert node_targets(_node(reachable=False)) == {}
+    assert node_targets(_node(sources=["self", "mdns"]), TRUSTED) == {}
+    assert node_targets(_node(reachable=False), TRUSTED) == {}
 
 
 def test_local_engines_come_first_then_other_nodes_by_id() -> None:
@@ -145,6 +180,7 @@ def test_local_engines_come_first_then_other_nodes_by_id() -> None:
         nodes=[_node("peer-z"), _node("me", sources=["mdns"]), _node("peer-a")],
         loads={"peer-a": 2},
         generation=7,
+        membership=_membership("peer-a", "peer-z"),
     )
     targets = table.engines["ollama"]
     assert [(t.node_id, t.kind) for t in targets] == [
@@ -178,6 +214,7 @@ def test_an_engine_only_other_nodes_run_is_in_the_table() -> None:
         nodes=[_node(engines={"lmstudio": ["qwen"]})],
         loads={},
         generation=1,
+        membership=_membership("peer-1"),
     )
     assert sorted(table.engines) == ["lmstudio", "ollama"]
     assert [t.kind for t in table.engines["lmstudio"]] == ["peer"]
@@ -192,10 +229,38 @@ def test_pins_are_set_for_every_engine_only_when_a_node_is_pinned() -> None:
             loads={},
             generation=1,
             pinned=pinned,
+            membership=_membership("peer-1"),
         ).pins
 
     assert table("") == {}
     assert table("peer-1") == {"ollama": "peer-1", "lmstudio": "peer-1"}
+
+
+def test_the_table_trusts_exactly_the_final_members_and_routes_only_to_them() -> None:
+    membership = Membership(
+        cluster_id="c",
+        members={
+            NodeId("peer-a"): _member("peer-a"),
+            NodeId("peer-b"): _member("peer-b", provisional=True),
+            NodeId("peer-c"): _member("peer-c"),
+        },
+        removed=frozenset({"sha256:peer-c"}),  # tombstoned: never trusted again
+    )
+    table = build_table(
+        node_id="me",
+        local={},
+        nodes=[_node("peer-a"), _node("peer-b"), _node("peer-c"), _node("stranger")],
+        loads={},
+        generation=1,
+        membership=membership,
+    )
+    assert table.trusted == [b"certificate of peer-a"]
+    assert [t.node_id for t in table.engines["ollama"]] == ["peer-a"]
+
+
+def test_without_a_cluster_the_table_has_no_peers_and_trusts_nobody() -> None:
+    table = build_table(node_id="me", local={}, nodes=[_node("peer-a")], loads={}, generation=1)
+    assert (table.engines, table.trusted) == ({}, [])
 
 
 def test_timeouts_are_carried_into_the_table() -> None:
@@ -218,6 +283,7 @@ class _World:
         self.loads: dict[str, int] = {}
         self.nodes: list[DiscoveredNode] = []
         self.pinned = ""
+        self.membership = _membership("peer-a")
 
     def source(self) -> TableSource:
         return TableSource(
@@ -227,6 +293,7 @@ class _World:
             loads=lambda: self.loads,
             timeouts=lambda: (3.0, 4.0),
             pinned=lambda: self.pinned,
+            members=lambda: self.membership,
         )
 
 

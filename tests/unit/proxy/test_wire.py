@@ -63,5 +63,12 @@ def test_doors_serve_their_engines_models_by_the_engines_naming_rule() -> None:
 def test_a_peer_is_reached_through_its_relay_and_others_directly() -> None:
     peer = _target("b", "peer", "http://127.0.0.1:3/", [])
     engine = _target("c", "engine", "http://127.0.0.1:4", [])
-    assert upstream_url(peer, "/api/chat?x=1") == "http://127.0.0.1:3/_pair/relay/api/chat?x=1"
-    assert upstream_url(engine, "/api/chat") == "http://127.0.0.1:4/api/chat"
+    assert (
+        upstream_url(peer, "/api/chat?x=1", "ollama")
+        == "http://127.0.0.1:3/_pair/relay/ollama/api/chat?x=1"
+    )
+    assert (
+        upstream_url(peer, "/v1/models", "openai")
+        == "http://127.0.0.1:3/_pair/relay/openai/v1/models"
+    )
+    assert upstream_url(engine, "/api/chat", "ollama") == "http://127.0.0.1:4/api/chat"

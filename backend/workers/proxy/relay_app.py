@@ -1,0 +1,136 @@
+"""The relay listener's application: paired computers' requests, served by this node's engines.
+
+It runs only on the relay socket, behind TLS 1.3 that requires a client certificate pinned at
+pairing (``peer_tls.py``). The handshake's verdict is not enough on its own: a member removed
+after the handshake of a kept-alive connection would keep its connection, so every request's
+certificate is checked again against the pins of the latest table (403 otherwise).
+
+``/_pair/relay/<door>/<path>`` is served by that door's engine on this node only, as one
+attempt (no second hop); ``/_pair/relay-started`` is the long poll saying when such a request
+holds a slot here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from backend.components.cluster.tls import peer_certificate
+from backend.protocol.proxy import RouteTarget
+from backend.protocol.types import NodeId
+from backend.workers.proxy.app import admit, forward_or_502, inference_paths
+from backend.workers.proxy.context import DoorContext
+from backend.workers.proxy.dispatch import ATTEMPT_HEADER, JOB_HEADER, ORIGIN_HEADER
+from backend.workers.proxy.errors import ErrorReply
+from backend.workers.proxy.forward import (
+    PROXY_MS_HEADER,
+    STARTED_KEY,
+    body_stream,
+    elapsed_ms,
+    format_ms,
+)
+from backend.workers.proxy.peer_tls import PeerTls
+from backend.workers.proxy.relay import (
+    REFUSED_HEADER,
+    RELAY_STARTED_PATH,
+    RelayBoard,
+    relay_key,
+    started_handler,
+)
+from backend.workers.proxy.routing import RELAY_PREFIX, local_target
+
+NOT_PAIRED = "this computer is not paired with the one that sent the request"
+
+
+@dataclass(frozen=True, slots=True)
+class RelayContext:
+    """What the relay's handlers share: each door's routing state, the board and the pins."""
+
+    doors: Mapping[str, DoorContext]
+    board: RelayBoard
+    tls: PeerTls
+
+
+RELAY_KEY = web.AppKey("relay_context", RelayContext)
+
+
+def build_relay_app(
+    doors: Mapping[str, DoorContext], board: RelayBoard, tls: PeerTls
+) -> web.Application:
+    """The application of the relay listener (served over ``tls.server_context()``)."""
+    app = web.Application(middlewares=[pinned_gate])
+    app[RELAY_KEY] = RelayContext(dict(doors), board, tls)
+    app.router.add_get(RELAY_STARTED_PATH, _relay_started, allow_head=False)
+    app.router.add_route("*", RELAY_PREFIX + "/{door}/{tail:.*}", _relay)
+    return app
+
+
+@web.middleware
+async def pinned_gate(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Refuse (403) a client whose certificate is not one of the current pins; time answers."""
+    started = time.perf_counter()
+    request[STARTED_KEY] = started
+    relay = request.app[RELAY_KEY]
+    if relay.tls.is_pinned(peer_certificate(request.transport)):
+        response = await handler(request)
+    else:
+        refusal = ErrorReply(403, NOT_PAIRED, "forbidden", headers={REFUSED_HEADER: "not-paired"})
+        response = refusal.response(request.path)
+    if not response.prepared:
+        response.headers.setdefault(PROXY_MS_HEADER, format_ms(elapsed_ms(started)))
+    return response
+
+
+async def _relay(request: web.Request) -> web.StreamResponse:
+    """A peer's request, served by this node's engine only (one attempt, no second hop)."""
+    relay = request.app[RELAY_KEY]
+    door = request.match_info["door"]
+    prefix = f"{RELAY_PREFIX}/{door}"
+    context = relay.doors.get(door)
+    if context is None or not request.raw_path.startswith(prefix + "/"):
+        message = f"this node has no front door named {door!r}"
+        return ErrorReply(404, message, "not_found_error").response(request.path)
+    path = request.raw_path[len(prefix) :]
+    api_path = path.split("?", 1)[0]
+    local = local_target(context.targets(), context.door)
+    if local is None:
+        message = f"no engine is running behind this node's {context.door} front door"
+        return ErrorReply(503, message, "service_unavailable").response(api_path)
+    if request.method != "POST" or api_path not in inference_paths(context):
+        return await forward_or_502(request, context, local, body_stream(request), path)
+    return await _relay_inference(request, context, relay.board, local, path)
+
+
+async def _relay_inference(
+    request: web.Request,
+    context: DoorContext,
+    board: RelayBoard,
+    local: RouteTarget,
+    path: str,
+) -> web.StreamResponse:
+    admission = await admit(request, context, path)
+    if isinstance(admission, web.StreamResponse):
+        return admission
+    peer_key = request.headers.get(JOB_HEADER)
+    attempt_text = request.headers.get(ATTEMPT_HEADER, "1")
+    origin = request.headers.get(ORIGIN_HEADER)
+    admission.origin = NodeId(origin) if origin is not None else None
+    admission.attempt = int(attempt_text) if attempt_text.isdigit() else 1
+    admission.only = [local]
+    if peer_key is None:
+        return await context.router.route(request, admission)
+    # One job here per attempt the peer sends us (a later round may come back here).
+    admission.job_key = relay_key(peer_key, admission.attempt)
+    board.serving(admission.job_key, admission.attempt)
+    try:
+        return await context.router.route(request, admission)
+    finally:
+        board.ended(admission.job_key, admission.attempt)
+
+
+async def _relay_started(request: web.Request) -> web.StreamResponse:
+    return await started_handler(request, request.app[RELAY_KEY].board)
