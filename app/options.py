@@ -10,7 +10,13 @@ from pathlib import Path
 from backend.protocol.endpoint import resolve_data_dir
 from backend.protocol.types import LOG_LEVELS, LogLevel
 
-PASS_THROUGH_PORTS = ("--node-port", "--ollama-port", "--openai-port", "--llamacpp-port")
+PASS_THROUGH_PORTS = (
+    "--node-port",
+    "--ollama-port",
+    "--openai-port",
+    "--llamacpp-port",
+    "--relay-port",
+)
 
 
 @dataclass(frozen=True, slots=True)

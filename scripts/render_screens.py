@@ -49,7 +49,7 @@ def free_port() -> int:
 
 def port_flags() -> tuple[str, ...]:
     """Free ports for every listener of the broker."""
-    flags = ("--node-port", "--ollama-port", "--openai-port", "--llamacpp-port")
+    flags = ("--node-port", "--ollama-port", "--openai-port", "--llamacpp-port", "--relay-port")
     return tuple(item for flag in flags for item in (flag, str(free_port())))
 
 

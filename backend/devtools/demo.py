@@ -142,7 +142,7 @@ class DemoNode:
     def broker_argv(self) -> list[str]:
         """``python -m backend node`` for this node's data dir and ports."""
         argv = [sys.executable, "-m", "backend", "node", "--data-dir", str(self.data_dir)]
-        for listener in ("node", *DOORS):
+        for listener in ("node", "relay", *DOORS):
             argv += [f"--{listener}-port", str(self.ports[listener])]
         return argv
 
@@ -174,7 +174,7 @@ class Demo:
             DemoNode(
                 plan,
                 root / plan.name,
-                {name: free_port(taken) for name in ("node", *DOORS, *ENGINE_PORTS)},
+                {name: free_port(taken) for name in ("node", "relay", *DOORS, *ENGINE_PORTS)},
             )
             for plan in PLANS
         ]

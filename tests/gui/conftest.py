@@ -76,5 +76,5 @@ def free_port() -> int:
 @pytest.fixture
 def broker_args() -> tuple[str, ...]:
     """Port flags that keep a test broker off the default ports."""
-    flags = ("--node-port", "--ollama-port", "--openai-port", "--llamacpp-port")
+    flags = ("--node-port", "--ollama-port", "--openai-port", "--llamacpp-port", "--relay-port")
     return tuple(item for flag in flags for item in (flag, str(free_port())))

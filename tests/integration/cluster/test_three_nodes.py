@@ -1,0 +1,263 @@
+"""Three computers become one cluster: A invites B, B invites C, A trusts C through the roster, a
+request at A's Ollama door is served by C's engine over mutual TLS and fails over to B when C's
+engine dies before the first byte; a wrong PIN ends its invite; a non-member gets 403; a removed
+node stays removed after restarts; leave works.
+
+The hosts are Linux network namespaces on a bridge (real addresses, real mDNS, real TLS between
+them); where namespaces cannot be made, three loopback addresses (127.0.0.2-4) stand in, with
+the nodes added by address instead of mDNS, so the suite never skips this.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from backend.protocol import methods
+from backend.protocol.types import InviteAnswer, InviteParams
+from tests.integration.conftest import ROOT, Broker, Client, node_argv, wait_until_serving
+from tests.integration.discovery.test_manual_nodes import FAST
+from tests.integration.discovery.test_multicast_netns import _ip, _netns_available
+from tests.integration.engines.conftest import OLLAMA_SHIM, write_override, write_script
+
+MODEL = "shared-bc:latest"  # on B and C, not on A
+
+
+@dataclass(frozen=True)
+class Host:
+    """Where a node runs: a namespace (None: this computer) and the address peers use."""
+
+    namespace: str | None
+    address: str
+
+
+@pytest.fixture
+def hosts() -> Iterator[list[Host]]:
+    """Three hosts: namespaces 10.78.0.11-13 on a private bridge, or 127.0.0.2-4."""
+    if os.environ.get("PAIR_TEST_NO_NETNS") or _netns_available() is not None:
+        yield [Host(None, f"127.0.0.{n}") for n in (2, 3, 4)]
+        return
+    tag = f"{os.getpid() % 100000:05d}"
+    bridge = f"pcb{tag}"
+    made: list[Host] = []
+    try:
+        _ip("link", "add", bridge, "type", "bridge")
+        _ip("link", "set", bridge, "type", "bridge", "mcast_snooping", "0")
+        _ip("addr", "add", "10.78.0.1/24", "dev", bridge)  # this test talks to the hosts too
+        _ip("link", "set", bridge, "up")
+        for index in (1, 2, 3):
+            made.append(_namespace(tag, bridge, index))
+        yield made
+    finally:
+        for host in made:
+            subprocess.run(["ip", "netns", "del", str(host.namespace)], capture_output=True)
+        subprocess.run(["ip", "link", "del", bridge], capture_output=True, timeout=10)
+
+
+def _namespace(tag: str, bridge: str, index: int) -> Host:
+    namespace, address = f"pcns{tag}{index}", f"10.78.0.{10 + index}"
+    host_end, inner_end = f"pch{tag}{index}", f"pcn{tag}{index}"
+    _ip("netns", "add", namespace)
+    _ip("link", "add", host_end, "type", "veth", "peer", "name", inner_end)
+    _ip("link", "set", inner_end, "netns", namespace)
+    _ip("link", "set", host_end, "master", bridge)
+    _ip("link", "set", host_end, "up")
+    _ip("-n", namespace, "link", "set", inner_end, "name", "eth0")
+    _ip("-n", namespace, "addr", "add", f"{address}/24", "dev", "eth0")
+    _ip("-n", namespace, "link", "set", "eth0", "up")
+    _ip("-n", namespace, "link", "set", "lo", "up")
+    _ip("-n", namespace, "route", "add", "224.0.0.0/4", "dev", "eth0")
+    return Host(namespace, address)
+
+
+@dataclass
+class Node:
+    """A broker this test started on a host."""
+
+    host: Host
+    broker: Broker
+    data_dir: Path
+
+
+@pytest.fixture
+def start_node(tmp_path: Path) -> Iterator[Callable[..., Node]]:
+    started: list[Node] = []
+
+    def start(host: Host, name: str, models: str) -> Node:
+        data_dir = tmp_path / name
+        shim_text = OLLAMA_SHIM.replace('"tinyllama:latest,qwen2:0.5b"', repr(models))
+        shim = write_script(tmp_path / f"ollama-{name}", shim_text)
+        runtime = {"port": _free_port_on(host), "ready": {"timeout_s": 30}}
+        write_override(data_dir, "ollama", {"detect": [{"path": str(shim)}], "runtime": runtime})
+        env = {**os.environ, **FAST, "PAIR_PROXY_RETRY_BACKOFF_S": "0.05,0.1"}
+        if host.namespace is None:
+            env["PAIR_DISCOVERY_MDNS"] = "0"
+            argv = node_argv(data_dir)
+        else:
+            env.pop("PAIR_DISCOVERY_MDNS", None)
+            argv = ["ip", "netns", "exec", host.namespace, *node_argv(data_dir)]
+        stderr_path = tmp_path / f"{name}.stderr"
+        with stderr_path.open("wb") as stderr:
+            process = subprocess.Popen(
+                argv,
+                cwd=ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                env=env,
+            )
+        node = Node(host, Broker(process, data_dir, stderr_path), data_dir)
+        started.append(node)
+        wait_until_serving(node.broker)
+        return node
+
+    yield start
+    for node in started:
+        node.broker.stop()
+
+
+def _free_port_on(_: Host) -> int:
+    from tests.integration.conftest import free_port
+
+    return free_port()
+
+
+async def _pair(inviter: Client, joiner: Client, address: str, port: int) -> None:
+    created = await inviter.typed(methods.CLUSTER_INVITE, InviteParams(address=address, port=port))
+    assert created.invite.state == "pending", created.invite.reason
+    answer = InviteAnswer(id=created.invite.id, pin=created.pin)
+    ended = await joiner.typed(methods.CLUSTER_ACCEPT, answer, timeout=30)
+    assert ended.state == "paired", ended.reason
+
+
+async def _until(
+    client: Client, method: Any, check: Callable[[Any], bool], timeout: float = 30.0
+) -> Any:
+    async with asyncio.timeout(timeout):
+        while True:
+            answer = await client.typed(method)
+            if check(answer):
+                return answer
+            await asyncio.sleep(0.2)
+
+
+@contextlib.asynccontextmanager
+async def _clients(*nodes: Node) -> AsyncIterator[list[Client]]:
+    async with contextlib.AsyncExitStack() as stack:
+        yield [await stack.enter_async_context(node.broker.connect()) for node in nodes]
+
+
+async def test_three_nodes_pair_trust_through_the_roster_and_serve_across(
+    hosts: list[Host], start_node: Callable[..., Node]
+) -> None:
+    a = start_node(hosts[0], "a", "only-a:latest")
+    b = start_node(hosts[1], "b", f"{MODEL},only-b:latest")
+    c = start_node(hosts[2], "c", MODEL)
+    async with _clients(a, b, c) as (ca, cb, cc):
+        for client in (ca, cb, cc):
+            await client.call(methods.ENGINE_START, {"engine": "ollama"}, timeout=40)
+        status = [await client.typed(methods.STATUS) for client in (ca, cb, cc)]
+        a_id, b_id, c_id = (s.node_id for s in status)
+        await _pair(ca, cb, b.host.address, status[1].ports.node)
+        await _pair(cb, cc, c.host.address, status[2].ports.node)
+        # A never met C: it trusts C through B's endorsement in the roster.
+        await _until(ca, methods.CLUSTER_STATUS, lambda s: c_id in [m.node_id for m in s.members])
+        await _until(cc, methods.CLUSTER_STATUS, lambda s: a_id in [m.node_id for m in s.members])
+        if a.host.namespace is None:  # no mDNS on loopback: A learns the others by address
+            for node, st in ((b, status[1]), (c, status[2])):
+                params = {"address": node.host.address, "port": st.ports.node}
+                await ca.call(methods.NODE_ADD, params)
+
+        # A request at A for a model only B and C have is served by C when A is pinned to C.
+        await ca.call(methods.SETTINGS_SET, {"values": {"proxy_pinned_node": c_id}})
+        door = status[0].front_doors["ollama"]
+        # (B may serve the first ones, until A's routing table has caught up with the roster.)
+        async with asyncio.timeout(40):
+            while True:
+                await _chat_until_served(a.host, door)
+                if await _last_serving(ca) == c_id:
+                    break
+                await asyncio.sleep(0.3)
+
+        # C's engine dies; the next request fails over (before the first byte) to B.
+        c_engine = await cc.typed(methods.ENGINE_STATUS, {"engine": "ollama"})
+        assert c_engine.pid is not None
+        os.kill(c_engine.pid, signal.SIGKILL)
+        assert _chat(a.host, door) == 0, "failed over to B"
+        assert await _last_serving(ca) == b_id
+
+
+# The official client, run where A's front door is (loopback inside A's host): exit 0 when the
+# answer is complete, 4 when the model is not routable yet.
+_CHAT = """
+import sys, ollama
+try:
+    answer = ollama.Client(host=sys.argv[1]).chat(
+        model=sys.argv[2], messages=[{"role": "user", "content": "hi"}])
+except ollama.ResponseError as exc:
+    sys.exit(4 if exc.status_code in (404, 503) else 1)
+sys.exit(0 if answer.done and answer.message.content else 1)
+"""
+
+
+def _chat(host: Host, door: str) -> int:
+    argv = [sys.executable, "-c", _CHAT, door, MODEL]
+    if host.namespace is not None:
+        argv = ["ip", "netns", "exec", host.namespace, *argv]
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, timeout=60).returncode
+
+
+async def _chat_until_served(host: Host, door: str) -> None:
+    async with asyncio.timeout(40):
+        while (code := await asyncio.to_thread(_chat, host, door)) == 4:
+            await asyncio.sleep(0.3)
+    assert code == 0
+
+
+async def _last_serving(client: Client) -> str | None:
+    jobs = await client.typed(methods.WORKLOADS_GET_INITIAL, {"limit": 5})
+    return jobs.workloads[0].serving
+
+
+async def test_a_non_member_gets_403_on_member_routes_and_no_requests(
+    hosts: list[Host], start_node: Callable[..., Node]
+) -> None:
+    a = start_node(hosts[0], "a", "only-a:latest")
+    async with a.broker.connect() as ca:
+        port = (await ca.typed(methods.STATUS)).ports.node
+    async with httpx.AsyncClient(verify=False, timeout=5) as http:  # no client certificate
+        for path in ("/v1/cluster/roster", "/v1/cluster/members/remove", "/v1/cluster/x"):
+            response = await http.post(f"https://{a.host.address}:{port}{path}", content=b"{}")
+            assert response.status_code == 403, path
+        info = await http.get(f"https://{a.host.address}:{port}/v1/node-info")
+        assert info.status_code == 200, "node-info stays public"
+
+
+async def test_a_removed_node_stays_removed_after_both_restart(
+    hosts: list[Host], start_node: Callable[..., Node]
+) -> None:
+    a = start_node(hosts[0], "a", "only-a:latest")
+    b = start_node(hosts[1], "b", "only-b:latest")
+    async with _clients(a, b) as (ca, cb):
+        b_status = await cb.typed(methods.STATUS)
+        await _pair(ca, cb, b.host.address, b_status.ports.node)
+        await ca.call(methods.CLUSTER_REMOVE, {"node_id": b_status.node_id})
+        await _until(cb, methods.CLUSTER_STATUS, lambda s: s.cluster_id is None)
+    for node in (a, b):
+        node.broker.stop()
+    a2 = start_node(a.host, "a", "only-a:latest")
+    b2 = start_node(b.host, "b", "only-b:latest")
+    async with _clients(a2, b2) as (ca, cb):
+        assert not (await ca.typed(methods.CLUSTER_STATUS)).members
+        assert (await cb.typed(methods.CLUSTER_STATUS)).cluster_id is None
