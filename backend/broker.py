@@ -9,12 +9,18 @@ import logging
 import os
 import signal
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import keyring
 
 from backend import __version__
-from backend.components.cluster.members import Members, MemberStore
-from backend.components.identity.certificate import PasswordVault, load_or_mint
+from backend.components.cluster.members import Members, Membership, MemberStore
+from backend.components.identity.certificate import (
+    IDENTITY_DIR,
+    IdentityKeyMissing,
+    PasswordVault,
+    load_or_mint,
+)
 from backend.components.identity.identity import load_identity
 from backend.core.broker_rpc import Uptime
 from backend.core.clock import Clock, SystemClock
@@ -78,15 +84,17 @@ class Broker:
 
     async def _serve(self, announce: Callable[[str], None] | None) -> int:
         identity = await load_identity(self._store, self._config.data_dir, clock=self._clock)
+        fresh = identity.verdict in FRESH_IDENTITIES
+        members = Members(MemberStore(self._store))
+        await members.open()
+        _refuse_lost_identity(self._config.data_dir, fresh=fresh, membership=members.current)
         credentials = await asyncio.to_thread(
             load_or_mint,
             self._config.data_dir,
             identity.node_id,
-            first_run=identity.verdict in FRESH_IDENTITIES,
+            first_run=fresh,
             vault=self._vault,
         )
-        members = Members(MemberStore(self._store))
-        await members.open()
         run = await self._ledger.record_start(
             pid=os.getpid(), version=__version__, started_at=self._started_wall
         )
@@ -168,6 +176,20 @@ class Broker:
             "Stop with Ctrl+C or `pair stop`.",
         ]
         return "\n".join(lines)
+
+
+def _refuse_lost_identity(data_dir: Path, *, fresh: bool, membership: Membership) -> None:
+    """A paired node whose certificate and key are gone must not quietly become someone new:
+    its members pin the old certificate. (An unpaired one just gets a new certificate.)"""
+    directory = data_dir / IDENTITY_DIR
+    if fresh or directory.exists() or not membership.members:
+        return
+    raise IdentityKeyMissing(
+        f"this node is paired with {len(membership.members)} other computer(s), but its "
+        f"certificate and key are missing from {directory}; restore that folder from a backup, "
+        f"or remove {data_dir / 'pair.db'} to start as a new node that pairs again",
+        directory,
+    )
 
 
 def _front_doors(node: Node) -> str:
