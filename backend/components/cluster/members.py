@@ -330,8 +330,13 @@ class Members:
         self.current = Membership()
 
     async def open(self) -> Membership:
-        """Read what is stored (call once, before anything else)."""
+        """Read what is stored (call once, before anything else). A provisional pin belongs to
+        a pairing that a restart interrupted (invites live in memory): it is undone, so a
+        crash mid-pairing leaves this node as it was before the invite."""
         self.current = await self._store.load()
+        for member in list(self.current.members.values()):
+            if member.provisional:
+                await self.undo_join(member.node_id)
         return self.current
 
     async def add(self, member: Member, *, cluster_id: str, cluster_name: str) -> None:

@@ -351,3 +351,28 @@ async def test_malformed_pairing_messages_get_a_clean_400(
                     assert "error" in await response.json()
         async with session.get(f"https://127.0.0.1:{a.port}/v1/node-info") as response:
             assert response.status == 200, "the node API still serves after the garbage"
+
+
+async def test_a_pairing_cut_before_the_hello_leaves_both_sides_as_before(
+    pair_of_nodes: tuple[Node, Node, FakeClock], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b, _ = pair_of_nodes
+    invite_id, pin = await _invite(a, b)
+    real_post = peer_client.post
+
+    async def cut_at_hello(address: str, port: int, path: str, *args: object) -> object:
+        if path == m.HELLO_PATH:
+            raise peer_client.PeerUnreachable("the link dropped")
+        return await real_post(address, port, path, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(peer_client, "post", cut_at_hello)
+    ended = await b.service.accept(invite_id, pin)  # type: ignore[arg-type]
+    assert ended.state == "failed"
+    assert not b.service.membership.members and b.service.membership.cluster_id is None
+    assert (await MemberStore(b.store).load()).members == {}
+    # A committed B's pin provisionally; A restarting (a crash) forgets the unfinished pairing.
+    assert a.service.membership.members[b.node_id].provisional
+    reopened = Members(MemberStore(a.store))
+    restarted = await reopened.open()
+    assert restarted.members == {} and restarted.cluster_id is None
+    assert (await MemberStore(a.store).load()).members == {}
