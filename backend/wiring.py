@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend import __version__
+from backend.components.apikeys import rpc as apikeys_rpc
+from backend.components.apikeys.service import ApiKeysService
+from backend.components.apikeys.store import ApiKeyStore
 from backend.components.cluster import rpc as cluster_rpc
 from backend.components.cluster import tls
 from backend.components.cluster.component import ClusterComponent
@@ -40,6 +43,7 @@ from backend.components.proxy.component import ProxyComponent, local_engines
 from backend.components.proxy.table import (
     FIRST_CONTENT_TIMEOUT_ENV,
     HEADER_TIMEOUT_ENV,
+    LanAccess,
     TableSource,
     merged_loads,
     timeout_from,
@@ -144,7 +148,8 @@ def build_node(base: Foundation) -> Node:
     workloads = _workloads(base, services)
     discovery = _discovery(base, services)
     cluster = _cluster(base, services)
-    proxy = _proxy(base, services, engines, workloads, discovery, cluster.service)
+    apikeys = _apikeys(base, services)
+    proxy = _proxy(base, services, engines, workloads, discovery, cluster.service, apikeys)
     telemetry, node_api = _node_api(base, services, engines, workloads, proxy, cluster.service)
     _register_broker(base, services, proxy)
     # Start order; stop is the reverse. Workloads before the proxy, so the proxy's last job
@@ -310,6 +315,7 @@ def _proxy(
     workloads: WorkloadsComponent,
     discovery: DiscoveryComponent,
     cluster: ClusterService,
+    apikeys: ApiKeysService,
 ) -> ProxyComponent:
     settings = services.settings
     node_id = base.identity.node_id
@@ -321,6 +327,7 @@ def _proxy(
         timeouts=_proxy_timeouts(settings),
         pinned=lambda: settings.view().proxy_pinned_node or "",
         members=lambda: cluster.membership,
+        lan=lambda: LanAccess(settings.view().lan_access, apikeys.hashes()),
     )
     return ProxyComponent(
         ports=base.config.ports,
@@ -343,6 +350,12 @@ def _proxy_timeouts(settings: SettingsService) -> Callable[[], tuple[float, floa
         )
 
     return timeouts
+
+
+def _apikeys(base: Foundation, services: _Services) -> ApiKeysService:
+    apikeys = ApiKeysService(ApiKeyStore(base.store), clock=base.clock)
+    apikeys_rpc.register(services.dispatcher, apikeys)
+    return apikeys
 
 
 def _cluster(base: Foundation, services: _Services) -> ClusterComponent:

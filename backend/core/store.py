@@ -112,6 +112,16 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE cluster_members ADD COLUMN endorsements BLOB NOT NULL DEFAULT x'';
     ALTER TABLE cluster_tombstones ADD COLUMN record BLOB NOT NULL DEFAULT x'';
     """,
+    """
+    CREATE TABLE api_keys (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        prefix TEXT NOT NULL,
+        hash TEXT NOT NULL UNIQUE,
+        created_at REAL NOT NULL,
+        last_used_at REAL
+    );
+    """,
 )
 
 

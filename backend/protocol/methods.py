@@ -7,6 +7,10 @@ from typing import Any, Final
 
 from backend.protocol.contract import Method, NoParams, Push
 from backend.protocol.types import (
+    ApiKeyCreate,
+    ApiKeyCreated,
+    ApiKeyInfo,
+    ApiKeyRef,
     AppReady,
     BrokerStatus,
     Cleared,
@@ -172,6 +176,13 @@ CLUSTER_REMOVE: Final = Method(
 )
 CLUSTER_LEAVE: Final = Method("cluster:leave", NoParams, ClusterLeft, "leave the cluster")
 CLUSTER_RENAME: Final = Method("cluster:rename", ClusterRename, ClusterStatus, "rename the cluster")
+
+# LAN API keys: who may use the front doors from another computer ------------------------------
+APIKEYS_CREATE: Final = Method(
+    "apikeys:create", ApiKeyCreate, ApiKeyCreated, "a new LAN API key; its secret, shown once"
+)
+APIKEYS_LIST: Final = Method("apikeys:list", NoParams, list[ApiKeyInfo], "LAN API keys, no secrets")
+APIKEYS_REVOKE: Final = Method("apikeys:revoke", ApiKeyRef, ApiKeyInfo, "revoke a LAN API key")
 
 # Pushes (broker to client notifications) ------------------------------------------------------
 APP_READY: Final[Push[AppReady]] = Push("app:ready", AppReady, "the components are started")

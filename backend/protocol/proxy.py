@@ -47,7 +47,8 @@ class ProxyTargets(Wire, frozen=True, kw_only=True):
     are the proxy's own). ``pins`` names a node to try first per engine; ``priority`` is the
     scheduler's order. Timeouts are seconds for the response headers and for the first body
     byte after them. ``trusted`` holds the certificates (DER) of the paired members: the only
-    clients the relay listener lets in.
+    clients the relay listener lets in. ``lan_access`` lets other computers use the front doors
+    with a LAN API key whose SHA-256 (hex) is in ``api_key_hashes`` (sent only while it is on).
     """
 
     node_id: str = ""
@@ -59,6 +60,8 @@ class ProxyTargets(Wire, frozen=True, kw_only=True):
     header_timeout_s: float = DEFAULT_TIMEOUT_S
     first_content_timeout_s: float = DEFAULT_TIMEOUT_S
     trusted: list[bytes] = msgspec.field(default_factory=list)
+    lan_access: bool = False
+    api_key_hashes: list[str] = msgspec.field(default_factory=list)
 
 
 class ProxyIdentity(Wire, frozen=True, kw_only=True):

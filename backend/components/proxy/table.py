@@ -4,14 +4,15 @@ This node's running engines are ``local`` targets. Other PAIR nodes are ``peer``
 once they are trusted members of this node's cluster (paired, not provisional): they are
 reached over mutual TLS at their relay port, pinned to the certificate stored at pairing. An
 unpaired PAIR node is never a target, wherever it is. Bare engines added by address are
-``engine`` targets (plain HTTP, as the engine itself speaks).
+``engine`` targets (plain HTTP, as the engine itself speaks). The table also says whether other
+computers may use the front doors (``lan_access``) and, only while they may, with which keys.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from backend.components.cluster.members import Member, Membership
@@ -25,6 +26,14 @@ HEADER_TIMEOUT_ENV = "PAIR_PROXY_HEADER_TIMEOUT_S"
 FIRST_CONTENT_TIMEOUT_ENV = "PAIR_PROXY_FIRST_CONTENT_TIMEOUT_S"
 # A node whose node-info names no relay port is dialled at the default one.
 DEFAULT_RELAY_PORT = Ports(node=0, ollama=0, openai=0, llamacpp=0).relay
+
+
+@dataclass(frozen=True, slots=True)
+class LanAccess:
+    """Whether other computers may use the front doors, and the hashes of the keys they may use."""
+
+    enabled: bool = False
+    key_hashes: Collection[str] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,12 +109,15 @@ def build_table(
     first_content_timeout_s: float = DEFAULT_TIMEOUT_S,
     pinned: str = "",
     membership: Membership | None = None,
+    lan: LanAccess | None = None,
 ) -> ProxyTargets:
     """This node's engines first, then every other node's by node id; ``pinned`` tried first.
 
     Other PAIR nodes are in it only as trusted members of ``membership``, whose certificates
-    are also the table's ``trusted`` list (the clients the relay lets in).
+    are also the table's ``trusted`` list (the clients the relay lets in). The key hashes of
+    ``lan`` go to the worker only while LAN access is on: off, it holds none.
     """
+    lan = lan or LanAccess()
     trusted = trusted_members(membership or Membership())
     members: dict[str, Member] = {member.node_id: member for member in trusted}
     engines: dict[str, list[RouteTarget]] = {}
@@ -133,6 +145,8 @@ def build_table(
         header_timeout_s=header_timeout_s,
         first_content_timeout_s=first_content_timeout_s,
         trusted=sorted(member.cert_der for member in trusted),
+        lan_access=lan.enabled,
+        api_key_hashes=sorted(lan.key_hashes) if lan.enabled else [],
     )
 
 
@@ -154,6 +168,7 @@ class TableSource:
         timeouts: Callable[[], tuple[float, float]],
         pinned: Callable[[], str] = str,
         members: Callable[[], Membership] = Membership,
+        lan: Callable[[], LanAccess] = LanAccess,
     ) -> None:
         self._node_id = node_id
         self._local = local
@@ -162,6 +177,7 @@ class TableSource:
         self._timeouts = timeouts
         self._pinned = pinned
         self._members = members
+        self._lan = lan
         self._generation = 0
         self._last_loads: dict[str, int] | None = None
 
@@ -181,6 +197,7 @@ class TableSource:
             first_content_timeout_s=first_content,
             pinned=self._pinned(),
             membership=self._members(),
+            lan=self._lan(),
         )
 
 

@@ -44,6 +44,12 @@ SCHEMA: tuple[SettingSpec, ...] = (
         default="",
         description="Node id the front doors try first whenever it has the model (empty: none).",
     ),
+    SettingSpec(
+        key="lan_access",
+        type="bool",
+        default=False,
+        description="let computers on the network use the front doors with an API key",
+    ),
 )
 SPECS: dict[str, SettingSpec] = {spec.key: spec for spec in SCHEMA}
 _MAX_STRING = 256

@@ -17,6 +17,7 @@ class SettingsView:
     proxy_header_timeout_s: float
     proxy_first_content_timeout_s: float
     proxy_pinned_node: NodeId | None  # None: the setting is empty
+    lan_access: bool = False  # other computers may use the front doors, with an API key
 
     @classmethod
     def of(cls, values: Mapping[str, SettingValue]) -> SettingsView:
@@ -28,6 +29,7 @@ class SettingsView:
             proxy_header_timeout_s=_number(values, "proxy_header_timeout_s"),
             proxy_first_content_timeout_s=_number(values, "proxy_first_content_timeout_s"),
             proxy_pinned_node=NodeId(pinned) if pinned else None,
+            lan_access=_flag(values, "lan_access"),
         )
 
 
@@ -35,6 +37,13 @@ def _text(values: Mapping[str, SettingValue], key: str) -> str:
     value = values[key]
     if not isinstance(value, str):
         raise TypeError(f"setting {key!r} holds {value!r}, not a string")
+    return value
+
+
+def _flag(values: Mapping[str, SettingValue], key: str) -> bool:
+    value = values[key]
+    if not isinstance(value, bool):
+        raise TypeError(f"setting {key!r} holds {value!r}, not a boolean")
     return value
 
 

@@ -21,6 +21,7 @@ from backend.workers.proxy.context import CONTEXT_KEY, DoorContext
 from backend.workers.proxy.dispatch import Admission
 from backend.workers.proxy.errors import ErrorReply
 from backend.workers.proxy.forward import (
+    LAN_CLIENT_KEY,
     PROXY_MS_HEADER,
     STARTED_KEY,
     body_stream,
@@ -30,7 +31,7 @@ from backend.workers.proxy.forward import (
     forward,
     json_answer,
 )
-from backend.workers.proxy.gate import refusal
+from backend.workers.proxy.gate import Refusal, peer_allowed, refusal
 from backend.workers.proxy.listing import federated_list, federated_model
 from backend.workers.proxy.peer_tls import NoIdentity
 from backend.workers.proxy.routing import local_target, owners, targets_for, upstream_url
@@ -91,22 +92,40 @@ def build_app(context: DoorContext) -> web.Application:
 
 @web.middleware
 async def gate(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Refuse non-loopback peers, Hosts and Origins (403); time and CORS-tag local answers."""
+    """Refuse what ``gate.refusal`` refuses (401 or 403, in the API's error shape); time and
+    CORS-tag the answers. Another computer's key is PAIR's: it is not passed on to engines."""
     started = time.perf_counter()
     request[STARTED_KEY] = started
     peer = request.transport.get_extra_info("peername") if request.transport else None
+    peer_address = peer[0] if peer else None
     origin = request.headers.get("Origin")
-    reason = refusal(peer[0] if peer else None, request.headers.get("Host"), origin)
-    if reason is not None:
-        response: web.StreamResponse = ErrorReply(403, reason, "forbidden").response(request.path)
+    table = request.app[CONTEXT_KEY].targets()
+    refused = refusal(
+        peer_address,
+        request.headers.get("Host"),
+        origin,
+        authorization=request.headers.get("Authorization"),
+        lan_access=table.lan_access,
+        key_hashes=table.api_key_hashes,
+    )
+    if refused is not None:
+        response: web.StreamResponse = _refused(refused, request.path)
     elif request.method == "OPTIONS" and origin is not None:
         response = _preflight(request)
     else:
+        request[LAN_CLIENT_KEY] = not peer_allowed(peer_address)
         response = await handler(request)
     if not response.prepared:
         response.headers.setdefault(PROXY_MS_HEADER, format_ms(elapsed_ms(started)))
-        response.headers.update(cors_headers(request) if reason is None else {})
+        response.headers.update(cors_headers(request) if refused is None else {})
     return response
+
+
+def _refused(refused: Refusal, path: str) -> web.Response:
+    # RFC 9110 section 11.6.1: a 401 names the scheme that would be accepted.
+    headers = {"WWW-Authenticate": 'Bearer realm="PAIR"'} if refused.status == 401 else {}
+    code = "invalid_api_key" if refused.status == 401 else None
+    return ErrorReply(refused.status, refused.message, refused.kind, code, headers).response(path)
 
 
 async def _inference(request: web.Request) -> web.StreamResponse:
@@ -204,7 +223,13 @@ async def forward_or_502(
     base = url[: len(url) - len(relative)]
     try:
         tls = context.router.peer_tls.client_tls(target)
-        return await forward(request, context.session, base, body, relative, tls=tls)
+        # The client's credentials are meant for this computer: its own engine gets them, a
+        # peer (it trusts us by mutual TLS) or an engine added by address does not. Engine
+        # entries have no key of their own to send instead.
+        credentials = target.kind == "local"
+        return await forward(
+            request, context.session, base, body, relative, tls=tls, credentials=credentials
+        )
     except (aiohttp.ClientConnectorError, NoIdentity) as exc:
         log.warning("%s door: %s unreachable: %s", context.door, target.base_url, exc)
         message = f"the engine at {target.base_url} is unreachable"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import ssl
 from collections.abc import Callable, Container, Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ import aiohttp
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
+from backend.workers.proxy.forward import without_credentials
 from backend.workers.proxy.retry import retryable_status
 
 FAILURE_BODY_LIMIT = 64 * 1024
@@ -124,7 +126,10 @@ async def precommit(
 
     A status that is not retried (2xx, 3xx, most 4xx) commits too: it goes to the client as is.
     ``tls`` is aiohttp's ``ssl=``: a peer's pinned client context (its own connection pool).
+    The client's credentials go only to an engine on this computer (``on_this_computer``).
     """
+    if not on_this_computer(url, tls):
+        headers = without_credentials(headers)
     try:
         async with _timeout(timeouts.headers):
             for fresh in (False, True):
@@ -170,6 +175,24 @@ async def precommit(
     except BaseException:
         upstream.close()
         raise
+
+
+def on_this_computer(url: str, tls: ssl.SSLContext | bool) -> bool:
+    """Whether ``url`` is plain HTTP to a loopback address: an engine of this computer.
+
+    A peer (HTTPS to its relay: it trusts this computer by mutual TLS, not by the client's
+    credentials) and an engine added by another address are not, so they get none of the
+    client's credentials; engines added by address have no key of their own to send instead.
+    """
+    parts = URL(url, encoded=True)
+    if isinstance(tls, ssl.SSLContext) or parts.scheme != "http" or parts.host is None:
+        return False
+    if parts.host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(parts.host).is_loopback
+    except ValueError:
+        return False
 
 
 async def _status_failure(upstream: aiohttp.ClientResponse) -> Failure:

@@ -355,7 +355,9 @@ class Router:
         self, request: web.Request, admission: Admission, dispatch: _Dispatch
     ) -> Commit | Failure:
         target = dispatch.target
-        headers = request_headers(request)
+        # Only this node's own engine sees the client's credentials: a bare engine added by
+        # address has no key of its own here, and peers authenticate by mutual TLS.
+        headers = request_headers(request, credentials=target.kind == "local")
         if target.kind == "peer":
             headers[ORIGIN_HEADER] = dispatch.job.origin
             headers[JOB_HEADER] = dispatch.job.key

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ssl
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp
@@ -19,6 +19,11 @@ from yarl import URL
 
 PROXY_MS_HEADER = "X-PAIR-Proxy-Ms"
 STARTED_KEY = web.RequestKey("pair_started", float)
+# Set by the gate: the request came from another computer, admitted by its PAIR API key. That
+# key is PAIR's, so its Authorization header goes to no engine, not even this computer's.
+LAN_CLIENT_KEY = web.RequestKey("pair_lan_client", bool)
+# What a client sends to authenticate itself: meant for this computer, never sent off it.
+CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "x-api-key"})
 # RFC 9110 section 7.6.1 connection-specific fields, plus the ones aiohttp computes itself.
 _HOP_BY_HOP = frozenset(
     {
@@ -48,10 +53,21 @@ def format_ms(milliseconds: float) -> str:
     return f"{milliseconds:.3f}"
 
 
-def request_headers(request: web.Request) -> CIMultiDict[str]:
-    """The client's headers minus connection-specific ones."""
+def request_headers(request: web.Request, *, credentials: bool = True) -> CIMultiDict[str]:
+    """The client's headers minus connection-specific ones, minus its credentials unless
+    ``credentials``, and minus the PAIR API key of another computer in any case."""
+    dropped = _HOP_BY_HOP if credentials else _HOP_BY_HOP | CREDENTIAL_HEADERS
+    if request.get(LAN_CLIENT_KEY, False):
+        dropped = dropped | {"authorization"}
     return CIMultiDict(
-        (name, value) for name, value in request.headers.items() if name.lower() not in _HOP_BY_HOP
+        (name, value) for name, value in request.headers.items() if name.lower() not in dropped
+    )
+
+
+def without_credentials(headers: Mapping[str, str]) -> CIMultiDict[str]:
+    """``headers`` minus the client's credentials (``CREDENTIAL_HEADERS``)."""
+    return CIMultiDict(
+        (name, value) for name, value in headers.items() if name.lower() not in CREDENTIAL_HEADERS
     )
 
 
@@ -72,18 +88,20 @@ async def forward(
     path: str | None = None,
     *,
     tls: ssl.SSLContext | bool = True,
+    credentials: bool = True,
 ) -> web.StreamResponse:
     """Send ``request`` (with ``body``) to ``base_url`` and stream the engine's answer back.
 
     ``path`` (with its query) replaces the request's own, e.g. for a relayed request; ``tls``
-    is aiohttp's ``ssl=`` (a peer's pinned client context).
+    is aiohttp's ``ssl=`` (a peer's pinned client context); ``credentials`` says whether the
+    client's credentials go too (only to this computer's own engine).
     """
     url = URL(base_url.rstrip("/") + (path or request.raw_path), encoded=True)
     before_upstream = elapsed_ms(request[STARTED_KEY])
     async with session.request(
         request.method,
         url,
-        headers=request_headers(request),
+        headers=request_headers(request, credentials=credentials),
         data=body,
         allow_redirects=False,
         ssl=tls,

@@ -1,15 +1,42 @@
-"""Who may use a front door over plaintext: loopback peers, loopback Host names, loopback Origins.
+"""Who may use a front door over plaintext: this computer, and other computers with a key.
 
-The Host check defeats DNS rebinding (a web page whose name resolves to 127.0.0.1 still sends its
-own name as Host); the Origin check stops other web pages from driving the API from a browser.
+This computer (a loopback peer) needs no key, but a loopback Host and, from a browser, a loopback
+Origin: the Host check defeats DNS rebinding (a web page whose name resolves to 127.0.0.1 still
+sends its own name as Host); the Origin check stops other web pages from driving the API from a
+browser. Another computer passes only while the ``lan_access`` setting is on (403 otherwise) and
+with ``Authorization: Bearer <a PAIR API key>`` whose hash the broker sent in the routing table
+(401 otherwise); its Host names this computer on the network, so only its Origin is checked.
+
+The broker binds the doors on every address (0.0.0.0) whatever the setting, and this gate is
+the one place that decides: turning LAN access on or off, or revoking a key, takes effect with
+the next routing table (within 0.1 s) without moving a socket that clients are connected to,
+and with the setting off nothing from the network gets past this check.
 """
 
 from __future__ import annotations
 
+import hmac
 import ipaddress
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
 from urllib.parse import urlsplit
 
+from backend.components.apikeys.secret import hash_secret
+
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+HOW_TO_GET_A_KEY = (
+    "create one on the computer running PAIR with `pair api-key create NAME` and send it as "
+    "`Authorization: Bearer <key>` (OPENAI_API_KEY for OpenAI clients)"
+)
+LAN_ACCESS_OFF = (
+    "plaintext access is only allowed from this computer (loopback); to let other computers in,"
+    " turn on the lan_access setting and give each one an API key (`pair api-key create NAME`)"
+)
+KEY_MISSING = f"an API key is required from another computer: {HOW_TO_GET_A_KEY}"
+KEY_INVALID = f"the API key is not valid on this computer (revoked?): {HOW_TO_GET_A_KEY}"
+HOST_NOT_LOCAL = "the Host header must name this computer (localhost, 127.0.0.1 or [::1])"
+FOREIGN_ORIGIN = "cross-origin requests from web pages that are not on this computer are refused"
 
 
 def peer_allowed(peer_address: str | None) -> bool:
@@ -59,14 +86,75 @@ def origin_allowed(origin: str | None) -> bool:
     return parts.scheme in ("http", "https") and hostname in LOOPBACK_NAMES
 
 
-def refusal(peer_address: str | None, host_header: str | None, origin: str | None) -> str | None:
-    """Why a request must be refused with 403, or None when it may pass."""
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header (the scheme in any case)."""
+    if authorization is None:
+        return None
+    scheme, _, token = authorization.strip().partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
+def key_accepted(token: str, key_hashes: Iterable[str]) -> bool:
+    """Whether ``token`` hashes to one of ``key_hashes``.
+
+    Every stored hash is compared in constant time, and all of them are, so the time taken
+    says nothing about which hash (or how much of one) matched.
+    """
+    if not token.isascii():
+        return False  # no secret PAIR makes is anything else
+    presented = hash_secret(token).encode()
+    matched = False
+    for stored in key_hashes:
+        matched |= hmac.compare_digest(stored.encode(), presented)
+    return matched
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a request is refused: 401 (no valid key) or 403, and the reason."""
+
+    status: Literal[401, 403]
+    message: str
+
+    @property
+    def kind(self) -> str:
+        """The error type in the client API's shape."""
+        return "authentication_error" if self.status == 401 else "forbidden"
+
+
+def refusal(
+    peer_address: str | None,
+    host_header: str | None,
+    origin: str | None,
+    *,
+    authorization: str | None = None,
+    lan_access: bool = False,
+    key_hashes: Iterable[str] = (),
+) -> Refusal | None:
+    """Why a request must be refused, or None when it may pass (the rules are the module's)."""
     if not peer_allowed(peer_address):
-        return "plaintext access is only allowed from this computer (loopback)"
-    if not host_allowed(host_header):
-        return "the Host header must name this computer (localhost, 127.0.0.1 or [::1])"
+        refused = lan_refusal(authorization, lan_access=lan_access, key_hashes=key_hashes)
+        if refused is not None:
+            return refused
+    elif not host_allowed(host_header):
+        return Refusal(403, HOST_NOT_LOCAL)
     if not origin_allowed(origin):
-        return "cross-origin requests from web pages that are not on this computer are refused"
+        return Refusal(403, FOREIGN_ORIGIN)
+    return None
+
+
+def lan_refusal(
+    authorization: str | None, *, lan_access: bool, key_hashes: Iterable[str]
+) -> Refusal | None:
+    """Why another computer's request must be refused, or None when its key is valid."""
+    if not lan_access:
+        return Refusal(403, LAN_ACCESS_OFF)
+    token = bearer_token(authorization)
+    if token is None:
+        return Refusal(401, KEY_MISSING)
+    if not key_accepted(token, key_hashes):
+        return Refusal(401, KEY_INVALID)
     return None
 
 

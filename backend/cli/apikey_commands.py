@@ -1,0 +1,169 @@
+"""``pair api-key create NAME``, ``pair api-key list``, ``pair api-key revoke ID``: the keys that
+let other computers on the network use this computer's front doors (with ``lan_access`` on).
+
+The secret is printed once, by ``create``, with how to use it; PAIR keeps only its hash.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import socket
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import msgspec
+import psutil
+
+from backend.cli import exit_codes
+from backend.cli.client_commands import run_with_broker
+from backend.components.discovery.records import rank_addresses
+from backend.protocol import contract, methods
+from backend.protocol.peer import RpcPeer
+from backend.protocol.types import (
+    ApiKeyCreate,
+    ApiKeyCreated,
+    ApiKeyId,
+    ApiKeyInfo,
+    ApiKeyRef,
+    BrokerStatus,
+    DiscoveredNode,
+)
+
+COMMAND = "api-key"
+NO_ADDRESS = "<this computer's address>"
+
+
+def add_parser(commands: Any, add_data_dir: Callable[[argparse.ArgumentParser], None]) -> None:
+    """Register ``pair api-key`` and its actions."""
+    apikey = commands.add_parser(
+        COMMAND, help="API keys that let other computers use the front doors"
+    )
+    actions = apikey.add_subparsers(dest="apikey_action", metavar="ACTION", required=True)
+    create = actions.add_parser("create", help="create a key and print its secret (only once)")
+    create.add_argument("name", help="who the key is for (1-64 printable characters)")
+    listing = actions.add_parser("list", help="list the keys (never their secrets)")
+    listing.add_argument("--json", action="store_true", help="print them as JSON")
+    revoke = actions.add_parser("revoke", help="revoke a key: refused at once")
+    revoke.add_argument("id", help="the key's id (see `pair api-key list`)")
+    for parser in (create, listing, revoke):
+        add_data_dir(parser)
+
+
+def run(args: argparse.Namespace) -> int | None:
+    """Run the command if it is this one; ``None`` otherwise."""
+    if args.command != COMMAND:
+        return None
+    if args.apikey_action == "create":
+        return run_with_broker(args.data_dir, lambda peer: _create(peer, args.name))
+    if args.apikey_action == "list":
+        return run_with_broker(args.data_dir, lambda peer: _list(peer, as_json=args.json))
+    return run_with_broker(args.data_dir, lambda peer: _revoke(peer, ApiKeyId(args.id)))
+
+
+async def _create(peer: RpcPeer, name: str) -> int:
+    # Everything the message needs is asked first: once the key exists, nothing may fail
+    # before its secret is printed (it cannot be shown again).
+    status = await contract.call(peer, methods.STATUS)
+    nodes = await contract.call(peer, methods.DISCOVERY_GET_NODES)
+    settings = await contract.call(peer, methods.SETTINGS_GET)
+    lan_access = settings.values.get("lan_access") is True
+    address = lan_address(nodes, _interface_addresses())
+    created = await contract.call(peer, methods.APIKEYS_CREATE, ApiKeyCreate(name=name))
+    print(format_created(created, status, address, lan_access=lan_access))
+    return exit_codes.OK
+
+
+async def _list(peer: RpcPeer, *, as_json: bool) -> int:
+    keys = await contract.call(peer, methods.APIKEYS_LIST)
+    if as_json:
+        print(msgspec.json.encode(keys).decode())
+    else:
+        print(format_keys(keys, time.time()))
+    return exit_codes.OK
+
+
+async def _revoke(peer: RpcPeer, key_id: ApiKeyId) -> int:
+    key = await contract.call(peer, methods.APIKEYS_REVOKE, ApiKeyRef(id=key_id))
+    print(f"Revoked API key {key.id} ({key.name}, {key.prefix}…); it is refused from now on.")
+    return exit_codes.OK
+
+
+def lan_address(
+    nodes: Sequence[DiscoveredNode], interfaces: Mapping[str, Sequence[str]]
+) -> str | None:
+    """Where other computers reach this one: the first address discovery advertises for it,
+    else the best of its interfaces' (the CLI runs on the broker's computer), else None."""
+    for node in nodes:
+        if "self" in node.sources:
+            for address in node.addresses:
+                if not _is_loopback(address):
+                    return address
+    ranked = rank_addresses(interfaces)
+    return ranked[0] if ranked else None
+
+
+def _is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return address == "localhost"
+
+
+def _interface_addresses() -> dict[str, list[str]]:
+    return {
+        name: [entry.address for entry in entries if entry.family == socket.AF_INET]
+        for name, entries in psutil.net_if_addrs().items()
+    }
+
+
+def format_created(
+    created: ApiKeyCreated, status: BrokerStatus, address: str | None, *, lan_access: bool
+) -> str:
+    """The new secret, said once, with the settings a client on another computer uses."""
+    host = address or NO_ADDRESS
+    host = f"[{host}]" if ":" in host else host
+    secret = created.secret
+    lines = [
+        f"Created API key {created.key.id} ({created.key.name}). Its secret, shown only this once"
+        " (PAIR keeps only its hash):",
+        "",
+        f"    {secret}",
+        "",
+        "On the other computer:",
+        f"  Ollama clients   OLLAMA_HOST=http://{host}:{status.ports.ollama}",
+        f"                   with the header  Authorization: Bearer {secret}",
+        f"  OpenAI clients   OPENAI_BASE_URL=http://{host}:{status.ports.openai}/v1"
+        f"  OPENAI_API_KEY={secret}",
+        f"                   (llama.cpp models: port {status.ports.llamacpp})",
+    ]
+    if not lan_access:
+        lines += [
+            "",
+            "note: LAN access is off, so other computers are refused until the lan_access"
+            " setting is turned on.",
+        ]
+    return "\n".join(lines)
+
+
+def format_keys(keys: Sequence[ApiKeyInfo], now: float) -> str:
+    """One line per key, oldest first."""
+    if not keys:
+        return "No API keys. Create one with `pair api-key create NAME`."
+    lines = [f"{'ID':<10}{'NAME':<30}{'PREFIX':<12}{'CREATED':<12}LAST USED"]
+    for key in keys:
+        used = _ago(now - key.last_used_at) if key.last_used_at is not None else "-"
+        lines.append(
+            f"{key.id:<10}{key.name[:29]:<30}{key.prefix + '…':<12}"
+            f"{_ago(now - key.created_at):<12}{used}"
+        )
+    return "\n".join(lines)
+
+
+def _ago(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit} ago"
+    return "just now"

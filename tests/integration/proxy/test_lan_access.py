@@ -1,0 +1,168 @@
+"""Other computers at a real broker's front doors: refused while LAN access is off; with it on,
+the official Ollama client gets in with an API key, and not once the key is revoked.
+
+A request from another computer is made on this one by connecting to the door at this
+machine's own network address (not loopback), so the door sees that address as its peer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import ollama
+import psutil
+import pytest
+
+from backend.protocol import methods
+from backend.protocol.types import ApiKeyCreate, ApiKeyRef
+from tests.integration.conftest import ROOT, Broker, Client, free_port
+from tests.integration.engines.conftest import OLLAMA_SHIM, write_override, write_script
+
+MESSAGES = [{"role": "user", "content": "Why is the sky blue?"}]
+
+
+def _network_address() -> str | None:
+    """An IPv4 address of this machine that is not loopback or link-local, if it has one."""
+    for addresses in psutil.net_if_addrs().values():
+        for entry in addresses:
+            if entry.family != socket.AF_INET:
+                continue
+            address = ipaddress.ip_address(entry.address)
+            if not (address.is_loopback or address.is_link_local):
+                return entry.address
+    return None
+
+
+@pytest.fixture
+def lan_address(monkeypatch: pytest.MonkeyPatch) -> str:
+    """This machine's network address; the brokers started here do not announce themselves."""
+    address = _network_address()
+    if address is None:
+        pytest.skip("this machine has no network address besides loopback")
+    monkeypatch.setenv("PAIR_DISCOVERY_MDNS", "0")
+    return address
+
+
+def _ollama_data_dir(tmp_path: Path) -> Path:
+    data_dir = tmp_path / "node-lan"
+    shim = write_script(tmp_path / "ollama", OLLAMA_SHIM)
+    runtime = {"port": free_port(), "ready": {"timeout_s": 30}}
+    write_override(data_dir, "ollama", {"detect": [{"path": str(shim)}], "runtime": runtime})
+    return data_dir
+
+
+async def _get(url: str, path: str, headers: dict[str, str] | None = None) -> httpx.Response:
+    async with httpx.AsyncClient(base_url=url, trust_env=False, timeout=10) as client:
+        return await client.get(path, headers=headers)
+
+
+async def _door_port(client: Client) -> int:
+    status = await client.typed(methods.STATUS)
+    return status.ports.ollama
+
+
+async def _set_lan_access(client: Client, on: bool) -> None:
+    await client.call(methods.SETTINGS_SET, {"values": {"lan_access": on}})
+
+
+async def _until_status(url: str, path: str, status: int, headers: dict[str, str]) -> Any:
+    """The first answer to ``GET path`` with ``status``, waiting for the next routing tables."""
+    async with asyncio.timeout(10):
+        while True:
+            response = await _get(url, path, headers)
+            if response.status_code == status:
+                return response.json()
+            await asyncio.sleep(0.05)
+
+
+def _pair(broker: Broker, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "backend", "api-key", *args, "--data-dir", str(broker.data_dir)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    return done.stdout
+
+
+def _chat(url: str, secret: str | None) -> ollama.ChatResponse:
+    headers = {"Authorization": f"Bearer {secret}"} if secret is not None else {}
+    client = ollama.Client(host=url, headers=headers, trust_env=False, timeout=30)
+    return client.chat("tinyllama", messages=MESSAGES)
+
+
+async def test_with_lan_access_off_another_computer_is_refused_even_with_a_key(
+    start_broker: Any, lan_address: str
+) -> None:
+    broker: Broker = start_broker()
+    printed = await asyncio.to_thread(_pair, broker, "create", "laptop")
+    secret = re.findall(r"pair-[A-Za-z0-9_-]{43}", printed)[0]
+    assert f"OLLAMA_HOST=http://{lan_address}:" in printed and "lan_access" in printed
+    async with broker.connect(engine_events=False) as client:
+        port = await _door_port(client)
+        lan = f"http://{lan_address}:{port}"
+        for headers in ({}, {"Authorization": f"Bearer {secret}"}):
+            refused = await _get(lan, "/api/tags", headers)
+            assert refused.status_code == 403
+            assert "loopback" in refused.json()["error"]
+            openai = await _get(lan, "/v1/models", headers)
+            assert openai.status_code == 403 and openai.json()["error"]["type"] == "forbidden"
+        local = await _get(f"http://127.0.0.1:{port}", "/api/tags")
+        assert local.status_code == 200, "this computer needs no key"
+    (listed,) = json.loads(await asyncio.to_thread(_pair, broker, "list", "--json"))
+    assert (listed["name"], listed["prefix"]) == ("laptop", secret[:9]) and "secret" not in listed
+    assert "Revoked" in await asyncio.to_thread(_pair, broker, "revoke", listed["id"])
+    assert json.loads(await asyncio.to_thread(_pair, broker, "list", "--json")) == []
+
+
+async def test_with_lan_access_on_a_key_lets_the_ollama_client_in_until_it_is_revoked(
+    start_broker: Any, lan_address: str, tmp_path: Path
+) -> None:
+    broker: Broker = start_broker(data_dir=_ollama_data_dir(tmp_path))
+    async with broker.connect(engine_events=False) as client:
+        await client.call(methods.ENGINE_START, {"engine": "ollama"}, timeout=60)
+        port = await _door_port(client)
+        local, lan = f"http://127.0.0.1:{port}", f"http://{lan_address}:{port}"
+        async with asyncio.timeout(30):  # the engine's models reach the routing table
+            while "tinyllama:latest" not in str((await _get(local, "/api/tags")).json()):
+                await asyncio.sleep(0.2)
+        created = await client.typed(methods.APIKEYS_CREATE, ApiKeyCreate(name="laptop"))
+        other = await client.typed(methods.APIKEYS_CREATE, ApiKeyCreate(name="phone"))
+        key = {"Authorization": f"Bearer {created.secret}"}
+        await _set_lan_access(client, True)
+        await _until_status(lan, "/api/tags", 200, key)
+
+        answer = await asyncio.to_thread(_chat, lan, created.secret)
+        assert answer.message.content
+        with pytest.raises(ollama.ResponseError) as missing:
+            await asyncio.to_thread(_chat, lan, None)
+        assert missing.value.status_code == 401
+        assert "pair api-key create" in missing.value.error
+        with pytest.raises(ollama.ResponseError) as wrong:
+            await asyncio.to_thread(_chat, lan, created.secret[:-2] + "xx")
+        assert wrong.value.status_code == 401
+        assert (await _get(local, "/api/tags")).status_code == 200, "loopback: no key needed"
+
+        await client.typed(methods.APIKEYS_REVOKE, ApiKeyRef(id=created.key.id))
+        refused = await _until_status(lan, "/api/tags", 401, key)
+        assert "pair api-key create" in refused["error"]
+        with pytest.raises(ollama.ResponseError) as revoked:
+            await asyncio.to_thread(_chat, lan, created.secret)
+        assert revoked.value.status_code == 401
+        assert (await asyncio.to_thread(_chat, lan, other.secret)).message.content
+
+        await _set_lan_access(client, False)
+        await _until_status(lan, "/api/tags", 403, {"Authorization": f"Bearer {other.secret}"})
+        listed = await client.typed(methods.APIKEYS_LIST)
+        assert [entry.name for entry in listed] == ["phone"]
