@@ -29,6 +29,7 @@ from backend.protocol.types import (
     ApiKeyRef,
     BrokerStatus,
     DiscoveredNode,
+    SettingsUpdate,
 )
 
 COMMAND = "api-key"
@@ -47,7 +48,9 @@ def add_parser(commands: Any, add_data_dir: Callable[[argparse.ArgumentParser], 
     listing.add_argument("--json", action="store_true", help="print them as JSON")
     revoke = actions.add_parser("revoke", help="revoke a key: refused at once")
     revoke.add_argument("id", help="the key's id (see `pair api-key list`)")
-    for parser in (create, listing, revoke):
+    lan = actions.add_parser("lan", help="let other computers use the front doors with a key")
+    lan.add_argument("state", choices=("on", "off"))
+    for parser in (create, listing, revoke, lan):
         add_data_dir(parser)
 
 
@@ -59,6 +62,8 @@ def run(args: argparse.Namespace) -> int | None:
         return run_with_broker(args.data_dir, lambda peer: _create(peer, args.name))
     if args.apikey_action == "list":
         return run_with_broker(args.data_dir, lambda peer: _list(peer, as_json=args.json))
+    if args.apikey_action == "lan":
+        return run_with_broker(args.data_dir, lambda peer: _lan(peer, on=args.state == "on"))
     return run_with_broker(args.data_dir, lambda peer: _revoke(peer, ApiKeyId(args.id)))
 
 
@@ -72,6 +77,17 @@ async def _create(peer: RpcPeer, name: str) -> int:
     address = lan_address(nodes, _interface_addresses())
     created = await contract.call(peer, methods.APIKEYS_CREATE, ApiKeyCreate(name=name))
     print(format_created(created, status, address, lan_access=lan_access))
+    return exit_codes.OK
+
+
+async def _lan(peer: RpcPeer, *, on: bool) -> int:
+    update = SettingsUpdate(values={"lan_access": on})
+    await contract.call(peer, methods.SETTINGS_SET, update)
+    if on:
+        print("LAN access is on: other computers may use the front doors with an API key")
+        print("(create one with `pair api-key create NAME`); this computer needs none.")
+    else:
+        print("LAN access is off: only this computer may use the front doors.")
     return exit_codes.OK
 
 
@@ -141,8 +157,8 @@ def format_created(
     if not lan_access:
         lines += [
             "",
-            "note: LAN access is off, so other computers are refused until the lan_access"
-            " setting is turned on.",
+            "note: LAN access is off, so other computers are refused until you turn it on:"
+            " `pair api-key lan on`.",
         ]
     return "\n".join(lines)
 

@@ -108,7 +108,7 @@ async def test_with_lan_access_off_another_computer_is_refused_even_with_a_key(
     broker: Broker = start_broker()
     printed = await asyncio.to_thread(_pair, broker, "create", "laptop")
     secret = re.findall(r"pair-[A-Za-z0-9_-]{43}", printed)[0]
-    assert f"OLLAMA_HOST=http://{lan_address}:" in printed and "lan_access" in printed
+    assert f"OLLAMA_HOST=http://{lan_address}:" in printed and "pair api-key lan on" in printed
     async with broker.connect(engine_events=False) as client:
         port = await _door_port(client)
         lan = f"http://{lan_address}:{port}"
