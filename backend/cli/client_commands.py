@@ -105,6 +105,8 @@ def format_status(status: BrokerStatus) -> str:
         f"data dir    {status.data_dir}",
         f"control     {status.control_address}",
         f"log file    {status.log_file or '-'}",
+        f"fingerprint {status.fingerprint or '-'}",
+        f"cluster     {status.cluster_id or 'not in a cluster (`pair cluster`, `pair invite`)'}",
         f"ports       node {status.ports.node}, ollama {status.ports.ollama}, "
         f"openai {status.ports.openai}, llama.cpp {status.ports.llamacpp}",
         "front doors "

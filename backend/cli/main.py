@@ -9,7 +9,9 @@ from collections.abc import Sequence
 
 from backend import __version__
 from backend.cli import (
+    apikey_commands,
     client_commands,
+    cluster_commands,
     demo_command,
     emulate_command,
     endpoints_command,
@@ -56,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     node_commands.add_parsers(commands, node, _add_data_dir)
     jobs_command.add_parser(commands, _add_data_dir)
     endpoints_command.add_parser(commands, _add_data_dir)
+    apikey_commands.add_parser(commands, _add_data_dir)
+    cluster_commands.add_parsers(commands, _add_data_dir)
     emulate_command.add_parser(commands)
     demo_command.add_parser(commands)
     return parser
@@ -117,6 +121,10 @@ def _dispatch(argv: Sequence[str] | None) -> int:
     handled = jobs_command.run(args)
     if handled is None:
         handled = endpoints_command.run(args)
+    if handled is None:
+        handled = apikey_commands.run(args)
+    if handled is None:
+        handled = cluster_commands.run(args)
     if handled is not None:
         return handled
     if args.command == "node":
