@@ -17,6 +17,9 @@ from backend.core.clock import Clock
 from backend.protocol import errors
 from backend.protocol.types import Invite, InviteId, InviteState, NodeId
 
+# An ended invite is forgotten this long after its expiry time (screens show how it ended).
+KEEP_S = 600.0
+
 Held = tuple[Invite, m.InviteOffer, str]  # the invite, the offer as received, its address
 
 
@@ -95,3 +98,5 @@ class IncomingInvites:
         for invite, _, _ in list(self._held.values()):
             if invite.state == "pending" and now >= invite.expires_at:
                 self.end(invite.id, "expired")
+            elif invite.state != "pending" and now >= invite.expires_at + KEEP_S:
+                del self._held[invite.id]  # ended long ago: status lists open invites

@@ -91,7 +91,7 @@ async def _request(
             raw = await response.content.read(MAX_ANSWER_BYTES + 1)
             status = response.status
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-        raise PeerUnreachable(f"{url}: {exc or type(exc).__name__}") from None
+        raise PeerUnreachable(f"{url}: {str(exc) or type(exc).__name__}") from None
     if len(raw) > MAX_ANSWER_BYTES or status >= 500:
         raise PeerUnreachable(f"{url} answered {status}")
     try:

@@ -56,6 +56,13 @@ from backend.protocol.types import (
 
 log = logging.getLogger(__name__)
 
+# An ended invite stays in the status this long after its expiry time, so screens can show how
+# it ended; then it is forgotten.
+KEEP_S = 600.0
+OWN_INVITE_OPEN = (
+    "this computer already has an open invite; finish or cancel it first (one pairing at a time)"
+)
+
 _REMOVED = (
     "{name} was removed from this cluster, and its certificate can never rejoin; it must get "
     "a new identity first"
@@ -154,7 +161,8 @@ class ClusterService:
             state="pending",
         )
         if blocked is not None:
-            return InviteCreated(invite=rules.finish(invite, blocked), pin="")
+            reason = OWN_INVITE_OPEN if blocked == "busy" else None
+            return InviteCreated(invite=rules.finish(invite, blocked, reason), pin="")
         return await self._offer(Outgoing(invite, pc.new_pin(), address, port))
 
     def _blocked(self, now: float) -> InviteState | None:
@@ -351,6 +359,9 @@ class ClusterService:
                 if member is not None and member.provisional:
                     await self._members.undo_join(member.node_id)
                     self._trust_changed()
+        for invite_id, outgoing in list(self._outgoing.items()):
+            if outgoing.invite.state != "pending" and now >= outgoing.invite.expires_at + KEEP_S:
+                del self._outgoing[invite_id]  # ended long ago: status lists open invites
         self._incoming.expire()
 
     async def _tell(self, address: str, port: int, path: str, invite_id: InviteId) -> None:
