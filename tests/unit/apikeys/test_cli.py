@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from backend.cli.apikey_commands import NO_ADDRESS, format_created, format_keys, lan_address
 from backend.cli.main import build_parser
 from backend.protocol.types import (
@@ -57,9 +59,9 @@ def test_create_prints_the_secret_and_both_client_settings() -> None:
     assert "Authorization: Bearer pair-AbCdSECRET" in text
     assert "OPENAI_BASE_URL=http://192.168.1.5:1234/v1" in text
     assert "OPENAI_API_KEY=pair-AbCdSECRET" in text
-    assert "lan_access" not in text
+    assert "pair api-key lan on" not in text
     off = format_created(CREATED, _status(), None, lan_access=False)
-    assert f"OLLAMA_HOST=http://{NO_ADDRESS}:11434" in off and "lan_access" in off
+    assert f"OLLAMA_HOST=http://{NO_ADDRESS}:11434" in off and "pair api-key lan on" in off
     assert "http://[fd00::5]:11434" in format_created(
         CREATED, _status(), "fd00::5", lan_access=True
     )
@@ -86,3 +88,10 @@ def test_the_commands_parse() -> None:
     assert (created.apikey_action, created.name, created.data_dir) == ("create", "my laptop", "/x")
     assert parser.parse_args(["api-key", "list", "--json"]).json is True
     assert parser.parse_args(["api-key", "revoke", "1a2b3c4d"]).id == "1a2b3c4d"
+
+
+def test_lan_access_is_turned_on_and_off_by_name() -> None:
+    parsed = build_parser().parse_args(["api-key", "lan", "on"])
+    assert (parsed.apikey_action, parsed.state) == ("lan", "on")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["api-key", "lan", "maybe"])
