@@ -108,7 +108,8 @@ def format_status(status: BrokerStatus) -> str:
         f"fingerprint {status.fingerprint or '-'}",
         f"cluster     {status.cluster_id or 'not in a cluster (`pair cluster`, `pair invite`)'}",
         f"ports       node {status.ports.node}, ollama {status.ports.ollama}, "
-        f"openai {status.ports.openai}, llama.cpp {status.ports.llamacpp}",
+        f"openai {status.ports.openai}, llama.cpp {status.ports.llamacpp}, "
+        f"relay {status.ports.relay}",
         "front doors "
         + (", ".join(f"{d} {u}" for d, u in sorted(status.front_doors.items())) or "-"),
         "",
