@@ -12,6 +12,7 @@ import aiohttp
 import msgspec
 
 from backend.components.cluster import tls
+from backend.components.discovery.probe import url_host
 from backend.components.identity.certificate import NodeCredentials
 from backend.protocol.types import NodeInfo
 
@@ -22,11 +23,6 @@ MAX_ANSWER_BYTES = 256 * 1024
 
 class PeerUnreachable(Exception):
     """The other node did not answer, or answered with something that is not the protocol."""
-
-
-def url_host(address: str) -> str:
-    """``address`` as the host part of a URL (IPv6 in brackets)."""
-    return f"[{address}]" if ":" in address and not address.startswith("[") else address
 
 
 def pinned_anonymous_context(peer_cert_der: bytes) -> ssl.SSLContext:

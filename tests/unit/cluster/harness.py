@@ -26,7 +26,7 @@ from backend.core.clock import SystemClock
 from backend.core.rpc import ClientHub, NumberedStream
 from backend.core.store import Store
 from backend.protocol import methods
-from backend.protocol.types import NodeId, NodeOs, Ports
+from backend.protocol.types import InviteChanged, NodeId, NodeOs, Ports
 from tests.fakes import FakeClock
 
 A_ID = NodeId("aaaaaaaa-0000-4000-8000-000000000001")
@@ -70,6 +70,10 @@ class Node:
     published: list[object] = field(default_factory=list)
     tasks: TaskSet | None = None
     component: ClusterComponent | None = None
+
+    def invites(self) -> list[InviteChanged]:
+        """The invite events this node published, in order."""
+        return [event for event in self.published if isinstance(event, InviteChanged)]
 
     def trusts(self, other: Node) -> bool:
         """Whether this node's API lets ``other`` in (its certificate is pinned)."""

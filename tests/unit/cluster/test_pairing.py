@@ -3,9 +3,7 @@ SQLite stores, the real PAKE; a man in the middle that terminates TLS with its o
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -16,90 +14,15 @@ from aiohttp import web
 from backend.components.cluster import messages as m
 from backend.components.cluster import peer_client, tls
 from backend.components.cluster.members import Members, MemberStore
-from backend.components.cluster.service import ClusterService
-from backend.components.identity.certificate import NodeCredentials, mint
-from backend.components.nodeinfo.payload import NodeInfoSource
-from backend.components.nodeinfo.server import build_app
-from backend.components.nodeinfo.telemetry import TelemetryView
-from backend.core.rpc import ClientHub, NumberedStream
-from backend.core.store import Store
-from backend.protocol import errors, methods
-from backend.protocol.types import InviteChanged, NodeId, NodeOs, Ports
+from backend.components.identity.certificate import mint
+from backend.protocol import errors
+from backend.protocol.types import NodeId
 from tests.fakes import FakeClock
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@dataclass
-class Node:
-    """One node: its service, its TLS listener and what it published."""
-
-    name: str
-    node_id: NodeId
-    port: int
-    credentials: NodeCredentials
-    service: ClusterService
-    pinned: tls.PinnedServer
-    runner: web.AppRunner
-    store: Store
-    published: list[object]
-
-    def invites(self) -> list[InviteChanged]:
-        return [e for e in self.published if isinstance(e, InviteChanged)]
-
-
-class _Recorder(NumberedStream[object]):
-    """A stream that keeps what it published (nobody subscribes in these tests)."""
-
-    def __init__(self, sink: list[object]) -> None:
-        super().__init__(methods.CLUSTER_EVENT, ClientHub())  # type: ignore[arg-type]
-        self._sink = sink
-
-    def publish(self, make_event: object) -> None:
-        self.seq += 1
-        self._sink.append(make_event(self.seq))  # type: ignore[operator]
+from tests.unit.cluster.harness import Node, free_port, start_node, stop_node
 
 
 async def _start_node(tmp_path: Path, name: str, clock: FakeClock, uuid: str) -> Node:
-    node_id = NodeId(uuid)
-    credentials = mint(node_id)
-    store = Store(tmp_path / name / "pair.db")
-    await store.open()
-    members = Members(MemberStore(store))
-    await members.open()
-    published: list[object] = []
-    port = _free_port()
-    service = ClusterService(
-        node_id=node_id,
-        name=lambda: name,
-        node_port=lambda: port,
-        credentials=credentials,
-        key_protection="file",
-        members=members,
-        clock=clock,
-        events=_Recorder(published),  # type: ignore[arg-type]
-    )
-    pinned = tls.PinnedServer(credentials)
-    service.on_trust_changed(
-        lambda ms: pinned.set_pins(member.cert_der for member in ms.members.values())
-    )
-    source = NodeInfoSource(
-        node_id=node_id,
-        version="test",
-        ports=lambda: Ports(node=port, ollama=1, openai=2, llamacpp=3),
-        name=lambda: name,
-        telemetry=TelemetryView,
-        os=NodeOs(system="Linux"),
-        fingerprint=credentials.fingerprint,
-    )
-    runner = web.AppRunner(build_app(source, service), access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port, ssl_context=pinned.context).start()
-    return Node(name, node_id, port, credentials, service, pinned, runner, store, published)
+    return await start_node(tmp_path, name, clock, NodeId(uuid))
 
 
 @pytest.fixture
@@ -111,8 +34,7 @@ async def pair_of_nodes(tmp_path: Path) -> AsyncIterator[tuple[Node, Node, FakeC
         yield a, b, clock
     finally:
         for node in (a, b):
-            await node.runner.cleanup()
-            await node.store.close()
+            await stop_node(node)
 
 
 async def _invite(a: Node, b: Node) -> tuple[str, str]:
@@ -247,8 +169,7 @@ async def test_a_node_in_another_cluster_rejects_the_invite(
         assert rejected.invite.state == "rejected"
         assert "another cluster" in (rejected.invite.reason or "")
     finally:
-        await c.runner.cleanup()
-        await c.store.close()
+        await stop_node(c)
 
 
 class _Relay:
@@ -260,7 +181,7 @@ class _Relay:
         self.a, self.b = a, b
         self.rewrite_ad = rewrite_ad  # also claim its own fingerprint in A's CPace answer
         self.credentials = mint(NodeId("eeeeeeee-0000-4000-8000-00000000000e"))
-        self.port = _free_port()
+        self.port = free_port()
         self.runner: web.AppRunner | None = None
 
     async def start(self) -> None:

@@ -12,8 +12,9 @@ import msgspec
 
 from backend.components.cluster import messages as m
 from backend.components.cluster import peer_client
+from backend.protocol.types import NodeId
 from tests.fakes import FakeClock
-from tests.unit.cluster.test_pairing import Node, _start_node
+from tests.unit.cluster.harness import Node, start_node, stop_node
 
 SEED = 20261201
 ROUNDS = 400
@@ -65,8 +66,8 @@ def _mutate(body: bytes, chooser: random.Random) -> bytes:
 
 async def test_mutated_pairing_messages_never_break_the_node_api(tmp_path: Path) -> None:
     clock = FakeClock(start=1_700_000_000.0)
-    a = await _start_node(tmp_path, "desk", clock, "aaaaaaaa-0000-4000-8000-0000000000f1")
-    b = await _start_node(tmp_path, "laptop", clock, "bbbbbbbb-0000-4000-8000-0000000000f2")
+    a = await start_node(tmp_path, "desk", clock, NodeId("aaaaaaaa-0000-4000-8000-0000000000f1"))
+    b = await start_node(tmp_path, "laptop", clock, NodeId("bbbbbbbb-0000-4000-8000-0000000000f2"))
     try:
         created = await a.service.invite("127.0.0.1", b.port)
         bodies = _valid_bodies(created.invite.id, a)
@@ -93,5 +94,4 @@ async def test_mutated_pairing_messages_never_break_the_node_api(tmp_path: Path)
         assert (await b.service.accept(again.invite.id, again.pin)).state == "paired"
     finally:
         for node in (a, b):
-            await node.runner.cleanup()
-            await node.store.close()
+            await stop_node(node)
