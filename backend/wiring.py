@@ -3,8 +3,9 @@
 Each piece is constructed after everything it reads, so nothing starts empty to be filled in
 later: the services (errors, settings, log levels, supervisor) first, then the engines, the jobs
 ledger, discovery, the cluster, the proxy (its routing table reads all four: only trusted
-members are peers), and the node API (it publishes the proxy's real ports). Every component's
-JSON-RPC methods are routed as it is built.
+members are peers), the federation (the member links: calls aimed at other members, mirrors of
+their engines, errors and jobs) and the node API (it publishes the proxy's real ports and serves
+the member link). Every component's JSON-RPC methods are routed as it is built.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from backend.components.apikeys.store import ApiKeyStore
 from backend.components.cluster import rpc as cluster_rpc
 from backend.components.cluster import tls
 from backend.components.cluster.component import ClusterComponent
-from backend.components.cluster.members import Members, Membership
+from backend.components.cluster.members import Member, Members, Membership
 from backend.components.cluster.service import ClusterService
 from backend.components.discovery import rpc as discovery_rpc
 from backend.components.discovery.component import DiscoveryComponent
@@ -33,6 +34,9 @@ from backend.components.engines.component import EnginesComponent
 from backend.components.engines.ledger import EngineLedger
 from backend.components.errors import rpc as errors_rpc
 from backend.components.errors.registry import ErrorsRegistry
+from backend.components.federation.component import FederationComponent, MemberEnginesBoard
+from backend.components.federation.link import LinkSinks
+from backend.components.federation.server import MemberRpc
 from backend.components.identity.certificate import StoredIdentity
 from backend.components.identity.identity import NodeIdentity, report_identity
 from backend.components.nodeinfo import rpc as nodeinfo_rpc
@@ -144,13 +148,19 @@ def build_node(base: Foundation) -> Node:
         hub=services.hub,
         on_connect=services.readiness.greet,
     )
-    engines = _engines(base, services)
+    board = MemberEnginesBoard(NumberedStream(methods.ENGINE_EVENT, services.hub))
+    engines = _engines(base, services, board)
     workloads = _workloads(base, services)
     discovery = _discovery(base, services)
-    cluster = _cluster(base, services)
+    cluster = _cluster(base, services, board)
     apikeys = _apikeys(base, services)
     proxy = _proxy(base, services, engines, workloads, discovery, cluster.service, apikeys)
-    telemetry, node_api = _node_api(base, services, engines, workloads, proxy, cluster.service)
+    federation, member_rpc = _federation(
+        base, services, cluster.service, discovery, workloads, board
+    )
+    telemetry, node_api = _node_api(
+        base, services, engines, workloads, proxy, cluster.service, member_rpc
+    )
     _register_broker(base, services, proxy)
     # Start order; stop is the reverse. Workloads before the proxy, so the proxy's last job
     # reports are written; discovery after the node API, so the node is announced once it serves.
@@ -163,6 +173,7 @@ def build_node(base: Foundation) -> Node:
         telemetry,
         node_api,
         discovery,
+        federation,
     ]
     for component in (*started, *workers):
         services.supervisor.add(component)
@@ -262,16 +273,16 @@ def _register_settings(services: _Services, workers: Sequence[WorkerProcess]) ->
     )
 
 
-def _engines(base: Foundation, services: _Services) -> EnginesComponent:
-    events = NumberedStream(methods.ENGINE_EVENT, services.hub)
+def _engines(base: Foundation, services: _Services, board: MemberEnginesBoard) -> EnginesComponent:
     engines = EnginesComponent(
         data_dir=base.config.data_dir,
         ledger=EngineLedger(base.store, base.clock),
         errors_sink=services.errors,
         clock=base.clock,
-        events=events,
+        events=board.events,
+        members=board.members,
     )
-    engines_rpc.register(services.dispatcher, engines, events)
+    engines_rpc.register(services.dispatcher, engines, board.events)
     return engines
 
 
@@ -299,10 +310,9 @@ def _discovery(base: Foundation, services: _Services) -> DiscoveryComponent:
         manual_store=ManualNodeStore(base.store),
         timing=DiscoveryTiming.from_environment(os.environ),
         use_mdns=mdns_enabled(os.environ),
-        members=lambda: [
-            (member.node_id, member.address, member.node_port)
-            for member in base.members.current.trusted()
-        ],
+        # Read on every poll, so mutual TLS follows the membership at once.
+        members=lambda: base.members.current.trusted(),
+        credentials=base.credentials.credentials,
     )
     discovery_rpc.register(services.dispatcher, discovery, events)
     return discovery
@@ -358,7 +368,7 @@ def _apikeys(base: Foundation, services: _Services) -> ApiKeysService:
     return apikeys
 
 
-def _cluster(base: Foundation, services: _Services) -> ClusterComponent:
+def _cluster(base: Foundation, services: _Services, board: MemberEnginesBoard) -> ClusterComponent:
     events = NumberedStream(methods.CLUSTER_EVENT, services.hub)
     service = ClusterService(
         node_id=base.identity.node_id,
@@ -369,9 +379,57 @@ def _cluster(base: Foundation, services: _Services) -> ClusterComponent:
         members=base.members,
         clock=base.clock,
         events=events,
+        online=board.reachable,
     )
+    board.on_presence(service.presence_changed)
     cluster_rpc.register(services.dispatcher, service, events)
     return ClusterComponent(service, clock=base.clock)
+
+
+def _federation(
+    base: Foundation,
+    services: _Services,
+    cluster: ClusterService,
+    discovery: DiscoveryComponent,
+    workloads: WorkloadsComponent,
+    board: MemberEnginesBoard,
+) -> tuple[FederationComponent, MemberRpc]:
+    """The member links: this node's calls to other members and the mirrors of their engines,
+    errors and jobs; and the link route other members call this node's methods on."""
+    node_id = base.identity.node_id
+
+    def addresses(member: Member) -> list[tuple[str, int]]:
+        """Where discovery last reached the member first, then where it was paired."""
+        found = [
+            (address, node.ports["node"])
+            for node in discovery.nodes()
+            if node.node_id == member.node_id and "node" in node.ports
+            for address in node.addresses
+        ]
+        paired = (member.address, member.node_port)
+        return [*found, *([paired] if paired not in found else [])]
+
+    sinks = LinkSinks(
+        engines=board.changed,
+        errors=services.errors.replace_node,
+        jobs=workloads.mirror_jobs,
+        job_removed=workloads.mirror_removed,
+    )
+    federation = FederationComponent(
+        node_id=node_id,
+        credentials=base.credentials.credentials,
+        membership=lambda: cluster.membership,
+        addresses=addresses,
+        sinks=sinks,
+        board=board,
+        clock=base.clock,
+    )
+    cluster.on_trust_changed(federation.trust_changed)
+    services.dispatcher.forward((*methods.FORWARDED, methods.ERRORS_CLEAR), federation.forward)
+    member_rpc = MemberRpc(
+        node_id=node_id, dispatcher=services.dispatcher, hub=services.hub, cluster=cluster
+    )
+    return federation, member_rpc
 
 
 def _pins(membership: Membership) -> list[bytes]:
@@ -386,6 +444,7 @@ def _node_api(
     workloads: WorkloadsComponent,
     proxy: ProxyComponent,
     cluster: ClusterService,
+    member_rpc: MemberRpc,
 ) -> tuple[TelemetryComponent, NodeApiServer]:
     telemetry = TelemetryComponent(clock=base.clock)
     node_id = base.identity.node_id
@@ -403,7 +462,11 @@ def _node_api(
     pinned = tls.PinnedServer(base.credentials.credentials, _pins(cluster.membership))
     cluster.on_trust_changed(lambda membership: pinned.set_pins(_pins(membership)))
     server = NodeApiServer(
-        port=base.config.ports.node, source=source, ssl_context=pinned.context, cluster=cluster
+        port=base.config.ports.node,
+        source=source,
+        ssl_context=pinned.context,
+        cluster=cluster,
+        routes=(member_rpc.add_routes,),
     )
     return telemetry, server
 

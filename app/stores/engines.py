@@ -22,6 +22,10 @@ from backend.protocol.types import (
     EngineStatus,
     InstallProgress,
     InstallProgressed,
+    MemberEngines,
+    MemberEnginesChanged,
+    MemberEnginesLeft,
+    NodeId,
     PullProgress,
     PullProgressed,
 )
@@ -33,12 +37,14 @@ class EnginesStore(StreamStore[NoParams, EnginesSnapshot, EngineEvent]):
     """Engine statuses by name, the last model lists, and the pulls and installs still running.
     ``engine_changed`` names an engine whose status changed, ``models_changed`` follows a new
     model list, ``pull_progressed`` and ``install_progressed`` carry each progress step (the
-    last one has ``done``); ``reset`` after every snapshot."""
+    last one has ``done``); ``member_changed`` names another member whose engines, models or
+    link changed (``members``); ``reset`` after every snapshot."""
 
     engine_changed = Signal(str)  # EngineName
     models_changed = Signal()
     pull_progressed = Signal(object)  # PullProgress
     install_progressed = Signal(object)  # InstallProgress
+    member_changed = Signal(str)  # NodeId
 
     def __init__(self, connection: BrokerConnection, parent: QObject | None = None) -> None:
         super().__init__(connection, methods.ENGINE_SUBSCRIBE, methods.ENGINE_EVENT, None, parent)
@@ -46,6 +52,12 @@ class EnginesStore(StreamStore[NoParams, EnginesSnapshot, EngineEvent]):
         self._models: EngineModels | None = None
         self._pulls: dict[PullKey, PullProgress] = {}
         self._installs: dict[EngineName, InstallProgress] = {}
+        self._members: dict[NodeId, MemberEngines] = {}
+
+    @property
+    def members(self) -> Mapping[NodeId, MemberEngines]:
+        """Every other member's engines as its link last told this node (read-only)."""
+        return self._members
 
     @property
     def statuses(self) -> Mapping[EngineName, EngineStatus]:
@@ -76,6 +88,7 @@ class EnginesStore(StreamStore[NoParams, EnginesSnapshot, EngineEvent]):
         self._models = snapshot.models
         self._pulls = {(pull.engine, pull.model): pull for pull in snapshot.pulls}
         self._installs = {install.engine: install for install in snapshot.installs}
+        self._members = {member.node_id: member for member in snapshot.members}
 
     def _apply(self, event: EngineEvent) -> None:
         match event:
@@ -97,7 +110,14 @@ class EnginesStore(StreamStore[NoParams, EnginesSnapshot, EngineEvent]):
                 else:
                     self._installs[install.engine] = install
                 self.install_progressed.emit(install)
+            case MemberEnginesChanged(member=member):
+                self._members[member.node_id] = member
+                self.member_changed.emit(member.node_id)
+            case MemberEnginesLeft(node_id=node_id):
+                if self._members.pop(node_id, None) is not None:
+                    self.member_changed.emit(node_id)
 
     def _forget(self) -> None:
         self._statuses, self._models = {}, None
         self._pulls, self._installs = {}, {}
+        self._members = {}

@@ -42,6 +42,7 @@ from backend.cli.cluster_format import (
     resolve_member,
     short_fingerprint,
 )
+from backend.cli.confirm import agreed
 from backend.common.tasks import wait_first
 from backend.protocol import contract, errors, methods
 from backend.protocol.peer import RpcPeer
@@ -446,7 +447,7 @@ def remove_member(
         print(f"pair remove: {exc}", file=sys.stderr)
         return exit_codes.ERROR
     question = f"Remove {member.name} ({member.node_id[:SHORT_ID]}) for good? [y/N] "
-    if not confirmed and not _agreed(ask, question):
+    if not confirmed and not agreed(ask, question):
         print("Nothing removed (`--yes` skips the question).", file=sys.stderr)
         return exit_codes.ERROR
     return _run(data_dir, lambda peer: _remove(peer, member.node_id))
@@ -474,7 +475,7 @@ def leave_cluster(
         print("pair leave: this computer is in no cluster", file=sys.stderr)
         return exit_codes.ERROR
     question = f"Leave the cluster {status.cluster_name or status.cluster_id}? [y/N] "
-    if not confirmed and not _agreed(ask, question):
+    if not confirmed and not agreed(ask, question):
         print("Still in the cluster (`--yes` skips the question).", file=sys.stderr)
         return exit_codes.ERROR
 
@@ -501,14 +502,6 @@ def _fetch_status(data_dir: str | None) -> ClusterStatus | int:
 
     code = _run(data_dir, work)
     return got[0] if got and code == exit_codes.OK else code
-
-
-def _agreed(ask: Callable[[str], str], question: str) -> bool:
-    try:
-        return ask(question).strip().lower() in ("y", "yes")
-    except (EOFError, KeyboardInterrupt):
-        print(file=sys.stderr)
-        return False
 
 
 def _run(

@@ -1,84 +1,228 @@
-"""``pair engines``, ``pair models``, ``pair pull``, ``pair engine start|stop|restart``."""
+"""``pair engines``, ``pair engine status|install|start|stop|restart|update|versions|set-port|
+logs|uninstall ENGINE``, ``pair models``, ``pair pull ENGINE MODEL`` and ``pair model
+load|eject|delete ENGINE MODEL``, each on this node or, with ``--node``, on another member of the
+cluster (the broker forwards the call)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, TextIO
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
-from backend.cli import client_commands, exit_codes
+from backend.cli import client_commands, confirm, exit_codes
+from backend.cli.engine_format import (
+    WANTED,
+    ModelOperation,
+    describe_model_action,
+    describe_state,
+    describe_status,
+    describe_uninstalled,
+    describe_versions,
+)
+from backend.cli.node_command import port_number
+from backend.cli.node_ref import (
+    KnownNode,
+    NodeWork,
+    add_node_option,
+    node_id_of,
+    on_node,
+    with_node,
+)
+from backend.cli.progress_bar import ProgressBar
 from backend.protocol import contract, methods
 from backend.protocol.contract import Method
 from backend.protocol.peer import RpcPeer
 from backend.protocol.types import (
     EngineActionParams,
+    EngineLogsQuery,
     EngineName,
     EngineRef,
+    EngineSetPort,
     EngineStatus,
-    PullProgress,
-    PullProgressed,
+    NodeScope,
 )
+
+T = TypeVar("T")
+
+# Slightly above the broker's own bounds for a call it forwards to a member (docs/RPC.md), so
+# its error naming the member arrives before ours.
+LIST_TIMEOUT_S = 45.0
+LIFECYCLE_TIMEOUT_S = 900.0
+LONG_TIMEOUT_S = 3700.0  # installs, updates and model actions
+DEFAULT_LOG_LINES = 200
+LIFECYCLE: dict[str, Method[EngineRef, EngineStatus]] = {
+    "start": methods.ENGINE_START,
+    "stop": methods.ENGINE_STOP,
+    "restart": methods.ENGINE_RESTART,
+}
+INSTALLS: dict[str, Method[EngineRef, EngineStatus]] = {
+    "install": methods.ENGINE_INSTALL,
+    "update": methods.ENGINE_UPDATE,  # the broker reports an update's progress as an install's
+}
+ENGINE_OPERATIONS = {
+    "status": "show an engine's state, port, process and intent",
+    "install": "download and install an engine, with progress",
+    "start": "start an engine (or adopt one already running)",
+    "stop": "stop an engine PAIR started",
+    "restart": "stop and start an engine PAIR started",
+    "update": "install an engine's latest version, with progress",
+    "versions": "show an engine's installed and latest version",
+    "set-port": "move an engine to another port (kept across restarts)",
+    "logs": "print the last lines of an engine's output",
+    "uninstall": "remove what PAIR installed of an engine; its models stay (asks first)",
+}
+MODEL_OPERATIONS = {
+    "load": ModelOperation("load_model", "is loaded in", "load a model into its engine's memory"),
+    "eject": ModelOperation("unload_model", "is ejected from", "unload a model from memory"),
+    "delete": ModelOperation("delete_model", "is deleted from", "delete a model (asks first)"),
+}
 
 
 def add_parsers(commands: Any, add_data_dir: Any) -> None:
-    """Register the engine commands on the ``pair`` parser."""
-    engines = commands.add_parser("engines", help="list this node's engines and their state")
-    add_data_dir(engines)
-    models = commands.add_parser("models", help="list models of the running engines")
-    add_data_dir(models)
+    """Register the engine and model commands on the ``pair`` parser."""
+    engines = commands.add_parser("engines", help="list a node's engines and their state")
+    models = commands.add_parser("models", help="list models of a node's running engines")
     pull = commands.add_parser("pull", help="download a model into an engine, with progress")
-    pull.add_argument("engine")
-    pull.add_argument("model")
-    add_data_dir(pull)
-    engine = commands.add_parser("engine", help="start, stop or restart an engine")
-    engine.add_argument("operation", choices=("start", "stop", "restart"))
-    engine.add_argument("name")
-    add_data_dir(engine)
+    engine = commands.add_parser(
+        "engine", help="install, run, update or remove an engine; its status, port and logs"
+    )
+    model = commands.add_parser("model", help="load, eject or delete a model of an engine")
+    engine_ops = engine.add_subparsers(dest="operation", metavar="OPERATION", required=True)
+    model_ops = model.add_subparsers(dest="operation", metavar="OPERATION", required=True)
+    on_engine = {op: engine_ops.add_parser(op, help=text) for op, text in ENGINE_OPERATIONS.items()}
+    on_model = {
+        op: model_ops.add_parser(op, help=spec.help) for op, spec in MODEL_OPERATIONS.items()
+    }
+    for parser in on_engine.values():
+        parser.add_argument("engine", metavar="ENGINE")
+    for parser in (pull, *on_model.values()):
+        parser.add_argument("engine", metavar="ENGINE")
+        parser.add_argument("model", metavar="MODEL")
+    on_engine["set-port"].add_argument("port", metavar="PORT", type=port_number)
+    on_engine["logs"].add_argument(
+        "--lines",
+        metavar="N",
+        type=_line_count,
+        default=DEFAULT_LOG_LINES,
+        help=f"how many of the last lines (default {DEFAULT_LOG_LINES})",
+    )
+    for parser in (on_engine["uninstall"], on_model["delete"]):
+        parser.add_argument("--yes", action="store_true", help="do not ask before doing it")
+    for parser in (engines, models, pull, *on_engine.values(), *on_model.values()):
+        add_data_dir(parser)
+        add_node_option(parser)
+
+
+def _line_count(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of lines") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"{count} lines: give at least 1")
+    return count
 
 
 def run(args: argparse.Namespace) -> int | None:
     """Run the command if it is one of ours; None otherwise."""
     if args.command == "engines":
-        return client_commands.run_with_broker(args.data_dir, _engines)
+        return _on_node(args, _engines)
     if args.command == "models":
-        return client_commands.run_with_broker(args.data_dir, _models)
+        return _on_node(args, _models)
     if args.command == "pull":
-        progress = PullBar(EngineName(args.engine), args.model)
-        return client_commands.run_with_broker(
-            args.data_dir,
-            lambda peer: _pull(peer, EngineName(args.engine), args.model),
-            on_push=progress.on_push,
-        )
+        bar = ProgressBar(EngineName(args.engine), args.model)
+        return _on_node(args, lambda peer, member: _pull(peer, bar, member), bar)
     if args.command == "engine":
-        method = {
-            "start": methods.ENGINE_START,
-            "stop": methods.ENGINE_STOP,
-            "restart": methods.ENGINE_RESTART,
-        }[args.operation]
-        return client_commands.run_with_broker(
-            args.data_dir, lambda peer: _lifecycle(peer, method, args.name)
-        )
+        return _run_engine(args)
+    if args.command == "model":
+        return _run_model(args)
     return None
 
 
-async def _engines(peer: RpcPeer) -> int:
-    statuses = await contract.call(peer, methods.ENGINE_LIST)
+def _on_node(args: argparse.Namespace, work: NodeWork, bar: ProgressBar | None = None) -> int:
+    """``work`` on the node ``--node`` names, drawing the engine stream on ``bar`` if given."""
+    return client_commands.run_with_broker(
+        args.data_dir,
+        with_node(args.node, work),
+        on_push=bar.on_push if bar is not None else None,
+    )
+
+
+def _confirmed(args: argparse.Namespace, work: NodeWork, action: str, consequence: str) -> int:
+    """``work`` on the node ``--node`` names, once the user agreed (or gave ``--yes``)."""
+    return confirm.run_confirmed(
+        lambda resolved: client_commands.run_with_broker(args.data_dir, resolved),
+        args.node,
+        work,
+        action=action,
+        consequence=consequence,
+        confirmed=args.yes,
+    )
+
+
+def _run_engine(args: argparse.Namespace) -> int:
+    engine: EngineName = EngineName(args.engine)
+    if args.operation in INSTALLS:
+        bar, method = ProgressBar(engine), INSTALLS[args.operation]
+        return _on_node(args, lambda peer, member: _install(peer, method, bar, member), bar)
+    if args.operation == "uninstall":
+        return _confirmed(
+            args,
+            lambda peer, member: _uninstall(peer, engine, member),
+            f"uninstall {engine}",
+            "PAIR removes what it installed; the models stay.",
+        )
+    return _on_node(args, _engine_work(args, engine))
+
+
+def _engine_work(args: argparse.Namespace, engine: EngineName) -> NodeWork:
+    operation = args.operation
+    if operation == "status":
+        return lambda peer, member: _status(peer, engine, member)
+    if operation == "versions":
+        return lambda peer, member: _versions(peer, engine, member)
+    if operation == "set-port":
+        return lambda peer, member: _set_port(peer, engine, args.port, member)
+    if operation == "logs":
+        return lambda peer, member: _logs(peer, engine, args.lines, member)
+    method = LIFECYCLE[operation]
+    return lambda peer, member: _lifecycle(peer, method, engine, member)
+
+
+def _run_model(args: argparse.Namespace) -> int:
+    operation: ModelOperation = MODEL_OPERATIONS[args.operation]
+    engine, model = EngineName(args.engine), args.model
+
+    def work(peer: RpcPeer, member: KnownNode | None) -> Awaitable[int]:
+        return _model(peer, operation, engine, model, member)
+
+    if operation.action != "delete_model":
+        return _on_node(args, work)
+    return _confirmed(
+        args, work, f"delete {model} from {engine}", "Its files are removed for good."
+    )
+
+
+async def _engines(peer: RpcPeer, member: KnownNode | None) -> int:
+    scope = NodeScope(node=node_id_of(member))
+    statuses = await contract.call(peer, methods.ENGINE_LIST, scope, timeout=LIST_TIMEOUT_S)
     print(f"{'ENGINE':<10}{'STATE':<15}{'PORT':<7}{'PID':<9}{'SLOTS':<7}{'WANTED':<8}DETAIL")
     for status in statuses:
         state = status.state + (" (adopted)" if status.adopted else "")
-        wanted = {True: "on", False: "off", None: "-"}[status.desired]
         detail = status.error or status.binary or "not installed"
         print(
             f"{status.engine:<10}{state:<15}{status.port:<7}{status.pid or '-'!s:<9}"
-            f"{status.slots or '-'!s:<7}{wanted:<8}{detail}"
+            f"{status.slots or '-'!s:<7}{WANTED[status.desired]:<8}{detail}"
         )
     return exit_codes.OK
 
 
-async def _models(peer: RpcPeer) -> int:
-    models = await contract.call(peer, methods.ENGINE_MODELS, timeout=30)
+async def _models(peer: RpcPeer, member: KnownNode | None) -> int:
+    scope = NodeScope(node=node_id_of(member))
+    models = await contract.call(peer, methods.ENGINE_MODELS, scope, timeout=LIST_TIMEOUT_S)
     if not models.by_engine:
-        print("no engine is running")
+        print(f"no engine is running{on_node(member)}")
     for engine, names in sorted(models.by_engine.items()):
         loaded = set(models.loaded_by_engine.get(engine, []))
         slots = models.slots_by_engine.get(engine, {})
@@ -88,48 +232,106 @@ async def _models(peer: RpcPeer) -> int:
     return exit_codes.OK
 
 
-async def _pull(peer: RpcPeer, engine: EngineName, model: str) -> int:
-    await contract.call(peer, methods.ENGINE_SUBSCRIBE)  # progress arrives as engine events
-    params = EngineActionParams(engine=engine, action="pull_model", model=model)
-    await contract.call(peer, methods.ENGINE_ACTION, params, timeout=None)
-    print(f"\n{model} is ready in {engine}")
+async def _following(
+    peer: RpcPeer, bar: ProgressBar, member: KnownNode | None, call: Callable[[], Awaitable[T]]
+) -> T:
+    """``call``'s answer, with the progress the engine stream tells meanwhile drawn on ``bar``."""
+    bar.node = node_id_of(member)  # before subscribing: progress arrives as engine events
+    await contract.call(peer, methods.ENGINE_SUBSCRIBE)
+    try:
+        return await call()
+    finally:
+        bar.end_line()
+
+
+async def _pull(peer: RpcPeer, bar: ProgressBar, member: KnownNode | None) -> int:
+    params = EngineActionParams(
+        engine=bar.engine, action="pull_model", model=bar.model, node=node_id_of(member)
+    )
+    await _following(
+        peer, bar, member, lambda: contract.call(peer, methods.ENGINE_ACTION, params, timeout=None)
+    )
+    print(f"{bar.model} is ready in {bar.engine}{on_node(member)}")
     return exit_codes.OK
 
 
-class PullBar:
-    """Draws one pull's progress from the ``engine:event`` pushes of the engine stream."""
-
-    def __init__(self, engine: EngineName, model: str, out: TextIO = sys.stdout) -> None:
-        self._engine, self._model, self._out = engine, model, out
-
-    def on_push(self, method: str, params: Any) -> None:
-        """The CLI connection's push hook: draw this pull's progress, ignore the rest."""
-        if method != methods.ENGINE_EVENT.name:
-            return
-        event = methods.ENGINE_EVENT.decode(params)
-        if not isinstance(event, PullProgressed):
-            return
-        progress = event.progress
-        if (progress.engine, progress.model) != (self._engine, self._model):
-            return
-        self._out.write("\r" + progress_line(progress)[:100].ljust(100))
-        self._out.flush()
-
-
-def progress_line(progress: PullProgress) -> str:
-    """A 30-character bar, the percentage and the stage (the stage alone when unmeasured)."""
-    if progress.percent is None:
-        return progress.stage
-    filled = int(progress.percent / 100 * 30)
-    return f"[{'#' * filled}{'.' * (30 - filled)}] {progress.percent:5.1f}%  {progress.stage}"
-
-
-async def _lifecycle(peer: RpcPeer, method: Method[EngineRef, EngineStatus], name: str) -> int:
-    params = EngineRef(engine=EngineName(name))
-    status = await contract.call(peer, method, params, timeout=900)
-    where = f" on port {status.port}" if status.state == "running" else ""
-    print(
-        f"{status.display_name}: {status.state}{where}"
-        + (" (adopted: not started by PAIR)" if status.adopted else "")
+async def _install(
+    peer: RpcPeer,
+    method: Method[EngineRef, EngineStatus],
+    bar: ProgressBar,
+    member: KnownNode | None,
+) -> int:
+    params = EngineRef(engine=bar.engine, node=node_id_of(member))
+    status = await _following(
+        peer, bar, member, lambda: contract.call(peer, method, params, timeout=LONG_TIMEOUT_S)
     )
+    done = "updated" if method is methods.ENGINE_UPDATE else "installed"
+    print(describe_state(status, member, f"{done}, "))
+    return exit_codes.OK
+
+
+async def _lifecycle(
+    peer: RpcPeer,
+    method: Method[EngineRef, EngineStatus],
+    engine: EngineName,
+    member: KnownNode | None,
+) -> int:
+    params = EngineRef(engine=engine, node=node_id_of(member))
+    status = await contract.call(peer, method, params, timeout=LIFECYCLE_TIMEOUT_S)
+    print(describe_state(status, member))
+    return exit_codes.OK
+
+
+async def _status(peer: RpcPeer, engine: EngineName, member: KnownNode | None) -> int:
+    params = EngineRef(engine=engine, node=node_id_of(member))
+    status = await contract.call(peer, methods.ENGINE_STATUS, params, timeout=LIST_TIMEOUT_S)
+    print(describe_status(status, member))
+    return exit_codes.OK
+
+
+async def _uninstall(peer: RpcPeer, engine: EngineName, member: KnownNode | None) -> int:
+    params = EngineRef(engine=engine, node=node_id_of(member))
+    status = await contract.call(
+        peer, methods.ENGINE_UNINSTALL, params, timeout=LIFECYCLE_TIMEOUT_S
+    )
+    print(describe_uninstalled(status, member))
+    return exit_codes.OK
+
+
+async def _set_port(peer: RpcPeer, engine: EngineName, port: int, member: KnownNode | None) -> int:
+    params = EngineSetPort(engine=engine, port=port, node=node_id_of(member))
+    status = await contract.call(peer, methods.ENGINE_SET_PORT, params, timeout=LIFECYCLE_TIMEOUT_S)
+    print(f"{status.display_name}{on_node(member)}: port {status.port}, {status.state}")
+    return exit_codes.OK
+
+
+async def _logs(peer: RpcPeer, engine: EngineName, lines: int, member: KnownNode | None) -> int:
+    query = EngineLogsQuery(engine=engine, lines=lines, node=node_id_of(member))
+    logs = await contract.call(peer, methods.ENGINE_LOGS, query, timeout=LIST_TIMEOUT_S)
+    if not logs.lines:
+        print(f"{engine}{on_node(member)} has written no output yet", file=sys.stderr)
+    for line in logs.lines:
+        print(line)
+    return exit_codes.OK
+
+
+async def _versions(peer: RpcPeer, engine: EngineName, member: KnownNode | None) -> int:
+    params = EngineRef(engine=engine, node=node_id_of(member))
+    versions = await contract.call(peer, methods.ENGINE_VERSIONS, params, timeout=LIST_TIMEOUT_S)
+    print(describe_versions(versions, member))
+    return exit_codes.OK
+
+
+async def _model(
+    peer: RpcPeer,
+    operation: ModelOperation,
+    engine: EngineName,
+    model: str,
+    member: KnownNode | None,
+) -> int:
+    params = EngineActionParams(
+        engine=engine, action=operation.action, model=model, node=node_id_of(member)
+    )
+    result = await contract.call(peer, methods.ENGINE_ACTION, params, timeout=LONG_TIMEOUT_S)
+    print(describe_model_action(operation, params, result, member))
     return exit_codes.OK

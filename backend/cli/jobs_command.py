@@ -1,22 +1,27 @@
-"""``pair jobs``: the jobs (inference requests) this node's front doors saw, newest first;
-``--follow`` then prints every change as a line until Ctrl+C."""
+"""``pair jobs``: the jobs (inference requests) this node took part in, newest first (``--cluster``:
+every job of the cluster the broker holds); ``--follow`` then prints every change as a line until
+Ctrl+C."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
 from backend.cli import exit_codes
 from backend.cli.client_commands import run_with_broker
+from backend.cli.node_ref import fetch_directory
 from backend.protocol import contract, methods
 from backend.protocol.peer import RpcPeer
 from backend.protocol.types import (
+    JobKey,
     JobState,
+    NodeId,
     Workload,
     WorkloadsEvent,
     WorkloadsQuery,
@@ -28,6 +33,8 @@ DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
 SHORT_ID = 8
 MODEL_WIDTH = 28
+NODE_WIDTH = 12  # a node's name in ORIGIN→NODE, cut to fit
+ROUTE_WIDTH = 2 * NODE_WIDTH + 3
 STATE_LABELS: dict[JobState, str] = {
     "in_flight": "In flight",
     "running": "Running",
@@ -36,14 +43,14 @@ STATE_LABELS: dict[JobState, str] = {
     "cancelled": "Cancelled",
 }
 HEADER = (
-    f"{'STATE':<11}{'MODEL':<{MODEL_WIDTH}}{'ENGINE':<10}{'ORIGIN→NODE':<19}"
+    f"{'STATE':<11}{'MODEL':<{MODEL_WIDTH}}{'ENGINE':<10}{'ORIGIN→NODE':<{ROUTE_WIDTH}}"
     f"{'AGE':<6}{'DURATION':<10}ERROR"
 )
 
 
 def add_parser(commands: Any, add_data_dir: Callable[[argparse.ArgumentParser], None]) -> None:
     """Register ``jobs``."""
-    jobs = commands.add_parser("jobs", help="list the jobs this node's front doors saw")
+    jobs = commands.add_parser("jobs", help="list the jobs this node took part in")
     add_data_dir(jobs)
     jobs.add_argument("--json", action="store_true", help="print the raw snapshot (and events)")
     jobs.add_argument(
@@ -56,6 +63,11 @@ def add_parser(commands: Any, add_data_dir: Callable[[argparse.ArgumentParser], 
     jobs.add_argument(
         "--follow", action="store_true", help="then print every change as a line until Ctrl+C"
     )
+    jobs.add_argument(
+        "--cluster",
+        action="store_true",
+        help="every job of the cluster the broker holds, not only those this node took part in",
+    )
 
 
 def run(args: argparse.Namespace) -> int | None:
@@ -63,32 +75,65 @@ def run(args: argparse.Namespace) -> int | None:
     if args.command != "jobs":
         return None
     if args.follow:
-        return follow_jobs(args.data_dir, limit=args.limit, as_json=args.json)
-    return list_jobs(args.data_dir, limit=args.limit, as_json=args.json)
+        return follow_jobs(args.data_dir, limit=args.limit, as_json=args.json, cluster=args.cluster)
+    return list_jobs(args.data_dir, limit=args.limit, as_json=args.json, cluster=args.cluster)
 
 
-def list_jobs(data_dir: str | None, *, limit: int, as_json: bool) -> int:
+@dataclass(frozen=True, slots=True)
+class JobsView:
+    """Which jobs ``pair jobs`` shows and what it calls their nodes."""
+
+    only: NodeId | None = None  # show only the jobs this node took part in; None: every job
+    names: Mapping[NodeId, str] = field(default_factory=dict)
+
+    def shows(self, workload: Workload) -> bool:
+        """Whether ``workload`` is one to show: ``only`` received, sent or served it."""
+        if self.only is None:
+            return True
+        return self.only in (workload.origin, workload.target, workload.serving)
+
+    def query(self, limit: int) -> WorkloadsQuery:
+        """What to ask the broker for: when filtering, as many as it gives, then cut."""
+        return WorkloadsQuery(limit=limit if self.only is None else MAX_LIMIT)
+
+    def select(self, snapshot: WorkloadsSnapshot, limit: int) -> WorkloadsSnapshot:
+        """The snapshot with only the jobs to show, at most ``limit``, newest first."""
+        shown = [workload for workload in snapshot.workloads if self.shows(workload)]
+        return WorkloadsSnapshot(seq=snapshot.seq, workloads=shown[:limit])
+
+
+async def _view(peer: RpcPeer, *, cluster: bool) -> JobsView:
+    directory = await fetch_directory(peer)
+    return JobsView(None if cluster else directory.here.node_id, directory.names())
+
+
+def list_jobs(data_dir: str | None, *, limit: int, as_json: bool, cluster: bool = False) -> int:
     """``pair jobs``."""
-
-    async def work(peer: RpcPeer) -> int:
-        query = WorkloadsQuery(limit=limit)
-        snapshot = await contract.call(peer, methods.WORKLOADS_GET_INITIAL, query)
-        if as_json:
-            print(msgspec.json.format(msgspec.json.encode(snapshot)).decode())
-            return exit_codes.OK
-        print(format_jobs(snapshot.workloads, time.time()))
-        return exit_codes.OK
-
-    return run_with_broker(data_dir, work)
+    return run_with_broker(
+        data_dir, lambda peer: show_jobs(peer, limit=limit, as_json=as_json, cluster=cluster)
+    )
 
 
-def follow_jobs(data_dir: str | None, *, limit: int, as_json: bool) -> int:
+async def show_jobs(peer: RpcPeer, *, limit: int, as_json: bool, cluster: bool) -> int:
+    """Print the newest jobs (this node's, or with ``cluster`` every one) as a table or JSON."""
+    view = await _view(peer, cluster=cluster)
+    raw = await contract.call(peer, methods.WORKLOADS_GET_INITIAL, view.query(limit))
+    snapshot = view.select(raw, limit)
+    if as_json:
+        print(msgspec.json.format(msgspec.json.encode(snapshot)).decode())
+    else:
+        print(format_jobs(snapshot.workloads, time.time(), view.names))
+    return exit_codes.OK
+
+
+def follow_jobs(data_dir: str | None, *, limit: int, as_json: bool, cluster: bool = False) -> int:
     """``pair jobs --follow``: the snapshot oldest first, then a line per change."""
     follower = JobsFollower(print, as_json=as_json)
 
     async def work(peer: RpcPeer) -> int:
-        query = WorkloadsQuery(limit=limit)
-        follower.start(await contract.call(peer, methods.WORKLOADS_SUBSCRIBE, query))
+        view = await _view(peer, cluster=cluster)
+        snapshot = await contract.call(peer, methods.WORKLOADS_SUBSCRIBE, view.query(limit))
+        follower.start(snapshot, view, limit)
         await peer.wait_closed()
         print("pair: the broker stopped", file=sys.stderr)
         return exit_codes.ERROR
@@ -100,7 +145,8 @@ def follow_jobs(data_dir: str | None, *, limit: int, as_json: bool) -> int:
 
 
 class JobsFollower:
-    """Prints a ``workloads:subscribe`` snapshot, then the events after its ``seq``.
+    """Prints a ``workloads:subscribe`` snapshot, then the events after its ``seq``, of the jobs
+    its view shows (once shown, a job's later changes are shown too, wherever it goes).
 
     Pushes can arrive before the snapshot's answer is read; they wait for it.
     """
@@ -117,14 +163,22 @@ class JobsFollower:
         self._now = now
         self._seq: int | None = None
         self._early: list[WorkloadsEvent] = []
+        self._view = JobsView()
+        self._shown: set[JobKey] = set()
 
-    def start(self, snapshot: WorkloadsSnapshot) -> None:
-        """Print the snapshot, then any event that came before it."""
+    def start(
+        self, snapshot: WorkloadsSnapshot, view: JobsView | None = None, limit: int = MAX_LIMIT
+    ) -> None:
+        """Print the snapshot (what ``view`` shows of it), then any event that came before it."""
         self._seq = snapshot.seq
+        self._view = view or JobsView()
+        self._shown = {w.key for w in snapshot.workloads if self._view.shows(w)}
+        selected = self._view.select(snapshot, limit)
         if self._as_json:
-            self._out(msgspec.json.encode(snapshot).decode())
+            self._out(msgspec.json.encode(selected).decode())
         else:
-            self._out(format_jobs(list(reversed(snapshot.workloads)), self._now()))
+            newest_last = list(reversed(selected.workloads))
+            self._out(format_jobs(newest_last, self._now(), self._view.names))
         early, self._early = self._early, []
         for event in early:
             self._show(event)
@@ -144,29 +198,48 @@ class JobsFollower:
         if event.seq <= self._seq:
             return  # already in the snapshot
         self._seq = event.seq
+        if isinstance(event, WorkloadUpserted):
+            if event.key not in self._shown and not self._view.shows(event.workload):
+                return
+            self._shown.add(event.key)
+        elif event.key in self._shown:
+            self._shown.discard(event.key)
+        else:
+            return  # a job this view never showed left the history
         if self._as_json:
             self._out(msgspec.json.encode(event).decode())
         elif isinstance(event, WorkloadUpserted):
-            self._out(format_job(event.workload, self._now()))
+            self._out(format_job(event.workload, self._now(), self._view.names))
 
 
-def format_jobs(workloads: list[Workload], now: float) -> str:
-    """The jobs table, in the order given."""
-    lines = [HEADER, *(format_job(workload, now) for workload in workloads)]
+def format_jobs(
+    workloads: list[Workload], now: float, names: Mapping[NodeId, str] | None = None
+) -> str:
+    """The jobs table, in the order given; ``names`` names the nodes it knows."""
+    lines = [HEADER, *(format_job(workload, now, names) for workload in workloads)]
     if not workloads:
         lines.append("no jobs yet")
     return "\n".join(lines)
 
 
-def format_job(workload: Workload, now: float) -> str:
-    """One row of the jobs table."""
-    route = f"{_short(workload.origin)}→{_short(workload.serving or workload.target)}"
+def format_job(workload: Workload, now: float, names: Mapping[NodeId, str] | None = None) -> str:
+    """One row of the jobs table: nodes by name where ``names`` knows them, else 8-char ids."""
+    known = names or {}
+    serving = workload.serving or workload.target
+    route = f"{_node(workload.origin, known)}→{_node(serving, known)}"
     error = " ".join((workload.error or "").split())
     return (
         f"{STATE_LABELS[workload.state]:<11}{_fit(workload.model, MODEL_WIDTH - 1):<{MODEL_WIDTH}}"
-        f"{_fit(workload.engine, 9):<10}{route:<19}{_age(now - workload.created_at):<6}"
+        f"{_fit(workload.engine, 9):<10}{route:<{ROUTE_WIDTH}}{_age(now - workload.created_at):<6}"
         f"{_duration(workload, now):<10}{error}"
     ).rstrip()
+
+
+def _node(node_id: NodeId | None, names: Mapping[NodeId, str]) -> str:
+    if node_id is None:
+        return "-"
+    name = " ".join(names.get(node_id, "").split())
+    return _fit(name, NODE_WIDTH) if name else _short(node_id)
 
 
 def _short(node_id: str | None) -> str:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 from backend.protocol import errors
 from backend.protocol.contract import Method, Push
@@ -27,12 +27,30 @@ class _Route(Generic[P, R]):
         return await self.handler(self.method.convert_params(params), peer)
 
 
+class Forwarder(Protocol):
+    """Answers a call meant for another node (its params name that node), or declines it."""
+
+    async def __call__(self, method: Method[Any, Any], params: Any) -> Any:
+        """The other node's answer, or ``NOT_FORWARDED`` to handle the call here."""
+
+
+NOT_FORWARDED: Final = object()
+
+
 class Dispatcher:
     """Routes declared methods to handlers; params are converted by the method's declaration
-    (malformed ones are answered with -32602 naming the field)."""
+    (malformed ones are answered with -32602 naming the field). Calls of ``forwarded`` methods
+    go to the forwarder first, which may answer them from another node."""
 
     def __init__(self) -> None:
         self._routes: dict[str, _Route[Any, Any]] = {}
+        self._forwarded: frozenset[str] = frozenset()
+        self._forwarder: Forwarder | None = None
+
+    def forward(self, methods: Iterable[Method[Any, Any]], forwarder: Forwarder) -> None:
+        """Offer every call of ``methods`` to ``forwarder`` before its handler."""
+        self._forwarded = frozenset(method.name for method in methods)
+        self._forwarder = forwarder
 
     def add(self, method: Method[P, R], handler: Callable[[P, RpcPeer], Awaitable[R]]) -> None:
         """Route ``method`` to ``handler(params, peer)``; each method is routed once."""
@@ -49,6 +67,12 @@ class Dispatcher:
         route = self._routes.get(method)
         if route is None:
             raise errors.MethodNotFound(f"Method not found: {method}")
+        if self._forwarder is not None and method in self._forwarded:
+            converted = route.method.convert_params(params)
+            answer = await self._forwarder(route.method, converted)
+            if answer is not NOT_FORWARDED:
+                return answer
+            return await route.handler(converted, peer)
         return await route(params, peer)
 
 

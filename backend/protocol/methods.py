@@ -36,6 +36,7 @@ from backend.protocol.types import (
     EngineSetPort,
     EnginesSnapshot,
     EngineStatus,
+    EngineVersions,
     ErrorClear,
     ErrorReport,
     Invite,
@@ -50,6 +51,7 @@ from backend.protocol.types import (
     MemberRef,
     MemberRemoved,
     NodeInfo,
+    NodeScope,
     Ok,
     PingResult,
     Removed,
@@ -96,9 +98,9 @@ SETTINGS_SET: Final = Method(
 
 # Engines --------------------------------------------------------------------------------------
 ENGINE_GET_INSTALLED: Final = Method(
-    "engine:get-installed", NoParams, list[EngineStatus], "detect again; the installed engines"
+    "engine:get-installed", NodeScope, list[EngineStatus], "detect again; the installed engines"
 )
-ENGINE_LIST: Final = Method("engine:list", NoParams, list[EngineStatus], "every engine")
+ENGINE_LIST: Final = Method("engine:list", NodeScope, list[EngineStatus], "every engine")
 ENGINE_STATUS: Final = Method("engine:status", EngineRef, EngineStatus, "one engine")
 ENGINE_SUBSCRIBE: Final = Method(
     "engine:subscribe", NoParams, EnginesSnapshot, "engines, models, progress; then events"
@@ -118,9 +120,15 @@ ENGINE_ACTION: Final = Method(
     "engine:action", EngineActionParams, EngineActionResult, "list, pull, load, eject, delete"
 )
 ENGINE_MODELS: Final = Method(
-    "engine:models", NoParams, EngineModels, "list every running engine's models now"
+    "engine:models", NodeScope, EngineModels, "list every running engine's models now"
 )
 ENGINE_LOGS: Final = Method("engine:logs", EngineLogsQuery, EngineLogs, "an engine's output")
+ENGINE_VERSIONS: Final = Method(
+    "engine:versions", EngineRef, EngineVersions, "installed and latest version, updatable?"
+)
+ENGINE_UPDATE: Final = Method(
+    "engine:update", EngineRef, EngineStatus, "install the latest version PAIR can get"
+)
 ENGINE_PREPARE_SHUTDOWN: Final = Method(
     "engine:prepare-shutdown", NoParams, Ok, "stop owned engines, keep the intent"
 )
@@ -204,6 +212,45 @@ CLUSTER_EVENT: Final[Push[ClusterEvent]] = Push(
 )
 WORKLOADS_EVENT: Final[Push[WorkloadsEvent]] = Push(
     "workloads:event", WorkloadsEvent, "numbered, subscribers"
+)
+
+
+# Between members (docs/CLUSTER.md, "Cluster services") -----------------------------------------
+# The engine and model methods a client may aim at another member with ``node`` (absent: this
+# node); the broker forwards them over the member link and answers with the member's answer.
+FORWARDED: Final[tuple[Method[Any, Any], ...]] = (
+    ENGINE_GET_INSTALLED,
+    ENGINE_LIST,
+    ENGINE_STATUS,
+    ENGINE_INSTALL,
+    ENGINE_UNINSTALL,
+    ENGINE_START,
+    ENGINE_STOP,
+    ENGINE_RESTART,
+    ENGINE_SET_PORT,
+    ENGINE_ACTION,
+    ENGINE_MODELS,
+    ENGINE_LOGS,
+    ENGINE_VERSIONS,
+    ENGINE_UPDATE,
+)
+# Everything a member may call over the member link: the forwarded methods (for this node
+# only) and the streams it follows to mirror this node's engines, errors and jobs.
+MEMBER_METHODS: Final[frozenset[str]] = frozenset(
+    method.name
+    for method in (
+        *FORWARDED,
+        PING,
+        VERSION,
+        NODEINFO_GET,
+        ENGINE_SUBSCRIBE,
+        ENGINE_UNSUBSCRIBE,
+        ERRORS_GET_INITIAL,
+        ERRORS_CLEAR,
+        WORKLOADS_GET_INITIAL,
+        WORKLOADS_SUBSCRIBE,
+        WORKLOADS_UNSUBSCRIBE,
+    )
 )
 
 

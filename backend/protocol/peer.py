@@ -13,7 +13,7 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from backend.protocol import errors, jsonrpc
 from backend.protocol.contract import Method, Push
@@ -27,13 +27,37 @@ NotificationHandler = Callable[[str, Any, "RpcPeer"], None]
 _READ_CHUNK = 256 * 1024
 
 
+class Abortable(Protocol):
+    """A transport that can be dropped at once."""
+
+    def abort(self) -> None:
+        """Close now, discarding what is unsent."""
+
+
+class ByteWriter(Protocol):
+    """The write side an ``RpcPeer`` needs: an ``asyncio.StreamWriter``, or an adapter."""
+
+    @property
+    def transport(self) -> Abortable:
+        """What ``abort()`` drops."""
+
+    def write(self, data: bytes) -> None:
+        """Queue ``data``."""
+
+    async def drain(self) -> None:
+        """Wait until the queued data may be sent on."""
+
+    def close(self) -> None:
+        """Close once the queued data is sent."""
+
+
 class RpcPeer:
     """One JSON-RPC connection. Owns its read, write and request-handler tasks."""
 
     def __init__(
         self,
         reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        writer: ByteWriter,
         *,
         name: str,
         on_request: RequestHandler | None = None,

@@ -218,25 +218,34 @@ class EngineStatus(Wire, frozen=True, kw_only=True):
     slots: int | None = None
 
 
-class EngineRef(Wire, frozen=True, kw_only=True):
-    """Parameters naming one engine."""
+class EngineRef(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """Parameters naming one engine; ``node`` is the member that runs it (absent: this node)."""
 
     engine: EngineName
+    node: NodeId | None = None
 
 
-class EngineSetPort(Wire, frozen=True, kw_only=True):
+class NodeScope(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """Parameters naming the node a question is for (absent: this node)."""
+
+    node: NodeId | None = None
+
+
+class EngineSetPort(Wire, frozen=True, kw_only=True, omit_defaults=True):
     """Parameters of ``engine:set-port``."""
 
     engine: EngineName
     port: int
+    node: NodeId | None = None
 
 
-class EngineActionParams(Wire, frozen=True, kw_only=True):
+class EngineActionParams(Wire, frozen=True, kw_only=True, omit_defaults=True):
     """Parameters of ``engine:action``."""
 
     engine: EngineName
     action: EngineActionName
     model: str | None = None
+    node: NodeId | None = None
 
 
 class EngineActionResult(Wire, frozen=True, kw_only=True, omit_defaults=True):
@@ -293,22 +302,55 @@ class EngineLogs(Wire, frozen=True, kw_only=True):
     lines: list[str]
 
 
-class EngineLogsQuery(Wire, frozen=True, kw_only=True):
+class EngineLogsQuery(Wire, frozen=True, kw_only=True, omit_defaults=True):
     """Parameters of ``engine:logs``: the last ``lines`` lines of one engine's output."""
 
     engine: EngineName
     lines: int = 200
+    node: NodeId | None = None
+
+
+class EngineVersions(Wire, frozen=True, kw_only=True):
+    """Answer of ``engine:versions``: the installed and the latest version (None: not known),
+    whether the latest is newer, whether PAIR can update the engine, and why not (or why a
+    version is not known)."""
+
+    engine: EngineName
+    installed: str | None = None
+    latest: str | None = None
+    update_available: bool = False
+    can_update: bool = False
+    reason: str | None = None
+
+
+class MemberEngines(Wire, frozen=True, kw_only=True):
+    """Another member's engines as this node last heard them over the member link.
+
+    ``reachable`` is False while the link is down: the rest is then the last known state
+    (``engines`` empty before the link first came up).
+    """
+
+    node_id: NodeId
+    name: str
+    reachable: bool
+    engines: list[EngineStatus] = []
+    models: EngineModels | None = None
+    pulls: list[PullProgress] = []
+    installs: list[InstallProgress] = []
+    error: str | None = None
 
 
 class EnginesSnapshot(Wire, frozen=True, kw_only=True):
     """Answer to ``engine:subscribe``: this node's engines, their last known models and the pulls
-    and installs in progress; apply later ``engine:event`` pushes whose ``seq`` is greater."""
+    and installs in progress, and every other member's (``members``); apply later
+    ``engine:event`` pushes whose ``seq`` is greater."""
 
     seq: int
     engines: list[EngineStatus]
     models: EngineModels
     pulls: list[PullProgress] = []
     installs: list[InstallProgress] = []
+    members: list[MemberEngines] = []
 
 
 class EngineStateChanged(Wire, frozen=True, kw_only=True, tag_field="event", tag="state_changed"):
@@ -341,7 +383,31 @@ class InstallProgressed(
     progress: InstallProgress
 
 
-EngineEvent = EngineStateChanged | EngineModelsChanged | PullProgressed | InstallProgressed
+class MemberEnginesChanged(
+    Wire, frozen=True, kw_only=True, tag_field="event", tag="member_changed"
+):
+    """Another member's engines, models or progress changed, or its link went up or down: its
+    whole state (replace what you hold for ``node_id``)."""
+
+    seq: int
+    member: MemberEngines
+
+
+class MemberEnginesLeft(Wire, frozen=True, kw_only=True, tag_field="event", tag="member_left"):
+    """A node is no longer a member: forget its engines."""
+
+    seq: int
+    node_id: NodeId
+
+
+EngineEvent = (
+    EngineStateChanged
+    | EngineModelsChanged
+    | PullProgressed
+    | InstallProgressed
+    | MemberEnginesChanged
+    | MemberEnginesLeft
+)
 
 
 class NodeOs(Wire, frozen=True, kw_only=True, omit_defaults=True):
@@ -388,8 +454,10 @@ class NodeInfo(Wire, frozen=True, kw_only=True, omit_defaults=True):
     """``GET /v1/node-info`` and ``nodeinfo:get``: who this node is, its hardware and services.
 
     ``telemetry_age_ms`` is omitted before the first sample; ``cluster_id`` while not clustered.
-    ``engines`` holds running engines only. ``fingerprint`` is ``sha256:`` + hex of the node's
-    certificate (a hint for people comparing screens: only a pinned handshake proves it).
+    ``engines`` holds running engines only, and is omitted for a client that is neither a
+    trusted member (by its TLS certificate) nor this computer. ``fingerprint`` is ``sha256:`` +
+    hex of the node's certificate (a hint for people comparing screens: only a pinned handshake
+    proves it).
     """
 
     node_id: NodeId
@@ -403,7 +471,7 @@ class NodeInfo(Wire, frozen=True, kw_only=True, omit_defaults=True):
     telemetry_age_ms: int | None = None
     cluster_id: str | None = None
     ports: Ports
-    engines: dict[str, NodeEngineModels]
+    engines: dict[str, NodeEngineModels] | None = None
     pending_jobs: int | None = None
     fingerprint: str | None = None
 
@@ -605,10 +673,12 @@ class WorkloadRemoved(Wire, frozen=True, kw_only=True, tag_field="event", tag="r
 WorkloadsEvent = WorkloadUpserted | WorkloadRemoved
 
 
-class WorkloadsQuery(Wire, frozen=True, kw_only=True):
-    """Parameters of ``workloads:get-initial``: at most ``limit`` jobs, newest first."""
+class WorkloadsQuery(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """Parameters of ``workloads:get-initial``: at most ``limit`` jobs, newest first; with
+    ``origin``, only the jobs that node received (what a member mirrors)."""
 
     limit: int = 200
+    origin: NodeId | None = None
 
 
 class Ok(Wire, frozen=True, kw_only=True):

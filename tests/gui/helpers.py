@@ -170,6 +170,14 @@ class EngineEvents:
         """Push ``install_progressed``."""
         self._push("install_progressed", progress=progress)
 
+    def member(self, member: dict[str, Any]) -> None:
+        """Push ``member_changed`` (another member's whole state)."""
+        self._push("member_changed", member=member)
+
+    def member_left(self, node_id: str) -> None:
+        """Push ``member_left``."""
+        self._push("member_left", node_id=node_id)
+
     def _push(self, event: str, **payload: Any) -> None:
         self.seq += 1
         self.connection.push(methods.ENGINE_EVENT, {"seq": self.seq, "event": event, **payload})

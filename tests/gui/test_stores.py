@@ -153,6 +153,32 @@ async def test_the_engines_snapshot_brings_the_pulls_and_installs_in_progress(
     assert stores.engines.installs[EngineName("llamacpp")].stage == "unpacking"
 
 
+async def test_other_members_engines_follow_their_events_beside_this_nodes(
+    connection: FakeConnection, stores: Stores
+) -> None:
+    events = EngineEvents(connection)
+    bob = {"node_id": "bob-id", "name": "bob", "reachable": True, "engines": [engine("ollama")]}
+    connection.script(methods.ENGINE_SUBSCRIBE, {**events.snapshot([engine("llamacpp")]),
+                                                 "members": [bob]})  # fmt: skip
+    connection.become_ready()
+    store = stores.engines
+    await wait_until(lambda: store.loaded)
+    changed: list[str] = []
+    store.member_changed.connect(changed.append)
+    assert store.members[NodeId("bob-id")].engines[0].engine == "ollama"
+    assert list(store.statuses) == ["llamacpp"], "another member's engines are not this node's"
+
+    events.member({**bob, "reachable": False, "error": "the link was lost"})
+    carol = {"node_id": "carol-id", "name": "carol", "reachable": True}
+    events.member(carol)
+    await wait_until(lambda: NodeId("carol-id") in store.members)
+    assert not store.members[NodeId("bob-id")].reachable
+    events.member_left("bob-id")
+    await wait_until(lambda: NodeId("bob-id") not in store.members)
+    assert changed == ["bob-id", "carol-id", "bob-id"]
+    assert list(store.statuses) == ["llamacpp"]
+
+
 async def test_a_gap_subscribes_again_and_keeps_the_state_until_the_new_snapshot(
     connection: FakeConnection, stores: Stores
 ) -> None:

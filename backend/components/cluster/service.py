@@ -83,8 +83,10 @@ class ClusterService:
         members: Members,
         clock: Clock,
         events: NumberedStream[ClusterEvent],
+        online: Callable[[NodeId], bool] = lambda _: False,
     ) -> None:
         self._node_id = node_id
+        self._online = online
         self._name = name
         self._node_port = node_port
         self._credentials = credentials
@@ -124,7 +126,13 @@ class ClusterService:
             self._key_protection,
             self.membership,
             self._invites(),
+            self._online,
         )
+
+    def presence_changed(self) -> None:
+        """A member's link went up or down: its ``state`` in the status changed."""
+        status = self.status()
+        self._events.publish(lambda seq: MembershipChanged(seq=seq, status=status))
 
     def _invites(self) -> list[Invite]:
         found = [o.invite for o in self._outgoing.values()] + self._incoming.invites()

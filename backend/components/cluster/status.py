@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from backend.components.cluster.members import Member, Membership
 from backend.protocol.types import ClusterMember, ClusterStatus, Invite, NodeId
@@ -14,6 +14,7 @@ def cluster_status(
     key_protection: str,
     membership: Membership,
     invites: Sequence[Invite],
+    online: Callable[[NodeId], bool] = lambda _: False,
 ) -> ClusterStatus:
     """This node's identity, cluster, members, invites, and who removed it (if someone did)."""
     return ClusterStatus(
@@ -22,14 +23,16 @@ def cluster_status(
         key_protection="keyring" if key_protection == "keyring" else "file",
         cluster_id=membership.cluster_id,
         cluster_name=membership.cluster_name,
-        members=[wire_member(member) for member in membership.members.values()],
+        members=[
+            wire_member(member, online(member.node_id)) for member in membership.members.values()
+        ],
         invites=list(invites),
         removed=membership.removed_from,
     )
 
 
-def wire_member(member: Member) -> ClusterMember:
-    """A member as ``cluster:status`` lists it."""
+def wire_member(member: Member, online: bool = False) -> ClusterMember:
+    """A member as ``cluster:status`` lists it: ``online`` while this node's link to it is up."""
     return ClusterMember(
         node_id=member.node_id,
         name=member.name,
@@ -38,5 +41,5 @@ def wire_member(member: Member) -> ClusterMember:
         node_port=member.node_port,
         added_by=member.added_by,
         added_at=member.added_at,
-        state="provisional" if member.provisional else "offline",
+        state="provisional" if member.provisional else "online" if online else "offline",
     )

@@ -11,8 +11,10 @@ from dataclasses import dataclass
 import aiohttp
 
 from backend.common.tasks import TaskSet
+from backend.components.cluster.members import Member
 from backend.components.discovery import manual, probe
 from backend.components.discovery.mdns import MdnsLink
+from backend.components.discovery.member_tls import MemberContexts, ask_node_info
 from backend.components.discovery.records import Announcement
 from backend.components.discovery.state import (
     Announced,
@@ -33,6 +35,7 @@ from backend.components.discovery.state import (
 )
 from backend.components.discovery.timing import DiscoveryTiming, telemetry_delay
 from backend.components.errors.registry import ErrorsRegistry
+from backend.components.identity.certificate import NodeCredentials
 from backend.core.clock import Clock
 from backend.core.component import Component
 from backend.core.rpc import NumberedStream
@@ -61,7 +64,11 @@ class _Poll:
 
 class DiscoveryComponent(Component):
     """Owns the mDNS link (advertiser and browser), an HTTP session for node-info and engine
-    probes, the manual-node table, and the tasks that scan, poll telemetry and probe."""
+    probes, the manual-node table, and the tasks that scan, poll telemetry and probe.
+
+    ``members`` are the cluster's trusted members, read live: each is polled over mutual TLS
+    with ``credentials`` (this node's certificate), the only way its inventories come.
+    """
 
     def __init__(
         self,
@@ -75,10 +82,11 @@ class DiscoveryComponent(Component):
         manual_store: manual.ManualNodeStore,
         timing: DiscoveryTiming | None = None,
         use_mdns: bool = True,
-        members: Callable[[], list[tuple[NodeId, str, int]]] = list,
+        members: Callable[[], Sequence[Member]] = list,
+        credentials: NodeCredentials | None = None,
     ) -> None:
         super().__init__("discovery")
-        self._members = members  # the cluster's members: (node id, address, node API port)
+        self._member_tls = MemberContexts(credentials, members)
         self._node_id = node_id
         self._ports = ports
         self._name = name
@@ -134,18 +142,18 @@ class DiscoveryComponent(Component):
             self._spawn_manual_probe(entry_id)
         return node
 
-    async def follow_members(self, members: list[tuple[NodeId, str, int]]) -> None:
-        """Members of this node's cluster (node id, address, node API port) that discovery does
-        not know yet are added by address, so a member learned through the roster (never seen
-        over mDNS, perhaps behind a VPN) is polled, listed and routable like the others."""
+    async def follow_members(self, members: Sequence[Member]) -> None:
+        """Members of this node's cluster that discovery does not know yet are added by their
+        address and node API port, so a member learned through the roster (never seen over
+        mDNS, perhaps behind a VPN) is polled, listed and routable like the others."""
         await self._load_manual()
         known = {node.node_id for node in self._directory.nodes()}
         known |= {node.node_id for node in self._manual.values() if node.node_id is not None}
-        for node_id, address, port in members:
-            if node_id in known or not address:
+        for member in members:
+            if member.node_id in known or not member.address:
                 continue
             with contextlib.suppress(errors.RpcError):
-                await self.add_manual(ManualNodeAdd(address=address, port=port))
+                await self.add_manual(ManualNodeAdd(address=member.address, port=member.node_port))
 
     async def remove_manual(self, entry_id: str) -> None:
         """Forget a manual entry; ``NotFound`` for an unknown id."""
@@ -259,16 +267,16 @@ class DiscoveryComponent(Component):
         self._commit(Scanned())
         for node_id in due_for_probe(self._directory, self._timing.policy):
             self._spawn_fetch(node_id)
-        members = self._members()
+        members = self._member_tls.members()
         known = {node.node_id for node in self._directory.nodes()}
         if (
-            any(node_id not in known for node_id, _, _ in members)
+            any(member.node_id not in known for member in members)
             and "members" not in self._in_flight
         ):
             self._in_flight.add("members")
             self._tasks.spawn(self._follow(members), name="follow members")
 
-    async def _follow(self, members: list[tuple[NodeId, str, int]]) -> None:
+    async def _follow(self, members: Sequence[Member]) -> None:
         try:
             await self.follow_members(members)
         finally:
@@ -346,10 +354,12 @@ class DiscoveryComponent(Component):
             addresses, port = known.node.addresses, known.node.ports["node"]
         for address in addresses:
             try:
-                info = await probe.fetch_node_info(
+                info = await ask_node_info(
                     self._session,
+                    self._member_tls,
                     address,
                     port,
+                    member=None if is_self else node_id,  # loopback: self tells all anyway
                     expected_id=node_id,
                     timeout=self._timing.fetch_timeout,
                 )
@@ -416,8 +426,16 @@ class DiscoveryComponent(Component):
         timeout = self._timing.fetch_timeout
         at = self._clock.wall()
         try:
-            info = await probe.fetch_node_info(
-                self._session, node.address, node.port, timeout=timeout
+            # The node last seen here is asked as a member while it is one (and the address
+            # still holds it); a node answering for the first time is asked anonymously.
+            info = await ask_node_info(
+                self._session,
+                self._member_tls,
+                node.address,
+                node.port,
+                member=node.node_id,
+                expected_id=None,
+                timeout=timeout,
             )
         except probe.ProbeFailed as exc:
             pair_failure = str(exc)

@@ -1,7 +1,8 @@
 """Asking an address what runs there: PAIR's node-info, or a bare engine's own endpoints.
 
 Answers are untrusted: bodies over ``MAX_BODY_BYTES``, wrong types and a different node's UUID
-are refused with ``ProbeFailed`` (the caller logs it); nothing here raises anything else.
+are refused with ``ProbeFailed`` (the caller logs it; ``NotReached`` when nothing answered at
+all); nothing here raises anything else.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +40,11 @@ class ProbeFailed(Exception):
     """The address did not answer usefully; the message says why."""
 
 
+class NotReached(ProbeFailed):
+    """Nothing answered at the address: the connection was refused or unroutable, or it timed
+    out (as against an answer that was refused: a failed handshake, a bad status or body)."""
+
+
 @dataclass(frozen=True, slots=True)
 class EngineAnswer:
     """A bare engine found at an address."""
@@ -56,8 +63,9 @@ def url_host(address: str) -> str:
     return address
 
 
-# A PAIR node API speaks TLS; node-info is public, so its certificate is not checked here (a
-# node's identity is what a pinned handshake proves, never what discovery reads).
+# A PAIR node API speaks TLS; node-info's public part needs no checked certificate (a node's
+# identity is what a pinned handshake proves, never what discovery reads anonymously). A member
+# is asked over mutual TLS instead (the caller's context), which alone brings its inventories.
 _PUBLIC_TLS = tls.unverified_client_context(None)
 
 
@@ -69,22 +77,25 @@ async def get_json(
     timeout: float,
     *,
     secure: bool = False,
+    tls_context: ssl.SSLContext | None = None,
 ) -> Any:
     """GET a JSON document of at most ``MAX_BODY_BYTES`` (over TLS when ``secure``: a PAIR node
-    API; plain HTTP: a bare engine); raises ``ProbeFailed``."""
+    API, anonymously unless ``tls_context`` is given; plain HTTP: a bare engine); raises
+    ``ProbeFailed``."""
     scheme = "https" if secure else "http"
     url = f"{scheme}://{url_host(address)}:{port}{path}"
     limits = aiohttp.ClientTimeout(total=timeout, sock_connect=min(CONNECT_TIMEOUT_S, timeout))
-    tls_context = _PUBLIC_TLS if secure else None
+    context = (tls_context or _PUBLIC_TLS) if secure else None
     try:
         async with session.get(
-            url, timeout=limits, allow_redirects=False, ssl=tls_context or True
+            url, timeout=limits, allow_redirects=False, ssl=context or True
         ) as response:
             if response.status != 200:
                 raise ProbeFailed(f"{url} answered {response.status}")
             body = await _read_bounded(response)
     except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-        raise ProbeFailed(f"{url}: {type(exc).__name__} {exc}".strip()) from None
+        failure = NotReached if _not_reached(exc) else ProbeFailed
+        raise failure(f"{url}: {type(exc).__name__} {exc}".strip()) from None
     try:
         return json.loads(body)
     except ValueError:
@@ -98,9 +109,15 @@ async def fetch_node_info(
     *,
     expected_id: str | None = None,
     timeout: float = READ_TIMEOUT_S,
+    tls_context: ssl.SSLContext | None = None,
 ) -> NodeInfo:
-    """The node-info of the PAIR node at ``address``; a different ``node_id`` is refused."""
-    document = await get_json(session, address, port, NODE_INFO_PATH, timeout, secure=True)
+    """The node-info of the PAIR node at ``address``; a different ``node_id`` is refused.
+
+    Over ``tls_context`` (mutual TLS to a member) when given, else anonymously.
+    """
+    document = await get_json(
+        session, address, port, NODE_INFO_PATH, timeout, secure=True, tls_context=tls_context
+    )
     try:
         info = msgspec.convert(document, NodeInfo)
     except msgspec.ValidationError as exc:
@@ -148,6 +165,13 @@ def classify_engine(answers: Mapping[str, Any]) -> EngineAnswer | None:
     if openai_models is not None:
         return EngineAnswer("openai", NodeEngineModels(models=openai_models))
     return None
+
+
+def _not_reached(exc: Exception) -> bool:
+    # A failed TLS handshake is a connector error too, but something did answer there.
+    if isinstance(exc, aiohttp.ClientSSLError):
+        return False
+    return isinstance(exc, aiohttp.ClientConnectorError | TimeoutError)
 
 
 async def _read_bounded(response: aiohttp.ClientResponse) -> bytes:

@@ -271,7 +271,7 @@ def _info_fetched(directory: Directory, event: InfoFetched) -> tuple[Directory, 
         sources=sources,
         addresses=_addresses(event, old),
         ports=_pair_ports(info),
-        engines=dict(info.engines),
+        engines=dict(info.engines or {}),  # absent: not told (a non-member asked)
         reachable=True,
         last_seen=event.at,
         version=info.version,

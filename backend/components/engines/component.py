@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
@@ -43,6 +44,7 @@ from backend.protocol.types import (
     EngineStatus,
     InstallProgress,
     InstallProgressed,
+    MemberEngines,
     PullProgress,
     PullProgressed,
 )
@@ -68,9 +70,11 @@ class EnginesComponent(Component):
         errors_sink: ErrorSink,
         clock: Clock,
         events: NumberedStream[EngineEvent],
+        members: Callable[[], list[MemberEngines]] = list,
         watch_interval: float = WATCH_INTERVAL_S,
     ) -> None:
         super().__init__("engines")
+        self._members = members
         self.override_dir = data_dir / "engines"
         self._ledger = ledger
         self._errors = errors_sink
@@ -220,6 +224,7 @@ class EnginesComponent(Component):
             models=self._last_models,
             pulls=list(self._pulls.values()),
             installs=list(self._installs.values()),
+            members=self._members(),
         )
 
     async def run_action(

@@ -21,9 +21,10 @@ import aiohttp
 
 from backend.common.tasks import TaskSet
 from backend.components.engines import install as installer
-from backend.components.engines import lifecycle
+from backend.components.engines import lifecycle, updater
 from backend.components.engines import slots as slot_counts
-from backend.components.engines.detect import find_executable
+from backend.components.engines import versions as releases
+from backend.components.engines.detect import find_executable, installed_by_pair
 from backend.components.engines.lifecycle import Command, Event, Lifecycle
 from backend.components.engines.manifest import Manifest
 from backend.components.engines.process import EngineLog, RunningProcess
@@ -32,7 +33,13 @@ from backend.components.engines.templating import expand_path
 from backend.core.clock import Clock
 from backend.core.supervisor import ErrorSink
 from backend.protocol import errors
-from backend.protocol.types import EngineName, EngineStatus, ErrorAction, InstallProgress
+from backend.protocol.types import (
+    EngineName,
+    EngineStatus,
+    EngineVersions,
+    ErrorAction,
+    InstallProgress,
+)
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +82,7 @@ class EngineController:
         self._tasks = TaskSet(f"engine:{manifest.engine}")
         self._life = Lifecycle(desired=desired)
         self._process: RunningProcess | None = None  # the live handle of ``_life.pid``
+        self._latest = releases.LatestCache(clock)
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -213,6 +221,33 @@ class EngineController:
             await self.detect()
             return self.status()
 
+    async def versions(self) -> EngineVersions:
+        """The installed and the latest version and whether PAIR can update; never locks."""
+        return releases.summary(
+            self.name,
+            self.manifest.display_name,
+            installed=await self._installed_version(),
+            latest=await self._latest_release(fresh=False),
+            refusal=await self._update_refusal(),
+            found=self._life.installed,
+        )
+
+    async def update(self, progress: installer.ProgressSink) -> EngineStatus:
+        """Put the latest version in place of the one PAIR installed; what ran runs again
+        and the desired state stays as it was. Progress as install progress."""
+        async with self._lock:
+            await self._command("update")
+            refusal = await self._update_refusal()
+            if refusal is not None:
+                raise errors.Conflict(refusal, {"engine": self.name})
+            report = installer.Reporter(self.name, progress)
+            try:
+                await self._update_locked(report)
+            except BaseException as exc:
+                report.fail(_failure_text(exc))
+                raise
+            return self.status()
+
     async def replace_manifest(self, manifest: Manifest) -> EngineStatus:
         """Adopt a new manifest (a port change): a running owned engine restarts on it."""
         async with self._lock:
@@ -230,6 +265,103 @@ class EngineController:
                 await self._start_locked()
             self._notify()
             return self.status()
+
+    async def _installed_version(self) -> str | None:
+        owned_process = self._life.owner == "process" and self.running
+        return await releases.installed_version(
+            self.manifest.version,
+            binary=self._life.binary,
+            serving_url=self.base_url() if owned_process else None,
+            session=self._session,
+            values=self.placeholder_values(),
+        )
+
+    async def _latest_release(self, *, fresh: bool) -> releases.Latest:
+        spec = self.manifest.latest
+        if spec is None:
+            return releases.Latest(None, "its manifest names no place that announces releases")
+        return await self._latest.get(
+            lambda: releases.latest_version(spec, self._session), fresh=fresh
+        )
+
+    async def _update_refusal(self) -> str | None:
+        binary = self._life.binary
+        ours = binary is not None and await asyncio.to_thread(
+            installed_by_pair, self.manifest.detect, binary, self.install_dir
+        )
+        return updater.refusal(
+            self.manifest, adopted=self._life.adopted, binary=binary, installed_by_pair=ours
+        )
+
+    async def _update_locked(self, report: installer.Reporter) -> None:
+        report.stage("checking for a new version")
+        latest = await self._latest_release(fresh=True)
+        if latest.version is None:
+            raise errors.Unavailable(
+                f"cannot learn the latest version of {self.manifest.display_name}: "
+                f"{latest.problem}; check the internet connection"
+            )
+        installed = await self._installed_version()
+        if installed is not None and not releases.is_newer(latest.version, installed):
+            report.done("up to date")
+            return  # nothing to replace: no restart
+        assert self._life.binary is not None, "the refusal check found the executable"
+        values = await updater.stage(
+            self.manifest,
+            latest.version,
+            install_dir=self.install_dir,
+            binary=self._life.binary,
+            session=self._session,
+            values=self.placeholder_values(),
+            output=self.output,
+            report=report,
+        )
+        try:
+            await self._replace_and_restart(latest.version, values, report)
+        finally:
+            await asyncio.shield(updater.discard(self.install_dir))
+        report.done("updated")
+
+    async def _replace_and_restart(
+        self, version: str, values: dict[str, str], report: installer.Reporter
+    ) -> None:
+        """Stop, put the staged version in place, start again if it ran or is wanted;
+        a new version that does not start gives way to the previous one."""
+        restart = self.running or self._life.desired is True
+        report.stage("replacing")
+        await self._stop_locked()
+        try:
+            await updater.replace(
+                self.manifest, install_dir=self.install_dir, values=values, output=self.output
+            )
+        except BaseException:
+            await asyncio.shield(self._put_back(restart))
+            raise
+        if not await self.detect():
+            await self._put_back(restart)
+            raise errors.InternalError(
+                f"{self.manifest.display_name} {version} was installed but PAIR cannot find it"
+            )
+        if restart:
+            report.stage("restarting")
+            try:
+                await self._start_locked()
+            except errors.RpcError as exc:
+                if not await self._put_back(restart):
+                    raise
+                raise errors.InternalError(
+                    f"{self.manifest.display_name} {version} did not start ({exc.message}); "
+                    "the previous version is back in place"
+                ) from None
+
+    async def _put_back(self, restart: bool) -> bool:
+        """Restore the replaced version where the install kind kept it, and start what ran."""
+        restored = await updater.restore(self.manifest, self.install_dir)
+        await self.detect()
+        if restart and self._life.installed:
+            with contextlib.suppress(errors.RpcError):
+                await self._start_locked()
+        return restored
 
     async def _command(self, command: Command, *, explicit: bool = False) -> None:
         self._apply(lifecycle.Commanded(command, explicit))
@@ -419,3 +551,11 @@ class EngineController:
 
     def _error_id(self, kind: str) -> str:
         return f"engine:{kind}:{self.name}"
+
+
+def _failure_text(exc: BaseException) -> str:
+    if isinstance(exc, errors.RpcError):
+        return exc.message
+    if isinstance(exc, asyncio.CancelledError):
+        return "the update was cancelled"
+    return str(exc) or type(exc).__name__

@@ -43,13 +43,31 @@ def _check(candidate: DetectCandidate) -> Path | None:
     return None
 
 
-def _in_python_package(candidate: DetectCandidate) -> Path | None:
-    assert candidate.python_package is not None and candidate.binary is not None
+def installed_by_pair(candidates: list[DetectCandidate], binary: Path, install_dir: Path) -> bool:
+    """Whether ``binary`` is one PAIR installed: in its install dir, or a Python package's in
+    the broker's own interpreter, where PAIR's installer puts it (blocking: in a thread)."""
+    found = binary.resolve()
+    if found.is_relative_to(install_dir.resolve()):
+        return True
+    for candidate in candidates:
+        packaged = _package_binary(candidate)
+        if packaged is not None and packaged.resolve() == found:
+            return True
+    return False
+
+
+def _package_binary(candidate: DetectCandidate) -> Path | None:
+    if candidate.python_package is None or candidate.binary is None:
+        return None
     spec = importlib.util.find_spec(candidate.python_package)
     if spec is None or not spec.submodule_search_locations:
         return None
-    binary = Path(next(iter(spec.submodule_search_locations))) / candidate.binary
-    if not _executable(binary):
+    return Path(next(iter(spec.submodule_search_locations))) / candidate.binary
+
+
+def _in_python_package(candidate: DetectCandidate) -> Path | None:
+    binary = _package_binary(candidate)
+    if binary is None or not _executable(binary):
         return None
     if candidate.prepare:
         _prepare(candidate.prepare)

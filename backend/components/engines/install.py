@@ -17,7 +17,7 @@ from pathlib import Path
 import aiohttp
 
 from backend.components.engines.commands import run_command
-from backend.components.engines.manifest import InstallSpec, Manifest
+from backend.components.engines.manifest import Manifest
 from backend.components.engines.process import EngineLog
 from backend.components.engines.templating import expand_all
 from backend.protocol import errors
@@ -43,14 +43,24 @@ async def install(
             f"{manifest.display_name} has no installer PAIR can run on this computer; "
             "install it from its website, then PAIR will find it"
         )
-    report = _Reporter(EngineName(manifest.engine), progress)
+    report = Reporter(EngineName(manifest.engine), progress)
+    name = manifest.display_name
     try:
         download = None
         if spec.url is not None:
-            download = await _download(spec, install_dir, session, report, manifest.display_name)
+            download = await download_file(
+                spec.url,
+                sha256=spec.sha256,
+                target=install_dir.parent / f"{install_dir.name}.download",
+                session=session,
+                report=report,
+                name=name,
+                advice=f"or install {name} yourself and PAIR will find it",
+                nothing_done="nothing was installed",
+            )
             if spec.archive is not None:
                 report.stage("unpacking")
-                await asyncio.to_thread(_unpack, download, spec.archive, install_dir)
+                await asyncio.to_thread(unpack, download, spec.archive, install_dir)
         if spec.run is not None:
             report.stage("running the installer")
             argv = expand_all(spec.run, {**values, "download": str(download or "")})
@@ -82,39 +92,46 @@ async def uninstall(
     await asyncio.to_thread(shutil.rmtree, install_dir)
 
 
-async def _download(
-    spec: InstallSpec,
-    install_dir: Path,
+async def download_file(
+    url: str,
+    *,
+    sha256: str | None,
+    target: Path,
     session: aiohttp.ClientSession,
-    report: _Reporter,
+    report: Reporter,
     name: str,
+    advice: str,
+    nothing_done: str,
 ) -> Path:
-    assert spec.url is not None
-    target = install_dir.parent / f"{install_dir.name}.download"
+    """Download ``url`` to ``target`` with measured progress; a pinned ``sha256`` must match.
+
+    Fails with an actionable message: ``advice`` says what else to do when offline,
+    ``nothing_done`` what a checksum mismatch left as it was.
+    """
     await asyncio.to_thread(target.parent.mkdir, parents=True, exist_ok=True)
     digest = hashlib.sha256()
     try:
         async with session.get(
-            spec.url, timeout=aiohttp.ClientTimeout(sock_connect=20, sock_read=60)
+            url, timeout=aiohttp.ClientTimeout(sock_connect=20, sock_read=60)
         ) as response:
             if response.status != 200:
-                raise errors.Unavailable(f"downloading {spec.url} failed: HTTP {response.status}")
+                raise errors.Unavailable(f"downloading {url} failed: HTTP {response.status}")
             await _save(response, target, digest, report)
     except (aiohttp.ClientError, TimeoutError) as exc:
         raise errors.Unavailable(
-            f"cannot download {name} from {spec.url} ({exc or type(exc).__name__}); check the "
-            f"internet connection, or install {name} yourself and PAIR will find it"
+            f"cannot download {name} from {url} ({exc or type(exc).__name__}); check the "
+            f"internet connection, {advice}"
         ) from None
-    if spec.sha256 is not None and digest.hexdigest() != spec.sha256.lower():
+    if sha256 is not None and digest.hexdigest() != sha256.lower():
         await asyncio.to_thread(target.unlink, missing_ok=True)
         raise errors.InternalError(
-            f"the download of {name} does not match its pinned checksum; nothing was installed"
+            f"the download of {name} does not match its pinned checksum; {nothing_done}"
         )
     return target
 
 
 async def _save(
-    response: aiohttp.ClientResponse, target: Path, digest: hashlib._Hash, report: _Reporter
+    response: aiohttp.ClientResponse, target: Path, digest: hashlib._Hash, report: Reporter
 ) -> None:
     total = response.content_length
     done = 0
@@ -126,7 +143,8 @@ async def _save(
             report.stage("downloading", 100 * done / total if total else None)
 
 
-def _unpack(archive: Path, kind: str, install_dir: Path) -> None:
+def unpack(archive: Path, kind: str, install_dir: Path) -> None:
+    """Unpack ``archive`` into a fresh ``install_dir`` and delete it (blocking: in a thread)."""
     if install_dir.exists():
         shutil.rmtree(install_dir)
     install_dir.mkdir(parents=True)
@@ -139,12 +157,15 @@ def _unpack(archive: Path, kind: str, install_dir: Path) -> None:
     archive.unlink()
 
 
-class _Reporter:
+class Reporter:
+    """Sends one engine's ``InstallProgress``: coalesced stages, then one ``done`` step."""
+
     def __init__(self, engine: EngineName, sink: ProgressSink) -> None:
         self._engine, self._sink = engine, sink
         self._last: tuple[str, int | None] | None = None
 
     def stage(self, stage: str, percent: float | None = None) -> None:
+        """A step under way (``percent`` only where it is measured)."""
         key = (stage, None if percent is None else int(percent))
         if key != self._last:  # coalesce to whole-percent changes
             self._last = key
@@ -157,9 +178,9 @@ class _Reporter:
             )
 
     def fail(self, message: str) -> None:
+        """The last step: it failed with ``message``."""
         self._sink(InstallProgress(engine=self._engine, stage="error", done=True, error=message))
 
-    def done(self) -> None:
-        self._sink(
-            InstallProgress(engine=self._engine, stage="installed", percent=100.0, done=True)
-        )
+    def done(self, stage: str = "installed") -> None:
+        """The last step: it worked."""
+        self._sink(InstallProgress(engine=self._engine, stage=stage, percent=100.0, done=True))

@@ -19,7 +19,7 @@ from backend.core.restart_policy import Restart, RestartPolicy, Streak, decide_a
 from backend.protocol.types import EngineName, EngineState, EngineStatus
 
 Owner = Literal["nobody", "adopted", "process", "daemon"]
-Command = Literal["start", "stop", "restart", "shutdown", "install", "uninstall"]
+Command = Literal["start", "stop", "restart", "shutdown", "install", "uninstall", "update"]
 POLICY = RestartPolicy()
 
 

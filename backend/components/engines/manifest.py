@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import platform
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,6 +22,8 @@ from backend.core.net import is_loopback
 
 Method = Literal["GET", "POST", "DELETE", "PUT"]
 StreamKind = Literal["none", "ollama-progress", "lmstudio-download"]
+# The first dotted run of digits and what follows it up to white space: ``v0.5.7`` → ``0.5.7``.
+DEFAULT_VERSION_PATTERN = r"(\d+(?:\.\d+)*\S*)"
 
 
 class Probe(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -77,6 +80,53 @@ class InstallSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     sha256: str | None = None
     archive: Literal["tar", "zip"] | None = None
     binary: str | None = None
+    run: list[str] | None = None
+
+
+class VersionSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How to learn the installed version; the first source that applies answers.
+
+    ``http`` (a path; the JSON ``member`` holds the version) while the process PAIR started from
+    the detected executable runs; else ``cmd`` (its output, stdout and stderr, searched with
+    ``pattern``, whose first group is the version; ``env`` is added to its environment); else
+    the version of the Python distribution ``python_package`` when the executable lies in it.
+    """
+
+    http: str | None = None
+    member: str = "version"
+    cmd: list[str] | None = None
+    env: dict[str, str] = {}
+    pattern: str = DEFAULT_VERSION_PATTERN
+    python_package: str | None = None
+    timeout_s: float = 10.0
+
+
+class LatestSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Where the newest release is announced: a GET of ``url`` answering JSON whose ``member``
+    (dotted: ``info.version``) holds it; ``pattern``'s first group strips decoration (``v``)."""
+
+    url: str
+    member: str
+    pattern: str = DEFAULT_VERSION_PATTERN
+    headers: dict[str, str] = {}
+    timeout_s: float = 10.0
+
+
+class UpdateSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How to put another ``{version}`` in place of the one PAIR installed.
+
+    Everything that can fail before the engine is touched happens first: ``url`` is downloaded
+    (checked against a pinned ``sha256``, else the line for its file name in the ``sha256_url``
+    list) and unpacked beside the install dir, or ``stage`` runs (``{staging}``: a fresh
+    folder). Then the engine is stopped and the unpacked folder takes the install dir's place,
+    or ``run`` runs (with ``{download}`` and ``{staging}``).
+    """
+
+    url: str | None = None
+    sha256: str | None = None
+    sha256_url: str | None = None
+    archive: Literal["tar", "zip"] | None = None
+    stage: list[str] | None = None
     run: list[str] | None = None
 
 
@@ -139,6 +189,9 @@ class Manifest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     models_dir: str | None = None
     install: InstallSpec | None = None
     uninstall: UninstallSpec | None = None
+    version: VersionSpec | None = None
+    latest: LatestSpec | None = None
+    update: UpdateSpec | None = None
     runtime: Runtime
     slots: SlotsSpec
     actions: dict[str, Action] = {}
@@ -215,12 +268,46 @@ def _check_rules(manifest: Manifest, source: str) -> None:
         )
     if runtime.mode == "command" and not runtime.start:
         raise ManifestError(f"{source}: a command-mode runtime needs 'start' commands")
+    _check_versions(manifest, source)
     for name, action in manifest.actions.items():
         kinds = [action.http is not None, action.cmd is not None, action.remove_path is not None]
         if sum(kinds) != 1:
             raise ManifestError(
                 f"{source}: action {name!r} needs exactly one of http, cmd, remove_path"
             )
+
+
+def _check_versions(manifest: Manifest, source: str) -> None:
+    version, latest, update = manifest.version, manifest.latest, manifest.update
+    if version is not None:
+        if version.http is None and version.cmd is None and version.python_package is None:
+            raise ManifestError(f"{source}: version needs http, cmd or python_package")
+        _check_pattern(version.pattern, f"{source}: version.pattern")
+    if latest is not None:
+        _check_pattern(latest.pattern, f"{source}: latest.pattern")
+    if update is None:
+        return
+    if update.url is None and update.run is None:
+        raise ManifestError(f"{source}: update needs a url (with an archive) or a run command")
+    if update.url is not None and update.archive is None and update.run is None:
+        raise ManifestError(f"{source}: update.url needs an archive to unpack or a run command")
+    if update.archive is not None and update.run is not None:
+        raise ManifestError(f"{source}: update unpacks an archive or runs a command, not both")
+    if update.stage is not None and update.run is None:
+        raise ManifestError(f"{source}: update.stage needs a run command to finish the update")
+    if update.archive is not None and update.url is None:
+        raise ManifestError(f"{source}: update.archive needs a url to download")
+    if latest is None:
+        raise ManifestError(f"{source}: an update needs 'latest' to say which version to get")
+
+
+def _check_pattern(pattern: str, where: str) -> None:
+    try:
+        compiled = re.compile(pattern)
+    except re.error as exc:
+        raise ManifestError(f"{where} is not a regular expression ({exc})") from None
+    if compiled.groups < 1:
+        raise ManifestError(f"{where} needs a group that captures the version")
 
 
 def bundled_documents() -> dict[str, dict[str, Any]]:

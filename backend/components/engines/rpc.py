@@ -18,6 +18,8 @@ from backend.protocol.types import (
     EngineSetPort,
     EnginesSnapshot,
     EngineStatus,
+    EngineVersions,
+    NodeScope,
     Ok,
     Unsubscribed,
 )
@@ -28,12 +30,12 @@ def register(
 ) -> None:
     """Route ``engine:*``."""
 
-    async def get_installed(_: NoParams, __: RpcPeer) -> list[EngineStatus]:
+    async def get_installed(_: NodeScope, __: RpcPeer) -> list[EngineStatus]:
         for controller in engines.controllers.values():
             await controller.detect()
         return [status for status in engines.statuses() if status.installed]
 
-    async def list_all(_: NoParams, __: RpcPeer) -> list[EngineStatus]:
+    async def list_all(_: NodeScope, __: RpcPeer) -> list[EngineStatus]:
         return engines.statuses()
 
     async def status(params: EngineRef, _: RpcPeer) -> EngineStatus:
@@ -62,13 +64,20 @@ def register(
     async def uninstall(params: EngineRef, _: RpcPeer) -> EngineStatus:
         return await engines.controller(params.engine).uninstall()
 
+    async def versions(params: EngineRef, _: RpcPeer) -> EngineVersions:
+        return await engines.controller(params.engine).versions()
+
+    async def update(params: EngineRef, _: RpcPeer) -> EngineStatus:
+        controller = engines.controller(params.engine)
+        return await controller.update(engines.on_install_progress)
+
     async def set_port(params: EngineSetPort, _: RpcPeer) -> EngineStatus:
         return await engines.set_port(params.engine, params.port)
 
     async def action(params: EngineActionParams, _: RpcPeer) -> EngineActionResult:
         return await engines.run_action(params.engine, params.action, params.model)
 
-    async def models(_: NoParams, __: RpcPeer) -> EngineModels:
+    async def models(_: NodeScope, __: RpcPeer) -> EngineModels:
         return await engines.models()
 
     async def logs(params: EngineLogsQuery, _: RpcPeer) -> EngineLogs:
@@ -89,6 +98,8 @@ def register(
     dispatcher.add(methods.ENGINE_RESTART, restart)
     dispatcher.add(methods.ENGINE_INSTALL, install)
     dispatcher.add(methods.ENGINE_UNINSTALL, uninstall)
+    dispatcher.add(methods.ENGINE_VERSIONS, versions)
+    dispatcher.add(methods.ENGINE_UPDATE, update)
     dispatcher.add(methods.ENGINE_SET_PORT, set_port)
     dispatcher.add(methods.ENGINE_ACTION, action)
     dispatcher.add(methods.ENGINE_MODELS, models)

@@ -50,6 +50,12 @@ class ErrorsRegistry:
             error_state.apply_clear(self._state, params.node_id or self._node_id, params.id)
         )
 
+    def replace_node(self, node_id: NodeId, entries: list[ServiceError]) -> None:
+        """Hold exactly ``entries`` for another node (a member's own errors, mirrored)."""
+        if node_id == self._node_id:
+            raise ValueError("this node's errors are its own")
+        self._commit(error_state.replace_node(self._state, node_id, entries))
+
     def raise_error(
         self,
         error_id: str,

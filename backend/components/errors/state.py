@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import msgspec
 
@@ -49,6 +49,19 @@ def apply_clear(
     if key not in state:
         return None
     return {k: v for k, v in state.items() if k != key}
+
+
+def replace_node(
+    state: ErrorState, node_id: NodeId, entries: Iterable[ServiceError]
+) -> dict[ErrorKey, ServiceError] | None:
+    """The state with ``node_id``'s entries replaced by ``entries`` (a member's own list as it
+    sent it), or None when nothing changes. Entries of other nodes in ``entries`` are dropped."""
+    mine = {(node_id, entry.id): entry for entry in entries if entry.node_id == node_id}
+    current = {key: entry for key, entry in state.items() if key[0] == node_id}
+    if mine == current:
+        return None
+    kept = {key: entry for key, entry in state.items() if key[0] != node_id}
+    return {**kept, **mine}
 
 
 def ordered(state: ErrorState) -> list[ServiceError]:

@@ -29,8 +29,10 @@ class NodeInfoSource:
     os: NodeOs = field(default_factory=read_os)
     fingerprint: str | None = None  # of the node's certificate
 
-    def describe(self) -> NodeInfo:
-        """The payload as of now (cheap: reads only values kept in memory)."""
+    def describe(self, *, with_engines: bool = True) -> NodeInfo:
+        """The payload as of now (cheap: reads only values kept in memory); without
+        ``with_engines`` the model inventories are left out (for clients not trusted with them).
+        """
         view = self.telemetry()
         return NodeInfo(
             node_id=self.node_id,
@@ -43,7 +45,7 @@ class NodeInfoSource:
             telemetry_valid=view.valid,
             telemetry_age_ms=view.age_ms,
             ports=self.ports(),
-            engines=dict(self.engine_models()),
+            engines=dict(self.engine_models()) if with_engines else None,
             pending_jobs=self.pending_jobs(),
             fingerprint=self.fingerprint,
         )

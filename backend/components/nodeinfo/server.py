@@ -1,16 +1,19 @@
 """The node API listener: one TLS port on every interface for the services other computers use.
 
-``GET /v1/node-info`` and the pairing exchange answer anyone; ``/v1/cluster/*`` answers only a
-client whose certificate matches a pin (the TLS context comes from ``PinnedServer``, whose pins
-follow the membership without a restart). See docs/CLUSTER.md.
+``GET /v1/node-info`` and the pairing exchange answer anyone, but node-info's model inventories
+(``engines``) go only to a trusted member (by its certificate, checked per request) and to this
+computer; ``/v1/cluster/*`` answers only a client whose certificate matches a pin (the TLS
+context comes from ``PinnedServer``, whose pins follow the membership without a restart). See
+docs/CLUSTER.md.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import msgspec
 from aiohttp import web
@@ -30,11 +33,35 @@ SHUTDOWN_TIMEOUT_S = 2.0
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def build_app(source: NodeInfoSource, cluster: ClusterService | None = None) -> web.Application:
-    """The node API's routes, with every error answered as JSON ``{"error": ...}``."""
+def is_loopback(address: str | None) -> bool:
+    """Whether ``address`` (a client's IP address) is a loopback one: this computer itself."""
+    try:
+        ip = ipaddress.ip_address(address or "")
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
 
-    async def node_info(_: web.Request) -> web.Response:
-        return _json(200, msgspec.json.encode(source.describe()))
+
+def build_app(
+    source: NodeInfoSource,
+    cluster: ClusterService | None = None,
+    *,
+    this_computer: Callable[[str | None], bool] = is_loopback,
+    routes: Sequence[Callable[[web.Application], None]] = (),
+) -> web.Application:
+    """The node API's routes, with every error answered as JSON ``{"error": ...}``.
+
+    ``this_computer`` tells from a client's address whether it runs on this computer (tests
+    replace it to stand in for another computer on loopback).
+    """
+
+    async def node_info(request: web.Request) -> web.Response:
+        trusted = this_computer(request.remote) or (
+            cluster is not None and cluster_routes.member_of(cluster, request) is not None
+        )
+        return _json(200, msgspec.json.encode(source.describe(with_engines=trusted)))
 
     app = web.Application(
         client_max_size=MAX_BODY_BYTES, middlewares=[_json_errors, cluster_routes.members_only]
@@ -43,6 +70,8 @@ def build_app(source: NodeInfoSource, cluster: ClusterService | None = None) -> 
     if cluster is not None:
         app[cluster_routes.SERVICE_KEY] = cluster
         cluster_routes.add_routes(app, cluster)
+    for add_routes in routes:  # the member link (``backend/components/federation``)
+        add_routes(app)
     return app
 
 
@@ -58,9 +87,11 @@ class NodeApiServer(Component):
         source: NodeInfoSource,
         ssl_context: ssl.SSLContext | None = None,
         cluster: ClusterService | None = None,
+        routes: Sequence[Callable[[web.Application], None]] = (),
         host: str = "0.0.0.0",
     ) -> None:
         super().__init__("node-api")
+        self._routes = routes
         self.port = port
         self._host = host
         self._source = source
@@ -72,7 +103,7 @@ class NodeApiServer(Component):
         """Listen until stopped; a port held by another program is fatal (nothing is killed)."""
         self._stopped.clear()
         runner = web.AppRunner(
-            build_app(self._source, self._cluster),
+            build_app(self._source, self._cluster, routes=self._routes),
             access_log=None,
             handle_signals=False,
             shutdown_timeout=SHUTDOWN_TIMEOUT_S,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -31,6 +32,7 @@ from backend.protocol import errors
 from backend.protocol.types import (
     JobEvent,
     JobKey,
+    NodeId,
     Workload,
     WorkloadRemoved,
     WorkloadsEvent,
@@ -79,6 +81,8 @@ class WorkloadsComponent(Component):
         self._gap_since: dict[str, float] = {}
         # Recently pruned keys, so a late report cannot bring a forgotten job back.
         self._forgotten: dict[str, None] = {}
+        # Jobs served here for another member (``<its key>@<attempt>``), by that member's key.
+        self._relays: dict[str, set[str]] = {}
         self._dirty: dict[str, float] = {}
         self._deleted: set[str] = set()
         self._loaded = False
@@ -87,15 +91,29 @@ class WorkloadsComponent(Component):
 
     # Queries ---------------------------------------------------------------------------------
 
-    def workloads(self, limit: int) -> list[Workload]:
-        """At most ``limit`` jobs, newest first."""
-        return [to_workload(job) for job in heapq.nlargest(limit, self._jobs.values(), key=_age)]
+    def workloads(self, limit: int, origin: NodeId | None = None) -> list[Workload]:
+        """At most ``limit`` jobs, newest first (only those ``origin`` received, if given).
+
+        A job served here for another member is one row with that member's own record of it:
+        this node's copy (kept under ``<key>@<attempt>``) is left out once the member's is known.
+        """
+        jobs = (
+            job
+            for job in self._jobs.values()
+            if self._visible(job.id) and (origin is None or job.origin == origin)
+        )
+        return [to_workload(job) for job in heapq.nlargest(limit, jobs, key=_age)]
 
     def pending_by_node(self) -> dict[str, int]:
-        """Unfinished jobs per node they are at: the serving node once running, else the target."""
+        """Unfinished jobs per node they are at: the serving node once running, else the target.
+
+        Counts this node's own records only (its front doors' jobs and what it serves for
+        others), not the jobs mirrored from other members (their own loads say those)."""
         counts: dict[str, int] = {}
         for key in self._open:
             job = self._jobs[key]
+            if self._mirrored(job):
+                continue
             node = job.serving if job.state == "running" else job.target
             if node is not None:
                 counts[node] = counts.get(node, 0) + 1
@@ -134,10 +152,57 @@ class WorkloadsComponent(Component):
         return len(finished)
 
     def fail_unfinished(self, error: str) -> None:
-        """Fail every unfinished job with ``error`` (the proxy worker that ran them exited)."""
+        """Fail every unfinished job with ``error`` (the proxy worker that ran them exited);
+        jobs mirrored from other members are theirs to finish."""
         at = self._clock.wall()
         for key in list(self._open):
-            self._commit(interrupted(self._jobs[key], at, error))
+            job = self._jobs[key]
+            if not self._mirrored(job):
+                self._commit(interrupted(job, at, error))
+
+    # Other members' jobs -----------------------------------------------------------------------
+
+    def mirror(self, member: NodeId, workloads: Sequence[Workload], *, complete: bool) -> int:
+        """Take ``member``'s own record of the jobs it received (from its snapshot or events).
+
+        Only jobs whose origin is ``member`` are accepted (a member speaks for its own front
+        doors, nothing else); an older record than the one held is ignored. With ``complete``
+        (a snapshot of every job it still has), its unfinished jobs held here but absent there
+        are failed: the member no longer knows them. Returns how many jobs changed.
+        """
+        changed = 0
+        seen: set[str] = set()
+        for workload in workloads:
+            problem = _mirror_problem(member, workload)
+            if problem is not None:
+                log.warning("jobs from %s: %r dropped: %s", member, workload.key, problem)
+                continue
+            seen.add(workload.key)
+            known = self._jobs.get(workload.key)
+            if workload.key in self._forgotten or (known is not None and known.seq > workload.seq):
+                continue
+            job = from_workload(workload)
+            if job != known:
+                self._commit(job)
+                changed += 1
+        if complete:
+            at = self._clock.wall()
+            for key in list(self._open):
+                job = self._jobs[key]
+                if job.origin == member and self._mirrored(job) and key not in seen:
+                    self._commit(interrupted(job, at, f"lost: {member} no longer knows this job"))
+                    changed += 1
+        return changed
+
+    def mirror_jobs(self, member: NodeId, workloads: Sequence[Workload], complete: bool) -> None:
+        """``mirror`` as a member link's sink."""
+        self.mirror(member, workloads, complete=complete)
+
+    def mirror_removed(self, member: NodeId, key: JobKey) -> None:
+        """``member`` dropped one of its own jobs from its history: drop it here too."""
+        job = self._jobs.get(key)
+        if job is not None and job.origin == member and self._mirrored(job):
+            self._forget(key)
 
     # Component -------------------------------------------------------------------------------
 
@@ -199,7 +264,8 @@ class WorkloadsComponent(Component):
         for job in reversed(stored):  # oldest first, so pushes arrive in creation order
             if job.id in self._jobs or job.id in self._forgotten:
                 continue  # reported again by this run: memory is newer
-            after = interrupted(job, at)
+            # A member's job is that member's to finish; its link brings the news.
+            after = job if self._mirrored(job) else interrupted(job, at)
             marked += after is not job
             self._commit(after, persist=after is not job)
         self._loaded = True
@@ -213,11 +279,19 @@ class WorkloadsComponent(Component):
     # State -----------------------------------------------------------------------------------
 
     def _commit(self, job: Job, *, persist: bool = True) -> None:
+        new = job.id not in self._jobs
         self._jobs[job.id] = job
         if persist:
             self._dirty[job.id] = self._clock.wall()
             self._deleted.discard(job.id)
-        self._events.publish(partial(_upsert, job))
+        base = relay_base(job.id)
+        if base is not None:
+            self._relays.setdefault(base, set()).add(job.id)
+        if self._visible(job.id):
+            self._events.publish(partial(_upsert, job))
+        if new:
+            for relay in sorted(self._relays.get(job.id, ())):  # now shown as this job
+                self._events.publish(partial(_remove, JobKey(relay)))
         if job.state in TERMINAL:
             self._open.discard(job.id)
             self._waiting.pop(job.id, None)
@@ -268,11 +342,32 @@ class WorkloadsComponent(Component):
         self._trim_forgotten()
 
     def _forget(self, key: JobKey) -> None:
+        visible = self._visible(key)
         del self._jobs[key]
         self._dirty.pop(key, None)
         self._deleted.add(key)
         self._forgotten[key] = None
-        self._events.publish(partial(_remove, key))
+        self._open.discard(key)
+        self._waiting.pop(key, None)
+        self._gap_since.pop(key, None)
+        base = relay_base(key)
+        if base is not None:
+            relays = self._relays.get(base, set())
+            relays.discard(key)
+            if not relays:
+                self._relays.pop(base, None)
+        if visible:
+            self._events.publish(partial(_remove, key))
+        for relay in sorted(self._relays.get(key, ())):  # shown on their own again
+            self._events.publish(partial(_upsert, self._jobs[relay]))
+
+    def _visible(self, key: str) -> bool:
+        base = relay_base(key)
+        return base is None or base not in self._jobs
+
+    def _mirrored(self, job: Job) -> bool:
+        """Another member's own record of a job it received (not one served here)."""
+        return job.origin != self.node_id and relay_base(job.id) is None
 
     def _trim_forgotten(self) -> None:
         while len(self._forgotten) > self._store.keep_finished:
@@ -321,6 +416,49 @@ def _step(report: JobEvent) -> Step:
         case "errored":
             error = report.error or ("cancelled" if report.cancelled else "failed")
             return Errored(report.seq, report.attempt, report.at, error, report.cancelled)
+
+
+def relay_base(key: str) -> str | None:
+    """The member's job key of a job served here for it (``<key>@<attempt>``), else None."""
+    base, at, attempt = key.rpartition("@")
+    return base if at and attempt.isdigit() else None
+
+
+MAX_FIELD_CHARS = 4096
+
+
+def _mirror_problem(member: NodeId, workload: Workload) -> str | None:
+    if workload.origin != member:
+        return f"its origin is {workload.origin}, not the member that sent it"
+    if not workload.key.startswith(f"{member}/") or relay_base(workload.key) is not None:
+        return "its key is not one of the member's own"
+    if workload.seq < 0 or workload.attempt < 0:
+        return "negative seq or attempt"
+    texts = (workload.key, workload.model, workload.engine, workload.path, workload.error or "")
+    if any(len(text) > MAX_FIELD_CHARS for text in texts):
+        return "a field is too long"
+    return None
+
+
+def from_workload(workload: Workload) -> Job:
+    """A job from its wire form (another member's record)."""
+    return Job(
+        id=workload.key,
+        engine=workload.engine,
+        model=workload.model,
+        origin=workload.origin,
+        created_at=workload.created_at,
+        state=workload.state,
+        attempt=workload.attempt,
+        target=workload.target,
+        serving=workload.serving,
+        started_at=workload.started_at,
+        completed_at=workload.completed_at,
+        error=workload.error,
+        seq=workload.seq,
+        run_id=workload.run_id,
+        path=workload.path,
+    )
 
 
 def _new_job(report: JobEvent) -> Job:

@@ -27,11 +27,14 @@ def register(
 
     async def get_initial(params: WorkloadsQuery, _: RpcPeer) -> WorkloadsSnapshot:
         limit = _limit(methods.WORKLOADS_GET_INITIAL, params)
-        return WorkloadsSnapshot(seq=events.seq, workloads=workloads.workloads(limit))
+        jobs = workloads.workloads(limit, origin=params.origin)
+        return WorkloadsSnapshot(seq=events.seq, workloads=jobs)
 
     async def subscribe(params: WorkloadsQuery, peer: RpcPeer) -> WorkloadsSnapshot:
         limit = _limit(methods.WORKLOADS_SUBSCRIBE, params)
-        return WorkloadsSnapshot(seq=events.subscribe(peer), workloads=workloads.workloads(limit))
+        seq = events.subscribe(peer)
+        jobs = workloads.workloads(limit, origin=params.origin)
+        return WorkloadsSnapshot(seq=seq, workloads=jobs)
 
     async def unsubscribe(_: NoParams, peer: RpcPeer) -> Unsubscribed:
         events.unsubscribe(peer)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -34,7 +33,7 @@ from backend.workers.proxy.forward import (
 from backend.workers.proxy.gate import Refusal, peer_allowed, refusal
 from backend.workers.proxy.listing import federated_list, federated_model
 from backend.workers.proxy.peer_tls import NoIdentity
-from backend.workers.proxy.routing import local_target, owners, targets_for, upstream_url
+from backend.workers.proxy.routing import owners, targets_for, upstream_url
 from backend.workers.proxy.wire import (
     MAX_BODY_BYTES,
     BadRequest,
@@ -49,8 +48,6 @@ OPENAI_INFERENCE = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings",
 OLLAMA_INFERENCE = ("/api/chat", "/api/generate", "/api/embed", "/api/embeddings")
 # Name a model but are not inference: sent once to a node that has it, no job.
 MODEL_LOOKUPS = ("/api/show",)
-# Answered locally when no engine runs behind the door, so clients see an empty node.
-OLLAMA_EMPTY: dict[str, Any] = {"/api/ps": {"models": []}}
 # PAIR's own paths (the relay among them) are never passed to an engine from a front door.
 PAIR_PATHS = "/_pair/{tail:.*}"
 
@@ -82,7 +79,7 @@ def build_app(context: DoorContext) -> web.Application:
         for path in MODEL_LOOKUPS:
             app.router.add_post(path, _lookup)
         app.router.add_get("/api/tags", _tags, allow_head=True)
-        app.router.add_get("/api/ps", _local_listing, allow_head=False)
+        app.router.add_get("/api/ps", _loaded, allow_head=False)
     app.router.add_get("/v1/models", _models, allow_head=False)
     app.router.add_get("/v1/models/{model_id:.+}", _model, allow_head=False)
     app.router.add_route("*", PAIR_PATHS, _not_here)
@@ -177,6 +174,10 @@ async def _tags(request: web.Request) -> web.StreamResponse:
     return await federated_list(request, request.app[CONTEXT_KEY], "tags")
 
 
+async def _loaded(request: web.Request) -> web.StreamResponse:
+    return await federated_list(request, request.app[CONTEXT_KEY], "ps")
+
+
 async def _models(request: web.Request) -> web.StreamResponse:
     return await federated_list(request, request.app[CONTEXT_KEY], "models")
 
@@ -184,14 +185,6 @@ async def _models(request: web.Request) -> web.StreamResponse:
 async def _model(request: web.Request) -> web.StreamResponse:
     model_id = request.match_info["model_id"]
     return await federated_model(request, request.app[CONTEXT_KEY], model_id)
-
-
-async def _local_listing(request: web.Request) -> web.StreamResponse:
-    context = request.app[CONTEXT_KEY]
-    target = local_target(context.targets(), context.door)
-    if target is None:
-        return json_answer(200, OLLAMA_EMPTY[request.path])
-    return await forward_or_502(request, context, target, None)
 
 
 async def _pass_through(request: web.Request) -> web.StreamResponse:

@@ -1,4 +1,5 @@
-"""Federated model lists: ``GET /api/tags`` and ``GET /v1/models`` asked of every node, merged.
+"""Federated model lists: ``GET /api/tags``, ``GET /api/ps`` (the loaded models) and
+``GET /v1/models`` asked of every node, merged.
 
 Every target behind the door is asked at once; the answers are merged in routing order (this
 node first), each model once by the engine's naming rule, the first node's entry kept. Entries
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ListKind = Literal["tags", "models"]
+ListKind = Literal["tags", "ps", "models"]  # "ps" has the shape of "tags"
 MAX_LIST_BYTES = 16 * 1024 * 1024
 LIST_TIMEOUT_S = 10.0
 # Credentials meant for this node never travel to another machine. Accept-Encoding is dropped
@@ -213,7 +214,7 @@ def _limit() -> str:
 
 def _decode(kind: ListKind, body: bytes) -> list[msgspec.Raw]:
     try:
-        if kind == "tags":
+        if kind != "models":
             return _tags_decoder.decode(body).models or []
         return _models_decoder.decode(body).data or []
     except msgspec.ValidationError as exc:
@@ -225,7 +226,7 @@ def _decode(kind: ListKind, body: bytes) -> list[msgspec.Raw]:
 def _identity(kind: ListKind, entry: msgspec.Raw) -> str | None:
     """The name an entry is deduplicated by, or None when it has none (or is not an object)."""
     try:
-        if kind == "tags":
+        if kind != "models":
             tag = _tag_identity.decode(entry)
             candidates: tuple[str | None, ...] = (tag.model, tag.name)
         else:
@@ -236,7 +237,7 @@ def _identity(kind: ListKind, entry: msgspec.Raw) -> str | None:
 
 
 def _envelope(kind: ListKind, entries: list[msgspec.Raw]) -> dict[str, object]:
-    if kind == "tags":
+    if kind != "models":
         return {"models": entries}
     return {"object": "list", "data": entries}
 

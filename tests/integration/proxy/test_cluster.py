@@ -10,8 +10,10 @@ with -9 in the middle of a burst, and B's engine stops the work A's dead worker 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
+import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -125,6 +127,9 @@ async def test_two_nodes_route_keep_jobs_and_survive_a_killed_proxy_worker(
         listed = await clients.list()
         names = sorted(m.model or "" for m in listed.models)
         assert names == ["only-b:latest", "shared:latest"]
+        # And /api/ps: B's loaded model (the chat above loaded it on B) is listed at A.
+        loaded = await clients.ps()
+        assert "only-b:latest" in [m.model for m in loaded.models]
 
         await _kill_proxy_mid_burst(a, b, door, node_b)
 
@@ -183,14 +188,29 @@ async def _kill_proxy_mid_burst(a: Client, b: Client, door: str, node_b: Broker)
             since=pushes_before,
         )
         assert "proxy worker stopped" in ended["workload"]["error"]
-    # Node B's engine stopped the work it was doing for A's dead worker.
+    # B lists each of A's jobs once, as A's own record (its copies are folded in) ...
     served = await _until(
         b,
         "workloads:get-initial",
         {"limit": 20},
         lambda s: all(j["state"] in ("cancelled", "completed", "failed") for j in _jobs(s)),
     )
-    assert any(j["state"] == "cancelled" for j in _jobs(served))
+    assert not [j["key"] for j in _jobs(served) if "@" in j["key"]]
+    # ... and B's engine stopped the work it was doing for A's dead worker: its own copies
+    # (kept in its pair.db for its load) ended cancelled.
+    async with asyncio.timeout(10):
+        while True:
+            copies = _served_copies(node_b.data_dir / "pair.db")
+            if copies and all(state != "running" and state != "in_flight" for state in copies):
+                break
+            await asyncio.sleep(0.2)
+    assert "cancelled" in copies
+
+
+def _served_copies(database: Path) -> list[str]:
+    """The states of the jobs a node served for another one, read from its ``pair.db``."""
+    with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
+        return [row[0] for row in db.execute("SELECT state FROM jobs WHERE key LIKE '%@%'")]
 
 
 async def _stream(door: str, prompt: str) -> int:

@@ -11,7 +11,7 @@ from typing import Any, cast, get_args
 import msgspec
 import pytest
 
-from backend.cli import cluster_commands, exit_codes
+from backend.cli import cluster_commands, confirm, exit_codes
 from backend.cli.client_commands import format_status
 from backend.cli.cluster_commands import InviteWatch
 from backend.cli.cluster_format import (
@@ -640,11 +640,11 @@ def test_the_cluster_view_says_who_removed_this_computer() -> None:
     ("answer", "agreed"), [("y", True), (" YES ", True), ("", False), ("n", False)]
 )
 def test_a_question_needs_a_yes(answer: str, agreed: bool) -> None:
-    assert cluster_commands._agreed(lambda _: answer, "Remove? ") is agreed
+    assert confirm.agreed(lambda _: answer, "Remove? ") is agreed
 
 
 def test_no_answer_is_a_no(capsys: pytest.CaptureFixture[str]) -> None:
     def closed(_: str) -> str:
         raise EOFError
 
-    assert cluster_commands._agreed(closed, "Remove? ") is False
+    assert confirm.agreed(closed, "Remove? ") is False

@@ -1,5 +1,6 @@
-"""``pair jobs`` output: the table's rows, and ``--follow`` printing only events after the
-snapshot it was given, whatever order they arrive in."""
+"""``pair jobs`` output: the table's rows, ``--follow`` printing only events after the snapshot
+it was given, whatever order they arrive in, and the jobs shown: those this node took part in,
+or with ``--cluster`` every job the broker holds."""
 
 from __future__ import annotations
 
@@ -8,17 +9,28 @@ from typing import Any
 import msgspec
 import pytest
 
-from backend.cli.jobs_command import HEADER, JobsFollower, format_job, format_jobs
+from backend.cli import exit_codes
+from backend.cli.jobs_command import (
+    HEADER,
+    MAX_LIMIT,
+    JobsFollower,
+    JobsView,
+    format_job,
+    format_jobs,
+    show_jobs,
+)
 from backend.cli.main import build_parser
-from backend.protocol import methods
+from backend.protocol import errors, methods
 from backend.protocol.types import (
     JobKey,
+    NodeId,
     Workload,
     WorkloadRemoved,
     WorkloadsEvent,
     WorkloadsSnapshot,
     WorkloadUpserted,
 )
+from tests.unit.cli.scripted import ALICE, BOB, CAROL, ScriptedBroker
 
 NOW = 10_000.0
 ORIGIN = "0f3c2a9e-1111-4222-8333-944455556666"
@@ -148,8 +160,154 @@ def test_follow_prints_the_snapshot_oldest_first_then_only_later_events() -> Non
 
 
 def test_the_command_line() -> None:
-    args = build_parser().parse_args(["jobs", "--limit", "5", "--follow", "--json"])
+    args = build_parser().parse_args(["jobs", "--limit", "5", "--follow", "--json", "--cluster"])
     assert (args.command, args.limit, args.follow, args.json) == ("jobs", 5, True, True)
+    assert args.cluster
     assert build_parser().parse_args(["jobs"]).limit == 50
+    assert not build_parser().parse_args(["jobs"]).cluster
     with pytest.raises(SystemExit):
         build_parser().parse_args(["jobs", "--limit", "0"])
+
+
+# -- this node's jobs, or the cluster's ----------------------------------------------------------
+
+DAVE = NodeId("d4e5f6a7-3333-4444-8555-966677778888")  # neither this node nor a member
+
+
+def _job(key: str, origin: NodeId, target: NodeId | None, serving: NodeId | None) -> Workload:
+    return _workload(
+        key=key, origin=origin, target=target, serving=serving, model=key, created_at=NOW - 10
+    )
+
+
+SENT = _job("sent", ALICE, BOB, BOB)  # received here, served by bob
+SERVED = _job("served", BOB, ALICE, ALICE)  # bob's request, served here
+TRIED = _job("tried", BOB, ALICE, None)  # sent here, not started yet
+RELAYED = _job("relayed", BOB, CAROL, ALICE)  # only its engine ran here
+ELSEWHERE = _job("elsewhere", BOB, CAROL, CAROL)  # mirrored from bob: this node had no part
+FOREIGN = _job("foreign", DAVE, None, None)
+
+
+def test_this_nodes_jobs_are_those_it_received_was_sent_or_served() -> None:
+    view = JobsView(only=ALICE)
+    shown = [view.shows(w) for w in (SENT, SERVED, TRIED, RELAYED, ELSEWHERE, FOREIGN)]
+    assert shown == [True, True, True, True, False, False]
+    assert all(JobsView().shows(w) for w in (SENT, ELSEWHERE, FOREIGN))
+
+
+def test_filtering_asks_for_every_job_then_keeps_the_newest_shown_ones() -> None:
+    snapshot = WorkloadsSnapshot(seq=4, workloads=[ELSEWHERE, SENT, FOREIGN, SERVED, TRIED])
+    assert JobsView(only=ALICE).query(5).limit == MAX_LIMIT
+    assert JobsView().query(5).limit == 5
+    selected = JobsView(only=ALICE).select(snapshot, 2)
+    assert (selected.seq, selected.workloads) == (4, [SENT, SERVED])
+    assert JobsView().select(snapshot, 2).workloads == [ELSEWHERE, SENT]
+
+
+def test_the_route_names_known_nodes_and_shortens_the_others() -> None:
+    names = {ALICE: "alice", BOB: "bob", CAROL: "carol-workstation-2"}
+    assert "alice→bob" in format_job(SENT, NOW, names).split()
+    assert "bob→carol-works…" in format_job(ELSEWHERE, NOW, names).split()
+    assert "d4e5f6a7→-" in format_job(FOREIGN, NOW, names).split()
+    assert "0f3c2a9e→7b1d00c4" in format_job(SENT, NOW).split()
+    spaced = format_job(SENT, NOW, {ALICE: "Alice's  Mac", BOB: "bob"})
+    assert "Alice's Mac→bob" in spaced
+    assert spaced.index("Alice") == HEADER.index("ORIGIN→NODE")
+    assert spaced.index("10s") == HEADER.index("AGE")
+
+
+def _broker_with(*workloads: Workload) -> ScriptedBroker:
+    broker = ScriptedBroker()
+    snapshot = WorkloadsSnapshot(seq=9, workloads=list(workloads))
+    broker.answer(methods.WORKLOADS_GET_INITIAL.name, snapshot)
+    return broker
+
+
+async def test_pair_jobs_shows_only_this_nodes_jobs_with_names(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    broker = _broker_with(ELSEWHERE, SENT, FOREIGN, SERVED, TRIED)
+    assert await show_jobs(broker.peer, limit=2, as_json=False, cluster=False) == exit_codes.OK
+    assert broker.calls[-1] == (methods.WORKLOADS_GET_INITIAL.name, {"limit": MAX_LIMIT})
+    rows = capsys.readouterr().out.splitlines()[1:]
+    assert [row.split()[1:4:2] for row in rows] == [["sent", "alice→bob"], ["served", "bob→alice"]]
+
+
+async def test_pair_jobs_cluster_shows_every_job(capsys: pytest.CaptureFixture[str]) -> None:
+    broker = _broker_with(ELSEWHERE, SENT, FOREIGN)
+    assert await show_jobs(broker.peer, limit=7, as_json=False, cluster=True) == exit_codes.OK
+    assert broker.calls[-1] == (methods.WORKLOADS_GET_INITIAL.name, {"limit": 7})
+    rows = capsys.readouterr().out.splitlines()[1:]
+    assert [row.split()[1] for row in rows] == ["elsewhere", "sent", "foreign"]
+
+
+async def test_pair_jobs_json_is_the_filtered_snapshot(capsys: pytest.CaptureFixture[str]) -> None:
+    broker = _broker_with(ELSEWHERE, SENT, FOREIGN, SERVED)
+    assert await show_jobs(broker.peer, limit=50, as_json=True, cluster=False) == exit_codes.OK
+    printed = msgspec.json.decode(capsys.readouterr().out, type=WorkloadsSnapshot)
+    assert printed == WorkloadsSnapshot(seq=9, workloads=[SENT, SERVED])
+
+
+async def test_without_cluster_status_the_ids_stand_in_for_member_names(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    broker = _broker_with(SERVED)
+    broker.answer(methods.CLUSTER_STATUS.name, errors.Unavailable("cluster is not running"))
+    assert await show_jobs(broker.peer, limit=50, as_json=False, cluster=False) == exit_codes.OK
+    assert "7b1d00c4→alice" in capsys.readouterr().out
+
+
+def _pushed(follower: JobsFollower, event: WorkloadsEvent) -> None:
+    follower.on_push(methods.WORKLOADS_EVENT.name, msgspec.to_builtins(event))
+
+
+def _upsert(seq: int, workload: Workload) -> WorkloadUpserted:
+    return WorkloadUpserted(seq=seq, key=workload.key, workload=workload)
+
+
+def test_follow_shows_this_nodes_jobs_and_keeps_showing_one_it_took_part_in() -> None:
+    lines: list[str] = []
+    follower = JobsFollower(lines.append, now=lambda: NOW)
+    view = JobsView(only=ALICE, names={ALICE: "alice", BOB: "bob"})
+    follower.start(WorkloadsSnapshot(seq=1, workloads=[ELSEWHERE, SENT]), view, 50)
+    failed_over = msgspec.structs.replace(TRIED, target=CAROL, serving=CAROL, attempt=2)
+    for seq, workload in enumerate([FOREIGN, TRIED, ELSEWHERE, failed_over, SERVED], 2):
+        _pushed(follower, _upsert(seq, workload))
+    table, *events = lines
+    assert [row.split()[1] for row in table.splitlines()[1:]] == ["sent"]
+    assert [row.split()[1:4:2] for row in events] == [
+        ["tried", "bob→alice"],
+        ["tried", "bob→7b1d99f0"],  # it failed over to carol: still a job this node was in
+        ["served", "bob→alice"],
+    ]
+
+
+def test_follow_json_leaves_out_other_nodes_jobs_and_their_removals() -> None:
+    lines: list[str] = []
+    follower = JobsFollower(lines.append, as_json=True)
+    _pushed(follower, _upsert(5, SERVED))  # before the snapshot's answer
+    _pushed(follower, _upsert(6, FOREIGN))
+    snapshot = WorkloadsSnapshot(seq=4, workloads=[SENT, ELSEWHERE])
+    follower.start(snapshot, JobsView(only=ALICE), 50)
+    later: list[WorkloadsEvent] = [
+        WorkloadRemoved(seq=7, key=ELSEWHERE.key),
+        WorkloadRemoved(seq=8, key=SENT.key),
+        WorkloadRemoved(seq=9, key=SENT.key),  # gone already
+        _upsert(10, ELSEWHERE),
+    ]
+    for event in later:
+        _pushed(follower, event)
+    first, *rest = lines
+    shown = msgspec.json.decode(first, type=WorkloadsSnapshot)
+    assert shown == WorkloadsSnapshot(seq=4, workloads=[SENT])
+    decoded = [msgspec.json.decode(line, type=WorkloadsEvent) for line in rest]
+    assert [(event.seq, event.key) for event in decoded] == [(5, SERVED.key), (8, SENT.key)]
+
+
+def test_follow_cluster_shows_everything() -> None:
+    lines: list[str] = []
+    follower = JobsFollower(lines.append, as_json=True)
+    follower.start(WorkloadsSnapshot(seq=0, workloads=[ELSEWHERE]), JobsView(), 50)
+    _pushed(follower, _upsert(1, FOREIGN))
+    _pushed(follower, WorkloadRemoved(seq=2, key=ELSEWHERE.key))
+    assert len(lines) == 3

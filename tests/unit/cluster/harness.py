@@ -1,16 +1,21 @@
 """In-process nodes for the membership tests: real node APIs over TLS on loopback, real SQLite
-stores, the real PAKE and roster exchange; a node can be restarted over the same files."""
+stores, the real PAKE and roster exchange; a node can be restarted over the same files.
+
+A node's node-info lists the ``engines`` it was started with; by default loopback clients count
+as this computer (and see them), as in the product; ``this_computer`` stands in for another
+computer on loopback."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
+import msgspec
 from aiohttp import web
 
 from backend.common.tasks import TaskSet
@@ -20,13 +25,13 @@ from backend.components.cluster.members import Members, MemberStore
 from backend.components.cluster.service import ClusterService
 from backend.components.identity.certificate import NodeCredentials, mint
 from backend.components.nodeinfo.payload import NodeInfoSource
-from backend.components.nodeinfo.server import build_app
+from backend.components.nodeinfo.server import build_app, is_loopback
 from backend.components.nodeinfo.telemetry import TelemetryView
 from backend.core.clock import SystemClock
 from backend.core.rpc import ClientHub, NumberedStream
 from backend.core.store import Store
 from backend.protocol import methods
-from backend.protocol.types import InviteChanged, NodeId, NodeOs, Ports
+from backend.protocol.types import InviteChanged, NodeEngineModels, NodeId, NodeInfo, NodeOs, Ports
 from tests.fakes import FakeClock
 
 A_ID = NodeId("aaaaaaaa-0000-4000-8000-000000000001")
@@ -70,6 +75,8 @@ class Node:
     published: list[object] = field(default_factory=list)
     tasks: TaskSet | None = None
     component: ClusterComponent | None = None
+    engines: Mapping[str, NodeEngineModels] = field(default_factory=dict)
+    this_computer: Callable[[str | None], bool] = is_loopback
 
     def invites(self) -> list[InviteChanged]:
         """The invite events this node published, in order."""
@@ -89,8 +96,11 @@ async def start_node(
     *,
     credentials: NodeCredentials | None = None,
     port: int | None = None,
+    engines: Mapping[str, NodeEngineModels] | None = None,
+    this_computer: Callable[[str | None], bool] = is_loopback,
 ) -> Node:
     credentials = credentials or mint(node_id)
+    engines = dict(engines or {})
     port = port or free_port()
     db_path = root / name / "pair.db"
     store = Store(db_path)
@@ -116,14 +126,28 @@ async def start_node(
         ports=lambda: Ports(node=port, ollama=1, openai=2, llamacpp=3),
         name=lambda: name,
         telemetry=TelemetryView,
+        engine_models=lambda: engines,
         os=NodeOs(system="Linux"),
         fingerprint=credentials.fingerprint,
     )
-    runner = web.AppRunner(build_app(source, service), access_log=None)
+    app = build_app(source, service, this_computer=this_computer)
+    runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port, ssl_context=pinned.context).start()
     return Node(
-        name, node_id, port, credentials, service, pinned, runner, store, db_path, clock, published
+        name,
+        node_id,
+        port,
+        credentials,
+        service,
+        pinned,
+        runner,
+        store,
+        db_path,
+        clock,
+        published,
+        engines=engines,
+        this_computer=this_computer,
     )
 
 
@@ -147,7 +171,14 @@ async def restart(node: Node, root: Path) -> Node:
     """The same node (identity, database file, port) started again from what it stored."""
     await stop_node(node)
     return await start_node(
-        root, node.name, node.clock, node.node_id, credentials=node.credentials, port=node.port
+        root,
+        node.name,
+        node.clock,
+        node.node_id,
+        credentials=node.credentials,
+        port=node.port,
+        engines=node.engines,
+        this_computer=node.this_computer,
     )
 
 
@@ -169,6 +200,28 @@ async def anonymous_post(server: Node, path: str, body: bytes) -> tuple[int, obj
     """POST ``body`` to ``server`` over TLS without a client certificate."""
     context = peer_client.pinned_anonymous_context(server.credentials.cert_der)
     return await _post(context, server, path, body)
+
+
+async def member_node_info(client: Node, server: Node) -> NodeInfo:
+    """``GET /v1/node-info`` from ``server`` over mutual TLS as ``client``."""
+    return await _node_info(
+        tls.client_context(client.credentials, server.credentials.cert_der), server
+    )
+
+
+async def anonymous_node_info(server: Node) -> NodeInfo:
+    """``GET /v1/node-info`` from ``server`` over TLS without a client certificate."""
+    return await _node_info(
+        peer_client.pinned_anonymous_context(server.credentials.cert_der), server
+    )
+
+
+async def _node_info(context: object, server: Node) -> NodeInfo:
+    url = f"https://127.0.0.1:{server.port}/v1/node-info"
+    connector = aiohttp.TCPConnector(ssl=context)  # type: ignore[arg-type]
+    async with aiohttp.ClientSession(connector=connector) as session, session.get(url) as answer:
+        assert answer.status == 200, answer.status
+        return msgspec.json.decode(await answer.read(), type=NodeInfo)
 
 
 async def _post(context: object, server: Node, path: str, body: bytes) -> tuple[int, object]:

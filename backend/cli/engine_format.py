@@ -1,0 +1,88 @@
+"""How the engine and model commands say what happened: one line after a call, the rows of
+``pair engine status``, and what ``pair engine versions`` advises."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from backend.cli.node_ref import SHORT_ID, KnownNode, on_node
+from backend.protocol.types import (
+    EngineActionName,
+    EngineActionParams,
+    EngineActionResult,
+    EngineStatus,
+    EngineVersions,
+)
+
+WANTED = {True: "on", False: "off", None: "-"}
+
+
+class ModelOperation(NamedTuple):
+    """A ``pair model`` operation: the ``engine:action`` it sends and what it says after."""
+
+    action: EngineActionName
+    done: str
+    help: str
+
+
+def describe_state(status: EngineStatus, member: KnownNode | None = None, done: str = "") -> str:
+    """``Ollama on bob: updated, running on port 11435``: an engine after a call, in a line."""
+    where = f" on port {status.port}" if status.state == "running" else ""
+    adopted = " (adopted: not started by PAIR)" if status.adopted else ""
+    return f"{status.display_name}{on_node(member)}: {done}{status.state}{where}{adopted}"
+
+
+def describe_uninstalled(status: EngineStatus, member: KnownNode | None = None) -> str:
+    """``pair engine uninstall``: done, the models kept, and a copy PAIR did not install."""
+    found = f" at {status.binary}" if status.binary else ""
+    elsewhere = f"; a copy PAIR did not install is still there{found}" if status.installed else ""
+    return f"{status.display_name}{on_node(member)}: uninstalled, the models stay{elsewhere}"
+
+
+def describe_status(status: EngineStatus, member: KnownNode | None = None) -> str:
+    """``pair engine status``: the state line, then what is known of the engine, a row each."""
+    default = "" if status.port == status.default_port else f" (default {status.default_port})"
+    rows: list[tuple[str, object]] = [
+        ("installed", status.binary or ("yes" if status.installed else "no")),
+        ("port", f"{status.port}{default}"),
+        ("pid", status.pid),
+        ("slots", status.slots),
+        ("wanted", {True: "running", False: "stopped", None: "not set"}[status.desired]),
+        ("error", status.error),
+    ]
+    lines = [f"  {name:<11}{value}" for name, value in rows if value is not None]
+    return "\n".join([describe_state(status, member), *lines])
+
+
+def describe_model_action(
+    operation: ModelOperation,
+    params: EngineActionParams,
+    result: EngineActionResult,
+    member: KnownNode | None = None,
+) -> str:
+    """``phi3:mini is deleted from ollama on bob; ...``: what a ``pair model`` call did."""
+    text = f"{params.model} {operation.done} {params.engine}{on_node(member)}"
+    if operation.action != "delete_model":
+        return text
+    if result.restarted:
+        return f"{text}; {params.engine} was restarted to pick the change up"
+    return f"{text}; {params.engine} did not need a restart"
+
+
+def describe_versions(versions: EngineVersions, member: KnownNode | None = None) -> str:
+    """``pair engine versions``: the installed and the latest version, and what to do next."""
+    lines = [
+        f"{versions.engine}{on_node(member)}: installed {versions.installed or 'unknown'}, "
+        f"latest {versions.latest or 'unknown'}"
+    ]
+    reason = f": {versions.reason}" if versions.reason else ""
+    if versions.update_available and versions.can_update:
+        node = f" --node {member.node_id[:SHORT_ID]}" if member is not None else ""
+        lines.append(f"An update is available: `pair engine update {versions.engine}{node}`.")
+    elif versions.update_available:
+        lines.append(f"An update is available, but PAIR cannot install it{reason}.")
+    elif versions.installed and versions.latest:
+        lines.append("Up to date.")
+    elif versions.reason:
+        lines.append(versions.reason[:1].upper() + versions.reason[1:])
+    return "\n".join(lines)
