@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from backend.components.federation import link as link_module
 from backend.components.federation.link import (
     MIRRORED_JOBS,
     UNREACHABLE_ID,
@@ -24,6 +25,8 @@ from backend.protocol.contract import NoParams
 from backend.protocol.peer import RpcPeer
 from backend.protocol.types import (
     EngineEvent,
+    EngineLogs,
+    EngineLogsQuery,
     EngineModels,
     EngineName,
     EngineRef,
@@ -472,3 +475,29 @@ async def test_a_retired_link_tells_the_sinks_nothing_more(
         await asyncio.sleep(0.05)
     assert (len(sinks.engines), len(sinks.errors), len(sinks.jobs)) == counts
     assert sinks.removed == []
+
+
+async def test_a_slow_member_holds_only_its_own_call_and_that_call_is_bounded(
+    server: MemberServer, member: ScriptedMember, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A member that never answers one call: the call ends with Unavailable naming it after its
+    bound, and other calls on the same link are answered meanwhile."""
+    never = asyncio.Event()
+
+    async def stuck(params: EngineLogsQuery, peer: RpcPeer) -> EngineLogs:
+        await never.wait()
+        raise AssertionError("never answered")
+
+    server.dispatcher.add(methods.ENGINE_LOGS, stuck)
+    monkeypatch.setattr(link_module, "SHORT_CALL_S", 0.5)
+    sinks = Sinks()
+    async with running_link(server, sinks, QuickClock()) as link:
+        await until(lambda: bool(sinks.engines) and sinks.last().reachable)
+        slow = asyncio.create_task(link.call(methods.ENGINE_LOGS, EngineLogsQuery(engine=OLLAMA)))
+        answer = await link.call(methods.ENGINE_STATUS, EngineRef(engine=LLAMACPP))
+        assert answer == status("llamacpp", port=11600)
+        assert not slow.done(), "the slow call is still waiting; the other one was not held"
+        with pytest.raises(errors.Unavailable, match=r"did not answer engine:logs within 0\.5 s"):
+            await slow
+        assert sinks.last().reachable, "a slow answer is not an unreachable member"
+        never.set()
