@@ -236,7 +236,14 @@ class MemberLink:
                     )
             except aiohttp.WSServerHandshakeError as exc:
                 problems.append(f"{host}:{port} refused the link ({exc.status})")
-            except (aiohttp.ClientError, OSError, ssl.SSLError, TimeoutError) as exc:
+            except (aiohttp.ClientSSLError, ssl.SSLError):
+                problems.append(f"{host}:{port}: the TLS handshake failed (is this node a member?)")
+            except aiohttp.ClientConnectorError as exc:
+                reason = exc.os_error.strerror or str(exc.os_error) or "cannot connect"
+                problems.append(f"{host}:{port}: {reason.lower()}")
+            except TimeoutError:
+                problems.append(f"{host}:{port}: no answer within {CONNECT_TIMEOUT_S:g} s")
+            except (aiohttp.ClientError, OSError) as exc:
                 problems.append(f"{host}:{port}: {str(exc) or type(exc).__name__}")
         raise LinkFailed("; ".join(problems) or "no address is known")
 
