@@ -128,7 +128,8 @@ def format_status(status: BrokerStatus) -> str:
     if not status.errors:
         lines.append("no open errors")
     for entry in status.errors:
-        lines.append(f"{entry.severity.upper():<8}{entry.id}: {entry.message}")
+        where = "" if entry.node_id == status.node_id else f" (on {entry.node_id[:8]})"
+        lines.append(f"{entry.severity.upper():<8}{entry.id}{where}: {entry.message}")
     return "\n".join(lines)
 
 

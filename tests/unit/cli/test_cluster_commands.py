@@ -54,6 +54,7 @@ from backend.protocol.types import (
     NodeId,
     Ports,
     RemovedFromCluster,
+    ServiceError,
 )
 
 NOW = 1_700_000_000.0
@@ -460,6 +461,12 @@ def test_status_shows_the_fingerprint_and_the_cluster() -> None:
     assert "fingerprint -" in text and "cluster     not in a cluster" in text
     text = format_status(msgspec.structs.replace(status, fingerprint=FINGERPRINT, cluster_id="c1"))
     assert f"fingerprint {FINGERPRINT}" in text and "cluster     c1" in text
+    # Another member's errors are tagged with it; this node's are not.
+    mine = ServiceError(id="a", node_id=SELF_ID, message="here", created_at=NOW, updated_at=NOW)
+    theirs = msgspec.structs.replace(mine, id="b", node_id=PEER_ID, message="there")
+    lines = format_status(msgspec.structs.replace(status, errors=[mine, theirs])).splitlines()
+    assert "ERROR   a: here" in lines
+    assert f"ERROR   b (on {PEER_ID[:8]}): there" in lines
 
 
 # -- waiting for the outcome --------------------------------------------------------------------
