@@ -51,6 +51,7 @@ from backend.protocol.types import (
     MemberRef,
     MemberRemoved,
     NodeInfo,
+    NodeProbe,
     NodeScope,
     Ok,
     PingResult,
@@ -170,6 +171,9 @@ CLUSTER_SUBSCRIBE: Final = Method(
 )
 CLUSTER_UNSUBSCRIBE: Final = Method(
     "cluster:unsubscribe", NoParams, Unsubscribed, "stop cluster:event pushes"
+)
+CLUSTER_PROBE: Final = Method(
+    "cluster:probe", InviteParams, NodeProbe, "who answers at an address; can it be invited"
 )
 CLUSTER_INVITE: Final = Method(
     "cluster:invite", InviteParams, InviteCreated, "invite a computer; the PIN to show"

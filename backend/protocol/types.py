@@ -792,6 +792,15 @@ class ClusterStatus(Wire, frozen=True, kw_only=True, omit_defaults=True):
     removed: RemovedFromCluster | None = None  # another member removed this node
 
 
+class NodeProbe(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """Answer to ``cluster:probe``: the public node-info of the PAIR node at an address, and
+    whether this node can invite it (``reason`` says why not)."""
+
+    info: NodeInfo
+    invitable: bool
+    reason: str | None = None
+
+
 class ClusterSnapshot(Wire, frozen=True, kw_only=True):
     """Answer to ``cluster:subscribe``: apply later ``cluster:event`` pushes after ``seq``."""
 

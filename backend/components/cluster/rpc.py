@@ -21,6 +21,7 @@ from backend.protocol.types import (
     InviteRef,
     MemberRef,
     MemberRemoved,
+    NodeProbe,
     Unsubscribed,
 )
 
@@ -39,6 +40,9 @@ def register(
     async def unsubscribe(_: NoParams, peer: RpcPeer) -> Unsubscribed:
         events.unsubscribe(peer)
         return Unsubscribed()
+
+    async def probe(params: InviteParams, _: RpcPeer) -> NodeProbe:
+        return await service.probe(params.address.strip(), params.port)
 
     async def invite(params: InviteParams, _: RpcPeer) -> InviteCreated:
         return await service.invite(params.address.strip(), params.port)
@@ -65,6 +69,7 @@ def register(
     dispatcher.add(methods.CLUSTER_STATUS, status)
     dispatcher.add(methods.CLUSTER_SUBSCRIBE, subscribe)
     dispatcher.add(methods.CLUSTER_UNSUBSCRIBE, unsubscribe)
+    dispatcher.add(methods.CLUSTER_PROBE, probe)
     dispatcher.add(methods.CLUSTER_INVITE, invite)
     dispatcher.add(methods.CLUSTER_ACCEPT, accept)
     dispatcher.add(methods.CLUSTER_DECLINE, decline)

@@ -52,6 +52,8 @@ from backend.protocol.types import (
     InviteState,
     MembershipChanged,
     NodeId,
+    NodeInfo,
+    NodeProbe,
 )
 
 log = logging.getLogger(__name__)
@@ -134,29 +136,46 @@ class ClusterService:
         status = self.status()
         self._events.publish(lambda seq: MembershipChanged(seq=seq, status=status))
 
+    async def _node_info(self, address: str, port: int) -> NodeInfo:
+        try:
+            return await peer_client.node_info(address, port)
+        except peer_client.PeerUnreachable as exc:
+            raise errors.Unavailable(
+                f"no PAIR node answers at {address}:{port} ({exc}); check the address and that "
+                "PAIR runs there"
+            ) from None
+
+    def _refusal(self, address: str, port: int, info: NodeInfo) -> str | None:
+        """Why the node that answered cannot be invited, or None."""
+        if info.node_id == self._node_id:
+            return f"{address}:{port} is this computer"
+        if info.node_id in self.membership.members:
+            return f"{info.name} is already a member of this cluster"
+        if self.roster.removed_for_good(info.fingerprint or ""):
+            return _REMOVED.format(name=info.name)
+        return None
+
     def _invites(self) -> list[Invite]:
         found = [o.invite for o in self._outgoing.values()] + self._incoming.invites()
         return sorted(found, key=lambda invite: invite.created_at)
 
     # -- the inviter -----------------------------------------------------------------------------
 
+    async def probe(self, address: str, port: int) -> NodeProbe:
+        """Who answers at ``address:port`` (its public node-info), and whether it can be invited."""
+        info = await self._node_info(address, port)
+        refusal = self._refusal(address, port, info)
+        return NodeProbe(info=info, invitable=refusal is None, reason=refusal)
+
     async def invite(self, address: str, port: int) -> InviteCreated:
         """Invite the node at ``address:port``; the PIN is in the answer (and only there)."""
         now = self._clock.wall()
         blocked = self._blocked(now)
-        try:
-            info = await peer_client.node_info(address, port)
-        except peer_client.PeerUnreachable as exc:
-            raise errors.Unavailable(
-                f"no PAIR node answers at {address}:{port} ({exc}); check the address and that "
-                "PAIR runs there"
-            ) from None
-        if info.node_id == self._node_id:
-            raise errors.InvalidParams(f"{address}:{port} is this computer")
-        if info.node_id in self.membership.members:
-            raise errors.Conflict(f"{info.name} is already a member of this cluster")
-        if self.roster.removed_for_good(info.fingerprint or ""):
-            raise errors.Conflict(_REMOVED.format(name=info.name))
+        info = await self._node_info(address, port)
+        refusal = self._refusal(address, port, info)
+        if refusal is not None:
+            kind = errors.InvalidParams if info.node_id == self._node_id else errors.Conflict
+            raise kind(refusal)
         invite = Invite(
             id=InviteId(secrets.token_hex(16)),
             direction="outgoing",
