@@ -39,6 +39,7 @@ from app.options import AppOptions
 from app.pending import PendingActions
 from app.preferences import preferences
 from app.stores.base import StreamStore
+from app.stores.cluster import ClusterStore
 from app.stores.components import ComponentsStore
 from app.stores.discovery import DiscoveryStore
 from app.stores.engines import EnginesStore
@@ -77,6 +78,7 @@ class PairApplication:
         self.engines_store = engines = EnginesStore(connection)
         self.workloads_store = workloads = WorkloadsStore(connection)
         self.components_store = ComponentsStore(connection)
+        self.cluster_store = ClusterStore(connection)
         self.components = ComponentsModel()
         self.errors = ErrorsModel()
         self.components_controller = ComponentsController(
@@ -168,6 +170,7 @@ class PairApplication:
             self.engines_store,
             self.workloads_store,
             self.components_store,
+            self.cluster_store,
         )
 
     def start(self) -> None:

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 from app.broker.connection import BrokerConnection
 from app.broker.launch import BrokerLaunch
 from app.broker.state import Ownership, ServiceState
+from app.stores.cluster import ClusterStore
 from app.stores.components import ComponentsStore
 from app.stores.discovery import DiscoveryStore
 from app.stores.engines import EnginesStore
@@ -109,6 +110,7 @@ class Stores:
     engines: EnginesStore
     workloads: WorkloadsStore
     components: ComponentsStore
+    cluster: ClusterStore
 
     @classmethod
     def build(cls, connection: BrokerConnection) -> Stores:
@@ -117,10 +119,11 @@ class Stores:
             EnginesStore(connection),
             WorkloadsStore(connection),
             ComponentsStore(connection),
+            ClusterStore(connection),
         )
 
     async def close(self) -> None:
-        for store in (self.discovery, self.engines, self.workloads, self.components):
+        for store in (self.discovery, self.engines, self.workloads, self.components, self.cluster):
             await store.close()
 
 
