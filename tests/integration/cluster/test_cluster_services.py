@@ -18,8 +18,6 @@ import signal
 import subprocess
 import sys
 import tarfile
-import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -44,7 +42,7 @@ from tests.integration.cluster.test_three_nodes import (
     hosts,
     start_node,
 )
-from tests.integration.conftest import ROOT, Client, free_port
+from tests.integration.conftest import ROOT, Client, free_port, serve_folder
 from tests.integration.engines.test_engine_update import fake_ollama
 
 __all__ = ["hosts", "start_node"]  # fixtures
@@ -72,25 +70,8 @@ def release_site(hosts: list[Host], tmp_path: Path) -> Iterator[str]:
     (folder / "sha256sum.txt").write_text("".join(sums))
     (folder / "latest.json").write_text(json.dumps({"tag_name": "v2.0.0"}))
     address = "127.0.0.1" if hosts[0].namespace is None else "10.78.0.1"
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "http.server", str(port), "--bind", address,
-         "--directory", str(folder)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                urllib.request.urlopen(f"http://{address}:{port}/", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.05)
-        yield f"http://{address}:{port}"
-    finally:
-        server.terminate()
-        server.wait(10)
+    with serve_folder(folder, address) as url:
+        yield url
 
 
 def _installable(site: str) -> dict[str, Any]:

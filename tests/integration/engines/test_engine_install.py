@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import io
-import subprocess
 import sys
 import tarfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from backend.protocol import errors
-from tests.integration.conftest import Broker, free_port
+from tests.integration.conftest import Broker, free_port, serve_folder
 from tests.integration.engines.conftest import OLLAMA_SHIM, write_override
 
 StartBroker = Callable[..., Broker]
@@ -22,36 +20,11 @@ StartBroker = Callable[..., Broker]
 
 @pytest.fixture
 def file_server(tmp_path: Path) -> Iterator[tuple[Path, int]]:
-    """A plain HTTP server (a real socket, our own process) serving a folder: (folder, port)."""
+    """A plain HTTP server serving a folder: (folder, port)."""
     folder = tmp_path / "www"
     folder.mkdir()
-    port = free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "http.server",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--directory",
-            str(folder),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            import urllib.request
-
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1)
-            break
-        except OSError:
-            time.sleep(0.05)
-    yield folder, port
-    server.terminate()
-    server.wait(10)
+    with serve_folder(folder) as url:
+        yield folder, int(url.rsplit(":", 1)[1])
 
 
 def _ollama_archive(folder: Path) -> str:

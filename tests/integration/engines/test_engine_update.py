@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 from backend.protocol import errors
-from tests.integration.conftest import Broker, Client, free_port
+from tests.integration.conftest import Broker, Client, free_port, serve_folder
 from tests.integration.engines.conftest import write_override, write_script
 
 StartBroker = Callable[..., Broker]
@@ -68,27 +68,11 @@ def fake_ollama(version: str) -> str:
 
 @pytest.fixture
 def release_site(tmp_path: Path) -> Iterator[tuple[Path, str]]:
-    """A plain HTTP server (a real socket, our own process) serving a folder: (folder, URL)."""
+    """A plain HTTP server serving a folder: (folder, URL)."""
     folder = tmp_path / "www"
     folder.mkdir()
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
-        cwd=folder,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(url + "/", timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.05)
-    yield folder, url
-    server.terminate()
-    server.wait(10)
+    with serve_folder(folder) as url:
+        yield folder, url
 
 
 def publish(
