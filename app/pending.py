@@ -4,7 +4,9 @@ One store for the whole app, keyed by node, engine and model (model empty for en
 A click calls ``begin``; the controller that sees the backend's truth (a state change, a model
 list, progress, or an error about that node/engine/model) calls ``settle``; otherwise the entry
 expires after its timeout (60 s by default; callers pass longer ones for cold loads and LM
-Studio deletes). A broker that goes away drops everything (``clear_all``).
+Studio deletes). Another member's keys carry its node id: the truth about them is that member's
+state as its link reports it, and a member that cannot be reached or leaves the cluster drops
+its entries (``settle_node``). A broker that goes away drops everything (``clear_all``).
 """
 
 from __future__ import annotations
@@ -91,6 +93,11 @@ class PendingActions(QObject):
     def settle_engine(self, node: NodeId, engine: EngineName) -> None:
         """Truth about a whole engine (it stopped, crashed, restarted): drop all its entries."""
         for key in [k for k in self._entries if k.node == node and k.engine == engine]:
+            self.settle(key)
+
+    def settle_node(self, node: NodeId) -> None:
+        """Nothing about ``node`` can be confirmed any more (its link went down, it left)."""
+        for key in [k for k in self._entries if k.node == node]:
             self.settle(key)
 
     def clear_all(self) -> None:

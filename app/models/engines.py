@@ -1,14 +1,17 @@
-"""Engines per node: this node's (with controls) and other nodes' (read-only), one row each.
+"""Engines per node, one row each: this node's and other cluster members' (with controls, the
+calls sent with ``node`` for a member), and engines other computers on the network report
+(read-only: not a PAIR computer, or not paired with this one).
 
 Rows are built by pure functions from the wire types plus what the GUI adds on top: the
-pending action, the last command's failure, install progress. The controller owns those
-inputs; the views only read rows. ``confirms`` decides which state change answers a command.
+pending action, the last command's failure, install or update progress, the versions. The
+controller owns those inputs; the views only read rows. ``confirms`` decides which state
+change answers a command.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -22,6 +25,7 @@ from backend.protocol.types import (
     EngineName,
     EngineState,
     EngineStatus,
+    EngineVersions,
     InstallProgress,
     NodeId,
 )
@@ -81,9 +85,14 @@ class InstallStep:
 class EngineRow:
     """One engine on one node, as the Engines page shows it.
 
-    ``port`` is the engine's own port (this node only); ``door_port`` the front door's real
-    port. ``pending`` is the store's verb while an action is unconfirmed; ``notice`` the last
-    command's failure or timeout; ``port_error`` a rejected port (by the form or the broker).
+    ``local`` is this node; ``member`` another member of its cluster (managed from here through
+    the broker); neither: a computer that only reports its running engines, ``read_only_reason``
+    says why it cannot be managed. ``reachable`` is False while a member's link is down (the
+    rest is then as last seen). ``port`` is the engine's own port; ``door_port`` the front
+    door's real port. ``pending`` is the store's verb while an action is unconfirmed; ``notice``
+    the last command's failure or timeout; ``port_error`` a rejected port (by the form or the
+    broker); ``update_to`` the version an update would install, ``update_note`` why a newer
+    version cannot be installed by PAIR.
     """
 
     node_id: NodeId
@@ -94,6 +103,9 @@ class EngineRow:
     state: RowState
     installed: bool
     door: str
+    member: bool = False
+    reachable: bool = True
+    read_only_reason: str | None = None
     door_port: int | None = None
     port: int | None = None
     default_port: int | None = None
@@ -109,6 +121,9 @@ class EngineRow:
     notice: str | None = None
     port_error: str | None = None
     install: InstallStep | None = None
+    version: str | None = None
+    update_to: str | None = None
+    update_note: str | None = None
 
     @property
     def key(self) -> EngineKey:
@@ -116,39 +131,69 @@ class EngineRow:
         return (self.node_id, self.engine)
 
     @property
+    def managed(self) -> bool:
+        """This node's engine or a member's: the card has controls."""
+        return self.local or self.member
+
+    @property
     def read_only(self) -> bool:
-        """Other nodes' engines cannot be controlled from here (until pairing)."""
-        return not self.local
+        """An engine another computer reports without being a member: shown, not managed."""
+        return not self.managed
+
+    @property
+    def controllable(self) -> bool:
+        """Whether commands can be sent now (a member's link must be up)."""
+        return self.managed and self.reachable
+
+    @property
+    def where(self) -> str:
+        """The computer in a sentence: "this computer" or the member's name."""
+        return "this computer" if self.local else self.node_name
 
 
 @dataclass(frozen=True, slots=True)
-class LocalExtras:
-    """What the GUI adds to a local ``EngineStatus``."""
+class RowExtras:
+    """What the GUI adds to an ``EngineStatus``."""
 
     pending: str | None = None
     notice: str | None = None
     port_error: str | None = None
     install: InstallStep | None = None
+    versions: EngineVersions | None = None
 
 
-def local_row(
-    node_id: NodeId,
-    node_name: str,
-    status: EngineStatus,
-    doors: dict[str, int],
-    extras: LocalExtras,
-) -> EngineRow:
-    """This node's engine from its status, the open front doors and the GUI's extras."""
+@dataclass(frozen=True, slots=True)
+class Host:
+    """The node a managed engine runs on: this node, or a member (``local`` False).
+
+    ``doors`` maps front doors to their real ports; ``address`` is where other computers reach
+    a member (from discovery), None for this node.
+    """
+
+    node_id: NodeId
+    name: str
+    local: bool
+    reachable: bool = True
+    doors: Mapping[str, int] = field(default_factory=dict)
+    address: str | None = None
+
+
+def managed_row(host: Host, status: EngineStatus, extras: RowExtras) -> EngineRow:
+    """An engine of this node or of a member from its status and the GUI's extras."""
+    version, update_to, update_note = version_facts(extras.versions)
     return EngineRow(
-        node_id=node_id,
-        node_name=node_name,
+        node_id=host.node_id,
+        node_name=host.name,
         engine=status.engine,
         display_name=status.display_name,
-        local=True,
+        local=host.local,
+        member=not host.local,
+        reachable=host.reachable,
         state=status.state,
         installed=status.installed,
         door=status.front_door,
-        door_port=doors.get(status.front_door),
+        door_port=host.doors.get(status.front_door),
+        address=host.address,
         port=status.port,
         default_port=status.default_port,
         adopted=status.adopted,
@@ -160,12 +205,45 @@ def local_row(
         notice=extras.notice,
         port_error=extras.port_error,
         install=extras.install,
+        version=version,
+        update_to=update_to,
+        update_note=update_note,
     )
 
 
+def version_facts(versions: EngineVersions | None) -> tuple[str | None, str | None, str | None]:
+    """The installed version, the version an update installs, and why PAIR cannot install a
+    newer one (each None when it does not apply)."""
+    if versions is None:
+        return None, None, None
+    newer = versions.latest if versions.update_available else None
+    if newer is None:
+        return versions.installed, None, None
+    if versions.can_update:
+        return versions.installed, newer, None
+    reason = versions.reason or "PAIR cannot install it"
+    return versions.installed, None, f"version {newer} is available; {reason}"
+
+
+def member_doors(node: DiscoveredNode | None) -> tuple[dict[str, int], str | None]:
+    """A member's front-door ports and address as discovery lists it (none when not listed)."""
+    if node is None or node.kind != "pair":
+        return {}, None
+    doors = {door: port for door, port in node.ports.items() if door in DOOR_NAMES}
+    return doors, node.addresses[0] if node.addresses else None
+
+
+def read_only_reason(node: DiscoveredNode) -> str:
+    """Why another computer's engines are shown but not managed from here (a phrase)."""
+    if node.kind == "engine":
+        return "not a PAIR computer"
+    return "not paired with this computer"
+
+
 def remote_rows(node: DiscoveredNode) -> list[EngineRow]:
-    """Another node's running engines (discovery lists only running ones), read-only."""
+    """Running engines another computer reports (discovery lists only running ones), read-only."""
     rows = []
+    reason = read_only_reason(node)
     for engine, models in sorted(node.engines.items(), key=lambda item: _engine_rank(item[0])):
         door = ENGINE_DOORS.get(engine, engine)
         # A PAIR node publishes its front doors; an engine-only address its engine's port.
@@ -180,6 +258,7 @@ def remote_rows(node: DiscoveredNode) -> list[EngineRow]:
                 state="running" if node.reachable else "unreachable",
                 installed=True,
                 door=door,
+                read_only_reason=reason,
                 door_port=port,
                 address=node.addresses[0] if node.addresses else None,
                 models=tuple(models.models or ()),
@@ -189,13 +268,19 @@ def remote_rows(node: DiscoveredNode) -> list[EngineRow]:
     return rows
 
 
+def engine_order(status: EngineStatus) -> tuple[int, str]:
+    """A sort key: the bundled engines in their usual order, then the rest by id."""
+    return _engine_rank(status.engine)
+
+
 class EngineCommand(StrEnum):
-    """What the user can ask of one of this node's engines."""
+    """What the user can ask of one engine (of this node or of a member)."""
 
     START = "start"
     STOP = "stop"
     RESTART = "restart"
     INSTALL = "install"
+    UPDATE = "update"
     SET_PORT = "set-port"
 
 
@@ -204,8 +289,10 @@ VERBS: dict[EngineCommand, str] = {
     EngineCommand.STOP: "Stopping",
     EngineCommand.RESTART: "Restarting",
     EngineCommand.INSTALL: "Installing",
+    EngineCommand.UPDATE: "Updating",
     EngineCommand.SET_PORT: "Changing port",
 }
+PROGRESS_VERBS = (VERBS[EngineCommand.INSTALL], VERBS[EngineCommand.UPDATE])
 
 
 @dataclass(eq=False)
@@ -219,8 +306,12 @@ class Expectation:
 
 
 def confirms(expect: Expectation, status: EngineStatus) -> bool:
-    """Whether ``status`` (a state-changed event) is the outcome of ``expect``'s command."""
+    """Whether ``status`` (a state change) is the outcome of ``expect``'s command."""
     if status.revision <= expect.baseline:
+        return False
+    if expect.command is EngineCommand.UPDATE:
+        # An update stops and starts the engine (an error may give way to the old version):
+        # only its last progress step or its answer ends it.
         return False
     if status.state == "error":
         return True
@@ -275,18 +366,26 @@ def parse_port(text: str) -> int | str:
 
 
 def state_label(row: EngineRow) -> str:
-    """The state as the card shows it: the pending verb wins over the last known state."""
+    """The state as the card shows it: the pending verb wins over the last known state; a
+    member that cannot be reached shows the state it was last seen in."""
     if row.pending is not None:
         return f"{row.pending}…"
     label = STATE_LABELS[row.state]
+    if row.member and not row.reachable:
+        return f"{label} (last known)"
     if row.state == "running" and row.adopted:
         return f"{label} (started outside PAIR)"
     return label
 
 
 def state_colour(row: EngineRow) -> QColor:
-    """The indicator colour of the state (amber while an action is pending)."""
-    return QColor(PENDING_COLOUR if row.pending is not None else STATE_COLOURS[row.state])
+    """The indicator colour of the state (amber while an action is pending, grey for a member
+    that cannot be reached)."""
+    if row.pending is not None:
+        return QColor(PENDING_COLOUR)
+    if row.member and not row.reachable:
+        return QColor(_GREY)
+    return QColor(STATE_COLOURS[row.state])
 
 
 def _port_text(row: EngineRow) -> str:

@@ -1,14 +1,15 @@
 """The Models page's Qt models: models per node and engine, pulls in progress, the hub catalogue.
 
-Rows are the broker's truth (the engines store for this node, discovery for the others); what
-the user just asked for is overlaid from the shared ``PendingActions`` store, so a pending
-change repaints one row and never touches the rows themselves.
+Rows are the broker's truth (the engines store for this node and the other cluster members,
+discovery for computers outside the cluster); what the user just asked for is overlaid from
+the shared ``PendingActions`` store, so a pending change repaints one row and never touches
+the rows themselves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from PySide6.QtCore import QAbstractItemModel, QObject, QSortFilterProxyModel
@@ -17,7 +18,14 @@ from PySide6.QtGui import QColor
 from app.catalog import CatalogEntry, format_size, matches
 from app.models.keyed_table import ROW_ROLE, Column, KeyedTableModel, ModelIndex
 from app.pending import PendingActions, PendingKey
-from backend.protocol.types import DiscoveredNode, EngineModels, EngineName, NodeId
+from backend.protocol.types import (
+    DiscoveredNode,
+    EngineModels,
+    EngineName,
+    EngineStatus,
+    MemberEngines,
+    NodeId,
+)
 
 ModelAction = Literal["load_model", "unload_model", "delete_model", "pull_model"]
 MODEL_ACTIONS: frozenset[ModelAction] = frozenset(
@@ -84,7 +92,8 @@ def _with_tag(name: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ModelRow:
-    """One model on one node's engine; ``local`` rows (this node) can be acted on."""
+    """One model on one node's engine; rows of this node (``local``) and of the other members
+    (``member``) can be acted on, a member's only while it can be ``reachable``."""
 
     key: PendingKey
     node_name: str
@@ -92,6 +101,17 @@ class ModelRow:
     local: bool
     reachable: bool = True
     size_bytes: int | None = None  # None when the engine does not report it
+    member: bool = False
+
+    @property
+    def managed(self) -> bool:
+        """This node's model or another member's: load, eject and delete apply."""
+        return self.local or self.member
+
+    @property
+    def where(self) -> str:
+        """The computer in a sentence: "this computer" or its name."""
+        return "this computer" if self.local else self.node_name
 
     @property
     def engine(self) -> EngineName:
@@ -109,10 +129,27 @@ class ModelRow:
         return (*node, *engine_order(self.engine), self.model.casefold())
 
 
+def listed_engines(
+    models: EngineModels | None, statuses: Iterable[EngineStatus]
+) -> set[EngineName]:
+    """Engines with a model list, less those known to be stopped (they serve nothing; their
+    list comes back when they run again)."""
+    listed = set(models.by_engine) if models is not None else set()
+    states = {status.engine: status.state for status in statuses}
+    return {name for name in listed if states.get(name, "running") == "running"}
+
+
 def local_rows(
-    node_id: NodeId, node_name: str, models: EngineModels, engines: Collection[EngineName]
+    node_id: NodeId,
+    node_name: str,
+    models: EngineModels,
+    engines: Collection[EngineName],
+    *,
+    member: bool = False,
+    reachable: bool = True,
 ) -> list[ModelRow]:
-    """This node's rows of ``engines`` from a model list."""
+    """The rows of ``engines`` from a model list of this node (or, ``member``, of another
+    member)."""
     rows = []
     for engine, names in models.by_engine.items():
         if engine not in engines:
@@ -121,12 +158,28 @@ def local_rows(
         sizes = models.sizes_by_engine.get(engine, {})
         for name in names:
             key = PendingKey(node_id, engine, name)
-            rows.append(ModelRow(key, node_name, name in loaded, True, size_bytes=sizes.get(name)))
+            row = ModelRow(key, node_name, name in loaded, not member, reachable, sizes.get(name))
+            rows.append(replace(row, member=member) if member else row)
     return rows
 
 
+def member_rows(member: MemberEngines) -> list[ModelRow]:
+    """Another member's rows from its last model list (as last seen while it is away)."""
+    if member.models is None:
+        return []
+    engines = listed_engines(member.models, member.engines)
+    return local_rows(
+        member.node_id,
+        member.name,
+        member.models,
+        engines,
+        member=True,
+        reachable=member.reachable,
+    )
+
+
 def remote_rows(node: DiscoveredNode) -> list[ModelRow]:
-    """Another node's rows from discovery: read-only (no pairing yet)."""
+    """Rows of a computer outside the cluster from discovery: read-only."""
     rows = []
     for engine, lists in node.engines.items():
         loaded = set(lists.loaded or [])
@@ -172,7 +225,7 @@ class ModelsModel(KeyedTableModel[PendingKey, ModelRow]):
         action = self._pending.action(row.key)
         if action is not None:
             return f"{action}…"
-        state = "Loaded" if row.loaded else ("On disk" if row.local else "Available")
+        state = "Loaded" if row.loaded else ("On disk" if row.managed else "Available")
         return state if row.reachable else f"{state} (offline)"
 
     def find(self, key: PendingKey) -> ModelRow | None:
@@ -225,13 +278,17 @@ class ModelsModel(KeyedTableModel[PendingKey, ModelRow]):
     def _computer_tip(row: ModelRow) -> str:
         if row.local:
             return f"This computer ({row.node_name})"
+        if row.member and not row.reachable:
+            return f"{row.node_name} cannot be reached: its models as last seen."
+        if row.member:
+            return f"{row.node_name}, paired with this computer"
         return f"{row.node_name}: its models are shown, not managed, until it is paired."
 
     @staticmethod
     def _size_tip(row: ModelRow) -> str:
         if row.size_bytes is not None:
             return f"{row.size_bytes:,} bytes"
-        if not row.local:
+        if not row.managed:
             return REMOTE_SIZE_TIP
         return f"{engine_title(row.engine)} does not report this model's size."
 
@@ -255,8 +312,10 @@ class ModelsSortProxy(QSortFilterProxyModel):
 
 @dataclass(frozen=True, slots=True)
 class PullRow:
-    """A pull on this node as its last progress event said; ``error`` once it failed."""
+    """A pull on this node or on another member (``node``, ``node_name``) as its last progress
+    step said; ``error`` once it failed."""
 
+    node: NodeId
     engine: EngineName
     model: str
     stage: str = ""
@@ -264,11 +323,13 @@ class PullRow:
     completed: int | None = None
     total: int | None = None
     error: str | None = None
+    node_name: str = ""
+    local: bool = True
 
     @property
-    def key(self) -> tuple[EngineName, str]:
-        """(engine, model)."""
-        return (self.engine, self.model)
+    def key(self) -> PendingKey:
+        """(node, engine, model): the pending-store key of the pull."""
+        return PendingKey(self.node, self.engine, self.model)
 
     @property
     def failed(self) -> bool:
@@ -285,9 +346,14 @@ class PullRow:
         return " · ".join(parts)
 
 
+def _pull_computer(pull: PullRow) -> str:
+    return "This computer" if pull.local else pull.node_name
+
+
 PULL_COLUMNS: tuple[Column[PullRow], ...] = (
     Column("Model", lambda pull: pull.model),
     Column("Engine", lambda pull: engine_title(pull.engine)),
+    Column("Computer", _pull_computer),
     Column(
         "Stage",
         lambda pull: pull.error or pull.stage,
@@ -298,15 +364,15 @@ PULL_COLUMNS: tuple[Column[PullRow], ...] = (
 )
 
 
-class PullsModel(KeyedTableModel[tuple[EngineName, str], PullRow]):
-    """Pulls on this node keyed by (engine, model), in the order they started."""
+class PullsModel(KeyedTableModel[PendingKey, PullRow]):
+    """Pulls on every member keyed by (node, engine, model), in the order they started."""
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(PULL_COLUMNS, lambda pull: pull.key, parent)
 
-    def active(self, engine: EngineName, model: str) -> bool:
-        """Whether a pull of ``model`` on ``engine`` is running (not failed)."""
-        pull = self.get((engine, model))
+    def active(self, key: PendingKey) -> bool:
+        """Whether the pull of ``key`` is running (not failed)."""
+        pull = self.get(key)
         return pull is not None and not pull.failed
 
 

@@ -1,6 +1,7 @@
-"""One engine as a card: state, on/off switch, Install with progress, Restart, ports and log.
-
-Other nodes' engines use the same card without controls ("read-only until pairing").
+"""One engine as a card: state, on/off switch, Install or Update with progress, Restart, ports
+and log, for this computer's engines and every other member's alike (the controller sends a
+member's commands with its ``node``). A member that cannot be reached shows its cards disabled;
+engines other computers only report use the same card without controls, saying why.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from app.models.engines import (
     DOOR_NAMES,
     MAX_PORT,
     MIN_PORT,
+    PROGRESS_VERBS,
     EngineRow,
     state_colour,
     state_label,
@@ -36,7 +38,7 @@ from app.window.widgets import muted_label
 
 ERROR_COLOUR = "#c62828"
 WARNING_COLOUR = "#b26a00"
-READ_ONLY_TEXT = "Read-only until pairing"
+READ_ONLY_TEXT = "Read-only"
 _TRANSIENT = ("starting", "stopping")
 _SWITCHED_ON_BY = ("Starting", "Restarting")
 
@@ -96,15 +98,15 @@ def busy(row: EngineRow) -> bool:
 
 
 def detail_text(row: EngineRow) -> str:
-    """The muted line under the name: process facts here, models over there."""
-    if not row.local:
+    """The muted line under the name: process facts for managed engines, models otherwise."""
+    if row.read_only:
         if not row.models:
             return "No models reported"
         count = len(row.models)
         return f"{count} model{'s' if count != 1 else ''}, {len(row.loaded)} loaded"
     if not row.installed:
-        return "Not found on this computer. Install downloads it into PAIR's data folder."
-    parts = []
+        return f"Not found on {row.where}. Install downloads it into PAIR's data folder there."
+    parts = [f"version {row.version}"] if row.version else []
     if row.adopted:
         parts.append("already running when PAIR found it: PAIR will not stop or move it")
     elif row.pid is not None:
@@ -124,7 +126,7 @@ def models_text(row: EngineRow) -> str:
 def door_text(row: EngineRow) -> str:
     """The front door's real port and what it serves (read-only: set when the service starts)."""
     if row.door_port is None:
-        return "not open"
+        return "not open" if row.local else "not known"
     api = DOOR_NAMES.get(row.door, row.door)
     if row.local:
         return f"{row.door_port}  ·  {api}, where apps on this computer connect"
@@ -132,10 +134,21 @@ def door_text(row: EngineRow) -> str:
     return f"{host}{row.door_port}  ·  {api}"
 
 
+def note_text(row: EngineRow) -> str:
+    """The muted note in the header: why the card has no controls, or none."""
+    if row.read_only:
+        reason = row.read_only_reason
+        return f"{READ_ONLY_TEXT}: {reason}" if reason else READ_ONLY_TEXT
+    if not row.reachable:
+        return f"{row.node_name} cannot be reached"
+    return ""
+
+
 def install_text(row: EngineRow) -> str:
     """The progress bar's text: the stage and, where measured, the percentage."""
     if row.install is None:
-        return "Starting the download…"
+        updating = row.pending == "Updating"
+        return "Checking for the new version…" if updating else "Starting the download…"
     if row.install.percent is None:
         return row.install.stage
     return f"{row.install.stage} %p%"
@@ -168,11 +181,12 @@ class EngineCard(QFrame):
         self.state_label = QLabel()
         self.switch = ToggleSwitch()
         self.install_button = QPushButton("Install")
-        self.read_only = muted_label(READ_ONLY_TEXT)
+        self.read_only = muted_label()
         self.read_only.setWordWrap(False)
         self.details = muted_label()
         self.models = QLabel()
         self.models.setWordWrap(True)
+        self.update_note = muted_label()
         self.progress = QProgressBar()
         self.progress.setTextVisible(True)
 
@@ -181,7 +195,6 @@ class EngineCard(QFrame):
         self.port_edit = QLineEdit()
         self.port_edit.setMaxLength(12)
         self.port_edit.setFixedWidth(80)
-        self.port_edit.setToolTip(f"A port from {MIN_PORT} to {MAX_PORT} on this computer")
         self.apply_port_button = QPushButton("Apply")
         self.port_error = QLabel()
         self.port_error.setWordWrap(True)
@@ -195,6 +208,7 @@ class EngineCard(QFrame):
         self.notice.setWordWrap(True)
         self.notice.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.restart_button = QPushButton("Restart")
+        self.update_button = QPushButton("Update")
         self.log_button = QPushButton("Show log")
         self.log_button.setCheckable(True)
         self.log_view = LogView(f"{self.row.display_name} output")
@@ -220,15 +234,15 @@ class EngineCard(QFrame):
         ports.setColumnStretch(3, 1)
         buttons = QHBoxLayout()
         buttons.addWidget(self.restart_button)
+        buttons.addWidget(self.update_button)
         buttons.addWidget(self.log_button)
         buttons.addStretch(1)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(14, 10, 14, 12)
         layout.setSpacing(6)
         layout.addLayout(header)
-        layout.addWidget(self.details)
-        layout.addWidget(self.models)
-        layout.addWidget(self.progress)
+        for widget in (self.details, self.models, self.update_note, self.progress):
+            layout.addWidget(widget)
         layout.addLayout(ports)
         layout.addWidget(self.port_error)
         layout.addWidget(self.notice)
@@ -236,16 +250,18 @@ class EngineCard(QFrame):
         layout.addWidget(self.log_view)
 
     def _connect(self) -> None:
-        engine = self.row.engine
+        engine, node = self.row.engine, self.row.node_id
+        controller = self._controller
         self.switch.clicked.connect(self._on_switch_clicked)
-        self.install_button.clicked.connect(lambda: self._controller.install(engine))
-        self.restart_button.clicked.connect(lambda: self._controller.restart(engine))
+        self.install_button.clicked.connect(lambda: controller.install(engine, node))
+        self.restart_button.clicked.connect(lambda: controller.restart(engine, node))
+        self.update_button.clicked.connect(lambda: controller.update(engine, node))
         self.apply_port_button.clicked.connect(self._on_apply_port_clicked)
         self.port_edit.returnPressed.connect(self._on_apply_port_clicked)
         self.log_button.toggled.connect(self._on_log_button_toggled)
-        self.log_view.refresh_requested.connect(lambda: self._controller.refresh_logs(engine))
-        self._controller.logs_loaded.connect(self._on_controller_logs_loaded)
-        self._controller.logs_failed.connect(self._on_controller_logs_failed)
+        self.log_view.refresh_requested.connect(lambda: controller.refresh_logs(engine, node))
+        controller.logs_loaded.connect(self._on_controller_logs_loaded)
+        controller.logs_failed.connect(self._on_controller_logs_failed)
 
     def set_row(self, row: EngineRow) -> None:
         """Show ``row``: state, controls and their enablement, ports, progress, messages."""
@@ -262,40 +278,47 @@ class EngineCard(QFrame):
         self._show_notice(row)
 
     def _show_models(self, row: EngineRow) -> None:
-        self.models.setVisible(not row.local and bool(row.models))
+        self.models.setVisible(row.read_only and bool(row.models))
         self.models.setText(models_text(row))
+        self.update_note.setVisible(row.managed and row.update_note is not None)
+        self.update_note.setText(sentence(row.update_note or ""))
 
     def _show_controls(self, row: EngineRow) -> None:
-        local, idle = row.local, not busy(row)
-        self.read_only.setVisible(not local)
-        self.install_button.setVisible(local and not row.installed)
-        self.install_button.setEnabled(local and idle)
-        self.install_button.setText("Installing…" if row.install or row.pending else "Install")
-        self.switch.setVisible(local and row.installed)
+        managed, ready = row.managed, row.controllable and not busy(row)
+        self.read_only.setText(note_text(row))
+        self.read_only.setVisible(bool(self.read_only.text()))
+        self.install_button.setVisible(managed and not row.installed)
+        self.install_button.setEnabled(ready)
+        installing = row.install is not None or row.pending == "Installing"
+        self.install_button.setText("Installing…" if installing else "Install")
+        self.switch.setVisible(managed and row.installed)
         self.switch.setChecked(switch_on(row))
-        self.switch.setEnabled(local and idle and row.installed and not row.adopted)
+        self.switch.setEnabled(ready and row.installed and not row.adopted)
         self.switch.setToolTip(self._switch_tip(row))
-        self.restart_button.setVisible(local and row.installed)
-        self.restart_button.setEnabled(
-            local and idle and row.state == "running" and not row.adopted
-        )
-        self.log_button.setVisible(local)
-        if not local:
-            for button in (self.install_button, self.switch, self.restart_button, self.log_button):
-                button.setEnabled(False)
+        self.restart_button.setVisible(managed and row.installed)
+        self.restart_button.setEnabled(ready and row.state == "running" and not row.adopted)
+        updating = row.pending == "Updating"
+        self.update_button.setVisible(managed and (row.update_to is not None or updating))
+        self.update_button.setEnabled(ready and row.update_to is not None)
+        self.update_button.setText("Updating…" if updating else f"Update to {row.update_to}")
+        self.update_button.setToolTip(f"Install version {row.update_to} on {row.where}")
+        self.log_button.setVisible(managed)
+        self.log_button.setEnabled(row.controllable)
 
     def _switch_tip(self, row: EngineRow) -> str:
+        if not row.reachable:
+            return f"{row.node_name} cannot be reached"
         if row.adopted:
             return "Started outside PAIR: stop it where it was started"
         return "Stop the engine" if switch_on(row) else "Start the engine"
 
     def _show_ports(self, row: EngineRow, previous: EngineRow) -> None:
-        local = row.local
         for widget in (self.port_label, self.port_edit, self.apply_port_button):
-            widget.setVisible(local)
-        editable = local and not busy(row) and not row.adopted
+            widget.setVisible(row.managed)
+        editable = row.controllable and not busy(row) and not row.adopted
         self.port_edit.setEnabled(editable)
         self.apply_port_button.setEnabled(editable)
+        self.port_edit.setToolTip(f"A port from {MIN_PORT} to {MAX_PORT} on {row.where}")
         # Keep what the user typed (even a refused port) unless the port itself changed.
         port_moved = row.port != previous.port or not self.port_edit.text()
         if row.port is not None and (port_moved or not self.port_edit.isModified()):
@@ -305,8 +328,8 @@ class EngineCard(QFrame):
         self.door_port.setText(door_text(row))
 
     def _show_progress(self, row: EngineRow) -> None:
-        installing = row.install is not None or row.pending == "Installing"
-        self.progress.setVisible(row.local and installing)
+        installing = row.install is not None or row.pending in PROGRESS_VERBS
+        self.progress.setVisible(row.managed and installing)
         if row.install is not None and row.install.percent is not None:
             self.progress.setRange(0, 100)
             self.progress.setValue(round(row.install.percent))
@@ -323,23 +346,23 @@ class EngineCard(QFrame):
         self.notice.setStyleSheet(f"color: {colour};")
 
     def _on_switch_clicked(self, checked: bool) -> None:
-        self._controller.set_running(self.row.engine, checked)
+        self._controller.set_running(self.row.engine, checked, self.row.node_id)
         self.switch.setChecked(switch_on(self.row))  # the row decides, not the click
 
     def _on_apply_port_clicked(self) -> None:
-        self._controller.set_port(self.row.engine, self.port_edit.text())
+        self._controller.set_port(self.row.engine, self.port_edit.text(), self.row.node_id)
 
     def _on_log_button_toggled(self, shown: bool) -> None:
         self.log_view.setVisible(shown)
         self.log_button.setText("Hide log" if shown else "Show log")
         if shown:
             self.log_view.set_loading()
-            self._controller.refresh_logs(self.row.engine)
+            self._controller.refresh_logs(self.row.engine, self.row.node_id)
 
-    def _on_controller_logs_loaded(self, engine: str, lines: list[str]) -> None:
-        if engine == self.row.engine and self.row.local:
+    def _on_controller_logs_loaded(self, key: object, lines: list[str]) -> None:
+        if key == self.row.key and self.row.managed:
             self.log_view.set_lines(lines)
 
-    def _on_controller_logs_failed(self, engine: str, message: str) -> None:
-        if engine == self.row.engine and self.row.local:
+    def _on_controller_logs_failed(self, key: object, message: str) -> None:
+        if key == self.row.key and self.row.managed:
             self.log_view.set_error(message)

@@ -1,4 +1,5 @@
-"""The Engines page: this computer's engines with controls, other computers' read-only."""
+"""The Engines page: this computer's engines and every other member's with the same controls,
+then the engines other computers on the network report (read-only, saying why)."""
 
 from __future__ import annotations
 
@@ -17,13 +18,13 @@ from app.broker.connection import BrokerConnection
 from app.broker.state import ServiceState
 from app.controllers.engines import EnginesController
 from app.models.engines import EngineKey, EngineRow, EnginesModel
-from app.window.engine_card import READ_ONLY_TEXT, EngineCard
+from app.window.engine_card import EngineCard
 from app.window.widgets import muted_label, page_title
-from backend.protocol.types import EngineName, NodeId
+from backend.protocol.types import EngineName, MemberEngines, NodeId
 
 INTRO = (
-    "Start, stop and set up the engines that run models on this computer. Engines on other "
-    "computers are shown as their node reports them."
+    "Start, stop and set up the engines that run models on this computer and on the computers "
+    "paired with it. Engines other computers on your network report are shown read-only."
 )
 NOT_CONNECTED = {
     ServiceState.CONNECTING: "Connecting to the PAIR service…",
@@ -36,7 +37,10 @@ NOT_CONNECTED = {
         "Start it from Settings → Service."
     ),
 }
-NO_OTHERS = "No other computers with running engines have been found on your network."
+NO_OTHERS = (
+    "No other computers have been found. Engines of the computers paired with this one show "
+    "here with the same controls."
+)
 
 
 def section_title(text: str) -> QLabel:
@@ -62,16 +66,28 @@ class NodeHeader(QWidget):
 
 
 def node_note(row: EngineRow) -> str:
-    """The muted text beside a node's name."""
+    """The muted text beside the name of this computer or of a computer outside the cluster."""
     if row.local:
         return row.node_name
     where = f"{row.address} · " if row.address else ""
-    return f"{where}{READ_ONLY_TEXT.lower()}"
+    reason = row.read_only_reason or "not managed from here"
+    return f"{where}{reason}: its running engines are shown, not managed"
+
+
+def member_note(member: MemberEngines, address: str | None) -> str:
+    """The muted text beside a member's name: where it is, or that it cannot be reached."""
+    if member.reachable:
+        return f"{address} · paired" if address else "Paired"
+    why = f" ({member.error})" if member.error else ""
+    seen = "its engines show as last seen" if member.engines else "its engines show once it answers"
+    return f"{member.name} cannot be reached{why}. PAIR keeps trying; {seen}."
 
 
 class EnginesPage(QScrollArea):
-    """Cards grouped by node, built from ``EnginesModel``: rows added or removed rebuild the
-    groups, changed rows update their card in place."""
+    """Cards grouped by node, built from ``EnginesModel``: this computer, the other members (by
+    name, also one not heard from yet), then computers outside the cluster. Rows added or
+    removed and members that change rebuild the groups; changed rows update their card in
+    place."""
 
     def __init__(
         self,
@@ -85,7 +101,7 @@ class EnginesPage(QScrollArea):
         self._model = model
         self._controller = controller
         self.cards: dict[EngineKey, EngineCard] = {}
-        self._headers: list[QWidget] = []
+        self.headers: list[NodeHeader] = []  # in display order
         self._build()
         model.rowsInserted.connect(self._on_model_rows_changed)
         model.rowsRemoved.connect(self._on_model_rows_changed)
@@ -93,6 +109,7 @@ class EnginesPage(QScrollArea):
         model.dataChanged.connect(self._on_model_data_changed)
         connection.state_changed.connect(self._on_connection_state_changed)
         controller.problem_changed.connect(self._refresh_notices)
+        controller.nodes_changed.connect(self._rebuild)
         self._rebuild()
 
     def _build(self) -> None:
@@ -157,25 +174,34 @@ class EnginesPage(QScrollArea):
             widget = item.widget() if item is not None else None
             if widget is not None:
                 layout.removeWidget(widget)
-        for header in self._headers:
+        for header in self.headers:
             header.deleteLater()
-        self._headers = []
+        self.headers = []
         local = [row for row in rows if row.local]
-        remote = [row for row in rows if not row.local]
         if local:
-            self._add_group("This computer", local)
+            self._add_group("This computer", node_note(local[0]), local)
+        members = self._controller.members()
+        listed = {member.node_id for member in members}
+        # Read-only groups, and (should the member list lag behind) members' rows on their own.
+        others = [row for row in rows if not row.local and row.node_id not in listed]
         self._cards_layout.addWidget(self.others_title)
         self._cards_layout.addWidget(self.no_others)
-        self.others_title.setVisible(bool(remote) or self._ready())
-        self.no_others.setVisible(not remote and self._ready())
-        for node_id in dict.fromkeys(row.node_id for row in remote):
-            group = [row for row in remote if row.node_id == node_id]
-            self._add_group(group[0].node_name, group)
+        anyone = bool(members or others)
+        self.others_title.setVisible(anyone or self._ready())
+        self.no_others.setVisible(not anyone and self._ready())
+        for member in members:
+            group = [row for row in rows if row.node_id == member.node_id]
+            address = group[0].address if group else None
+            self._add_group(member.name, member_note(member, address), group)
+        for node_id in dict.fromkeys(row.node_id for row in others):
+            group = [row for row in others if row.node_id == node_id]
+            note = node_note(group[0]) if group[0].read_only else ""
+            self._add_group(group[0].node_name, note, group)
         self._refresh_notices()
 
-    def _add_group(self, title: str, rows: list[EngineRow]) -> None:
-        header = NodeHeader(title, node_note(rows[0]))
-        self._headers.append(header)
+    def _add_group(self, title: str, note: str, rows: list[EngineRow]) -> None:
+        header = NodeHeader(title, note)
+        self.headers.append(header)
         self._cards_layout.addWidget(header)
         for row in rows:
             card = self.cards.get(row.key)

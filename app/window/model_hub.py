@@ -1,4 +1,5 @@
-"""The model hub: the shipped catalogue, a search box, and a Pull button per entry and engine."""
+"""The model hub: the shipped catalogue, a search box, and a Pull button per entry and engine,
+pulling on the computer chosen in the Pull bar (this one unless another member is chosen)."""
 
 from __future__ import annotations
 
@@ -53,26 +54,32 @@ class EntryPulls(QWidget):
         layout.addStretch(1)
 
     def refresh(self, controller: ModelsController) -> None:
-        """Say per engine whether the model is there, coming, or can be pulled now."""
-        running = set(controller.pull_engines())
+        """Say per engine whether the model is there, coming, or can be pulled now (on the
+        computer pulls go to)."""
+        node = controller.pull_node
+        where = controller.node_name_of(node)
+        running = set(controller.pull_engines(node))
         for engine, button in self.buttons.items():
             name = self.entry.engines[engine]
             title = engine_title(engine)
-            if controller.is_installed(EngineName(engine), name):
-                text, tip, enabled = f"On {title}", f"{name} is on this computer", False
-            elif controller.is_pulling(EngineName(engine), name):
-                text, tip, enabled = "Pulling…", f"Downloading {name}", False
-            elif controller.connected and engine in running:
-                text, tip, enabled = f"Pull · {title}", f"Download {name} with {title}", True
+            if controller.is_installed(EngineName(engine), name, node):
+                text, tip, enabled = f"On {title}", f"{name} is on {where}", False
+            elif controller.is_pulling(EngineName(engine), name, node):
+                text, tip, enabled = "Pulling…", f"Downloading {name} on {where}", False
+            elif controller.reachable(node) and engine in running:
+                tip = f"Download {name} with {title} on {where}"
+                text, enabled = f"Pull · {title}", True
             else:
-                text, tip, enabled = f"Pull · {title}", f"Start {title} to pull {name}", False
+                tip = f"Start {title} on {where} to pull {name}"
+                text, enabled = f"Pull · {title}", False
             button.setText(text)
             button.setToolTip(tip)
             button.setEnabled(enabled)
 
 
 class ModelHub(QWidget):
-    """Search the catalogue and pull an entry with one of this computer's engines."""
+    """Search the catalogue and pull an entry with one of the engines of the computer chosen
+    for pulls."""
 
     def __init__(
         self, controller: ModelsController, catalog: Catalog, parent: QWidget | None = None
@@ -132,7 +139,7 @@ class ModelHub(QWidget):
             widget = self.table.indexWidget(index)
             if not isinstance(widget, EntryPulls):
                 widget = EntryPulls(entry)
-                widget.pull_clicked.connect(self._controller.pull)
+                widget.pull_clicked.connect(self._on_entry_pulls_pull_clicked)
                 self.table.setIndexWidget(index, widget)
             widget.refresh(self._controller)
         self.no_match.setVisible(self.proxy.rowCount() == 0 and self.catalog.rowCount() > 0)
@@ -157,7 +164,11 @@ class ModelHub(QWidget):
             on_any_change(model, self.refresh)
         controller.pending.changed.connect(self.refresh)
         controller.engines_changed.connect(self.refresh)
+        controller.pull_node_changed.connect(self.refresh)
         controller.connection.state_changed.connect(self.refresh)
+
+    def _on_entry_pulls_pull_clicked(self, engine: str, name: str) -> None:
+        self._controller.pull(EngineName(engine), name, self._controller.pull_node)
 
     def _on_search_text_changed(self, text: str) -> None:
         self.proxy.set_query(text)

@@ -1,5 +1,6 @@
-"""The Models page: models per computer and engine with Load, Eject and Delete, a Pull bar with
-live progress, and the model hub. Views only: every command goes through ``ModelsController``.
+"""The Models page: models per computer and engine with Load, Eject and Delete (on this computer
+and on every other member alike), a Pull bar that pulls on any member with live progress, and
+the model hub. Views only: every command goes through ``ModelsController``.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from app.pending import PendingKey
 from app.window.banners import Banner
 from app.window.model_hub import ModelHub
 from app.window.widgets import muted_label, page_title
-from backend.protocol.types import EngineName
+from backend.protocol.types import EngineName, NodeId
 
 _ERROR = QColor("#c62828")
 ROW_HEIGHT = 34
@@ -52,7 +53,7 @@ FOCUS_FRAME = QStyle.PixelMetric.PM_FocusFrameHMargin
 def confirm_delete(parent: QWidget, row: ModelRow) -> bool:
     """Ask before deleting; LM Studio's note says the engine restarts."""
     text = (
-        f"Delete {row.model} from {engine_title(row.engine)} on this computer?\n\n"
+        f"Delete {row.model} from {engine_title(row.engine)} on {row.where}?\n\n"
         "Its files are removed from disk; using it again means downloading it again."
     )
     if row.engine == "lmstudio":
@@ -71,7 +72,8 @@ def confirm_delete(parent: QWidget, row: ModelRow) -> bool:
 
 
 class RowActions(QWidget):
-    """Load, Eject and Delete for one row of this computer; a note for other computers."""
+    """Load, Eject and Delete for one row of this computer or another member; a note for
+    computers outside the cluster."""
 
     clicked = Signal(str, object)  # "load" | "eject" | "delete", PendingKey
 
@@ -96,11 +98,14 @@ class RowActions(QWidget):
         layout.addStretch(1)
 
     def refresh(self, row: ModelRow, pending: bool, connected: bool) -> None:
-        """Enable what makes sense now: nothing while an action is pending."""
+        """Enable what makes sense now: nothing while an action is pending or the member that
+        has the model cannot be reached."""
         for button in self.buttons.values():
-            button.setVisible(row.local)
-        self.view_only.setVisible(not row.local)
-        usable = row.local and connected and not pending
+            button.setVisible(row.managed)
+            away = row.managed and not row.reachable
+            button.setToolTip(f"{row.node_name} cannot be reached" if away else "")
+        self.view_only.setVisible(not row.managed)
+        usable = row.managed and row.reachable and connected and not pending
         load = usable and not row.loaded and engine_supports(row.engine, "load_model")
         eject = usable and row.loaded and engine_supports(row.engine, "unload_model")
         self.buttons["load"].setEnabled(load)
@@ -109,7 +114,8 @@ class RowActions(QWidget):
 
 
 class PullBar(QWidget):
-    """A model name, an engine of this computer and a Pull button."""
+    """A model name, the computer to pull on (shown once there are members), one of its
+    engines and a Pull button."""
 
     def __init__(self, controller: ModelsController, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -117,6 +123,9 @@ class PullBar(QWidget):
         self.name_edit = QLineEdit()
         self.name_edit.setPlaceholderText("Model to pull, e.g. llama3.2:3b or qwen/qwen3-8b")
         self.name_edit.setClearButtonEnabled(True)
+        self.node_combo = QComboBox()
+        self.node_combo.setToolTip("The computer that downloads the model")
+        self.node_combo.setMinimumContentsLength(12)
         self.engine_combo = QComboBox()
         self.engine_combo.setMinimumContentsLength(10)
         self.pull_button = QPushButton("Pull")
@@ -125,13 +134,16 @@ class PullBar(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(QLabel("Pull a model"))
         layout.addWidget(self.name_edit, 1)
+        layout.addWidget(self.node_combo)
         layout.addWidget(self.engine_combo)
         layout.addWidget(self.pull_button)
         self.name_edit.textChanged.connect(self.refresh)
         self.name_edit.returnPressed.connect(self._on_pull_button_clicked)
+        self.node_combo.activated.connect(self._on_node_combo_activated)
         self.engine_combo.currentIndexChanged.connect(self.refresh)
         self.pull_button.clicked.connect(self._on_pull_button_clicked)
         controller.engines_changed.connect(self._on_controller_engines_changed)
+        controller.pull_node_changed.connect(self._on_controller_engines_changed)
         on_any_change(controller.pulls, self.refresh)
         controller.pending.changed.connect(self.refresh)
         self._on_controller_engines_changed()
@@ -140,14 +152,19 @@ class PullBar(QWidget):
         """The button works with a name, an engine, a connection and no pull of it running."""
         engine = self.engine_combo.currentData()
         name = self.name_edit.text().strip()
-        ready = self._controller.connected and bool(name) and isinstance(engine, str)
-        busy = isinstance(engine, str) and self._controller.is_pulling(EngineName(engine), name)
+        node = self._controller.pull_node
+        ready = self._controller.reachable(node) and bool(name) and isinstance(engine, str)
+        busy = isinstance(engine, str) and self._controller.is_pulling(
+            EngineName(engine), name, node
+        )
         self.pull_button.setEnabled(ready and not busy)
         self.pull_button.setText("Pulling…" if busy else "Pull")
 
     def _on_controller_engines_changed(self) -> None:
+        self._fill_nodes()
         chosen = self.engine_combo.currentData()
-        engines = self._controller.pull_engines()
+        node = self._controller.pull_node
+        engines = self._controller.pull_engines(node)
         self.engine_combo.blockSignals(True)
         self.engine_combo.clear()
         for engine in engines:
@@ -160,20 +177,39 @@ class PullBar(QWidget):
         self.engine_combo.blockSignals(False)
         self.refresh()
 
+    def _fill_nodes(self) -> None:
+        nodes = self._controller.pull_nodes()
+        self.node_combo.blockSignals(True)
+        self.node_combo.clear()
+        for node, label in nodes:
+            self.node_combo.addItem(label, node)
+        self.node_combo.setCurrentIndex(
+            max(0, self.node_combo.findData(self._controller.pull_node))
+        )
+        self.node_combo.blockSignals(False)
+        self.node_combo.setVisible(len(nodes) > 1)
+
+    def _on_node_combo_activated(self, _index: int) -> None:
+        node = self.node_combo.currentData()
+        self._controller.set_pull_node(NodeId(node) if isinstance(node, str) else None)
+
     def _on_pull_button_clicked(self) -> None:
         engine = self.engine_combo.currentData()
         if self.pull_button.isEnabled() and isinstance(engine, str):
-            self._controller.pull(EngineName(engine), self.name_edit.text())
+            node = self._controller.pull_node
+            self._controller.pull(EngineName(engine), self.name_edit.text(), node)
             self.name_edit.clear()
 
 
 class PullItem(QFrame):
-    """One pull: name and engine, the stage, a progress bar (or the error and Dismiss)."""
+    """One pull: name, engine and (another member's) computer, the stage, a progress bar (or
+    the error and Dismiss)."""
 
     def __init__(self, controller: ModelsController, pull: PullRow, parent: QWidget | None = None):
         super().__init__(parent)
         self.setFrameShape(QFrame.Shape.StyledPanel)
-        self.title = QLabel(f"<b>{pull.model}</b> · {engine_title(pull.engine)}")
+        where = "" if pull.local else f" on {pull.node_name}"
+        self.title = QLabel(f"<b>{pull.model}</b> · {engine_title(pull.engine)}{where}")
         self.stage = muted_label()
         self.stage.setWordWrap(False)
         self.bar = QProgressBar()
@@ -182,7 +218,7 @@ class PullItem(QFrame):
         self.error.setWordWrap(True)
         self.error.setStyleSheet(f"color: {_ERROR.name()};")
         self.dismiss = QPushButton("Dismiss")
-        self.dismiss.clicked.connect(lambda: controller.dismiss_pull(pull.engine, pull.model))
+        self.dismiss.clicked.connect(lambda: controller.dismiss_pull(pull.key))
         top = QHBoxLayout()
         top.addWidget(self.title)
         top.addStretch(1)
@@ -222,7 +258,7 @@ class PullsPanel(QWidget):
         self._layout = QVBoxLayout(self)
         self._layout.setContentsMargins(0, 0, 0, 0)
         self._layout.setSpacing(6)
-        self.items: dict[tuple[str, str], PullItem] = {}
+        self.items: dict[PendingKey, PullItem] = {}
         on_any_change(controller.pulls, self.refresh)
         self.refresh()
 

@@ -146,11 +146,13 @@ class EngineEvents:
         models: dict[str, Any] | None = None,
         pulls: Iterable[dict[str, Any]] = (),
         installs: Iterable[dict[str, Any]] = (),
+        members: Iterable[dict[str, Any]] = (),
     ) -> dict[str, Any]:
-        """A raw ``engine:subscribe`` answer at the current ``seq``."""
+        """A raw ``engine:subscribe`` answer at the current ``seq`` (``members``: other
+        members' ``MemberEngines``)."""
         return {
             "seq": self.seq, "engines": list(engines), "models": models or NO_MODELS,
-            "pulls": list(pulls), "installs": list(installs),
+            "pulls": list(pulls), "installs": list(installs), "members": list(members),
         }  # fmt: skip
 
     def script(self, *engines: dict[str, Any], **rest: Any) -> None:

@@ -29,7 +29,7 @@ from app.pending import PendingActions, PendingKey
 from app.stores.discovery import DiscoveryStore
 from app.stores.engines import EnginesStore
 from app.window.engine_card import EngineCard, switch_on
-from app.window.engines_page import EnginesPage
+from app.window.engines_page import EnginesPage, NodeHeader
 from backend.protocol import methods
 from backend.protocol.contract import Method
 from backend.protocol.errors import Conflict, InternalError
@@ -155,6 +155,16 @@ async def quick_ui(qtbot: QtBot) -> AsyncIterator[Ui]:
 def never(ui: Ui) -> asyncio.Future[Any]:
     """A call result that never arrives (the broker is still working)."""
     return asyncio.get_running_loop().create_future()
+
+
+def headers(ui: Ui) -> list[NodeHeader]:
+    return list(ui.page.headers)
+
+
+def header(ui: Ui, title: str) -> NodeHeader:
+    found = [h for h in ui.page.headers if h.title.text() == f"<b>{title}</b>"]
+    assert len(found) == 1, [h.title.text() for h in ui.page.headers]
+    return found[0]
 
 
 def enabled_buttons(card: EngineCard) -> list[QAbstractButton]:
@@ -481,7 +491,8 @@ async def test_other_nodes_are_read_only(qtbot: QtBot, ui: Ui) -> None:
     assert enabled_buttons(card) == []
     assert not card.port_edit.isVisibleTo(card)
     assert card.read_only.isVisibleTo(card)
-    assert card.read_only.text() == "Read-only until pairing"
+    assert card.read_only.text() == "Read-only: not paired with this computer"
+    assert not card.log_button.isVisibleTo(card)
     assert "llama3 (loaded)" in card.models.text()
     assert "192.168.1.42:11434" in card.door_port.text()
     # Pushes from discovery update the peer's rows in place, then remove them.
@@ -529,10 +540,276 @@ async def test_discovery_events_that_overtake_the_snapshot_apply_after_it(ui: Ui
     assert ui.model.node_rows(SELF) == [ui.row("ollama")]  # the self entry is not a peer
 
 
+async def test_an_engine_only_computer_is_read_only_because_it_is_not_pair(ui: Ui) -> None:
+    lan = {**peer(ollama=["phi3"]), "kind": "engine", "ports": {"ollama": 11434}}
+    await ui.ready(engine("ollama"), nodes=[myself(), lan])
+    await wait_until(lambda: ui.page.card(PEER, "ollama") is not None)
+    card = ui.card("ollama", PEER)
+    assert card.read_only.text() == "Read-only: not a PAIR computer"
+    assert enabled_buttons(card) == []
+    assert any("not a PAIR computer" in header.note.text() for header in headers(ui))
+
+
 async def test_an_unreachable_peer_says_so(ui: Ui) -> None:
     await ui.ready(engine("ollama"), nodes=[peer(reachable=False, ollama=["a"])])
     await wait_until(lambda: ui.page.card(PEER, "ollama") is not None)
     assert ui.card("ollama", PEER).state_label.text() == "Unreachable"
+
+
+# -- other members -----------------------------------------------------------------------------
+
+MEMBER = "member-node"
+
+
+def member(
+    *engines: dict[str, Any], reachable: bool = True, name: str = "laptop", **extra: Any
+) -> dict[str, Any]:
+    """Another member's ``MemberEngines`` as its link last told this node."""
+    return {"node_id": MEMBER, "name": name, "reachable": reachable, "engines": list(engines),
+            **extra}  # fmt: skip
+
+
+def member_node(**extra: Any) -> dict[str, Any]:
+    """The member as discovery lists it (its front doors and address)."""
+    return {
+        "node_id": MEMBER, "name": "laptop", "kind": "pair", "sources": ["manual"],
+        "addresses": ["10.0.0.7"], "reachable": True,
+        "ports": {"node": 14320, "ollama": 11434, "openai": 1234, "llamacpp": 8080},
+        "engines": {"ollama": {"models": ["inventory-only"]}}, **extra,
+    }  # fmt: skip
+
+
+async def ready_with_member(ui: Ui, *statuses: dict[str, Any], **fields: Any) -> None:
+    ui.connection.script(methods.STATUS, broker_status())
+    ui.events.script(engine("ollama", "not-installed"), members=[member(*statuses, **fields)])
+    ui.connection.script(
+        methods.DISCOVERY_SUBSCRIBE, {"seq": 3, "nodes": [myself(), member_node()]}
+    )
+    ui.connection.become_ready()
+    await wait_until(lambda: len(ui.model.node_rows(MEMBER)) == len(statuses))
+    await wait_until(lambda: bool(ui.calls(methods.DISCOVERY_SUBSCRIBE)))
+    await settle()
+
+
+async def test_a_members_engines_have_the_same_controls_and_send_its_node(
+    qtmodeltester: ModelTester, ui: Ui
+) -> None:
+    await ready_with_member(ui, engine("ollama", "stopped", 3), engine("lmstudio", "running", 2))
+    qtmodeltester.check(ui.model, force_py=True)
+    card = ui.card("ollama", MEMBER)
+    row = ui.row("ollama", MEMBER)
+    assert (row.member, row.read_only, row.node_name, row.door_port) == (
+        True, False, "laptop", 11434)  # fmt: skip
+    assert (
+        ui.model.data(ui.model.index(ui.model.position(row.key) or 0, 0), READ_ONLY_ROLE) is False
+    )
+    assert "10.0.0.7:11434" in card.door_port.text()
+    assert not card.read_only.isVisibleTo(card)
+    assert not card.models.isVisibleTo(card)  # its models are on the Models page, as here
+    assert card.switch.isEnabled() and card.port_edit.isEnabled()
+    assert "laptop" in card.port_edit.toolTip()
+    assert header(ui, "laptop").note.text() == "10.0.0.7 · paired"
+    ui.connection.script(methods.ENGINE_START, never(ui))
+    card.switch.click()
+    assert ui.store.action(PendingKey(MEMBER, "ollama")) == "Starting"
+    assert ui.store.action(PendingKey(SELF, "ollama")) is None  # keyed by node
+    assert card.state_label.text() == "Starting…"
+    await settle()
+    assert ui.calls(methods.ENGINE_START) == [{"engine": "ollama", "node": MEMBER}]
+    # This computer's engine of the same name changing does not settle the member's.
+    ui.events.state(engine("ollama", "running", 9))
+    assert ui.row("ollama", MEMBER).pending == "Starting"
+    ui.events.member(member(engine("ollama", "starting", 4), engine("lmstudio", "running", 2)))
+    assert ui.row("ollama", MEMBER).pending == "Starting"  # not the outcome yet
+    ui.events.member(member(engine("ollama", "running", 5), engine("lmstudio", "running", 2)))
+    assert ui.store.get(PendingKey(MEMBER, "ollama")) is None
+    assert card.state_label.text() == "Running"
+    assert card.restart_button.isEnabled()
+    ui.connection.script(methods.ENGINE_RESTART, never(ui))
+    ui.card("lmstudio", MEMBER).restart_button.click()
+    await settle()
+    assert ui.calls(methods.ENGINE_RESTART) == [{"engine": "lmstudio", "node": MEMBER}]
+    qtmodeltester.check(ui.model, force_py=True)
+
+
+async def test_a_members_error_and_timeout_clear_its_pending_action(quick_ui: Ui) -> None:
+    ui = quick_ui
+    await ready_with_member(ui, engine("ollama", "running", 3))
+    refused = Conflict("Ollama on port 11435 was not started by PAIR, so PAIR will not stop it")
+    ui.connection.script(methods.ENGINE_STOP, refused)
+    card = ui.card("ollama", MEMBER)
+    card.switch.click()
+    await wait_until(lambda: ui.row("ollama", MEMBER).pending is None, timeout=5)
+    assert card.notice.text() == f"Could not stop: {refused.message}"
+    ui.connection.script(methods.ENGINE_RESTART, never(ui))
+    card.restart_button.click()
+    assert ui.row("ollama", MEMBER).pending == "Restarting"
+    await wait_until(lambda: ui.row("ollama", MEMBER).pending is None, timeout=5)
+    assert "did not confirm in time" in card.notice.text()
+
+
+async def test_a_members_port_and_logs_go_to_that_member(ui: Ui) -> None:
+    await ready_with_member(ui, engine("ollama", "stopped", 3))
+    ui.connection.script(methods.ENGINE_SET_PORT, never(ui))
+    card = ui.card("ollama", MEMBER)
+    card.port_edit.setText("11600")
+    card.apply_port_button.click()
+    assert card.state_label.text() == "Changing port…"
+    await settle()
+    assert ui.calls(methods.ENGINE_SET_PORT) == [
+        {"engine": "ollama", "port": 11600, "node": MEMBER}
+    ]
+    ui.events.member(member(engine("ollama", "stopped", 4, port=11600)))
+    assert ui.row("ollama", MEMBER).pending is None
+    ui.connection.script(methods.ENGINE_LOGS, {"engine": "ollama", "lines": ["far away"]})
+    card.log_button.click()
+    await wait_until(lambda: card.log_view.text.toPlainText() == "far away")
+    assert ui.calls(methods.ENGINE_LOGS) == [{"engine": "ollama", "lines": 500, "node": MEMBER}]
+    assert ui.card("ollama").log_view.text.toPlainText() == ""  # not this computer's card
+
+
+async def test_an_unreachable_members_cards_are_disabled_and_say_so(ui: Ui) -> None:
+    await ready_with_member(ui, engine("ollama", "running", 3), engine("lmstudio", "stopped", 1))
+    ui.connection.script(methods.ENGINE_STOP, never(ui))
+    ui.card("ollama", MEMBER).switch.click()
+    assert ui.row("ollama", MEMBER).pending == "Stopping"
+    ui.events.member(
+        member(engine("ollama", "running", 3), engine("lmstudio", "stopped", 1),
+               reachable=False, error="connection refused"),
+    )  # fmt: skip
+    assert ui.store.get(PendingKey(MEMBER, "ollama")) is None  # it cannot be confirmed now
+    await settle()
+    for name in ("ollama", "lmstudio"):
+        card = ui.card(name, MEMBER)
+        assert enabled_buttons(card) == []
+        assert not card.port_edit.isEnabled()
+        assert card.read_only.isVisibleTo(card)
+        assert card.read_only.text() == "laptop cannot be reached"
+        assert not card.notice.isVisibleTo(card)  # not an error per card
+    assert ui.card("ollama", MEMBER).state_label.text() == "Running (last known)"
+    note = header(ui, "laptop").note.text()
+    assert note.startswith("laptop cannot be reached (connection refused).")
+    await settle()
+    assert ui.calls(methods.ENGINE_STOP) == [{"engine": "ollama", "node": MEMBER}]
+    ui.controller.restart("ollama", MEMBER)
+    assert ui.calls(methods.ENGINE_RESTART) == []  # nothing is sent to a member away
+    ui.events.member(member(engine("ollama", "running", 3), engine("lmstudio", "stopped", 1)))
+    assert ui.card("ollama", MEMBER).switch.isEnabled()
+    assert not ui.card("ollama", MEMBER).read_only.isVisibleTo(ui.card("ollama", MEMBER))
+
+
+async def test_a_member_not_heard_from_yet_shows_its_name_and_why(ui: Ui) -> None:
+    await ready_with_member(ui, reachable=False, error="no address answered")
+    assert ui.model.node_rows(MEMBER) == []
+    note = header(ui, "laptop").note.text()
+    assert "laptop cannot be reached (no address answered)" in note
+    assert "once it answers" in note
+    assert not ui.page.no_others.isVisibleTo(ui.page)
+    with_engines = member(engine("llamacpp", "stopped", 1))
+    ui.events.member(with_engines)
+    await wait_until(lambda: ui.page.card(MEMBER, "llamacpp") is not None)
+    assert header(ui, "laptop").note.text() == "10.0.0.7 · paired"
+
+
+async def test_install_on_a_member_shows_progress_from_its_installs(ui: Ui) -> None:
+    await ready_with_member(ui, engine("llamacpp", "not-installed", 1))
+    ui.connection.script(methods.ENGINE_INSTALL, never(ui))
+    card = ui.card("llamacpp", MEMBER)
+    assert card.install_button.isEnabled()
+    assert "Not found on laptop" in card.details.text()
+    card.install_button.click()
+    assert card.state_label.text() == "Installing…"
+    assert card.progress.isVisibleTo(card)
+    await settle()
+    assert ui.calls(methods.ENGINE_INSTALL) == [{"engine": "llamacpp", "node": MEMBER}]
+    step = {"engine": "llamacpp", "stage": "downloading", "percent": 42.0}
+    ui.events.member(member(engine("llamacpp", "not-installed", 1), installs=[step]))
+    assert card.progress.value() == 42
+    assert "downloading" in card.progress.format()
+    ui.events.install({**step, "percent": 90.0})  # this computer's install: not the member's
+    assert card.progress.value() == 42
+    done = {**step, "stage": "installed", "percent": 100.0, "done": True}
+    ui.events.member(member(engine("llamacpp", "not-installed", 1), installs=[done]))
+    assert ui.row("llamacpp", MEMBER).pending is None
+    assert not card.progress.isVisibleTo(card)
+    ui.events.member(member(engine("llamacpp", "stopped", 2)))
+    assert card.switch.isVisibleTo(card) and card.switch.isEnabled()
+
+
+async def test_a_failed_install_on_a_member_shows_its_error(ui: Ui) -> None:
+    await ready_with_member(ui, engine("llamacpp", "not-installed", 1))
+    ui.connection.script(methods.ENGINE_INSTALL, never(ui))
+    ui.controller.install("llamacpp", MEMBER)
+    failed = {"engine": "llamacpp", "stage": "error", "done": True, "error": "offline"}
+    ui.events.member(member(engine("llamacpp", "not-installed", 1), installs=[failed]))
+    assert ui.row("llamacpp", MEMBER).pending is None
+    assert ui.card("llamacpp", MEMBER).notice.text() == "Install failed: offline"
+
+
+async def test_update_is_offered_when_versions_says_so_and_runs_on_the_member(ui: Ui) -> None:
+    versions = {"engine": "ollama", "installed": "0.5.1", "latest": "0.6.0",
+                "update_available": True, "can_update": True}  # fmt: skip
+    ui.connection.script(methods.ENGINE_VERSIONS, versions)
+    await ready_with_member(ui, engine("ollama", "running", 3))
+    card = ui.card("ollama", MEMBER)
+    await wait_until(lambda: card.update_button.isVisibleTo(card))
+    assert ui.calls(methods.ENGINE_VERSIONS) == [{"engine": "ollama", "node": MEMBER}]
+    assert card.update_button.text() == "Update to 0.6.0"
+    assert "version 0.5.1" in card.details.text()
+    ui.connection.script(methods.ENGINE_UPDATE, never(ui))
+    card.update_button.click()
+    assert card.state_label.text() == "Updating…"
+    assert not card.update_button.isEnabled() and not card.switch.isEnabled()
+    await settle()
+    assert ui.calls(methods.ENGINE_UPDATE) == [{"engine": "ollama", "node": MEMBER}]
+    step = {"engine": "ollama", "stage": "downloading", "percent": 10.0}
+    ui.events.member(member(engine("ollama", "stopping", 4), installs=[step]))
+    assert card.progress.isVisibleTo(card) and card.progress.value() == 10
+    ui.events.member(member(engine("ollama", "running", 6), installs=[step]))
+    assert ui.row("ollama", MEMBER).pending == "Updating"  # running again is not the end
+    ui.connection.script(methods.ENGINE_VERSIONS, {**versions, "installed": "0.6.0",
+                                                   "update_available": False})  # fmt: skip
+    done = {**step, "stage": "updated", "percent": 100.0, "done": True}
+    ui.events.member(member(engine("ollama", "running", 6), installs=[done]))
+    assert ui.row("ollama", MEMBER).pending is None
+    await wait_until(lambda: not card.update_button.isVisibleTo(card))  # read again
+    assert "version 0.6.0" in card.details.text()
+
+
+async def test_an_update_pair_cannot_install_says_why(ui: Ui) -> None:
+    ui.connection.script(methods.ENGINE_VERSIONS, {
+        "engine": "ollama", "installed": "0.5.1", "latest": "0.6.0", "update_available": True,
+        "can_update": False, "reason": "installed outside PAIR"})  # fmt: skip
+    await ready_with_member(ui, engine("ollama", "running", 3))
+    card = ui.card("ollama", MEMBER)
+    await wait_until(lambda: card.update_note.isVisibleTo(card))
+    assert card.update_note.text() == "Version 0.6.0 is available; installed outside PAIR"
+    assert not card.update_button.isVisibleTo(card)
+
+
+async def test_a_member_that_leaves_goes_back_to_what_discovery_reports(ui: Ui) -> None:
+    await ready_with_member(ui, engine("ollama", "running", 3))
+    ui.connection.script(methods.ENGINE_STOP, never(ui))
+    ui.card("ollama", MEMBER).switch.click()
+    ui.events.member_left(MEMBER)
+    assert ui.store.get(PendingKey(MEMBER, "ollama")) is None
+    await settle()
+    row = ui.row("ollama", MEMBER)
+    assert row.read_only and row.models == ("inventory-only",)  # discovery's view
+    assert ui.card("ollama", MEMBER).read_only.text() == "Read-only: not paired with this computer"
+    assert [h.title.text() for h in headers(ui)] == ["<b>This computer</b>", "<b>laptop</b>"]
+
+
+async def test_disconnect_clears_a_members_pending_actions(ui: Ui) -> None:
+    await ready_with_member(ui, engine("ollama", "running", 3))
+    ui.connection.script(methods.ENGINE_RESTART, never(ui))
+    ui.card("ollama", MEMBER).restart_button.click()
+    assert len(ui.store) == 1
+    ui.connection.lose_session()
+    assert len(ui.store) == 0
+    await settle()
+    assert ui.page.cards == {}
+    assert ui.page.headers == []
 
 
 # -- logs --------------------------------------------------------------------------------------

@@ -191,8 +191,8 @@ async def test_every_model_passes_the_model_tester(
     await start(ui)
     ui.controller.load(ui.key("ollama", "qwen3:8b"))
     ui.events.models(listing({"ollama": ["qwen3:8b"]}))
-    ui.controller.pulls.upsert(PullRow("ollama", "x:1b", percent=5.0))
-    ui.controller.pulls.upsert(PullRow("ollama", "x:1b", percent=7.0))
+    ui.controller.pulls.upsert(PullRow(SELF, "ollama", "x:1b", percent=5.0))
+    ui.controller.pulls.upsert(PullRow(SELF, "ollama", "x:1b", percent=7.0))
     search.set_query("qwen coding")
     search.set_query("")
     ui.connection.lose_session()
@@ -475,7 +475,7 @@ async def test_pull_progress_survives_hiding_and_showing_the_page(qtbot: QtBot, 
     assert ui.page.pull_bar.name_edit.text() == ""
     ui.events.pull(progress("gemma3:4b", 40.0))
     assert ui.pending.action(key) == PULLING  # until the one terminal push
-    item = ui.page.pulls_panel.items[("ollama", "gemma3:4b")]
+    item = ui.page.pulls_panel.items[ui.key("ollama", "gemma3:4b")]
     assert item.bar.value() == 400 and "40 %" in item.bar.format()
     ui.page.hide()
     ui.events.pull(progress("gemma3:4b", 60.0))
@@ -483,7 +483,7 @@ async def test_pull_progress_survives_hiding_and_showing_the_page(qtbot: QtBot, 
     assert item.isVisibleTo(ui.page) and item.bar.value() == 600
     again = ModelsPage(ui.controller, Catalog())  # a page built later shows it too
     qtbot.addWidget(again)
-    assert again.pulls_panel.items[("ollama", "gemma3:4b")].bar.value() == 600
+    assert again.pulls_panel.items[ui.key("ollama", "gemma3:4b")].bar.value() == 600
     again.pull_bar.name_edit.setText("gemma3:4b")
     assert not again.pull_bar.pull_button.isEnabled()
     assert again.pull_bar.pull_button.text() == "Pulling…"
@@ -495,7 +495,7 @@ async def test_a_successful_pull_ends_once_and_the_model_appears(qtbot: QtBot, u
     ui.connection.script(methods.ENGINE_ACTION, answer)
     ui.controller.pull("ollama", "gemma3:4b")
     ui.events.pull(progress("gemma3:4b", None, stage="x"))
-    assert ui.page.pulls_panel.items[("ollama", "gemma3:4b")].bar.maximum() == 0  # busy bar
+    assert ui.page.pulls_panel.items[ui.key("ollama", "gemma3:4b")].bar.maximum() == 0  # busy bar
     with qtbot.assertNotEmitted(ui.controller.command_failed):
         ui.events.pull(progress("gemma3:4b", 100.0, stage="success", done=True))
         assert ui.pending.get(ui.key("ollama", "gemma3:4b")) is None
@@ -521,7 +521,7 @@ async def test_a_failed_pull_reports_once_and_can_be_dismissed(qtbot: QtBot, ui:
     await settle()
     assert failures == ["Could not pull nope:1b (Ollama): file does not exist"]
     assert not ui.page.notice.isVisibleTo(ui.page)  # the pull's own row says it
-    item = ui.page.pulls_panel.items[("ollama", "nope:1b")]
+    item = ui.page.pulls_panel.items[ui.key("ollama", "nope:1b")]
     assert item.error.isVisibleTo(ui.page) and "file does not exist" in item.error.text()
     item.dismiss.click()
     assert ui.controller.pulls.rowCount() == 0
@@ -539,7 +539,7 @@ async def test_a_pull_that_fails_without_a_terminal_push_ends_on_the_error(ui: U
 async def test_pulls_in_the_snapshot_show_and_a_gap_drops_one_that_ended_unseen(ui: Ui) -> None:
     elsewhere = progress("gemma3:4b", 30.0)  # started before this app connected (the CLI)
     await start(ui, pulls=(elsewhere,))
-    item = ui.page.pulls_panel.items[("ollama", "gemma3:4b")]
+    item = ui.page.pulls_panel.items[ui.key("ollama", "gemma3:4b")]
     assert item.bar.value() == 300
     assert ui.controller.is_pulling("ollama", "gemma3:4b")
     ui.connection.script(methods.ENGINE_ACTION, never())
@@ -548,8 +548,8 @@ async def test_pulls_in_the_snapshot_show_and_a_gap_drops_one_that_ended_unseen(
     ui.events.script(engine("ollama"), engine("lmstudio"), models=LOCAL)
     ui.events.seq += 5  # events were missed, the other pull's end among them
     ui.events.pull(progress("mine:1b", 10.0))
-    await wait_until(lambda: not ui.controller.pulls.active("ollama", "gemma3:4b"))
-    assert ui.controller.pulls.get(("ollama", "mine:1b")) is not None  # its answer ends it
+    await wait_until(lambda: not ui.controller.pulls.active(ui.key("ollama", "gemma3:4b")))
+    assert ui.controller.pulls.get(ui.key("ollama", "mine:1b")) is not None  # its answer ends it
     assert ui.pending.action(ui.key("ollama", "mine:1b")) == PULLING
 
 
@@ -583,7 +583,7 @@ async def test_hub_search_filters_and_pulls_through_the_same_flow(ui: Ui) -> Non
         "engine": "lmstudio", "action": "pull_model", "model": "google/gemma-3-4b"
     }  # fmt: skip
     assert hub_button(ui, "gemma3-4b", "lmstudio").text() == "Pulling…"
-    assert ("lmstudio", "google/gemma-3-4b") in ui.page.pulls_panel.items
+    assert ui.key("lmstudio", "google/gemma-3-4b") in ui.page.pulls_panel.items
 
 
 async def test_hub_pull_needs_the_engine_running(ui: Ui) -> None:
@@ -607,3 +607,204 @@ async def test_a_broken_catalogue_leaves_an_empty_hub_and_a_working_page(qtbot: 
         assert ui.actions("ollama", "qwen3:8b").buttons["load"].isEnabled()
     finally:
         await close(ui)
+
+
+# Other members.
+
+MEMBER = "node-member"
+MEMBER_MODELS = listing(
+    {"ollama": ["phi4:14b"], "lmstudio": ["qwen/qwen3-8b"]}, {"ollama": ["phi4:14b"]}
+)
+
+
+def member(
+    models: Any = MEMBER_MODELS,
+    *,
+    reachable: bool = True,
+    pulls: tuple[dict[str, Any], ...] = (),
+    engines: tuple[str, ...] = ("ollama", "lmstudio"),
+) -> dict[str, Any]:
+    """Another member's ``MemberEngines``: its running engines, models and pulls."""
+    return {
+        "node_id": MEMBER, "name": "laptop", "reachable": reachable,
+        "engines": [engine(name) for name in engines], "models": models, "pulls": list(pulls),
+    }  # fmt: skip
+
+
+def member_key(engine_name: str, model: str) -> PendingKey:
+    return PendingKey(MEMBER, engine_name, model)
+
+
+async def start_with_member(ui: Ui, **fields: Any) -> None:
+    script_session(ui)
+    ui.events.script(engine("ollama"), engine("lmstudio"), models=LOCAL, members=[member(**fields)])
+    ui.connection.become_ready()
+    await wait_until(lambda: MEMBER in ui.controller.models.nodes())
+    await settle()
+
+
+def member_actions(ui: Ui, engine_name: str, model: str) -> RowActions:
+    widget = ui.page.models_tab.actions_for(member_key(engine_name, model))
+    assert widget is not None
+    return widget
+
+
+async def test_a_members_models_are_managed_like_this_computers(
+    qtmodeltester: ModelTester, ui: Ui
+) -> None:
+    await start_with_member(ui)
+    models = ui.controller.models
+    qtmodeltester.check(models, force_py=True)
+    row = models.get(member_key("ollama", "phi4:14b"))
+    assert row is not None and row.member and row.managed and row.loaded
+    proxy = ui.page.models_tab.proxy
+    computers = [proxy.index(i, 0).data() for i in range(proxy.rowCount())]
+    assert computers.index("laptop") > computers.index("This computer")
+    assert models.status_text(row) == "Loaded"
+    actions = member_actions(ui, "ollama", "phi4:14b")
+    assert not actions.view_only.isVisibleTo(ui.page)
+    assert actions.buttons["eject"].isEnabled() and not actions.buttons["load"].isEnabled()
+    ui.connection.script(methods.ENGINE_ACTION, never())
+    actions.buttons["eject"].click()
+    assert models.status_text(row) == "Ejecting…"
+    await wait_until(lambda: len(ui.action_calls()) == 1)
+    assert ui.action_calls() == [
+        {"engine": "ollama", "action": "unload_model", "model": "phi4:14b", "node": MEMBER}
+    ]
+    ui.events.models(listing(LOCAL["by_engine"]))  # this computer's list: not the member's truth
+    assert ui.pending.action(member_key("ollama", "phi4:14b")) == EJECTING
+    ui.events.member(member(listing(MEMBER_MODELS["by_engine"])))
+    assert ui.pending.get(member_key("ollama", "phi4:14b")) is None
+    assert models.status_text(models.get(member_key("ollama", "phi4:14b"))) == "On disk"  # type: ignore[arg-type]
+    qtmodeltester.check(models, force_py=True)
+
+
+async def test_a_members_failed_action_names_the_member(ui: Ui) -> None:
+    await start_with_member(ui)
+    ui.connection.script(methods.ENGINE_ACTION, InternalError("out of memory"))
+    member_actions(ui, "lmstudio", "qwen/qwen3-8b").buttons["load"].click()
+    await wait_until(lambda: ui.page.notice.isVisibleTo(ui.page))
+    assert ui.page.notice.message.text() == (
+        "Could not load qwen/qwen3-8b (LM Studio) on laptop: out of memory"
+    )
+    assert ui.pending.get(member_key("lmstudio", "qwen/qwen3-8b")) is None
+
+
+async def test_delete_on_a_member_asks_the_same_and_sends_its_node(
+    monkeypatch: pytest.MonkeyPatch, ui: Ui
+) -> None:
+    await start_with_member(ui)
+    asked: list[str] = []
+
+    def decline(_parent: QWidget, _title: str, text: str, *_rest: Any) -> Any:
+        asked.append(text)
+        return QMessageBox.StandardButton.Cancel
+
+    monkeypatch.setattr(QMessageBox, "question", decline)
+    member_actions(ui, "lmstudio", "qwen/qwen3-8b").buttons["delete"].click()
+    await settle()
+    assert ui.action_calls() == [] and len(ui.pending) == 0
+    assert asked[0].startswith("Delete qwen/qwen3-8b from LM Studio on laptop?")
+    assert "LM Studio restarts" in asked[0]
+    monkeypatch.setattr(QMessageBox, "question", lambda *_a: QMessageBox.StandardButton.Yes)
+    ui.connection.script(methods.ENGINE_ACTION, never())
+    member_actions(ui, "lmstudio", "qwen/qwen3-8b").buttons["delete"].click()
+    entry = ui.pending.get(member_key("lmstudio", "qwen/qwen3-8b"))
+    assert entry is not None and entry.timeout_s == LMSTUDIO_DELETE_TIMEOUT_S
+    await wait_until(lambda: len(ui.action_calls()) == 1)
+    assert ui.action_calls()[0] == {
+        "engine": "lmstudio", "action": "delete_model", "model": "qwen/qwen3-8b", "node": MEMBER
+    }  # fmt: skip
+    ui.events.member(member(listing({"ollama": ["phi4:14b"], "lmstudio": []})))
+    assert ui.pending.get(member_key("lmstudio", "qwen/qwen3-8b")) is None
+    assert ui.controller.models.get(member_key("lmstudio", "qwen/qwen3-8b")) is None
+
+
+async def test_a_pull_on_a_member_shows_progress_from_its_pulls(ui: Ui) -> None:
+    await start_with_member(ui)
+    bar = ui.page.pull_bar
+    assert bar.node_combo.isVisibleTo(ui.page)
+    assert [bar.node_combo.itemText(i) for i in range(bar.node_combo.count())] == [
+        "This computer", "laptop"]  # fmt: skip
+    bar.node_combo.setCurrentIndex(1)
+    bar.node_combo.activated.emit(1)
+    assert ui.controller.pull_node == MEMBER
+    answer = never()
+    ui.connection.script(methods.ENGINE_ACTION, answer)
+    bar.name_edit.setText("gemma3:4b")
+    bar.pull_button.click()
+    key = member_key("ollama", "gemma3:4b")
+    assert ui.pending.action(key) == PULLING
+    await wait_until(lambda: len(ui.action_calls()) == 1)
+    assert ui.action_calls()[0] == {
+        "engine": "ollama", "action": "pull_model", "model": "gemma3:4b", "node": MEMBER
+    }  # fmt: skip
+    item = ui.page.pulls_panel.items[key]
+    assert "on laptop" in item.title.text()
+    ui.events.pull(progress("gemma3:4b", 80.0))  # this computer's pull of the same name
+    assert item.bar.maximum() == 0, "the member's pull has no progress yet"
+    ui.events.member(member(pulls=(progress("gemma3:4b", 40.0),)))
+    assert item.bar.value() == 400 and "40 %" in item.bar.format()
+    bar.name_edit.setText("gemma3:4b")
+    assert not bar.pull_button.isEnabled() and bar.pull_button.text() == "Pulling…"
+    done = progress("gemma3:4b", 100.0, stage="success", done=True)
+    with_model = listing({**MEMBER_MODELS["by_engine"], "ollama": ["gemma3:4b", "phi4:14b"]})
+    ui.events.member(member(with_model, pulls=(done,)))
+    assert ui.pending.get(key) is None
+    assert key not in ui.page.pulls_panel.items
+    assert ui.controller.is_installed("ollama", "gemma3:4b", MEMBER)
+    answer.set_result({"ok": True})
+    await settle()
+
+
+async def test_a_failed_pull_on_a_member_keeps_its_reason(ui: Ui) -> None:
+    await start_with_member(ui)
+    ui.connection.script(methods.ENGINE_ACTION, never())
+    ui.controller.pull("ollama", "nope:1b", MEMBER)
+    failed = progress("nope:1b", None, stage="error", done=True, error="file does not exist")
+    failures: list[str] = []
+    ui.controller.command_failed.connect(failures.append)
+    ui.events.member(member(pulls=(failed,)))
+    item = ui.page.pulls_panel.items[member_key("ollama", "nope:1b")]
+    assert item.error.isVisibleTo(ui.page) and "file does not exist" in item.error.text()
+    assert failures == ["Could not pull nope:1b (Ollama) on laptop: file does not exist"]
+    ui.events.member(member())  # the member no longer lists it: the failed row stays
+    item.dismiss.click()
+    assert ui.controller.pulls.rowCount() == 0
+
+
+async def test_the_hub_pulls_on_the_chosen_member(ui: Ui) -> None:
+    await start_with_member(ui, engines=("ollama",))
+    ui.controller.set_pull_node(MEMBER)
+    assert hub_button(ui, "qwen3-8b", "ollama").text() == "Pull · Ollama"  # not on laptop
+    button = hub_button(ui, "gemma3-4b", "lmstudio")
+    assert not button.isEnabled() and "on laptop" in button.toolTip()
+    ui.connection.script(methods.ENGINE_ACTION, never())
+    hub_button(ui, "gemma3-4b", "ollama").click()
+    await wait_until(lambda: len(ui.action_calls()) == 1)
+    assert ui.action_calls()[0]["node"] == MEMBER
+    assert hub_button(ui, "gemma3-4b", "ollama").text() == "Pulling…"
+
+
+async def test_an_unreachable_member_shows_its_models_as_last_seen(ui: Ui) -> None:
+    await start_with_member(ui)
+    ui.controller.set_pull_node(MEMBER)
+    ui.connection.script(methods.ENGINE_ACTION, never())
+    ui.controller.load(member_key("lmstudio", "qwen/qwen3-8b"))
+    assert len(ui.pending) == 1
+    ui.events.member(member(reachable=False))
+    assert len(ui.pending) == 0  # nothing there can be confirmed while it is away
+    row = ui.controller.models.get(member_key("lmstudio", "qwen/qwen3-8b"))
+    assert row is not None and ui.controller.models.status_text(row) == "On disk (offline)"
+    actions = member_actions(ui, "lmstudio", "qwen/qwen3-8b")
+    assert not any(button.isEnabled() for button in actions.buttons.values())
+    assert actions.buttons["load"].toolTip() == "laptop cannot be reached"
+    assert ui.controller.pull_node is None  # pulls go back to this computer
+    assert ui.page.pull_bar.node_combo.isHidden()
+
+
+async def test_a_member_that_leaves_loses_its_rows(ui: Ui) -> None:
+    await start_with_member(ui)
+    ui.events.member_left(MEMBER)
+    assert MEMBER not in ui.controller.models.nodes()
+    assert ui.page.pull_bar.node_combo.isHidden()

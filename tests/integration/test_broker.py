@@ -129,6 +129,7 @@ async def test_components_subscription_is_a_snapshot_then_numbered_events(
             "discovery",
             "engines",
             "nodeinfo",
+            "federation",
             "node-api",
             "proxy",
             "workloads",

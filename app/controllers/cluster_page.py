@@ -1,0 +1,430 @@
+"""The Cluster page's controller: keeps ``MembersModel`` equal to the cluster, engines and
+discovery stores, and runs the page's commands: rename the cluster, remove a member, leave,
+the LAN API keys (``apikeys:*``) and the ``lan_access`` setting (``settings/get``,
+``settings/set``, ``settings:changed``)."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from app.broker.connection import BrokerConnection
+from app.controllers.base import Controller, decode_push
+from app.models.members import ApiKeysModel, MemberRow, MembersModel, member_row
+from app.stores.cluster import ClusterStore
+from app.stores.discovery import DiscoveryStore, is_self
+from app.stores.engines import EnginesStore
+from backend.protocol import methods
+from backend.protocol.errors import InvalidParams, RpcError
+from backend.protocol.types import (
+    ApiKeyCreate,
+    ApiKeyId,
+    ApiKeyInfo,
+    ApiKeyRef,
+    BrokerStatus,
+    ClusterLeft,
+    ClusterMember,
+    ClusterRename,
+    ClusterStatus,
+    MemberRef,
+    NodeId,
+    SettingsSnapshot,
+    SettingsUpdate,
+)
+
+log = logging.getLogger(__name__)
+
+LAN_ACCESS = "lan_access"
+REFRESH_MS = 30_000  # "2 min ago" moves on by itself; nothing is asked of the broker for it
+NO_ADDRESS = "<this computer's address>"
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class NewKey:
+    """A key just created: the only time its secret is known here, with where to use it."""
+
+    info: ApiKeyInfo
+    secret: str
+    host: str  # where other computers reach this one
+    openai_port: int | None
+    ollama_port: int | None
+    lan_access: bool  # whether other computers are let in right now
+
+    def __repr__(self) -> str:
+        # Never print the secret, whatever logs or tracebacks show this value.
+        return f"NewKey(info={self.info!r}, secret=<hidden>)"
+
+
+def client_settings(key: NewKey) -> str:
+    """What a client on another computer sets to use this key, as shell lines."""
+    host = f"[{key.host}]" if ":" in key.host else key.host
+    openai = key.openai_port if key.openai_port is not None else "<port>"
+    ollama = key.ollama_port if key.ollama_port is not None else "<port>"
+    return "\n".join(
+        [
+            "# OpenAI clients",
+            f"OPENAI_BASE_URL=http://{host}:{openai}/v1",
+            f"OPENAI_API_KEY={key.secret}",
+            "",
+            "# Ollama clients: send the header  Authorization: Bearer <the key>",
+            f"OLLAMA_HOST=http://{host}:{ollama}",
+        ]
+    )
+
+
+def door_port(status: BrokerStatus | None, door: str) -> int | None:
+    """The port a front door listens on (it may have moved off the configured one)."""
+    if status is None:
+        return None
+    url = status.front_doors.get(door)
+    if url is not None:
+        try:
+            port = urlsplit(url).port
+        except ValueError:
+            port = None
+        if port is not None:
+            return port
+    configured = {"openai": status.ports.openai, "ollama": status.ports.ollama}
+    return configured.get(door)
+
+
+def _is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return address == "localhost"
+
+
+def refusal(exc: RpcError) -> str:
+    """A broker's refusal of a name as a sentence (``Not saved: a cluster name is …``)."""
+    return f"Not saved: {exc.message.rstrip('.')}."
+
+
+def left_text(left: ClusterLeft, before: ClusterStatus | None) -> str:
+    """What leaving did; ``before`` (the status before leaving) names the members."""
+    names = {member.node_id: member.name for member in before.members} if before else {}
+    cluster = (before.cluster_name if before else "") or "the cluster"
+    lines = [f"This computer left {cluster}. A new invite is the way back."]
+    if left.not_told:
+        missed = ", ".join(names.get(node_id, node_id[:8]) for node_id in left.not_told)
+        lines.append(
+            f"Not reached in time: {missed}. It may list this computer until it hears of it; "
+            "remove this computer there if it does."
+        )
+    return " ".join(lines)
+
+
+class ClusterPageController(Controller):
+    """Shows the cluster store's members as row changes (a reset per snapshot), with each
+    member's engines (engines store) and last-seen time (discovery store), and re-renders the
+    times every ``refresh_ms``. Reads the LAN API keys and ``lan_access`` per session and runs
+    the page's commands; outcomes are signals. Owns the command and read tasks and the
+    refresh timer."""
+
+    changed = Signal()  # the cluster, this node's identity or lan_access changed
+    renamed = Signal(str)  # the name saved
+    rename_failed = Signal(str)  # why, for the user
+    membership_done = Signal(str)  # what a removal or a leave did, for the user
+    membership_failed = Signal(str)
+    key_created = Signal(object)  # NewKey
+    key_revoked = Signal(str)  # the key's name
+    keys_failed = Signal(str)
+    lan_access_failed = Signal(str)
+
+    def __init__(
+        self,
+        connection: BrokerConnection,
+        members: MembersModel,
+        keys: ApiKeysModel,
+        cluster: ClusterStore,
+        engines: EnginesStore,
+        discovery: DiscoveryStore,
+        parent: QObject | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        refresh_ms: int = REFRESH_MS,
+    ) -> None:
+        super().__init__(connection, parent)
+        self.members = members
+        self.keys = keys
+        self.cluster = cluster
+        self.engines = engines
+        self.discovery = discovery
+        self._clock = clock
+        self._settings: SettingsSnapshot | None = None
+        self._pushes = 0  # settings:changed seen: a push newer than an in-flight read wins
+        self._renaming = False
+        self._timer = QTimer(self)
+        self._timer.setInterval(refresh_ms)
+        self._timer.timeout.connect(self.refresh)
+        self._timer.start()
+        self._follow_stores()
+
+    def _follow_stores(self) -> None:
+        self.cluster.reset.connect(self._on_cluster_reset)
+        self.cluster.cleared.connect(self._on_cluster_reset)
+        self.cluster.status_changed.connect(self._on_cluster_status_changed)
+        self.cluster.failed.connect(self._on_cluster_failed)
+        self.engines.reset.connect(self.refresh)
+        self.engines.member_changed.connect(self._on_member_fact_changed)
+        self.discovery.reset.connect(self.refresh)
+        self.discovery.node_changed.connect(self._on_member_fact_changed)
+        self.discovery.telemetry_changed.connect(self._on_member_fact_changed)
+        self.discovery.node_removed.connect(self._on_member_fact_changed)
+
+    # What the page reads ---------------------------------------------------------------------
+
+    @property
+    def status(self) -> ClusterStatus | None:
+        """This node's identity and cluster; None until the cluster store has a snapshot."""
+        return self.cluster.status
+
+    @property
+    def in_cluster(self) -> bool:
+        """Whether this node is in a cluster (with or without other members)."""
+        return self.status is not None and self.status.cluster_id is not None
+
+    @property
+    def lan_access(self) -> bool | None:
+        """The ``lan_access`` setting; None until read (or when the broker has no such key)."""
+        if self._settings is None or not any(s.key == LAN_ACCESS for s in self._settings.schema):
+            return None
+        return self._settings.values.get(LAN_ACCESS) is True
+
+    @property
+    def cluster_error(self) -> str | None:
+        """Why the cluster could not be read, if it could not."""
+        return self.cluster.error
+
+    @property
+    def renaming(self) -> bool:
+        """Whether a rename is waiting for the broker's answer."""
+        return self._renaming
+
+    def member(self, node_id: NodeId) -> MemberRow | None:
+        """One member's row, if shown."""
+        return self.members.get(node_id)
+
+    # Commands --------------------------------------------------------------------------------
+
+    def rename(self, name: str) -> None:
+        """Rename the cluster (``renamed`` or ``rename_failed``); the same name is a no-op."""
+        status = self.status
+        if self._renaming or status is None:
+            return
+        if name.strip() == status.cluster_name:
+            self.renamed.emit(status.cluster_name)
+            return
+        self._renaming = True
+        self._tasks.spawn(self._rename(name), name="rename")
+
+    def remove_member(self, node_id: NodeId) -> None:
+        """Remove a member for good (``membership_done`` or ``membership_failed``)."""
+        row = self.members.get(node_id)
+        name = row.name if row is not None else node_id[:8]
+        self._tasks.spawn(self._remove(node_id, name), name=f"remove-{node_id[:8]}")
+
+    def leave(self) -> None:
+        """Leave the cluster (``membership_done`` or ``membership_failed``)."""
+        self._tasks.spawn(self._leave(self.status), name="leave")
+
+    def reload(self) -> None:
+        """Read the cluster and the keys again (after a failure)."""
+        self.cluster.resubscribe()
+        self.reload_keys()
+
+    def reload_keys(self) -> None:
+        """Read the LAN API keys again (while connected)."""
+        if self.connection.ownership is not None:
+            self._tasks.spawn(self._read_keys(), name="keys")
+
+    def create_key(self, name: str) -> None:
+        """Create a LAN API key (``key_created`` with its secret, or ``keys_failed``)."""
+        self._tasks.spawn(self._create_key(name), name="create-key")
+
+    def revoke_key(self, key_id: ApiKeyId) -> None:
+        """Revoke a LAN API key (``key_revoked`` or ``keys_failed``)."""
+        self._tasks.spawn(self._revoke_key(key_id), name="revoke-key")
+
+    def set_lan_access(self, on: bool) -> None:
+        """Save ``lan_access`` (``changed``, or ``lan_access_failed`` then ``changed``)."""
+        if self.lan_access is None or self.lan_access == on:
+            return
+        self._tasks.spawn(self._save_lan_access(on), name="lan-access")
+
+    def refresh(self) -> None:
+        """Build every member's row again (times move on); only changed rows are signalled."""
+        self.members.sync(self._rows())
+
+    # The calls -------------------------------------------------------------------------------
+
+    async def _rename(self, name: str) -> None:
+        try:
+            status = await self.connection.call(methods.CLUSTER_RENAME, ClusterRename(name=name))
+        except InvalidParams as exc:
+            self.rename_failed.emit(refusal(exc))
+        except RpcError as exc:
+            log.info("cluster:rename failed: %s", exc)
+            self.rename_failed.emit(f"Could not rename the cluster: {exc}")
+        else:
+            self.renamed.emit(status.cluster_name)
+        finally:
+            self._renaming = False
+
+    async def _remove(self, node_id: NodeId, name: str) -> None:
+        try:
+            removed = await self.connection.call(methods.CLUSTER_REMOVE, MemberRef(node_id=node_id))
+        except RpcError as exc:
+            log.info("cluster:remove failed: %s", exc)
+            self.membership_failed.emit(f"Could not remove {name}: {exc}")
+            return
+        self.membership_done.emit(
+            f"{removed.name} was removed for good; it is being told to leave."
+        )
+
+    async def _leave(self, before: ClusterStatus | None) -> None:
+        try:
+            left = await self.connection.call(methods.CLUSTER_LEAVE)
+        except RpcError as exc:
+            log.info("cluster:leave failed: %s", exc)
+            self.membership_failed.emit(f"Could not leave the cluster: {exc}")
+            return
+        self.membership_done.emit(left_text(left, before))
+
+    async def _read_keys(self) -> None:
+        try:
+            keys = await self.connection.call(methods.APIKEYS_LIST)
+        except RpcError as exc:
+            log.info("apikeys:list failed: %s", exc)
+            self.keys_failed.emit(f"Could not read the API keys: {exc}")
+            return
+        self.keys.sync(keys)
+
+    async def _create_key(self, name: str) -> None:
+        # What the dialog needs is asked first: once the key exists nothing may stand between
+        # it and its secret being shown (it cannot be shown again).
+        status = await self._read_status()
+        try:
+            created = await self.connection.call(methods.APIKEYS_CREATE, ApiKeyCreate(name=name))
+        except InvalidParams as exc:
+            self.keys_failed.emit(f"Not created: {exc.message.rstrip('.')}.")
+            return
+        except RpcError as exc:
+            log.info("apikeys:create failed: %s", exc)
+            self.keys_failed.emit(f"Could not create the key: {exc}")
+            return
+        self.keys.upsert(created.key)
+        self.key_created.emit(
+            NewKey(
+                info=created.key,
+                secret=created.secret,
+                host=self._lan_host(),
+                openai_port=door_port(status, "openai"),
+                ollama_port=door_port(status, "ollama"),
+                lan_access=self.lan_access is True,
+            )
+        )
+
+    async def _read_status(self) -> BrokerStatus | None:
+        try:
+            return await self.connection.call(methods.STATUS)
+        except RpcError as exc:
+            log.info("status failed: %s", exc)
+            return None
+
+    async def _revoke_key(self, key_id: ApiKeyId) -> None:
+        try:
+            key = await self.connection.call(methods.APIKEYS_REVOKE, ApiKeyRef(id=key_id))
+        except RpcError as exc:
+            log.info("apikeys:revoke failed: %s", exc)
+            self.keys_failed.emit(f"Could not revoke the key: {exc}")
+            return
+        self.keys.remove(key.id)
+        self.key_revoked.emit(key.name)
+
+    async def _save_lan_access(self, on: bool) -> None:
+        update = SettingsUpdate(values={LAN_ACCESS: on})
+        try:
+            self._settings = await self.connection.call(methods.SETTINGS_SET, update)
+        except RpcError as exc:
+            log.info("settings/set lan_access failed: %s", exc)
+            verb = "turn LAN access on" if on else "turn LAN access off"
+            self.lan_access_failed.emit(f"Could not {verb}: {exc}")
+        self.changed.emit()
+
+    async def _read_settings(self, pushes_before: int) -> None:
+        try:
+            snapshot = await self.connection.call(methods.SETTINGS_GET)
+        except RpcError as exc:
+            log.info("settings/get failed: %s", exc)
+            return
+        if self._pushes == pushes_before:
+            self._settings = snapshot
+            self.changed.emit()
+
+    # Rows ------------------------------------------------------------------------------------
+
+    def _rows(self) -> list[MemberRow]:
+        return [self._row(member) for member in self.cluster.members()]
+
+    def _row(self, member: ClusterMember) -> MemberRow:
+        status = self.status
+        names = {other.node_id: other.name for other in status.members} if status else {}
+        return member_row(
+            member,
+            self.engines.members.get(member.node_id),
+            self.discovery.node(member.node_id),
+            self_id=status.node_id if status is not None else None,
+            names=names,
+            now=self._clock(),
+        )
+
+    def _lan_host(self) -> str:
+        for node in self.discovery.nodes.values():
+            if is_self(node):
+                for address in node.addresses:
+                    if not _is_loopback(address):
+                        return address
+        return NO_ADDRESS
+
+    # Store and connection slots --------------------------------------------------------------
+
+    def _on_cluster_reset(self) -> None:
+        self.members.reset(self._rows())
+        self.changed.emit()
+
+    def _on_cluster_status_changed(self) -> None:
+        self.refresh()
+        self.changed.emit()
+
+    def _on_cluster_failed(self, _message: str) -> None:
+        self.changed.emit()
+
+    def _on_member_fact_changed(self, node_id: NodeId) -> None:
+        member = self.cluster.member(node_id)
+        if member is not None:
+            self.members.upsert(self._row(member))
+
+    def _on_connection_session_ready(self) -> None:
+        self._tasks.spawn(self._read_settings(self._pushes), name="settings")
+        self.reload_keys()
+
+    def _on_connection_session_changed(self) -> None:
+        if self.connection.ownership is None:
+            self._settings = None
+            self.keys.reset([])
+            self.changed.emit()
+
+    def _on_connection_notification_received(self, method: str, params: object) -> None:
+        if method == methods.SETTINGS_CHANGED.name:
+            snapshot = decode_push(methods.SETTINGS_CHANGED, params)
+            if snapshot is not None:
+                self._pushes += 1
+                self._settings = snapshot
+                self.changed.emit()
