@@ -20,11 +20,14 @@ from app.broker.launch import BrokerLaunch
 from app.broker.restart_policy import RestartPolicy
 from app.catalog import load_catalog
 from app.controllers.activity import ActivityController
+from app.controllers.add_node import AddNodeController
 from app.controllers.base import Controller
+from app.controllers.cluster_page import ClusterPageController
 from app.controllers.components import ComponentsController
 from app.controllers.endpoints import EndpointsController, FrontDoorSettingsController
 from app.controllers.engines import EnginesController
 from app.controllers.errors import ErrorsController
+from app.controllers.invitee import InviteeController
 from app.controllers.jobs import JobsController
 from app.controllers.models import ModelsController
 from app.controllers.nodes import NodesController
@@ -34,6 +37,7 @@ from app.models.components import ComponentsModel
 from app.models.engines import EnginesModel
 from app.models.errors import ErrorsModel
 from app.models.jobs import JobsModel
+from app.models.members import ApiKeysModel, MembersModel
 from app.models.nodes import NodesModel
 from app.options import AppOptions
 from app.pending import PendingActions
@@ -45,8 +49,11 @@ from app.stores.discovery import DiscoveryStore
 from app.stores.engines import EnginesStore
 from app.stores.workloads import WorkloadsStore
 from app.tray import Tray, tray_available
+from app.window.add_node_dialog import AddNodeDialog
+from app.window.cluster_page import ClusterPage
 from app.window.endpoints_window import EndpointsWindow
 from app.window.engines_page import EnginesPage
+from app.window.invitee_prompt import InviteePrompts
 from app.window.jobs_page import JobsPage
 from app.window.main_window import MainWindow, Page
 from app.window.models_page import ModelsPage
@@ -85,7 +92,11 @@ class PairApplication:
             connection, self.components, self.components_store
         )
         self.errors_controller = ErrorsController(
-            connection, self.errors, self.components_controller
+            connection,
+            self.errors,
+            self.components_controller,
+            engines=engines,
+            discovery=discovery,
         )
         self.service = ServiceController(connection, options.data_dir, open_url)
         self.nodes = NodesModel()
@@ -97,11 +108,21 @@ class PairApplication:
         )
         self.models_controller = ModelsController(connection, self.pending, engines, discovery)
         self.jobs = JobsModel()
-        self.jobs_controller = JobsController(connection, self.jobs, workloads, discovery)
+        self.jobs_controller = JobsController(
+            connection, self.jobs, workloads, discovery, engines=engines
+        )
+        self.members = MembersModel()
+        self.api_keys = ApiKeysModel()
+        self.cluster_controller = ClusterPageController(
+            connection, self.members, self.api_keys, self.cluster_store, engines, discovery
+        )
+        self.add_node = AddNodeController(connection, discovery, self.cluster_store)
+        self.invitee = InviteeController(connection, self.cluster_store)
         self.settings = preferences()
         self.activity = ActivityController(connection, self.errors, workloads, engines)
         self.endpoints = EndpointsController(connection, engines)
         self.front_door_settings = FrontDoorSettingsController(self.connection)
+        self.cluster_page = ClusterPage(connection, self.cluster_controller)
         with_tray = tray_available() if use_tray is None else use_tray
         self.tray = Tray(self.connection, self.service, self.activity) if with_tray else None
         self.general_settings = GeneralSettings(
@@ -126,10 +147,13 @@ class PairApplication:
                 ),
                 Page("models", "Models", ModelsPage(self.models_controller, load_catalog())),
                 Page("jobs", "Jobs", JobsPage(self.jobs_controller, self.settings)),
+                Page("cluster", "Cluster", self.cluster_page),
             ],
             settings_tabs=[("General", self.general_settings)],
         )
         self.endpoints_window = EndpointsWindow(self.endpoints)
+        self.add_node_dialog = AddNodeDialog(self.add_node, parent=self.window)
+        self.invitee_prompts = InviteePrompts(self.invitee, self.window, self.tray)
         self.welcome = Welcome(
             self.connection, self.activity, self.endpoints, self.settings, self.window
         )
@@ -142,6 +166,7 @@ class PairApplication:
             controller.command_failed.connect(self.window.show_status_message)
         self.general_settings.minimise_to_tray_changed.connect(self._on_minimise_to_tray_changed)
         self.window.endpoints_requested.connect(self.endpoints_window.show_and_raise)
+        self.cluster_page.add_node_requested.connect(self.show_add_node)
         if self.tray is not None:
             self.tray.show_requested.connect(self.show_window)
             self.tray.quit_requested.connect(self.request_quit)
@@ -162,6 +187,9 @@ class PairApplication:
             self.activity,
             self.endpoints,
             self.front_door_settings,
+            self.cluster_controller,
+            self.add_node,
+            self.invitee,
         )
 
     def _stores(self) -> tuple[StreamStore[Any, Any, Any], ...]:
@@ -186,6 +214,12 @@ class PairApplication:
         self.window.raise_()
         self.window.activateWindow()
 
+    def show_add_node(self) -> None:
+        """Open the Add node dialog (the one dialog, shown again)."""
+        self.add_node_dialog.show()
+        self.add_node_dialog.raise_()
+        self.add_node_dialog.activateWindow()
+
     def request_quit(self) -> None:
         """Ask ``run`` to shut down and return."""
         self._quit.set()
@@ -196,6 +230,8 @@ class PairApplication:
             self.tray.hide()
         self.window.hide()
         self.endpoints_window.hide()
+        self.add_node_dialog.hide()
+        self.invitee_prompts.close_all()
         if self.welcome.dialog is not None:
             self.welcome.dialog.hide()
         for controller in self._controllers():

@@ -72,7 +72,7 @@ def client_settings(key: NewKey) -> str:
             f"OPENAI_BASE_URL=http://{host}:{openai}/v1",
             f"OPENAI_API_KEY={key.secret}",
             "",
-            "# Ollama clients: send the header  Authorization: Bearer <the key>",
+            "# Ollama clients: send the header Authorization: Bearer <the key>",
             f"OLLAMA_HOST=http://{host}:{ollama}",
         ]
     )
@@ -177,6 +177,11 @@ class ClusterPageController(Controller):
         self.discovery.node_changed.connect(self._on_member_fact_changed)
         self.discovery.telemetry_changed.connect(self._on_member_fact_changed)
         self.discovery.node_removed.connect(self._on_member_fact_changed)
+
+    async def close(self) -> None:
+        """Stop the refresh timer and cancel this controller's tasks (bounded)."""
+        self._timer.stop()
+        await super().close()
 
     # What the page reads ---------------------------------------------------------------------
 

@@ -134,7 +134,7 @@ class EnginesController(Controller):
         self.engines.member_changed.connect(self._on_engines_member_changed)
         self.discovery.reset.connect(self._on_discovery_reset)
         self.discovery.node_changed.connect(self._on_discovery_node_changed)
-        self.discovery.node_removed.connect(self._on_discovery_node_changed)
+        self.discovery.node_removed.connect(self._on_discovery_node_removed)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -520,7 +520,7 @@ class EnginesController(Controller):
 
     def _rows_of(self, node: NodeId) -> list[EngineRow]:
         if node == self.node_id:
-            statuses: list[EngineStatus] = list(self.engines.statuses.values())
+            statuses = sorted(self.engines.statuses.values(), key=engine_order)
         elif (member := self.engines.members.get(node)) is not None:
             statuses = sorted(member.engines, key=engine_order)
         else:
@@ -552,6 +552,9 @@ class EnginesController(Controller):
         # A member's front doors and address come from discovery too.
         if node_id != self.node_id:
             self._show_node(node_id)
+
+    def _on_discovery_node_removed(self, node_id: NodeId) -> None:
+        self._on_discovery_node_changed(node_id)
 
     async def _read_logs(self, key: EngineKey) -> None:
         query = EngineLogsQuery(engine=key[1], lines=LOG_LINES, node=self._wire_node(key[0]))

@@ -1,5 +1,6 @@
-"""Keeps ``JobsModel`` equal to the workloads store and the names of the nodes its jobs mention
-(from the discovery store); clears the history of finished jobs on request."""
+"""Keeps ``JobsModel`` equal to the workloads store (every member's jobs) and the names of the
+nodes its jobs mention (from the discovery store, and the cluster's members from the engines
+store); clears the history of finished jobs on request."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from app.broker.connection import BrokerConnection
 from app.controllers.base import Controller
 from app.models.jobs import JobsModel
 from app.stores.discovery import DiscoveryStore, is_self
+from app.stores.engines import EnginesStore
 from app.stores.workloads import WorkloadsStore
 from backend.protocol import methods
 from backend.protocol.types import DiscoveredNode, JobKey, NodeId
@@ -20,7 +22,8 @@ class JobsController(Controller):
     """Shows the workloads store's jobs: the session's first snapshot as one reset, a later one
     (after a gap) as row changes so the selection stays, each event as a row change. Node names
     follow the discovery store's snapshots and changed nodes (names of nodes that left stay).
-    Owns the clear-history command."""
+    The other members (names and the list the node filter offers) follow ``engines``, when
+    given. Owns the clear-history command."""
 
     def __init__(
         self,
@@ -29,11 +32,14 @@ class JobsController(Controller):
         workloads: WorkloadsStore,
         discovery: DiscoveryStore,
         parent: QObject | None = None,
+        *,
+        engines: EnginesStore | None = None,
     ) -> None:
         super().__init__(connection, parent)
         self.model = model
         self.workloads = workloads
         self.discovery = discovery
+        self.engines = engines
         self._session_shown = False  # whether this session's first jobs snapshot is shown
         workloads.reset.connect(self._on_workloads_reset)
         workloads.cleared.connect(self._on_workloads_cleared)
@@ -41,6 +47,9 @@ class JobsController(Controller):
         workloads.job_removed.connect(self._on_workloads_job_removed)
         discovery.reset.connect(self._on_discovery_reset)
         discovery.node_changed.connect(self._on_discovery_node_changed)
+        if engines is not None:
+            for signal in (engines.reset, engines.cleared, engines.member_changed):
+                signal.connect(self._on_engines_members_changed)
 
     def clear_history(self) -> None:
         """Ask the broker to delete the finished jobs; their removals come back as events."""
@@ -79,3 +88,8 @@ class JobsController(Controller):
         shown = list(nodes)
         own = next((node.node_id for node in shown if is_self(node)), None)
         self.model.set_node_names({node.node_id: node.name for node in shown}, own)
+
+    def _on_engines_members_changed(self, *_args: object) -> None:
+        if self.engines is not None:
+            members = self.engines.members.values()
+            self.model.set_members({member.node_id: member.name for member in members})

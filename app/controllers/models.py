@@ -344,13 +344,13 @@ class ModelsController(Controller):
                 self._settle(key)
 
     def _on_engines_reset(self) -> None:
-        if self.node_id is None:
-            return  # this node's id tells its pulls and rows apart: wait for it
-        self._show_local()
-        local = {PendingKey(self.node_id, e, m): p for (e, m), p in self.engines.pulls.items()}
-        self._drop_unreported(self.node_id, local)
-        for key, progress in local.items():
-            self.pulls.upsert(pull_row(key.node, self.node_name, True, progress))
+        if self.node_id is not None:  # this node's id tells its rows and pulls apart
+            self._show_local()
+            here = self.node_id
+            local = {PendingKey(here, e, m): p for (e, m), p in self.engines.pulls.items()}
+            self._drop_unreported(here, local)
+            for progress in local.values():
+                self.pulls.upsert(pull_row(here, self.node_name, True, progress))
         members = self.engines.members
         former = {row.key.node for row in self.models.rows() if row.member} - set(members)
         former |= {pull.node for pull in self.pulls.rows() if not pull.local} - set(members)
@@ -406,7 +406,7 @@ class ModelsController(Controller):
     # -- other members -------------------------------------------------------------------------
 
     def _on_engines_member_changed(self, node_id: NodeId) -> None:
-        if self.node_id is None or node_id == self.node_id:
+        if node_id == self.node_id:
             return
         member = self.engines.members.get(node_id)
         if member is None:
@@ -445,8 +445,6 @@ class ModelsController(Controller):
     # -- computers outside the cluster ---------------------------------------------------------
 
     def _on_discovery_reset(self) -> None:
-        if self.node_id is None:
-            return
         outside = {
             node.node_id: node for node in self.discovery.nodes.values() if self._shown(node)
         }
@@ -458,7 +456,7 @@ class ModelsController(Controller):
 
     def _on_discovery_node_changed(self, node_id: NodeId) -> None:
         node = self.discovery.node(node_id)
-        if node is not None and self.node_id is not None and self._shown(node):
+        if node is not None and self._shown(node):
             self.models.sync_node(node_id, remote_rows(node))
 
     def _on_discovery_node_removed(self, node_id: NodeId) -> None:

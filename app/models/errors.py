@@ -1,14 +1,19 @@
-"""The errors registry (sticky service errors), keyed by (node id, error id)."""
+"""The errors registry (sticky service errors of this node and of every other member), keyed by
+(node id, error id), and what the banners make of it."""
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterable
 
 from PySide6.QtCore import QObject
 from PySide6.QtGui import QColor
 
 from app.models.keyed_table import Column, KeyedTableModel
-from backend.protocol.types import ServiceError, Severity
+from backend.protocol.types import NodeId, ServiceError, Severity
 
 ErrorKey = tuple[str, str]
+# The one entry the broker keeps for a member whose link is down (instead of its own errors).
+UNREACHABLE_ID = "cluster:unreachable"
 
 SEVERITY_COLOURS: dict[Severity, QColor] = {
     "info": QColor("#1565c0"),
@@ -20,6 +25,26 @@ SEVERITY_COLOURS: dict[Severity, QColor] = {
 def error_key(error: ServiceError) -> ErrorKey:
     """The registry's key: an error id is unique per node."""
     return (error.node_id, error.id)
+
+
+def banner_errors(
+    errors: Iterable[ServiceError], other: Callable[[NodeId], bool]
+) -> list[ServiceError]:
+    """What the banners show, this computer's first (``other`` tells another member's apart):
+    a member that cannot be reached has its one line and nothing else."""
+    listed = list(errors)
+    away = {error.node_id for error in listed if error.id == UNREACHABLE_ID}
+    shown = [e for e in listed if e.node_id not in away or e.id == UNREACHABLE_ID]
+    return sorted(shown, key=lambda error: other(error.node_id))
+
+
+def banner_text(error: ServiceError, node_name: str | None) -> str:
+    """The banner's message; another member's (``node_name``) starts with its name."""
+    if node_name is None:
+        return error.message
+    if error.id == UNREACHABLE_ID and error.message.startswith(node_name):
+        return error.message  # the broker's sentence names the member already
+    return f"{node_name}: {error.message}"
 
 
 COLUMNS: tuple[Column[ServiceError], ...] = (

@@ -1,5 +1,6 @@
 """What the Jobs table says about a job: its columns, state labels, engine and model names,
-clock times, durations, the placement sentence and the timeline tooltip. Plain functions, no Qt."""
+clock times, durations, where a job was asked and ran, when, and the timeline tooltip. Plain
+functions, no Qt."""
 
 from __future__ import annotations
 
@@ -20,13 +21,13 @@ class JobColumn(IntEnum):
     STATE = 0
     MODEL = 1
     ENGINE = 2
-    ORIGIN = 3
-    PLACEMENT = 4
+    COMPUTER = 3
+    TIME = 4
     DURATION = 5
     ERROR = 6
 
 
-TITLES = ("State", "Model", "Engine", "Requested from", "Placement", "Duration", "Error")
+TITLES = ("State", "Model", "Engine", "Computer", "Time", "Duration", "Error")
 STATE_LABELS: dict[JobState, str] = {
     "in_flight": "In flight",
     "running": "Running",
@@ -72,22 +73,39 @@ def format_job_duration(seconds: float, *, live: bool = False) -> str:
     return f"{hours} h {minutes:02d} min"
 
 
-def placement_text(job: Workload, label: NodeLabel, now: float) -> str:
-    """Where the job is or was: In flight since … → node, Running on … since …, Ran on …."""
+def time_text(job: Workload, now: float) -> str:
+    """When the job ran (where it ran is the Computer column's): In flight since …, Running
+    since …, Ended …."""
     if job.state == "in_flight":
         text = f"In flight since {clock_time(job.created_at, now)}"
-        if job.target is not None:
-            text += f" → {label(job.target)}"
         return text if job.attempt <= 1 else f"{text} (attempt {job.attempt})"
     if job.state == "running":
-        since = clock_time(job.started_at or job.created_at, now)
-        return f"Running on {label(job.serving or job.target)} since {since}"
-    ended = clock_time(job.completed_at or job.created_at, now)
-    if job.serving is not None:
-        return f"Ran on {label(job.serving)}, ended {ended}"
-    if job.target is not None:
-        return f"Sent to {label(job.target)}, ended {ended}"
-    return f"Ended {ended} before reaching a computer"
+        return f"Running since {clock_time(job.started_at or job.created_at, now)}"
+    ended = f"Ended {clock_time(job.completed_at or job.created_at, now)}"
+    return ended if ran_on(job) is not None else f"{ended} before reaching a computer"
+
+
+def ran_on(job: Workload) -> str | None:
+    """The node that serves or served the job, else the one it was sent to (None: neither)."""
+    return job.serving or job.target
+
+
+def computer_text(job: Workload, label: NodeLabel) -> str:
+    """Where the job was asked and where it ran: ``desk → laptop``; one name when the same."""
+    ran = ran_on(job)
+    if ran is None or ran == job.origin:
+        return label(job.origin)
+    return f"{label(job.origin)} → {label(ran)}"
+
+
+def computer_tooltip(job: Workload, label: NodeLabel) -> str:
+    """The node names and ids behind the Computer cell."""
+    lines = [f"Asked on {label(job.origin)} ({job.origin})"]
+    ran = ran_on(job)
+    if ran is not None:
+        verb = "Sent to" if job.serving is None else "Ran on"
+        lines.append(f"{verb} {label(ran)} ({ran})")
+    return "\n".join(lines)
 
 
 def cell_text(job: Workload, column: int, label: NodeLabel, now: float) -> str:
@@ -99,10 +117,10 @@ def cell_text(job: Workload, column: int, label: NodeLabel, now: float) -> str:
             return model_name(job.model)
         case JobColumn.ENGINE:
             return engine_label(job.engine)
-        case JobColumn.ORIGIN:
-            return label(job.origin)
-        case JobColumn.PLACEMENT:
-            return placement_text(job, label, now)
+        case JobColumn.COMPUTER:
+            return computer_text(job, label)
+        case JobColumn.TIME:
+            return time_text(job, now)
         case JobColumn.DURATION:
             end = job.completed_at if job.completed_at is not None else now
             return format_job_duration(end - job.created_at, live=job.state not in TERMINAL)
@@ -114,9 +132,9 @@ def cell_tooltip(job: Workload, column: int, label: NodeLabel, now: float) -> st
     match column:
         case JobColumn.MODEL:
             return f"{job.model}\n{job.path}" if job.path else job.model
-        case JobColumn.ORIGIN:
-            return f"{label(job.origin)}\n{job.origin}"
-        case JobColumn.PLACEMENT | JobColumn.DURATION:
+        case JobColumn.COMPUTER:
+            return computer_tooltip(job, label)
+        case JobColumn.TIME | JobColumn.DURATION:
             return _timeline(job, label, now)
         case JobColumn.ERROR:
             return job.error

@@ -85,6 +85,7 @@ class JobsModel(QAbstractTableModel):
         self._nodes: Counter[str] = Counter()
         self._names: dict[str, str] = {}
         self._self_id: str | None = None
+        self._members: dict[str, str] = {}  # the other members of this node's cluster
         self._dots: dict[JobState, QIcon] = {}  # drawn on first use
         self._timer = QTimer(self)
         self._timer.setInterval(tick_ms)
@@ -191,6 +192,15 @@ class JobsModel(QAbstractTableModel):
         """Whether ``node_id`` is this computer."""
         return node_id == self._self_id
 
+    @property
+    def self_id(self) -> str | None:
+        """This computer's node id, once known."""
+        return self._self_id
+
+    def members(self) -> list[str]:
+        """The other members of this node's cluster, by name."""
+        return sorted(self._members, key=lambda node: (self.node_label(node).casefold(), node))
+
     # Changes ----------------------------------------------------------------------------------
 
     def upsert(self, job: Workload) -> None:
@@ -262,6 +272,15 @@ class JobsModel(QAbstractTableModel):
         if changed:
             self._refresh_names(changed)
 
+    def set_members(self, members: Mapping[str, str]) -> None:
+        """The other members of this node's cluster by id with their names (the list is
+        replaced; the names join the known ones, so a member that left keeps its name)."""
+        if dict(members) == self._members:
+            return
+        self._members = dict(members)
+        self.set_node_names(members)
+        self.choices_changed.emit()
+
     def tick(self) -> None:
         """Refresh the Duration of unfinished jobs (the timer calls this every second)."""
         last = len(self._rows) - 1
@@ -323,8 +342,8 @@ class JobsModel(QAbstractTableModel):
     def _refresh_names(self, changed: set[str]) -> None:
         if self._rows and not changed.isdisjoint(self._nodes):
             self.dataChanged.emit(
-                self.index(0, JobColumn.ORIGIN),
-                self.index(len(self._rows) - 1, JobColumn.PLACEMENT),
+                self.index(0, JobColumn.COMPUTER),  # and the timelines in the tooltips
+                self.index(len(self._rows) - 1, JobColumn.DURATION),
                 _TEXT_ROLES,
             )
         self.names_changed.emit()

@@ -121,13 +121,23 @@ def engines_summary(engines: MemberEngines | None) -> str:
     )
 
 
-def _engines_tip(engines: MemberEngines | None, summary: str) -> str:
+def _engines_text(engines: MemberEngines | None) -> tuple[str, str]:
+    """The engines column's text and tooltip: what is known, and how old it is."""
+    summary = engines_summary(engines)
     if engines is None:
-        return "Its engines are shown once this computer's link to it is up."
-    if not engines.reachable:
-        heard = "As last heard before the link went down" if engines.engines else "Never heard"
-        return f"{heard}. {engines.error or ''}".strip()
-    return summary
+        return summary, "Its engines are shown once this computer's link to it is up."
+    if engines.reachable:
+        return summary, summary
+    if not engines.engines:
+        return summary, f"Never heard. {engines.error or ''}".strip()
+    tip = f"As last heard before the link went down. {engines.error or ''}".strip()
+    return f"{summary} (last heard)", tip
+
+
+def _state_tip(state: MemberState, engines: MemberEngines | None) -> str:
+    if state == "unreachable" and engines is not None and engines.error:
+        return f"{engines.error.rstrip('.')}. PAIR keeps trying."
+    return STATE_TIPS[state]
 
 
 def _last_seen(state: MemberState, node: DiscoveredNode | None, now: float) -> tuple[str, str]:
@@ -156,12 +166,7 @@ def member_row(
 ) -> MemberRow:
     """The row of ``member``; ``names`` names the other members (for "added by")."""
     state = member_state(member, engines)
-    summary = engines_summary(engines)
-    if engines is not None and not engines.reachable and engines.engines:
-        summary += " (last heard)"
-    tip = STATE_TIPS[state]
-    if state == "unreachable" and engines is not None and engines.error:
-        tip = f"{engines.error}. PAIR keeps trying."
+    engines_text, engines_tip = _engines_text(engines)
     seen, seen_tip = _last_seen(state, node, now)
     by = _added_by(member, self_id, names)
     return MemberRow(
@@ -169,10 +174,10 @@ def member_row(
         name=member.name,
         fingerprint=member.fingerprint,
         state=state,
-        state_tip=tip,
+        state_tip=_state_tip(state, engines),
         address=host_port(member.address, member.node_port),
-        engines=summary,
-        engines_tip=_engines_tip(engines, summary),
+        engines=engines_text,
+        engines_tip=engines_tip,
         last_seen=seen,
         last_seen_tip=seen_tip,
         added=f"{day_text(member.added_at)} by {by}",

@@ -49,7 +49,9 @@ class Banner(QFrame):
 
 
 class ErrorBanners(QWidget):
-    """One banner per row of the errors model (at most ``MAX_BANNERS``, then a count)."""
+    """One banner per error the controller shows (at most ``MAX_BANNERS``, then a count): this
+    computer's, then other members' with their name ("laptop: Ollama crashed"), one line for a
+    member that cannot be reached."""
 
     def __init__(
         self, model: ErrorsModel, controller: ErrorsController, parent: QWidget | None = None
@@ -61,29 +63,36 @@ class ErrorBanners(QWidget):
         self._layout.setContentsMargins(0, 0, 0, 0)
         self._layout.setSpacing(4)
         self.banners: list[Banner] = []
+        self._shown: list[tuple[ServiceError, str, bool]] | None = None  # what is on screen
         for signal in (model.rowsInserted, model.rowsRemoved, model.dataChanged, model.modelReset):
             signal.connect(self._on_model_changed)
+        controller.names_changed.connect(self._on_model_changed)
         self._rebuild()
 
     def _on_model_changed(self, *_args: object) -> None:
         self._rebuild()
 
     def _rebuild(self) -> None:
+        errors = self._controller.banner_errors()
+        shown = [(error, self._controller.banner_text(error)) for error in errors]
+        signature = [(*item, self._controller.offers_action(item[0])) for item in shown]
+        if signature == self._shown:
+            return  # a name lookup changed nothing on screen: keep the widgets
+        self._shown = signature
         while (item := self._layout.takeAt(0)) is not None:
             if (widget := item.widget()) is not None:
                 widget.deleteLater()
-        errors = self._model.rows()
-        self.banners = [self._banner(error) for error in errors[:MAX_BANNERS]]
+        self.banners = [self._banner(error, text) for error, text in shown[:MAX_BANNERS]]
         for banner in self.banners:
             self._layout.addWidget(banner)
         if len(errors) > MAX_BANNERS:
             self._layout.addWidget(QLabel(f"and {len(errors) - MAX_BANNERS} more…"))
         self.setVisible(bool(errors))
 
-    def _banner(self, error: ServiceError) -> Banner:
+    def _banner(self, error: ServiceError, text: str) -> Banner:
         title = _SEVERITY_TITLES[error.severity]
-        banner = Banner(SEVERITY_COLOURS[error.severity], title, error.message)
-        if error.action is not None and error.action.kind != "dismiss":
+        banner = Banner(SEVERITY_COLOURS[error.severity], title, text)
+        if self._controller.offers_action(error) and error.action is not None:
             banner.add_button(error.action.label, lambda: self._controller.run_action(error))
         banner.add_button(
             "Dismiss",

@@ -18,8 +18,15 @@ controller methods.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QAbstractItemModel, QSignalBlocker, Qt, Signal
-from PySide6.QtGui import QFont, QFontDatabase, QGuiApplication, QKeyEvent, QShowEvent
+from PySide6.QtCore import QAbstractItemModel, QSignalBlocker, Qt, QTimer, Signal
+from PySide6.QtGui import (
+    QFont,
+    QFontDatabase,
+    QGuiApplication,
+    QKeyEvent,
+    QResizeEvent,
+    QShowEvent,
+)
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -47,7 +54,6 @@ from app.controllers.cluster_page import ClusterPageController, NewKey, client_s
 from app.models.errors import SEVERITY_COLOURS
 from app.models.keyed_table import ROW_ROLE
 from app.models.members import MemberRow, day_text
-from app.window.engines_page import NOT_CONNECTED as ENGINES_NOT_CONNECTED
 from app.window.settings_general import error_label, show_error
 from app.window.widgets import muted_label, page_title
 from backend.protocol.types import ApiKeyInfo, ClusterStatus
@@ -57,7 +63,7 @@ INTRO = (
     "runs on the one that has the model."
 )
 NOT_CONNECTED = {
-    ServiceState.CONNECTING: ENGINES_NOT_CONNECTED[ServiceState.CONNECTING],
+    ServiceState.CONNECTING: "Connecting to the PAIR service…",
     ServiceState.DISCONNECTED: "Disconnected from the PAIR service: the cluster cannot be "
     "shown or changed until it is back.",
     ServiceState.FAILED: "The PAIR service is not running: the cluster cannot be shown or "
@@ -75,6 +81,7 @@ LAN_NOTE = (
     "Other computers on your network may then send requests to this computer's front doors, "
     "each with a key from the list below. This computer needs no key."
 )
+COPIED_MS = 1500
 NO_KEYS = "No keys yet: create one for each computer or app that should get in."
 
 
@@ -134,37 +141,63 @@ class Prompts:
         return text.strip() if ok and text.strip() else None
 
 
+def copy_to_clipboard(text: str, button: QPushButton) -> None:
+    """Put ``text`` on the clipboard; the button says "Copied" for a moment."""
+    QGuiApplication.clipboard().setText(text)
+    label = button.text()
+    button.setText("Copied")
+    QTimer.singleShot(COPIED_MS, button, lambda: button.setText(label))
+
+
 def fixed_font() -> QFont:
     """The system's fixed-width font, for fingerprints and secrets."""
     return QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
 
 
-def compact_table(model: QAbstractItemModel) -> QTableView:
-    """A read-only, single-row-selecting table."""
-    table = QTableView()
-    table.setModel(model)
-    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-    table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-    table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-    table.setAlternatingRowColors(True)
-    table.setShowGrid(False)
-    table.setWordWrap(False)
-    table.verticalHeader().hide()
-    header = table.horizontalHeader()
-    header.setHighlightSections(False)
-    header.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
-    header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-    header.setStretchLastSection(True)
-    return table
+class FittedTable(QTableView):
+    """A read-only, single-row-selecting table as tall as its rows (within bounds), so the
+    page scrolls rather than the table; column ``stretch`` takes the spare width."""
 
+    def __init__(
+        self, model: QAbstractItemModel, stretch: int, minimum_rows: int, maximum_rows: int
+    ) -> None:
+        super().__init__()
+        self._stretch = stretch
+        self._rows = (minimum_rows, maximum_rows)
+        self.setModel(model)
+        self.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.setAlternatingRowColors(True)
+        self.setShowGrid(False)
+        self.setWordWrap(False)
+        self.verticalHeader().hide()
+        header = self.horizontalHeader()
+        header.setHighlightSections(False)
+        header.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(stretch, QHeaderView.ResizeMode.Stretch)
+        header.setStretchLastSection(False)
 
-def fit_rows(table: QTableView, minimum: int = 2, maximum: int = 8) -> None:
-    """Make ``table`` as tall as its rows (within bounds), so the page scrolls, not it."""
-    model = table.model()
-    rows = min(max(model.rowCount() if model is not None else 0, minimum), maximum)
-    height = table.horizontalHeader().sizeHint().height()
-    height += rows * table.verticalHeader().defaultSectionSize() + 2 * table.frameWidth()
-    table.setFixedHeight(height)
+    def fit(self) -> None:
+        """Size the columns to their contents and the height to the rows."""
+        header = self.horizontalHeader()
+        # The header's own resize-to-contents misses rows that arrive while it is hidden.
+        for column in range(header.count()):
+            if column != self._stretch:
+                self.resizeColumnToContents(column)
+        low, high = self._rows
+        rows = min(max(self.model().rowCount(), low), high)
+        frame = 2 * self.frameWidth()
+        height = header.sizeHint().height() + rows * self.verticalHeader().defaultSectionSize()
+        if header.length() > self.width() - frame:  # too narrow: a scroll bar takes room
+            height += self.horizontalScrollBar().sizeHint().height()
+        self.setFixedHeight(height + frame)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        """Fit again: a narrower table may need its scroll bar."""
+        super().resizeEvent(event)
+        self.fit()
 
 
 class NameEdit(QLineEdit):
@@ -175,7 +208,7 @@ class NameEdit(QLineEdit):
         super().__init__(parent)
         self.saved = ""
         self.setMaxLength(64)
-        self.setMinimumWidth(260)
+        self.setFixedWidth(280)
         self.setToolTip("The cluster's name, the same on every member. Enter saves it.")
 
     def set_saved(self, name: str) -> None:
@@ -211,7 +244,9 @@ class SecretDialog(QDialog):
         self.secret.setReadOnly(True)
         self.secret.setFont(fixed)
         self.copy_button = QPushButton("Copy")
-        self.copy_button.clicked.connect(lambda: self._copy(self.secret.text(), self.copy_button))
+        self.copy_button.clicked.connect(
+            lambda: copy_to_clipboard(self.secret.text(), self.copy_button)
+        )
         self.settings = QPlainTextEdit(client_settings(key))
         self.settings.setReadOnly(True)
         self.settings.setFont(fixed)
@@ -219,7 +254,7 @@ class SecretDialog(QDialog):
         self.settings.setFixedHeight(self.settings.fontMetrics().lineSpacing() * 7 + 12)
         self.copy_settings_button = QPushButton("Copy settings")
         self.copy_settings_button.clicked.connect(
-            lambda: self._copy(self.settings.toPlainText(), self.copy_settings_button)
+            lambda: copy_to_clipboard(self.settings.toPlainText(), self.copy_settings_button)
         )
         self._lay_out(key)
 
@@ -249,10 +284,6 @@ class SecretDialog(QDialog):
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         buttons.rejected.connect(self.reject)
         layout.addWidget(buttons)
-
-    def _copy(self, text: str, button: QPushButton) -> None:
-        QGuiApplication.clipboard().setText(text)
-        button.setText("Copied")
 
     def done(self, result: int) -> None:
         """Close, and let go of the secret."""
@@ -295,8 +326,7 @@ class IdentityBox(QGroupBox):
         self.protection.setText(KEY_PROTECTION.get(status.key_protection, ""))
 
     def _on_copy_button_clicked(self) -> None:
-        QGuiApplication.clipboard().setText(self._full)
-        self.copy_button.setText("Copied")
+        copy_to_clipboard(self._full, self.copy_button)
 
 
 class Notice(QLabel):
@@ -373,16 +403,17 @@ class ClusterBox(QGroupBox):
     def __init__(
         self, controller: ClusterPageController, prompts: Prompts, parent: QWidget | None = None
     ) -> None:
-        super().__init__("Cluster", parent)
+        super().__init__("Members", parent)
         self._controller = controller
         self._prompts = prompts
         self.name_edit = NameEdit()
         self.name_hint = muted_label("Enter saves · Esc goes back")
         self.name_error = error_label()
-        self.table = compact_table(controller.members)
+        self.table = FittedTable(controller.members, stretch=3, minimum_rows=2, maximum_rows=8)
         self.no_members = muted_label(NO_MEMBERS)
         self.add_button = QPushButton("Add node…")
         self.remove_button = QPushButton("Remove…")
+        self.remove_button.setToolTip("Remove the member selected in the table")
         self.leave_button = QPushButton("Leave cluster…")
         self.notice = Notice()
         self.empty = EmptyState()
@@ -394,9 +425,10 @@ class ClusterBox(QGroupBox):
         part = QVBoxLayout(self.cluster_part)
         part.setContentsMargins(0, 0, 0, 0)
         name_row = QHBoxLayout()
-        name_row.addWidget(QLabel("Name"))
+        name_row.addWidget(QLabel("Cluster name"))
         name_row.addWidget(self.name_edit)
-        name_row.addWidget(self.name_hint, 1)
+        name_row.addWidget(self.name_hint)
+        name_row.addStretch(1)
         part.addLayout(name_row)
         part.addWidget(self.name_error)
         part.addSpacing(4)
@@ -422,8 +454,9 @@ class ClusterBox(QGroupBox):
         self.remove_button.clicked.connect(self._on_remove_button_clicked)
         self.leave_button.clicked.connect(self._on_leave_button_clicked)
         self.table.selectionModel().selectionChanged.connect(self._on_table_selection_changed)
-        for signal in (controller.members.rowsInserted, controller.members.rowsRemoved,
-                       controller.members.modelReset):  # fmt: skip
+        members = controller.members
+        for signal in (members.rowsInserted, members.rowsRemoved, members.modelReset,
+                       members.dataChanged):  # fmt: skip
             signal.connect(self._on_members_rows_changed)
         controller.renamed.connect(self._on_controller_renamed)
         controller.rename_failed.connect(self._on_controller_rename_failed)
@@ -449,7 +482,7 @@ class ClusterBox(QGroupBox):
         empty = self._controller.members.rowCount() == 0
         self.table.setVisible(not empty)
         self.no_members.setVisible(empty)
-        fit_rows(self.table)
+        self.table.fit()
         self._on_table_selection_changed()
 
     def _on_table_selection_changed(self, *_args: object) -> None:
@@ -505,15 +538,19 @@ class LanAccessBox(QGroupBox):
         self.secret_dialog: SecretDialog | None = None
         self.switch = QCheckBox("Let other computers use this computer's front doors")
         self.switch_error = error_label()
-        self.table = compact_table(controller.keys)
+        self.table = FittedTable(controller.keys, stretch=2, minimum_rows=1, maximum_rows=6)
         self.no_keys = muted_label(NO_KEYS)
         self.create_button = QPushButton("Create key…")
         self.revoke_button = QPushButton("Revoke…")
+        self.revoke_button.setToolTip("Revoke the key selected in the table")
         self.notice = Notice()
         layout = QVBoxLayout(self)
         layout.addWidget(self.switch)
-        layout.addWidget(muted_label(LAN_NOTE))
-        layout.addWidget(self.switch_error)
+        note = QVBoxLayout()
+        note.setContentsMargins(self.switch_indent(), 0, 0, 0)
+        note.addWidget(muted_label(LAN_NOTE))
+        note.addWidget(self.switch_error)
+        layout.addLayout(note)
         layout.addSpacing(4)
         layout.addWidget(self.table)
         layout.addWidget(self.no_keys)
@@ -539,6 +576,13 @@ class LanAccessBox(QGroupBox):
         controller.key_revoked.connect(self._on_controller_key_revoked)
         controller.keys_failed.connect(self.notice.warn)
 
+    def switch_indent(self) -> int:
+        """Where the switch's text starts, to line its note up under it."""
+        style = self.switch.style()
+        indicator = style.pixelMetric(style.PixelMetric.PM_IndicatorWidth)
+        spacing = style.pixelMetric(style.PixelMetric.PM_CheckBoxLabelSpacing)
+        return indicator + spacing
+
     def refresh(self, ready: bool) -> None:
         """Show the saved ``lan_access``; commands only while ``ready``."""
         on = self._controller.lan_access
@@ -552,7 +596,7 @@ class LanAccessBox(QGroupBox):
         empty = self._controller.keys.rowCount() == 0
         self.table.setVisible(not empty)
         self.no_keys.setVisible(empty)
-        fit_rows(self.table, minimum=1, maximum=6)
+        self.table.fit()
         self._on_table_selection_changed()
 
     def _on_table_selection_changed(self, *_args: object) -> None:
@@ -657,6 +701,7 @@ class ClusterPage(QScrollArea):
         self.loading.setVisible(ready and status is None and problem is None)
         self.identity_box.setVisible(status is not None)
         self.cluster_box.setVisible(status is not None)
+        self.lan_box.setVisible(ready)
         if status is not None:
             self.identity_box.set_status(status)
         self.cluster_box.refresh(ready)

@@ -105,7 +105,8 @@ def detail_text(row: EngineRow) -> str:
         count = len(row.models)
         return f"{count} model{'s' if count != 1 else ''}, {len(row.loaded)} loaded"
     if not row.installed:
-        return f"Not found on {row.where}. Install downloads it into PAIR's data folder there."
+        there = "" if row.local else f" on {row.node_name}"
+        return f"Not found on {row.where}. Install downloads it into PAIR's data folder{there}."
     parts = [f"version {row.version}"] if row.version else []
     if row.adopted:
         parts.append("already running when PAIR found it: PAIR will not stop or move it")

@@ -80,7 +80,7 @@ def member_note(member: MemberEngines, address: str | None) -> str:
         return f"{address} · paired" if address else "Paired"
     why = f" ({member.error})" if member.error else ""
     seen = "its engines show as last seen" if member.engines else "its engines show once it answers"
-    return f"{member.name} cannot be reached{why}. PAIR keeps trying; {seen}."
+    return f"Cannot be reached{why}. PAIR keeps trying; {seen}."
 
 
 class EnginesPage(QScrollArea):
@@ -166,6 +166,11 @@ class EnginesPage(QScrollArea):
         wanted = {row.key for row in rows}
         for key in [key for key in self.cards if key not in wanted]:
             self.cards.pop(key).deleteLater()
+        self._empty_layout()
+        self._add_groups(rows)
+        self._refresh_notices()
+
+    def _empty_layout(self) -> None:
         # removeWidget, not takeAt: a taken item left to Python's collector would detach the
         # widget from its next layout item, which then keeps stale size hints.
         layout = self._cards_layout
@@ -177,6 +182,8 @@ class EnginesPage(QScrollArea):
         for header in self.headers:
             header.deleteLater()
         self.headers = []
+
+    def _add_groups(self, rows: list[EngineRow]) -> None:
         local = [row for row in rows if row.local]
         if local:
             self._add_group("This computer", node_note(local[0]), local)
@@ -197,7 +204,6 @@ class EnginesPage(QScrollArea):
             group = [row for row in others if row.node_id == node_id]
             note = node_note(group[0]) if group[0].read_only else ""
             self._add_group(group[0].node_name, note, group)
-        self._refresh_notices()
 
     def _add_group(self, title: str, note: str, rows: list[EngineRow]) -> None:
         header = NodeHeader(title, note)

@@ -1,5 +1,6 @@
-"""The Jobs page: every request PAIR handled, newest first, with filters that persist, and
-a button that clears the history of finished jobs."""
+"""The Jobs page: every request the cluster's members handled, newest first, where it was asked
+and where it ran, with filters that persist (state, computer, engine, text), and a button that
+clears the history of finished jobs."""
 
 from __future__ import annotations
 
@@ -49,8 +50,8 @@ COLUMN_SAMPLES = {
     JobColumn.STATE: "●  Cancelled",
     JobColumn.MODEL: "qwen2.5-coder:14b",
     JobColumn.ENGINE: "LM Studio",
-    JobColumn.ORIGIN: "workstation",
-    JobColumn.PLACEMENT: "In flight since 00:00:00 → workstation (attempt 2)",
+    JobColumn.COMPUTER: "workstation → gpu-box",
+    JobColumn.TIME: "In flight since 00:00:00 (attempt 2)",
     JobColumn.DURATION: "00 min 00 s",
 }
 
@@ -102,7 +103,7 @@ class JobsFilterBar(QWidget):
         self._model = model
         self.state_buttons: dict[JobState, QPushButton] = {}
         self.node_combo = QComboBox()
-        self.node_combo.setToolTip("Jobs requested from, sent to or run on this computer")
+        self.node_combo.setToolTip("Jobs asked on, sent to or run on one computer")
         self.engine_combo = QComboBox()
         for combo, characters in ((self.node_combo, 16), (self.engine_combo, 9)):
             # A steady width: long node names elide instead of pushing the search field away.
@@ -155,9 +156,15 @@ class JobsFilterBar(QWidget):
         self.search_field.blockSignals(False)
 
     def refresh_choices(self, job_filter: JobFilter) -> None:
-        """Offer the nodes and engines among the jobs (and the ones selected, even without)."""
-        nodes = set(self._model.nodes()) | _present(job_filter.node)
-        ordered = sorted(nodes, key=lambda n: (not self._model.is_self(n), self._node_label(n)))
+        """Offer this computer, each member, and the other nodes and the engines among the jobs
+        (and the ones selected, even without)."""
+        model = self._model
+        own = [model.self_id] if model.self_id is not None else []
+        members = [node for node in model.members() if node not in own]
+        known = {*own, *members}
+        others = set(model.nodes()) | _present(job_filter.node)
+        rest = sorted(others - known, key=self._node_label)
+        ordered = [*own, *members, *rest]
         _fill(self.node_combo, "All computers", [(self._node_label(n), n) for n in ordered])
         _select(self.node_combo, job_filter.node)
         engines = sorted(set(self._model.engines()) | _present(job_filter.engine))
@@ -353,8 +360,8 @@ class JobsPage(QWidget):
         if self._controller.connection.state is ServiceState.READY:
             self.empty_state.show_message(
                 "No jobs yet",
-                "Every request that goes through PAIR will show up here while it runs "
-                "and afterwards.",
+                "Every request that goes through PAIR, on this computer or any computer "
+                "paired with it, shows up here while it runs and afterwards.",
                 show_all=False,
             )
         else:

@@ -65,8 +65,7 @@ EMPTY_PAGES: tuple[tuple[str, str, str, str], ...] = (
         "cluster",
         "Cluster",
         "Not in a cluster yet",
-        "Pair your other computers with a six-digit PIN to share their models and GPUs. "
-        "Pairing comes in a later version.",
+        "Pair your other computers with a six-digit PIN to share their models and GPUs.",
     ),
 )
 STATUS_MESSAGE_MS = 8000

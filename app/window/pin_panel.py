@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWi
 from app.controllers.add_node import AddNodeController
 from app.models.errors import SEVERITY_COLOURS
 from app.window.widgets import muted_label, page_title
-from backend.protocol.types import Invite, InviteCreated, InviteId
+from backend.protocol.types import Invite, InviteCreated, InviteId, InviteState
 
 Tone = Literal["good", "bad", "neutral"]
 TONE_COLOURS = {"good": "#2e7d32", "bad": SEVERITY_COLOURS["error"].name()}
@@ -207,6 +207,7 @@ class PinPanel(QWidget):
         self._cancel_wanted = self._canceling = False
         self.timer.stop()
         self.heading.setText(f"Inviting {name}…")
+        self.heading.setStyleSheet("")
         for label in (self.pin_label, self.countdown_label, self.peer_label):
             label.hide()
         self._set_detail(f"Asking {name} to get ready for a PIN.", None)
@@ -221,13 +222,27 @@ class PinPanel(QWidget):
             self._request_cancel()
         self._render()
 
+    def cancel(self) -> None:
+        """Cancel the invite shown, or the one being opened as soon as it has an id."""
+        if self.ended or self._canceling:
+            return
+        if self._invite is None:
+            self._cancel_wanted = True  # cancel as soon as the invite has an id
+            self._canceling = True
+            self._set_detail("Canceling the invite…", None)
+            self._set_buttons(ended=False)
+        else:
+            self._request_cancel()
+            self._render()
+
     def tick(self) -> None:
-        """Count down; when the time is up the invite shows as expired, whatever comes later."""
+        """Count down. Once the time is up the invite shows as expired, until the broker says
+        how it ended (a pairing that finished in the last moment is still paired)."""
         self._render()
 
     # Rendering -------------------------------------------------------------------------------
 
-    def _shown_state(self) -> str:
+    def _shown_state(self) -> InviteState:
         invite = self._invite
         if invite is None:
             return "pending"
@@ -293,19 +308,6 @@ class PinPanel(QWidget):
         self.again_button.setVisible(ended and retry)
 
     # Slots -----------------------------------------------------------------------------------
-
-    def cancel(self) -> None:
-        """Cancel the invite shown, or the one being opened as soon as it has an id."""
-        if self.ended or self._canceling:
-            return
-        if self._invite is None:
-            self._cancel_wanted = True  # cancel as soon as the invite has an id
-            self._canceling = True
-            self._set_detail("Canceling the invite…", None)
-            self._set_buttons(ended=False)
-        else:
-            self._request_cancel()
-            self._render()
 
     def _on_cancel_button_clicked(self) -> None:
         if self.ended:

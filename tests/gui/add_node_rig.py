@@ -11,12 +11,13 @@ from app.controllers.add_node import AddNodeController
 from app.stores.cluster import ClusterStore
 from app.stores.discovery import DiscoveryStore
 from backend.protocol import methods
+from backend.protocol.types import NodeId
 from tests.gui.helpers import FakeConnection, wait_until
 
-SELF_ID = "00000000-0000-4000-8000-000000000001"
-LAPTOP = "00000000-0000-4000-8000-00000000000a"
-DESKTOP = "00000000-0000-4000-8000-00000000000b"
-STUDIO = "00000000-0000-4000-8000-00000000000c"
+SELF_ID = NodeId("00000000-0000-4000-8000-000000000001")
+LAPTOP = NodeId("00000000-0000-4000-8000-00000000000a")
+DESKTOP = NodeId("00000000-0000-4000-8000-00000000000b")
+STUDIO = NodeId("00000000-0000-4000-8000-00000000000c")
 OWN_CLUSTER = "c-own"
 NOW = 1_700_000_000.0
 LAPTOP_FINGERPRINT = "sha256:3f2a9c0177de0b45" + "0" * 48

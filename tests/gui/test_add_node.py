@@ -16,7 +16,7 @@ from app.controllers.add_node import candidates
 from app.window.add_node_dialog import AddNodeDialog
 from backend.protocol import methods
 from backend.protocol.errors import Conflict, InvalidParams, Unavailable
-from backend.protocol.types import DiscoveredNode
+from backend.protocol.types import DiscoveredNode, NodeId
 from tests.gui.add_node_rig import (
     DESKTOP,
     LAPTOP,
@@ -34,7 +34,7 @@ from tests.gui.add_node_rig import (
 )
 from tests.gui.helpers import wait_until
 
-MEMBER_ID = "00000000-0000-4000-8000-0000000000ee"
+MEMBER_ID = NodeId("00000000-0000-4000-8000-0000000000ee")
 GPU = 24 * 10**9
 
 

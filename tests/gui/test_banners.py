@@ -1,5 +1,5 @@
 """Error banners: every action the broker attaches (retry, restart, open settings) and Dismiss
-reach the broker from a click."""
+reach the broker from a click; other members' errors carry their name and node."""
 
 from __future__ import annotations
 
@@ -16,9 +16,11 @@ from app.controllers.errors import ErrorsController
 from app.models.components import ComponentsModel
 from app.models.errors import ErrorsModel
 from app.stores.components import ComponentsStore
+from app.stores.discovery import DiscoveryStore
+from app.stores.engines import EnginesStore
 from app.window.banners import Banner, ErrorBanners
 from backend.protocol import methods
-from tests.gui.helpers import FakeConnection, settle
+from tests.gui.helpers import EngineEvents, FakeConnection, settle, wait_until
 
 
 def error(error_id: str, action: dict[str, Any] | None) -> dict[str, Any]:
@@ -95,3 +97,103 @@ async def test_a_dismiss_action_shows_one_dismiss_button(ui: Ui) -> None:
     dismiss = {"kind": "dismiss", "label": "OK"}
     ui.connection.push(methods.ERRORS_UPDATE, [error("note", dismiss)])
     assert list(buttons(ui.banners.banners[0])) == ["Dismiss"]
+
+
+# Other members' errors.
+
+SELF, LAPTOP, GPU = "n1", "n-laptop", "n-gpu"
+
+
+def member_error(node: str, error_id: str, message: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "id": error_id, "node_id": node, "message": message, "severity": "error",
+        "created_at": 1.0, "updated_at": 1.0, **extra,
+    }  # fmt: skip
+
+
+@pytest.fixture
+async def cluster_ui(qtbot: QtBot) -> AsyncIterator[Ui]:
+    """Banners whose controller knows the members (engines store) and this node (discovery)."""
+    connection = FakeConnection()
+    store = ComponentsStore(connection)
+    engines, discovery = EnginesStore(connection), DiscoveryStore(connection)
+    components = ComponentsController(connection, ComponentsModel(), store)
+    errors = ErrorsController(
+        connection, ErrorsModel(), components, engines=engines, discovery=discovery
+    )
+    banners = ErrorBanners(errors.model, errors)
+    qtbot.addWidget(banners)
+    members = [
+        {"node_id": LAPTOP, "name": "laptop", "reachable": True},
+        {"node_id": GPU, "name": "gpu-box", "reachable": False},
+    ]
+    connection.script(methods.ENGINE_SUBSCRIBE, EngineEvents(connection).snapshot(members=members))
+    here = {
+        "node_id": SELF, "name": "desk", "kind": "pair", "sources": ["self"], "addresses": [],
+        "ports": {}, "engines": {}, "reachable": True,
+    }  # fmt: skip
+    connection.script(methods.DISCOVERY_SUBSCRIBE, {"seq": 1, "nodes": [here]})
+    connection.script(methods.ERRORS_GET_INITIAL, [])
+    connection.become_ready()
+    await wait_until(lambda: engines.loaded and discovery.loaded)
+    yield Ui(connection, errors, banners)
+    for closing in (errors, components, store, engines, discovery):
+        await closing.close()
+    await connection.stop()
+
+
+async def test_a_members_error_names_it_and_dismissing_sends_its_node(cluster_ui: Ui) -> None:
+    ui = cluster_ui
+    retry = {"kind": "retry", "label": "Try again", "target": "ollama"}
+    restart = {"kind": "restart-component", "label": "Restart now", "target": "proxy"}
+    ui.connection.push(methods.ERRORS_UPDATE, [
+        member_error(LAPTOP, "engine:crashed:ollama", "Ollama crashed", action=retry),
+        member_error(LAPTOP, "supervisor:crashed:proxy", "proxy crashed", action=restart),
+        member_error(SELF, "store:corrupt", "the store is damaged"),
+    ])  # fmt: skip
+    messages = [banner.message.text() for banner in ui.banners.banners]
+    assert messages == [
+        "the store is damaged", "laptop: Ollama crashed", "laptop: proxy crashed"]  # fmt: skip
+    crashed, proxy = ui.banners.banners[1:]
+    assert "Restart now" not in buttons(proxy)  # it would restart this computer's proxy
+    buttons(crashed)["Try again"].click()
+    await settle()
+    assert ui.connection.called(methods.ENGINE_START) == [{"engine": "ollama", "node": LAPTOP}]
+    buttons(crashed)["Dismiss"].click()
+    await settle()
+    assert ui.connection.called(methods.ERRORS_CLEAR) == [
+        {"id": "engine:crashed:ollama", "node_id": LAPTOP}
+    ]
+    ui.connection.push(methods.ERRORS_UPDATE, [member_error(SELF, "store:corrupt", "x")])
+    assert [banner.message.text() for banner in ui.banners.banners] == ["x"]
+
+
+async def test_an_unreachable_member_is_one_line(cluster_ui: Ui) -> None:
+    ui = cluster_ui
+    away = "gpu-box cannot be reached (connection refused). PAIR keeps trying; its engines and "
+    ui.connection.push(methods.ERRORS_UPDATE, [
+        member_error(GPU, "engine:crashed:ollama", "Ollama crashed"),  # as last heard
+        member_error(GPU, "cluster:unreachable", away + "jobs show as they were last seen.",
+                     severity="warning"),
+    ])  # fmt: skip
+    assert len(ui.banners.banners) == 1
+    banner = ui.banners.banners[0]
+    assert banner.message.text().startswith("gpu-box cannot be reached (connection refused).")
+    assert banner.title.text() == "<b>Warning</b>"
+    buttons(banner)["Dismiss"].click()
+    await settle()
+    assert ui.connection.called(methods.ERRORS_CLEAR) == [
+        {"id": "cluster:unreachable", "node_id": GPU}
+    ]
+
+
+async def test_a_member_renamed_renames_its_banner(cluster_ui: Ui) -> None:
+    ui = cluster_ui
+    ui.connection.push(methods.ERRORS_UPDATE, [member_error(LAPTOP, "x", "disk full")])
+    assert ui.banners.banners[0].message.text() == "laptop: disk full"
+    events = EngineEvents(ui.connection, seq=1)
+    events.member({"node_id": LAPTOP, "name": "old-laptop", "reachable": True})
+    assert ui.banners.banners[0].message.text() == "old-laptop: disk full"
+    before = ui.banners.banners[0]
+    events.member({"node_id": LAPTOP, "name": "old-laptop", "reachable": True, "pulls": []})
+    assert ui.banners.banners[0] is before  # nothing to rename: the banner stays

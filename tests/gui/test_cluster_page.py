@@ -4,13 +4,13 @@ connection."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 import pytest
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import Qt, QTimer, SignalInstance
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QApplication, QLabel, QLineEdit, QMessageBox, QPlainTextEdit, QWidget
 from pytestqt.modeltest import ModelTester
@@ -29,7 +29,7 @@ from app.stores.discovery import DiscoveryStore
 from app.stores.engines import EnginesStore
 from app.window.cluster_page import ClusterPage, Prompts, group_fingerprint
 from backend.protocol import methods
-from backend.protocol.errors import InvalidParams
+from backend.protocol.errors import InvalidParams, Unavailable
 from backend.protocol.types import ApiKeyInfo, ClusterMember, DiscoveredNode, MemberEngines, NodeId
 from tests.gui.helpers import NO_MODELS, FakeConnection, settle, wait_until
 
@@ -190,6 +190,24 @@ async def start(
     await wait_until(lambda: ui.controller.lan_access is not None, 5, "the settings")
     await wait_until(lambda: bool(connection.called(methods.APIKEYS_LIST)), 5, "the keys")
     await settle()
+
+
+async def emitted(signal: SignalInstance, action: Callable[[], object]) -> tuple[Any, ...]:
+    """Run ``action`` and let the loop run until ``signal`` is emitted; its arguments.
+
+    Not ``qtbot.waitSignal``: its nested Qt loop would not run the asyncio tasks that emit."""
+    seen: list[tuple[Any, ...]] = []
+
+    def record(*args: Any) -> None:
+        seen.append(args)
+
+    signal.connect(record)
+    try:
+        action()
+        await wait_until(lambda: bool(seen), 5, f"{signal}")
+    finally:
+        signal.disconnect(record)
+    return seen[0]
 
 
 def visible_texts(widget: QWidget) -> str:
@@ -359,8 +377,7 @@ async def test_rename_saves_on_enter_and_esc_goes_back(qtbot: QtBot, ui: Ui) -> 
     renamed = status(ATLAS) | {"cluster_name": "Garage lab"}
     ui.connection.script(methods.CLUSTER_RENAME, renamed)
     edit.setText("Garage lab")
-    with qtbot.waitSignal(ui.controller.renamed):
-        qtbot.keyClick(edit, Qt.Key.Key_Return)
+    await emitted(ui.controller.renamed, lambda: qtbot.keyClick(edit, Qt.Key.Key_Return))
     assert ui.connection.called(methods.CLUSTER_RENAME) == [{"name": "Garage lab"}]
     assert edit.text() == "Garage lab" and edit.saved == "Garage lab"
     assert not edit.isReadOnly()
@@ -373,8 +390,7 @@ async def test_a_refused_name_shows_the_brokers_reason(qtbot: QtBot, ui: Ui) -> 
     reason = "a cluster name is 1-64 printable characters"
     ui.connection.script(methods.CLUSTER_RENAME, InvalidParams(reason))
     edit.setText("   ")
-    with qtbot.waitSignal(ui.controller.rename_failed):
-        qtbot.keyClick(edit, Qt.Key.Key_Return)
+    await emitted(ui.controller.rename_failed, lambda: qtbot.keyClick(edit, Qt.Key.Key_Return))
     error = ui.page.cluster_box.name_error
     assert not error.isHidden()
     assert error.text() == f"Not saved: {reason}."
@@ -427,8 +443,7 @@ async def test_remove_confirmed_calls_the_broker_and_the_row_goes(qtbot: QtBot, 
     ui.connection.script(methods.CLUSTER_REMOVE, removed)
     select(ui, 1)
     ui.prompts.answers = [True]
-    with qtbot.waitSignal(ui.controller.membership_done):
-        box.remove_button.click()
+    await emitted(ui.controller.membership_done, box.remove_button.click)
     assert ui.connection.called(methods.CLUSTER_REMOVE) == [{"node_id": "n-box"}]
     assert "gpu-box was removed for good" in box.notice.text()
     ui.push_status(ATLAS)
@@ -441,8 +456,7 @@ async def test_leave_says_what_happens_then_leaves(qtbot: QtBot, ui: Ui) -> None
     left = {"cluster_id": "c-1", "told": ["n-atlas"], "not_told": ["n-nas"]}
     ui.connection.script(methods.CLUSTER_LEAVE, left)
     ui.prompts.answers = [True]
-    with qtbot.waitSignal(ui.controller.membership_done):
-        box.leave_button.click()
+    await emitted(ui.controller.membership_done, box.leave_button.click)
     title, text, action = ui.prompts.asked[0]
     assert (title, action) == ("Leave Home lab?", "Leave cluster")
     assert "forgets the certificates it pinned" in text and "new invite" in text
@@ -473,6 +487,8 @@ async def test_not_in_a_cluster_shows_the_way_in(qtbot: QtBot, ui: Ui) -> None:
     assert "Add node… to invite another computer" in box.empty.message.text()
     assert ui.page.identity_box.isVisible()  # the fingerprint is shown anyway
     assert "0123 4567" in ui.page.identity_box.fingerprint.text()
+    ui.page.identity_box.copy_button.click()
+    assert QGuiApplication.clipboard().text() == FINGERPRINT
     with qtbot.waitSignal(ui.page.add_node_requested):
         box.empty.add_button.click()
 
@@ -501,6 +517,7 @@ async def test_nothing_can_be_changed_while_disconnected(ui: Ui) -> None:
     await settle()
     page = ui.page
     assert not page.connection_note.isHidden()
+    assert page.cluster_box.isHidden() and page.lan_box.isHidden()
     assert not page.lan_box.switch.isEnabled()
     assert not page.lan_box.create_button.isEnabled()
     assert ui.controller.keys.rowCount() == 0
@@ -514,8 +531,7 @@ async def test_the_lan_switch_saves_the_setting_and_follows_pushes(qtbot: QtBot,
     switch = ui.page.lan_box.switch
     assert switch.isEnabled() and not switch.isChecked()
     ui.connection.script(methods.SETTINGS_SET, settings(True))
-    with qtbot.waitSignal(ui.controller.changed):
-        switch.click()
+    await emitted(ui.controller.changed, switch.click)
     assert ui.connection.called(methods.SETTINGS_SET) == [{"values": {"lan_access": True}}]
     assert switch.isChecked()
     ui.connection.push(methods.SETTINGS_CHANGED, settings(False))
@@ -527,8 +543,7 @@ async def test_a_refused_lan_switch_goes_back_and_says_why(qtbot: QtBot, ui: Ui)
     await start(ui, status(ATLAS), lan_access=False)
     switch = ui.page.lan_box.switch
     ui.connection.script(methods.SETTINGS_SET, InvalidParams("settings are read-only here"))
-    with qtbot.waitSignal(ui.controller.lan_access_failed):
-        switch.click()
+    await emitted(ui.controller.lan_access_failed, switch.click)
     await settle()
     assert not switch.isChecked()
     assert "settings are read-only here" in ui.page.lan_box.switch_error.text()
@@ -542,8 +557,7 @@ async def test_a_new_keys_secret_is_shown_once(qtbot: QtBot, ui: Ui) -> None:
     ui.connection.script(methods.STATUS, BROKER_STATUS)
     created = {"key": api_key("k1", "laptop", "pair-SSSS"), "secret": SECRET}
     ui.connection.script(methods.APIKEYS_CREATE, created)
-    with qtbot.waitSignal(ui.controller.key_created):
-        box.create_button.click()
+    await emitted(ui.controller.key_created, box.create_button.click)
     assert ui.connection.called(methods.APIKEYS_CREATE) == [{"name": "laptop"}]
     dialog = box.secret_dialog
     assert dialog is not None and dialog.isVisible()
@@ -572,8 +586,7 @@ async def test_a_refused_key_name_is_said(qtbot: QtBot, ui: Ui) -> None:
     ui.prompts.names = ["x" * 80]
     ui.connection.script(methods.STATUS, BROKER_STATUS)
     ui.connection.script(methods.APIKEYS_CREATE, InvalidParams("a key name is 1-64 characters"))
-    with qtbot.waitSignal(ui.controller.keys_failed):
-        ui.page.lan_box.create_button.click()
+    await emitted(ui.controller.keys_failed, ui.page.lan_box.create_button.click)
     assert ui.page.lan_box.notice.text() == "Not created: a key name is 1-64 characters."
     assert ui.page.lan_box.secret_dialog is None
 
@@ -598,8 +611,7 @@ async def test_revoke_asks_first_then_the_key_goes(qtbot: QtBot, ui: Ui) -> None
     assert ui.connection.called(methods.APIKEYS_REVOKE) == []
     assert "phone (pair-XyZw…) is refused from now on" in ui.prompts.asked[0][1]
     ui.connection.script(methods.APIKEYS_REVOKE, keys[1])
-    with qtbot.waitSignal(ui.controller.key_revoked):
-        box.revoke_button.click()
+    await emitted(ui.controller.key_revoked, box.revoke_button.click)
     assert ui.connection.called(methods.APIKEYS_REVOKE) == [{"id": "k2"}]
     assert [row.name for row in ui.controller.keys.rows()] == ["laptop"]
     assert "Revoked the key phone" in box.notice.text()
@@ -629,3 +641,24 @@ def test_the_confirmation_box_is_true_only_for_its_action(
 
     QTimer.singleShot(0, answer)
     assert Prompts().confirm(parent, "Remove it?", "what happens", "Remove") is press_action
+
+
+async def test_a_cluster_that_cannot_be_read_says_why_and_tries_again(ui: Ui) -> None:
+    connection = ui.connection
+    connection.script(
+        methods.CLUSTER_SUBSCRIBE, Unavailable("the cluster component is not running")
+    )
+    connection.script(methods.SETTINGS_GET, settings(False))
+    connection.script(methods.APIKEYS_LIST, [])
+    connection.become_ready()
+    page = ui.page
+    await wait_until(lambda: not page.problem.isHidden(), 5, "the problem")
+    assert "the cluster component is not running" in page.problem.text()
+    assert page.cluster_box.isHidden() and page.loading.isHidden()
+    connection.script(methods.CLUSTER_SUBSCRIBE, {"seq": 1, "status": status(ATLAS)})
+    connection.script(methods.APIKEYS_LIST, [])
+    page.retry_button.click()
+    await wait_until(lambda: ui.controller.status is not None, 5, "the snapshot")
+    await settle()
+    assert page.problem.isHidden() and not page.cluster_box.isHidden()
+    assert ui.names() == ["atlas"]

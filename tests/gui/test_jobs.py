@@ -20,16 +20,19 @@ from app.models.job_text import JobColumn, clock_time, format_job_duration
 from app.models.jobs import JobFilter, JobsFilterModel, JobsModel
 from app.models.keyed_table import ROW_ROLE
 from app.stores.discovery import DiscoveryStore
+from app.stores.engines import EnginesStore
 from app.stores.workloads import WorkloadsStore
 from app.window.jobs_page import JobsPage, load_filter
 from backend.protocol import methods
 from backend.protocol.types import Workload
-from tests.gui.helpers import FakeConnection, settle, wait_until
+from tests.gui.helpers import EngineEvents, FakeConnection, settle, wait_until
 
 NOW = 1_750_000_000.0
 SELF = "11111111-aaaa-4aaa-8aaa-aaaaaaaaaaaa"
 GPU = "22222222-bbbb-4bbb-8bbb-bbbbbbbbbbbb"
 LAPTOP = "33333333-cccc-4ccc-8ccc-cccccccccccc"
+IDLE = "44444444-dddd-4ddd-8ddd-dddddddddddd"
+OTHER = "55555555-eeee-4eee-8eee-eeeeeeeeeeee"
 
 
 def job(n: int, state: str = "completed", **extra: Any) -> dict[str, Any]:
@@ -130,6 +133,7 @@ def test_the_model_keeps_qts_contract_empty_filled_and_through_changes(
     model.sync([workload(7, "running"), workload(9, "in_flight")])
     model.tick()
     model.set_node_names({GPU: "gpu-box"}, SELF)
+    model.set_members({LAPTOP: "laptop", GPU: "gpu-box"})
     qtmodeltester.check(model, force_py=True)
     model.clear()
     qtmodeltester.check(model)
@@ -178,24 +182,35 @@ def test_cells_read_as_sentences_with_node_names(model: JobsModel) -> None:
         return model.data(model.index(model.position(f"{SELF}/run1/{n}") or 0, column), role)
 
     created = NOW - 1000
-    assert cell(1, JobColumn.PLACEMENT) == (
-        f"In flight since {clock_time(created + 1, NOW)} → gpu-box (attempt 2)"
-    )
+    assert cell(1, JobColumn.TIME) == f"In flight since {clock_time(created + 1, NOW)} (attempt 2)"
+    assert cell(1, JobColumn.COMPUTER) == "workstation → gpu-box"  # where it was sent
     assert cell(1, JobColumn.STATE) == "In flight"
-    assert (
-        cell(2, JobColumn.PLACEMENT) == f"Running on gpu-box since {clock_time(created + 2.5, NOW)}"
-    )
+    assert cell(2, JobColumn.TIME) == f"Running since {clock_time(created + 2.5, NOW)}"
+    assert cell(2, JobColumn.COMPUTER) == "workstation → gpu-box"
     assert (cell(2, JobColumn.MODEL), cell(2, JobColumn.ENGINE)) == ("qwen3-30b-a3b", "LM Studio")
     assert "lmstudio-community/qwen3-30b-a3b" in cell(
         2, JobColumn.MODEL, Qt.ItemDataRole.ToolTipRole
     )
-    assert (
-        cell(3, JobColumn.PLACEMENT) == f"Sent to 33333333, ended {clock_time(created + 5.5, NOW)}"
+    assert cell(3, JobColumn.TIME) == f"Ended {clock_time(created + 5.5, NOW)}"
+    assert cell(3, JobColumn.COMPUTER, Qt.ItemDataRole.ToolTipRole) == (
+        f"Asked on workstation ({SELF})\nSent to 33333333 ({LAPTOP})"
     )
     assert cell(3, JobColumn.ERROR) == "boom bad"
     assert cell(3, JobColumn.ERROR, Qt.ItemDataRole.ToolTipRole) == "boom\n  bad"
-    assert cell(4, JobColumn.PLACEMENT) == f"Ran on gpu-box, ended {clock_time(created + 6.5, NOW)}"
-    assert cell(4, JobColumn.ORIGIN) == "workstation"
+    assert cell(4, JobColumn.TIME) == f"Ended {clock_time(created + 6.5, NOW)}"
+    assert cell(4, JobColumn.COMPUTER) == "workstation → gpu-box"  # asked here, ran there
+    assert cell(3, JobColumn.COMPUTER) == "workstation → 33333333"  # sent there, never ran
+    assert cell(4, JobColumn.COMPUTER, Qt.ItemDataRole.ToolTipRole) == (
+        f"Asked on workstation ({SELF})\nRan on gpu-box ({GPU})"
+    )
+    model.upsert(workload(5, origin=GPU))
+    assert cell(5, JobColumn.COMPUTER) == "gpu-box"  # asked and ran on one computer
+    model.upsert(workload(6, "cancelled", target=None, serving=None, started_at=None))
+    assert cell(6, JobColumn.COMPUTER) == "workstation"
+    assert (
+        cell(6, JobColumn.TIME)
+        == f"Ended {clock_time(created + 8.5, NOW)} before reaching a computer"
+    )
     assert cell(4, JobColumn.DURATION) == "2.5 s"
     assert "Started on gpu-box" in cell(4, JobColumn.DURATION, Qt.ItemDataRole.ToolTipRole)
 
@@ -355,7 +370,8 @@ async def test_a_snapshot_then_pushes_change_rows_without_a_reset(
 ) -> None:
     await ready_with(connection, model, job(2, "running"), job(1), seq=10)
     assert (methods.WORKLOADS_SUBSCRIBE.name, {"limit": 1000}) in connection.calls
-    assert model.data(model.index(0, JobColumn.PLACEMENT)).startswith("Running on gpu-box")
+    assert model.data(model.index(0, JobColumn.COMPUTER)) == "workstation → gpu-box"
+    assert model.data(model.index(0, JobColumn.TIME)).startswith("Running since")
     with qtbot.assertNotEmitted(model.modelReset):
         with qtbot.waitSignal(model.rowsInserted):
             connection.push(methods.WORKLOADS_EVENT, upsert(11, job(3, "in_flight")))
@@ -411,11 +427,11 @@ async def test_node_names_follow_discovery(
     connection: FakeConnection, model: JobsModel, controller: JobsController
 ) -> None:
     await ready_with(connection, model, job(1, target=LAPTOP, serving=LAPTOP))
-    assert model.data(model.index(0, JobColumn.PLACEMENT)).startswith("Ran on 33333333,")
+    assert model.data(model.index(0, JobColumn.COMPUTER)) == "workstation → 33333333"
     assert model.is_self(SELF)
     event = {"seq": 5, "event": "node_joined", "node_id": LAPTOP, "node": node(LAPTOP, "laptop")}
     connection.push(methods.DISCOVERY_EVENT, event)
-    assert model.data(model.index(0, JobColumn.PLACEMENT)).startswith("Ran on laptop,")
+    assert model.data(model.index(0, JobColumn.COMPUTER)) == "workstation → laptop"
     telemetry = {"seq": 6, "event": "node_telemetry", "node_id": GPU, "telemetry": {"valid": True}}
     connection.push(methods.DISCOVERY_EVENT, telemetry)
     connection.script(
@@ -543,3 +559,58 @@ async def test_columns_fit_their_titles_and_the_newest_job_is_on_top(
         assert header.sectionSize(column) >= metrics.horizontalAdvance(title), title
     assert keys(page.filter_model) == [3, 2, 1]
     assert not page.table.isSortingEnabled()
+
+
+async def test_the_computer_column_and_filter_cover_every_member(
+    qtbot: QtBot, connection: FakeConnection, model: JobsModel, settings: QSettings
+) -> None:
+    workloads, discovery = WorkloadsStore(connection), DiscoveryStore(connection)
+    engines = EnginesStore(connection)
+    jobs = JobsController(connection, model, workloads, discovery, engines=engines)
+    members = [
+        {"node_id": LAPTOP, "name": "laptop", "reachable": True},  # not on the network list
+        {"node_id": GPU, "name": "gpu-box", "reachable": False},
+        {"node_id": IDLE, "name": "attic", "reachable": True},  # a member without jobs
+    ]
+    connection.script(methods.ENGINE_SUBSCRIBE, EngineEvents(connection).snapshot(members=members))
+    try:
+        page = JobsPage(jobs, settings)
+        qtbot.addWidget(page)
+        await ready_with(
+            connection, model,
+            job(1),  # asked here, ran on gpu-box
+            job(2, origin=LAPTOP, target=LAPTOP, serving=LAPTOP),  # the laptop's own
+            job(3, origin=LAPTOP, target=GPU, serving=GPU),  # asked on the laptop, ran on gpu-box
+            job(4, origin=SELF, target=OTHER, serving=OTHER),  # a node that is no member now
+        )  # fmt: skip
+        await wait_until(lambda: model.node_label(LAPTOP) == "laptop")
+
+        def computer(n: int) -> str:
+            position = model.position(f"{SELF}/run1/{n}")
+            assert position is not None
+            text: str = model.data(model.index(position, JobColumn.COMPUTER))
+            return text
+
+        assert [computer(n) for n in (1, 2, 3)] == [
+            "workstation → gpu-box", "laptop", "laptop → gpu-box"]  # fmt: skip
+        combo = page.filter_bar.node_combo
+        assert [combo.itemText(i) for i in range(combo.count())] == [
+            "All computers", "workstation (this computer)", "attic", "gpu-box", "laptop",
+            OTHER[:8],
+        ]  # fmt: skip
+        combo.setCurrentIndex(combo.findData(LAPTOP))
+        combo.activated.emit(combo.currentIndex())
+        assert keys(page.filter_model) == [3, 2]
+        assert page.count_label.text() == "2 of 4 jobs"
+        combo.setCurrentIndex(combo.findData(SELF))
+        combo.activated.emit(combo.currentIndex())
+        assert keys(page.filter_model) == [4, 1]
+        combo.setCurrentIndex(combo.findData(IDLE))
+        combo.activated.emit(combo.currentIndex())
+        assert page.body.currentWidget() is page.empty_state
+        combo.setCurrentIndex(0)
+        combo.activated.emit(0)
+        assert keys(page.filter_model) == [4, 3, 2, 1]
+    finally:
+        for closing in (jobs, workloads, discovery, engines):
+            await closing.close()

@@ -109,10 +109,13 @@ def script_session(
     local: Any = LOCAL,
     nodes: list[dict[str, Any]] | None = None,
     pulls: tuple[dict[str, Any], ...] = (),
+    members: tuple[dict[str, Any], ...] = (),
 ) -> None:
     connection = ui.connection
     connection.script(methods.STATUS, status())
-    ui.events.script(engine("ollama"), engine("lmstudio"), models=local, pulls=pulls)
+    ui.events.script(
+        engine("ollama"), engine("lmstudio"), models=local, pulls=pulls, members=members
+    )
     snapshot_nodes = [SELF_NODE, *(nodes if nodes is not None else [PEER_NODE])]
     connection.script(methods.DISCOVERY_SUBSCRIBE, {"seq": 10, "nodes": snapshot_nodes})
 
@@ -636,8 +639,7 @@ def member_key(engine_name: str, model: str) -> PendingKey:
 
 
 async def start_with_member(ui: Ui, **fields: Any) -> None:
-    script_session(ui)
-    ui.events.script(engine("ollama"), engine("lmstudio"), models=LOCAL, members=[member(**fields)])
+    script_session(ui, members=(member(**fields),))
     ui.connection.become_ready()
     await wait_until(lambda: MEMBER in ui.controller.models.nodes())
     await settle()
@@ -675,7 +677,8 @@ async def test_a_members_models_are_managed_like_this_computers(
     assert ui.pending.action(member_key("ollama", "phi4:14b")) == EJECTING
     ui.events.member(member(listing(MEMBER_MODELS["by_engine"])))
     assert ui.pending.get(member_key("ollama", "phi4:14b")) is None
-    assert models.status_text(models.get(member_key("ollama", "phi4:14b"))) == "On disk"  # type: ignore[arg-type]
+    ejected = models.get(member_key("ollama", "phi4:14b"))
+    assert ejected is not None and models.status_text(ejected) == "On disk"
     qtmodeltester.check(models, force_py=True)
 
 
@@ -774,7 +777,7 @@ async def test_a_failed_pull_on_a_member_keeps_its_reason(ui: Ui) -> None:
 
 
 async def test_the_hub_pulls_on_the_chosen_member(ui: Ui) -> None:
-    await start_with_member(ui, engines=("ollama",))
+    await start_with_member(ui, models=listing({"ollama": ["phi4:14b"]}), engines=("ollama",))
     ui.controller.set_pull_node(MEMBER)
     assert hub_button(ui, "qwen3-8b", "ollama").text() == "Pull · Ollama"  # not on laptop
     button = hub_button(ui, "gemma3-4b", "lmstudio")

@@ -200,6 +200,8 @@ async def test_an_invite_that_ended_at_once_shows_why_and_can_be_tried_again(
     assert not panel.pin_label.isVisible()
     rig.connection.script(methods.CLUSTER_INVITE, created(id="inv-2", pin="105730"))
     panel.again_button.click()
+    assert panel.heading.text() == "Inviting laptop…"
+    assert panel.heading.styleSheet() == ""  # not in the last outcome's colour
     await wait_until(lambda: panel.pin_label.text() == "105 730", 5, "the new PIN")
     assert len(rig.connection.called(methods.CLUSTER_INVITE)) == 2
     assert panel.cancel_button.text() == "Cancel"
