@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import socket
 import sys
 import tempfile
 from collections.abc import Callable
@@ -33,6 +34,8 @@ from app.broker.state import ServiceState  # noqa: E402
 from app.options import AppOptions  # noqa: E402
 from backend.devtools.demo import Demo  # noqa: E402
 from backend.devtools.demo_trickle import Trickle  # noqa: E402
+from backend.protocol import methods  # noqa: E402
+from backend.protocol.types import InviteCreated, ManualNodeAdd  # noqa: E402
 
 WINDOW_SIZE = (1100, 720)
 READY_TIMEOUT_S = 90.0
@@ -89,11 +92,76 @@ async def render(out_dir: Path, warm_up: float) -> list[Path]:
                 saved.append(await grab(app.window, out_dir / f"demo-settings-{name}.png"))
             app.endpoints_window.show_and_raise()
             saved.append(await grab(app.endpoints_window, out_dir / "demo-endpoints.png"))
+            saved += await pairing_screens(app, Path(temp), out_dir)
         finally:
             trickle.cancel()
             await app.shutdown()
             await demo.stop()
     return saved
+
+
+async def pairing_screens(app: PairApplication, temp: Path, out_dir: Path) -> list[Path]:
+    """A fourth computer ("new-mac", its own app and broker) joins through the real flow: the
+    Add node dialog lists it, the PIN panel shows the PIN, new-mac's invitee prompt takes it,
+    and the Cluster page then lists three members."""
+    saved: list[Path] = []
+    data_dir = temp / "new-mac"
+    data_dir.mkdir()
+    (data_dir / "settings.json").write_text('{"node_name": "new-mac"}')
+    node_port = _free_port()
+    flags = ("--ollama-port", "--openai-port", "--llamacpp-port", "--relay-port")
+    args = ("--node-port", str(node_port), *(x for f in flags for x in (f, str(_free_port()))))
+    os.environ["PAIR_DISCOVERY_MDNS"] = "0"
+    newcomer = PairApplication(AppOptions(data_dir, args), use_tray=False, open_url=lambda _: True)
+    newcomer.start()
+    try:
+        await wait_until(lambda: newcomer.connection.state is ServiceState.READY)
+        await asyncio.sleep(1)
+        if newcomer.welcome.dialog is not None:
+            newcomer.welcome.dialog.close()
+        added = ManualNodeAdd(address="127.0.0.1", port=node_port, name="new-mac")
+        await app.connection.call(methods.NODE_ADD, added)
+        app.show_add_node()
+        dialog = app.add_node_dialog
+        await wait_until(lambda: any(c.name == "new-mac" for c in app.add_node.candidates))
+        dialog.address_field.setText("192.168.1.")  # what a person may be typing
+        await asyncio.sleep(0.3)
+        saved.append(await grab(dialog, out_dir / "demo-add-node.png"))
+        created: list[InviteCreated] = []
+        app.add_node.invite_created.connect(created.append)
+        dialog.address_field.setText(f"127.0.0.1:{node_port}")
+        dialog.check_button.click()
+        await wait_until(dialog.address_invite_button.isEnabled)
+        dialog.address_invite_button.click()
+        await wait_until(lambda: bool(created))
+        await asyncio.sleep(0.5)
+        saved.append(await grab(dialog, out_dir / "demo-pin-panel.png"))
+        await wait_until(lambda: newcomer.invitee_prompts.prompt is not None)
+        prompt = newcomer.invitee_prompts.prompt
+        assert prompt is not None
+        prompt.pin.paste(created[0].pin[:4])  # half typed, as read off the other screen
+        await asyncio.sleep(0.3)
+        saved.append(await grab(prompt, out_dir / "demo-invitee-prompt.png"))
+        prompt.pin.paste(created[0].pin[4:])
+        await wait_until(prompt.join_button.isEnabled)
+        prompt.join_button.click()
+        await wait_until(lambda: len(app.cluster_store.members()) == 3)
+        await asyncio.sleep(1.0)
+        saved.append(await grab(dialog, out_dir / "demo-pin-panel-paired.png"))
+        dialog.close()
+        app.window.show_page("cluster")
+        await asyncio.sleep(2.0)  # the new member's link comes up, its engines arrive
+        saved.append(await grab(app.window, out_dir / "demo-cluster.png"))
+    finally:
+        await newcomer.shutdown()
+    return saved
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 def main() -> int:

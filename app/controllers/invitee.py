@@ -10,6 +10,7 @@ invite that ended stays as it ended. The prompt itself is ``app/window/invitee_p
 
 from __future__ import annotations
 
+import html
 import logging
 import math
 
@@ -61,6 +62,18 @@ def countdown_text(seconds_left: float) -> str:
 def invite_headline(invite: Invite) -> str:
     """``Ada invites this computer to its cluster`` (the prompt's heading, the tray message)."""
     return f"{peer_label(invite)} invites this computer to its cluster"
+
+
+def fingerprint_hint(name: str, own_fingerprint: str | None) -> str:
+    """What to compare before joining (rich text)."""
+    who = html.escape(name)
+    grouped = group_fingerprint(own_fingerprint or "").replace(" ", "&nbsp;")  # one piece
+    if not own_fingerprint:
+        return f"Join only if you asked for this invite on {who}."
+    return (
+        f"{who} shows this computer's fingerprint, <tt>{grouped}</tt>, "
+        "next to the PIN. Join only if it matches and you asked for this invite there."
+    )
 
 
 def outcome_text(invite: Invite) -> str:

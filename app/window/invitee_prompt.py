@@ -22,7 +22,6 @@ other windows. ``self.tray`` may be None (no system tray): the prompt is still r
 
 from __future__ import annotations
 
-import html
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -56,6 +55,7 @@ from app.controllers.invitee import (
     PIN_LENGTH,
     InviteeController,
     countdown_text,
+    fingerprint_hint,
     group_fingerprint,
     invite_headline,
     outcome_text,
@@ -71,19 +71,7 @@ TICK_MS = 250
 Clock = Callable[[], float]  # Unix seconds, like an invite's expires_at
 
 
-# Words ---------------------------------------------------------------------------------------
-
-
-def fingerprint_hint(name: str, own_fingerprint: str | None) -> str:
-    """What to compare before joining (rich text)."""
-    who = html.escape(name)
-    grouped = group_fingerprint(own_fingerprint or "").replace(" ", "&nbsp;")  # one piece
-    if not own_fingerprint:
-        return f"Join only if you asked for this invite on {who}."
-    return (
-        f"{who} shows this computer's fingerprint, <tt>{grouped}</tt>, "
-        "next to the PIN. Join only if it matches and you asked for this invite there."
-    )
+# Looks ---------------------------------------------------------------------------------------
 
 
 def outcome_colour(invite: Invite) -> str | None:
@@ -96,6 +84,11 @@ def outcome_colour(invite: Invite) -> str | None:
 
 
 # PIN boxes -----------------------------------------------------------------------------------
+
+
+# How many boxes a key moves the focus by.
+_STEPS = {Qt.Key.Key_Left: -1, Qt.Key.Key_Right: 1, Qt.Key.Key_Home: -PIN_LENGTH}
+_STEPS[Qt.Key.Key_End] = PIN_LENGTH
 
 
 class DigitBox(QLineEdit):
@@ -119,18 +112,15 @@ class DigitBox(QLineEdit):
     def keyPressEvent(self, event: QKeyEvent) -> None:
         """Digits fill the box, Backspace and Delete empty it (in an empty box Backspace goes
         back), the arrows, Home and End move; other keys that type text do nothing."""
-        key, text = event.key(), event.text()
-        steps = {Qt.Key.Key_Left: -1, Qt.Key.Key_Right: 1, Qt.Key.Key_Home: -PIN_LENGTH}
-        steps[Qt.Key.Key_End] = PIN_LENGTH
-        modifier = Qt.KeyboardModifier
+        key, text, modifier = event.key(), event.text(), Qt.KeyboardModifier
         shortcut = event.modifiers() & (modifier.ControlModifier | modifier.AltModifier)
         if key == Qt.Key.Key_Backspace and not self.text():
             self.back_requested.emit()
         elif key in (Qt.Key.Key_Backspace, Qt.Key.Key_Delete):
             self.selectAll()
             super().keyPressEvent(event)  # deletes the digit: textEdited("")
-        elif key in steps:
-            self.step_requested.emit(steps[Qt.Key(key)])
+        elif key in _STEPS:
+            self.step_requested.emit(_STEPS[Qt.Key(key)])
         elif len(text) == 1 and text.isprintable() and not shortcut:
             if pin_digits(text):
                 self.digit_typed.emit(pin_digits(text))
@@ -392,10 +382,9 @@ class InviteePrompt(QDialog):
             return
         self._shown_ended = True
         self._ticker.stop()
-        for widget in (self.hint, self.instruction, self.pin, self.countdown):
+        entry = (self.hint, self.instruction, self.pin, self.countdown)
+        for widget in (*entry, self.join_button, self.decline_button):
             widget.hide()
-        self.join_button.hide()
-        self.decline_button.hide()
         self.close_button.show()
         self.close_button.setDefault(True)
         self.close_button.setFocus()
@@ -417,10 +406,8 @@ class InviteePrompt(QDialog):
 
     def _show_note(self, text: str, colour: str | None, *, bold: bool = False) -> None:
         self.note.setText(text)
-        style = [f"color: {colour};"] if colour else []
-        if bold:
-            style.append("font-weight: bold;")
-        self.note.setStyleSheet(" ".join(style))
+        style = (f"color: {colour};" if colour else "") + (" font-weight: bold;" if bold else "")
+        self.note.setStyleSheet(style.strip())
 
     def _on_pin_changed(self) -> None:
         self._error = ""
@@ -570,7 +557,9 @@ class InviteePrompts(QObject):
         # A prompt over a hidden window could stay hidden with it: then it stands alone.
         parent = None if window_hidden(self._window) else self._window
         prompt = InviteePrompt(self.controller, invite, self._clock, parent)
-        prompt.finished.connect(lambda _result: self._on_prompt_finished(prompt))
+        # A bound method, not a lambda holding the prompt: that cycle crashes PySide when the
+        # window deletes the prompt (its child) before the prompt's own deleteLater runs.
+        prompt.finished.connect(self._on_prompt_finished)
         self.prompt = prompt
         self._refresh_waiting()
         present_prompt(prompt, self._window, self._tray, invite_headline(invite))
@@ -578,13 +567,14 @@ class InviteePrompts(QObject):
     def _discard_prompt(self) -> None:
         prompt, self.prompt = self.prompt, None
         if prompt is not None:
+            prompt.finished.disconnect(self._on_prompt_finished)
             prompt.close()
             prompt.deleteLater()
 
-    def _on_prompt_finished(self, prompt: InviteePrompt) -> None:
-        if prompt is not self.prompt:
+    def _on_prompt_finished(self, _result: int) -> None:
+        prompt, self.prompt = self.prompt, None
+        if prompt is None:
             return
-        self.prompt = None
         prompt.deleteLater()
         while self._queue:
             invite = self.controller.invite(self._queue.pop(0))

@@ -9,7 +9,6 @@ is PAIR's emulator behind a shim, so starting it starts a real process on laptop
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 

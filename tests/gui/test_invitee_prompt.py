@@ -5,6 +5,7 @@ time, and the tray message while the main window is hidden."""
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -468,3 +469,16 @@ async def test_the_tray_says_so_only_while_the_window_is_hidden(ui: Ui) -> None:
     ui.window.showMinimized()
     ui.push(invite_id="inv-3")  # queued behind inv-2, still announced
     assert len(ui.tray.icon.messages) == 2
+
+
+async def test_deleting_the_window_just_after_its_prompt_closed_is_safe(ui: Ui) -> None:
+    await ui.ready()
+    window = QWidget()
+    window.show()
+    prompts = InviteePrompts(ui.controller, window, None, ui.clock)
+    ui.push()
+    assert prompts.prompt is not None and prompts.prompt.parent() is window
+    prompts.close_all()
+    del window, prompts  # the window, the prompt's parent, goes before its deleteLater runs
+    gc.collect()
+    await settle()

@@ -63,6 +63,7 @@ UNREACHABLE_ID = "cluster:unreachable"
 CONNECT_TIMEOUT_S = 5.0
 SYNC_TIMEOUT_S = 15.0
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 10.0)
+UNREACHABLE_AFTER = 2  # failed connects in a row
 MIRRORED_JOBS = 1000
 MAX_MIRRORED_ERRORS = 200
 MAX_HELD_EVENTS = 5000
@@ -138,6 +139,7 @@ class MemberLink:
         self._errors_wanted = asyncio.Event()
         self._tasks = TaskSet(f"link:{member.name}")
         self._unreachable = False
+        self._failures = 0  # connects that failed in a row
 
     @property
     def state(self) -> MemberEngines:
@@ -256,6 +258,7 @@ class MemberLink:
             query = WorkloadsQuery(limit=MIRRORED_JOBS, origin=self.node_id)
             jobs = await contract.call(peer, methods.WORKLOADS_SUBSCRIBE, query)
         self._unreachable = False
+        self._failures = 0
         self._reason = ""
         self._engine_seq = engines.seq
         self._publish(_member_state(self._state, engines))
@@ -279,7 +282,10 @@ class MemberLink:
     def _went_unreachable(self, reason: str) -> None:
         self._reason = reason
         self._publish(msgspec.structs.replace(self._state, reachable=False, error=reason))
-        if self._unreachable:
+        self._failures += 1
+        # One failure alone is not news: right after a pairing the other side may not have
+        # finished trusting this node yet (it answers 403 for a moment).
+        if self._unreachable or self._failures < UNREACHABLE_AFTER:
             return
         self._unreachable = True
         log.warning("member %s (%s) is unreachable: %s", self.name, self.node_id, reason)

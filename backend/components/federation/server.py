@@ -50,8 +50,14 @@ class MemberRpc:
         cluster.on_trust_changed(self._trust_changed)
 
     def add_routes(self, app: web.Application) -> None:
-        """Route ``GET /v1/cluster/link`` (members only, like every ``/v1/cluster/*`` route)."""
+        """Route ``GET /v1/cluster/link`` (members only, like every ``/v1/cluster/*`` route);
+        the links are closed first when the node API shuts down (they never end by themselves)."""
         app.router.add_get(LINK_PATH, self._serve)
+        app.on_shutdown.append(self._close_all)
+
+    async def _close_all(self, _: web.Application) -> None:
+        for peer in list(self._peers):
+            peer.abort()
 
     async def _serve(self, request: web.Request) -> web.StreamResponse:
         member = cluster_routes.member_of(self._cluster, request)
