@@ -130,7 +130,8 @@ def _ipv4(host: str) -> str | Invalid:
         pass
     parts = host.split(".")
     numbers_fit = all(not part or (len(part) <= 3 and int(part) <= 255) for part in parts)
-    if len(parts) < 4 and numbers_fit and ".." not in host and not host.startswith("."):
+    still_typing = len(parts) < 4 or (len(parts) == 4 and parts[-1] == "")  # ``192.168.1.``
+    if still_typing and numbers_fit and ".." not in host and not host.startswith("."):
         return Invalid("an IPv4 address has four numbers", incomplete=True)
     if len(parts) > 4:
         return Invalid("an IPv4 address has four numbers")

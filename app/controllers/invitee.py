@@ -19,6 +19,7 @@ from PySide6.QtCore import QObject, Signal
 
 from app.broker.connection import BrokerConnection
 from app.controllers.base import Controller
+from app.fingerprint import SHORT_DIGITS, grouped
 from app.stores.cluster import ClusterStore
 from backend.protocol import methods
 from backend.protocol.errors import CallTimeout, Conflict, InvalidParams, NotFound, RpcError
@@ -34,7 +35,6 @@ RESTARTED = "the PAIR service restarted, which ends every open invite"
 GONE = "this computer no longer holds that invite"
 OVER = "that invite is over: "  # how the broker's -32002 begins; the rest is the reason
 PIN_LENGTH = 6
-FINGERPRINT_DIGITS = 16  # as `pair cluster` and `pair invite` shorten it
 
 
 def peer_label(invite: Invite) -> str:
@@ -49,8 +49,7 @@ def pin_digits(text: str) -> str:
 
 def group_fingerprint(fingerprint: str) -> str:
     """The first 16 hex digits after ``sha256:`` in fours: ``3f2a 9c1b 77de 0a41``."""
-    digits = fingerprint.removeprefix("sha256:")[:FINGERPRINT_DIGITS]
-    return " ".join(digits[i : i + 4] for i in range(0, len(digits), 4)) or "unknown"
+    return grouped(fingerprint, digits=SHORT_DIGITS) or "unknown"
 
 
 def countdown_text(seconds_left: float) -> str:

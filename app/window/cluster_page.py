@@ -10,7 +10,8 @@ For the composition root::
     page.add_node_requested.connect(...)  # open the Add node dialog
 
 ``ClusterPage(connection, controller, prompts=None, parent=None)``: ``prompts`` asks the
-confirmations and the new key's name (``Prompts``; tests pass their own). Signal
+confirmations and the new key's name (``Prompts`` in ``app/window/cluster_dialogs.py``, with
+the dialog that shows a new key's secret; tests pass their own). Signal
 ``add_node_requested()``: the user pressed "Add node…" (the page opens nothing itself). The
 page reads the models through ``controller.members`` and ``controller.keys`` and calls only
 controller methods.
@@ -18,29 +19,15 @@ controller methods.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QAbstractItemModel, QSignalBlocker, Qt, QTimer, Signal
-from PySide6.QtGui import (
-    QFont,
-    QFontDatabase,
-    QGuiApplication,
-    QKeyEvent,
-    QResizeEvent,
-    QShowEvent,
-)
+from PySide6.QtCore import QSignalBlocker, Qt, Signal
+from PySide6.QtGui import QKeyEvent, QShowEvent
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QCheckBox,
-    QDialog,
-    QDialogButtonBox,
     QFrame,
     QGroupBox,
     QHBoxLayout,
-    QHeaderView,
-    QInputDialog,
     QLabel,
     QLineEdit,
-    QMessageBox,
-    QPlainTextEdit,
     QPushButton,
     QScrollArea,
     QTableView,
@@ -50,12 +37,14 @@ from PySide6.QtWidgets import (
 
 from app.broker.connection import BrokerConnection
 from app.broker.state import ServiceState
-from app.controllers.cluster_page import ClusterPageController, NewKey, client_settings
+from app.controllers.cluster_page import ClusterPageController, NewKey
+from app.fingerprint import grouped
 from app.models.errors import SEVERITY_COLOURS
 from app.models.keyed_table import ROW_ROLE
 from app.models.members import MemberRow, day_text
+from app.window.cluster_dialogs import Prompts, SecretDialog
 from app.window.settings_general import error_label, show_error
-from app.window.widgets import muted_label, page_title
+from app.window.widgets import FittedTable, copy_to_clipboard, fixed_font, muted_label, page_title
 from backend.protocol.types import ApiKeyInfo, ClusterStatus
 
 INTRO = (
@@ -81,15 +70,12 @@ LAN_NOTE = (
     "Other computers on your network may then send requests to this computer's front doors, "
     "each with a key from the list below. This computer needs no key."
 )
-COPIED_MS = 1500
 NO_KEYS = "No keys yet: create one for each computer or app that should get in."
 
 
 def group_fingerprint(fingerprint: str) -> str:
     """``sha256:ab12…`` as two lines of eight groups of four hex digits."""
-    digits = fingerprint.removeprefix("sha256:")
-    groups = [digits[i : i + 4] for i in range(0, len(digits), 4)]
-    return "\n".join(" ".join(groups[i : i + 8]) for i in range(0, len(groups), 8))
+    return grouped(fingerprint, per_line=8)
 
 
 def remove_text(name: str) -> str:
@@ -117,87 +103,6 @@ def revoke_text(key: ApiKeyInfo) -> str:
         f"Whatever uses the key {key.name} ({key.prefix}…) is refused from now on. This cannot "
         "be undone: create a new key to let it in again."
     )
-
-
-class Prompts:
-    """The questions the page asks, modal; tests answer them with their own."""
-
-    def confirm(self, parent: QWidget, title: str, text: str, action: str) -> bool:
-        """Ask before a change that cannot be undone; True when ``action`` was pressed."""
-        box = QMessageBox(QMessageBox.Icon.Warning, title, text, parent=parent)
-        go = box.addButton(action, QMessageBox.ButtonRole.DestructiveRole)
-        cancel = box.addButton(QMessageBox.StandardButton.Cancel)
-        box.setDefaultButton(cancel)
-        box.exec()
-        return box.clickedButton() is go
-
-    def key_name(self, parent: QWidget) -> str | None:
-        """The new key's name, or None when cancelled."""
-        text, ok = QInputDialog.getText(
-            parent,
-            "Create API key",
-            "A name to tell the key apart, e.g. the computer or app it is for:",
-        )
-        return text.strip() if ok and text.strip() else None
-
-
-def copy_to_clipboard(text: str, button: QPushButton) -> None:
-    """Put ``text`` on the clipboard; the button says "Copied" for a moment."""
-    QGuiApplication.clipboard().setText(text)
-    label = button.text()
-    button.setText("Copied")
-    QTimer.singleShot(COPIED_MS, button, lambda: button.setText(label))
-
-
-def fixed_font() -> QFont:
-    """The system's fixed-width font, for fingerprints and secrets."""
-    return QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
-
-
-class FittedTable(QTableView):
-    """A read-only, single-row-selecting table as tall as its rows (within bounds), so the
-    page scrolls rather than the table; column ``stretch`` takes the spare width."""
-
-    def __init__(
-        self, model: QAbstractItemModel, stretch: int, minimum_rows: int, maximum_rows: int
-    ) -> None:
-        super().__init__()
-        self._stretch = stretch
-        self._rows = (minimum_rows, maximum_rows)
-        self.setModel(model)
-        self.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.setAlternatingRowColors(True)
-        self.setShowGrid(False)
-        self.setWordWrap(False)
-        self.verticalHeader().hide()
-        header = self.horizontalHeader()
-        header.setHighlightSections(False)
-        header.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(stretch, QHeaderView.ResizeMode.Stretch)
-        header.setStretchLastSection(False)
-
-    def fit(self) -> None:
-        """Size the columns to their contents and the height to the rows."""
-        header = self.horizontalHeader()
-        # The header's own resize-to-contents misses rows that arrive while it is hidden.
-        for column in range(header.count()):
-            if column != self._stretch:
-                self.resizeColumnToContents(column)
-        low, high = self._rows
-        rows = min(max(self.model().rowCount(), low), high)
-        frame = 2 * self.frameWidth()
-        height = header.sizeHint().height() + rows * self.verticalHeader().defaultSectionSize()
-        if header.length() > self.width() - frame:  # too narrow: a scroll bar takes room
-            height += self.horizontalScrollBar().sizeHint().height()
-        self.setFixedHeight(height + frame)
-
-    def resizeEvent(self, event: QResizeEvent) -> None:
-        """Fit again: a narrower table may need its scroll bar."""
-        super().resizeEvent(event)
-        self.fit()
 
 
 class NameEdit(QLineEdit):
@@ -229,67 +134,6 @@ class NameEdit(QLineEdit):
             event.accept()
             return
         super().keyPressEvent(event)
-
-
-class SecretDialog(QDialog):
-    """A new key's secret, shown this once, with Copy and the settings a client uses."""
-
-    def __init__(self, key: NewKey, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setWindowTitle("API key created")
-        self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        self.setMinimumWidth(560)
-        fixed = fixed_font()
-        self.secret = QLineEdit(key.secret)
-        self.secret.setReadOnly(True)
-        self.secret.setFont(fixed)
-        self.copy_button = QPushButton("Copy")
-        self.copy_button.clicked.connect(
-            lambda: copy_to_clipboard(self.secret.text(), self.copy_button)
-        )
-        self.settings = QPlainTextEdit(client_settings(key))
-        self.settings.setReadOnly(True)
-        self.settings.setFont(fixed)
-        self.settings.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
-        self.settings.setFixedHeight(self.settings.fontMetrics().lineSpacing() * 7 + 12)
-        self.copy_settings_button = QPushButton("Copy settings")
-        self.copy_settings_button.clicked.connect(
-            lambda: copy_to_clipboard(self.settings.toPlainText(), self.copy_settings_button)
-        )
-        self._lay_out(key)
-
-    def _lay_out(self, key: NewKey) -> None:
-        layout = QVBoxLayout(self)
-        intro = QLabel(
-            f"Copy the secret of <b>{key.info.name}</b> now: it cannot be shown again "
-            "(PAIR keeps only a hash of it)."
-        )
-        intro.setWordWrap(True)
-        layout.addWidget(intro)
-        row = QHBoxLayout()
-        row.addWidget(self.secret, 1)
-        row.addWidget(self.copy_button)
-        layout.addLayout(row)
-        layout.addSpacing(8)
-        layout.addWidget(QLabel("On the other computer, set:"))
-        layout.addWidget(self.settings)
-        copy_row = QHBoxLayout()
-        copy_row.addStretch(1)
-        copy_row.addWidget(self.copy_settings_button)
-        layout.addLayout(copy_row)
-        if not key.lan_access:
-            note = error_label()
-            show_error(note, "LAN access is off: other computers are refused until it is on.")
-            layout.addWidget(note)
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
-        buttons.rejected.connect(self.reject)
-        layout.addWidget(buttons)
-
-    def done(self, result: int) -> None:
-        """Close, and let go of the secret."""
-        self.secret.clear()
-        self.settings.clear()
-        super().done(result)
 
 
 class IdentityBox(QGroupBox):

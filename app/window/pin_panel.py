@@ -12,17 +12,17 @@ from typing import Literal
 
 import msgspec
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QFont, QFontDatabase
+from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.controllers.add_node import AddNodeController
+from app.fingerprint import SHORT_DIGITS, grouped
 from app.models.errors import SEVERITY_COLOURS
-from app.window.widgets import muted_label, page_title
+from app.window.widgets import fixed_font, muted_label, page_title
 from backend.protocol.types import Invite, InviteCreated, InviteId, InviteState
 
 Tone = Literal["good", "bad", "neutral"]
 TONE_COLOURS = {"good": "#2e7d32", "bad": SEVERITY_COLOURS["error"].name()}
-FINGERPRINT_DIGITS = 16
 PIN_POINT_SIZE = 40
 
 
@@ -51,8 +51,7 @@ def format_countdown(seconds: float) -> str:
 
 def short_fingerprint(fingerprint: str) -> str:
     """``3f2a 9c01 77de 0b45``: the first 16 hex digits of ``sha256:…``, in groups of four."""
-    digits = fingerprint.removeprefix("sha256:")[:FINGERPRINT_DIGITS]
-    return " ".join(digits[i : i + 4] for i in range(0, len(digits), 4))
+    return grouped(fingerprint, digits=SHORT_DIGITS)
 
 
 def _sentence(text: str, name: str) -> str:
@@ -105,7 +104,7 @@ def describe_outcome(invite: Invite) -> Outcome:
 
 
 def _pin_font() -> QFont:
-    font = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+    font = fixed_font()
     font.setPointSize(PIN_POINT_SIZE)
     font.setBold(True)
     font.setLetterSpacing(QFont.SpacingType.AbsoluteSpacing, 6)

@@ -27,7 +27,8 @@ from app.models.members import (
 from app.stores.cluster import ClusterStore
 from app.stores.discovery import DiscoveryStore
 from app.stores.engines import EnginesStore
-from app.window.cluster_page import ClusterPage, Prompts, group_fingerprint
+from app.window.cluster_dialogs import Prompts
+from app.window.cluster_page import ClusterPage, group_fingerprint
 from backend.protocol import methods
 from backend.protocol.errors import InvalidParams, Unavailable
 from backend.protocol.types import ApiKeyInfo, ClusterMember, DiscoveredNode, MemberEngines, NodeId
