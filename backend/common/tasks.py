@@ -19,8 +19,15 @@ class TaskSet:
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def spawn(self, coro: Coroutine[Any, Any, T], *, name: str) -> asyncio.Task[T]:
-        """Start ``coro`` as a task named ``<owner>:<name>``."""
-        task = asyncio.get_running_loop().create_task(coro, name=f"{self._owner}:{name}")
+        """Start ``coro`` as a task named ``<owner>:<name>``; without a running loop (a Qt
+        signal delivered after the app's loop stopped) ``coro`` is closed and RuntimeError
+        raised, so nothing is left never awaited."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            coro.close()
+            raise
+        task = loop.create_task(coro, name=f"{self._owner}:{name}")
         self._tasks.add(task)
         task.add_done_callback(self._forget)
         return task

@@ -92,3 +92,13 @@ async def test_wait_first_raises_what_the_winner_raised() -> None:
 
     with pytest.raises(ValueError, match="first"):
         await wait_first(fail(), asyncio.sleep(60))
+
+
+def test_spawning_without_a_running_loop_closes_the_coroutine() -> None:
+    async def work() -> None:
+        raise AssertionError("never runs")
+
+    coro = work()
+    with pytest.raises(RuntimeError):
+        TaskSet("owner").spawn(coro, name="late")
+    assert coro.cr_frame is None, "closed, so it is not reported as never awaited"
