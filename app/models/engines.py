@@ -10,16 +10,16 @@ change answers a command.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Literal
 from urllib.parse import urlsplit
 
-from PySide6.QtCore import QByteArray, QObject, Qt
+from PySide6.QtCore import QObject
 from PySide6.QtGui import QColor
 
-from app.models.keyed_table import ROW_ROLE, Column, KeyedTableModel, ModelIndex
+from app.models.keyed_table import ROW_ROLE, Column, KeyedTableModel, Role
 from backend.protocol.types import (
     DiscoveredNode,
     EngineName,
@@ -409,20 +409,12 @@ ENGINE_ROLE = ROW_ROLE + 2
 STATE_ROLE = ROW_ROLE + 3
 PENDING_ROLE = ROW_ROLE + 4
 READ_ONLY_ROLE = ROW_ROLE + 5
-_ROLE_VALUES: dict[int, Callable[[EngineRow], object]] = {
-    NODE_ROLE: lambda r: r.node_id,
-    ENGINE_ROLE: lambda r: r.engine,
-    STATE_ROLE: lambda r: r.state,
-    PENDING_ROLE: lambda r: r.pending,
-    READ_ONLY_ROLE: lambda r: r.read_only,
-}
-_ROLE_NAMES: dict[int, bytes] = {
-    ROW_ROLE: b"row",
-    NODE_ROLE: b"node",
-    ENGINE_ROLE: b"engine",
-    STATE_ROLE: b"state",
-    PENDING_ROLE: b"pending",
-    READ_ONLY_ROLE: b"readOnly",
+_ROLES: dict[int, Role[EngineRow]] = {
+    NODE_ROLE: Role(b"node", lambda r: r.node_id),
+    ENGINE_ROLE: Role(b"engine", lambda r: r.engine),
+    STATE_ROLE: Role(b"state", lambda r: r.state),
+    PENDING_ROLE: Role(b"pending", lambda r: r.pending),
+    READ_ONLY_ROLE: Role(b"readOnly", lambda r: r.read_only),
 }
 
 
@@ -431,22 +423,7 @@ class EnginesModel(KeyedTableModel[EngineKey, EngineRow]):
     roles its node, engine, raw state, pending verb and whether it is read-only."""
 
     def __init__(self, parent: QObject | None = None) -> None:
-        super().__init__(COLUMNS, lambda row: row.key, parent)
-
-    def data(self, index: ModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        """The base roles, plus the engine roles above."""
-        getter = _ROLE_VALUES.get(role)
-        if getter is None:
-            return super().data(index, role)
-        if not index.isValid() or not 0 <= index.row() < self.rowCount():
-            return None
-        return getter(self.row_at(index.row()))
-
-    def roleNames(self) -> dict[int, QByteArray]:
-        """Qt's default role names plus the engine roles (for QML-style access and debugging)."""
-        names = dict(super().roleNames())
-        names.update({role: QByteArray(name) for role, name in _ROLE_NAMES.items()})
-        return names
+        super().__init__(COLUMNS, lambda row: row.key, parent, roles=_ROLES)
 
     def node_rows(self, node_id: NodeId) -> list[EngineRow]:
         """The rows of one node, in display order."""

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QPersistentModelIndex, Qt
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QByteArray,
+    QModelIndex,
+    QObject,
+    QPersistentModelIndex,
+    Qt,
+)
 from PySide6.QtGui import QColor
 
 K = TypeVar("K", bound=Hashable)
@@ -27,6 +34,14 @@ class Column(Generic[R]):
     foreground: Callable[[R], QColor | None] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Role(Generic[R]):
+    """A data role of a model beyond the columns: its name and how a row answers it."""
+
+    name: bytes
+    value: Callable[[R], object]
+
+
 class KeyedTableModel(QAbstractTableModel, Generic[K, R]):
     """A flat table whose rows are immutable values identified by ``key(row)``.
 
@@ -36,9 +51,15 @@ class KeyedTableModel(QAbstractTableModel, Generic[K, R]):
     """
 
     def __init__(
-        self, columns: Sequence[Column[R]], key: Callable[[R], K], parent: QObject | None = None
+        self,
+        columns: Sequence[Column[R]],
+        key: Callable[[R], K],
+        parent: QObject | None = None,
+        *,
+        roles: Mapping[int, Role[R]] | None = None,
     ) -> None:
         super().__init__(parent)
+        self._roles: dict[int, Role[R]] = dict(roles or {})
         self._columns = tuple(columns)
         self._key = key
         self._rows: list[R] = []
@@ -66,7 +87,15 @@ class KeyedTableModel(QAbstractTableModel, Generic[K, R]):
             return column.foreground(row)
         if role == ROW_ROLE:
             return row
-        return None
+        extra = self._roles.get(role)
+        return extra.value(row) if extra is not None else None
+
+    def roleNames(self) -> dict[int, QByteArray]:
+        """Qt's default role names, ``row`` and the model's own roles (read by name)."""
+        names = dict(super().roleNames())
+        names[ROW_ROLE] = QByteArray(b"row")
+        names.update({role: QByteArray(extra.name) for role, extra in self._roles.items()})
+        return names
 
     def headerData(
         self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole

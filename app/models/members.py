@@ -10,15 +10,15 @@ refresh changes only the rows whose text moved on.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
-from PySide6.QtCore import QByteArray, QObject, Qt
+from PySide6.QtCore import QObject
 from PySide6.QtGui import QColor
 
 from app.models.engines import STATE_LABELS
-from app.models.keyed_table import ROW_ROLE, Column, KeyedTableModel, ModelIndex
+from app.models.keyed_table import ROW_ROLE, Column, KeyedTableModel, Role
 from backend.protocol.types import (
     ApiKeyId,
     ApiKeyInfo,
@@ -208,9 +208,9 @@ MEMBER_COLUMNS: tuple[Column[MemberRow], ...] = (
 )
 NODE_ROLE = ROW_ROLE + 1
 STATE_ROLE = ROW_ROLE + 2
-_MEMBER_ROLES: dict[int, Callable[[MemberRow], object]] = {
-    NODE_ROLE: lambda r: r.node_id,
-    STATE_ROLE: lambda r: r.state,
+_MEMBER_ROLES: dict[int, Role[MemberRow]] = {
+    NODE_ROLE: Role(b"node", lambda r: r.node_id),
+    STATE_ROLE: Role(b"state", lambda r: r.state),
 }
 
 
@@ -219,23 +219,7 @@ class MembersModel(KeyedTableModel[NodeId, MemberRow]):
     ``NODE_ROLE`` its node id and ``STATE_ROLE`` its state."""
 
     def __init__(self, parent: QObject | None = None) -> None:
-        super().__init__(MEMBER_COLUMNS, lambda row: row.node_id, parent)
-
-    def data(self, index: ModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        """The base roles, plus the node id and state roles."""
-        getter = _MEMBER_ROLES.get(role)
-        if getter is None:
-            return super().data(index, role)
-        if not index.isValid() or not 0 <= index.row() < self.rowCount():
-            return None
-        return getter(self.row_at(index.row()))
-
-    def roleNames(self) -> dict[int, QByteArray]:
-        """Qt's default role names plus the member roles."""
-        names = dict(super().roleNames())
-        names.update({ROW_ROLE: QByteArray(b"row"), NODE_ROLE: QByteArray(b"node")})
-        names[STATE_ROLE] = QByteArray(b"state")
-        return names
+        super().__init__(MEMBER_COLUMNS, lambda row: row.node_id, parent, roles=_MEMBER_ROLES)
 
 
 KEY_COLUMNS: tuple[Column[ApiKeyInfo], ...] = (
