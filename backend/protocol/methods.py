@@ -53,6 +53,7 @@ from backend.protocol.types import (
     NodeInfo,
     NodeProbe,
     NodeScope,
+    SchedulerStates,
     Ok,
     PingResult,
     Removed,
@@ -129,6 +130,9 @@ ENGINE_VERSIONS: Final = Method(
 )
 ENGINE_UPDATE: Final = Method(
     "engine:update", EngineRef, EngineStatus, "install the latest version PAIR can get"
+)
+ENGINE_SCHEDULER: Final = Method(
+    "engine:scheduler", NodeScope, SchedulerStates, "queues, turns and slot owners per engine"
 )
 ENGINE_PREPARE_SHUTDOWN: Final = Method(
     "engine:prepare-shutdown", NoParams, Ok, "stop owned engines, keep the intent"
@@ -237,6 +241,7 @@ FORWARDED: Final[tuple[Method[Any, Any], ...]] = (
     ENGINE_LOGS,
     ENGINE_VERSIONS,
     ENGINE_UPDATE,
+    ENGINE_SCHEDULER,
 )
 # Everything a member may call over the member link: the forwarded methods (for this node
 # only) and the streams it follows to mirror this node's engines, errors and jobs.

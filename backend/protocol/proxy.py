@@ -20,6 +20,16 @@ TargetKind = Literal["local", "peer", "engine"]
 DEFAULT_TIMEOUT_S = 120.0
 
 
+class SlotApi(Wire, frozen=True, kw_only=True):
+    """How an engine names its slots (llama-server): the list of slots (``id``,
+    ``is_processing`` per row), the erase action (``{id}`` is the slot), and the request field
+    that pins a request to one slot."""
+
+    list_path: str = "/slots"
+    erase_path: str = "/slots/{id}?action=erase"
+    field: str = "id_slot"
+
+
 class RouteTarget(Wire, frozen=True, kw_only=True):
     """One node that runs an engine: how to reach it and what its inventory lists.
 
@@ -27,7 +37,11 @@ class RouteTarget(Wire, frozen=True, kw_only=True):
     relay listener (``https://host:relay-port``) for ``peer`` targets, whose ``cert_der`` is
     the certificate pinned for it at pairing (the only one its TLS handshake may show).
     ``slots`` (local only) is how many requests the engine runs at once per model,
-    ``model_slots`` per-model exceptions.
+    ``model_slots`` per-model exceptions. Also local only, for the engine's scheduler:
+    ``resident`` the models it holds now, ``single_model`` whether it holds one at a time (and
+    must be relaunched for another, as llama-server is), ``instance`` a number that changes
+    whenever the engine is relaunched (its slots and their KV are new), ``slot_api`` how to
+    read and erase its slots where it has them.
     """
 
     node_id: str
@@ -38,6 +52,10 @@ class RouteTarget(Wire, frozen=True, kw_only=True):
     slots: int = 1
     model_slots: dict[str, int] = msgspec.field(default_factory=dict)
     cert_der: bytes | None = None
+    resident: list[str] = msgspec.field(default_factory=list)
+    single_model: bool = False
+    instance: int = 0
+    slot_api: SlotApi | None = None
 
 
 class ProxyTargets(Wire, frozen=True, kw_only=True):
@@ -73,3 +91,33 @@ class ProxyIdentity(Wire, frozen=True, kw_only=True):
     def __repr__(self) -> str:
         # Never print the key, whatever logs or tracebacks show this payload.
         return f"ProxyIdentity(cert_pem=<{len(self.cert_pem)} chars>, key_pem=<hidden>)"
+
+
+class ExclusiveLease(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """``proxy/exclusive``: run ``kind`` (about ``model``) alone on ``engine`` once drained;
+    ``lease`` names it until ``proxy/exclusive-end``."""
+
+    engine: str
+    kind: str
+    lease: str
+    model: str | None = None
+
+
+class LeaseRef(Wire, frozen=True, kw_only=True):
+    """``proxy/exclusive-end``: the lease is over (granted or still waiting)."""
+
+    lease: str
+
+
+class ModelSwitch(Wire, frozen=True, kw_only=True):
+    """``proxy/load-model``: make ``model`` the one ``engine`` holds (the scheduler drained
+    it first)."""
+
+    engine: str
+    model: str
+
+
+class ModelSwitched(Wire, frozen=True, kw_only=True):
+    """Answer of ``proxy/load-model``: the relaunched engine's ``instance``."""
+
+    instance: int

@@ -10,9 +10,16 @@ from __future__ import annotations
 
 from typing import Final
 
-from backend.protocol.contract import Push
-from backend.protocol.proxy import ProxyIdentity, ProxyTargets
-from backend.protocol.types import JobEvent
+from backend.protocol.contract import Method, NoParams, Push
+from backend.protocol.proxy import (
+    ExclusiveLease,
+    LeaseRef,
+    ModelSwitch,
+    ModelSwitched,
+    ProxyIdentity,
+    ProxyTargets,
+)
+from backend.protocol.types import JobEvent, Ok, SchedulerStates
 
 PROXY_IDENTITY: Final[Push[ProxyIdentity]] = Push(
     "proxy/identity",
@@ -29,4 +36,29 @@ PROXY_CLOSE_LISTENERS: Final[Push[None]] = Push(
 )
 PROXY_JOB: Final[Push[JobEvent]] = Push(
     "proxy/job", JobEvent, "worker to broker: one numbered event of a job, applied in seq order"
+)
+PROXY_SCHEDULER: Final[Push[SchedulerStates]] = Push(
+    "proxy/scheduler",
+    SchedulerStates,
+    "worker to broker: the local engines' schedulers, whenever they change (at most 4 a second)",
+)
+PROXY_EXCLUSIVE: Final = Method(
+    "proxy/exclusive",
+    ExclusiveLease,
+    Ok,
+    "broker to worker: answered once the operation may run alone on the drained engine",
+)
+PROXY_EXCLUSIVE_END: Final[Push[LeaseRef]] = Push(
+    "proxy/exclusive-end",
+    LeaseRef,
+    "broker to worker: the exclusive operation ended (or its caller gave up waiting)",
+)
+PROXY_SCHEDULER_GET: Final = Method(
+    "proxy/scheduler-get", NoParams, SchedulerStates, "broker to worker: the schedulers now"
+)
+PROXY_LOAD_MODEL: Final = Method(
+    "proxy/load-model",
+    ModelSwitch,
+    ModelSwitched,
+    "worker to broker: relaunch a one-model engine with another model (it is drained)",
 )
