@@ -30,8 +30,10 @@ from backend.components.discovery.component import DiscoveryComponent
 from backend.components.discovery.manual import ManualNodeStore
 from backend.components.discovery.timing import DiscoveryTiming, mdns_enabled
 from backend.components.engines import rpc as engines_rpc
+from backend.components.engines import scheduler_view
 from backend.components.engines.component import EnginesComponent
 from backend.components.engines.ledger import EngineLedger
+from backend.components.engines.scheduler_view import SchedulerView
 from backend.components.errors import rpc as errors_rpc
 from backend.components.errors.registry import ErrorsRegistry
 from backend.components.federation.component import FederationComponent, MemberEnginesBoard
@@ -149,12 +151,17 @@ def build_node(base: Foundation) -> Node:
         on_connect=services.readiness.greet,
     )
     board = MemberEnginesBoard(NumberedStream(methods.ENGINE_EVENT, services.hub))
-    engines = _engines(base, services, board)
+    schedulers = SchedulerView(board.events)
+    engines = _engines(base, services, board, schedulers)
     workloads = _workloads(base, services)
     discovery = _discovery(base, services)
     cluster = _cluster(base, services, board)
     apikeys = _apikeys(base, services)
-    proxy = _proxy(base, services, engines, workloads, discovery, cluster.service, apikeys)
+    proxy = _proxy(
+        base, services, engines, workloads, discovery, cluster.service, apikeys, schedulers
+    )
+    # Exclusive operations on an engine wait for its scheduler in the proxy worker to drain it.
+    engines.bind_gate(proxy.gate)
     federation, member_rpc = _federation(
         base, services, cluster.service, discovery, workloads, board
     )
@@ -273,7 +280,12 @@ def _register_settings(services: _Services, workers: Sequence[WorkerProcess]) ->
     )
 
 
-def _engines(base: Foundation, services: _Services, board: MemberEnginesBoard) -> EnginesComponent:
+def _engines(
+    base: Foundation, services: _Services, board: MemberEnginesBoard, schedulers: SchedulerView
+) -> EnginesComponent:
+    from backend.components.engines.launch import SettingsValues
+
+    settings = services.settings
     engines = EnginesComponent(
         data_dir=base.config.data_dir,
         ledger=EngineLedger(base.store, base.clock),
@@ -281,6 +293,9 @@ def _engines(base: Foundation, services: _Services, board: MemberEnginesBoard) -
         clock=base.clock,
         events=board.events,
         members=board.members,
+        scheduler=schedulers.states,
+        # llamacpp_parallel, llamacpp_context and llamacpp_model, read at every launch.
+        settings=SettingsValues(lambda: settings.snapshot().values, settings.update),
     )
     engines_rpc.register(services.dispatcher, engines, board.events)
     return engines
@@ -326,7 +341,10 @@ def _proxy(
     discovery: DiscoveryComponent,
     cluster: ClusterService,
     apikeys: ApiKeysService,
+    schedulers: SchedulerView,
 ) -> ProxyComponent:
+    """The front doors' worker; its schedulers' states go to ``schedulers`` (and from there
+    to ``engine:scheduler`` and the engine stream)."""
     settings = services.settings
     node_id = base.identity.node_id
     table = TableSource(
@@ -339,7 +357,7 @@ def _proxy(
         members=lambda: cluster.membership,
         lan=lambda: LanAccess(settings.view().lan_access, apikeys.hashes()),
     )
-    return ProxyComponent(
+    proxy = ProxyComponent(
         ports=base.config.ports,
         errors=services.errors,
         clock=base.clock,
@@ -348,7 +366,11 @@ def _proxy(
         environment=services.levels.worker_environment,
         on_job=workloads.on_job_event,
         on_worker_exit=lambda: workloads.fail_unfinished(PROXY_GONE),
+        on_scheduler=schedulers.changed,  # also the empty state once the worker is gone
+        load_model=engines.switch_model,
     )
+    scheduler_view.register(services.dispatcher, schedulers, fetch=proxy.fetch_scheduler)
+    return proxy
 
 
 def _proxy_timeouts(settings: SettingsService) -> Callable[[], tuple[float, float]]:

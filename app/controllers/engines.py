@@ -1,6 +1,7 @@
 """Keeps ``EnginesModel`` equal to the engines of this node and of the other cluster members (the
 engines store) and to the engines other computers report (the discovery store, read-only), and
-runs engine commands on any member with optimistic pending state.
+runs engine commands on any member with optimistic pending state. This node's rows carry their
+engine's scheduler; a ``scheduler_changed`` repaints only the rows whose scheduler changed.
 
 A click shows its verb at once through the shared ``PendingActions`` store, keyed by node and
 engine. It clears on the backend's truth: a state change that is the command's outcome (or an
@@ -132,6 +133,7 @@ class EnginesController(Controller):
         self.engines.engine_changed.connect(self._on_engines_engine_changed)
         self.engines.install_progressed.connect(self._on_engines_install_progressed)
         self.engines.member_changed.connect(self._on_engines_member_changed)
+        self.engines.scheduler_changed.connect(self._on_engines_scheduler_changed)
         self.discovery.reset.connect(self._on_discovery_reset)
         self.discovery.node_changed.connect(self._on_discovery_node_changed)
         self.discovery.node_removed.connect(self._on_discovery_node_removed)
@@ -406,6 +408,14 @@ class EnginesController(Controller):
             self._doors = door_ports(broker.front_doors)
             self._show_node(self.node_id)
 
+    def _on_engines_scheduler_changed(self) -> None:
+        """New schedulers of this node's engines: repaint the rows whose scheduler changed."""
+        if not self._identified:
+            return
+        for row in self.model.node_rows(self.node_id):
+            if row.scheduler != self.engines.scheduler(row.engine):
+                self._publish(row.key)
+
     # -- other members -------------------------------------------------------------------------
 
     def _on_engines_member_changed(self, node_id: NodeId) -> None:
@@ -510,6 +520,7 @@ class EnginesController(Controller):
             port_error=self._port_errors.get(key),
             install=install_step(install) if install is not None else None,
             versions=self._versions.get(key),
+            scheduler=self.engines.scheduler(key[1]) if host.local else None,
         )
         return managed_row(host, status, extras)
 

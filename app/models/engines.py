@@ -20,6 +20,7 @@ from PySide6.QtCore import QObject
 from PySide6.QtGui import QColor
 
 from app.models.keyed_table import ROW_ROLE, Column, KeyedTableModel, Role
+from app.models.scheduler_text import scheduler_line
 from backend.protocol.types import (
     DiscoveredNode,
     EngineName,
@@ -28,6 +29,7 @@ from backend.protocol.types import (
     EngineVersions,
     InstallProgress,
     NodeId,
+    SchedulerState,
 )
 
 RowState = EngineState | Literal["unreachable"]
@@ -92,7 +94,8 @@ class EngineRow:
     door's real port. ``pending`` is the store's verb while an action is unconfirmed; ``notice``
     the last command's failure or timeout; ``port_error`` a rejected port (by the form or the
     broker); ``update_to`` the version an update would install, ``update_note`` why a newer
-    version cannot be installed by PAIR.
+    version cannot be installed by PAIR; ``scheduler`` this node's engine's scheduler (other
+    members' are not mirrored).
     """
 
     node_id: NodeId
@@ -124,6 +127,7 @@ class EngineRow:
     version: str | None = None
     update_to: str | None = None
     update_note: str | None = None
+    scheduler: SchedulerState | None = None
 
     @property
     def key(self) -> EngineKey:
@@ -160,6 +164,7 @@ class RowExtras:
     port_error: str | None = None
     install: InstallStep | None = None
     versions: EngineVersions | None = None
+    scheduler: SchedulerState | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +213,7 @@ def managed_row(host: Host, status: EngineStatus, extras: RowExtras) -> EngineRo
         version=version,
         update_to=update_to,
         update_note=update_note,
+        scheduler=extras.scheduler if host.local else None,
     )
 
 
@@ -388,6 +394,12 @@ def state_colour(row: EngineRow) -> QColor:
     return QColor(STATE_COLOURS[row.state])
 
 
+def scheduler_text(row: EngineRow) -> str:
+    """The card's scheduler line (``SCHEDULER_ROLE``): this node's engines only, and only while
+    the scheduler has work, an exclusive operation or a turn."""
+    return scheduler_line(row.scheduler) if row.local else ""
+
+
 def _port_text(row: EngineRow) -> str:
     return str(row.port) if row.port is not None else ""
 
@@ -409,18 +421,21 @@ ENGINE_ROLE = ROW_ROLE + 2
 STATE_ROLE = ROW_ROLE + 3
 PENDING_ROLE = ROW_ROLE + 4
 READ_ONLY_ROLE = ROW_ROLE + 5
+SCHEDULER_ROLE = ROW_ROLE + 6
 _ROLES: dict[int, Role[EngineRow]] = {
     NODE_ROLE: Role(b"node", lambda r: r.node_id),
     ENGINE_ROLE: Role(b"engine", lambda r: r.engine),
     STATE_ROLE: Role(b"state", lambda r: r.state),
     PENDING_ROLE: Role(b"pending", lambda r: r.pending),
     READ_ONLY_ROLE: Role(b"readOnly", lambda r: r.read_only),
+    SCHEDULER_ROLE: Role(b"scheduler", scheduler_text),
 }
 
 
 class EnginesModel(KeyedTableModel[EngineKey, EngineRow]):
     """Engines keyed by (node id, engine); ``ROW_ROLE`` gives the ``EngineRow``, the other
-    roles its node, engine, raw state, pending verb and whether it is read-only."""
+    roles its node, engine, raw state, pending verb, whether it is read-only and the scheduler
+    line."""
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(COLUMNS, lambda row: row.key, parent, roles=_ROLES)

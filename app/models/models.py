@@ -24,6 +24,7 @@ from backend.protocol.types import (
     EngineName,
     EngineStatus,
     MemberEngines,
+    ModelDetails,
     NodeId,
 )
 
@@ -93,7 +94,8 @@ def _with_tag(name: str) -> str:
 @dataclass(frozen=True, slots=True)
 class ModelRow:
     """One model on one node's engine; rows of this node (``local``) and of the other members
-    (``member``) can be acted on, a member's only while it can be ``reachable``."""
+    (``member``) can be acted on, a member's only while it can be ``reachable``. ``details``
+    is what the model file says about itself, where its engine reads it (llama.cpp)."""
 
     key: PendingKey
     node_name: str
@@ -102,6 +104,7 @@ class ModelRow:
     reachable: bool = True
     size_bytes: int | None = None  # None when the engine does not report it
     member: bool = False
+    details: ModelDetails | None = None
 
     @property
     def managed(self) -> bool:
@@ -156,11 +159,44 @@ def local_rows(
             continue
         loaded = set(models.loaded_by_engine.get(engine, []))
         sizes = models.sizes_by_engine.get(engine, {})
+        details = models.details_by_engine.get(engine, {})
         for name in names:
             key = PendingKey(node_id, engine, name)
             row = ModelRow(key, node_name, name in loaded, not member, reachable, sizes.get(name))
-            rows.append(replace(row, member=member) if member else row)
+            rows.append(replace(row, member=member, details=details.get(name)))
     return rows
+
+
+def details_text(details: ModelDetails | None) -> str:
+    """``llama · Q4_K_M · 32K context``: what is known of a model file, compactly."""
+    if details is None:
+        return ""
+    context = details.context_length
+    parts = [details.architecture, details.quantization]
+    parts.append(f"{_tokens(context)} context" if context is not None else None)
+    return " · ".join(part for part in parts if part)
+
+
+def details_tip(details: ModelDetails | None) -> str | None:
+    """The same, one fact a line, with the file's name and the exact context length."""
+    if details is None:
+        return None
+    context = details.context_length
+    facts = [
+        ("Architecture", details.architecture),
+        ("Quantization", details.quantization),
+        ("Context length", f"{context:,} tokens" if context is not None else None),
+        ("File", details.file),
+    ]
+    lines = [f"{name}: {value}" for name, value in facts if value]
+    return "\n".join(lines) or None
+
+
+def _tokens(count: int) -> str:
+    """A context length as people write it: 32768 is ``32K``; an odd one stays exact."""
+    if count >= 1024 and count % 1024 == 0:
+        return f"{count // 1024}K"
+    return f"{count:,}"
 
 
 def member_rows(member: MemberEngines) -> list[ModelRow]:
@@ -203,9 +239,12 @@ def expectation_met(action: str, row: ModelRow | None) -> bool:
 
 
 class ModelsModel(KeyedTableModel[PendingKey, ModelRow]):
-    """Models keyed by (node, engine, model): computer, engine, model, size, status, actions."""
+    """Models keyed by (node, engine, model): computer, engine, model, size, details, status,
+    actions."""
 
-    ACTIONS_COLUMN = 5
+    DETAILS_COLUMN = 4
+    STATUS_COLUMN = 5
+    ACTIONS_COLUMN = 6
 
     def __init__(self, pending: PendingActions, parent: QObject | None = None) -> None:
         columns: tuple[Column[ModelRow], ...] = (
@@ -213,6 +252,11 @@ class ModelsModel(KeyedTableModel[PendingKey, ModelRow]):
             Column("Engine", lambda row: engine_title(row.engine)),
             Column("Model", lambda row: row.model, tooltip=lambda row: row.model),
             Column("Size", lambda row: format_size(row.size_bytes), tooltip=self._size_tip),
+            Column(
+                "Details",
+                lambda row: details_text(row.details),
+                tooltip=lambda row: details_tip(row.details),
+            ),
             Column("Status", self.status_text, foreground=self._status_colour),
             Column("", lambda _row: ""),  # the page puts the row's buttons here
         )

@@ -1,6 +1,6 @@
-"""This node's engines (``engine:subscribe``): their states, the models they list and load, and
-the pulls and installs in progress, shared by the Engines, Models and Overview pages, the tray,
-the welcome dialog and the Endpoints window."""
+"""This node's engines (``engine:subscribe``): their states, the models they list and load, the
+pulls and installs in progress and their schedulers, shared by the Engines, Models and Overview
+pages, the tray, the welcome dialog and the Endpoints window."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from backend.protocol.types import (
     EngineModels,
     EngineModelsChanged,
     EngineName,
+    EngineSchedulerChanged,
     EnginesSnapshot,
     EngineStateChanged,
     EngineStatus,
@@ -28,6 +29,8 @@ from backend.protocol.types import (
     NodeId,
     PullProgress,
     PullProgressed,
+    SchedulerState,
+    SchedulerStates,
 )
 
 PullKey = tuple[EngineName, str]  # (engine, model)
@@ -38,13 +41,15 @@ class EnginesStore(StreamStore[NoParams, EnginesSnapshot, EngineEvent]):
     ``engine_changed`` names an engine whose status changed, ``models_changed`` follows a new
     model list, ``pull_progressed`` and ``install_progressed`` carry each progress step (the
     last one has ``done``); ``member_changed`` names another member whose engines, models or
-    link changed (``members``); ``reset`` after every snapshot."""
+    link changed (``members``); ``scheduler_changed`` follows new schedulers of this node's
+    engines (``scheduler``); ``reset`` after every snapshot."""
 
     engine_changed = Signal(str)  # EngineName
     models_changed = Signal()
     pull_progressed = Signal(object)  # PullProgress
     install_progressed = Signal(object)  # InstallProgress
     member_changed = Signal(str)  # NodeId
+    scheduler_changed = Signal()
 
     def __init__(self, connection: BrokerConnection, parent: QObject | None = None) -> None:
         super().__init__(connection, methods.ENGINE_SUBSCRIBE, methods.ENGINE_EVENT, None, parent)
@@ -53,6 +58,7 @@ class EnginesStore(StreamStore[NoParams, EnginesSnapshot, EngineEvent]):
         self._pulls: dict[PullKey, PullProgress] = {}
         self._installs: dict[EngineName, InstallProgress] = {}
         self._members: dict[NodeId, MemberEngines] = {}
+        self._schedulers: dict[EngineName, SchedulerState] = {}
 
     @property
     def members(self) -> Mapping[NodeId, MemberEngines]:
@@ -83,12 +89,18 @@ class EnginesStore(StreamStore[NoParams, EnginesSnapshot, EngineEvent]):
         """Installs in progress by engine, their last step each."""
         return self._installs
 
+    def scheduler(self, engine: EngineName) -> SchedulerState | None:
+        """This node's engine's scheduler; None while it has seen no work (or an older broker
+        reports none)."""
+        return self._schedulers.get(engine)
+
     def _load(self, snapshot: EnginesSnapshot) -> None:
         self._statuses = {status.engine: status for status in snapshot.engines}
         self._models = snapshot.models
         self._pulls = {(pull.engine, pull.model): pull for pull in snapshot.pulls}
         self._installs = {install.engine: install for install in snapshot.installs}
         self._members = {member.node_id: member for member in snapshot.members}
+        self._schedulers = _by_engine(snapshot.scheduler)
 
     def _apply(self, event: EngineEvent) -> None:
         match event:
@@ -116,8 +128,16 @@ class EnginesStore(StreamStore[NoParams, EnginesSnapshot, EngineEvent]):
             case MemberEnginesLeft(node_id=node_id):
                 if self._members.pop(node_id, None) is not None:
                     self.member_changed.emit(node_id)
+            case EngineSchedulerChanged(scheduler=scheduler):
+                self._schedulers = _by_engine(scheduler)
+                self.scheduler_changed.emit()
 
     def _forget(self) -> None:
         self._statuses, self._models = {}, None
         self._pulls, self._installs = {}, {}
         self._members = {}
+        self._schedulers = {}
+
+
+def _by_engine(states: SchedulerStates | None) -> dict[EngineName, SchedulerState]:
+    return {state.engine: state for state in states.engines} if states is not None else {}

@@ -1,7 +1,8 @@
 """One engine as a card: state, on/off switch, Install or Update with progress, Restart, ports
 and log, for this computer's engines and every other member's alike (the controller sends a
 member's commands with its ``node``). A member that cannot be reached shows its cards disabled;
-engines other computers only report use the same card without controls, saying why.
+engines other computers only report use the same card without controls, saying why. This
+computer's engines add a line for their scheduler while it has work, an operation or a turn.
 """
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ from app.models.engines import (
     MIN_PORT,
     PROGRESS_VERBS,
     EngineRow,
+    scheduler_text,
     state_colour,
     state_label,
 )
+from app.models.scheduler_text import scheduler_tip
 from app.window.indicator import ColourDot
 from app.window.log_view import LogView
 from app.window.widgets import muted_label
@@ -185,6 +188,9 @@ class EngineCard(QFrame):
         self.read_only = muted_label()
         self.read_only.setWordWrap(False)
         self.details = muted_label()
+        self.scheduler = QLabel()  # this computer's engines, while their scheduler has news
+        self.scheduler.setWordWrap(True)
+        self.scheduler.setObjectName("schedulerLine")
         self.models = QLabel()
         self.models.setWordWrap(True)
         self.update_note = muted_label()
@@ -242,7 +248,7 @@ class EngineCard(QFrame):
         layout.setContentsMargins(14, 10, 14, 12)
         layout.setSpacing(6)
         layout.addLayout(header)
-        for widget in (self.details, self.models, self.update_note, self.progress):
+        for widget in (self.details, self.scheduler, self.models, self.update_note, self.progress):
             layout.addWidget(widget)
         layout.addLayout(ports)
         layout.addWidget(self.port_error)
@@ -272,11 +278,18 @@ class EngineCard(QFrame):
         self.state_label.setToolTip(row.error or "")
         self.details.setText(detail_text(row))
         self.details.setVisible(bool(self.details.text()))
+        self._show_scheduler(row)
         self._show_models(row)
         self._show_controls(row)
         self._show_ports(row, previous)
         self._show_progress(row)
         self._show_notice(row)
+
+    def _show_scheduler(self, row: EngineRow) -> None:
+        text = scheduler_text(row)
+        self.scheduler.setText(text)
+        self.scheduler.setToolTip(scheduler_tip(row.scheduler) if text else "")
+        self.scheduler.setVisible(bool(text))
 
     def _show_models(self, row: EngineRow) -> None:
         self.models.setVisible(row.read_only and bool(row.models))

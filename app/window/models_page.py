@@ -1,5 +1,6 @@
-"""The Models page: models per computer and engine with Load, Eject and Delete (on this computer
-and on every other member alike), a Pull bar that pulls on any member with live progress, and
+"""The Models page: models per computer and engine (with the architecture, quantization and
+context length of llama.cpp's model files) with Load, Eject and Delete (on this computer and on
+every other member alike), a Pull bar that pulls on any member with live progress, and
 the model hub. Views only: every command goes through ``ModelsController``.
 """
 
@@ -34,6 +35,7 @@ from app.models.models import (
     ModelsModel,
     ModelsSortProxy,
     PullRow,
+    details_text,
     engine_title,
     on_any_change,
 )
@@ -296,9 +298,10 @@ class ModelsTab(QWidget):
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
         # Fixed: a status that turns into "Ejecting…" must not be cut to "Eject...".
-        header.setSectionResizeMode(4, QHeaderView.ResizeMode.Fixed)
+        status = ModelsModel.STATUS_COLUMN
+        header.setSectionResizeMode(status, QHeaderView.ResizeMode.Fixed)
         widest = self.fontMetrics().horizontalAdvance(STATUS_WIDEST)
-        self.table.setColumnWidth(4, widest + 2 * self.style().pixelMetric(FOCUS_FRAME) + 16)
+        self.table.setColumnWidth(status, widest + 2 * self.style().pixelMetric(FOCUS_FRAME) + 16)
         self.empty_note = muted_label()
         self.empty_note.setAlignment(Qt.AlignmentFlag.AlignCenter)
         layout = QVBoxLayout(self)
@@ -334,6 +337,9 @@ class ModelsTab(QWidget):
                 self.table.setIndexWidget(index, widget)
             pending = self._controller.pending.get(row.key) is not None
             widget.refresh(row, pending, connected)
+        # Only model files say what they are (llama.cpp's): no column of blanks without them.
+        described = any(details_text(row.details) for row in self._model.rows())
+        self.table.setColumnHidden(ModelsModel.DETAILS_COLUMN, not described)
         empty = self.proxy.rowCount() == 0
         self.table.setVisible(not empty)
         self.empty_note.setVisible(empty)

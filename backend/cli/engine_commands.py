@@ -1,7 +1,8 @@
-"""``pair engines``, ``pair engine status|install|start|stop|restart|update|versions|set-port|
-logs|uninstall ENGINE``, ``pair models``, ``pair pull ENGINE MODEL`` and ``pair model
-load|eject|delete ENGINE MODEL``, each on this node or, with ``--node``, on another member of the
-cluster (the broker forwards the call)."""
+"""``pair engines [--verbose]``, ``pair engine status|install|start|stop|restart|update|
+versions|set-port|logs|uninstall ENGINE``, ``pair models``, ``pair pull ENGINE MODEL``, ``pair
+model load|eject|delete ENGINE MODEL`` and ``pair model pull NAME|URL --engine ENGINE [--url URL]
+[--sha256 HEX]``, each on this node or, with ``--node``, on another member of the cluster (the
+broker forwards the call)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import msgspec
+
 from backend.cli import client_commands, confirm, exit_codes
 from backend.cli.engine_format import (
     WANTED,
     ModelOperation,
     describe_model_action,
+    describe_model_facts,
     describe_state,
     describe_status,
     describe_uninstalled,
@@ -30,7 +34,8 @@ from backend.cli.node_ref import (
     with_node,
 )
 from backend.cli.progress_bar import ProgressBar
-from backend.protocol import contract, methods
+from backend.cli.scheduler_format import scheduler_lines
+from backend.protocol import contract, errors, methods
 from backend.protocol.contract import Method
 from backend.protocol.peer import RpcPeer
 from backend.protocol.types import (
@@ -41,9 +46,11 @@ from backend.protocol.types import (
     EngineSetPort,
     EngineStatus,
     NodeScope,
+    SchedulerState,
 )
 
 T = TypeVar("T")
+URL_SCHEMES = ("http://", "https://")
 
 # Slightly above the broker's own bounds for a call it forwards to a member (docs/RPC.md), so
 # its error naming the member arrives before ours.
@@ -88,12 +95,19 @@ def add_parsers(commands: Any, add_data_dir: Any) -> None:
         "engine", help="install, run, update or remove an engine; its status, port and logs"
     )
     model = commands.add_parser("model", help="load, eject or delete a model of an engine")
+    engines.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also show each engine's scheduler: slots, queues, turn, exclusive operation",
+    )
     engine_ops = engine.add_subparsers(dest="operation", metavar="OPERATION", required=True)
     model_ops = model.add_subparsers(dest="operation", metavar="OPERATION", required=True)
     on_engine = {op: engine_ops.add_parser(op, help=text) for op, text in ENGINE_OPERATIONS.items()}
     on_model = {
         op: model_ops.add_parser(op, help=spec.help) for op, spec in MODEL_OPERATIONS.items()
     }
+    pull_model = _add_model_pull(model_ops)
     for parser in on_engine.values():
         parser.add_argument("engine", metavar="ENGINE")
     for parser in (pull, *on_model.values()):
@@ -109,9 +123,22 @@ def add_parsers(commands: Any, add_data_dir: Any) -> None:
     )
     for parser in (on_engine["uninstall"], on_model["delete"]):
         parser.add_argument("--yes", action="store_true", help="do not ask before doing it")
-    for parser in (engines, models, pull, *on_engine.values(), *on_model.values()):
+    for parser in (engines, models, pull, pull_model, *on_engine.values(), *on_model.values()):
         add_data_dir(parser)
         add_node_option(parser)
+
+
+def _add_model_pull(model_ops: Any) -> argparse.ArgumentParser:
+    pull: argparse.ArgumentParser = model_ops.add_parser(
+        "pull", help="download a model into an engine, with progress (llama.cpp: from a URL)"
+    )
+    pull.add_argument(
+        "model", metavar="NAME|URL", nargs="?", help="the model's name, or the URL of its file"
+    )
+    pull.add_argument("--engine", metavar="ENGINE", required=True, help="the engine to pull into")
+    pull.add_argument("--url", metavar="URL", help="where to download the model file (llama.cpp)")
+    pull.add_argument("--sha256", metavar="HEX", help="the SHA-256 the downloaded file must have")
+    return pull
 
 
 def _line_count(text: str) -> int:
@@ -127,7 +154,8 @@ def _line_count(text: str) -> int:
 def run(args: argparse.Namespace) -> int | None:
     """Run the command if it is one of ours; None otherwise."""
     if args.command == "engines":
-        return _on_node(args, _engines)
+        verbose: bool = args.verbose
+        return _on_node(args, lambda peer, member: _engines(peer, member, verbose=verbose))
     if args.command == "models":
         return _on_node(args, _models)
     if args.command == "pull":
@@ -191,6 +219,8 @@ def _engine_work(args: argparse.Namespace, engine: EngineName) -> NodeWork:
 
 
 def _run_model(args: argparse.Namespace) -> int:
+    if args.operation == "pull":
+        return _run_model_pull(args)
     operation: ModelOperation = MODEL_OPERATIONS[args.operation]
     engine, model = EngineName(args.engine), args.model
 
@@ -204,9 +234,37 @@ def _run_model(args: argparse.Namespace) -> int:
     )
 
 
-async def _engines(peer: RpcPeer, member: KnownNode | None) -> int:
+def _run_model_pull(args: argparse.Namespace) -> int:
+    """``pair model pull``: the name the model will have is what its progress is drawn for."""
+    model: str | None = args.model
+    url: str | None = args.url
+    try:
+        name = _pulled_name(model, url)
+    except errors.InvalidParams as exc:
+        print(f"pair: {exc.message}", file=sys.stderr)
+        return exit_codes.USAGE
+    bar = ProgressBar(EngineName(args.engine), name)
+    params = EngineActionParams(
+        engine=bar.engine, action="pull_model", model=model, url=url, sha256=args.sha256
+    )
+    return _on_node(args, lambda peer, member: _pull(peer, bar, member, params), bar)
+
+
+def _pulled_name(model: str | None, url: str | None) -> str:
+    """The name a pull saves the model under: ``model``, else the one its URL suggests."""
+    if model and not (url is None and model.startswith(URL_SCHEMES)):
+        return model
+    if url is None and model is None:
+        raise errors.InvalidParams("give the model's name or the URL of its file")
+    from backend.components.engines.model_store import name_from_url
+
+    return name_from_url(url or model or "")
+
+
+async def _engines(peer: RpcPeer, member: KnownNode | None, *, verbose: bool = False) -> int:
     scope = NodeScope(node=node_id_of(member))
     statuses = await contract.call(peer, methods.ENGINE_LIST, scope, timeout=LIST_TIMEOUT_S)
+    schedulers = await _schedulers(peer, scope, member) if verbose else None
     print(f"{'ENGINE':<10}{'STATE':<15}{'PORT':<7}{'PID':<9}{'SLOTS':<7}{'WANTED':<8}DETAIL")
     for status in statuses:
         state = status.state + (" (adopted)" if status.adopted else "")
@@ -215,7 +273,25 @@ async def _engines(peer: RpcPeer, member: KnownNode | None) -> int:
             f"{status.engine:<10}{state:<15}{status.port:<7}{status.pid or '-'!s:<9}"
             f"{status.slots or '-'!s:<7}{WANTED[status.desired]:<8}{detail}"
         )
+        scheduler = schedulers.pop(status.engine, None) if schedulers is not None else None
+        if scheduler is not None or (schedulers is not None and status.state == "running"):
+            print("\n".join(scheduler_lines(scheduler)))
+    for engine, scheduler in (schedulers or {}).items():  # an engine the list left out
+        print(f"{engine:<10}(not listed)")
+        print("\n".join(scheduler_lines(scheduler)))
     return exit_codes.OK
+
+
+async def _schedulers(
+    peer: RpcPeer, scope: NodeScope, member: KnownNode | None
+) -> dict[EngineName, SchedulerState] | None:
+    """Each engine's scheduler by name; None (and a note) from a broker that has none."""
+    try:
+        states = await contract.call(peer, methods.ENGINE_SCHEDULER, scope, timeout=LIST_TIMEOUT_S)
+    except errors.MethodNotFound:
+        print(f"(the PAIR service{on_node(member)} does not report schedulers)", file=sys.stderr)
+        return None
+    return {state.engine: state for state in states.engines}
 
 
 async def _models(peer: RpcPeer, member: KnownNode | None) -> int:
@@ -226,9 +302,12 @@ async def _models(peer: RpcPeer, member: KnownNode | None) -> int:
     for engine, names in sorted(models.by_engine.items()):
         loaded = set(models.loaded_by_engine.get(engine, []))
         slots = models.slots_by_engine.get(engine, {})
+        details = models.details_by_engine.get(engine, {})
+        sizes = models.sizes_by_engine.get(engine, {})
         for name in names or ["(no models)"]:
             mark = f"loaded, {slots.get(name, '?')} slots" if name in loaded else ""
-            print(f"{engine:<10}{name:<40}{mark}")
+            facts = describe_model_facts(details.get(name), sizes.get(name))
+            print(f"{engine:<10}{name:<40}{facts}{mark}")
     return exit_codes.OK
 
 
@@ -244,10 +323,15 @@ async def _following(
         bar.end_line()
 
 
-async def _pull(peer: RpcPeer, bar: ProgressBar, member: KnownNode | None) -> int:
-    params = EngineActionParams(
-        engine=bar.engine, action="pull_model", model=bar.model, node=node_id_of(member)
-    )
+async def _pull(
+    peer: RpcPeer,
+    bar: ProgressBar,
+    member: KnownNode | None,
+    asked: EngineActionParams | None = None,
+) -> int:
+    """``asked`` (by default: pull ``bar.model`` into ``bar.engine``) on ``member``."""
+    base = asked or EngineActionParams(engine=bar.engine, action="pull_model", model=bar.model)
+    params = msgspec.structs.replace(base, node=node_id_of(member))
     await _following(
         peer, bar, member, lambda: contract.call(peer, methods.ENGINE_ACTION, params, timeout=None)
     )

@@ -12,6 +12,7 @@ from backend.protocol.types import (
     EngineActionResult,
     EngineStatus,
     EngineVersions,
+    ModelDetails,
 )
 
 WANTED = {True: "on", False: "off", None: "-"}
@@ -67,6 +68,30 @@ def describe_model_action(
     if result.restarted:
         return f"{text}; {params.engine} was restarted to pick the change up"
     return f"{text}; {params.engine} did not need a restart"
+
+
+def describe_model_facts(details: ModelDetails | None, size: int | None) -> str:
+    """``0.5 MB  llama  F32  ctx 2048  ``: what a model's file says, for ``pair models``; empty
+    for a model its engine tells nothing of (only model stores read their files)."""
+    if details is None:
+        return ""
+    facts = [
+        describe_size(size) if size is not None else None,
+        details.architecture,
+        details.quantization,
+        f"ctx {details.context_length}" if details.context_length is not None else None,
+    ]
+    return "".join(f"{fact}  " for fact in facts if fact)
+
+
+def describe_size(size: int) -> str:
+    """Bytes as people read them: ``512 B``, ``0.5 MB``, ``4.1 GB`` (powers of 1000)."""
+    if size < 1000:
+        return f"{size} B"
+    for unit, scale in (("kB", 1e3), ("MB", 1e6), ("GB", 1e9)):
+        if size < scale * 1000:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size / 1e12:.1f} TB"
 
 
 def describe_versions(versions: EngineVersions, member: KnownNode | None = None) -> str:

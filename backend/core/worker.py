@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from backend.core.clock import Clock
@@ -45,6 +45,7 @@ class WorkerProcess(Component):
         heartbeat_timeout: float = 15.0,
         stop_grace: float = 3.0,
         on_notification: Callable[[str, Any], None] = lambda method, params: None,
+        on_request: Callable[[str, Any], Awaitable[Any]] | None = None,
         environment: Callable[[], dict[str, str]] = dict,
         pass_fds: Sequence[int] = (),
     ) -> None:
@@ -55,6 +56,7 @@ class WorkerProcess(Component):
         self._timeout = heartbeat_timeout
         self._grace = stop_grace
         self._on_notification = on_notification
+        self._on_request = on_request
         self._environment = environment
         self._pass_fds = tuple(pass_fds)
         self._process: asyncio.subprocess.Process | None = None
@@ -91,7 +93,11 @@ class WorkerProcess(Component):
         self._process = process
         assert process.stdout is not None and process.stdin is not None
         peer = RpcPeer(
-            process.stdout, process.stdin, name=f"worker:{self.name}", on_notification=self._relay
+            process.stdout,
+            process.stdin,
+            name=f"worker:{self.name}",
+            on_notification=self._relay,
+            on_request=self._answer if self._on_request is not None else None,
         )
         self._peer = peer
         log.info("worker %s started (pid %d)", self.name, process.pid)
@@ -148,6 +154,12 @@ class WorkerProcess(Component):
 
     def _relay(self, method: str, params: Any, _: RpcPeer) -> None:
         self._on_notification(method, params)
+
+    async def _answer(self, method: str, params: Any, _: RpcPeer) -> Any:
+        """A request from the worker (only workers built with ``on_request`` may ask)."""
+        if self._on_request is None:
+            raise errors.MethodNotFound(f"Method not found: {method}")
+        return await self._on_request(method, params)
 
 
 def _first_leaf(group: BaseExceptionGroup[Exception]) -> Exception:

@@ -54,7 +54,7 @@ RESERVED_PORTS: Final = frozenset({1234, 1235, 8080, 8081, 11434, 11435, 14320})
 BROKER_START_TIMEOUT: Final = 60.0
 BROKER_STOP_GRACE: Final = 15.0  # the broker's own staged shutdown takes at most 10 s
 ENGINE_START_TIMEOUT: Final = 120.0
-LLAMA_SERVER_MODEL: Final = "tiny-random-llama"  # the alias llama-server lists the model under
+LLAMA_SERVER_MODEL: Final = "tiny-random-llama"  # its name in the model store: llama-server's alias
 # Slower than the emulators' defaults, so that loads, queues and Running jobs stay on screen.
 EMULATOR_TIMING: Final = ("--load-delay", "1.5", "--token-delay", "0.04")
 DOORS: Final = ("ollama", "openai", "llamacpp")
@@ -403,17 +403,16 @@ def _lmstudio_override(node: DemoNode, bin_dir: Path) -> dict[str, Any]:
 
 
 def _llama_server_override(node: DemoNode, binary: Path, model: Path) -> dict[str, Any]:
-    args = ["-m", "{model_path}", "--host", "{host}", "--port", "{port}"]
-    args += ["-np", "{parallel}", "-c", "{context}", "--alias", LLAMA_SERVER_MODEL]
+    """llama-server on the node's port, serving the tiny model from the node's model store
+    (linked there under the name clients see)."""
+    store = node.data_dir / "models" / "llamacpp"
+    store.mkdir(parents=True, exist_ok=True)
+    link = store / f"{LLAMA_SERVER_MODEL}.gguf"
+    link.unlink(missing_ok=True)  # a root reused from an earlier demo
+    link.symlink_to(model)
     return {
         "detect": [{"path": str(binary)}],
-        "models_dir": str(model.parent),
-        "runtime": {
-            "port": node.ports["llamacpp-engine"],
-            "args": args,
-            "params": {"model_path": str(model), "parallel": "2", "context": "4096"},
-            "ready": {"timeout_s": 60},
-        },
+        "runtime": {"port": node.ports["llamacpp-engine"], "ready": {"timeout_s": 60}},
     }
 
 

@@ -41,7 +41,9 @@ class RouteTarget(Wire, frozen=True, kw_only=True):
     ``resident`` the models it holds now, ``single_model`` whether it holds one at a time (and
     must be relaunched for another, as llama-server is), ``instance`` a number that changes
     whenever the engine is relaunched (its slots and their KV are new), ``slot_api`` how to
-    read and erase its slots where it has them.
+    read and erase its slots where it has them, ``slots_known`` false when ``slots`` is only a
+    guess (an adopted engine configured by an environment PAIR cannot see): then the scheduler
+    does not limit how many run.
     """
 
     node_id: str
@@ -56,6 +58,7 @@ class RouteTarget(Wire, frozen=True, kw_only=True):
     single_model: bool = False
     instance: int = 0
     slot_api: SlotApi | None = None
+    slots_known: bool = True
 
 
 class ProxyTargets(Wire, frozen=True, kw_only=True):

@@ -419,6 +419,7 @@ class EnginesSnapshot(Wire, frozen=True, kw_only=True):
     pulls: list[PullProgress] = []
     installs: list[InstallProgress] = []
     members: list[MemberEngines] = []
+    scheduler: SchedulerStates | None = None
 
 
 class EngineStateChanged(Wire, frozen=True, kw_only=True, tag_field="event", tag="state_changed"):
@@ -468,6 +469,16 @@ class MemberEnginesLeft(Wire, frozen=True, kw_only=True, tag_field="event", tag=
     node_id: NodeId
 
 
+class EngineSchedulerChanged(
+    Wire, frozen=True, kw_only=True, tag_field="event", tag="scheduler_changed"
+):
+    """This node's engine schedulers changed (queues, turn, exclusive operation, slot owners);
+    pushed at most 4 times a second."""
+
+    seq: int
+    scheduler: SchedulerStates
+
+
 EngineEvent = (
     EngineStateChanged
     | EngineModelsChanged
@@ -475,6 +486,7 @@ EngineEvent = (
     | InstallProgressed
     | MemberEnginesChanged
     | MemberEnginesLeft
+    | EngineSchedulerChanged
 )
 
 

@@ -147,12 +147,14 @@ class EngineEvents:
         pulls: Iterable[dict[str, Any]] = (),
         installs: Iterable[dict[str, Any]] = (),
         members: Iterable[dict[str, Any]] = (),
+        scheduler: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """A raw ``engine:subscribe`` answer at the current ``seq`` (``members``: other
-        members' ``MemberEngines``)."""
+        members' ``MemberEngines``; ``scheduler``: this node's ``SchedulerStates``)."""
         return {
             "seq": self.seq, "engines": list(engines), "models": models or NO_MODELS,
             "pulls": list(pulls), "installs": list(installs), "members": list(members),
+            **({"scheduler": scheduler} if scheduler is not None else {}),
         }  # fmt: skip
 
     def script(self, *engines: dict[str, Any], **rest: Any) -> None:
@@ -178,6 +180,10 @@ class EngineEvents:
     def member(self, member: dict[str, Any]) -> None:
         """Push ``member_changed`` (another member's whole state)."""
         self._push("member_changed", member=member)
+
+    def scheduler(self, states: dict[str, Any]) -> None:
+        """Push ``scheduler_changed`` (this node's ``SchedulerStates``)."""
+        self._push("scheduler_changed", scheduler=states)
 
     def member_left(self, node_id: str) -> None:
         """Push ``member_left``."""

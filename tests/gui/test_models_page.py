@@ -25,6 +25,7 @@ from app.models.models import (
     CatalogFilter,
     CatalogModel,
     ModelRow,
+    ModelsModel,
     ModelsSortProxy,
     PullRow,
     expectation_met,
@@ -811,3 +812,66 @@ async def test_a_member_that_leaves_loses_its_rows(ui: Ui) -> None:
     ui.events.member_left(MEMBER)
     assert MEMBER not in ui.controller.models.nodes()
     assert ui.page.pull_bar.node_combo.isHidden()
+
+
+# Model details (llama.cpp reads them from the GGUF file).
+
+GGUF_DETAILS = {
+    "llamacpp": {
+        "qwen2.5-0.5b": {
+            "file": "qwen2.5-0.5b-instruct-q4_k_m.gguf",
+            "architecture": "qwen2",
+            "quantization": "Q4_K_M",
+            "context_length": 32768,
+        },
+        "odd": {"context_length": 1000},
+    }
+}
+
+
+def details_cell(ui: Ui, key: PendingKey) -> tuple[str, str | None]:
+    models = ui.controller.models
+    position = models.position(key)
+    assert position is not None
+    cell = models.index(position, ModelsModel.DETAILS_COLUMN)
+    return cell.data(), cell.data(Qt.ItemDataRole.ToolTipRole)
+
+
+async def test_model_details_show_compactly_where_the_engine_reads_them(
+    qtbot: QtBot, qtmodeltester: ModelTester, ui: Ui
+) -> None:
+    await start(ui)
+    table = ui.page.models_tab.table
+    assert table.isColumnHidden(ModelsModel.DETAILS_COLUMN), "no details: no column of blanks"
+    assert (
+        ui.controller.models.headerData(ModelsModel.DETAILS_COLUMN, Qt.Orientation.Horizontal)
+        == "Details"
+    )
+    by_engine = {**LOCAL["by_engine"], "llamacpp": ["qwen2.5-0.5b", "odd", "bare"]}
+    with qtbot.waitSignal(ui.controller.models.rowsInserted):
+        ui.events.models({**listing(by_engine), "details_by_engine": GGUF_DETAILS})
+    qtmodeltester.check(ui.controller.models, force_py=True)
+    text, tip = details_cell(ui, ui.key("llamacpp", "qwen2.5-0.5b"))
+    assert text == "qwen2 · Q4_K_M · 32K context"
+    assert tip == (
+        "Architecture: qwen2\nQuantization: Q4_K_M\nContext length: 32,768 tokens\n"
+        "File: qwen2.5-0.5b-instruct-q4_k_m.gguf"
+    )
+    assert details_cell(ui, ui.key("llamacpp", "odd")) == (
+        "1,000 context",
+        "Context length: 1,000 tokens",
+    )
+    assert details_cell(ui, ui.key("llamacpp", "bare")) == ("", None)
+    assert details_cell(ui, ui.key("ollama", "qwen3:8b")) == ("", None)
+    assert not table.isColumnHidden(ModelsModel.DETAILS_COLUMN)
+    ui.events.models(listing(LOCAL["by_engine"]))  # llama.cpp stopped
+    await settle()
+    assert table.isColumnHidden(ModelsModel.DETAILS_COLUMN)
+
+
+async def test_a_members_model_details_show_too(ui: Ui) -> None:
+    theirs = {**listing({"llamacpp": ["qwen2.5-0.5b"]}), "details_by_engine": GGUF_DETAILS}
+    await start_with_member(ui, models=theirs, engines=("llamacpp",))
+    key = member_key("llamacpp", "qwen2.5-0.5b")
+    assert details_cell(ui, key)[0] == "qwen2 · Q4_K_M · 32K context"
+    assert not ui.page.models_tab.table.isColumnHidden(ModelsModel.DETAILS_COLUMN)

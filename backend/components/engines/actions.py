@@ -14,17 +14,24 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 
 from backend.components.engines.commands import run_command
+from backend.components.engines.exclusive import ExclusiveKind
 from backend.components.engines.http import engine_error_text, request_json
 from backend.components.engines.manifest import Action, HttpAction, ResultSpec
 from backend.components.engines.templating import expand, expand_all, expand_json
 from backend.protocol import errors
-from backend.protocol.types import EngineActionResult, EngineName, PullProgress
+from backend.protocol.types import EngineActionResult, EngineName, ModelDetails, PullProgress
 
 if TYPE_CHECKING:
     from backend.components.engines.controller import EngineController
 
 ProgressSink = Callable[[PullProgress], None]
 MODEL_ACTIONS = ("pull_model", "load_model", "unload_model", "delete_model")
+# The model actions that change what a running engine serves: they wait for the exclusive gate.
+EXCLUSIVE_ACTIONS: dict[str, ExclusiveKind] = {
+    "load_model": "load",
+    "unload_model": "unload",
+    "delete_model": "delete",
+}
 _PERCENT = re.compile(r"(\d{1,3}(?:\.\d+)?)\s*%")
 
 
@@ -39,10 +46,8 @@ def action_of(engine: EngineController, name: str) -> Action:
     return action
 
 
-async def run_action(
-    engine: EngineController, name: str, model: str | None, progress: ProgressSink
-) -> EngineActionResult:
-    """Run ``name``; model actions need ``model``; the engine must be running."""
+def check_action(engine: EngineController, name: str, model: str | None) -> Action:
+    """The action, once it can run: model actions need ``model``; the engine must run."""
     action = action_of(engine, name)
     if name in MODEL_ACTIONS and not (model and model.strip()):
         raise errors.InvalidParams(f"Invalid params: {name} needs a model name")
@@ -51,6 +56,14 @@ async def run_action(
             f"{engine.manifest.display_name} is not running; start it first",
             {"engine": engine.name},
         )
+    return action
+
+
+async def run_action(
+    engine: EngineController, name: str, model: str | None, progress: ProgressSink
+) -> EngineActionResult:
+    """Run ``name``; model actions need ``model``; the engine must be running."""
+    action = check_action(engine, name, model)
     values = engine.placeholder_values(model=model or "")
     if action.http is not None:
         return await _run_http(engine, name, action, values, model or "", progress)
@@ -61,11 +74,12 @@ async def run_action(
 
 @dataclass(frozen=True, slots=True)
 class ModelListing:
-    """One listing of an engine's models: sorted names, and sizes in bytes for those whose
-    size the engine reported (the others are absent)."""
+    """One listing of an engine's models: sorted names, sizes in bytes for those whose size
+    the engine reported (the others are absent), and what the files of a model store say."""
 
     names: list[str]
     sizes: dict[str, int] = field(default_factory=dict)
+    details: dict[str, ModelDetails] = field(default_factory=dict)
 
 
 async def list_names(engine: EngineController, name: str, timeout: float) -> list[str]:

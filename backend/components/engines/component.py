@@ -7,16 +7,21 @@ import contextlib
 import json
 import logging
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
 from backend.common.files import write_private_atomic
-from backend.common.tasks import wait_first
-from backend.components.engines import actions
+from backend.common.tasks import TaskSet, wait_first
+from backend.components.engines import actions, store_actions
 from backend.components.engines.controller import EngineController, EngineHooks
+from backend.components.engines.exclusive import OPEN_GATE, ExclusiveGate, ExclusiveKind
+from backend.components.engines.launch import EngineSettings, NoSettings
 from backend.components.engines.ledger import EngineLedger
 from backend.components.engines.manifest import (
+    Manifest,
     ManifestError,
     build,
     bundled_documents,
@@ -39,14 +44,17 @@ from backend.protocol.types import (
     EngineEvent,
     EngineModels,
     EngineModelsChanged,
+    EngineName,
     EnginesSnapshot,
     EngineStateChanged,
     EngineStatus,
     InstallProgress,
     InstallProgressed,
     MemberEngines,
+    ModelDetails,
     PullProgress,
     PullProgressed,
+    SchedulerStates,
 )
 
 log = logging.getLogger(__name__)
@@ -57,8 +65,10 @@ NO_MODELS = EngineModels(models=[], by_engine={}, loaded_by_engine={}, slots_by_
 
 
 class EnginesComponent(Component):
-    """Owns the engine controllers, their shared HTTP session and the loaded-model watcher;
-    publishes every change as a numbered ``engine:event`` and keeps what a snapshot needs."""
+    """Owns the engine controllers, their shared HTTP session, the loaded-model watcher and
+    the restarts that follow changed engine settings; publishes every change as a numbered
+    ``engine:event`` and keeps what a snapshot needs. Exclusive operations (restart, a running
+    engine's port move, update, model load/unload/delete) first hold the bound gate."""
 
     ready_on_start = False
 
@@ -71,10 +81,18 @@ class EnginesComponent(Component):
         clock: Clock,
         events: NumberedStream[EngineEvent],
         members: Callable[[], list[MemberEngines]] = list,
+        scheduler: Callable[[], SchedulerStates | None] = lambda: None,
         watch_interval: float = WATCH_INTERVAL_S,
+        settings: EngineSettings | None = None,
     ) -> None:
         super().__init__("engines")
         self._members = members
+        self._data_dir = data_dir
+        self._settings: EngineSettings = settings if settings is not None else NoSettings()
+        self._gate: ExclusiveGate = OPEN_GATE
+        self._relaunches = TaskSet("engines:settings-restart")
+        self._relaunch_pending: set[str] = set()
+        self._scheduler = scheduler
         self.override_dir = data_dir / "engines"
         self._ledger = ledger
         self._errors = errors_sink
@@ -105,6 +123,10 @@ class EnginesComponent(Component):
                 await asyncio.shield(self.prepare_shutdown())
                 self.controllers = {}
 
+    def bind_gate(self, gate: ExclusiveGate) -> None:
+        """Hold ``gate`` (the proxy's schedulers) around every exclusive operation."""
+        self._gate = gate
+
     async def _build(self, session: aiohttp.ClientSession) -> None:
         await self._reap_orphans()
         loaded = load_all(self.override_dir)
@@ -130,9 +152,12 @@ class EnginesComponent(Component):
                 hooks=hooks,
                 install_dir=self.override_dir / name,
                 desired=desired.get(name),
+                data_dir=self._data_dir,
+                settings=self._settings,
             )
             for name, manifest in loaded.manifests.items()
         }
+        self._recheck.set()  # list the model stores at once, running or not
         await asyncio.gather(*(c.detect() for c in self.controllers.values()))
         await asyncio.gather(
             *(self._restore(c) for c in self.controllers.values() if c.status().desired is True)
@@ -159,6 +184,7 @@ class EnginesComponent(Component):
         await asyncio.shield(self._sweep)
 
     async def _stop_owned(self) -> None:
+        await self._relaunches.close(timeout=1.0)  # no restart for new settings after this
         results = await asyncio.gather(
             *(c.shutdown() for c in self.controllers.values()), return_exceptions=True
         )
@@ -178,11 +204,12 @@ class EnginesComponent(Component):
         return found
 
     def last_models(self) -> dict[str, tuple[list[str] | None, list[str] | None]]:
-        """Each running engine's last good (listed, loaded) models, without asking the engines."""
+        """Each running (or being relaunched) engine's last good (listed, loaded) models,
+        without asking the engines."""
         return {
             name: (_names_of(self._listed.get(name)), self._loaded.get(name))
             for name, controller in self.controllers.items()
-            if controller.running
+            if controller.running or controller.relaunching
         }
 
     async def stop(self) -> None:
@@ -203,6 +230,14 @@ class EnginesComponent(Component):
             return controller.status()  # nothing to move: no restart
         if await port_in_use(controller.host, port):
             raise errors.Conflict(f"port {port} is already in use")
+        manifest, override, path = self._moved_manifest(name, port)
+        async with self._held(controller, "restart", when=controller.running):
+            status = await controller.replace_manifest(manifest)
+        await asyncio.to_thread(write_private_atomic, path, json.dumps(override, indent=2).encode())
+        return status
+
+    def _moved_manifest(self, name: str, port: int) -> tuple[Manifest, dict[str, Any], Path]:
+        """The engine's manifest on ``port``, the override that says so and its file."""
         path = self.override_dir / f"{name}.json"
         try:
             override = read_override(path) if path.exists() else {}
@@ -212,9 +247,40 @@ class EnginesComponent(Component):
         manifest = build(
             merge_override(bundled_documents().get(name, {}), override, str(path)), str(path)
         )
-        status = await controller.replace_manifest(manifest)
-        await asyncio.to_thread(write_private_atomic, path, json.dumps(override, indent=2).encode())
-        return status
+        return manifest, override, path
+
+    async def restart(self, name: str) -> EngineStatus:
+        """Stop and start an engine again, once the gate granted it."""
+        controller = self.controller(name)
+        async with self._gate.hold(controller.name, "restart"):
+            return await controller.restart()
+
+    async def update(self, name: str) -> EngineStatus:
+        """Update an engine: staged first, then stopped, replaced and started inside the gate."""
+        controller = self.controller(name)
+        return await controller.update(
+            self.on_install_progress, lambda: self._gate.hold(controller.name, "update")
+        )
+
+    async def switch_model(self, engine: str, model: str) -> int:
+        """Relaunch the one-model ``engine`` on ``model`` WITHOUT the gate (the proxy's scheduler
+        drained the engine itself); the choice is remembered and the model listing refreshed.
+        Returns the new ``instance``. ``NotFound`` for a model not in the store; a model the
+        engine cannot load leaves it failed and raises with the engine's last output."""
+        controller = self.controller(engine)
+        try:
+            await controller.switch_model(model)
+        finally:
+            await asyncio.shield(self._refresh_models())
+        return controller.instance
+
+    def _held(
+        self, controller: EngineController, kind: ExclusiveKind, *, when: bool
+    ) -> AbstractAsyncContextManager[None]:
+        """The gate for ``kind`` when ``when``, else nothing to wait for."""
+        if when:
+            return self._gate.hold(controller.name, kind)
+        return contextlib.nullcontext()
 
     def snapshot(self, seq: int) -> EnginesSnapshot:
         """What a subscriber starts from at ``seq``: no engine is asked."""
@@ -225,34 +291,85 @@ class EnginesComponent(Component):
             pulls=list(self._pulls.values()),
             installs=list(self._installs.values()),
             members=self._members(),
+            scheduler=self._scheduler(),
         )
 
     async def run_action(
-        self, name: str, action: EngineActionName, model: str | None
+        self,
+        name: str,
+        action: EngineActionName,
+        model: str | None,
+        *,
+        url: str | None = None,
+        sha256: str | None = None,
     ) -> EngineActionResult:
-        """``engine:action``; pull progress is pushed as it comes."""
+        """``engine:action``; pull progress is pushed as it comes. An engine with a model store
+        acts on its store; the others' load, unload and delete wait for the gate."""
         controller = self.controller(name)
-        result = await actions.run_action(controller, action, model, self._on_pull_progress)
-        if action in actions.MODEL_ACTIONS:
-            await self._check_models(force=True)
-        return result
+        try:
+            if controller.store is not None:
+                return await store_actions.run_store_action(
+                    controller,
+                    action,
+                    model,
+                    url=url,
+                    sha256=sha256,
+                    gate=self._gate,
+                    progress=self._on_pull_progress,
+                )
+            if url is not None or sha256 is not None:
+                raise errors.InvalidParams(
+                    f"Invalid params: {controller.manifest.display_name} pulls models by name; "
+                    "a URL and a checksum are for engines whose model files PAIR downloads",
+                    {"engine": controller.name},
+                )
+            return await self._run_manifest_action(controller, action, model)
+        finally:
+            if action in actions.MODEL_ACTIONS:
+                await asyncio.shield(self._refresh_models())
+
+    async def _run_manifest_action(
+        self, controller: EngineController, action: EngineActionName, model: str | None
+    ) -> EngineActionResult:
+        kind = actions.EXCLUSIVE_ACTIONS.get(action)
+        if kind is None:
+            return await actions.run_action(controller, action, model, self._on_pull_progress)
+        actions.check_action(controller, action, model)  # refused before waiting at the gate
+        async with self._gate.hold(controller.name, kind, model):
+            return await actions.run_action(controller, action, model, self._on_pull_progress)
 
     async def models(self) -> EngineModels:
-        """Models per running engine; an engine that misses the deadline fails the call."""
-        running = [c for c in self.controllers.values() if c.running]
-        listed = await asyncio.gather(*(self._listing(c) for c in running))
-        loaded = await asyncio.gather(*(self._loaded_names(c) for c in running))
-        for controller, listing, resident in zip(running, listed, loaded, strict=True):
+        """Models per running engine and of every model store, running or not; an engine that
+        misses the deadline fails the call."""
+        candidates = [c for c in self.controllers.values() if c.running or c.store is not None]
+        listed = await asyncio.gather(*(self._listing(c) for c in candidates))
+        for controller, listing in zip(candidates, listed, strict=True):
             self._listed[controller.name] = listing
+        running = [c for c in self.controllers.values() if c.running]
+        loaded = await asyncio.gather(*(self._loaded_names(c) for c in running))
+        for controller, resident in zip(running, loaded, strict=True):
             self._loaded[controller.name] = resident
-        return await self._models_shape(running)
+        return await self._models_shape(self._shown())
 
-    async def _models_shape(self, running: list[EngineController]) -> EngineModels:
-        listings = {c.name: self._listed.get(c.name, actions.ModelListing([])) for c in running}
+    def _shown(self) -> list[EngineController]:
+        """The engines ``engine:models`` lists: those running, and the model stores that hold
+        a model or whose engine is installed."""
+        return [c for c in self.controllers.values() if c.running or self._store_shown(c)]
+
+    def _store_shown(self, controller: EngineController) -> bool:
+        if controller.store is None:
+            return False
+        return controller.status().installed or bool(_names_of(self._listed.get(controller.name)))
+
+    async def _models_shape(self, shown: list[EngineController]) -> EngineModels:
+        listings = {c.name: self._listed.get(c.name, actions.ModelListing([])) for c in shown}
         by_engine = {name: listing.names for name, listing in listings.items()}
         sizes = {name: dict(listing.sizes) for name, listing in listings.items()}
-        loaded = {c.name: self._loaded.get(c.name, []) for c in running}
-        slots = {c.name: await self._slots_per_model(c, loaded[c.name]) for c in running}
+        details: dict[EngineName, dict[str, ModelDetails]] = {
+            name: dict(listing.details) for name, listing in listings.items() if listing.details
+        }
+        loaded = {c.name: self._loaded.get(c.name, []) if c.running else [] for c in shown}
+        slots = {c.name: await self._slots_per_model(c, loaded[c.name]) for c in shown}
         union = sorted({model for names in by_engine.values() for model in names})
         self._last_models = EngineModels(
             models=union,
@@ -260,12 +377,15 @@ class EnginesComponent(Component):
             loaded_by_engine=loaded,
             slots_by_engine=slots,
             sizes_by_engine=sizes,
+            details_by_engine=details,
         )
         return self._last_models
 
     async def _slots_per_model(
         self, controller: EngineController, loaded: list[str]
     ) -> dict[str, int]:
+        if not controller.running:
+            return {}
         if controller.manifest.slots.source == "loaded_instances":
             try:
                 return await loaded_instance_slots(controller)
@@ -275,9 +395,13 @@ class EnginesComponent(Component):
         return dict.fromkeys(loaded, total)
 
     async def _listing(self, controller: EngineController) -> actions.ModelListing:
+        if controller.store is not None:
+            return await store_actions.listing(controller)
         return await actions.read_listing(controller, "list_models", INVENTORY_DEADLINE_S)
 
     async def _loaded_names(self, controller: EngineController) -> list[str]:
+        if controller.store is not None:
+            return await store_actions.loaded(controller, INVENTORY_DEADLINE_S)
         return await actions.list_names(controller, "loaded_models", INVENTORY_DEADLINE_S)
 
     async def _watch_models(self) -> None:
@@ -291,10 +415,11 @@ class EnginesComponent(Component):
                 forced = self._recheck.is_set()
                 self._recheck.clear()
                 await self._check_models(force=forced)
+                self._follow_settings()
 
     async def _check_models(self, *, force: bool) -> None:
         running = [c for c in self.controllers.values() if c.running]
-        changed = force
+        changed = await self._store_listings_changed() or force
         for controller in running:
             try:
                 resident = await self._loaded_names(controller)
@@ -306,15 +431,63 @@ class EnginesComponent(Component):
                 changed = True
         if changed:
             for controller in running:
+                if controller.store is not None:
+                    continue  # listed above
                 try:
                     self._listed[controller.name] = await self._listing(controller)
                 except errors.RpcError as exc:
                     log.debug("keeping the last model list of %s: %s", controller.name, exc)
-            models = await self._models_shape(running)
+            models = await self._models_shape(self._shown())
             self._events.publish(lambda seq: EngineModelsChanged(seq=seq, models=models))
 
+    async def _refresh_models(self) -> None:
+        """List and publish the models now (after a model action); a failure is only logged,
+        so it never hides the outcome of the action."""
+        try:
+            await self._check_models(force=True)
+        except Exception:
+            log.exception("listing the models after a model action failed")
+
+    async def _store_listings_changed(self) -> bool:
+        """List every model store again (files may come and go outside PAIR)."""
+        changed = False
+        for controller in self.controllers.values():
+            if controller.store is None:
+                continue
+            listing = await store_actions.listing(controller)
+            if listing != self._listed.get(controller.name):
+                self._listed[controller.name] = listing
+                changed = True
+        return changed
+
+    def _follow_settings(self) -> None:
+        """Restart (through the gate) a running store engine whose slots or context setting
+        no longer matches what it was launched with."""
+        for controller in self.controllers.values():
+            plan, name = controller.launched, controller.name
+            if plan is None or name in self._relaunch_pending or controller.relaunching:
+                continue
+            if plan.differs(self._settings.launch(name)):
+                self._relaunch_pending.add(name)
+                self._relaunches.spawn(self._apply_settings(controller), name=name)
+
+    async def _apply_settings(self, controller: EngineController) -> None:
+        try:
+            async with self._gate.hold(controller.name, "restart"):
+                plan = controller.launched  # it may have stopped or restarted meanwhile
+                if plan is not None and plan.differs(self._settings.launch(controller.name)):
+                    log.info("restarting %s with its changed settings", controller.name)
+                    await controller.restart()
+        except errors.RpcError as exc:
+            log.warning("restarting %s with its new settings failed: %s", controller.name, exc)
+        finally:
+            self._relaunch_pending.discard(controller.name)
+
     def _on_engine_change(self, status: EngineStatus) -> None:
-        if status.state == "running":
+        controller = self.controllers.get(status.engine)
+        stored = controller is not None and controller.store is not None
+        # A store engine that stopped serves nothing: say so now, not at the next tick.
+        if status.state == "running" or (stored and status.state != "starting"):
             self._recheck.set()
         self._events.publish(lambda seq: EngineStateChanged(seq=seq, status=status))
 

@@ -10,16 +10,16 @@ import aiohttp
 from backend.protocol import errors
 
 if TYPE_CHECKING:
-    from backend.components.engines.controller import EngineController
+    from backend.components.engines.engine_run import EngineRun
 
 
-async def get_json(engine: EngineController, path: str, *, timeout: float) -> Any:
+async def get_json(engine: EngineRun, path: str, *, timeout: float) -> Any:
     """GET a JSON document from the engine, or raise ``Unavailable`` saying why."""
     return await request_json(engine, "GET", path, None, timeout=timeout)
 
 
 async def request_json(
-    engine: EngineController, method: str, path: str, body: Any, *, timeout: float
+    engine: EngineRun, method: str, path: str, body: Any, *, timeout: float
 ) -> Any:
     """One request; a non-2xx answer raises with the engine's own error text."""
     url = engine.base_url() + path

@@ -178,6 +178,25 @@ class SlotsSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     props: str | None = None
 
 
+class ModelStoreSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Models kept by PAIR as files in ``dir`` (``{data_dir}`` is the node's data dir): PAIR
+    lists, downloads and deletes them itself, and launches the engine with one of them."""
+
+    format: Literal["gguf"]
+    dir: str
+
+
+class SchedulerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What the proxy's scheduler needs to know of the engine: whether it holds one model at a
+    time, where it lists its slots, how a slot's cache is erased (``{id}``: the slot) and
+    which request field names the slot."""
+
+    single_model: bool = False
+    slots_path: str | None = None
+    erase_path: str | None = None
+    slot_field: str = "id_slot"
+
+
 class Manifest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One engine, after merging overrides and the platform block."""
 
@@ -195,6 +214,8 @@ class Manifest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     runtime: Runtime
     slots: SlotsSpec
     actions: dict[str, Action] = {}
+    model_store: ModelStoreSpec | None = None
+    scheduler: SchedulerSpec | None = None
 
 
 class ManifestError(ValueError):
@@ -269,12 +290,34 @@ def _check_rules(manifest: Manifest, source: str) -> None:
     if runtime.mode == "command" and not runtime.start:
         raise ManifestError(f"{source}: a command-mode runtime needs 'start' commands")
     _check_versions(manifest, source)
+    _check_store(manifest, source)
     for name, action in manifest.actions.items():
         kinds = [action.http is not None, action.cmd is not None, action.remove_path is not None]
         if sum(kinds) != 1:
             raise ManifestError(
                 f"{source}: action {name!r} needs exactly one of http, cmd, remove_path"
             )
+
+
+def _check_store(manifest: Manifest, source: str) -> None:
+    store, scheduler = manifest.model_store, manifest.scheduler
+    if store is not None:
+        if not store.dir.strip():
+            raise ManifestError(f"{source}: model_store.dir must name a folder")
+        if manifest.runtime.mode != "process":
+            raise ManifestError(
+                f"{source}: a model_store needs a process runtime (PAIR launches the engine "
+                "with the model)"
+            )
+    if scheduler is None:
+        return
+    for name, path in (("slots_path", scheduler.slots_path), ("erase_path", scheduler.erase_path)):
+        if path is not None and not path.startswith("/"):
+            raise ManifestError(f"{source}: scheduler.{name} must be a path starting with /")
+    if scheduler.erase_path is not None and "{id}" not in scheduler.erase_path:
+        raise ManifestError(f"{source}: scheduler.erase_path needs {{id}} for the slot")
+    if not scheduler.slot_field:
+        raise ManifestError(f"{source}: scheduler.slot_field must not be empty")
 
 
 def _check_versions(manifest: Manifest, source: str) -> None:

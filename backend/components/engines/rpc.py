@@ -55,7 +55,7 @@ def register(
         return await engines.controller(params.engine).stop()
 
     async def restart(params: EngineRef, _: RpcPeer) -> EngineStatus:
-        return await engines.controller(params.engine).restart()
+        return await engines.restart(params.engine)
 
     async def install(params: EngineRef, _: RpcPeer) -> EngineStatus:
         controller = engines.controller(params.engine)
@@ -68,14 +68,15 @@ def register(
         return await engines.controller(params.engine).versions()
 
     async def update(params: EngineRef, _: RpcPeer) -> EngineStatus:
-        controller = engines.controller(params.engine)
-        return await controller.update(engines.on_install_progress)
+        return await engines.update(params.engine)
 
     async def set_port(params: EngineSetPort, _: RpcPeer) -> EngineStatus:
         return await engines.set_port(params.engine, params.port)
 
     async def action(params: EngineActionParams, _: RpcPeer) -> EngineActionResult:
-        return await engines.run_action(params.engine, params.action, params.model)
+        return await engines.run_action(
+            params.engine, params.action, params.model, url=params.url, sha256=params.sha256
+        )
 
     async def models(_: NodeScope, __: RpcPeer) -> EngineModels:
         return await engines.models()

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 from backend.components.engines.templating import expand_all
 
 if TYPE_CHECKING:
-    from backend.components.engines.controller import EngineController
+    from backend.components.engines.engine_run import EngineRun
 
 
-async def engine_slots(engine: EngineController) -> int:
+async def engine_slots(engine: EngineRun) -> int:
     """The engine's total slot count right now."""
     spec = engine.manifest.slots
     if spec.source == "env":
@@ -22,7 +22,7 @@ async def engine_slots(engine: EngineController) -> int:
     return sum(per_model.values()) if per_model else spec.default
 
 
-def _from_env(engine: EngineController, name: str | None, default: int) -> int:
+def _from_env(engine: EngineRun, name: str | None, default: int) -> int:
     # Only an engine PAIR started runs with an environment PAIR knows.
     if name is None or not engine.owned:
         return default
@@ -30,9 +30,7 @@ def _from_env(engine: EngineController, name: str | None, default: int) -> int:
     return _positive(configured, default)
 
 
-async def _from_args(
-    engine: EngineController, flags: list[str], props: str | None, default: int
-) -> int:
+async def _from_args(engine: EngineRun, flags: list[str], props: str | None, default: int) -> int:
     if engine.owned:
         argv = expand_all(engine.manifest.runtime.args, engine.placeholder_values())
         for index, token in enumerate(argv[:-1]):
@@ -45,7 +43,7 @@ async def _from_args(
     return default
 
 
-async def loaded_instance_slots(engine: EngineController) -> dict[str, int]:
+async def loaded_instance_slots(engine: EngineRun) -> dict[str, int]:
     """LM Studio: each loaded instance's ``config.parallel`` (default 4), summed per model."""
     document = await _get_json(engine, "/api/v1/models")
     slots: dict[str, int] = {}
@@ -60,7 +58,7 @@ async def loaded_instance_slots(engine: EngineController) -> dict[str, int]:
     return slots
 
 
-async def _get_json(engine: EngineController, path: str) -> Any:
+async def _get_json(engine: EngineRun, path: str) -> Any:
     from backend.components.engines.http import get_json
 
     return await get_json(engine, path, timeout=5.0)

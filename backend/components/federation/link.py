@@ -6,7 +6,9 @@ mirrors of others): its engines, models and progress (the numbered ``engine`` st
 errors (``errors:update`` is only a signal: the list is fetched again, so answers cannot
 overtake each other) and the jobs its front doors received (the numbered ``workloads`` stream,
 ``origin`` = the member). A gap in a numbered stream, or anything malformed, closes the link;
-the next one starts from fresh snapshots, so what was missed is backfilled.
+the next one starts from fresh snapshots, so what was missed is backfilled. An engine event of
+a kind this node does not know (a newer member's) only counts in its stream. The member's
+schedulers are not mirrored: ``engine:scheduler`` with its ``node`` asks for them.
 
 Calls meant for the member (``node`` set) go over the same session with a bounded time. A
 connect that fails marks the member unreachable (one error, ``UNREACHABLE_ID``); the link tries
@@ -21,7 +23,7 @@ import logging
 import ssl
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 import aiohttp
 import msgspec
@@ -40,6 +42,7 @@ from backend.protocol.peer import RpcPeer
 from backend.protocol.types import (
     EngineEvent,
     EngineModelsChanged,
+    EngineSchedulerChanged,
     EnginesSnapshot,
     EngineStateChanged,
     InstallProgress,
@@ -74,6 +77,7 @@ READY_CALL_S = 660.0
 SHORT_CALL_S = 30.0
 _LONG = frozenset({"engine:install", "engine:update", "engine:action"})
 _READY = frozenset({"engine:start", "engine:restart", "engine:stop", "engine:set-port"})
+_KNOWN_ENGINE_EVENTS = frozenset(kind.__struct_config__.tag for kind in get_args(EngineEvent))
 
 
 def call_timeout(method: Method[Any, Any]) -> float:
@@ -326,13 +330,15 @@ class MemberLink:
     def _apply_push(self, method: str, params: Any) -> None:
         try:
             if method == methods.ENGINE_EVENT.name:
-                self._engine_event(methods.ENGINE_EVENT.decode(params))
+                seq = _newer_event_seq(params)
+                newer = _NewerEvent(seq=seq) if seq is not None else None
+                self._engine_event(newer or methods.ENGINE_EVENT.decode(params))
             else:
                 self._jobs_event(methods.WORKLOADS_EVENT.decode(params))
         except errors.BadResult as exc:
             raise _Resync(f"malformed push: {exc}") from None
 
-    def _engine_event(self, event: EngineEvent) -> None:
+    def _engine_event(self, event: EngineEvent | _NewerEvent) -> None:
         assert self._engine_seq is not None
         if event.seq <= self._engine_seq:
             return  # before the snapshot
@@ -360,6 +366,10 @@ class MemberLink:
                     self._state = msgspec.structs.replace(
                         self._state, installs=[i for i in self._state.installs if not i.done]
                     )
+            case EngineSchedulerChanged():
+                # Its queues change up to 4 times a second and are only of use to someone
+                # looking at them: ``engine:scheduler`` with its ``node`` asks for them then.
+                pass
             case _:
                 pass  # what the member mirrors of others is theirs to tell
 
@@ -398,6 +408,22 @@ class MemberLink:
     def _publish(self, state: MemberEngines) -> None:
         self._state = state
         self._sinks.engines(state)
+
+
+class _NewerEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """An engine event of a kind this node does not know (a newer member's): numbered like the
+    others, so it counts in the stream, and otherwise ignored."""
+
+    seq: int
+
+
+def _newer_event_seq(params: Any) -> int | None:
+    """The ``seq`` of an engine event whose kind this node does not know, else None."""
+    if not isinstance(params, dict):
+        return None
+    kind, seq = params.get("event"), params.get("seq")
+    known = not isinstance(kind, str) or kind in _KNOWN_ENGINE_EVENTS
+    return seq if not known and type(seq) is int and seq > 0 else None
 
 
 def _member_state(previous: MemberEngines, snapshot: EnginesSnapshot) -> MemberEngines:

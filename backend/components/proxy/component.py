@@ -6,14 +6,16 @@ import asyncio
 import contextlib
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
 from cryptography.hazmat.primitives import serialization
 
 from backend.components.engines.component import EnginesComponent
+from backend.components.engines.manifest import SchedulerSpec
 from backend.components.identity.certificate import NodeCredentials
+from backend.components.proxy.exclusive_gate import WorkerGate
 from backend.components.proxy.listeners import (
     RELAY,
     Listener,
@@ -27,18 +29,31 @@ from backend.core.clock import Clock
 from backend.core.component import Component
 from backend.core.supervisor import ErrorSink
 from backend.core.worker import WorkerProcess
-from backend.protocol.proxy import DOORS, Door, ProxyIdentity, ProxyTargets
-from backend.protocol.types import Ports
+from backend.protocol import errors
+from backend.protocol.errors import BadResult
+from backend.protocol.proxy import (
+    DOORS,
+    Door,
+    ModelSwitched,
+    ProxyIdentity,
+    ProxyTargets,
+    SlotApi,
+)
+from backend.protocol.types import Ports, SchedulerStates
 from backend.protocol.worker_methods import (
     PROXY_CLOSE_LISTENERS,
     PROXY_IDENTITY,
     PROXY_JOB,
+    PROXY_LOAD_MODEL,
+    PROXY_SCHEDULER,
+    PROXY_SCHEDULER_GET,
     PROXY_TARGETS,
 )
 
 log = logging.getLogger(__name__)
 
 TARGETS_INTERVAL_S = 0.1
+SCHEDULER_GET_TIMEOUT_S = 2.0
 
 
 class ProxyComponent(Component):
@@ -65,6 +80,8 @@ class ProxyComponent(Component):
         environment: Callable[[], dict[str, str]] = dict,
         on_job: Callable[[Any], None] = lambda event: None,
         on_worker_exit: Callable[[], None] = lambda: None,
+        on_scheduler: Callable[[SchedulerStates], None] = lambda states: None,
+        load_model: Callable[[str, str], Awaitable[int]] | None = None,
         heartbeat_interval: float = 1.0,
         targets_interval: float = TARGETS_INTERVAL_S,
     ) -> None:
@@ -83,6 +100,10 @@ class ProxyComponent(Component):
         self._environment = environment
         self._on_job = on_job
         self._on_worker_exit = on_worker_exit
+        self._on_scheduler = on_scheduler
+        self._load_model = load_model
+        self._scheduler = SchedulerStates(engines=[])
+        self.gate = WorkerGate(lambda: self._worker)
         self._heartbeat_interval = heartbeat_interval
         self._targets_interval = targets_interval
         self._doors: dict[Door, Listener] = {}
@@ -100,6 +121,22 @@ class ProxyComponent(Component):
     def relay_port(self) -> int | None:
         """The port the relay listener is bound to, while it is open."""
         return self._relay.port if self._relay is not None else None
+
+    def scheduler_states(self) -> SchedulerStates:
+        """The local engines' schedulers as the worker last reported them."""
+        return self._scheduler
+
+    async def fetch_scheduler(self) -> SchedulerStates | None:
+        """The schedulers now, asked of the worker; None when it cannot answer."""
+        worker = self._worker
+        if worker is None or worker.pid() is None:
+            return None
+        try:
+            answer = await worker.call(PROXY_SCHEDULER_GET.name, timeout=SCHEDULER_GET_TIMEOUT_S)
+            return PROXY_SCHEDULER_GET.decode_result(answer)
+        except errors.RpcError as exc:
+            log.info("the proxy worker did not report its schedulers: %s", exc)
+            return None
 
     def pid(self) -> int | None:
         """The proxy worker's PID while it runs."""
@@ -120,6 +157,9 @@ class ProxyComponent(Component):
         finally:
             # Whatever the worker held is gone with it: its jobs end, they do not stay Running.
             self._on_worker_exit()
+            if self._scheduler.engines:
+                self._scheduler = SchedulerStates(engines=[])
+                self._on_scheduler(self._scheduler)
 
     async def stop(self) -> None:
         """Close the listeners, then end the worker."""
@@ -173,6 +213,7 @@ class ProxyComponent(Component):
             heartbeat_interval=self._heartbeat_interval,
             environment=self._environment,
             on_notification=self._notification,
+            on_request=self._request,
             pass_fds=[listener.sock.fileno() for listener in self._listeners()],
         )
         worker.bind_ready(self.announce_ready)
@@ -181,6 +222,21 @@ class ProxyComponent(Component):
     def _notification(self, method: str, params: Any) -> None:
         if method == PROXY_JOB.name:
             self._on_job(params)
+        elif method == PROXY_SCHEDULER.name:
+            try:
+                self._scheduler = PROXY_SCHEDULER.decode(params)
+            except BadResult as exc:
+                log.error("ignoring a malformed scheduler state: %s", exc)
+                return
+            self._on_scheduler(self._scheduler)
+
+    async def _request(self, method: str, params: Any) -> Any:
+        """The worker asks: only for a model switch of a drained engine."""
+        if method != PROXY_LOAD_MODEL.name or self._load_model is None:
+            raise errors.MethodNotFound(f"Method not found: {method}")
+        switch = PROXY_LOAD_MODEL.convert_params(params)
+        instance = await self._load_model(switch.engine, switch.model)
+        return msgspec.to_builtins(ModelSwitched(instance=instance))
 
     async def _send_targets(self, worker: WorkerProcess) -> None:
         """The identity first (once per worker), then every table that differs from the last.
@@ -217,15 +273,39 @@ def identity_payload(credentials: NodeCredentials) -> ProxyIdentity:
 
 
 def local_engines(engines: EnginesComponent) -> dict[str, LocalEngine]:
-    """This node's running engines with their last listed models and slot counts."""
+    """This node's running engines with their last listed models, slot counts and what their
+    schedulers need. An engine PAIR is relaunching (a restart, a model switch, an update) stays
+    in the table, so the requests queued at its scheduler wait for it instead of failing over.
+    """
     listed = engines.last_models()
     found: dict[str, LocalEngine] = {}
     for name, controller in engines.controllers.items():
-        if not controller.running or name not in listed:
+        if not (controller.running or controller.relaunching) or name not in listed:
             continue
-        slots = controller.status().slots or controller.manifest.slots.default
-        found[name] = LocalEngine(controller.base_url(), list(listed[name][0] or []), slots)
+        manifest = controller.manifest
+        slots = controller.status().slots or manifest.slots.default
+        spec = manifest.scheduler
+        current = controller.current_model
+        resident = [current] if current else list(listed[name][1] or [])
+        found[name] = LocalEngine(
+            controller.base_url(),
+            list(listed[name][0] or []),
+            slots,
+            resident=resident,
+            single_model=spec is not None and spec.single_model,
+            instance=controller.instance,
+            slot_api=slot_api_of(spec),
+            # An adopted engine's environment is not PAIR's to read: its slot count is a guess.
+            slots_known=not (controller.status().adopted and manifest.slots.source == "env"),
+        )
     return found
+
+
+def slot_api_of(spec: SchedulerSpec | None) -> SlotApi | None:
+    """The routing table's slot API of an engine whose manifest names one."""
+    if spec is None or spec.slots_path is None or spec.erase_path is None:
+        return None
+    return SlotApi(list_path=spec.slots_path, erase_path=spec.erase_path, field=spec.slot_field)
 
 
 def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:

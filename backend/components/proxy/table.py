@@ -13,11 +13,11 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from backend.components.cluster.members import Member, Membership
 from backend.components.proxy.targets import ENGINE_DOORS
-from backend.protocol.proxy import DEFAULT_TIMEOUT_S, ProxyTargets, RouteTarget
+from backend.protocol.proxy import DEFAULT_TIMEOUT_S, ProxyTargets, RouteTarget, SlotApi
 from backend.protocol.types import DiscoveredNode, Ports
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,11 @@ class LocalEngine:
     base_url: str
     models: list[str]
     slots: int = 1
+    resident: list[str] = field(default_factory=list)
+    single_model: bool = False
+    instance: int = 0
+    slot_api: SlotApi | None = None
+    slots_known: bool = True
 
 
 def node_targets(
@@ -129,6 +134,11 @@ def build_table(
                 base_url=engine.base_url,
                 models=list(engine.models),
                 slots=max(engine.slots, 1),
+                resident=list(engine.resident),
+                single_model=engine.single_model,
+                instance=engine.instance,
+                slot_api=engine.slot_api,
+                slots_known=engine.slots_known,
             )
         )
     for node in sorted(nodes, key=lambda n: n.node_id):

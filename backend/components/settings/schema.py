@@ -50,6 +50,30 @@ SCHEMA: tuple[SettingSpec, ...] = (
         default=False,
         description="let computers on the network use the front doors with an API key",
     ),
+    SettingSpec(
+        key="llamacpp_parallel",
+        type="int",
+        default=2,
+        minimum=1,
+        maximum=16,
+        description="Requests llama.cpp serves at once (its slots); a change restarts it.",
+    ),
+    SettingSpec(
+        key="llamacpp_context",
+        type="int",
+        default=4096,
+        minimum=256,
+        maximum=1048576,
+        description="Context size in tokens llama.cpp shares among its slots; a change restarts"
+        " it.",
+    ),
+    SettingSpec(
+        key="llamacpp_model",
+        type="string",
+        default="",
+        description="Model of llama.cpp's store it loads when it starts; empty: the first by"
+        " name. Loading a model sets it.",
+    ),
 )
 SPECS: dict[str, SettingSpec] = {spec.key: spec for spec in SCHEMA}
 _MAX_STRING = 256
@@ -70,10 +94,19 @@ def validate(key: str, value: object) -> SettingValue:
         raise ValueError(f"setting {key!r} must be one of {', '.join(spec.choices)}; got {value!r}")
     if isinstance(checked, int | float) and not isinstance(checked, bool):
         if spec.minimum is not None and checked < spec.minimum:
-            raise ValueError(f"setting {key!r} must be at least {spec.minimum:g}; got {value!r}")
+            raise ValueError(
+                f"setting {key!r} must be at least {_text(spec.minimum)}; got {value!r}"
+            )
         if spec.maximum is not None and checked > spec.maximum:
-            raise ValueError(f"setting {key!r} must be at most {spec.maximum:g}; got {value!r}")
+            raise ValueError(
+                f"setting {key!r} must be at most {_text(spec.maximum)}; got {value!r}"
+            )
     return checked
+
+
+def _text(bound: float) -> str:
+    """A bound as written in the schema: ``1048576``, not ``1.04858e+06``."""
+    return str(int(bound)) if bound == int(bound) else f"{bound:g}"
 
 
 def validate_all(values: Mapping[str, object]) -> dict[str, SettingValue]:

@@ -18,6 +18,9 @@ class SettingsView:
     proxy_first_content_timeout_s: float
     proxy_pinned_node: NodeId | None  # None: the setting is empty
     lan_access: bool = False  # other computers may use the front doors, with an API key
+    llamacpp_parallel: int = 2  # llama-server's -np
+    llamacpp_context: int = 4096  # llama-server's -c
+    llamacpp_model: str = ""  # the store model llama-server loads at start; empty: the first
 
     @classmethod
     def of(cls, values: Mapping[str, SettingValue]) -> SettingsView:
@@ -30,6 +33,9 @@ class SettingsView:
             proxy_first_content_timeout_s=_number(values, "proxy_first_content_timeout_s"),
             proxy_pinned_node=NodeId(pinned) if pinned else None,
             lan_access=_flag(values, "lan_access"),
+            llamacpp_parallel=_whole(values, "llamacpp_parallel"),
+            llamacpp_context=_whole(values, "llamacpp_context"),
+            llamacpp_model=_text(values, "llamacpp_model"),
         )
 
 
@@ -44,6 +50,13 @@ def _flag(values: Mapping[str, SettingValue], key: str) -> bool:
     value = values[key]
     if not isinstance(value, bool):
         raise TypeError(f"setting {key!r} holds {value!r}, not a boolean")
+    return value
+
+
+def _whole(values: Mapping[str, SettingValue], key: str) -> int:
+    value = values[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"setting {key!r} holds {value!r}, not an integer")
     return value
 
 

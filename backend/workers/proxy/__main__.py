@@ -11,11 +11,14 @@ from backend.core.clock import SystemClock
 from backend.protocol.proxy import DOORS, Door
 from backend.protocol.worker_methods import (
     PROXY_CLOSE_LISTENERS,
+    PROXY_EXCLUSIVE,
+    PROXY_EXCLUSIVE_END,
     PROXY_IDENTITY,
+    PROXY_SCHEDULER_GET,
     PROXY_TARGETS,
 )
 from backend.workers.proxy.service import ProxyService
-from backend.workers.runtime import environment_level, serve_worker
+from backend.workers.runtime import Handler, environment_level, serve_worker
 
 
 def parse_fds(values: list[str]) -> dict[Door, int]:
@@ -36,15 +39,16 @@ async def serve(fds: dict[Door, int], relay_fd: int | None = None) -> None:
         PROXY_IDENTITY.name: service.on_identity,
         PROXY_TARGETS.name: service.on_targets,
         PROXY_CLOSE_LISTENERS.name: service.on_close_listeners,
+        PROXY_EXCLUSIVE_END.name: service.on_exclusive_end,
+    }
+    handlers: dict[str, Handler] = {
+        PROXY_EXCLUSIVE.name: service.exclusive,
+        PROXY_SCHEDULER_GET.name: service.scheduler_get,
     }
     async with asyncio.TaskGroup() as group:
         doors = group.create_task(service.serve(), name="proxy:doors")
         await serve_worker(
-            "proxy",
-            {},
-            environment_level(),
-            notifications,
-            on_peer=lambda peer: service.bind_notify(peer.notify),
+            "proxy", handlers, environment_level(), notifications, on_peer=service.bind_broker
         )
         doors.cancel()
 

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import aiohttp
+import msgspec
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
@@ -34,6 +35,7 @@ from backend.workers.proxy.attempt import (
     precommit,
     unless_gone,
 )
+from backend.workers.proxy.engine_access import LoadModel, LocalEngineAccess
 from backend.workers.proxy.errors import ErrorReply
 from backend.workers.proxy.forward import request_headers
 from backend.workers.proxy.jobs import Job, JobLog
@@ -42,13 +44,15 @@ from backend.workers.proxy.peer_tls import NoIdentity, PeerTls
 from backend.workers.proxy.relay import REFUSED_HEADER
 from backend.workers.proxy.retry import BACKOFF_S, Budget, RandomSource
 from backend.workers.proxy.routing import (
+    Affinity,
     NodeLoad,
     Reservations,
     candidates,
     owners,
     upstream_url,
 )
-from backend.workers.proxy.slots import SlotTracker, Ticket
+from backend.workers.proxy.scheduler import EngineScheduler, EngineShape, LoadFailed, Ticket
+from backend.workers.proxy.sessions import pin_slot, session_of
 from backend.workers.proxy.stream import openai_error_body, stream_commit
 from backend.workers.proxy.wire import dialect_for
 
@@ -86,11 +90,13 @@ class Admission:
     job_key: JobKey | None = None
     attempt: int | None = None
     only: list[RouteTarget] | None = None
+    session: str | None = None
 
 
 @dataclass(eq=False)
 class _Dispatch:
-    """One attempt: its slot ticket here, whether the engine has the request, who watches."""
+    """One attempt: its admission by this node's scheduler (local only), whether the engine has
+    the request, who watches."""
 
     job: Job
     target: RouteTarget
@@ -106,8 +112,8 @@ class _Dispatch:
         self.check_running()
 
     def check_running(self) -> None:
-        """Running here once the engine has the request and it holds a slot."""
-        if self.sent and self.ticket is not None and self.ticket.running.is_set():
+        """Running here once the scheduler admitted it and the engine has the request."""
+        if self.sent and self.ticket is not None:
             self.on_running(self)
 
 
@@ -129,6 +135,9 @@ class Router:
         on_started: Callable[[str, int], None] = lambda key, attempt: None,
         peer_started: Callable[[RouteTarget, str, int], asyncio.Task[None]] | None = None,
         peer_tls: PeerTls | None = None,
+        load_model: LoadModel | None = None,
+        on_scheduler_change: Callable[[], None] = lambda: None,
+        affinity: bool = True,
     ) -> None:
         self.session = session
         self.peer_tls = peer_tls or PeerTls()
@@ -140,7 +149,11 @@ class Router:
         self._departures = Departures()
         self._reservations = Reservations()
         self._busy_until: dict[str, float] = {}
-        self._slots: dict[str, SlotTracker] = {}
+        self._schedulers: dict[str, EngineScheduler] = {}
+        self._load_model = load_model or _no_broker
+        self._on_scheduler_change = on_scheduler_change
+        self._affinity = Affinity()
+        self._use_affinity = affinity
         self._on_started = on_started
         self._peer_started = peer_started
 
@@ -156,11 +169,49 @@ class Router:
         loads = {node: NodeLoad(pending=count) for node, count in targets.loads.items()}
         self._reservations.apply_snapshot(targets.generation, loads)
         present = {t.node_id for found in targets.engines.values() for t in found}
+        for engine, found in targets.engines.items():
+            for target in found:
+                if target.kind == "local":
+                    self.scheduler(engine).configure(shape_of(target))
         self._departures.table_changed(present)
 
-    def slots(self, engine: str) -> SlotTracker:
-        """This node's slot tracker for ``engine``."""
-        return self._slots.setdefault(engine, SlotTracker())
+    def scheduler(self, engine: str) -> EngineScheduler:
+        """This node's scheduler for ``engine`` (made on first use)."""
+        found = self._schedulers.get(engine)
+        if found is None:
+            access = LocalEngineAccess(
+                engine, self.session, lambda: self._local(engine), self._load_model
+            )
+            found = EngineScheduler(
+                engine,
+                access,
+                clock=self._clock,
+                on_change=self._on_scheduler_change,
+                affinity=self._use_affinity,
+            )
+            self._schedulers[engine] = found
+        return found
+
+    def schedulers(self) -> list[EngineScheduler]:
+        """The schedulers of the engines this node runs, or that still have work."""
+        local = {
+            engine
+            for engine, found in self._targets.engines.items()
+            if any(t.kind == "local" for t in found)
+        }
+        return [
+            scheduler
+            for engine, scheduler in sorted(self._schedulers.items())
+            if engine in local or scheduler.active
+        ]
+
+    async def close(self) -> None:
+        """End every scheduler's own tasks."""
+        for scheduler in self._schedulers.values():
+            await scheduler.aclose()
+
+    def _local(self, engine: str) -> RouteTarget | None:
+        return next((t for t in self._targets.engines.get(engine, []) if t.kind == "local"), None)
 
     # Admission.
 
@@ -181,6 +232,7 @@ class Router:
 
     async def route(self, request: web.Request, admission: Admission) -> web.StreamResponse:
         """Serve one inference request end to end, with its job."""
+        admission.session = session_of(request.headers, admission.body)
         job = self.jobs.new(
             origin=admission.origin or NodeId(self._targets.node_id),
             engine=DOOR_ENGINES[admission.door],
@@ -241,7 +293,10 @@ class Router:
         engine = DOOR_ENGINES[admission.door]
         pinned = found[0].node_id == self._targets.pins.get(engine)
         by_id = {c.node_id: c for c in found}
-        node, generation = self._reservations.pick([c.node_id for c in found], pinned=pinned)
+        credit = self._affinity.credit(admission.session, by_id) if self._use_affinity else {}
+        node, generation = self._reservations.pick(
+            [c.node_id for c in found], pinned=pinned, credit=credit
+        )
         return by_id[node], generation
 
     def _give_up(self, job: Job, last: Failure | None, budget: Budget) -> web.StreamResponse:
@@ -301,6 +356,7 @@ class Router:
                     self._busy_until[node] = self._clock.monotonic() + BUSY_HOLD_S
                 return outcome
             self._busy_until.pop(node, None)
+            self._affinity.served(admission.session, node)
             return await stream_commit(
                 request,
                 outcome,
@@ -312,17 +368,13 @@ class Router:
             for watcher in dispatch.watchers:
                 watcher.cancel()
             if dispatch.ticket is not None:
-                self.slots(dispatch.job.engine).leave(dispatch.ticket)
+                self.scheduler(dispatch.job.engine).release(dispatch.ticket)
 
     def _watch_start(self, admission: Admission, dispatch: _Dispatch) -> None:
-        """Report Running when the request holds a slot here, or the peer says it does there."""
-        target, job = dispatch.target, dispatch.job
-        if target.kind == "local":
-            engine = job.engine
-            model = normalize(engine, admission.model)
-            capacity = target.model_slots.get(model, target.slots)
-            dispatch.ticket = self.slots(engine).enter(model, capacity, dispatch.check_running)
-        elif target.kind == "peer" and self._peer_started is not None:
+        """Report Running when the peer says the request holds a slot there (a local one is
+        Running once its scheduler admits it and the engine has it)."""
+        target = dispatch.target
+        if target.kind == "peer" and self._peer_started is not None:
             # Most requests commit sooner; only a slow start is worth asking the peer about.
             handle = asyncio.get_running_loop().call_later(
                 PEER_POLL_DELAY_S, self._poll_peer, dispatch
@@ -347,14 +399,18 @@ class Router:
 
     def _output(self, dispatch: _Dispatch) -> None:
         """A 2xx response starts streaming: it holds a slot, and the job is Running."""
-        if dispatch.ticket is not None:
-            self.slots(dispatch.job.engine).output(dispatch.ticket)
         self._started(dispatch)
 
     async def _precommit(
         self, request: web.Request, admission: Admission, dispatch: _Dispatch
     ) -> Commit | Failure:
         target = dispatch.target
+        body = admission.body
+        if target.kind == "local":
+            admitted = await self._admit_local(admission, dispatch)
+            if isinstance(admitted, Failure):
+                return admitted
+            body = admitted
         # Only this node's own engine sees the client's credentials: a bare engine added by
         # address has no key of its own here, and peers authenticate by mutual TLS.
         headers = request_headers(request, credentials=target.kind == "local")
@@ -372,7 +428,7 @@ class Router:
             request.method,
             upstream_url(target, admission.path, admission.door),
             headers,
-            admission.body,
+            body,
             timeouts,
             inference=admission.inference,
             sent=dispatch.mark_sent,
@@ -384,6 +440,44 @@ class Router:
             outcome.upstream.close()
             return Failure("transport", f"node {target.node_id} refused this computer")
         return outcome
+
+    async def _admit_local(self, admission: Admission, dispatch: _Dispatch) -> bytes | Failure:
+        """Wait for this node's scheduler to admit the request; the body, pinned to its slot."""
+        engine = dispatch.job.engine
+        target = dispatch.target
+        scheduler = self.scheduler(engine)
+        model = normalize(engine, admission.model)
+        try:
+            dispatch.ticket = await scheduler.admit(model, session=admission.session)
+        except LoadFailed as exc:
+            return Failure(
+                "status",
+                f"{engine} could not load {admission.model}: {exc}",
+                status=500,
+                body=msgspec.json.encode({"error": f"could not load {admission.model}: {exc}"}),
+            )
+        dispatch.check_running()
+        slot = dispatch.ticket.slot
+        if slot is None or target.slot_api is None:
+            return admission.body
+        return pin_slot(admission.body, target.slot_api.field, slot)
+
+
+def shape_of(target: RouteTarget) -> EngineShape:
+    """What the scheduler needs from this node's routing-table entry for an engine."""
+    return EngineShape(
+        slots=max(target.slots, 1),
+        model_slots=dict(target.model_slots),
+        single_model=target.single_model,
+        resident=tuple(target.resident),
+        instance=target.instance,
+        pinning=target.slot_api is not None,
+        slots_known=target.slots_known,
+    )
+
+
+async def _no_broker(engine: str, model: str) -> int:
+    raise LoadFailed(f"{engine} cannot switch to {model} here")
 
 
 def _refused_by_peer(target: RouteTarget, commit: Commit) -> bool:

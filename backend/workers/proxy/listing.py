@@ -155,6 +155,30 @@ def merge(engine: str, kind: ListKind, answers: list[list[msgspec.Raw]]) -> list
     return merged
 
 
+def with_stored(engine: str, entries: list[msgspec.Raw], stored: list[str]) -> list[msgspec.Raw]:
+    """A one-model engine lists only the model it holds; the others of its store can be
+    served too (its scheduler loads them), so they are listed after it."""
+    listed = {normalize(engine, name) for entry in entries if (name := _identity("models", entry))}
+    extra = [
+        msgspec.Raw(
+            _encoder.encode({"id": name, "object": "model", "created": 0, "owned_by": engine})
+        )
+        for name in stored
+        if normalize(engine, name) not in listed
+    ]
+    return [*entries, *extra]
+
+
+async def local_model_list(
+    request: web.Request, context: DoorContext, local: RouteTarget, path: str
+) -> web.StreamResponse:
+    """``GET /v1/models`` of this node's engine alone (a peer asks it at the relay)."""
+    entries = await _fetch_entries(request, context, local, "models", path)
+    if entries is None:
+        return _nobody_answered(context)
+    return _json_response(200, _envelope("models", entries))
+
+
 def fan_out_headers(request: web.Request, target: RouteTarget) -> CIMultiDict[str]:
     """The client's headers for one upstream: no hop-by-hop ones, no credentials off this node."""
     dropped = _NOT_FORWARDED if target.kind == "local" else _NOT_FORWARDED | _LOCAL_ONLY_HEADERS
@@ -174,7 +198,10 @@ async def _fetch_entries(
         tls = context.router.peer_tls.client_tls(target)
         async with asyncio.timeout(LIST_TIMEOUT_S):
             body = await _get_capped(context.session, url, fan_out_headers(request, target), tls)
-        return _decode(kind, body)
+        entries = _decode(kind, body)
+        if kind == "models" and target.kind == "local" and target.single_model:
+            entries = with_stored(DOOR_ENGINES[context.door], entries, target.models)
+        return entries
     except _Skipped as exc:
         reason = str(exc)
     except TimeoutError:

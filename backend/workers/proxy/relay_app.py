@@ -33,6 +33,7 @@ from backend.workers.proxy.forward import (
     elapsed_ms,
     format_ms,
 )
+from backend.workers.proxy.listing import local_model_list
 from backend.workers.proxy.peer_tls import PeerTls
 from backend.workers.proxy.relay import (
     REFUSED_HEADER,
@@ -100,6 +101,8 @@ async def _relay(request: web.Request) -> web.StreamResponse:
     if local is None:
         message = f"no engine is running behind this node's {context.door} front door"
         return ErrorReply(503, message, "service_unavailable").response(api_path)
+    if request.method == "GET" and api_path == "/v1/models" and local.single_model:
+        return await local_model_list(request, context, local, path)
     if request.method != "POST" or api_path not in inference_paths(context):
         return await forward_or_502(request, context, local, body_stream(request), path)
     return await _relay_inference(request, context, relay.board, local, path)

@@ -9,7 +9,8 @@ release that arrives after a newer snapshot cannot drive a node's load below zer
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from backend.components.proxy.targets import DOOR_ENGINES
@@ -20,6 +21,8 @@ NodeId = str
 # A peer's relay listener serves requests under this prefix and the door's name with its own
 # engine only (no second routing hop): ``/_pair/relay/ollama/api/chat``.
 RELAY_PREFIX = "/_pair/relay"
+AFFINITY_CREDIT = 1.5
+AFFINITY_CAPACITY = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,14 +85,27 @@ class Reservations:
         load = self.loads.get(node, NodeLoad())
         return load.pending + load.gpu_pressure + self._held.get(node, 0)
 
-    def pick(self, ordered: Sequence[NodeId], *, pinned: bool = False) -> tuple[NodeId, int]:
+    def pick(
+        self,
+        ordered: Sequence[NodeId],
+        *,
+        pinned: bool = False,
+        credit: Mapping[NodeId, float] | None = None,
+    ) -> tuple[NodeId, int]:
         """Reserve the least loaded node (ties keep ``ordered``'s order); a pin is honoured.
 
+        ``credit`` is subtracted from a node's load before comparing (conversation affinity:
+        the node that holds the chat's KV wins unless it is clearly busier).
         Returns the node and the reservation's generation, to hand back to ``release``.
         """
         if not ordered:
             raise ValueError("no candidate to reserve")
-        chosen = ordered[0] if pinned else min(ordered, key=self.score)
+        bonus = credit or {}
+        chosen = (
+            ordered[0]
+            if pinned
+            else min(ordered, key=lambda node: self.score(node) - bonus.get(node, 0.0))
+        )
         self._held[chosen] = self._held.get(chosen, 0) + 1
         return chosen, self.generation
 
@@ -102,6 +118,37 @@ class Reservations:
             self._held[node] = held - 1
         else:
             self._held.pop(node, None)
+
+
+class Affinity:
+    """Which node served each conversation last (bounded, oldest forgotten first).
+
+    Its term in placement: that node's load counts ``AFFINITY_CREDIT`` jobs less, so the next
+    turn of a chat goes back to the node whose engine holds its KV unless that node has at
+    least two more jobs than another owner of the model (not a hard pin).
+    """
+
+    def __init__(self, capacity: int = AFFINITY_CAPACITY) -> None:
+        self._capacity = capacity
+        self._last: OrderedDict[str, NodeId] = OrderedDict()
+
+    def served(self, session: str | None, node: NodeId) -> None:
+        """``node`` committed a response for ``session``."""
+        if session is None:
+            return
+        self._last[session] = node
+        self._last.move_to_end(session)
+        while len(self._last) > self._capacity:
+            self._last.popitem(last=False)
+
+    def node_for(self, session: str | None) -> NodeId | None:
+        """The node that served ``session`` last, if remembered."""
+        return self._last.get(session) if session is not None else None
+
+    def credit(self, session: str | None, candidates: Container[NodeId]) -> dict[NodeId, float]:
+        """The affinity term for ``session`` among ``candidates``."""
+        node = self.node_for(session)
+        return {node: AFFINITY_CREDIT} if node is not None and node in candidates else {}
 
 
 def targets_for(targets: ProxyTargets, door: Door) -> list[RouteTarget]:

@@ -14,12 +14,24 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import aiohttp
+import msgspec
 from aiohttp import web
 
 from backend.core.clock import Clock
+from backend.protocol import errors
 from backend.protocol.errors import BadResult
+from backend.protocol.peer import RpcPeer
 from backend.protocol.proxy import Door, ProxyTargets
-from backend.protocol.worker_methods import PROXY_IDENTITY, PROXY_JOB, PROXY_TARGETS
+from backend.protocol.types import Ok, SchedulerStates
+from backend.protocol.worker_methods import (
+    PROXY_EXCLUSIVE,
+    PROXY_EXCLUSIVE_END,
+    PROXY_IDENTITY,
+    PROXY_JOB,
+    PROXY_LOAD_MODEL,
+    PROXY_SCHEDULER,
+    PROXY_TARGETS,
+)
 from backend.workers.proxy.app import build_app
 from backend.workers.proxy.attempt import sent_tracing
 from backend.workers.proxy.context import DoorContext
@@ -29,15 +41,23 @@ from backend.workers.proxy.peer_tls import PeerTls, credentials_from
 from backend.workers.proxy.relay import PeerStarted, RelayBoard
 from backend.workers.proxy.relay_app import build_relay_app
 from backend.workers.proxy.retry import RandomSource
+from backend.workers.proxy.scheduler import Ticket
 
 log = logging.getLogger(__name__)
 
 CLEANUP_TIMEOUT_S = 3.0
 CONNECT_TIMEOUT_S = 10.0
+SCHEDULER_PUSH_S = 0.25
+# A model switch may load a large model from disk: the broker's own bound is the engine's
+# readiness timeout; this one only keeps a lost broker from holding the queue forever.
+LOAD_MODEL_TIMEOUT_S = 3600.0
 # Comma-separated seconds replacing the 1, 2, 4, 8 s backoff between retry rounds (tests).
 BACKOFF_ENV = "PAIR_PROXY_RETRY_BACKOFF_S"
 # Seconds a client may leave a chunk unread before it is cut (default 30).
 WRITE_DEADLINE_ENV = "PAIR_PROXY_WRITE_DEADLINE_S"
+# "off" turns KV affinity off (slots first-free, arrival order, no node affinity): the
+# benchmark's baseline. Slot ownership and its erases stay on whatever it says.
+AFFINITY_ENV = "PAIR_SCHEDULER_AFFINITY"
 
 Notify = Callable[[str, Any], None]
 
@@ -72,10 +92,86 @@ class ProxyService:
         self._closing = asyncio.Event()
         self._sites: list[web.SockSite] = []
         self._notify: Notify = lambda method, params: None
+        self._broker: RpcPeer | None = None
+        self._leases: dict[str, tuple[str, Ticket]] = {}
+        self._waiting_leases: dict[str, asyncio.Task[Any]] = {}
+        self._push_due = False
+        self._have_router = asyncio.Event()
 
     def bind_notify(self, notify: Notify) -> None:
         """Where job events go (the broker connection)."""
         self._notify = notify
+
+    def bind_broker(self, peer: RpcPeer) -> None:
+        """The broker connection: job events and scheduler states go to it, model switches
+        are asked of it."""
+        self._broker = peer
+        self._notify = peer.notify
+
+    # The engine schedulers, for the broker.
+
+    async def exclusive(self, params: Any) -> Any:
+        """``proxy/exclusive``: answered once the operation holds the drained engine."""
+        lease = PROXY_EXCLUSIVE.convert_params(params)
+        router = await self._ready_router()
+        task = asyncio.current_task()
+        assert task is not None
+        self._waiting_leases[lease.lease] = task
+        try:
+            ticket = await router.scheduler(lease.engine).admit(lease.model or "", kind=lease.kind)
+        finally:
+            self._waiting_leases.pop(lease.lease, None)
+        self._leases[lease.lease] = (lease.engine, ticket)
+        return msgspec.to_builtins(Ok(ok=True))
+
+    def on_exclusive_end(self, params: Any) -> None:
+        """``proxy/exclusive-end``: release the engine (or stop waiting for it)."""
+        try:
+            lease = PROXY_EXCLUSIVE_END.decode(params).lease
+        except BadResult as exc:
+            log.error("ignoring a malformed exclusive-end: %s", exc)
+            return
+        waiting = self._waiting_leases.pop(lease, None)
+        if waiting is not None:
+            waiting.cancel()
+        held = self._leases.pop(lease, None)
+        if held is not None and self._router is not None:
+            engine, ticket = held
+            self._router.scheduler(engine).release(ticket)
+
+    def scheduler_states(self) -> SchedulerStates:
+        """Every local engine's scheduler now."""
+        if self._router is None:
+            return SchedulerStates(engines=[])
+        return SchedulerStates(engines=[s.state() for s in self._router.schedulers()])
+
+    async def scheduler_get(self, _: Any) -> Any:
+        """``proxy/scheduler-get``."""
+        return msgspec.to_builtins(self.scheduler_states())
+
+    def _scheduler_changed(self) -> None:
+        """Push the states at most every ``SCHEDULER_PUSH_S`` (the last change always goes)."""
+        if self._push_due:
+            return
+        self._push_due = True
+        asyncio.get_running_loop().call_later(SCHEDULER_PUSH_S, self._push_states)
+
+    def _push_states(self) -> None:
+        self._push_due = False
+        self._notify(PROXY_SCHEDULER.name, msgspec.to_builtins(self.scheduler_states()))
+
+    async def _load_model(self, engine: str, model: str) -> int:
+        broker = self._broker
+        if broker is None or broker.closed:
+            raise errors.Unavailable("the broker is not connected")
+        params = {"engine": engine, "model": model}
+        answer = await broker.call(PROXY_LOAD_MODEL.name, params, timeout=LOAD_MODEL_TIMEOUT_S)
+        return PROXY_LOAD_MODEL.decode_result(answer).instance
+
+    async def _ready_router(self) -> Router:
+        await self._have_router.wait()
+        assert self._router is not None
+        return self._router
 
     def on_identity(self, params: Any) -> None:
         """``proxy/identity``: this node's certificate and key, for the relay both ways."""
@@ -126,13 +222,18 @@ class ProxyService:
                 on_started=board.started,
                 peer_started=PeerStarted(session, self._tls),
                 peer_tls=self._tls,
+                load_model=self._load_model,
+                on_scheduler_change=self._scheduler_changed,
+                affinity=os.environ.get(AFFINITY_ENV, "on") != "off",
             )
             self._router = router
+            self._have_router.set()
             runners: list[web.AppRunner] = []
             try:
                 await self._serve(router, board, runners)
             finally:
                 await asyncio.shield(_cleanup(runners))
+                await router.close()
 
     async def _serve(self, router: Router, board: RelayBoard, runners: list[web.AppRunner]) -> None:
         await self._have_targets.wait()

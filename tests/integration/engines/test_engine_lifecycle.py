@@ -205,7 +205,10 @@ async def test_missing_binary_and_readiness_timeout_fail_clearly(
         "llamacpp",
         {
             "detect": [{"path": str(silent)}],
-            "runtime": {"port": free_port(), "ready": {"timeout_s": 1.5}},
+            # A plain process: no model store to pick a model from, so the start gets as far
+            # as waiting for readiness.
+            "model_store": None,
+            "runtime": {"port": free_port(), "ready": {"timeout_s": 1.5}, "args": []},
         },
     )
     broker = start_broker(data_dir=data_dir)

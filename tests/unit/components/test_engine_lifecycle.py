@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,7 +11,6 @@ import aiohttp
 import pytest
 
 from backend.components.engines import lifecycle
-from backend.components.engines.commands import CommandResult
 from backend.components.engines.controller import EngineController, EngineHooks
 from backend.components.engines.lifecycle import (
     Adopted,
@@ -38,20 +35,17 @@ from backend.components.engines.lifecycle import (
 )
 from backend.components.engines.manifest import (
     Manifest,
-    Probe,
     build,
     bundled_documents,
     deep_merge,
 )
-from backend.components.engines.process import EngineLog
-from backend.components.engines.runner import EngineDrivers
 from backend.core.restart_policy import Streak
 from backend.protocol import errors
 from backend.protocol.types import EngineStatus
 from tests.fakes import RecordingErrors
+from tests.unit.components.engine_fakes import T0, FakeWorld, ManualClock, settle
 
 BIN = Path("/opt/engine/bin/serve")
-T0 = 1000.0
 
 
 def after(*events: Event, state: Lifecycle | None = None) -> Lifecycle:
@@ -302,112 +296,6 @@ def test_the_status_shows_slots_only_while_running() -> None:
 # -- the controller, with fake drivers -------------------------------------------------------
 
 
-class ManualClock:
-    """Time moves only when the test advances it; sleepers wake when their time has come."""
-
-    def __init__(self, start: float = T0) -> None:
-        self.now = start
-        self._sleepers: list[tuple[float, asyncio.Future[None]]] = []
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def wall(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        wake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._sleepers.append((self.now + seconds, wake))
-        await wake
-
-    async def advance(self, seconds: float) -> None:
-        self.now += seconds
-        for due, wake in self._sleepers:
-            if due <= self.now and not wake.done():
-                wake.set_result(None)
-        self._sleepers = [(due, wake) for due, wake in self._sleepers if not wake.done()]
-        await settle()
-
-
-class FakeProcess:
-    """An engine process that exits when told; like ``EngineProcess.wait`` it keeps waiting
-    for its last output even when cancelled meanwhile."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.create_time = T0
-        self.returncode: int | None = None
-        self.stopped = False
-        self.draining = False
-        self._exited = asyncio.Event()
-        self._output_done = asyncio.Event()
-
-    def exit(self, code: int, *, output_done: bool = True) -> None:
-        self.returncode = code
-        self._exited.set()
-        if output_done:
-            self._output_done.set()
-
-    def finish_output(self) -> None:
-        self._output_done.set()
-
-    async def wait(self) -> int:
-        await self._exited.wait()
-        self.draining = True
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._output_done.wait()
-        assert self.returncode is not None
-        return self.returncode
-
-    async def stop(self, *, kill: bool = False, grace: float = 5.0) -> int:
-        self.stopped = True
-        if self.returncode is None:
-            self.exit(-9 if kill else -15)
-        self.finish_output()
-        return await self.wait()
-
-
-class FakeWorld:
-    """Ports, answers and processes as the controller sees them through its drivers."""
-
-    def __init__(self) -> None:
-        self.answering: set[int] = set()  # ports where an engine PAIR did not start answers
-        self.listening: set[int] = set()  # ports some other program holds
-        self.spawned: list[FakeProcess] = []
-
-    def drivers(self) -> EngineDrivers:
-        return EngineDrivers(
-            probe_http=self.probe_http,
-            port_in_use=self.port_in_use,
-            spawn=self.spawn,
-            run_command=self.run_command,
-        )
-
-    def answers(self, port: int) -> bool:
-        alive = any(process.returncode is None for process in self.spawned)
-        return port in self.answering or alive
-
-    async def probe_http(
-        self, session: aiohttp.ClientSession, host: str, port: int, probe: Probe
-    ) -> bool:
-        return self.answers(port)
-
-    async def port_in_use(self, host: str, port: int) -> bool:
-        return port in self.listening or self.answers(port)
-
-    async def spawn(
-        self, argv: Sequence[str], env: dict[str, str], output: EngineLog
-    ) -> FakeProcess:
-        process = FakeProcess(pid=1000 + len(self.spawned))
-        self.spawned.append(process)
-        return process
-
-    async def run_command(
-        self, argv: list[str], *, timeout: float, output: EngineLog | None = None
-    ) -> CommandResult:
-        return CommandResult(argv, 0)
-
-
 class Harness:
     """One controller over a fake world, with everything it reported."""
 
@@ -448,12 +336,6 @@ def _manifest() -> Manifest:
     # only the exit watcher observes the engine.
     override = {"detect": [{"path": sys.executable}], "runtime": {"health": None}}
     return build(deep_merge(bundled_documents()["ollama"], override), "test")
-
-
-async def settle() -> None:
-    """Let every ready task run until it waits for something the test controls."""
-    for _ in range(20):
-        await asyncio.sleep(0)
 
 
 @pytest.fixture

@@ -154,6 +154,7 @@ def test_payload_with_readings_and_engines() -> None:
 @dataclass
 class _Controller:
     running: bool
+    relaunching: bool = False
 
 
 def test_engine_models_are_the_running_engines_last_good_lists() -> None:

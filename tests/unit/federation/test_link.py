@@ -30,6 +30,7 @@ from backend.protocol.types import (
     EngineModels,
     EngineName,
     EngineRef,
+    EngineSchedulerChanged,
     EngineSetPort,
     EnginesSnapshot,
     EngineStateChanged,
@@ -38,10 +39,13 @@ from backend.protocol.types import (
     JobKey,
     MemberEngines,
     MemberEnginesChanged,
+    ModelQueue,
     NodeId,
     NodeScope,
     PullProgress,
     PullProgressed,
+    SchedulerState,
+    SchedulerStates,
     ServiceError,
     Workload,
     WorkloadRemoved,
@@ -457,6 +461,45 @@ async def test_what_the_member_mirrors_of_others_is_not_passed_on(
         assert len(sinks.engines) == count + 1
         assert all(state.node_id == B_ID for state in sinks.engines)
         assert member.engine_subscribes == 1
+
+
+async def test_the_members_scheduler_events_are_counted_and_ignored(
+    server: MemberServer, member: ScriptedMember
+) -> None:
+    sinks = Sinks()
+    queue = ModelQueue(model="llama3", running=1, waiting=2)
+    busy = SchedulerStates(
+        engines=[SchedulerState(engine=OLLAMA, running=1, waiting=2, queues=[queue])]
+    )
+    async with running_link(server, sinks, QuickClock()) as link:
+        await until(lambda: bool(sinks.engines) and sinks.last().reachable)
+        count = len(sinks.engines)
+        for _ in range(3):
+            member.engine_events.publish(
+                lambda seq: EngineSchedulerChanged(seq=seq, scheduler=busy)
+            )
+        member.engine(status("ollama", "stopped"))  # the next event still applies: no gap
+        await until(lambda: sinks.last().engines[0].state == "stopped")
+        assert len(sinks.engines) == count + 1, "a scheduler event is not news for the board"
+        assert member.engine_subscribes == 1
+        assert link.state.reachable
+
+
+async def test_an_engine_event_of_a_kind_this_node_does_not_know_is_skipped(
+    server: MemberServer, member: ScriptedMember
+) -> None:
+    sinks = Sinks()
+    async with running_link(server, sinks, QuickClock()):
+        await until(lambda: bool(sinks.engines) and sinks.last().reachable)
+        for peer in list(member.engine_events._subscribers):  # a newer member's event kind
+            member.engine_events.seq += 1
+            peer.notify(
+                methods.ENGINE_EVENT.name,
+                {"seq": member.engine_events.seq, "event": "weather_changed", "sky": "blue"},
+            )
+        member.engine(status("ollama", "stopped"))
+        await until(lambda: sinks.last().engines[0].state == "stopped")
+        assert member.engine_subscribes == 1, "the link was not read again"
 
 
 async def test_a_retired_link_tells_the_sinks_nothing_more(

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import msgspec
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -352,3 +353,13 @@ async def test_credentials_reach_only_this_node_s_engine(harness: Harness) -> No
         assert forwarded["X-Client"] == "kept"
     for remote in (peer_headers, engine_headers):
         assert "Authorization" not in remote and "Cookie" not in remote
+
+
+def test_a_one_model_engine_lists_the_rest_of_its_store_after_the_model_it_holds() -> None:
+    held = msgspec.Raw(
+        b'{"id":"tiny","object":"model","created":5,"owned_by":"llamacpp","meta":{}}'
+    )
+    entries = listing.with_stored("llamacpp", [held], ["other", "tiny"])
+    assert entries[0] is held, "the engine's own entry passes through unchanged"
+    assert [msgspec.json.decode(entry)["id"] for entry in entries] == ["tiny", "other"]
+    assert msgspec.json.decode(entries[1])["owned_by"] == "llamacpp"

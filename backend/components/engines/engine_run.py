@@ -1,0 +1,425 @@
+"""How one engine runs: its state, and the steps that launch (or adopt), stop and watch it.
+
+The controller's commands (``controller.py``) take these steps holding the engine's lock;
+status reads and probes never do. What PAIR knows lives in one frozen ``Lifecycle`` changed
+only through ``lifecycle.apply``, which also fences observations: a health probe or exit watcher
+reports the revision its run began under, and a report about a run that a start, stop or port
+change has since ended leaves the state as it is. An engine with a model store is launched with
+one of its models (``launch.py``) and says which one it serves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+from backend.common.files import ensure_private_dir
+from backend.common.tasks import TaskSet
+from backend.components.engines import launch, lifecycle
+from backend.components.engines import slots as slot_counts
+from backend.components.engines import versions as releases
+from backend.components.engines.detect import find_executable
+from backend.components.engines.launch import EngineSettings, LaunchPlan, NoSettings
+from backend.components.engines.lifecycle import Command, Event, Lifecycle
+from backend.components.engines.manifest import Manifest
+from backend.components.engines.model_store import ModelStore
+from backend.components.engines.process import EngineLog, RunningProcess
+from backend.components.engines.runner import REAL_DRIVERS, EngineDrivers, EngineRunner
+from backend.components.engines.templating import expand, expand_path
+from backend.core.clock import Clock
+from backend.core.supervisor import ErrorSink
+from backend.protocol import errors
+from backend.protocol.types import (
+    EngineName,
+    EngineStatus,
+    ErrorAction,
+)
+
+log = logging.getLogger(__name__)
+
+UNHEALTHY_AFTER = 3
+
+
+@dataclass(frozen=True, slots=True)
+class EngineHooks:
+    """What a controller reports to and persists through."""
+
+    errors: ErrorSink
+    on_change: Callable[[EngineStatus], None]
+    save_desired: Callable[[str, bool], Awaitable[None]]
+    record_process: Callable[[str, int, float], Awaitable[None]]
+    forget_process: Callable[[int], Awaitable[None]]
+
+
+class EngineRun:
+    """One engine's state and the steps its commands take; owns the engine's process (or
+    daemon), its monitor tasks and its output ring."""
+
+    def __init__(
+        self,
+        manifest: Manifest,
+        *,
+        session: aiohttp.ClientSession,
+        clock: Clock,
+        hooks: EngineHooks,
+        install_dir: Path,
+        desired: bool | None = None,
+        drivers: EngineDrivers = REAL_DRIVERS,
+        data_dir: Path | None = None,
+        settings: EngineSettings | None = None,
+    ) -> None:
+        self.manifest = manifest
+        self.install_dir = install_dir
+        # The component's layout, <data_dir>/engines/<engine>, when no data dir is given.
+        self.data_dir = data_dir if data_dir is not None else install_dir.parent.parent
+        self.slot_dir = self.data_dir / "engines" / "slots" / manifest.engine
+        self.store = self._model_store()
+        self._settings: EngineSettings = settings if settings is not None else NoSettings()
+        self._plan: LaunchPlan | None = None  # the last launch of a store engine
+        self._relaunching = False
+        self._updating = asyncio.Lock()  # one update at a time; staging runs outside the lock
+        self.output = EngineLog()
+        self._session = session
+        self._clock = clock
+        self._hooks = hooks
+        self._runner = EngineRunner(drivers, session=session, clock=clock, output=self.output)
+        self._lock = asyncio.Lock()
+        self._tasks = TaskSet(f"engine:{manifest.engine}")
+        self._life = Lifecycle(desired=desired)
+        self._process: RunningProcess | None = None  # the live handle of ``_life.pid``
+        self._latest = releases.LatestCache(clock)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    @property
+    def name(self) -> EngineName:
+        """The engine's name (``ollama``, ``lmstudio``, ``llamacpp``)."""
+        return EngineName(self.manifest.engine)
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        """The HTTP session shared by every engine of this node."""
+        return self._session
+
+    @property
+    def host(self) -> str:
+        """The loopback address the engine listens on."""
+        return self.manifest.runtime.bind
+
+    @property
+    def port(self) -> int:
+        """The engine's port (the manifest's, after overrides)."""
+        return self.manifest.runtime.port
+
+    @property
+    def running(self) -> bool:
+        """Whether the engine is serving now."""
+        return self._life.running
+
+    @property
+    def owned(self) -> bool:
+        """Whether PAIR started what runs (so PAIR may stop it)."""
+        return self._life.owned
+
+    @property
+    def current_model(self) -> str | None:
+        """The store model the running engine PAIR launched serves; None for an engine without
+        a store, one that is not running, or one PAIR did not start."""
+        plan = self.launched
+        return plan.model if plan is not None else None
+
+    @property
+    def launched(self) -> LaunchPlan | None:
+        """How the running store engine PAIR started was launched."""
+        if self._plan is None or not self.running or self._life.owner != "process":
+            return None
+        return self._plan
+
+    @property
+    def relaunching(self) -> bool:
+        """Whether PAIR is restarting the engine, switching its model or updating it: from the
+        moment it stops until it runs again or the start failed."""
+        return self._relaunching
+
+    @property
+    def instance(self) -> int:
+        """Changes with every launch: the running process's pid, 0 when none runs."""
+        return (self._life.pid or 0) if self.running else 0
+
+    def base_url(self) -> str:
+        """``http://host:port`` of the engine."""
+        return f"http://{self.host}:{self.port}"
+
+    def status(self) -> EngineStatus:
+        """A snapshot; never waits for a lifecycle operation."""
+        return lifecycle.status_of(self.manifest, self._life)
+
+    def placeholder_values(self, **extra: str) -> dict[str, str]:
+        """Values for the manifest's placeholders."""
+        runtime = self.manifest.runtime
+        values = {
+            "host": self.host,
+            "port": str(self.port),
+            "bin": str(self._life.binary or ""),
+            "python": sys.executable,
+            "install_dir": str(self.install_dir),
+            "models_dir": expand_path(self.manifest.models_dir or ""),
+            "data_dir": str(self.data_dir),
+            "slot_dir": str(self.slot_dir),
+            **runtime.params,
+        }
+        if self.store is not None:
+            values.update({"model": "", "model_path": ""})
+            if self._plan is not None:
+                values.update(self._plan.values())
+        values.update(extra)
+        return values
+
+    def _model_store(self) -> ModelStore | None:
+        spec = self.manifest.model_store
+        if spec is None:
+            return None
+        return ModelStore(Path(expand_path(expand(spec.dir, {"data_dir": str(self.data_dir)}))))
+
+    # -- detection ---------------------------------------------------------------------------
+
+    async def detect(self) -> bool:
+        """Look for the executable again (in a thread: it touches the filesystem)."""
+        binary = await asyncio.to_thread(
+            find_executable, self.manifest.detect, self.placeholder_values()
+        )
+        self._apply(lifecycle.Detected(binary))
+        return binary is not None
+
+    def _require_store(self) -> ModelStore:
+        if self.store is None:
+            raise errors.InvalidParams(
+                f"{self.manifest.display_name} keeps no models of its own for PAIR to load",
+                {"engine": self.name},
+            )
+        return self.store
+
+    @contextlib.contextmanager
+    def _relaunch(self, relaunching: bool) -> Iterator[None]:
+        """``relaunching`` (when the engine ran) until the block ends, started or failed."""
+        self._relaunching = relaunching
+        try:
+            yield
+        finally:
+            self._relaunching = False
+
+    # -- steps, taken under the engine's lock ---------------------------------------------------
+
+    async def _command(self, command: Command, *, explicit: bool = False) -> None:
+        self._apply(lifecycle.Commanded(command, explicit))
+        desired = self._life.desired
+        if explicit and desired is not None:
+            await self._hooks.save_desired(self.name, desired)
+
+    async def _start_locked(self, model: str | None = None) -> None:
+        """Adopt what answers on the port, else launch (a store engine with ``model``, None:
+        the remembered one)."""
+        if await self._runner.answers(self.manifest.runtime, self.manifest.runtime.ready):
+            log.info("%s already answers on port %d: adopting it", self.name, self.port)
+            slots = await slot_counts.engine_slots(self)
+            self._apply(lifecycle.Adopted(at=self._clock.monotonic(), slots=slots))
+        else:
+            slots = await self._start_owned(model)
+            self._apply(lifecycle.Ready(at=self._clock.monotonic(), slots=slots))
+        self._hooks.errors.clear_error(self._error_id("crashed"))
+        self._hooks.errors.clear_error(self._error_id("start-failed"))
+        self._spawn_monitors()
+
+    async def _start_owned(self, model: str | None) -> int:
+        """Launch the engine, wait until it is ready and return its slot count."""
+        await self._require_installed()
+        self._apply(lifecycle.StartBegan())
+        try:
+            await self._check_port_free()
+            await self._launch(model)
+            return await slot_counts.engine_slots(self)
+        except BaseException as exc:
+            await asyncio.shield(self._abandon_start(exc))
+            raise
+
+    async def _check_port_free(self) -> None:
+        if await self._runner.port_in_use(self.manifest.runtime):
+            raise errors.Conflict(
+                f"port {self.port} is in use by another program that is not "
+                f"{self.manifest.display_name}; PAIR never stops programs it did not start. "
+                f"Choose another port for {self.manifest.display_name}.",
+                {"engine": self.name, "port": self.port},
+            )
+
+    async def _require_installed(self) -> None:
+        if not self._life.installed and not await self.detect():
+            raise errors.NotFound(
+                f"{self.manifest.display_name} is not installed on this computer",
+                {"engine": self.name, "action": "install"},
+            )
+
+    async def _launch(self, model: str | None) -> None:
+        await self._plan_launch(model)
+        values = self.placeholder_values()
+        if self.manifest.runtime.mode == "process":
+            await self._spawn_process(values)
+        else:
+            # Recorded before the commands run, so a half-started daemon is stopped too.
+            self._apply(lifecycle.DaemonLaunched())
+            await self._runner.run_start_commands(self.manifest, values)
+        await self._runner.wait_ready(self.manifest, self._process)
+
+    async def _plan_launch(self, model: str | None) -> None:
+        """Choose a store engine's model and settings; make the slot dir its args name."""
+        if self.store is not None:
+            self._plan = None
+            self._plan = await launch.plan(
+                self.store,
+                self._settings.launch(self.name),
+                model,
+                engine=self.name,
+                display_name=self.manifest.display_name,
+            )
+        if any("{slot_dir}" in arg for arg in self.manifest.runtime.args):
+            # 0700: saved slots hold what clients sent.
+            await asyncio.to_thread(ensure_private_dir, self.slot_dir)
+
+    async def _spawn_process(self, values: dict[str, str]) -> None:
+        assert self._life.binary is not None, "a start requires the executable"
+        process = await self._runner.spawn(self.manifest, self._life.binary, values)
+        self._process = process
+        self._apply(lifecycle.Spawned(process.pid))
+        await self._hooks.record_process(self.name, process.pid, process.create_time)
+
+    async def _abandon_start(self, exc: BaseException) -> None:
+        if self.owned:
+            await self._stop_owned()
+        message = str(exc) if not isinstance(exc, asyncio.CancelledError) else "start cancelled"
+        self._apply(lifecycle.StartFailed(message))
+        self._hooks.errors.raise_error(
+            self._error_id("start-failed"),
+            f"{self.manifest.display_name} could not start: {message}",
+            action=ErrorAction(kind="retry", label="Try again", target=self.name),
+        )
+
+    async def _stop_locked(self) -> None:
+        if self._life.adopted:
+            raise errors.Conflict(
+                f"{self.manifest.display_name} on port {self.port} was not started by PAIR, so "
+                "PAIR will not stop it; stop it where it was started",
+                {"engine": self.name, "adopted": True},
+            )
+        if self.owned:
+            await self._stop_owned()
+        else:
+            self._apply(lifecycle.Stopped())
+
+    async def _stop_owned(self) -> None:
+        self._apply(lifecycle.StopBegan())
+        await self._tasks.close(timeout=1.0)
+        process, self._process = self._process, None
+        if process is not None:
+            stop = self.manifest.runtime.stop
+            await process.stop(kill=stop.signal == "kill", grace=stop.grace_s)
+            await self._hooks.forget_process(process.pid)
+        if self._life.owner == "daemon":
+            await self._runner.stop_daemon(self.manifest, self.placeholder_values())
+        self._apply(lifecycle.Stopped())
+
+    # -- observation ---------------------------------------------------------------------------
+
+    def _spawn_monitors(self) -> None:
+        run = self._life.run
+        assert run is not None, "monitors watch a run that began"
+        if self._process is not None:
+            self._tasks.spawn(self._watch_exit(self._process, run), name="exit")
+        if self.manifest.runtime.health is not None:
+            self._tasks.spawn(self._watch_health(run), name="health")
+
+    async def _watch_exit(self, process: RunningProcess, run: int) -> None:
+        code = await process.wait()
+        if not lifecycle.observes(self._life, run):
+            return  # a stop got there first (without waiting for the lock it holds)
+        reason = f"exited with code {code}"
+        async with self._lock:
+            exited = lifecycle.Exited(
+                run, process.pid, self._with_output(reason), self._clock.monotonic()
+            )
+            if not self._apply(exited):
+                return  # a stop or restart got there first: not a crash
+            self._process = None
+            await self._hooks.forget_process(process.pid)
+            self._report_crash(reason)
+
+    async def _watch_health(self, run: int) -> None:
+        probe = self.manifest.runtime.health
+        assert probe is not None
+        failures = 0
+        while lifecycle.observes(self._life, run):
+            await self._clock.sleep(probe.interval_s)
+            healthy = await self._runner.answers(self.manifest.runtime, probe)
+            if not lifecycle.observes(self._life, run):
+                return
+            failures = 0 if healthy else failures + 1
+            if failures >= UNHEALTHY_AFTER:
+                await self._on_unhealthy(run, failures * probe.interval_s)
+                return
+
+    async def _on_unhealthy(self, run: int, silent_s: float) -> None:
+        async with self._lock:
+            adopted = self._life.adopted
+            if not self._apply(lifecycle.Unhealthy(run)):
+                return
+            if adopted:
+                log.warning("%s (adopted) stopped answering; it is gone", self.name)
+                return
+            log.error("%s stopped answering health probes for %.0f s", self.name, silent_s)
+            await self._stop_owned()
+            reason = f"answered no health probe for {silent_s:.0f} s"
+            self._apply(lifecycle.Crashed(self._with_output(reason), self._clock.monotonic()))
+            self._report_crash(reason)
+
+    def _report_crash(self, reason: str) -> None:
+        delay, run = self._life.restart_in, self._life.run
+        suffix = f"; restarting in {delay:g} s" if delay is not None else ""
+        self._hooks.errors.raise_error(
+            self._error_id("crashed"),
+            f"{self.manifest.display_name} {reason}{suffix}",
+            action=ErrorAction(kind="retry", label="Start again", target=self.name),
+        )
+        if delay is not None and run is not None:
+            self._tasks.spawn(self._restart_after(delay, run), name="crash-restart")
+
+    async def _restart_after(self, delay: float, run: int) -> None:
+        await self._clock.sleep(delay)
+        async with self._lock:
+            if not self._apply(lifecycle.CrashRestartDue(run)):
+                return
+            with contextlib.suppress(errors.RpcError):
+                await self._start_locked()
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _apply(self, event: Event) -> bool:
+        """Move the lifecycle on; whether it changed (a stale observation changes nothing)."""
+        before, self._life = self._life, lifecycle.apply(self._life, event)
+        if lifecycle.reported_changed(before, self._life):
+            self._notify()
+        return self._life != before
+
+    def _with_output(self, reason: str) -> str:
+        tail = " | ".join(self.output.tail(3))
+        return f"{reason}; last output: {tail}" if tail else reason
+
+    def _notify(self) -> None:
+        self._hooks.on_change(self.status())
+
+    def _error_id(self, kind: str) -> str:
+        return f"engine:{kind}:{self.name}"

@@ -1,0 +1,86 @@
+"""What a local engine's scheduler asks of the engine: its idle slots and erasing one (over
+HTTP, as the engine's slot API says), and a model switch (the broker relaunches it)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import msgspec
+
+from backend.protocol.proxy import RouteTarget
+from backend.workers.proxy.scheduler import LoadFailed, SlotSample
+
+SLOTS_TIMEOUT_S = 2.0
+ERASE_TIMEOUT_S = 10.0
+MAX_SLOT_ROWS = 4096
+
+LoadModel = Callable[[str, str], Awaitable[int]]
+
+
+class LocalEngineAccess:
+    """One engine of this node, as its routing-table entry describes it now."""
+
+    def __init__(
+        self,
+        engine: str,
+        session: aiohttp.ClientSession,
+        target: Callable[[], RouteTarget | None],
+        load_model: LoadModel,
+    ) -> None:
+        self._engine = engine
+        self._session = session
+        self._target = target
+        self._load_model = load_model
+
+    async def free_slots(self) -> SlotSample | None:
+        """``GET`` the slot list: idle rows (``is_processing`` false) and their ids."""
+        target = self._target()
+        if target is None or target.slot_api is None:
+            return None
+        url = target.base_url.rstrip("/") + target.slot_api.list_path
+        timeout = aiohttp.ClientTimeout(total=SLOTS_TIMEOUT_S)
+        async with self._session.get(url, timeout=timeout) as response:
+            if response.status != 200:
+                return None
+            rows = msgspec.json.decode(await response.read())
+        return idle_slots(rows)
+
+    async def erase(self, slot: int) -> None:
+        """``POST`` the erase action of ``slot``; raises unless the engine says it did."""
+        target = self._target()
+        if target is None or target.slot_api is None:
+            raise RuntimeError(f"{self._engine} has no slot API")
+        url = target.base_url.rstrip("/") + target.slot_api.erase_path.format(id=slot)
+        timeout = aiohttp.ClientTimeout(total=ERASE_TIMEOUT_S)
+        async with self._session.post(url, timeout=timeout) as response:
+            if response.status >= 300:
+                text = (await response.text(errors="replace"))[:200]
+                raise RuntimeError(f"erase answered {response.status}: {text}")
+
+    async def load(self, model: str) -> int:
+        """Ask the broker to relaunch the engine with ``model``."""
+        try:
+            return await self._load_model(self._engine, model)
+        except LoadFailed:
+            raise
+        except Exception as exc:
+            raise LoadFailed(str(exc) or type(exc).__name__) from exc
+
+
+def idle_slots(rows: Any) -> SlotSample | None:
+    """The idle slots of a llama-server ``/slots`` answer (a pure function); None when it is
+    not a list of slot rows."""
+    if not isinstance(rows, list) or len(rows) > MAX_SLOT_ROWS:
+        return None
+    ids: list[int] = []
+    for row in rows:
+        if not isinstance(row, dict):
+            return None
+        slot, busy = row.get("id"), row.get("is_processing")
+        if not isinstance(slot, int) or isinstance(slot, bool) or not isinstance(busy, bool):
+            return None
+        if not busy:
+            ids.append(slot)
+    return SlotSample(idle=len(ids), ids=tuple(sorted(ids)))

@@ -1,0 +1,88 @@
+"""Who last ran on each engine slot, and which idle slot a request gets (docs/SCHEDULER.md,
+"Slot ownership").
+
+An entry per slot names the session whose KV it holds (None: a keyless request, an owner nobody
+can prove to be); no entry means the slot is fresh since the engine launched. ``free`` is the
+decision pass's own list of idle slot ids that may still be handed out, each at most once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from backend.protocol.types import SlotOwners
+
+
+@dataclass
+class SlotBook:
+    """The slot owners of one engine and the idle ids of the current decision pass."""
+
+    affinity: bool = True
+    owners: dict[int, str | None] = field(default_factory=dict)
+    free: list[int] | None = None
+
+    def sampled(self, idle: Iterable[int], held: Iterable[int]) -> int:
+        """A new pass read the engine's idle ids: keep those no running request holds (one
+        admitted moments ago may not have reached the engine, which then still shows its slot
+        idle). Returns how many may be handed out."""
+        taken = set(held)
+        ids = [slot for slot in idle if slot not in taken]
+        self.free = ids or None
+        return len(ids)
+
+    def holders(self) -> set[str | None]:
+        """The sessions whose KV an idle slot of this pass holds."""
+        return {self.owners[slot] for slot in self.free or () if slot in self.owners}
+
+    def choose(self, session: str | None) -> int | None:
+        """Take an idle slot for ``session``: its own, else a fresh one, else a keyless one,
+        else any (without affinity: the first idle one). None when the pass has none."""
+        if not self.free:
+            return None
+        if not self.affinity:
+            return self.free.pop(0)
+        owners = self.owners
+
+        def rank(slot: int) -> int:
+            if slot in owners and session is not None and owners[slot] == session:
+                return 0
+            if slot not in owners:
+                return 1
+            return 2 if owners[slot] is None else 3
+
+        slot = min(self.free, key=rank)
+        self.free.remove(slot)
+        return slot
+
+    def handoff(self, slot: int, session: str | None) -> bool:
+        """Whether giving ``slot`` to ``session`` needs an erase first: it holds someone's KV
+        (a keyless owner counts as anyone) and that someone is not ``session``."""
+        if slot not in self.owners:
+            return False
+        previous = self.owners[slot]
+        return previous is None or previous != session
+
+    def owned_by(self, slot: int, session: str | None) -> None:
+        """``session`` runs on ``slot`` now."""
+        self.owners[slot] = session
+
+    def unknown(self, slot: int) -> None:
+        """An erase failed: the request runs unpinned, wherever the engine puts it, so neither
+        ``slot`` nor any idle slot can be vouched for."""
+        for idle in [slot, *(self.free or [])]:
+            self.owners[idle] = None
+
+    def forget(self) -> None:
+        """The engine relaunched: every slot is fresh."""
+        self.owners.clear()
+        self.free = None
+
+    def counts(self, slots: int) -> SlotOwners:
+        """Owners as counts for ``engine:scheduler``."""
+        keyless = sum(1 for owner in self.owners.values() if owner is None)
+        return SlotOwners(
+            sessions=len(self.owners) - keyless,
+            keyless=keyless,
+            fresh=max(0, slots - len(self.owners)),
+        )

@@ -1,0 +1,199 @@
+"""Render the Engines page with busy engine schedulers to a PNG, against a scripted connection.
+
+    .venv/bin/python scripts/render_scheduler_card.py [--out /tmp/scheduler-card.png]
+
+Offscreen (QT_QPA_PLATFORM=offscreen) unless another platform is set; no broker runs. The page
+is built as the composition root builds it (stores, model, controller, page) on a connection
+whose answers are scripted: this computer runs Ollama (two models sharing its slots) and
+llama-server (one model at a time: a turn, a queue behind it, a delete waiting for the engine
+to drain), and a paired laptop runs llama-server too (its card has no scheduler line: members'
+schedulers are not mirrored). The busy state arrives as a ``scheduler_changed`` push after
+the snapshot, the way the broker sends it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import qasync  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
+
+from app.broker.connection import BrokerConnection  # noqa: E402
+from app.broker.launch import BrokerLaunch  # noqa: E402
+from app.broker.state import Ownership, ServiceState  # noqa: E402
+from app.controllers.engines import EnginesController  # noqa: E402
+from app.models.engines import EnginesModel  # noqa: E402
+from app.pending import PendingActions  # noqa: E402
+from app.stores.discovery import DiscoveryStore  # noqa: E402
+from app.stores.engines import EnginesStore  # noqa: E402
+from app.window.engines_page import EnginesPage  # noqa: E402
+from backend.protocol import methods  # noqa: E402
+from backend.protocol.contract import Method  # noqa: E402
+from backend.protocol.types import EngineRef  # noqa: E402
+
+P = TypeVar("P")
+R = TypeVar("R")
+PAGE_SIZE = (980, 1020)
+SELF, LAPTOP = "3f6c1a2e-0000-4000-8000-000000000001", "9a1b7c3d-0000-4000-8000-000000000002"
+DOORS = {"ollama": 11434, "openai": 1234, "llamacpp": 8080}
+
+
+class ScriptedConnection(BrokerConnection):
+    """A connection without a broker: each method answers its scripted raw result."""
+
+    def __init__(self, answers: dict[str, Any]) -> None:
+        super().__init__(BrokerLaunch(Path("/nonexistent/pair-render")))
+        self.answers = answers
+
+    @property
+    def ownership(self) -> Ownership | None:
+        return Ownership.OWNED
+
+    async def call(self, method: Method[P, R], params: P | None = None, timeout: float = 10.0) -> R:
+        if method is methods.ENGINE_VERSIONS and isinstance(params, EngineRef):
+            return method.decode_result(VERSIONS[params.engine])
+        return method.decode_result(self.answers.get(method.name))
+
+    def become_ready(self) -> None:
+        """Pretend a session started and is ready."""
+        self.session_changed.emit()
+        self._set_state(ServiceState.READY)
+        self.session_ready.emit()
+
+    def push(self, event: dict[str, Any]) -> None:
+        """Deliver one ``engine:event`` as the broker would."""
+        self.notification_received.emit(methods.ENGINE_EVENT.name, event)
+
+
+def engine(name: str, display: str, door: str, port: int, **facts: Any) -> dict[str, Any]:
+    """A running engine's ``EngineStatus``."""
+    return {
+        "engine": name, "display_name": display, "front_door": door, "mode": "process",
+        "installed": True, "state": "running", "port": port, "default_port": port,
+        "revision": 3, "desired": True, **facts,
+    }  # fmt: skip
+
+
+OLLAMA = engine("ollama", "Ollama", "ollama", 11435, pid=4120, slots=4)
+LLAMACPP = engine("llamacpp", "llama.cpp (llama-server)", "llamacpp", 8081, pid=4188, slots=2)
+LMSTUDIO = {**engine("lmstudio", "LM Studio", "openai", 1235), "state": "stopped", "pid": None}
+VERSIONS = {
+    name: {"engine": name, "installed": version, "latest": version}
+    for name, version in (("ollama", "0.12.3"), ("lmstudio", "0.3.30"), ("llamacpp", "b6710"))
+}
+
+BUSY = {
+    "engines": [
+        {
+            "engine": "ollama", "ceiling": 4, "running": 3, "waiting": 1,
+            "queues": [
+                {"model": "llama3.2:3b", "running": 2, "waiting": 1},
+                {"model": "qwen3:8b", "running": 1},
+            ],
+            "slot_owners": {"sessions": 2, "keyless": 1, "fresh": 1},
+        },
+        {
+            "engine": "llamacpp", "single_model": True, "ceiling": 2, "idle": 0, "running": 2,
+            "waiting": 3,
+            "queues": [
+                {"model": "qwen", "running": 2, "waiting": 2},
+                {"model": "tiny", "waiting": 1},
+            ],
+            "resident": "qwen", "turn": "qwen",
+            "exclusive": {"kind": "delete", "model": "tiny"},
+            "slot_owners": {"sessions": 2, "fresh": 1},
+        },
+    ]
+}  # fmt: skip
+
+
+def answers() -> dict[str, Any]:
+    """What the scripted broker answers."""
+    status = {
+        "version": "0.1.0", "pid": 1, "started_at": 0.0, "uptime_ms": 1, "data_dir": "/d",
+        "node_id": SELF, "node_name": "desk", "control_address": "x", "log_file": None,
+        "ports": {"node": 14320, **DOORS, "relay": 14321}, "components": [], "errors": [],
+        "front_doors": {door: f"http://127.0.0.1:{port}" for door, port in DOORS.items()},
+    }  # fmt: skip
+    laptop = {
+        "node_id": LAPTOP, "name": "laptop", "reachable": True,
+        "engines": [{**LLAMACPP, "pid": 9001, "port": 8080, "default_port": 8080}],
+    }  # fmt: skip
+    snapshot = {
+        "seq": 1, "engines": [OLLAMA, LMSTUDIO, LLAMACPP],
+        "models": {"models": [], "by_engine": {}, "loaded_by_engine": {}, "slots_by_engine": {}},
+        "members": [laptop], "scheduler": {"engines": []},
+    }  # fmt: skip
+    node = {
+        "node_id": LAPTOP, "name": "laptop", "kind": "pair", "sources": ["mdns"],
+        "addresses": ["192.168.1.23"], "reachable": True, "ports": {"node": 14320, **DOORS},
+        "engines": {"llamacpp": {"models": ["qwen"], "loaded": ["qwen"]}},
+    }  # fmt: skip
+    return {
+        methods.STATUS.name: status,
+        methods.ENGINE_SUBSCRIBE.name: snapshot,
+        methods.ENGINE_GET_INSTALLED.name: [OLLAMA, LLAMACPP],
+        methods.DISCOVERY_SUBSCRIBE.name: {"seq": 1, "nodes": [node]},
+    }
+
+
+async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Poll ``condition()`` until it holds (the page fills as the scripted answers arrive)."""
+    async with asyncio.timeout(timeout):
+        while True:
+            if condition():
+                return
+            await asyncio.sleep(0.05)
+
+
+async def render(out: Path) -> None:
+    """Build the page, let the snapshot and the busy push arrive, save the page."""
+    connection = ScriptedConnection(answers())
+    engines, discovery = EnginesStore(connection), DiscoveryStore(connection)
+    model = EnginesModel()
+    controller = EnginesController(connection, model, PendingActions(), engines, discovery)
+    page = EnginesPage(connection, model, controller)
+    page.resize(*PAGE_SIZE)
+    page.show()
+    try:
+        connection.become_ready()
+        await wait_until(
+            lambda: None not in (page.card(SELF, "llamacpp"), page.card(LAPTOP, "llamacpp"))
+        )
+        connection.push({"seq": 2, "event": "scheduler_changed", "scheduler": BUSY})
+        await asyncio.sleep(0.4)  # layouts settle
+        if not page.grab().save(str(out)):
+            raise OSError(f"could not write {out}")
+        print(f"saved {out}")
+    finally:
+        await controller.close()
+        await engines.close()
+        await discovery.close()
+        await connection.stop()
+
+
+def main() -> int:
+    """Parse arguments and render."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", type=Path, default=Path("/tmp/scheduler-card.png"))
+    arguments = parser.parse_args()
+    qt_app = QApplication.instance() or QApplication(sys.argv[:1])
+    assert isinstance(qt_app, QApplication)
+    with asyncio.Runner(loop_factory=lambda: qasync.QEventLoop(qt_app)) as runner:
+        runner.run(render(arguments.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

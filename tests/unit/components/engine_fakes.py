@@ -1,0 +1,246 @@
+"""Fakes for engine controller tests: a manual clock, engine processes that exit when told,
+the ports, answers and spawns a controller sees through its drivers (no subprocesses), launch
+settings, metadata-only GGUF files and a controller rigged over all of them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from backend.components.engines.commands import CommandResult
+from backend.components.engines.controller import EngineController, EngineHooks
+from backend.components.engines.launch import LaunchSettings
+from backend.components.engines.manifest import (
+    Manifest,
+    Probe,
+    build,
+    bundled_documents,
+    deep_merge,
+    merge_override,
+)
+from backend.components.engines.process import EngineLog
+from backend.components.engines.runner import EngineDrivers
+from backend.protocol.types import EngineName, EngineStatus
+from tests.fakes import RecordingErrors
+
+T0 = 1000.0
+
+
+class ManualClock:
+    """Time moves only when the test advances it; sleepers wake when their time has come."""
+
+    def __init__(self, start: float = T0) -> None:
+        self.now = start
+        self._sleepers: list[tuple[float, asyncio.Future[None]]] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def wall(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        wake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._sleepers.append((self.now + seconds, wake))
+        await wake
+
+    async def advance(self, seconds: float) -> None:
+        self.now += seconds
+        for due, wake in self._sleepers:
+            if due <= self.now and not wake.done():
+                wake.set_result(None)
+        self._sleepers = [(due, wake) for due, wake in self._sleepers if not wake.done()]
+        await settle()
+
+
+class FakeProcess:
+    """An engine process that exits when told; like ``EngineProcess.wait`` it keeps waiting
+    for its last output even when cancelled meanwhile."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.create_time = T0
+        self.returncode: int | None = None
+        self.stopped = False
+        self.draining = False
+        self._exited = asyncio.Event()
+        self._output_done = asyncio.Event()
+
+    def exit(self, code: int, *, output_done: bool = True) -> None:
+        self.returncode = code
+        self._exited.set()
+        if output_done:
+            self._output_done.set()
+
+    def finish_output(self) -> None:
+        self._output_done.set()
+
+    async def wait(self) -> int:
+        await self._exited.wait()
+        self.draining = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._output_done.wait()
+        assert self.returncode is not None
+        return self.returncode
+
+    async def stop(self, *, kill: bool = False, grace: float = 5.0) -> int:
+        self.stopped = True
+        if self.returncode is None:
+            self.exit(-9 if kill else -15)
+        self.finish_output()
+        return await self.wait()
+
+
+class FakeWorld:
+    """Ports, answers and processes as the controller sees them through its drivers."""
+
+    def __init__(self) -> None:
+        self.answering: set[int] = set()  # ports where an engine PAIR did not start answers
+        self.listening: set[int] = set()  # ports some other program holds
+        self.spawned: list[FakeProcess] = []
+        self.argvs: list[list[str]] = []  # what each spawn ran
+        # Printed by the next spawned process, which then exits before it is ready.
+        self.fail_next: list[str] | None = None
+        self.spawning = asyncio.Event()  # cleared by a test to hold spawns back
+        self.spawning.set()
+
+    def drivers(self) -> EngineDrivers:
+        return EngineDrivers(
+            probe_http=self.probe_http,
+            port_in_use=self.port_in_use,
+            spawn=self.spawn,
+            run_command=self.run_command,
+        )
+
+    def answers(self, port: int) -> bool:
+        alive = any(process.returncode is None for process in self.spawned)
+        return port in self.answering or alive
+
+    async def probe_http(
+        self, session: aiohttp.ClientSession, host: str, port: int, probe: Probe
+    ) -> bool:
+        return self.answers(port)
+
+    async def port_in_use(self, host: str, port: int) -> bool:
+        return port in self.listening or self.answers(port)
+
+    async def spawn(
+        self, argv: Sequence[str], env: dict[str, str], output: EngineLog
+    ) -> FakeProcess:
+        await self.spawning.wait()
+        process = FakeProcess(pid=1000 + len(self.spawned))
+        self.spawned.append(process)
+        self.argvs.append(list(argv))
+        if self.fail_next is not None:
+            for line in self.fail_next:
+                output.add(line)
+            self.fail_next = None
+            process.exit(1)
+        return process
+
+    async def run_command(
+        self, argv: list[str], *, timeout: float, output: EngineLog | None = None
+    ) -> CommandResult:
+        return CommandResult(argv, 0)
+
+
+async def settle() -> None:
+    """Let every ready task run until it waits for something the test controls."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+def write_gguf(path: Path, *, architecture: str = "llama", context_length: int = 2048) -> Path:
+    """A metadata-only GGUF file (no tensors): enough for the model store to list it."""
+    import gguf
+
+    writer = gguf.GGUFWriter(path, arch=architecture)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    writer.add_context_length(context_length)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    return path
+
+
+class FakeSettings:
+    """Launch settings a test changes at will; remembered models are recorded."""
+
+    def __init__(self, parallel: int = 2, context: int = 4096, model: str = "") -> None:
+        self.current = LaunchSettings(parallel, context, model)
+        self.remembered: list[tuple[str, str]] = []
+
+    def launch(self, engine: EngineName) -> LaunchSettings | None:
+        return self.current
+
+    def remember_model(self, engine: EngineName, model: str) -> None:
+        self.remembered.append((engine, model))
+        self.current = replace(self.current, model=model)
+
+
+def bundled_manifest(engine: str, change: dict[str, Any] | None = None) -> Manifest:
+    """A bundled manifest found at the running Python, without health probes (so only the
+    exit watcher observes it), with ``change`` as a user override."""
+    override = {"detect": [{"path": sys.executable}], "runtime": {"health": None}}
+    document = deep_merge(override, change or {})
+    return build(merge_override(bundled_documents()[engine], document, "test"), "test")
+
+
+@dataclass
+class ControllerRig:
+    """One controller over a fake world, with what it reported."""
+
+    controller: EngineController
+    world: FakeWorld
+    clock: ManualClock
+    errors: RecordingErrors
+    pushed: list[EngineStatus] = field(default_factory=list)
+
+
+def rig(
+    manifest: Manifest,
+    session: aiohttp.ClientSession,
+    data_dir: Path,
+    settings: FakeSettings | None = None,
+    world: FakeWorld | None = None,
+) -> ControllerRig:
+    """A controller for ``manifest`` whose drivers are a fake world."""
+    world = world if world is not None else FakeWorld()
+    pushed: list[EngineStatus] = []
+    recording = RecordingErrors()
+    clock = ManualClock()
+
+    async def ignore(*_: object) -> None:
+        return None
+
+    controller = EngineController(
+        manifest,
+        session=session,
+        clock=clock,
+        hooks=EngineHooks(
+            errors=recording,
+            on_change=pushed.append,
+            save_desired=ignore,
+            record_process=ignore,
+            forget_process=ignore,
+        ),
+        install_dir=data_dir / "engines" / manifest.engine,
+        drivers=world.drivers(),
+        data_dir=data_dir,
+        settings=settings,
+    )
+    return ControllerRig(controller, world, clock, recording, pushed)
+
+
+async def eventually(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Wait until ``predicate`` holds (work in threads, as the model store's, takes real time)."""
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.005)

@@ -1,0 +1,498 @@
+"""The engine scheduler as state: a fake clock and a fake engine (no sockets, no processes).
+
+Every rule of docs/SCHEDULER.md, including the seed's races: two requests admitted in one pass
+never share a slot id; a handoff erase reaches the engine before the request; settling never
+erases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from backend.workers.proxy.scheduler import (
+    EngineScheduler,
+    EngineShape,
+    LoadFailed,
+    SlotSample,
+    Ticket,
+)
+from tests.fakes import FakeClock
+
+
+class FakeEngine:
+    """A llama-server-like engine: slots, some taken by traffic PAIR did not send, erases and
+    model loads, all recorded in ``log`` in the order the scheduler asked for them."""
+
+    def __init__(self, slots: int = 2, *, slot_ids: bool = True) -> None:
+        self.slots = slots
+        self.slot_ids = slot_ids
+        self.foreign: set[int] = set()
+        self.log: list[str] = []
+        self.samples = 0
+        self.erase_fails = False
+        self.load_fails: dict[str, str] = {}
+        self.load_gate: asyncio.Event | None = None
+        self.instance = 1
+
+    async def free_slots(self) -> SlotSample | None:
+        self.samples += 1
+        idle = tuple(i for i in range(self.slots) if i not in self.foreign)
+        return SlotSample(len(idle), idle if self.slot_ids else None)
+
+    async def erase(self, slot: int) -> None:
+        self.log.append(f"erase {slot}")
+        await asyncio.sleep(0)
+        if self.erase_fails:
+            raise RuntimeError("erase answered 501")
+
+    async def load(self, model: str) -> int:
+        self.log.append(f"load {model}")
+        if self.load_gate is not None:
+            await self.load_gate.wait()
+        if model in self.load_fails:
+            raise LoadFailed(self.load_fails[model])
+        self.instance += 1
+        return self.instance
+
+
+def pinned(slots: int = 2, *, resident: str = "a", single: bool = True) -> EngineShape:
+    return EngineShape(
+        slots=slots, single_model=single, resident=(resident,), instance=1, pinning=True
+    )
+
+
+def make(
+    engine: FakeEngine, shape: EngineShape, *, changes: list[int] | None = None
+) -> EngineScheduler:
+    scheduler = EngineScheduler(
+        "llamacpp",
+        engine,
+        clock=FakeClock(),
+        on_change=(lambda: changes.append(1)) if changes is not None else (lambda: None),
+        poll_s=0.5,
+    )
+    scheduler.configure(shape)
+    return scheduler
+
+
+async def settle(rounds: int = 20) -> None:
+    for _ in range(rounds):
+        await asyncio.sleep(0)
+
+
+class Requests:
+    """Requests submitted to a scheduler as tasks; ``admitted`` in the order they got in."""
+
+    def __init__(self, scheduler: EngineScheduler, engine: FakeEngine) -> None:
+        self.scheduler = scheduler
+        self.engine = engine
+        self.tasks: dict[str, asyncio.Task[Ticket]] = {}
+        self.admitted: list[str] = []
+
+    def submit(self, name: str, model: str = "a", session: str | None = None) -> None:
+        async def run() -> Ticket:
+            ticket = await self.scheduler.admit(model, session=session)
+            self.admitted.append(name)
+            self.engine.log.append(f"run {name}@{ticket.slot}")
+            return ticket
+
+        self.tasks[name] = asyncio.get_running_loop().create_task(run())
+
+    def operation(self, name: str, kind: str, model: str = "") -> None:
+        async def run() -> Ticket:
+            ticket = await self.scheduler.admit(model, kind=kind)
+            self.admitted.append(name)
+            self.engine.log.append(f"op {name}")
+            return ticket
+
+        self.tasks[name] = asyncio.get_running_loop().create_task(run())
+
+    def finish(self, *names: str) -> None:
+        for name in names:
+            self.scheduler.release(self.tasks[name].result())
+
+    async def cleanup(self) -> None:
+        for task in self.tasks.values():
+            task.cancel()
+        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+        await self.scheduler.aclose()
+
+
+# Capacity.
+
+
+async def test_at_most_the_ceiling_runs_and_the_next_starts_when_one_settles() -> None:
+    engine = FakeEngine(slots=4)
+    scheduler = make(engine, pinned(slots=2))
+    requests = Requests(scheduler, engine)
+    for name in ("r1", "r2", "r3"):
+        requests.submit(name)
+    await settle()
+    assert requests.admitted == ["r1", "r2"]
+    assert scheduler.state().waiting == 1
+    requests.finish("r1")
+    await settle()
+    assert requests.admitted == ["r1", "r2", "r3"]
+    await requests.cleanup()
+
+
+async def test_slots_taken_by_traffic_pair_did_not_send_are_noticed_and_polled() -> None:
+    engine = FakeEngine(slots=2)
+    engine.foreign = {0, 1}
+    scheduler = make(engine, pinned(slots=2))
+    requests = Requests(scheduler, engine)
+    requests.submit("r1")
+    await settle()
+    assert requests.admitted == [], "the engine reports no idle slot: nothing is admitted"
+    before = engine.samples
+    await settle(50)
+    assert engine.samples > before, "while everything waits, the engine is polled"
+    engine.foreign = {0}
+    await settle(50)
+    assert requests.admitted == ["r1"]
+    assert requests.tasks["r1"].result().slot == 1, "pinned to the slot that is idle"
+    await requests.cleanup()
+
+
+async def test_the_measurement_bounds_but_never_adds_to_the_ceiling() -> None:
+    engine = FakeEngine(slots=8)
+    scheduler = make(engine, pinned(slots=3))
+    requests = Requests(scheduler, engine)
+    for index in range(5):
+        requests.submit(f"r{index}")
+    await settle()
+    assert len(requests.admitted) == 3, "eight idle slots, but the ceiling is three"
+    await requests.cleanup()
+
+
+# Turns on a one-model engine.
+
+
+async def test_a_burst_shares_one_turn_and_another_model_waits_for_it_to_drain() -> None:
+    engine = FakeEngine(slots=4)
+    scheduler = make(engine, pinned(slots=4, resident="a"))
+    requests = Requests(scheduler, engine)
+    requests.submit("a1", "a")
+    requests.submit("b1", "b")
+    requests.submit("a2", "a")
+    await settle()
+    assert requests.admitted == ["a1", "a2"], "the resident model's requests go first"
+    assert scheduler.state().turn == "a"
+    assert "load b" not in engine.log
+    requests.finish("a1")
+    await settle()
+    assert "load b" not in engine.log, "b is loaded only on a drained engine"
+    requests.finish("a2")
+    await settle()
+    assert engine.log[-2:] == ["load b", "run b1@0"]
+    assert scheduler.resident == "b"
+    await requests.cleanup()
+
+
+async def test_the_turn_absorbs_its_model_at_the_head_but_not_past_another_model() -> None:
+    engine = FakeEngine(slots=1)
+    scheduler = make(engine, pinned(slots=1, resident="a"))
+    requests = Requests(scheduler, engine)
+    requests.submit("a1", "a")
+    await settle()
+    requests.submit("a2", "a")  # the head of the queue: absorbed by a's turn
+    await settle()
+    requests.finish("a1")
+    await settle()
+    assert requests.admitted == ["a1", "a2"]
+    requests.submit("b1", "b")
+    await settle()
+    requests.submit("a3", "a")  # behind b1: must not extend a's turn past it
+    await settle()
+    requests.finish("a2")
+    await settle()
+    assert requests.admitted == ["a1", "a2", "b1"], "b waited for a's claimed requests only"
+    requests.finish("b1")
+    await settle()
+    assert requests.admitted[-1] == "a3"
+    assert [line for line in engine.log if line.startswith("load")] == ["load b", "load a"]
+    await requests.cleanup()
+
+
+async def test_a_failed_load_rejects_only_that_models_requests_with_the_reason() -> None:
+    engine = FakeEngine(slots=2)
+    engine.load_fails["broken"] = "failed to load model: bad magic"
+    scheduler = make(engine, pinned(slots=2, resident="a"))
+    requests = Requests(scheduler, engine)
+    requests.submit("x1", "broken")
+    requests.submit("x2", "broken")
+    requests.submit("a1", "a")
+    await settle()
+    # No turn ran yet, so the first request's model (broken) takes the first turn.
+    assert engine.log[0] == "load broken"
+    for name in ("x1", "x2"):
+        with pytest.raises(LoadFailed, match="bad magic"):
+            await requests.tasks[name]
+    await settle()
+    assert requests.admitted == ["a1"], "the other model's request is served"
+    await requests.cleanup()
+
+
+# Exclusive operations.
+
+
+async def test_an_exclusive_operation_waits_for_running_requests_and_runs_alone() -> None:
+    engine = FakeEngine(slots=2)
+    scheduler = make(engine, pinned(slots=2))
+    requests = Requests(scheduler, engine)
+    requests.submit("r1")
+    await settle()
+    requests.operation("delete", "delete", "a")
+    requests.submit("r2")  # arrived after the delete: waits for it
+    await settle()
+    assert requests.admitted == ["r1"]
+    assert scheduler.state().exclusive_waiting == 1
+    requests.finish("r1")
+    await settle()
+    assert requests.admitted == ["r1", "delete"]
+    state = scheduler.state()
+    assert state.exclusive is not None and state.exclusive.kind == "delete"
+    assert state.waiting == 1
+    requests.finish("delete")
+    await settle()
+    assert requests.admitted == ["r1", "delete", "r2"]
+    await requests.cleanup()
+
+
+async def test_exclusive_operations_drain_an_engine_that_holds_many_models() -> None:
+    engine = FakeEngine(slots=2, slot_ids=False)
+    shape = EngineShape(slots=1, single_model=False, resident=("a", "b"), instance=1)
+    scheduler = make(engine, shape)
+    requests = Requests(scheduler, engine)
+    requests.submit("a1", "a")
+    requests.submit("b1", "b")
+    requests.submit("a2", "a")
+    await settle()
+    assert requests.admitted == ["a1", "b1"], "one slot per model, models side by side"
+    requests.operation("load", "load", "c")
+    requests.submit("b2", "b")
+    await settle()
+    requests.finish("a1")
+    await settle()
+    assert requests.admitted == ["a1", "b1", "a2"], "a2 was queued before the load"
+    requests.finish("b1", "a2")
+    await settle()
+    assert requests.admitted[-1] == "load"
+    requests.finish("load")
+    await settle()
+    assert requests.admitted[-1] == "b2"
+    await requests.cleanup()
+
+
+# Leaving.
+
+
+async def test_a_client_that_leaves_while_queued_leaves_the_queue_at_once() -> None:
+    engine = FakeEngine(slots=1)
+    scheduler = make(engine, pinned(slots=1))
+    requests = Requests(scheduler, engine)
+    requests.submit("r1")
+    requests.submit("r2")
+    requests.submit("r3")
+    await settle()
+    assert scheduler.state().waiting == 2
+    requests.tasks["r2"].cancel()
+    await settle(2)
+    assert scheduler.state().waiting == 1
+    requests.finish("r1")
+    await settle()
+    assert requests.admitted == ["r1", "r3"]
+    await requests.cleanup()
+
+
+# Slot ownership.
+
+
+async def test_two_requests_admitted_in_one_pass_never_share_a_slot() -> None:
+    engine = FakeEngine(slots=4)  # always reports every slot idle: it cannot see ours yet
+    scheduler = make(engine, pinned(slots=4))
+    requests = Requests(scheduler, engine)
+    for index in range(4):
+        requests.submit(f"r{index}", session=f"s{index}")
+    await settle()
+    slots = [requests.tasks[f"r{i}"].result().slot for i in range(4)]
+    assert sorted(slots) == [0, 1, 2, 3]
+    requests.finish("r2")
+    requests.submit("r4", session="s4")
+    await settle()
+    # The engine still reports every slot idle (the others' requests may not have reached
+    # it yet): only the released one may be handed out.
+    assert requests.tasks["r4"].result().slot == slots[2]
+    await requests.cleanup()
+
+
+async def test_a_handoff_erases_before_the_request_and_the_same_session_keeps_its_kv() -> None:
+    engine = FakeEngine(slots=1)
+    scheduler = make(engine, pinned(slots=1))
+    requests = Requests(scheduler, engine)
+    requests.submit("alice1", session="alice")
+    await settle()
+    requests.finish("alice1")
+    await settle()
+    assert engine.log == ["run alice1@0"], "a fresh slot is never erased; settling never erases"
+    requests.submit("alice2", session="alice")
+    await settle()
+    requests.finish("alice2")
+    requests.submit("bob1", session="bob")
+    await settle()
+    assert engine.log == ["run alice1@0", "run alice2@0", "erase 0", "run bob1@0"]
+    await requests.cleanup()
+
+
+async def test_a_keyless_owner_is_nobody_so_whoever_comes_next_gets_an_erase() -> None:
+    engine = FakeEngine(slots=1)
+    scheduler = make(engine, pinned(slots=1))
+    requests = Requests(scheduler, engine)
+    requests.submit("anon1")
+    await settle()
+    requests.finish("anon1")
+    requests.submit("anon2")
+    await settle()
+    requests.finish("anon2")
+    requests.submit("carol", session="carol")
+    await settle()
+    assert engine.log == ["run anon1@0", "erase 0", "run anon2@0", "erase 0", "run carol@0"]
+    assert scheduler.state().slot_owners is not None
+    assert scheduler.state().slot_owners.sessions == 1
+    await requests.cleanup()
+
+
+async def test_an_erase_failure_runs_the_request_unpinned_instead_of_failing_it() -> None:
+    engine = FakeEngine(slots=1)
+    scheduler = make(engine, pinned(slots=1))
+    requests = Requests(scheduler, engine)
+    requests.submit("a", session="a")
+    await settle()
+    requests.finish("a")
+    engine.erase_fails = True
+    requests.submit("b", session="b")
+    await settle()
+    assert engine.log == ["run a@0", "erase 0", "run b@None"]
+    requests.finish("b")
+    engine.erase_fails = False
+    requests.submit("a2", session="a")
+    await settle()
+    assert engine.log[-2:] == ["erase 0", "run a2@0"], "the slot's owner became unknown"
+    await requests.cleanup()
+
+
+async def test_owners_are_forgotten_when_the_engine_relaunches() -> None:
+    engine = FakeEngine(slots=1)
+    scheduler = make(engine, pinned(slots=1))
+    requests = Requests(scheduler, engine)
+    requests.submit("a", session="a")
+    await settle()
+    requests.finish("a")
+    await settle()
+    scheduler.configure(
+        EngineShape(slots=1, single_model=True, resident=("a",), instance=7, pinning=True)
+    )
+    requests.submit("b", session="b")
+    await settle()
+    assert engine.log == ["run a@0", "run b@0"], "a relaunched engine's slots are fresh"
+    await requests.cleanup()
+
+
+async def test_a_model_switch_forgets_owners_and_a_stale_table_does_not_undo_it() -> None:
+    engine = FakeEngine(slots=1)
+    scheduler = make(engine, pinned(slots=1, resident="a"))
+    requests = Requests(scheduler, engine)
+    requests.submit("a1", "a", session="s")
+    await settle()
+    requests.finish("a1")
+    requests.submit("b1", "b", session="t")
+    await settle()
+    assert engine.log == ["run a1@0", "load b", "run b1@0"], "no erase after a relaunch"
+    # A table built before the switch (the old instance, model a) arrives late.
+    scheduler.configure(pinned(slots=1, resident="a"))
+    assert scheduler.resident == "b"
+    await requests.cleanup()
+
+
+async def test_the_session_whose_kv_an_idle_slot_holds_goes_first_and_gets_it() -> None:
+    engine = FakeEngine(slots=2)
+    scheduler = make(engine, pinned(slots=2))
+    requests = Requests(scheduler, engine)
+    requests.submit("x1", session="x")
+    requests.submit("y1", session="y")
+    await settle()
+    slot_of_y = requests.tasks["y1"].result().slot
+    requests.finish("x1", "y1")
+    await settle()
+    engine.foreign = {1 - slot_of_y}  # only y's slot is idle now
+    requests.submit("x2", session="x")
+    requests.submit("y2", session="y")
+    await settle()
+    assert requests.admitted[-1] == "y2", "y's KV is in the idle slot: y goes first"
+    assert requests.tasks["y2"].result().slot == slot_of_y
+    assert "erase" not in " ".join(engine.log)
+    await requests.cleanup()
+
+
+async def test_state_reports_queues_turn_operation_and_owners() -> None:
+    engine = FakeEngine(slots=2)
+    changes: list[int] = []
+    scheduler = make(engine, pinned(slots=2, resident="a"), changes=changes)
+    engine.load_gate = asyncio.Event()
+    requests = Requests(scheduler, engine)
+    requests.submit("a1", "a", session="s1")
+    requests.submit("a2", "a")
+    requests.submit("a3", "a")
+    requests.submit("b1", "b")
+    await settle()
+    state = scheduler.state()
+    assert (state.running, state.waiting, state.turn, state.resident) == (2, 2, "a", "a")
+    assert {q.model: (q.running, q.waiting) for q in state.queues} == {
+        "a": (2, 1),
+        "b": (0, 1),
+    }
+    assert state.slot_owners is not None
+    assert (state.slot_owners.sessions, state.slot_owners.keyless) == (1, 1)
+    assert changes, "every change is announced"
+    requests.finish("a1", "a2")
+    await settle()
+    requests.finish("a3")
+    await settle()
+    loading = scheduler.state()
+    assert loading.exclusive is not None
+    assert (loading.exclusive.kind, loading.exclusive.model) == ("switch", "b")
+    engine.load_gate.set()
+    await settle()
+    assert scheduler.state().resident == "b"
+    await requests.cleanup()
+
+
+async def test_without_affinity_slots_go_first_free_in_arrival_order() -> None:
+    """The benchmark's baseline: ownership and erases stay, the preferences go."""
+    engine = FakeEngine(slots=2)
+    scheduler = EngineScheduler("llamacpp", engine, clock=FakeClock(), affinity=False)
+    scheduler.configure(pinned(slots=2))
+    requests = Requests(scheduler, engine)
+    requests.submit("x1", session="x")
+    requests.submit("y1", session="y")
+    await settle()
+    requests.finish("x1", "y1")
+    await settle()
+    requests.submit("y2", session="y")
+    await settle()
+    assert engine.log[-2:] == ["erase 0", "run y2@0"], "y's own slot 1 was not preferred"
+    await requests.cleanup()
+
+
+async def test_a_guessed_slot_count_does_not_limit_an_engine_pair_did_not_configure() -> None:
+    engine = FakeEngine(slots=1, slot_ids=False)
+    shape = EngineShape(slots=1, single_model=False, instance=1, slots_known=False)
+    scheduler = make(engine, shape)
+    requests = Requests(scheduler, engine)
+    for index in range(5):
+        requests.submit(f"r{index}")
+    await settle()
+    assert len(requests.admitted) == 5, "the adopted engine queues what it cannot run itself"
+    await requests.cleanup()

@@ -1,0 +1,106 @@
+"""Which conversation a request belongs to, pinning it to a slot, and reading idle slots."""
+
+from __future__ import annotations
+
+import json
+
+from backend.workers.proxy.engine_access import idle_slots
+from backend.workers.proxy.routing import AFFINITY_CREDIT, Affinity, NodeLoad, Reservations
+from backend.workers.proxy.scheduler import SlotSample
+from backend.workers.proxy.sessions import SESSION_HEADER, pin_slot, session_of
+
+
+def _body(**fields: object) -> bytes:
+    return json.dumps({"model": "tiny", **fields}).encode()
+
+
+def _chat(*users: str, system: str = "be brief") -> list[dict[str, str]]:
+    messages = [{"role": "system", "content": system}]
+    for index, text in enumerate(users):
+        if index:
+            messages.append({"role": "assistant", "content": "ok"})
+        messages.append({"role": "user", "content": text})
+    return messages
+
+
+def test_the_next_turn_of_a_chat_is_the_same_session_and_another_chat_is_not() -> None:
+    first = session_of({}, _body(messages=_chat("plan a walk")))
+    later = session_of({}, _body(messages=_chat("plan a walk", "and then?", "more")))
+    other = session_of({}, _body(messages=_chat("write a poem")))
+    other_system = session_of({}, _body(messages=_chat("plan a walk", system="be long")))
+    assert first is not None and first == later
+    assert len({first, other, other_system}) == 3
+
+
+def test_the_clients_own_key_wins_header_first_then_user() -> None:
+    body = _body(messages=_chat("hi"), user="alice")
+    assert session_of({}, body) == "u:alice"
+    assert session_of({SESSION_HEADER: " chat-42 "}, body) == "k:chat-42"
+    assert session_of({}, _body(messages=_chat("hi"), user="  ")) != "u:"
+
+
+def test_a_bare_prompt_is_known_by_its_opening_and_nothing_at_all_is_keyless() -> None:
+    opening = "x" * 600
+    assert session_of({}, _body(prompt=opening)) == session_of({}, _body(prompt=opening + "more"))
+    assert session_of({}, _body(prompt="a")) != session_of({}, _body(prompt="b"))
+    assert session_of({}, _body()) is None
+    assert session_of({}, b"not json") is None
+    assert session_of({}, _body(messages=[])) is None
+
+
+def test_sessions_are_per_model() -> None:
+    messages = _chat("same words")
+    one = session_of({}, json.dumps({"model": "a", "messages": messages}).encode())
+    two = session_of({}, json.dumps({"model": "b", "messages": messages}).encode())
+    assert one != two
+
+
+def test_pinning_sets_the_slot_field_and_leaves_anything_else_alone() -> None:
+    body = _body(messages=_chat("hi"), id_slot=3, stream=True)
+    pinned = json.loads(pin_slot(body, "id_slot", 1))
+    assert pinned["id_slot"] == 1 and pinned["stream"] is True
+    assert pinned["messages"] == _chat("hi")
+    assert pin_slot(b"[1, 2]", "id_slot", 0) == b"[1, 2]"
+    assert pin_slot(b"{broken", "id_slot", 0) == b"{broken"
+
+
+def test_idle_slots_are_read_from_the_slot_list_and_anything_else_is_unknown() -> None:
+    rows = [
+        {"id": 1, "is_processing": True},
+        {"id": 0, "is_processing": False},
+        {"id": 2, "is_processing": False},
+    ]
+    assert idle_slots(rows) == SlotSample(idle=2, ids=(0, 2))
+    assert idle_slots({"slots": rows}) is None
+    assert idle_slots([{"id": "0", "is_processing": False}]) is None
+    assert idle_slots([{"id": True, "is_processing": False}]) is None
+    assert idle_slots([{"id": 0}]) is None
+    assert idle_slots([]) == SlotSample(idle=0, ids=())
+
+
+def test_affinity_credits_the_node_that_served_the_chat_unless_it_is_clearly_busier() -> None:
+    affinity = Affinity(capacity=2)
+    affinity.served("chat", "b")
+    credit = affinity.credit("chat", {"a", "b"})
+    assert credit == {"b": AFFINITY_CREDIT}
+    reservations = Reservations()
+    reservations.apply_snapshot(1, {})
+    assert reservations.pick(["a", "b"], credit=credit)[0] == "b", "a tie goes to the chat's node"
+    reservations.release("b", 1)
+    busy = Reservations()
+
+    busy.apply_snapshot(1, {"b": NodeLoad(pending=1)})
+    assert busy.pick(["a", "b"], credit=credit)[0] == "b", "one more job is not clearly busier"
+    busier = Reservations()
+    busier.apply_snapshot(1, {"b": NodeLoad(pending=2)})
+    assert busier.pick(["a", "b"], credit=credit)[0] == "a", "two more jobs is"
+    assert affinity.credit("chat", {"a"}) == {}, "a node that is not a candidate gets nothing"
+    assert affinity.credit(None, {"a", "b"}) == {}
+
+
+def test_affinity_forgets_the_oldest_chats_first() -> None:
+    affinity = Affinity(capacity=2)
+    for chat, node in (("one", "a"), ("two", "b"), ("one", "c"), ("three", "d")):
+        affinity.served(chat, node)
+    assert affinity.node_for("two") is None
+    assert (affinity.node_for("one"), affinity.node_for("three")) == ("c", "d")
