@@ -55,10 +55,11 @@ def _replace(path: Path, data: bytes, *, mode: int) -> None:
         with contextlib.suppress(OSError):
             os.unlink(temp_name)
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
+    """Make a rename or a new entry in ``directory`` reach the disk (POSIX; a no-op elsewhere)."""
     if os.name != "posix":
         return
     fd = os.open(directory, os.O_RDONLY)

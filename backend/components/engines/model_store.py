@@ -24,7 +24,7 @@ from urllib.parse import unquote, urlsplit
 
 import aiohttp
 
-from backend.common.files import ensure_private_dir
+from backend.common.files import ensure_private_dir, fsync_dir
 from backend.components.engines.gguf import GgufError, GgufInfo, read_file
 from backend.protocol import errors
 from backend.protocol.types import EngineName, ModelDetails, PullProgress
@@ -222,7 +222,7 @@ class ModelStore:
         if target.exists():  # placed there by hand while we downloaded
             raise errors.Conflict(f"a model called {name!r} appeared meanwhile; kept that one")
         os.replace(part, target)
-        _fsync_dir(self.root)
+        fsync_dir(self.root)
         stat = target.stat()
         model = _stored(target, stat.st_size, info)
         with self._lock:
@@ -377,17 +377,6 @@ def _check_gguf(part: Path, url: str) -> GgufInfo:
         raise errors.InvalidParams(
             f"not a GGUF model: {exc.message} (downloaded from {url}); nothing was kept"
         ) from None
-
-
-def _fsync_dir(directory: Path) -> None:
-    # The rename reaches the disk: after a power cut the model is there or was never there.
-    if os.name != "posix":
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _stored(path: Path, size: int, info: GgufInfo, *, name: str | None = None) -> StoredModel:

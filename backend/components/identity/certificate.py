@@ -41,7 +41,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from backend.common.files import ensure_private_dir, set_aside, write_private_atomic
+from backend.common.files import ensure_private_dir, fsync_dir, set_aside, write_private_atomic
 from backend.protocol.types import NodeId
 
 log = logging.getLogger(__name__)
@@ -335,7 +335,7 @@ class IdentityStore:
         for name, data in files.items():
             write_private_atomic(staging / name, data)
         os.replace(staging, self.directory)
-        _sync_directory(self.directory.parent)
+        fsync_dir(self.directory.parent)
 
     def _restore_or_remove(self) -> str:
         return (
@@ -432,14 +432,3 @@ def _make_private(path: Path, mode: int) -> None:
             path,
         ) from error
     log.warning("%s was open to other users (mode %o); now %o", path, current, mode)
-
-
-def _sync_directory(directory: Path) -> None:
-    # The rename of the identity directory reaches the disk before we report success.
-    if os.name != "posix":
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
