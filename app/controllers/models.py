@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
+from urllib.parse import unquote, urlsplit
 
 from PySide6.QtCore import QObject, Signal
 
@@ -83,6 +84,15 @@ class PendingTimeouts:
     load: float = COLD_LOAD_TIMEOUT_S
     lmstudio_delete: float = LMSTUDIO_DELETE_TIMEOUT_S
     default: float = DEFAULT_TIMEOUT_S
+
+
+def url_model_name(url: str) -> str:
+    """The name a model file's address is saved under: its last path segment without
+    ``.gguf`` (the broker checks it; the address itself when it names no file)."""
+    segment = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
+    if segment.lower().endswith(".gguf"):
+        segment = segment[: -len(".gguf")]
+    return segment or url
 
 
 def pull_row(node: NodeId, name: str, local: bool, progress: PullProgress) -> PullRow:
@@ -210,7 +220,10 @@ class ModelsController(Controller):
     def pull(self, engine: EngineName, model: str, node: NodeId | None = None) -> None:
         """Download ``model`` with ``engine`` of ``node`` (None: this node); progress goes to
         ``pulls``."""
-        model = model.strip()
+        model, url = model.strip(), None
+        if model.startswith(("http://", "https://")):
+            # A model file's address (llama.cpp): saved, listed and tracked under its file's name.
+            url, model = model, url_model_name(model)
         key = self._key(engine, model, node)
         if not model or key is None or not self.reachable(key.node):
             return
@@ -221,7 +234,9 @@ class ModelsController(Controller):
         name, local = self._name(key.node), key.node == self.node_id
         waiting = PullRow(key.node, engine, model, "Waiting for the engine", node_name=name)
         self.pulls.upsert(replace(waiting, local=local))
-        self._tasks.spawn(self._run(key, "pull_model"), name=f"pull {engine} {model} {key.node}")
+        self._tasks.spawn(
+            self._run(key, "pull_model", url=url), name=f"pull {engine} {model} {key.node}"
+        )
 
     def dismiss_pull(self, key: PendingKey) -> None:
         """Forget a failed pull's row."""
@@ -261,9 +276,11 @@ class ModelsController(Controller):
         where = "" if key.node == self.node_id else f" on {self._name(key.node)}"
         return f"{key.model} ({engine_title(key.engine)}){where}"
 
-    async def _run(self, key: PendingKey, action: ModelAction) -> None:
+    async def _run(self, key: PendingKey, action: ModelAction, *, url: str | None = None) -> None:
         node = None if key.node == self.node_id else key.node
-        params = EngineActionParams(engine=key.engine, action=action, model=key.model, node=node)
+        params = EngineActionParams(
+            engine=key.engine, action=action, model=key.model, node=node, url=url
+        )
         try:
             await self.connection.call(methods.ENGINE_ACTION, params, _RPC_TIMEOUTS_S[action])
         except RpcError as exc:

@@ -123,7 +123,9 @@ class PullBar(QWidget):
         super().__init__(parent)
         self._controller = controller
         self.name_edit = QLineEdit()
-        self.name_edit.setPlaceholderText("Model to pull, e.g. llama3.2:3b or qwen/qwen3-8b")
+        self.name_edit.setPlaceholderText(
+            "Model to pull, e.g. llama3.2:3b, qwen/qwen3-8b, or a .gguf address for llama.cpp"
+        )
         self.name_edit.setClearButtonEnabled(True)
         self.node_combo = QComboBox()
         self.node_combo.setToolTip("The computer that downloads the model")

@@ -875,3 +875,43 @@ async def test_a_members_model_details_show_too(ui: Ui) -> None:
     key = member_key("llamacpp", "qwen2.5-0.5b")
     assert details_cell(ui, key)[0] == "qwen2 · Q4_K_M · 32K context"
     assert not ui.page.models_tab.table.isColumnHidden(ModelsModel.DETAILS_COLUMN)
+
+
+async def test_a_model_file_address_is_pulled_and_tracked_under_its_file_name(
+    qtbot: QtBot, ui: Ui
+) -> None:
+    """llama.cpp pulls a .gguf by its address; the broker saves it under the file's name."""
+    await start(ui)
+    answer = never()
+    ui.connection.script(methods.ENGINE_ACTION, answer)
+    url = "https://example.org/models/Qwen3-0.6B-Q8_0.gguf?download=1"
+    ui.page.pull_bar.name_edit.setText(url)
+    ui.controller.pull("llamacpp", url)
+    await wait_until(lambda: len(ui.action_calls()) == 1)
+    call = ui.action_calls()[0]
+    assert (call["model"], call["url"]) == ("Qwen3-0.6B-Q8_0", url)
+    key = ui.key("llamacpp", "Qwen3-0.6B-Q8_0")
+    with qtbot.assertNotEmitted(ui.controller.command_failed):
+        ui.events.pull(
+            {
+                "engine": "llamacpp",
+                "model": "Qwen3-0.6B-Q8_0",
+                "stage": "downloading",
+                "percent": 40.0,
+                "completed": 40,
+                "total": 100,
+            }
+        )
+        assert ui.page.pulls_panel.items[key].bar.value() == 400
+        ui.events.pull(
+            {
+                "engine": "llamacpp",
+                "model": "Qwen3-0.6B-Q8_0",
+                "stage": "success",
+                "percent": 100.0,
+                "done": True,
+            }
+        )
+        answer.set_result({"ok": True})
+        await settle()
+    assert ui.pending.get(key) is None
