@@ -1,6 +1,7 @@
 """The front doors as the GUI shows them: real URLs, moved ports, example requests (from
-``status``, ``errors:update`` and the engines store's model lists), and the front doors'
-settings (timeouts and the pinned node, through ``settings/get`` / ``settings/set``)."""
+``status``, ``errors:update`` and the engines store's model lists), and the broker settings the
+General tab edits (the front doors' timeouts and pinned node, llama.cpp's slots and context,
+through ``settings/get`` / ``settings/set``)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,8 @@ MODEL_PLACEHOLDER = "<model>"
 HEADER_TIMEOUT = "proxy_header_timeout_s"
 FIRST_CONTENT_TIMEOUT = "proxy_first_content_timeout_s"
 PINNED_NODE = "proxy_pinned_node"
+LLAMACPP_PARALLEL = "llamacpp_parallel"
+LLAMACPP_CONTEXT = "llamacpp_context"
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,17 +241,26 @@ class NodeChoice:
     label: str
 
 
+def bound_text(bound: float) -> str:
+    """A bound as the schema means it: ``1048576``, not ``1.04858e+06``."""
+    return str(int(bound)) if bound == int(bound) else f"{bound:g}"
+
+
 def bounds_text(low: float | None, high: float | None) -> str:
     """``between 1 and 3600``, ``at least 1`` or ``at most 3600``."""
     if low is not None and high is not None:
-        return f"between {low:g} and {high:g}"
+        return f"between {bound_text(low)} and {bound_text(high)}"
     if low is not None:
-        return f"at least {low:g}"
-    return f"at most {high:g}" if high is not None else "any number"
+        return f"at least {bound_text(low)}"
+    return f"at most {bound_text(high)}" if high is not None else "any number"
 
 
 def check_value(spec: SettingSpec, value: SettingValue) -> SettingValue:
-    """``value`` within the schema's bounds; raises ValueError with a sentence for the user."""
+    """``value`` within the schema's bounds; raises ValueError with a sentence for the user.
+
+    A whole float for an int setting comes back as an int: the broker refuses ``2.0`` there."""
+    if spec.type == "int" and isinstance(value, float) and value.is_integer():
+        value = int(value)
     if isinstance(value, int | float) and not isinstance(value, bool):
         low, high = spec.minimum, spec.maximum
         if (low is not None and value < low) or (high is not None and value > high):

@@ -1,5 +1,5 @@
 """Settings → General: start at login, keep running in the tray, the front doors' timeouts and
-the pinned node."""
+the pinned node, llama.cpp's requests at once and context size."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QScrollArea,
     QSizePolicy,
+    QSpinBox,
     QVBoxLayout,
     QWidget,
 )
@@ -25,6 +26,8 @@ from app.autostart import Autostart
 from app.controllers.endpoints import (
     FIRST_CONTENT_TIMEOUT,
     HEADER_TIMEOUT,
+    LLAMACPP_CONTEXT,
+    LLAMACPP_PARALLEL,
     PINNED_NODE,
     FrontDoorSettingsController,
 )
@@ -46,6 +49,21 @@ TIMEOUT_TIPS = {
     FIRST_CONTENT_TIMEOUT: "How long a front door waits, once an engine answered, for its first "
     "output before it tries another computer (a cold model load counts).",
 }
+OFFLINE_NOTE = "These settings can be changed while the service runs."
+LLAMACPP_LABELS = {
+    LLAMACPP_PARALLEL: "Requests at once",
+    LLAMACPP_CONTEXT: "Context size",
+}
+LLAMACPP_TIPS = {
+    LLAMACPP_PARALLEL: "How many requests llama.cpp answers at the same time (its slots).",
+    LLAMACPP_CONTEXT: "How many tokens of conversation llama.cpp keeps, split among the "
+    "requests it answers at once.",
+}
+LLAMACPP_NOTE = (
+    "A running llama.cpp restarts to apply these; the context is shared by the requests it runs "
+    "at once."
+)
+CONTEXT_STEP = 1024
 
 
 def minimise_to_tray(preferences: QSettings) -> bool:
@@ -86,6 +104,22 @@ def show_error(label: QLabel, message: str) -> None:
     """Show ``message`` in an error label, or hide it when empty."""
     label.setText(message)
     label.setVisible(bool(message))
+
+
+def align_form_labels(*boxes: QWidget) -> None:
+    """Give the forms of stacked boxes one label width, so their controls line up."""
+    labels: list[QLabel] = []
+    for box in boxes:
+        form = box.layout()
+        if isinstance(form, QFormLayout):
+            for row in range(form.rowCount()):
+                item = form.itemAt(row, QFormLayout.ItemRole.LabelRole)
+                label = item.widget() if item is not None else None
+                if isinstance(label, QLabel):
+                    labels.append(label)
+    width = max((label.sizeHint().width() for label in labels), default=0)
+    for label in labels:
+        label.setMinimumWidth(width)
 
 
 class StartupBox(QGroupBox):
@@ -172,19 +206,58 @@ def pinned_combo() -> QComboBox:
     return combo
 
 
-class FrontDoorsBox(QGroupBox):
+def count_spin(tooltip: str, *, suffix: str = "", step: int = 1) -> QSpinBox:
+    """A whole-number box that reports a typed number once, not every keystroke (each saved
+    change restarts a running engine)."""
+    spin = QSpinBox()
+    spin.setSuffix(suffix)
+    spin.setSingleStep(step)
+    spin.setMinimumWidth(110)
+    spin.setKeyboardTracking(False)
+    spin.setGroupSeparatorShown(True)
+    spin.setToolTip(tooltip)
+    return spin
+
+
+class BrokerSettingsBox(QGroupBox):
+    """A group of broker settings: one error label per key, cleared on save, set on refusal."""
+
+    def __init__(
+        self,
+        title: str,
+        controller: FrontDoorSettingsController,
+        keys: tuple[str, ...],
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(title, parent)
+        self._controller = controller
+        self.errors: dict[str, QLabel] = {key: error_label() for key in keys}
+        self.offline_note = muted_label(OFFLINE_NOTE)
+        controller.value_rejected.connect(self._on_controller_value_rejected)
+        controller.value_saved.connect(self._on_controller_value_saved)
+
+    def clear_errors(self) -> None:
+        """Hide every error label (the saved values are gone with the connection)."""
+        for label in self.errors.values():
+            show_error(label, "")
+
+    def _on_controller_value_rejected(self, key: str, reason: str) -> None:
+        if key in self.errors:
+            show_error(self.errors[key], reason)
+
+    def _on_controller_value_saved(self, key: str) -> None:
+        if key in self.errors:
+            show_error(self.errors[key], "")
+
+
+class FrontDoorsBox(BrokerSettingsBox):
     """The broker's front-door settings, saved one at a time with the reason shown on refusal."""
 
     def __init__(
         self, controller: FrontDoorSettingsController, parent: QWidget | None = None
     ) -> None:
-        super().__init__("Front doors", parent)
-        self._controller = controller
+        super().__init__("Front doors", controller, (*TIMEOUT_LABELS, PINNED_NODE), parent)
         self.spins: dict[str, QDoubleSpinBox] = {}
-        self.errors: dict[str, QLabel] = {
-            key: error_label() for key in (*TIMEOUT_LABELS, PINNED_NODE)
-        }
-        self.offline_note = muted_label("These settings can be changed while the service runs.")
         self.pinned_combo = pinned_combo()
         self.pinned_combo.activated.connect(self._on_pinned_combo_activated)
         form = QFormLayout(self)
@@ -200,8 +273,6 @@ class FrontDoorsBox(QGroupBox):
         form.addRow("Preferred computer", with_error(self.pinned_combo, self.errors[PINNED_NODE]))
         form.addRow(muted_label("Requests go to the preferred computer when it has the model."))
         controller.changed.connect(self.refresh)
-        controller.value_rejected.connect(self._on_controller_value_rejected)
-        controller.value_saved.connect(self._on_controller_value_saved)
         self.refresh()
 
     def refresh(self) -> None:
@@ -220,8 +291,7 @@ class FrontDoorsBox(QGroupBox):
         self._fill_pinned_combo()
         self.pinned_combo.setEnabled(self._controller.spec(PINNED_NODE) is not None)
         if not connected:
-            for label in self.errors.values():
-                show_error(label, "")
+            self.clear_errors()
 
     def showEvent(self, event: QShowEvent) -> None:
         """Re-read the known computers whenever the tab is shown."""
@@ -242,17 +312,56 @@ class FrontDoorsBox(QGroupBox):
     def _on_pinned_combo_activated(self, index: int) -> None:
         self._controller.set_value(PINNED_NODE, str(self.pinned_combo.itemData(index)))
 
-    def _on_controller_value_rejected(self, key: str, reason: str) -> None:
-        if key in self.errors:
-            show_error(self.errors[key], reason)
 
-    def _on_controller_value_saved(self, key: str) -> None:
-        if key in self.errors:
-            show_error(self.errors[key], "")
+class LlamaCppBox(BrokerSettingsBox):
+    """llama.cpp's requests at once (its ``-np`` slots) and context size; the broker restarts a
+    running llama.cpp to apply a change. The model is chosen on the Models page instead."""
+
+    def __init__(
+        self, controller: FrontDoorSettingsController, parent: QWidget | None = None
+    ) -> None:
+        super().__init__("llama.cpp", controller, tuple(LLAMACPP_LABELS), parent)
+        self.spins: dict[str, QSpinBox] = {
+            LLAMACPP_PARALLEL: count_spin(LLAMACPP_TIPS[LLAMACPP_PARALLEL]),
+            LLAMACPP_CONTEXT: count_spin(
+                LLAMACPP_TIPS[LLAMACPP_CONTEXT], suffix=" tokens", step=CONTEXT_STEP
+            ),
+        }
+        form = QFormLayout(self)
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.ExpandingFieldsGrow)
+        form.addRow(self.offline_note)
+        for key, spin in self.spins.items():
+            spin.valueChanged.connect(
+                lambda value, key=key: self._on_spin_value_changed(key, value)
+            )
+            form.addRow(LLAMACPP_LABELS[key], with_error(spin, self.errors[key]))
+        form.addRow(muted_label(LLAMACPP_NOTE))
+        controller.changed.connect(self.refresh)
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Show the saved values and the schema's ranges; controls work only while the schema
+        is known (a broker without these settings leaves them off too)."""
+        known = all(self._controller.spec(key) is not None for key in self.spins)
+        self.offline_note.setVisible(not known)
+        for key, spin in self.spins.items():
+            spec = self._controller.spec(key)
+            value = self._controller.value(key)
+            with QSignalBlocker(spin):
+                if spec is not None:
+                    spin.setRange(int(spec.minimum or 0), int(spec.maximum or 2**31 - 1))
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    spin.setValue(int(value))
+            spin.setEnabled(spec is not None)
+        if not known:
+            self.clear_errors()
+
+    def _on_spin_value_changed(self, key: str, value: int) -> None:
+        self._controller.set_value(key, int(value))
 
 
 class GeneralSettings(QScrollArea):
-    """The General tab: startup and window preferences, then the front doors."""
+    """The General tab: startup and window preferences, the front doors, then llama.cpp."""
 
     minimise_to_tray_changed = Signal(bool)
 
@@ -268,6 +377,8 @@ class GeneralSettings(QScrollArea):
         super().__init__(parent)
         self.startup_box = StartupBox(autostart, preferences, tray_available=tray_available)
         self.front_doors_box = FrontDoorsBox(controller)
+        self.llamacpp_box = LlamaCppBox(controller)
+        align_form_labels(self.front_doors_box, self.llamacpp_box)
         self.startup_box.minimise_to_tray_changed.connect(self.minimise_to_tray_changed)
         body = QWidget()
         layout = QVBoxLayout(body)
@@ -275,6 +386,7 @@ class GeneralSettings(QScrollArea):
         layout.setSpacing(12)
         layout.addWidget(self.startup_box)
         layout.addWidget(self.front_doors_box)
+        layout.addWidget(self.llamacpp_box)
         layout.addStretch(1)
         self.setWidget(body)
         self.setWidgetResizable(True)

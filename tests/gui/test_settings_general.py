@@ -1,4 +1,5 @@
-"""Settings → General: start at login, minimise to tray, front-door timeouts and pinned node."""
+"""Settings → General: start at login, minimise to tray, front-door timeouts and pinned node,
+llama.cpp's requests at once and context size."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from app.autostart import FileAutostart, xdg_autostart
 from app.controllers.endpoints import (
     FIRST_CONTENT_TIMEOUT,
     HEADER_TIMEOUT,
+    LLAMACPP_CONTEXT,
+    LLAMACPP_PARALLEL,
     PINNED_NODE,
     FrontDoorSettingsController,
     check_value,
@@ -34,13 +37,20 @@ SCHEMA = [
     {"key": FIRST_CONTENT_TIMEOUT, "type": "float", "default": 120.0, "minimum": 1.0,
      "maximum": 3600.0, "description": "d"},
     {"key": PINNED_NODE, "type": "string", "default": "", "description": "d"},
+    {"key": LLAMACPP_PARALLEL, "type": "int", "default": 2, "minimum": 1, "maximum": 16,
+     "description": "d"},
+    {"key": LLAMACPP_CONTEXT, "type": "int", "default": 4096, "minimum": 256,
+     "maximum": 1048576, "description": "d"},
+    {"key": "llamacpp_model", "type": "string", "default": "", "description": "d"},
 ]  # fmt: skip
 
 
-def snapshot(**values: Any) -> dict[str, Any]:
+def snapshot(schema: list[dict[str, Any]] = SCHEMA, **values: Any) -> dict[str, Any]:
     base = {"log_level": "info", HEADER_TIMEOUT: 120.0, FIRST_CONTENT_TIMEOUT: 120.0,
-            PINNED_NODE: ""}  # fmt: skip
-    return {"values": base | values, "schema": SCHEMA}
+            PINNED_NODE: "", LLAMACPP_PARALLEL: 2, LLAMACPP_CONTEXT: 4096,
+            "llamacpp_model": ""}  # fmt: skip
+    keys = {spec["key"] for spec in schema}
+    return {"values": {k: v for k, v in (base | values).items() if k in keys}, "schema": schema}
 
 
 def node(node_id: str, name: str, *sources: str) -> dict[str, Any]:
@@ -86,8 +96,8 @@ async def tab(qtbot: QtBot, tmp_path: Path, preferences_file: Path) -> AsyncIter
     await connection.stop()
 
 
-async def ready(tab: Tab, **values: Any) -> None:
-    tab.connection.script(methods.SETTINGS_GET, snapshot(**values))
+async def ready(tab: Tab, schema: list[dict[str, Any]] = SCHEMA, **values: Any) -> None:
+    tab.connection.script(methods.SETTINGS_GET, snapshot(schema, **values))
     tab.connection.script(methods.DISCOVERY_GET_NODES, NODES)
     tab.connection.become_ready()
     await wait_until(lambda: tab.widget.front_doors_box.spins[HEADER_TIMEOUT].isEnabled(), 5)
@@ -106,6 +116,15 @@ def test_check_value_uses_the_schema_bounds() -> None:
         check_value(spec, 0.5)
     with pytest.raises(ValueError, match="Must be between 1 and 3600"):
         check_value(spec, 5000)
+
+
+def test_check_value_sends_int_settings_as_ints_and_writes_big_bounds_out() -> None:
+    spec = SettingSpec(key="n", type="int", default=4096, minimum=256, maximum=1048576,
+                       description="d")  # fmt: skip
+    checked = check_value(spec, 8192.0)
+    assert (checked, type(checked)) == (8192, int)  # the broker refuses 8192.0 for an int
+    with pytest.raises(ValueError, match=r"^Must be between 256 and 1048576\.$"):
+        check_value(spec, 2**21)
 
 
 def test_pinned_node_choices_list_none_self_and_an_unknown_saved_id() -> None:
@@ -241,3 +260,90 @@ async def test_losing_the_service_disables_the_front_door_controls(tab: Tab) -> 
     assert not box.spins[HEADER_TIMEOUT].isEnabled()
     assert not box.pinned_combo.isEnabled()
     assert not box.offline_note.isHidden()
+
+
+async def test_llamacpp_box_shows_the_saved_values_in_the_schema_ranges(tab: Tab) -> None:
+    box = tab.widget.llamacpp_box
+    parallel, context = box.spins[LLAMACPP_PARALLEL], box.spins[LLAMACPP_CONTEXT]
+    assert not parallel.isEnabled() and not context.isEnabled()  # not connected
+    assert not box.offline_note.isHidden()
+    await ready(tab, **{LLAMACPP_PARALLEL: 4, LLAMACPP_CONTEXT: 32768})
+    assert (parallel.minimum(), parallel.maximum(), parallel.value()) == (1, 16, 4)
+    assert (context.minimum(), context.maximum(), context.value()) == (256, 1048576, 32768)
+    assert context.singleStep() == 1024
+    assert context.suffix() == " tokens"
+    assert parallel.isEnabled() and context.isEnabled()
+    assert box.offline_note.isHidden()
+    assert set_calls(tab.connection) == []  # showing values saves nothing
+    tab.connection.push(methods.SETTINGS_CHANGED, snapshot(**{LLAMACPP_PARALLEL: 8}))
+    assert parallel.value() == 8
+    assert set_calls(tab.connection) == []
+
+
+async def test_llamacpp_changes_are_sent_as_ints(tab: Tab) -> None:
+    await ready(tab)
+    box = tab.widget.llamacpp_box
+    tab.connection.script(methods.SETTINGS_SET, snapshot(**{LLAMACPP_PARALLEL: 3}))
+    box.spins[LLAMACPP_PARALLEL].stepUp()
+    await wait_until(lambda: set_calls(tab.connection), 5)
+    tab.connection.script(methods.SETTINGS_SET, snapshot(**{LLAMACPP_CONTEXT: 5120}))
+    box.spins[LLAMACPP_CONTEXT].stepUp()
+    await wait_until(lambda: len(set_calls(tab.connection)) == 2, 5)
+    assert set_calls(tab.connection) == [
+        {"values": {LLAMACPP_PARALLEL: 3}},
+        {"values": {LLAMACPP_CONTEXT: 5120}},
+    ]
+    assert all(
+        type(v) is int for call in set_calls(tab.connection) for v in call["values"].values()
+    )
+    assert box.spins[LLAMACPP_CONTEXT].value() == 5120
+    assert box.errors[LLAMACPP_CONTEXT].isHidden()
+
+
+async def test_a_refused_llamacpp_value_shows_the_reason_and_the_saved_value(tab: Tab) -> None:
+    await ready(tab)
+    box = tab.widget.llamacpp_box
+    spin, error = box.spins[LLAMACPP_CONTEXT], box.errors[LLAMACPP_CONTEXT]
+    rejection = InvalidParams(
+        f"Invalid params: setting '{LLAMACPP_CONTEXT}' must be at most 65536; got 131072"
+    )
+    tab.connection.script(methods.SETTINGS_SET, rejection)
+    spin.setValue(131072)
+    await wait_until(lambda: not error.isHidden(), 5, "the error")
+    assert error.text() == "Must be at most 65536; got 131072."
+    assert spin.value() == 4096  # back to what the broker holds
+    assert box.errors[LLAMACPP_PARALLEL].isHidden()
+    assert tab.widget.front_doors_box.errors[HEADER_TIMEOUT].isHidden()
+    # A value the schema itself refuses never reaches the broker.
+    calls = len(set_calls(tab.connection))
+    tab.controller.set_value(LLAMACPP_PARALLEL, 17)
+    assert box.errors[LLAMACPP_PARALLEL].text() == "Must be between 1 and 16."
+    assert len(set_calls(tab.connection)) == calls
+
+
+async def test_offline_or_an_older_broker_disables_the_llamacpp_controls(tab: Tab) -> None:
+    await ready(tab)
+    box = tab.widget.llamacpp_box
+    tab.controller.set_value(LLAMACPP_PARALLEL, 99)
+    assert not box.errors[LLAMACPP_PARALLEL].isHidden()
+    tab.connection.lose_session()
+    assert not box.spins[LLAMACPP_PARALLEL].isEnabled()
+    assert not box.spins[LLAMACPP_CONTEXT].isEnabled()
+    assert not box.offline_note.isHidden()
+    assert box.errors[LLAMACPP_PARALLEL].isHidden()
+    older = [spec for spec in SCHEMA if not spec["key"].startswith("llamacpp_")]
+    await ready(tab, older)
+    assert not box.spins[LLAMACPP_PARALLEL].isEnabled()
+    assert not box.spins[LLAMACPP_CONTEXT].isEnabled()
+
+
+async def test_the_llamacpp_controls_line_up_with_the_front_doors(tab: Tab) -> None:
+    await ready(tab)
+    tab.widget.show()
+    await settle()
+    front, llamacpp = tab.widget.front_doors_box, tab.widget.llamacpp_box
+    left = front.spins[HEADER_TIMEOUT].mapTo(
+        tab.widget, front.spins[HEADER_TIMEOUT].rect().topLeft()
+    )
+    for spin in llamacpp.spins.values():
+        assert spin.mapTo(tab.widget, spin.rect().topLeft()).x() == left.x()
