@@ -61,6 +61,8 @@ def scheduler_tip(state: SchedulerState | None) -> str:
             f"Slots last given to: {owners.sessions} sessions, {owners.keyless} keyless "
             f"requests; {owners.fresh} not used since the engine started"
         )
+        if owners.parked:
+            lines.append(f"{owners.parked} conversations parked until they come back")
     return "\n".join(lines)
 
 
@@ -93,5 +95,6 @@ def _owners(owners: SlotOwners | None) -> str:
         (owners.sessions, "session", "sessions"),
         (owners.keyless, "keyless", "keyless"),
         (owners.fresh, "fresh", "fresh"),
+        (owners.parked, "parked", "parked"),
     )
     return ", ".join(f"{n} {one if n == 1 else many}" for n, one, many in counts if n)

@@ -67,4 +67,5 @@ def _owners(owners: SlotOwners | None) -> str:
     if owners is None:
         return ""
     sessions = f"{owners.sessions} session{'s' if owners.sessions != 1 else ''}"
-    return f"{sessions}, {owners.keyless} keyless, {owners.fresh} fresh"
+    parked = f", {owners.parked} parked" if owners.parked else ""
+    return f"{sessions}, {owners.keyless} keyless, {owners.fresh} fresh{parked}"

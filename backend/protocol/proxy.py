@@ -18,16 +18,24 @@ Door = Literal["ollama", "openai", "llamacpp"]
 DOORS: tuple[Door, ...] = ("ollama", "openai", "llamacpp")
 TargetKind = Literal["local", "peer", "engine"]
 DEFAULT_TIMEOUT_S = 120.0
+# The proxy worker's parked conversations in an engine's slot folder: ``pair-kv-<digest>.bin``.
+PARKED_PREFIX = "pair-kv-"
+PARKED_SUFFIX = ".bin"
 
 
 class SlotApi(Wire, frozen=True, kw_only=True):
     """How an engine names its slots (llama-server): the list of slots (``id``,
     ``is_processing`` per row), the erase action (``{id}`` is the slot), and the request field
-    that pins a request to one slot."""
+    that pins a request to one slot. Where the engine can also save a slot's KV to a file of
+    ``park_dir`` and restore it (``{"filename": ...}``), a conversation's KV is parked there
+    when its slot goes to another conversation and restored when it comes back."""
 
     list_path: str = "/slots"
     erase_path: str = "/slots/{id}?action=erase"
     field: str = "id_slot"
+    save_path: str | None = None
+    restore_path: str | None = None
+    park_dir: str | None = None
 
 
 class RouteTarget(Wire, frozen=True, kw_only=True):

@@ -303,11 +303,13 @@ class ExclusiveOperation(Wire, frozen=True, kw_only=True, omit_defaults=True):
 
 class SlotOwners(Wire, frozen=True, kw_only=True):
     """Who the engine's slots were last handed to, as counts: a session PAIR can recognise,
-    a keyless request (an owner nobody can prove to be), or nobody since the engine started."""
+    a keyless request (an owner nobody can prove to be), or nobody since the engine started;
+    and how many conversations have their KV parked in a file until they come back."""
 
     sessions: int = 0
     keyless: int = 0
     fresh: int = 0
+    parked: int = 0
 
 
 class SchedulerState(Wire, frozen=True, kw_only=True, omit_defaults=True):

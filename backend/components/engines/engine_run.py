@@ -36,6 +36,7 @@ from backend.components.engines.templating import expand, expand_path
 from backend.core.clock import Clock
 from backend.core.supervisor import ErrorSink
 from backend.protocol import errors
+from backend.protocol.proxy import PARKED_PREFIX, PARKED_SUFFIX
 from backend.protocol.types import (
     EngineName,
     EngineStatus,
@@ -290,6 +291,8 @@ class EngineRun:
         if any("{slot_dir}" in arg for arg in self.manifest.runtime.args):
             # 0700: saved slots hold what clients sent.
             await asyncio.to_thread(ensure_private_dir, self.slot_dir)
+            # Conversations parked by the last run belong to slots that are gone.
+            await asyncio.to_thread(clear_parked, self.slot_dir)
 
     async def _spawn_process(self, values: dict[str, str]) -> None:
         assert self._life.binary is not None, "a start requires the executable"
@@ -423,3 +426,10 @@ class EngineRun:
 
     def _error_id(self, kind: str) -> str:
         return f"engine:{kind}:{self.name}"
+
+
+def clear_parked(slot_dir: Path) -> None:
+    """Remove the conversations the proxy's scheduler parked in ``slot_dir`` (docs/SCHEDULER.md)."""
+    for path in slot_dir.glob(f"{PARKED_PREFIX}*{PARKED_SUFFIX}"):
+        with contextlib.suppress(OSError):
+            path.unlink()

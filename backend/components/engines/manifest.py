@@ -188,12 +188,15 @@ class ModelStoreSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 
 class SchedulerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """What the proxy's scheduler needs to know of the engine: whether it holds one model at a
-    time, where it lists its slots, how a slot's cache is erased (``{id}``: the slot) and
-    which request field names the slot."""
+    time, where it lists its slots, how a slot's cache is erased, saved to a file of the
+    engine's slot folder and restored from one (``{id}``: the slot) and which request field
+    names the slot."""
 
     single_model: bool = False
     slots_path: str | None = None
     erase_path: str | None = None
+    save_path: str | None = None
+    restore_path: str | None = None
     slot_field: str = "id_slot"
 
 
@@ -311,11 +314,19 @@ def _check_store(manifest: Manifest, source: str) -> None:
             )
     if scheduler is None:
         return
-    for name, path in (("slots_path", scheduler.slots_path), ("erase_path", scheduler.erase_path)):
+    slot_paths = {
+        "slots_path": scheduler.slots_path,
+        "erase_path": scheduler.erase_path,
+        "save_path": scheduler.save_path,
+        "restore_path": scheduler.restore_path,
+    }
+    for name, path in slot_paths.items():
         if path is not None and not path.startswith("/"):
             raise ManifestError(f"{source}: scheduler.{name} must be a path starting with /")
-    if scheduler.erase_path is not None and "{id}" not in scheduler.erase_path:
-        raise ManifestError(f"{source}: scheduler.erase_path needs {{id}} for the slot")
+        if path is not None and name != "slots_path" and "{id}" not in path:
+            raise ManifestError(f"{source}: scheduler.{name} needs {{id}} for the slot")
+    if (scheduler.save_path is None) != (scheduler.restore_path is None):
+        raise ManifestError(f"{source}: scheduler.save_path and restore_path go together")
     if not scheduler.slot_field:
         raise ManifestError(f"{source}: scheduler.slot_field must not be empty")
 

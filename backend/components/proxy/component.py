@@ -7,6 +7,7 @@ import contextlib
 import logging
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -294,18 +295,27 @@ def local_engines(engines: EnginesComponent) -> dict[str, LocalEngine]:
             resident=resident,
             single_model=spec is not None and spec.single_model,
             instance=controller.instance,
-            slot_api=slot_api_of(spec),
+            slot_api=slot_api_of(spec, controller.slot_dir),
             # An adopted engine's environment is not PAIR's to read: its slot count is a guess.
             slots_known=not (controller.status().adopted and manifest.slots.source == "env"),
         )
     return found
 
 
-def slot_api_of(spec: SchedulerSpec | None) -> SlotApi | None:
-    """The routing table's slot API of an engine whose manifest names one."""
+def slot_api_of(spec: SchedulerSpec | None, slot_dir: Path) -> SlotApi | None:
+    """The routing table's slot API of an engine whose manifest names one (``slot_dir`` is
+    the folder it saves slots to, its ``--slot-save-path``)."""
     if spec is None or spec.slots_path is None or spec.erase_path is None:
         return None
-    return SlotApi(list_path=spec.slots_path, erase_path=spec.erase_path, field=spec.slot_field)
+    parking = spec.save_path is not None and spec.restore_path is not None
+    return SlotApi(
+        list_path=spec.slots_path,
+        erase_path=spec.erase_path,
+        field=spec.slot_field,
+        save_path=spec.save_path,
+        restore_path=spec.restore_path,
+        park_dir=str(slot_dir) if parking else None,
+    )
 
 
 def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:

@@ -3,17 +3,22 @@ HTTP, as the engine's slot API says), and a model switch (the broker relaunches 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import msgspec
 
-from backend.protocol.proxy import RouteTarget
+from backend.protocol.proxy import PARKED_PREFIX, RouteTarget
 from backend.workers.proxy.scheduler import LoadFailed, SlotSample
 
 SLOTS_TIMEOUT_S = 2.0
 ERASE_TIMEOUT_S = 10.0
+# A slot's KV can be gigabytes for a large model and context.
+PARK_TIMEOUT_S = 120.0
 MAX_SLOT_ROWS = 4096
 
 LoadModel = Callable[[str, str], Awaitable[int]]
@@ -59,6 +64,41 @@ class LocalEngineAccess:
                 text = (await response.text(errors="replace"))[:200]
                 raise RuntimeError(f"erase answered {response.status}: {text}")
 
+    async def save(self, slot: int, filename: str) -> int:
+        """Save ``slot``'s KV to ``filename`` in the engine's slot folder; the bytes written.
+        Raises when the engine cannot park slots or did not."""
+        answer = await self._slot_action("save_path", slot, filename)
+        written = answer.get("n_written") if isinstance(answer, dict) else None
+        return written if isinstance(written, int) and not isinstance(written, bool) else 0
+
+    async def restore(self, slot: int, filename: str) -> None:
+        """Load ``filename`` into ``slot``; raises when the engine did not."""
+        await self._slot_action("restore_path", slot, filename)
+
+    async def discard(self, filenames: list[str]) -> None:
+        """Delete parked files no session needs any more (in a thread: file system work)."""
+        target = self._target()
+        folder = target.slot_api.park_dir if target and target.slot_api else None
+        if folder is None or not filenames:
+            return
+        await asyncio.to_thread(_unlink_all, Path(folder), filenames)
+
+    async def _slot_action(self, which: str, slot: int, filename: str) -> Any:
+        target = self._target()
+        api = target.slot_api if target is not None else None
+        path = getattr(api, which, None) if api is not None else None
+        if target is None or not isinstance(path, str):
+            raise RuntimeError(f"{self._engine} cannot park slots")
+        url = target.base_url.rstrip("/") + path.format(id=slot)
+        timeout = aiohttp.ClientTimeout(total=PARK_TIMEOUT_S)
+        async with self._session.post(
+            url, json={"filename": filename}, timeout=timeout
+        ) as response:
+            if response.status >= 300:
+                text = (await response.text(errors="replace"))[:200]
+                raise RuntimeError(f"{which.split('_')[0]} answered {response.status}: {text}")
+            return msgspec.json.decode(await response.read())
+
     async def load(self, model: str) -> int:
         """Ask the broker to relaunch the engine with ``model``."""
         try:
@@ -84,3 +124,12 @@ def idle_slots(rows: Any) -> SlotSample | None:
         if not busy:
             ids.append(slot)
     return SlotSample(idle=len(ids), ids=tuple(sorted(ids)))
+
+
+def _unlink_all(folder: Path, filenames: list[str]) -> None:
+    for name in filenames:
+        # Only a bare name of ours: never a path that leaves the folder.
+        if "/" in name or "\\" in name or not name.startswith(PARKED_PREFIX):
+            continue
+        with contextlib.suppress(OSError):
+            (folder / name).unlink()

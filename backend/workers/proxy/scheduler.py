@@ -50,6 +50,7 @@ from backend.protocol.types import (
     ModelQueue,
     SchedulerState,
 )
+from backend.workers.proxy.kv_parking import Parking, parked_name
 from backend.workers.proxy.slot_book import SlotBook
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,18 @@ class EngineAccess(Protocol):
         """Relaunch the drained engine with ``model``; its new instance, or ``LoadFailed``."""
         ...
 
+    async def save(self, slot: int, filename: str) -> int:
+        """Park ``slot``'s KV in ``filename``; the bytes written (raises when it did not)."""
+        ...
+
+    async def restore(self, slot: int, filename: str) -> None:
+        """Load a parked KV into ``slot`` (raises when it did not)."""
+        ...
+
+    async def discard(self, filenames: list[str]) -> None:
+        """Delete parked files nobody needs any more."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class EngineShape:
@@ -100,6 +113,7 @@ class EngineShape:
     instance: int = 0
     pinning: bool = False
     slots_known: bool = True
+    parking: bool = False
 
 
 @dataclass(eq=False)
@@ -151,6 +165,7 @@ class EngineScheduler:
         self._instance = 0
         self._retired: set[int] = set()
         self.slots = SlotBook(affinity=affinity)
+        self.parking = Parking()
         self._idle: int | None = None
         self._busy = False
         self._dirty = False
@@ -479,8 +494,14 @@ class EngineScheduler:
         self._running.add(ticket)
         slot = self.slots.choose(ticket.session) if self._shape.pinning else None
         if slot is not None:
+            previous = self.slots.owners.get(slot)
+            own = slot in self.slots.owners and previous == ticket.session
             handoff = self.slots.handoff(slot, ticket.session)
+            if handoff:
+                await self._park(slot, previous)
             if not handoff or await self._erase(slot, ticket.session):
+                if not own:
+                    await self._unpark(slot, ticket.session)
                 self.slots.owned_by(slot, ticket.session)
                 ticket.slot = slot
         if ticket.admitted.done():  # cancelled while its slot was being erased
@@ -501,8 +522,37 @@ class EngineScheduler:
         log.debug("erased slot %d of %s before handing it to %s", slot, self.engine, session)
         return True
 
+    async def _park(self, slot: int, session: str | None) -> None:
+        """Save the KV of the session leaving ``slot`` (a keyless one is nobody's to keep)."""
+        if session is None or not self._shape.parking or not self._affinity:
+            return
+        name = parked_name(session)
+        try:
+            size = await self._access.save(slot, name)
+        except Exception as exc:
+            log.info("parking slot %d of %s failed (%s): its KV is dropped", slot, self.engine, exc)
+            return
+        self._discard(self.parking.parked(session, size))
+
+    async def _unpark(self, slot: int, session: str | None) -> None:
+        """Load ``session``'s parked KV into ``slot`` (fresh or just erased) if it has one."""
+        name = self.parking.file_of(session)
+        if name is None or session is None or not self._shape.parking:
+            return
+        try:
+            await self._access.restore(slot, name)
+        except Exception as exc:
+            log.info("restoring a parked KV into slot %d of %s failed (%s)", slot, self.engine, exc)
+        stale = self.parking.restored(session)
+        self._discard([stale] if stale else [])
+
+    def _discard(self, names: list[str]) -> None:
+        if names:
+            self._tasks.spawn(self._access.discard(names), name=f"scheduler:{self.engine}:discard")
+
     def _forget_slots(self) -> None:
         self.slots.forget()
+        self._discard(self.parking.clear())
 
     # Reporting.
 
@@ -544,5 +594,9 @@ class EngineScheduler:
             turn=self._turn,
             exclusive=exclusive,
             exclusive_waiting=sum(1 for t in self.queue if t.exclusive),
-            slot_owners=self.slots.counts(self._shape.slots) if self._shape.pinning else None,
+            slot_owners=(
+                self.slots.counts(self._shape.slots, parked=len(self.parking))
+                if self._shape.pinning
+                else None
+            ),
         )

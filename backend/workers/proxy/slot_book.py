@@ -21,6 +21,8 @@ class SlotBook:
     affinity: bool = True
     owners: dict[int, str | None] = field(default_factory=dict)
     free: list[int] | None = None
+    _used: dict[int, int] = field(default_factory=dict)  # slot -> when last handed out
+    _clock: int = 0
 
     def sampled(self, idle: Iterable[int], held: Iterable[int]) -> int:
         """A new pass read the engine's idle ids: keep those no running request holds (one
@@ -37,19 +39,20 @@ class SlotBook:
 
     def choose(self, session: str | None) -> int | None:
         """Take an idle slot for ``session``: its own, else a fresh one, else a keyless one,
-        else any (without affinity: the first idle one). None when the pass has none."""
+        else the one another session used longest ago (without affinity: the first idle
+        one). None when the pass has none."""
         if not self.free:
             return None
         if not self.affinity:
             return self.free.pop(0)
         owners = self.owners
 
-        def rank(slot: int) -> int:
+        def rank(slot: int) -> tuple[int, int]:
             if slot in owners and session is not None and owners[slot] == session:
-                return 0
+                return 0, 0
             if slot not in owners:
-                return 1
-            return 2 if owners[slot] is None else 3
+                return 1, 0
+            return 2 if owners[slot] is None else 3, self._used.get(slot, 0)
 
         slot = min(self.free, key=rank)
         self.free.remove(slot)
@@ -66,6 +69,8 @@ class SlotBook:
     def owned_by(self, slot: int, session: str | None) -> None:
         """``session`` runs on ``slot`` now."""
         self.owners[slot] = session
+        self._clock += 1
+        self._used[slot] = self._clock
 
     def unknown(self, slot: int) -> None:
         """An erase failed: the request runs unpinned, wherever the engine puts it, so neither
@@ -76,13 +81,16 @@ class SlotBook:
     def forget(self) -> None:
         """The engine relaunched: every slot is fresh."""
         self.owners.clear()
+        self._used.clear()
         self.free = None
 
-    def counts(self, slots: int) -> SlotOwners:
-        """Owners as counts for ``engine:scheduler``."""
+    def counts(self, slots: int, *, parked: int = 0) -> SlotOwners:
+        """Owners as counts for ``engine:scheduler`` (``parked``: conversations whose KV waits
+        in a file)."""
         keyless = sum(1 for owner in self.owners.values() if owner is None)
         return SlotOwners(
             sessions=len(self.owners) - keyless,
             keyless=keyless,
             fresh=max(0, slots - len(self.owners)),
+            parked=parked,
         )

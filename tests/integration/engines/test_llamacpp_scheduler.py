@@ -157,9 +157,18 @@ async def test_another_session_on_the_slot_is_erased_first_and_the_same_session_
             },
         )
     assert direct.json()["timings"]["cache_n"] > 0
+
+    # Alice comes back: her KV was parked when bob got the slot, and is restored for her.
+    third = _conversation(*alice, "And at the coast?", "What about tomorrow?")
+    _, back = await _chat(client, third, user="alice")
+    assert back["cache_n"] >= second["prompt_n"] + second["cache_n"] - 1, back
+    parked = sorted(
+        p.name for p in (tmp_path / "node" / "engines" / "slots" / "llamacpp").iterdir()
+    )
+    assert len(parked) == 1 and parked[0].startswith("pair-kv-"), "bob's KV waits in a file"
     async with broker.connect() as rpc:
         state = _engines(await rpc.call("engine:scheduler"))["llamacpp"]
-    assert state["slot_owners"]["sessions"] == 1, state
+    assert (state["slot_owners"]["sessions"], state["slot_owners"]["parked"]) == (1, 1), state
     await client.close()
 
 

@@ -166,3 +166,15 @@ def test_a_scheduler_of_an_engine_the_list_left_out_is_still_shown(
     assert main(["engines", "--verbose"]) == exit_codes.OK
     lines = capsys.readouterr().out.splitlines()
     assert lines[1:] == ["llamacpp  (not listed)", *scheduler_lines(BUSY_LLAMACPP)]
+
+
+def test_parked_conversations_are_counted_with_the_slot_owners() -> None:
+    state = SchedulerState(
+        engine=EngineName("llamacpp"),
+        single_model=True,
+        ceiling=2,
+        slot_owners=SlotOwners(sessions=2, keyless=0, fresh=0, parked=3),
+    )
+    assert any(
+        "2 sessions, 0 keyless, 0 fresh, 3 parked" in line for line in scheduler_lines(state)
+    )

@@ -32,6 +32,8 @@ class FakeEngine:
         self.log: list[str] = []
         self.samples = 0
         self.erase_fails = False
+        self.park_fails = False
+        self.files: dict[str, int] = {}
         self.load_fails: dict[str, str] = {}
         self.load_gate: asyncio.Event | None = None
         self.instance = 1
@@ -46,6 +48,22 @@ class FakeEngine:
         await asyncio.sleep(0)
         if self.erase_fails:
             raise RuntimeError("erase answered 501")
+
+    async def save(self, slot: int, filename: str) -> int:
+        self.log.append(f"save {slot}")
+        if self.park_fails:
+            raise RuntimeError("save answered 400")
+        self.files[filename] = slot
+        return 1000
+
+    async def restore(self, slot: int, filename: str) -> None:
+        self.log.append(f"restore {slot}")
+        if filename not in self.files:
+            raise RuntimeError("restore answered 400")
+
+    async def discard(self, filenames: list[str]) -> None:
+        for name in filenames:
+            self.files.pop(name, None)
 
     async def load(self, model: str) -> int:
         self.log.append(f"load {model}")
@@ -495,4 +513,97 @@ async def test_a_guessed_slot_count_does_not_limit_an_engine_pair_did_not_config
         requests.submit(f"r{index}")
     await settle()
     assert len(requests.admitted) == 5, "the adopted engine queues what it cannot run itself"
+    await requests.cleanup()
+
+
+def parking(slots: int = 1) -> EngineShape:
+    return EngineShape(
+        slots=slots, single_model=True, resident=("a",), instance=1, pinning=True, parking=True
+    )
+
+
+async def test_a_handed_over_conversation_is_parked_and_restored_when_it_comes_back() -> None:
+    engine = FakeEngine(slots=1)
+    scheduler = make(engine, parking(slots=1))
+    requests = Requests(scheduler, engine)
+    requests.submit("alice1", session="alice")
+    await settle()
+    requests.finish("alice1")
+    requests.submit("bob1", session="bob")
+    await settle()
+    assert engine.log == ["run alice1@0", "save 0", "erase 0", "run bob1@0"]
+    requests.finish("bob1")
+    requests.submit("alice2", session="alice")
+    await settle()
+    assert engine.log[4:] == ["save 0", "erase 0", "restore 0", "run alice2@0"]
+    assert scheduler.parking.file_of("alice") is None, "restored: alice's file is stale"
+    assert scheduler.parking.file_of("bob") is not None
+    await settle()
+    assert len(engine.files) == 1, "alice's stale file was deleted"
+    state = scheduler.state()
+    assert state.slot_owners is not None and state.slot_owners.parked == 1
+    await requests.cleanup()
+
+
+async def test_a_keyless_owner_is_not_parked_and_a_failed_save_still_erases() -> None:
+    engine = FakeEngine(slots=1)
+    scheduler = make(engine, parking(slots=1))
+    requests = Requests(scheduler, engine)
+    requests.submit("anon")
+    await settle()
+    requests.finish("anon")
+    requests.submit("carol1", session="carol")
+    await settle()
+    assert engine.log == ["run anon@0", "erase 0", "run carol1@0"]
+    requests.finish("carol1")
+    engine.park_fails = True
+    requests.submit("dave", session="dave")
+    await settle()
+    assert engine.log[3:] == ["save 0", "erase 0", "run dave@0"]
+    assert scheduler.parking.file_of("carol") is None
+    await requests.cleanup()
+
+
+async def test_a_relaunch_drops_every_parked_conversation() -> None:
+    engine = FakeEngine(slots=1)
+    scheduler = make(engine, parking(slots=1))
+    requests = Requests(scheduler, engine)
+    requests.submit("a1", session="a")
+    await settle()
+    requests.finish("a1")
+    requests.submit("b1", session="b")
+    await settle()
+    requests.finish("b1")
+    assert len(engine.files) == 1
+    scheduler.configure(
+        EngineShape(
+            slots=1, single_model=True, resident=("a",), instance=9, pinning=True, parking=True
+        )
+    )
+    await settle()
+    assert engine.files == {} and len(scheduler.parking) == 0
+    requests.submit("a2", session="a")
+    await settle()
+    assert engine.log[-1] == "run a2@0" and "restore 0" not in engine.log
+    await requests.cleanup()
+
+
+async def test_when_every_idle_slot_is_another_sessions_the_longest_unused_one_goes() -> None:
+    engine = FakeEngine(slots=2)
+    scheduler = make(engine, pinned(slots=2))
+    requests = Requests(scheduler, engine)
+    requests.submit("x", session="x")
+    requests.submit("y", session="y")
+    await settle()
+    x_slot = requests.tasks["x"].result().slot
+    requests.finish("y")
+    await settle()
+    requests.finish("x")
+    requests.submit("z", session="z")
+    await settle()
+    assert requests.tasks["z"].result().slot == x_slot, "x's slot was handed out longest ago"
+    requests.finish("z")
+    requests.submit("w", session="w")
+    await settle()
+    assert requests.tasks["w"].result().slot == 1 - x_slot, "then y's, not z's again"
     await requests.cleanup()
