@@ -53,6 +53,8 @@ def test_llamacpp_keeps_a_model_store_in_the_data_dir_and_tells_the_scheduler_it
         single_model=True,
         slots_path="/slots",
         erase_path="/slots/{id}?action=erase",
+        save_path="/slots/{id}?action=save",
+        restore_path="/slots/{id}?action=restore",
         slot_field="id_slot",
     )
     args = llamacpp.runtime.args
@@ -69,6 +71,8 @@ def test_llamacpp_keeps_a_model_store_in_the_data_dir_and_tells_the_scheduler_it
         ({"scheduler": {"erase_path": "/slots/0?action=erase"}}, "needs {id}"),
         ({"scheduler": {"slots_path": "slots"}}, "must be a path starting with /"),
         ({"scheduler": {"slot_field": ""}}, "slot_field must not be empty"),
+        ({"scheduler": {"save_path": "/slots/0?action=save"}}, "save_path needs {id}"),
+        ({"scheduler": {"restore_path": None}}, "save_path and restore_path go together"),
         ({"scheduler": {"surprise": 1}}, "unknown field"),
         ({"model_store": {"format": "gguf", "dir": " "}}, "must name a folder"),
         ({"model_store": {"format": "safetensors"}}, "Invalid enum value 'safetensors'"),
