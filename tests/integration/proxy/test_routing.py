@@ -162,6 +162,45 @@ async def test_a_burst_is_spread_by_reservations(
     assert len(first.received) == 5 and len(second.received) == 5
 
 
+async def test_the_next_turn_of_a_chat_goes_back_to_the_node_that_served_it(
+    start_proxy: StartProxy, engines: list[ScriptedEngine]
+) -> None:
+    """Affinity is a credit in placement: two idle owners, and the chat's node wins the tie."""
+    first = await _engine(engines, "e1", token_delay=0.1, tokens=3)
+    second = await _engine(engines, "e2", token_delay=0.1, tokens=3)
+    a = await start_proxy()
+    a.targets = _table(
+        LOCAL_NODE,
+        RouteTarget(node_id="e1", kind="engine", base_url=first.url, models=["m"]),
+        RouteTarget(node_id="e2", kind="engine", base_url=second.url, models=["m"]),
+    )
+    await _settle(a)
+
+    async def turn(chat: str, tag: str, *replies: str) -> int:
+        messages: list[dict[str, str]] = [{"role": "user", "content": f"chat {chat} opens"}]
+        for reply in replies:
+            messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": "?"}]
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                a.url("ollama") + "/api/chat",
+                json={"model": "m", "messages": messages, "stream": True, "tag": tag},
+            ) as response,
+        ):
+            await response.read()
+            return response.status
+
+    x1 = asyncio.create_task(turn("x", "x1"))
+    await a.wait_job(lambda e: e["kind"] == "started")
+    y1 = asyncio.create_task(turn("y", "y1"))  # e1 is busy with x: y goes to e2
+    assert await asyncio.gather(x1, y1) == [200, 200]
+    assert (first.received, second.received) == (["x1"], ["y1"])
+    # Both idle again: a tie, which plain ordering would give to e1.
+    assert await turn("y", "y2", "fine") == 200
+    assert await turn("x", "x2", "fine") == 200
+    assert (first.received, second.received) == (["x1", "x2"], ["y1", "y2"])
+
+
 async def test_one_slot_two_requests_read_in_flight_then_running(
     start_proxy: StartProxy, engines: list[ScriptedEngine]
 ) -> None:
@@ -179,7 +218,7 @@ async def test_one_slot_two_requests_read_in_flight_then_running(
     for key in (key_1, key_2):
         await a.wait_job(lambda e, key=key: e["key"] == key and e["kind"] == "completed")
     order = [(e["key"], e["kind"]) for e in a.jobs if e["kind"] in ("started", "completed")]
-    # The engine got both at once, but the second held the one slot only after the first.
+    # The second waited in this node's scheduler for the one slot: In flight, then Running.
     assert engine.received == ["t1", "t2"]
     assert order.index((key_2, "started")) > order.index((key_1, "completed"))
     started_2 = next(e for e in a.events(key_2) if e["kind"] == "started")
