@@ -124,7 +124,7 @@ class PullBar(QWidget):
         self._controller = controller
         self.name_edit = QLineEdit()
         self.name_edit.setPlaceholderText(
-            "Model to pull, e.g. llama3.2:3b, qwen/qwen3-8b, or a .gguf address for llama.cpp"
+            "Model to pull: llama3.2:3b, qwen/qwen3-8b, or a .gguf URL (llama.cpp)"
         )
         self.name_edit.setClearButtonEnabled(True)
         self.node_combo = QComboBox()
