@@ -1,36 +1,16 @@
 """One local engine's scheduler: who runs now, on which slot, and when the model may change.
 
 Every request PAIR sends this node's engine (from a front door or relayed from a peer) waits
-here until the scheduler admits it, and every exclusive operation the broker runs on the engine
-(load, unload, delete, model switch, update, restart) waits here until the engine is drained.
-The rules (docs/SCHEDULER.md) follow the otto-brain scheduler:
-
-- **Capacity.** At most the engine's slot ceiling run at once, further bounded by the idle slots
-  the engine itself reports (llama-server's ``/slots``), sampled once per decision pass and
-  polled while everything waits: a slot taken by traffic PAIR did not send is noticed. The two
-  are combined (the smaller), never both subtracted.
-- **Turns** (an engine that holds one model at a time). A burst submitted together shares one
-  turn. A turn may only begin on a drained engine, because it may have to load its model; the
-  turn claims its model's queued requests up to the first exclusive operation, and afterwards
-  absorbs an arrival of its model only while that arrival is the head of the queue, so another
-  model waiting ahead ends the turn as soon as the claimed requests drain (its wait is bounded
-  by them). A model that will not load fails exactly its own queued requests, with the reason.
-- **Exclusive operations** run alone on a drained engine; requests queued after one wait for it
-  (a turn stops at it). Pulls are not scheduled here: they run alongside everything.
-- **Slot ownership** (an engine with a slot API). Each admitted request is pinned to a distinct
-  idle slot, never one held by a request still in flight (two requests admitted in one pass
-  never share an id). The scheduler remembers the session that last ran on each slot; handing a
-  slot to a different session erases its KV first, and the erase is awaited before the request
-  is released. The same session keeps its KV; a fresh slot (no entry since the engine
-  launched) is never erased; a keyless request owns its slot as nobody can prove to be, so
-  whoever comes next gets it erased; settling never erases. An erase that fails degrades to
-  running unpinned (and every idle slot's owner becomes unknown), never to a failed request.
-  Owners are forgotten whenever the engine is relaunched.
-- **Affinity.** Among the requests a pass may start, the session whose KV an idle slot holds
-  goes first and gets that slot; then a session already running (its chat is warm), then
-  arrival order.
-
-A request leaves the queue the moment its caller is cancelled (the client went away).
+here until it is admitted, and every exclusive operation the broker runs on the engine waits
+here until the engine is drained. The rules are in docs/SCHEDULER.md (after the otto-brain
+scheduler): capacity (the slot ceiling, bounded by the idle slots the engine reports, polled
+while everything waits), turns on a one-model engine (a burst shares one; a turn begins only
+on a drained engine and absorbs its model's arrivals only at the head of the queue), exclusive
+operations alone on a drained engine, slot ownership (a distinct idle slot per request; a
+handoff to another session parks and erases the slot's KV first; the same session keeps it;
+fresh slots are never erased; keyless owners are nobody's; owners are forgotten on a relaunch)
+and affinity (the session whose KV an idle slot holds goes first). A request leaves the queue
+the moment its caller is cancelled.
 """
 
 from __future__ import annotations
