@@ -42,6 +42,7 @@ from app.models.nodes import NodesModel
 from app.options import AppOptions
 from app.pending import PendingActions
 from app.preferences import preferences
+from app.quit_when_ready import QuitWhenReady
 from app.stores.base import StreamStore
 from app.stores.cluster import ClusterStore
 from app.stores.components import ComponentsStore
@@ -49,6 +50,7 @@ from app.stores.discovery import DiscoveryStore
 from app.stores.engines import EnginesStore
 from app.stores.workloads import WorkloadsStore
 from app.tray import Tray, tray_available
+from app.window.about_dialog import AboutDialog
 from app.window.add_node_dialog import AddNodeDialog
 from app.window.cluster_page import ClusterPage
 from app.window.endpoints_window import EndpointsWindow
@@ -60,6 +62,7 @@ from app.window.models_page import ModelsPage
 from app.window.overview_page import OverviewPage
 from app.window.settings_general import GeneralSettings, minimise_to_tray
 from app.window.welcome import Welcome
+from backend.common import buildinfo
 
 log = logging.getLogger(__name__)
 
@@ -153,12 +156,18 @@ class PairApplication:
         )
         self.endpoints_window = EndpointsWindow(self.endpoints)
         self.add_node_dialog = AddNodeDialog(self.add_node, parent=self.window)
+        self.about_dialog: AboutDialog | None = None  # made when first asked for
         self.invitee_prompts = InviteePrompts(self.invitee, self.window, self.tray)
         self.welcome = Welcome(
             self.connection, self.activity, self.endpoints, self.settings, self.window
         )
         self._quit = asyncio.Event()
         self._connect_signals()
+        self.quit_when_ready = (
+            QuitWhenReady(self.connection, self.window, self.request_quit)
+            if options.quit_when_ready
+            else None
+        )
 
     def _connect_signals(self) -> None:
         self.window.quit_requested.connect(self.request_quit)
@@ -166,11 +175,13 @@ class PairApplication:
             controller.command_failed.connect(self.window.show_status_message)
         self.general_settings.minimise_to_tray_changed.connect(self._on_minimise_to_tray_changed)
         self.window.endpoints_requested.connect(self.endpoints_window.show_and_raise)
+        self.window.about_requested.connect(self.show_about)
         self.cluster_page.add_node_requested.connect(self.show_add_node)
         if self.tray is not None:
             self.tray.show_requested.connect(self.show_window)
             self.tray.quit_requested.connect(self.request_quit)
             self.tray.endpoints_requested.connect(self.endpoints_window.show_and_raise)
+            self.tray.about_requested.connect(self.show_about)
 
     def _on_minimise_to_tray_changed(self, on: bool) -> None:
         self.window.hide_on_close = on and self.tray is not None
@@ -220,6 +231,18 @@ class PairApplication:
         self.add_node_dialog.raise_()
         self.add_node_dialog.activateWindow()
 
+    def show_about(self) -> None:
+        """Open the About box (made on first use, so git is asked for the commit only then)."""
+        if self.about_dialog is None:
+            self.about_dialog = AboutDialog(
+                self.connection,
+                self.service,
+                version=buildinfo.VERSION,
+                commit=buildinfo.commit(),
+                parent=self.window,
+            )
+        self.about_dialog.show_and_raise()
+
     def request_quit(self) -> None:
         """Ask ``run`` to shut down and return."""
         self._quit.set()
@@ -231,6 +254,8 @@ class PairApplication:
         self.window.hide()
         self.endpoints_window.hide()
         self.add_node_dialog.hide()
+        if self.about_dialog is not None:
+            self.about_dialog.hide()
         self.invitee_prompts.close_all()
         if self.welcome.dialog is not None:
             self.welcome.dialog.hide()

@@ -21,6 +21,8 @@ ENTRY_NAME = "pair"
 LAUNCH_AGENT_LABEL = "org.pair.PAIR"
 RUN_KEY = r"Software\Microsoft\Windows\CurrentVersion\Run"
 RUN_VALUE_NAME = "PAIR"
+# Where the Linux package installs the command (a link into /usr/lib/pair).
+INSTALLED_COMMAND = Path("/usr/bin/pair")
 # The desktop entry spec's characters that force quoting, and those escaped inside quotes.
 _EXEC_RESERVED = set(" \t\n\"'\\><~|&;$*?#()`")
 _EXEC_ESCAPED = set('"`$\\')
@@ -47,11 +49,23 @@ class Autostart(Protocol):
         ...
 
 
-def launch_command() -> list[str]:
-    """The command that starts this app: the frozen executable, or ``python -m app``."""
-    if getattr(sys, "frozen", False):
-        return [sys.executable]
-    return [sys.executable, "-m", "app"]
+def launch_command(installed: Path = INSTALLED_COMMAND) -> list[str]:
+    """The command that starts this app: ``installed`` when it runs this frozen executable (the
+    .deb's ``/usr/bin/pair``), else the frozen executable, or ``python -m app`` from source."""
+    if not getattr(sys, "frozen", False):
+        return [sys.executable, "-m", "app"]
+    # The installed command is the package's stable interface; the folder behind it is not.
+    if runs_executable(installed, Path(sys.executable)):
+        return [str(installed)]
+    return [sys.executable]
+
+
+def runs_executable(command: Path, executable: Path) -> bool:
+    """Whether ``command`` exists and resolves (through its links) to ``executable``."""
+    try:
+        return command.resolve(strict=True) == executable.resolve(strict=True)
+    except (OSError, RuntimeError):  # missing, unreadable, or a loop of links
+        return False
 
 
 def xdg_config_home(environ: Mapping[str, str], home: Path) -> Path:
@@ -73,6 +87,9 @@ def desktop_entry(command: Sequence[str]) -> str:
     """The XDG autostart entry that runs ``command`` at login."""
     # The Exec value is itself a string value, so each backslash is written twice.
     exec_line = " ".join(exec_argument(argument) for argument in command).replace("\\", "\\\\")
+    # Desktops skip an entry whose TryExec is missing: one left behind by a removed package
+    # (user files are never touched on removal) then does nothing at login.
+    try_exec = command[0].replace("\\", "\\\\")
     return "\n".join(
         [
             "[Desktop Entry]",
@@ -80,6 +97,7 @@ def desktop_entry(command: Sequence[str]) -> str:
             "Name=PAIR",
             "Comment=Personal AI Router: your computers as one private cluster for local LLMs",
             f"Exec={exec_line}",
+            f"TryExec={try_exec}",
             "Icon=pair",
             "Terminal=false",
             "X-GNOME-Autostart-enabled=true",

@@ -1,15 +1,21 @@
-"""Command-line options of the desktop app, and the broker flags it passes through."""
+"""Command-line options of the desktop app, and the broker flags it passes through.
+
+``PAIR_QUIT_WHEN_READY=1`` in the environment makes the app quit by itself once its window is
+drawn and it is connected to a broker (``app/quit_when_ready.py``; the frozen app's smoke test).
+"""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from backend.protocol.endpoint import resolve_data_dir
 from backend.protocol.types import LOG_LEVELS, LogLevel
 
+ENV_QUIT_WHEN_READY = "PAIR_QUIT_WHEN_READY"
 PASS_THROUGH_PORTS = (
     "--node-port",
     "--ollama-port",
@@ -26,6 +32,7 @@ class AppOptions:
     data_dir: Path
     broker_args: tuple[str, ...] = ()
     log_level: LogLevel | None = None
+    quit_when_ready: bool = False
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,8 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_options(argv: Sequence[str]) -> AppOptions:
-    """Parse arguments (without the program name) into options."""
+def parse_options(argv: Sequence[str], environ: Mapping[str, str] = os.environ) -> AppOptions:
+    """Parse arguments (without the program name) and ``environ`` into options."""
     namespace = build_parser().parse_args(list(argv))
     broker_args: list[str] = []
     for flag in PASS_THROUGH_PORTS:
@@ -54,4 +61,9 @@ def parse_options(argv: Sequence[str]) -> AppOptions:
         broker_args += ["--log-level", log_level]
     if namespace.json_logs:
         broker_args.append("--json-logs")
-    return AppOptions(resolve_data_dir(namespace.data_dir), tuple(broker_args), log_level)
+    return AppOptions(
+        resolve_data_dir(namespace.data_dir),
+        tuple(broker_args),
+        log_level,
+        quit_when_ready=environ.get(ENV_QUIT_WHEN_READY) == "1",
+    )

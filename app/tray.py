@@ -1,5 +1,5 @@
 """The tray icon: PAIR's state at a glance (a coloured dot on the mark), the running jobs, engines
-on/off, and Endpoints / Show / Start / Quit."""
+on/off, and Endpoints / Show / Start / About / Quit."""
 
 from __future__ import annotations
 
@@ -84,6 +84,7 @@ class Tray(QObject):
     show_requested = Signal()
     quit_requested = Signal()
     endpoints_requested = Signal()
+    about_requested = Signal()
 
     def __init__(
         self,
@@ -104,6 +105,7 @@ class Tray(QObject):
         self.icon.setContextMenu(self.menu)
         self.show_action.triggered.connect(self.show_requested)
         self.endpoints_action.triggered.connect(self.endpoints_requested)
+        self.about_action.triggered.connect(self.about_requested)
         self.start_action.triggered.connect(service.start_service)
         self.quit_action.triggered.connect(self.quit_requested)
         self.icon.activated.connect(self._on_icon_activated)
@@ -125,6 +127,7 @@ class Tray(QObject):
         self.endpoints_action = QAction("API endpoints…", self.menu)
         self.show_action = QAction("Show PAIR", self.menu)
         self.start_action = QAction("Start service", self.menu)
+        self.about_action = QAction("About PAIR", self.menu)
         self.quit_action = QAction("Quit PAIR", self.menu)
         self.menu.addActions([self.status_action, self.jobs_action])
         self._engines_separator = self.menu.addSeparator()
@@ -132,7 +135,7 @@ class Tray(QObject):
         self._engines_end = self.menu.addSeparator()
         self.menu.addActions([self.endpoints_action, self.show_action, self.start_action])
         self.menu.addSeparator()
-        self.menu.addAction(self.quit_action)
+        self.menu.addActions([self.about_action, self.quit_action])
         has_activity = self._activity is not None
         for action in (self.jobs_action, self._engines_separator, self.engines_header):
             action.setVisible(has_activity)

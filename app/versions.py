@@ -1,22 +1,23 @@
-"""Version strings shown on the Service page."""
+"""Version strings shown on the Service page and in the About box."""
 
 from __future__ import annotations
 
 import platform
-from importlib import metadata
 
 import PySide6
 from PySide6.QtCore import qVersion
 
-DISTRIBUTION = "pair"
+from backend.common import buildinfo
 
 
 def app_version() -> str:
-    """The installed ``pair`` distribution's version, or a note that this runs from source."""
-    try:
-        return metadata.version(DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        return "run from source"
+    """This app's version (the one ``pair --version`` prints; also right in a frozen app)."""
+    return buildinfo.VERSION
+
+
+def with_commit(version: str, commit: str | None) -> str:
+    """``0.1.0 (commit 1a2b3c4)``, or the version alone when the commit is not known."""
+    return f"{version} (commit {commit})" if commit else version
 
 
 def python_version() -> str:

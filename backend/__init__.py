@@ -1,3 +1,5 @@
 """PAIR backend: the broker, its components and workers. Never imports Qt."""
 
-__version__ = "0.1.0"
+from backend.common.buildinfo import VERSION
+
+__version__ = VERSION

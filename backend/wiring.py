@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend import __version__
+from backend.common import buildinfo
 from backend.components.apikeys import rpc as apikeys_rpc
 from backend.components.apikeys.service import ApiKeysService
 from backend.components.apikeys.store import ApiKeyStore
@@ -508,5 +509,6 @@ def _register_broker(base: Foundation, services: _Services, proxy: ProxyComponen
         errors=services.errors.snapshot,
         fingerprint=base.credentials.credentials.fingerprint,
         cluster_id=lambda: base.members.current.cluster_id,
+        commit=buildinfo.commit(),
     )
     broker_rpc.register(services.dispatcher, status=status, request_shutdown=base.request_shutdown)

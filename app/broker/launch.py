@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from backend.common.self_command import self_argv
 from backend.protocol.endpoint import control_address
 
 
@@ -15,7 +15,8 @@ class BrokerLaunch:
 
     data_dir: Path
     broker_args: tuple[str, ...] = ()
-    python: str = sys.executable
+    # Tests stand a script in for the interpreter; None runs PAIR itself (``self_argv``).
+    python: str | None = None
 
     @property
     def control_address(self) -> str:
@@ -24,13 +25,7 @@ class BrokerLaunch:
 
     def command(self) -> list[str]:
         """The child command: a broker speaking JSON-RPC on its stdio."""
-        return [
-            self.python,
-            "-m",
-            "backend",
-            "node",
-            "--stdio",
-            "--data-dir",
-            str(self.data_dir),
-            *self.broker_args,
-        ]
+        args = ("node", "--stdio", "--data-dir", str(self.data_dir), *self.broker_args)
+        if self.python is not None:
+            return [self.python, "-m", "backend", *args]
+        return self_argv(*args)

@@ -32,6 +32,7 @@ class ServiceInfo:
     """What the broker told us about itself in this session (None: not known yet)."""
 
     broker_version: str | None = None
+    broker_commit: str | None = None  # from ``version``; None when the broker does not know it
     node_name: str | None = None
     pid: int | None = None
     uptime_ms: int | None = None
@@ -147,7 +148,9 @@ class ServiceController(Controller):
     async def _refresh(self, settings_pushes_before: int) -> None:
         version = await self._read(methods.VERSION)
         if version is not None:
-            self._set_info(replace(self._info, broker_version=version.version))
+            self._set_info(
+                replace(self._info, broker_version=version.version, broker_commit=version.commit)
+            )
         status = await self._read(methods.STATUS)
         if status is not None:
             self._set_info(

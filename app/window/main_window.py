@@ -106,6 +106,7 @@ class MainWindow(QMainWindow):
 
     quit_requested = Signal()
     endpoints_requested = Signal()
+    about_requested = Signal()
 
     def __init__(
         self,
@@ -122,6 +123,7 @@ class MainWindow(QMainWindow):
     ) -> None:
         super().__init__(parent)
         self.setWindowTitle("PAIR")
+        self.setWindowIcon(app_icon())
         self.setMinimumSize(MINIMUM_SIZE)
         self.hide_on_close = hide_on_close
         self._connection = connection
@@ -200,6 +202,11 @@ class MainWindow(QMainWindow):
         self.endpoints_button.setToolTip("Where to point Ollama and OpenAI clients")
         self.endpoints_button.clicked.connect(self.endpoints_requested)
         layout.addWidget(self.endpoints_button)
+        self.about_button = QPushButton("About PAIR")
+        self.about_button.setFlat(True)
+        self.about_button.setToolTip("Version, build commit, data folder and licences")
+        self.about_button.clicked.connect(self.about_requested)
+        layout.addWidget(self.about_button)
         layout.addSpacing(10)
         return panel
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from backend.cli import exit_codes
+from backend.cli.dev_only import refuse_without_devtools
 
 
 def add_parser(commands: Any) -> None:
@@ -43,6 +44,9 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the demo until the app exits or Ctrl+C; the exit code says how it ended."""
     from backend.cli.main import has_display
+
+    if refuse_without_devtools("demo"):
+        return exit_codes.ERROR
     from backend.devtools.demo import DemoError, DemoOptions, run_demo
     from backend.protocol.errors import RpcError
 

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from aiohttp import web
 
 from backend.cli import exit_codes
+from backend.cli.dev_only import refuse_without_devtools
 from backend.core.net import is_loopback
 
 DEFAULT_MODELS = {
@@ -72,6 +73,8 @@ def _seconds(text: str) -> float:
 
 def run(args: argparse.Namespace) -> int:
     """Serve the chosen emulator until Ctrl+C or SIGTERM."""
+    if refuse_without_devtools("emulate"):
+        return exit_codes.ERROR
     from backend.devtools.emulators.server import EmulatorServer, serve_until_signalled
 
     app = _ollama_app(args) if args.engine == "ollama" else _lmstudio_app(args)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from backend import __version__
 from backend.cli import (
     apikey_commands,
     client_commands,
@@ -20,7 +19,14 @@ from backend.cli import (
     node_command,
     node_commands,
 )
+from backend.cli.version_option import ShowVersion
 from backend.protocol.types import LOG_LEVELS
+
+# The workers the broker starts as `pair worker NAME ...` (a frozen app has no `python -m`).
+WORKERS = ("proxy",)
+# Qt platforms that draw without a display server (QT_QPA_PLATFORM=offscreen in CI).
+HEADLESS_QT_PLATFORMS = ("offscreen", "minimal", "vnc")
+RunGui = Callable[[list[str]], int]
 
 EPILOG = """\
 exit codes: 0 ok, 1 error, 2 usage, 3 a broker already runs for the data dir,
@@ -37,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"pair {__version__}")
+    parser.add_argument("--version", action=ShowVersion)
     _add_node_options(parser)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     node = commands.add_parser("node", help="run this computer's node headless, in the foreground")
@@ -49,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     # Development only: also supervise backend.devtools.testworker in MODE.
     node.add_argument("--test-worker", metavar="MODE", help=argparse.SUPPRESS)
+    worker = commands.add_parser("worker")  # no help: left out of `pair --help`
+    worker.add_argument("worker_name", choices=WORKERS, metavar="NAME")
+    worker.add_argument("worker_args", nargs=argparse.REMAINDER, metavar="ARGS")
     status = commands.add_parser("status", help="show the local broker's state")
     _add_data_dir(status)
     status.add_argument("--json", action="store_true", help="print the raw status as JSON")
@@ -93,21 +102,26 @@ def has_display() -> bool:
     """Whether a GUI can open here."""
     if sys.platform in ("win32", "darwin"):
         return True
+    if os.environ.get("QT_QPA_PLATFORM") in HEADLESS_QT_PLATFORMS:
+        return True
     return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``pair``."""
+def main(argv: Sequence[str] | None = None, *, run_gui: RunGui | None = None) -> int:
+    """Entry point of ``pair``. ``run_gui`` runs the desktop app in this process (the frozen
+    app passes it); without it ``pair`` execs ``python -m app``."""
     try:
-        return _dispatch(argv)
+        return _dispatch(argv, run_gui)
     except BrokenPipeError:
         # `pair status | head` closed our stdout early; that is not an error.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 
 
-def _dispatch(argv: Sequence[str] | None) -> int:
+def _dispatch(argv: Sequence[str] | None, run_gui: RunGui | None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "worker":
+        return _run_worker(args.worker_name, args.worker_args)
     if args.command == "status":
         return client_commands.status(args.data_dir, as_json=args.json)
     if args.command == "stop":
@@ -134,7 +148,7 @@ def _dispatch(argv: Sequence[str] | None) -> int:
     if args.command == "demo":
         return demo_command.run(args)
     if has_display():
-        return _exec_gui(list(argv) if argv is not None else sys.argv[1:])
+        return _exec_gui(list(argv) if argv is not None else sys.argv[1:], run_gui)
     print(
         "No display found: running the headless node. `pair node --help` for options.",
         file=sys.stderr,
@@ -144,7 +158,17 @@ def _dispatch(argv: Sequence[str] | None) -> int:
     return node_command.run(args)
 
 
-def _exec_gui(argv: list[str]) -> int:  # noqa: RET503 - execv does not return
+def _run_worker(name: str, argv: list[str]) -> int:
+    # Imported here: only a worker process needs the worker's modules.
+    from backend.workers.proxy.__main__ import main as proxy_main
+
+    assert name == "proxy", name
+    return proxy_main(argv)
+
+
+def _exec_gui(argv: list[str], run_gui: RunGui | None) -> int:  # noqa: RET503 - execv
+    if run_gui is not None:
+        return run_gui(argv)
     command = [sys.executable, "-m", "app", *argv]
     if sys.platform == "win32":  # pragma: no cover - no exec on Windows
         import subprocess

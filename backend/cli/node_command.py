@@ -12,6 +12,7 @@ from pathlib import Path
 
 from backend.broker import Broker
 from backend.cli import exit_codes
+from backend.cli.dev_only import devtools_present
 from backend.components.identity.certificate import IdentityError, vault_from
 from backend.core import logs
 from backend.core.instance import AlreadyRunning
@@ -102,6 +103,8 @@ def dev_workers(mode: str | None) -> list[WorkerSpec]:
     (imported only when asked for); raises ValueError for an unknown mode."""
     if mode is None:
         return []
+    if not devtools_present():
+        raise ValueError("--test-worker needs a source checkout of PAIR")
     from backend.devtools import testworker
 
     if mode not in testworker.MODES:

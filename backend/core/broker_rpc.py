@@ -65,6 +65,8 @@ class StatusSource:
     errors: Callable[[], list[ServiceError]]
     fingerprint: str | None = None
     cluster_id: Callable[[], str | None] = lambda: None
+    # Looked up once, when the broker is set up, so no ``version`` call waits for git.
+    commit: str | None = None
 
     def describe(self) -> BrokerStatus:
         """The status as of now."""
@@ -127,6 +129,15 @@ def register(
     async def ping(_: NoParams, __: RpcPeer) -> PingResult:
         return PingResult(pong=True, version=__version__, uptime_ms=status.uptime_ms())
 
+    async def version(_: NoParams, __: RpcPeer) -> VersionInfo:
+        return VersionInfo(
+            version=__version__,
+            protocol=PROTOCOL_VERSION,
+            python=platform.python_version(),
+            platform=platform.platform(),
+            commit=status.commit,
+        )
+
     async def describe(_: NoParams, __: RpcPeer) -> BrokerStatus:
         return status.describe()
 
@@ -136,18 +147,9 @@ def register(
         return Ok()
 
     dispatcher.add(methods.PING, ping)
-    dispatcher.add(methods.VERSION, _version)
+    dispatcher.add(methods.VERSION, version)
     dispatcher.add(methods.STATUS, describe)
     dispatcher.add(methods.SHUTDOWN, shutdown)
-
-
-async def _version(_: NoParams, __: RpcPeer) -> VersionInfo:
-    return VersionInfo(
-        version=__version__,
-        protocol=PROTOCOL_VERSION,
-        python=platform.python_version(),
-        platform=platform.platform(),
-    )
 
 
 def register_components(

@@ -42,6 +42,7 @@ class VersionInfo(Wire, frozen=True, kw_only=True):
     protocol: int
     python: str
     platform: str
+    commit: str | None = None  # the short commit the broker was built from, when known
 
 
 class ErrorAction(Wire, frozen=True, kw_only=True):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from backend.common import buildinfo
 from backend.protocol import errors
 from backend.protocol.endpoint import open_control_connection
 from tests.integration.conftest import ROOT, Broker, node_argv
@@ -29,7 +30,9 @@ async def test_ping_version_and_status_describe_the_running_broker(
     async with broker.connect() as client:
         ping = await client.call("ping")
         assert ping["pong"] is True and ping["uptime_ms"] >= 0
-        assert (await client.call("version"))["protocol"] == 1
+        version = await client.call("version")
+        assert version["protocol"] == 1
+        assert version["commit"] == buildinfo.commit()  # the checkout's, or the build's
         status = await client.call("status")
         assert status["pid"] == broker.process.pid
         assert status["data_dir"] == str(broker.data_dir.resolve())

@@ -78,6 +78,7 @@ def test_linux_entry_is_written_to_xdg_config_home_and_removed(
     assert fields["Name"] == "PAIR"
     assert fields["Terminal"] == "false"
     assert fields["Exec"] == '"/opt/PAIR apps/python3" -m app'
+    assert fields["TryExec"] == "/opt/PAIR apps/python3"  # inert once the app is removed
     assert shlex.split(fields["Exec"]) == COMMAND
     entry.enable()  # replacing is fine
     assert list(path.parent.iterdir()) == [path]  # no temp files left behind
@@ -98,6 +99,48 @@ def test_default_command_runs_the_app_module(monkeypatch: pytest.MonkeyPatch) ->
     assert autostart.launch_command() == [sys.executable, "-m", "app"]
     monkeypatch.setattr(sys, "frozen", True, raising=False)
     assert autostart.launch_command() == [sys.executable]
+
+
+def _installed_package(root: Path) -> tuple[Path, Path]:
+    """The .deb's layout under ``root``: the frozen app and the command linked to it."""
+    executable = root / "usr" / "lib" / "pair" / "pair"
+    executable.parent.mkdir(parents=True)
+    executable.write_text("#!/bin/sh\n")
+    executable.chmod(0o755)
+    command = root / "usr" / "bin" / "pair"
+    command.parent.mkdir(parents=True)
+    command.symlink_to(Path("..") / "lib" / "pair" / "pair")
+    return executable, command
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the package's command is a symbolic link")
+def test_frozen_app_installed_by_the_package_starts_through_its_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    executable, command = _installed_package(tmp_path)
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    monkeypatch.setattr(sys, "executable", str(executable))
+    assert autostart.launch_command(command) == [str(command)]
+    # Started as the command itself, the executable may be reported as the link.
+    monkeypatch.setattr(sys, "executable", str(command))
+    assert autostart.launch_command(command) == [str(command)]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the package's command is a symbolic link")
+def test_frozen_app_elsewhere_starts_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _packaged, command = _installed_package(tmp_path / "system")
+    unpacked = tmp_path / "unpacked" / "pair"
+    unpacked.parent.mkdir()
+    unpacked.write_text("#!/bin/sh\n")
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    monkeypatch.setattr(sys, "executable", str(unpacked))
+    # The command runs another copy of the app, or is missing: this copy names itself.
+    assert autostart.launch_command(command) == [str(unpacked)]
+    assert autostart.launch_command(tmp_path / "missing") == [str(unpacked)]
+    monkeypatch.delattr(sys, "frozen")
+    assert autostart.launch_command(command) == [str(unpacked), "-m", "app"]
 
 
 def test_launch_agent_runs_the_command_at_login(tmp_path: Path) -> None:

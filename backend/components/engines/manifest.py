@@ -2,11 +2,16 @@
 
 Adding an engine is a manifest, not code. A user override file in ``<data-dir>/engines/`` pins
 only what it sets; a broken override is reported and the bundled manifest is kept.
+
+A manifest may say how to install the engine in more than one way (``methods``): the block of
+the method this PAIR uses (``install_method``) replaces the sections it names.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import platform
 import re
 import sys
@@ -20,8 +25,20 @@ import msgspec
 
 from backend.core.net import is_loopback
 
+log = logging.getLogger(__name__)
+
 Method = Literal["GET", "POST", "DELETE", "PUT"]
 StreamKind = Literal["none", "ollama-progress", "lmstudio-download"]
+ArchiveKind = Literal["tar", "zip", "auto"]
+InstallMethod = Literal["archive", "pip"]
+INSTALL_METHODS: tuple[InstallMethod, ...] = ("archive", "pip")
+# Forces the install method (tests, or a source checkout that wants release archives).
+INSTALL_METHOD_ENV = "PAIR_ENGINE_INSTALL"
+# What a method block may replace: how the engine is found, installed, versioned and updated.
+METHOD_SECTIONS = frozenset(
+    {"detect", "install", "uninstall", "version", "latest", "update", "assets"}
+)
+_ASSET_KEY = re.compile(r"(linux|darwin|windows)(/[a-z0-9_]+)?")
 # The first dotted run of digits and what follows it up to white space: ``v0.5.7`` → ``0.5.7``.
 DEFAULT_VERSION_PATTERN = r"(\d+(?:\.\d+)*\S*)"
 
@@ -74,11 +91,20 @@ class DetectCandidate(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
 
 
 class InstallSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Download ``url`` (checked against ``sha256`` when pinned) and unpack or run it."""
+    """Download ``url`` (checked against a pinned ``sha256``, else the checksum ``sha256_url``
+    lists for its file name) and unpack or run it.
+
+    ``{version}`` in ``url`` or ``sha256_url`` is the latest release (the manifest's ``latest``),
+    ``{asset}`` this platform's file of the manifest's ``assets``. ``archive`` ``auto`` is a zip
+    or a tar as the download's content says; ``unwrap``: an archive holding one folder and
+    nothing else is unpacked from inside that folder (``llama-b4567/…``).
+    """
 
     url: str | None = None
     sha256: str | None = None
-    archive: Literal["tar", "zip"] | None = None
+    sha256_url: str | None = None
+    archive: ArchiveKind | None = None
+    unwrap: bool = False
     binary: str | None = None
     run: list[str] | None = None
 
@@ -116,16 +142,18 @@ class UpdateSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     """How to put another ``{version}`` in place of the one PAIR installed.
 
     Everything that can fail before the engine is touched happens first: ``url`` is downloaded
-    (checked against a pinned ``sha256``, else the line for its file name in the ``sha256_url``
-    list) and unpacked beside the install dir, or ``stage`` runs (``{staging}``: a fresh
-    folder). Then the engine is stopped and the unpacked folder takes the install dir's place,
-    or ``run`` runs (with ``{download}`` and ``{staging}``).
+    (checked against a pinned ``sha256``, else the checksum the ``sha256_url`` document lists
+    for its file name) and unpacked beside the install dir (``archive`` and ``unwrap`` as in
+    ``InstallSpec``), or ``stage`` runs (``{staging}``: a fresh folder). Then the engine is
+    stopped and the unpacked folder takes the install dir's place, or ``run`` runs (with
+    ``{download}`` and ``{staging}``). ``{asset}`` is this platform's file of ``assets``.
     """
 
     url: str | None = None
     sha256: str | None = None
     sha256_url: str | None = None
-    archive: Literal["tar", "zip"] | None = None
+    archive: ArchiveKind | None = None
+    unwrap: bool = False
     stage: list[str] | None = None
     run: list[str] | None = None
 
@@ -201,7 +229,11 @@ class SchedulerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 
 
 class Manifest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """One engine, after merging overrides and the platform block."""
+    """One engine, after merging overrides, the platform blocks and the install method's block.
+
+    ``assets`` names the engine's release archive per platform (``linux/x86_64``,
+    ``darwin/arm64``, ``windows/amd64``, or a bare ``linux``), ``{version}`` in it the release.
+    """
 
     engine: str
     display_name: str
@@ -219,6 +251,7 @@ class Manifest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     actions: dict[str, Action] = {}
     model_store: ModelStoreSpec | None = None
     scheduler: SchedulerSpec | None = None
+    assets: dict[str, str] = {}
 
 
 class ManifestError(ValueError):
@@ -239,6 +272,38 @@ def platform_keys() -> tuple[str, str]:
     return system, f"{system}/{platform.machine().lower()}"
 
 
+def install_method(
+    environ: Mapping[str, str] | None = None, *, frozen: bool | None = None
+) -> InstallMethod:
+    """How this PAIR installs engines that can be installed more than one way.
+
+    A frozen app has no pip, so it downloads release archives into its install dir
+    (``archive``); a source checkout installs Python packages into the broker's interpreter
+    (``pip``). ``PAIR_ENGINE_INSTALL`` (``archive`` or ``pip``) forces one.
+    """
+    environ = os.environ if environ is None else environ
+    forced = environ.get(INSTALL_METHOD_ENV, "").strip().lower()
+    for method in INSTALL_METHODS:
+        if forced == method:
+            return method
+    if forced:
+        log.warning(
+            "%s=%r is not an install method (%s); using the default",
+            INSTALL_METHOD_ENV,
+            forced,
+            ", ".join(INSTALL_METHODS),
+        )
+    frozen = bool(getattr(sys, "frozen", False)) if frozen is None else frozen
+    return "archive" if frozen else "pip"
+
+
+def release_asset(assets: Mapping[str, str], keys: tuple[str, str] | None = None) -> str | None:
+    """This platform's entry of an ``assets`` map (the ``system/machine`` key, else the bare
+    ``system`` one), or None when the engine publishes nothing for it."""
+    system, specific = keys or platform_keys()
+    return assets.get(specific, assets.get(system))
+
+
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
     """Objects merge key by key; arrays and scalars in ``override`` replace."""
     merged = dict(base)
@@ -251,8 +316,12 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
     return merged
 
 
-def resolve_platform(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
-    """The document with this platform's blocks merged in and ``platforms`` removed."""
+def resolve_platform(
+    raw: Mapping[str, Any], source: str, method: InstallMethod | None = None
+) -> dict[str, Any]:
+    """The document with this platform's blocks merged in, then the sections of the install
+    method's block (``install_method()`` unless given) in place of the document's; without
+    ``platforms`` and ``methods``."""
     document = {key: value for key, value in raw.items() if key != "platforms"}
     blocks = raw.get("platforms") or {}
     if not isinstance(blocks, Mapping):
@@ -260,19 +329,50 @@ def resolve_platform(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
     for key in platform_keys():
         if isinstance(blocks.get(key), Mapping):
             document = deep_merge(document, blocks[key])
-    return document
+    methods = _method_blocks(document.pop("methods", None), source)
+    chosen = methods.get(method or install_method())
+    return {**document, **chosen} if chosen else document
+
+
+def _method_blocks(blocks: Any, source: str) -> dict[str, Mapping[str, Any]]:
+    if blocks is None:
+        return {}
+    if not isinstance(blocks, Mapping):
+        raise ManifestError(f"{source}: 'methods' must be an object")
+    for name, block in blocks.items():
+        if name not in INSTALL_METHODS:
+            raise ManifestError(
+                f"{source}: methods.{name} is not an install method (known: "
+                f"{', '.join(INSTALL_METHODS)})"
+            )
+        if not isinstance(block, Mapping):
+            raise ManifestError(f"{source}: methods.{name} must be an object")
+        extra = sorted(set(block) - METHOD_SECTIONS)
+        if extra:
+            raise ManifestError(
+                f"{source}: methods.{name} may set only {', '.join(sorted(METHOD_SECTIONS))}, "
+                f"not {', '.join(extra)}"
+            )
+    return dict(blocks)
 
 
 def merge_override(
-    base: Mapping[str, Any], override: Mapping[str, Any], source: str
+    base: Mapping[str, Any],
+    override: Mapping[str, Any],
+    source: str,
+    method: InstallMethod | None = None,
 ) -> dict[str, Any]:
-    """A user override on a bundled manifest: what the user set wins over any platform default."""
-    return deep_merge(resolve_platform(base, "bundled"), resolve_platform(override, source))
+    """A user override on a bundled manifest: what the user set wins over any platform or
+    install-method default."""
+    return deep_merge(
+        resolve_platform(base, "bundled", method), resolve_platform(override, source, method)
+    )
 
 
-def build(raw: Mapping[str, Any], source: str) -> Manifest:
-    """Apply the platform blocks, validate and check the rules JSON types cannot express."""
-    document = resolve_platform(raw, source)
+def build(raw: Mapping[str, Any], source: str, method: InstallMethod | None = None) -> Manifest:
+    """Apply the platform and install-method blocks, validate and check the rules JSON types
+    cannot express."""
+    document = resolve_platform(raw, source, method)
     try:
         manifest = msgspec.convert(document, Manifest)
     except msgspec.ValidationError as exc:
@@ -293,6 +393,7 @@ def _check_rules(manifest: Manifest, source: str) -> None:
     if runtime.mode == "command" and not runtime.start:
         raise ManifestError(f"{source}: a command-mode runtime needs 'start' commands")
     _check_versions(manifest, source)
+    _check_release(manifest, source)
     _check_store(manifest, source)
     for name, action in manifest.actions.items():
         kinds = [action.http is not None, action.cmd is not None, action.remove_path is not None]
@@ -353,6 +454,42 @@ def _check_versions(manifest: Manifest, source: str) -> None:
         raise ManifestError(f"{source}: update.archive needs a url to download")
     if latest is None:
         raise ManifestError(f"{source}: an update needs 'latest' to say which version to get")
+
+
+def _check_release(manifest: Manifest, source: str) -> None:
+    for key, name in manifest.assets.items():
+        if not _ASSET_KEY.fullmatch(key):
+            raise ManifestError(
+                f"{source}: assets key {key!r} is not a platform (linux, darwin or windows, "
+                "optionally with the machine: linux/x86_64, darwin/arm64, windows/amd64)"
+            )
+        if not name.strip() or "/" in name or "\\" in name:
+            raise ManifestError(f"{source}: assets[{key!r}] must be a file name")
+    install, update = manifest.install, manifest.update
+    sections = {"install": install, "update": update}
+    for section, spec in sections.items():
+        if spec is None:
+            continue
+        if spec.unwrap and spec.archive is None:
+            raise ManifestError(f"{source}: {section}.unwrap needs an archive to unpack")
+        if spec.sha256_url is not None and spec.url is None:
+            raise ManifestError(f"{source}: {section}.sha256_url needs a url to download")
+        if "{asset}" in (spec.url or "") and not manifest.assets:
+            raise ManifestError(
+                f"{source}: {section}.url uses {{asset}}, so the manifest needs 'assets' "
+                "naming the file of each platform"
+            )
+    if install is not None and install.archive is not None and install.url is None:
+        raise ManifestError(f"{source}: install.archive needs a url to download")
+    if install is not None and manifest.latest is None:
+        templates = [install.url or "", install.sha256_url or ""]
+        if "{asset}" in templates[0]:
+            templates.extend(manifest.assets.values())
+        if any("{version}" in text for text in templates):
+            raise ManifestError(
+                f"{source}: install uses {{version}}, so the manifest needs 'latest' to say "
+                "which version to install"
+            )
 
 
 def _check_pattern(pattern: str, where: str) -> None:

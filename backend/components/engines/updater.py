@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,15 +17,20 @@ from pathlib import Path
 import aiohttp
 
 from backend.components.engines.commands import run_command
-from backend.components.engines.install import Reporter, download_file, unpack
+from backend.components.engines.install import (
+    Reporter,
+    asset_values,
+    download_file,
+    listed_sha256,
+    unpack,
+)
 from backend.components.engines.manifest import Manifest, UpdateSpec
 from backend.components.engines.process import EngineLog
 from backend.components.engines.templating import expand, expand_all
-from backend.components.engines.versions import VersionUnknown, fetch_text
 from backend.protocol import errors
 
 COMMAND_TIMEOUT_S = 3600.0
-_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+LEFT_AS_IT_IS = "the installed version is left as it is"
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +106,7 @@ async def stage(
     await discard(install_dir)  # what an interrupted update left
     values = {**values, "version": version, "staging": str(paths.staging), "download": ""}
     try:
+        values.update(asset_values(manifest, values))
         if spec.url is not None:
             download = await _fetch(manifest, version, paths, binary, session, values, report)
             values["download"] = str(download)
@@ -128,21 +133,31 @@ async def _fetch(
     spec = spec_of(manifest)
     assert spec.url is not None
     url = expand(spec.url, values)
-    sha256 = spec.sha256 or await _listed_sha256(spec, url, values, session, manifest)
     name = f"{manifest.display_name} {version}"
+    listed = None
+    if spec.sha256 is None and spec.sha256_url is not None:
+        listed = await listed_sha256(
+            expand(spec.sha256_url, values),
+            url,
+            session=session,
+            name=manifest.display_name,
+            nothing_done=LEFT_AS_IT_IS,
+        )
     download = await download_file(
         url,
-        sha256=sha256,
+        sha256=spec.sha256 or listed,
         target=paths.download,
         session=session,
         report=report,
         name=name,
-        advice="or try again later; the installed version is left as it is",
-        nothing_done="the installed version is left as it is",
+        advice=f"or try again later; {LEFT_AS_IT_IS}",
+        nothing_done=LEFT_AS_IT_IS,
     )
     if spec.archive is not None:
         report.stage("unpacking")
-        await asyncio.to_thread(unpack, download, spec.archive, paths.staging)
+        await asyncio.to_thread(
+            unpack, download, spec.archive, paths.staging, unwrap=spec.unwrap, name=name
+        )
         await asyncio.to_thread(_check_unpacked, paths, binary, name)
     return download
 
@@ -168,48 +183,6 @@ async def restore(manifest: Manifest, install_dir: Path) -> bool:
 async def discard(install_dir: Path) -> None:
     """Remove the staged version, the download and the replaced version."""
     await asyncio.to_thread(_discard, UpdatePaths(install_dir))
-
-
-async def _listed_sha256(
-    spec: UpdateSpec,
-    url: str,
-    values: dict[str, str],
-    session: aiohttp.ClientSession,
-    manifest: Manifest,
-) -> str | None:
-    if spec.sha256_url is None:
-        return None
-    listing_url = expand(spec.sha256_url, values)
-    try:
-        listing = await fetch_text(session, listing_url, timeout=30.0)
-    except VersionUnknown as exc:
-        raise errors.Unavailable(
-            f"cannot get the checksums of {manifest.display_name} ({exc}); check the internet "
-            "connection; the installed version is left as it is"
-        ) from None
-    file_name = url.rstrip("/").rsplit("/", 1)[-1]
-    found = checksum_for(listing, file_name)
-    if found is None:
-        raise errors.InternalError(
-            f"{listing_url} lists no checksum for {file_name}; the installed version is left "
-            "as it is"
-        )
-    return found
-
-
-def checksum_for(listing: str, file_name: str) -> str | None:
-    """The SHA-256 a ``sha256sum``-style listing gives ``file_name`` (a listing of one bare
-    hash gives that hash)."""
-    lines = [line.split() for line in listing.splitlines() if line.strip()]
-    if len(lines) == 1 and len(lines[0]) == 1 and _SHA256.fullmatch(lines[0][0]):
-        return lines[0][0].lower()
-    for parts in lines:
-        if len(parts) >= 2 and _SHA256.fullmatch(parts[0]):
-            listed = parts[-1].lstrip("*")
-            listed = listed.removeprefix("./")
-            if listed == file_name:
-                return parts[0].lower()
-    return None
 
 
 async def _run(template: list[str], values: dict[str, str], output: EngineLog, what: str) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 import msgspec
 from cryptography.hazmat.primitives import serialization
 
+from backend.common.self_command import self_argv
 from backend.components.engines.component import EnginesComponent
 from backend.components.engines.manifest import SchedulerSpec
 from backend.components.identity.certificate import NodeCredentials
@@ -202,7 +202,7 @@ class ProxyComponent(Component):
         return listener
 
     def _build_worker(self) -> WorkerProcess:
-        argv = [sys.executable, "-m", "backend.workers.proxy"]
+        argv = self_argv("worker", "proxy")
         for door, front_door in self._doors.items():
             argv += ["--fd", f"{door}={front_door.sock.fileno()}"]
         if self._relay is not None:

@@ -1,4 +1,6 @@
-"""``python -m backend.workers.proxy --fd ollama=5 --fd openai=6 --fd llamacpp=7 --relay-fd 8``."""
+"""The proxy worker: ``pair worker proxy --fd ollama=5 --fd openai=6 --fd llamacpp=7 --relay-fd 8``
+(the hidden ``worker`` command, so a frozen app can start it; ``python -m backend.workers.proxy``
+takes the same arguments)."""
 
 from __future__ import annotations
 
@@ -55,7 +57,7 @@ async def serve(fds: dict[Door, int], relay_fd: int | None = None) -> None:
 
 def main(argv: list[str]) -> int:
     """Process entry point."""
-    parser = argparse.ArgumentParser(prog="backend.workers.proxy")
+    parser = argparse.ArgumentParser(prog="pair worker proxy")
     parser.add_argument("--fd", action="append", default=[], metavar="DOOR=FD")
     parser.add_argument("--relay-fd", type=int, default=None, metavar="FD")
     arguments = parser.parse_args(argv)

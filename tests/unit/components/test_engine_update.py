@@ -20,7 +20,7 @@ from aiohttp.test_utils import TestServer
 from backend.components.engines import manifest as manifests
 from backend.components.engines import updater
 from backend.components.engines import versions as releases
-from backend.components.engines.install import Reporter
+from backend.components.engines.install import Reporter, checksum_for
 from backend.components.engines.manifest import (
     DEFAULT_VERSION_PATTERN,
     LatestSpec,
@@ -363,11 +363,11 @@ async def test_concurrent_askers_share_one_request() -> None:
 def test_checksum_for_reads_sha256sum_listings() -> None:
     a, b = "a" * 64, "B" * 64
     listing = f"{a}  ./ollama-linux-amd64.tgz\n{b} *ollama-darwin.tgz\nnot a line\n"
-    assert updater.checksum_for(listing, "ollama-linux-amd64.tgz") == a
-    assert updater.checksum_for(listing, "ollama-darwin.tgz") == b.lower()
-    assert updater.checksum_for(listing, "ollama-windows.zip") is None
-    assert updater.checksum_for(f"{a}\n", "anything.tgz") == a
-    assert updater.checksum_for("", "anything.tgz") is None
+    assert checksum_for(listing, "ollama-linux-amd64.tgz") == a
+    assert checksum_for(listing, "ollama-darwin.tgz") == b.lower()
+    assert checksum_for(listing, "ollama-windows.zip") is None
+    assert checksum_for(f"{a}\n", "anything.tgz") == a
+    assert checksum_for("", "anything.tgz") is None
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,41 @@
+"""The frozen app (PyInstaller, one folder), built once per session into ``build/frozen`` by
+``packaging/build_frozen.py``, for every packaging test that needs the real thing.
+
+Skipped when PyInstaller is not installed, unless ``PAIR_REQUIRE_PACKAGING=1`` (CI), which makes
+that a failure.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DIST = ROOT / "build" / "frozen"
+BUILD_TIMEOUT_S = 1200
+
+
+@pytest.fixture(scope="session")
+def frozen_pair() -> Path:
+    """The ``pair`` executable of a frozen build made by ``packaging/build_frozen.py``."""
+    if importlib.util.find_spec("PyInstaller") is None:
+        reason = "PyInstaller is not installed (the `dev` extra has it)"
+        if os.environ.get("PAIR_REQUIRE_PACKAGING") == "1":
+            pytest.fail(f"{reason}, and PAIR_REQUIRE_PACKAGING=1")
+        pytest.skip(reason)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "packaging" / "build_frozen.py"), "--dist", str(DIST)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT_S,
+    )
+    assert done.returncode == 0, f"the build failed:\n{done.stdout}\n{done.stderr}"
+    print(done.stdout)
+    name = "pair.exe" if sys.platform == "win32" else "pair"
+    return DIST / "pair" / name
