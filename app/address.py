@@ -1,166 +1,27 @@
-"""What a person types as another computer's address: an IPv4 or IPv6 address or a host name,
-with an optional port, read into ``(host, port)`` or a short sentence saying what is wrong.
-
-Accepted: ``192.168.1.20``, ``192.168.1.20:14321``, ``fe80::1`` (a bare IPv6 address has no
-port: its colons would be ambiguous), ``[fd7a:115c::5]:14320``, ``gpu-box``, ``gpu-box.local``,
-``mac.tail1234.ts.net:14320``. Host names follow RFC 1123 (letters, digits and hyphens, labels of
-at most 63 characters, 253 in all). VPN ranges such as 100.64.0.0/10 are ordinary IPv4.
-"""
+"""What a person types as another computer's address in the add-node dialog, read by the parser
+``pair node add`` and the broker use too (``backend.common.hostport``), so the three accept the
+same addresses and say the same things about the others."""
 
 from __future__ import annotations
 
-import ipaddress
-import re
-from dataclasses import dataclass
+from backend.common.hostport import (
+    DEFAULT_PORT,
+    EMPTY,
+    IPV6_PORT,
+    NOT_AN_ADDRESS,
+    PORT_RANGE,
+    Address,
+    Invalid,
+    parse_address,
+)
 
-DEFAULT_PORT = 14320
-PORT_RANGE = "port must be 1-65535"
-NOT_AN_ADDRESS = "not an address or a host name"
-IPV6_PORT = "IPv6 with a port needs brackets: [addr]:port"
-EMPTY = "type an IP address or a host name"
-
-_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
-_LABEL_CHARACTERS = re.compile(r"[A-Za-z0-9-]+")
-_DIGITS = re.compile(r"[0-9]+")
-_IPV4_PREFIX = re.compile(r"[0-9.]+")
-_IPV6_CHARACTERS = re.compile(r"[0-9A-Fa-f:.]+")
-_MAX_NAME = 253
-_MAX_LABEL = 63
-
-
-@dataclass(frozen=True, slots=True)
-class Address:
-    """A host (an IP address without brackets, or a host name) and a TCP port."""
-
-    host: str
-    port: int = DEFAULT_PORT
-
-    def __str__(self) -> str:
-        """``host:port``, with IPv6 in brackets."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
-
-
-@dataclass(frozen=True, slots=True)
-class Invalid:
-    """Why the text is no address. ``incomplete``: it may become one as the person types on
-    (``192.168.``, ``gpu-box:``), so it is no reason to show an error yet."""
-
-    message: str
-    incomplete: bool = False
-
-
-def parse_address(text: str) -> Address | Invalid:
-    """``text`` (surrounding spaces ignored) as an address, or what is wrong with it."""
-    text = text.strip()
-    if not text:
-        return Invalid(EMPTY, incomplete=True)
-    if any(character.isspace() for character in text):
-        return Invalid("no spaces in an address")
-    if "://" in text or "/" in text:
-        return Invalid("type only the address, without http:// or a path")
-    if text.startswith("["):
-        return _bracketed(text)
-    if text.count(":") > 1:
-        return _bare_ipv6(text)
-    host, colon, port_text = text.partition(":")
-    if colon and not host:
-        return Invalid("type the address before the port")
-    port = _port(port_text) if colon else DEFAULT_PORT
-    checked = _host(host)
-    if isinstance(checked, Invalid):
-        return checked
-    return port if isinstance(port, Invalid) else Address(checked, port)
-
-
-def _bracketed(text: str) -> Address | Invalid:
-    inside, closing, rest = text[1:].partition("]")
-    if not closing:
-        if _IPV6_CHARACTERS.fullmatch(inside or ":"):
-            return Invalid("close the IPv6 address with ]", incomplete=True)
-        return Invalid(NOT_AN_ADDRESS)
-    host = _ipv6(inside)
-    if host is None:
-        return Invalid(f"{inside or '[]'} is not an IPv6 address")
-    if not rest:
-        return Address(host)
-    if not rest.startswith(":"):
-        return Invalid("after ] comes :port")
-    port = _port(rest[1:])
-    return port if isinstance(port, Invalid) else Address(host, port)
-
-
-def _bare_ipv6(text: str) -> Address | Invalid:
-    host = _ipv6(text)
-    if host is not None:
-        return Address(host)
-    head, _, tail = text.rpartition(":")
-    if _DIGITS.fullmatch(tail) and _ipv6(head) is not None:
-        return Invalid(IPV6_PORT)
-    if _IPV6_CHARACTERS.fullmatch(text) and text.endswith((":", ".")):
-        return Invalid("an IPv6 address, still being typed", incomplete=True)
-    return Invalid(NOT_AN_ADDRESS)
-
-
-def _ipv6(text: str) -> str | None:
-    try:
-        return str(ipaddress.IPv6Address(text))
-    except ValueError:
-        return None
-
-
-def _port(text: str) -> int | Invalid:
-    if not text:
-        return Invalid("type the port after :", incomplete=True)
-    if not _DIGITS.fullmatch(text) or len(text) > 5 or not 1 <= int(text) <= 65535:
-        return Invalid(PORT_RANGE)
-    return int(text)
-
-
-def _host(host: str) -> str | Invalid:
-    if _IPV4_PREFIX.fullmatch(host):
-        return _ipv4(host)
-    return _host_name(host)
-
-
-def _ipv4(host: str) -> str | Invalid:
-    try:
-        return str(ipaddress.IPv4Address(host))
-    except ValueError:
-        pass
-    parts = host.split(".")
-    numbers_fit = all(not part or (len(part) <= 3 and int(part) <= 255) for part in parts)
-    still_typing = len(parts) < 4 or (len(parts) == 4 and parts[-1] == "")  # ``192.168.1.``
-    if still_typing and numbers_fit and ".." not in host and not host.startswith("."):
-        return Invalid("an IPv4 address has four numbers", incomplete=True)
-    if len(parts) > 4:
-        return Invalid("an IPv4 address has four numbers")
-    return Invalid(f"{host} is not an IP address (four numbers 0-255)")
-
-
-def _host_name(host: str) -> str | Invalid:
-    if len(host) > _MAX_NAME:
-        return Invalid(f"a host name is at most {_MAX_NAME} characters")
-    labels = host.split(".")
-    last = labels[-1]
-    for label in labels[:-1]:
-        problem = _label_problem(label)
-        if problem is not None:
-            return problem
-    if last == "" or (last.endswith("-") and _LABEL_CHARACTERS.fullmatch(last)):
-        # ``gpu-box.`` and ``gpu-`` are names still being typed.
-        return Invalid("a host name, still being typed", incomplete=True)
-    problem = _label_problem(last)
-    return host if problem is None else problem
-
-
-def _label_problem(label: str) -> Invalid | None:
-    if not label:
-        return Invalid("a host name has no empty part between dots")
-    if not _LABEL_CHARACTERS.fullmatch(label):
-        return Invalid(NOT_AN_ADDRESS)
-    if len(label) > _MAX_LABEL:
-        return Invalid(f"each part of a host name is at most {_MAX_LABEL} characters")
-    if not _LABEL.fullmatch(label):
-        return Invalid("a host name part cannot start or end with -")
-    return None
+__all__ = [
+    "DEFAULT_PORT",
+    "EMPTY",
+    "IPV6_PORT",
+    "NOT_AN_ADDRESS",
+    "PORT_RANGE",
+    "Address",
+    "Invalid",
+    "parse_address",
+]

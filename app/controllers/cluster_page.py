@@ -20,6 +20,7 @@ from app.models.members import ApiKeysModel, MemberRow, MembersModel, member_row
 from app.stores.cluster import ClusterStore
 from app.stores.discovery import DiscoveryStore, is_self
 from app.stores.engines import EnginesStore
+from backend.common.hostport import url_host
 from backend.protocol import methods
 from backend.protocol.errors import InvalidParams, RpcError
 from backend.protocol.types import (
@@ -63,7 +64,7 @@ class NewKey:
 
 def client_settings(key: NewKey) -> str:
     """What a client on another computer sets to use this key, as shell lines."""
-    host = f"[{key.host}]" if ":" in key.host else key.host
+    host = url_host(key.host)
     openai = key.openai_port if key.openai_port is not None else "<port>"
     ollama = key.ollama_port if key.ollama_port is not None else "<port>"
     return "\n".join(

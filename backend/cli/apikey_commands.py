@@ -18,6 +18,7 @@ import psutil
 
 from backend.cli import exit_codes
 from backend.cli.client_commands import run_with_broker
+from backend.common.hostport import url_host
 from backend.components.discovery.records import rank_addresses
 from backend.protocol import contract, methods
 from backend.protocol.peer import RpcPeer
@@ -138,8 +139,7 @@ def format_created(
     created: ApiKeyCreated, status: BrokerStatus, address: str | None, *, lan_access: bool
 ) -> str:
     """The new secret, said once, with the settings a client on another computer uses."""
-    host = address or NO_ADDRESS
-    host = f"[{host}]" if ":" in host else host
+    host = url_host(address or NO_ADDRESS)
     secret = created.secret
     lines = [
         f"Created API key {created.key.id} ({created.key.name}). Its secret, shown only this once"

@@ -15,14 +15,17 @@ import msgspec
 
 from backend.cli import client_commands, confirm, exit_codes
 from backend.cli.engine_format import (
-    WANTED,
+    ENGINE_COLUMNS,
     ModelOperation,
+    column_widths,
     describe_model_action,
     describe_model_facts,
     describe_state,
     describe_status,
     describe_uninstalled,
     describe_versions,
+    engine_row,
+    table_line,
 )
 from backend.cli.node_command import port_number
 from backend.cli.node_ref import (
@@ -265,19 +268,16 @@ async def _engines(peer: RpcPeer, member: KnownNode | None, *, verbose: bool = F
     scope = NodeScope(node=node_id_of(member))
     statuses = await contract.call(peer, methods.ENGINE_LIST, scope, timeout=LIST_TIMEOUT_S)
     schedulers = await _schedulers(peer, scope, member) if verbose else None
-    print(f"{'ENGINE':<10}{'STATE':<15}{'PORT':<7}{'PID':<9}{'SLOTS':<7}{'WANTED':<8}DETAIL")
-    for status in statuses:
-        state = status.state + (" (adopted)" if status.adopted else "")
-        detail = status.error or status.binary or "not installed"
-        print(
-            f"{status.engine:<10}{state:<15}{status.port:<7}{status.pid or '-'!s:<9}"
-            f"{status.slots or '-'!s:<7}{WANTED[status.desired]:<8}{detail}"
-        )
+    rows = [engine_row(status) for status in statuses]
+    widths = column_widths(ENGINE_COLUMNS, rows)
+    print(table_line([title for title, _ in ENGINE_COLUMNS], widths))
+    for status, row in zip(statuses, rows, strict=True):
+        print(table_line(row, widths))
         scheduler = schedulers.pop(status.engine, None) if schedulers is not None else None
         if scheduler is not None or (schedulers is not None and status.state == "running"):
             print("\n".join(scheduler_lines(scheduler)))
     for engine, scheduler in (schedulers or {}).items():  # an engine the list left out
-        print(f"{engine:<10}(not listed)")
+        print(table_line([engine, "(not listed)"], widths))
         print("\n".join(scheduler_lines(scheduler)))
     return exit_codes.OK
 

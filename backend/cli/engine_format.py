@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from backend.cli.node_ref import SHORT_ID, KnownNode, on_node
@@ -16,6 +17,17 @@ from backend.protocol.types import (
 )
 
 WANTED = {True: "on", False: "off", None: "-"}
+# ``pair engines``: each column's title and least width (a longer value widens its column).
+ENGINE_COLUMNS = (
+    ("ENGINE", 10),
+    ("STATE", 15),
+    ("PORT", 7),
+    ("PID", 9),
+    ("SLOTS", 7),
+    ("WANTED", 8),
+    ("DETAIL", 0),
+)
+COLUMN_GAP = 2
 
 
 class ModelOperation(NamedTuple):
@@ -31,6 +43,41 @@ def describe_state(status: EngineStatus, member: KnownNode | None = None, done: 
     where = f" on port {status.port}" if status.state == "running" else ""
     adopted = " (adopted: not started by PAIR)" if status.adopted else ""
     return f"{status.display_name}{on_node(member)}: {done}{status.state}{where}{adopted}"
+
+
+def engine_row(status: EngineStatus) -> tuple[str, ...]:
+    """An engine's cells in ``pair engines``, in ``ENGINE_COLUMNS`` order."""
+    state = status.state + (" (adopted)" if status.adopted else "")
+    detail = status.error or status.binary or "not installed"
+    pid, slots = status.pid or "-", status.slots or "-"
+    return (
+        status.engine,
+        state,
+        str(status.port),
+        str(pid),
+        str(slots),
+        WANTED[status.desired],
+        detail,
+    )
+
+
+def column_widths(columns: Sequence[tuple[str, int]], rows: Sequence[Sequence[str]]) -> list[int]:
+    """Each column's width: its least width, and at least ``COLUMN_GAP`` past its longest
+    cell or title, so no value ever runs into the next column."""
+    return [
+        max(least, *(len(row[n]) + COLUMN_GAP for row in rows), len(title) + COLUMN_GAP)
+        for n, (title, least) in enumerate(columns)
+    ]
+
+
+def table_line(cells: Sequence[str], widths: Sequence[int]) -> str:
+    """One line of a table: every cell but the last padded to its width, and never closer
+    than ``COLUMN_GAP`` to the next cell."""
+    padded = [
+        cell.ljust(max(width, len(cell) + COLUMN_GAP))
+        for cell, width in zip(cells[:-1], widths, strict=False)
+    ]
+    return "".join([*padded, cells[-1]])
 
 
 def describe_uninstalled(status: EngineStatus, member: KnownNode | None = None) -> str:

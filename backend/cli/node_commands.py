@@ -4,6 +4,7 @@ manual nodes of the running broker (``pair node`` alone still runs the broker)."
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -12,6 +13,7 @@ import msgspec
 
 from backend.cli import exit_codes
 from backend.cli.client_commands import run_with_broker
+from backend.common.hostport import DEFAULT_PORT, AddressError, parse_host_port, parse_port
 from backend.protocol import contract, methods
 from backend.protocol.peer import RpcPeer
 from backend.protocol.types import (
@@ -21,8 +23,6 @@ from backend.protocol.types import (
     ManualNodeId,
     ManualNodeRef,
 )
-
-DEFAULT_NODE_PORT = 14320
 
 
 def add_parsers(
@@ -36,18 +36,27 @@ def add_parsers(
     nodes.add_argument("--json", action="store_true", help="print the raw list as JSON")
     actions = node.add_subparsers(dest="node_action", metavar="ACTION")
     add = actions.add_parser("add", help="add a node by address or hostname (VPN addresses too)")
-    add.add_argument("address", help="IP address or hostname, without the port")
+    add.add_argument(
+        "address",
+        help="IP address or hostname, with an optional :PORT (IPv6 with a port: [addr]:PORT)",
+    )
     add.add_argument(
         "--port",
-        type=int,
-        default=DEFAULT_NODE_PORT,
-        help=f"its node API port, or a bare engine's port (default {DEFAULT_NODE_PORT})",
+        type=_port_option,
+        help=f"its node API port, or a bare engine's port (default {DEFAULT_PORT})",
     )
     add.add_argument("--name", help="a display name")
     _add_action_data_dir(add)
     remove = actions.add_parser("remove", help="remove a manual node (ID from `pair nodes`)")
     remove.add_argument("id", help="the manual node's id, e.g. manual:10.0.0.5:14320")
     _add_action_data_dir(remove)
+
+
+def _port_option(text: str) -> int:
+    try:
+        return parse_port(text)
+    except AddressError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _add_action_data_dir(parser: argparse.ArgumentParser) -> None:
@@ -85,11 +94,16 @@ def list_nodes(data_dir: str | None, *, as_json: bool) -> int:
     return run_with_broker(data_dir, work)
 
 
-def add_node(data_dir: str | None, address: str, port: int, name: str | None) -> int:
-    """``pair node add``."""
+def add_node(data_dir: str | None, address: str, port: int | None, name: str | None) -> int:
+    """``pair node add``: ``ADDRESS[:PORT]`` and ``--port``, checked before the broker is asked."""
+    try:
+        host, node_port = parse_host_port(address, DEFAULT_PORT, port=port)
+    except AddressError as exc:
+        print(f"pair node add: {exc}", file=sys.stderr)
+        return exit_codes.USAGE
 
     async def work(peer: RpcPeer) -> int:
-        params = ManualNodeAdd(address=address, port=port, name=name or None)
+        params = ManualNodeAdd(address=host, port=node_port, name=name or None)
         added = await contract.call(peer, methods.NODE_ADD, params)
         print(f"added {added.id}; it is probed every 10 s (see `pair nodes`)")
         return exit_codes.OK

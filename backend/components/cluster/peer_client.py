@@ -11,8 +11,8 @@ from typing import TypeVar
 import aiohttp
 import msgspec
 
+from backend.common.hostport import url_host
 from backend.components.cluster import tls
-from backend.components.discovery.probe import url_host
 from backend.components.identity.certificate import NodeCredentials
 from backend.protocol.types import NodeInfo
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from backend.common.hostport import url_host
 from backend.common.tasks import TaskSet
 from backend.components.cluster.members import Member
 from backend.components.discovery import manual, probe
@@ -477,7 +478,7 @@ class DiscoveryComponent(Component):
         if transition is True:
             self._errors.raise_error(
                 manual.error_id(entry_id),
-                f"The manual node {before.address}:{before.port} has not answered "
+                f"The manual node {url_host(before.address)}:{before.port} has not answered "
                 f"{after.failures} probes in a row ({after.last_error}).",
                 severity="warning",
             )

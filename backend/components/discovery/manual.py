@@ -8,20 +8,19 @@ by the manual id; after ``FAILURES_TO_REPORT`` failed probes in a row the error
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import msgspec
 
+from backend.common.hostport import AddressError, parse_host
 from backend.core.store import Store
 from backend.protocol import errors
 from backend.protocol.types import ManualNode, ManualNodeAdd, ManualNodeId
 
 FAILURES_TO_REPORT = 3
 ERROR_PREFIX = "discovery:manual-unreachable:"
-MAX_ADDRESS_LENGTH = 253
-# Hostnames, IPv4 and IPv6 literals (brackets stripped); no scheme, path or spaces.
-_ADDRESS = re.compile(r"^[A-Za-z0-9_.:%-]+$")
+# How much of a refused address an error message repeats.
+_SHOWN_LENGTH = 80
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,15 +58,17 @@ def error_id(node_id: str) -> str:
 
 
 def validate(params: ManualNodeAdd) -> ManualNodeAdd:
-    """Normalised parameters of ``node/add``, or ``InvalidParams`` saying what is wrong."""
-    address = params.address.strip().removeprefix("[").removesuffix("]")
-    if not address:
+    """Normalised parameters of ``node/add`` (the host alone: an IPv4 or IPv6 address, with or
+    without brackets, or a host name), or ``InvalidParams`` saying what is wrong."""
+    if not params.address.strip():
         raise errors.InvalidParams("Invalid params for node/add: address must not be empty")
-    if len(address) > MAX_ADDRESS_LENGTH or not _ADDRESS.match(address):
+    try:
+        address = parse_host(params.address)
+    except AddressError as exc:
+        shown = params.address.strip()[:_SHOWN_LENGTH]
         raise errors.InvalidParams(
-            f"Invalid params for node/add: {params.address[:80]!r} is not a hostname or IP "
-            "address (give the port separately)"
-        )
+            f"Invalid params for node/add: address {shown!r}: {exc}"
+        ) from None
     if not 1 <= params.port <= 65535:
         raise errors.InvalidParams(
             f"Invalid params for node/add: port {params.port} is outside 1-65535"

@@ -8,7 +8,6 @@ all); nothing here raises anything else.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import ssl
 from collections.abc import Mapping
@@ -18,6 +17,7 @@ from typing import Any
 import aiohttp
 import msgspec
 
+from backend.common.hostport import url_host
 from backend.components.cluster import tls
 from backend.protocol.types import NodeEngineModels, NodeInfo
 
@@ -51,16 +51,6 @@ class EngineAnswer:
 
     engine: str
     models: NodeEngineModels
-
-
-def url_host(address: str) -> str:
-    """``address`` as the host part of a URL (IPv6 literals in brackets)."""
-    try:
-        if ipaddress.ip_address(address).version == 6:
-            return f"[{address}]"
-    except ValueError:
-        pass
-    return address
 
 
 # A PAIR node API speaks TLS; node-info's public part needs no checked certificate (a node's
@@ -118,12 +108,13 @@ async def fetch_node_info(
     document = await get_json(
         session, address, port, NODE_INFO_PATH, timeout, secure=True, tls_context=tls_context
     )
+    where = f"{url_host(address)}:{port}"
     try:
         info = msgspec.convert(document, NodeInfo)
     except msgspec.ValidationError as exc:
-        raise ProbeFailed(f"{address}:{port} sent a malformed node-info: {exc}") from None
+        raise ProbeFailed(f"{where} sent a malformed node-info: {exc}") from None
     if expected_id is not None and info.node_id != expected_id:
-        raise ProbeFailed(f"{address}:{port} answers as node {info.node_id}, not {expected_id}")
+        raise ProbeFailed(f"{where} answers as node {info.node_id}, not {expected_id}")
     return info
 
 
@@ -141,7 +132,7 @@ async def probe_engine(
     answers = await asyncio.gather(*(one(path) for path in ENGINE_PATHS))
     found = classify_engine(dict(zip(ENGINE_PATHS, answers, strict=True)))
     if found is None:
-        raise ProbeFailed(f"nothing PAIR or engine-like answers at {address}:{port}")
+        raise ProbeFailed(f"nothing PAIR or engine-like answers at {url_host(address)}:{port}")
     return found
 
 

@@ -421,6 +421,7 @@ class EnginesComponent(Component):
         running = [c for c in self.controllers.values() if c.running]
         changed = await self._store_listings_changed() or force
         for controller in running:
+            changed = await self._adopted_changed(controller) or changed
             try:
                 resident = await self._loaded_names(controller)
             except errors.RpcError as exc:
@@ -431,7 +432,7 @@ class EnginesComponent(Component):
                 changed = True
         if changed:
             for controller in running:
-                if controller.store is not None:
+                if controller.store is not None or controller.status().adopted:
                     continue  # listed above
                 try:
                     self._listed[controller.name] = await self._listing(controller)
@@ -439,6 +440,24 @@ class EnginesComponent(Component):
                     log.debug("keeping the last model list of %s: %s", controller.name, exc)
             models = await self._models_shape(self._shown())
             self._events.publish(lambda seq: EngineModelsChanged(seq=seq, models=models))
+
+    async def _adopted_changed(self, controller: EngineController) -> bool:
+        """Whether an adopted engine reports another slot count or model list: what answers
+        on its port may not be the engine PAIR adopted (another one started there since)."""
+        if not controller.status().adopted:
+            return False
+        changed = await controller.recount_slots()
+        if controller.store is not None:
+            return changed  # the store is listed every tick, and what it serves below
+        try:
+            listing = await self._listing(controller)
+        except errors.RpcError as exc:
+            log.debug("keeping the last model list of %s: %s", controller.name, exc)
+            return changed
+        if listing != self._listed.get(controller.name):
+            self._listed[controller.name] = listing
+            changed = True
+        return changed
 
     async def _refresh_models(self) -> None:
         """List and publish the models now (after a model action); a failure is only logged,

@@ -21,6 +21,7 @@ from pathlib import Path
 import aiohttp
 
 from backend.common.files import ensure_private_dir
+from backend.common.hostport import url_host
 from backend.common.tasks import TaskSet
 from backend.components.engines import launch, lifecycle
 from backend.components.engines import slots as slot_counts
@@ -156,7 +157,7 @@ class EngineRun:
 
     def base_url(self) -> str:
         """``http://host:port`` of the engine."""
-        return f"http://{self.host}:{self.port}"
+        return f"http://{url_host(self.host)}:{self.port}"
 
     def status(self) -> EngineStatus:
         """A snapshot; never waits for a lifecycle operation."""
@@ -388,6 +389,23 @@ class EngineRun:
             reason = f"answered no health probe for {silent_s:.0f} s"
             self._apply(lifecycle.Crashed(self._with_output(reason), self._clock.monotonic()))
             self._report_crash(reason)
+
+    async def recount_slots(self) -> bool:
+        """Read an adopted engine's slot count again (what answers on its port may be another
+        engine by now); whether it changed. A failed read keeps the last count."""
+        run = self._life.run
+        if not (self.running and self._life.adopted) or run is None:
+            return False
+        before = self._life.slots
+        try:
+            slots = await slot_counts.engine_slots(self)
+        except errors.RpcError as exc:
+            log.debug("keeping the slot count of %s: %s", self.name, exc)
+            return False
+        if not self._apply(lifecycle.SlotsCounted(run, slots)):
+            return False
+        log.info("%s (adopted) runs %d slots now (it ran %s)", self.name, slots, before)
+        return True
 
     def _report_crash(self, reason: str) -> None:
         delay, run = self._life.restart_in, self._life.run

@@ -174,6 +174,15 @@ class CrashRestartDue:
     revision: int
 
 
+@dataclass(frozen=True, slots=True)
+class SlotsCounted:
+    """The engine of the run begun under ``revision`` runs ``slots`` requests at once now: an
+    adopted engine may be replaced on its port by another, started with other flags."""
+
+    revision: int
+    slots: int
+
+
 Configuration = Commanded | PortChanged | Detected
 Progress = (
     Adopted
@@ -186,7 +195,7 @@ Progress = (
     | Stopped
     | Crashed
 )
-Observation = Exited | Unhealthy | CrashRestartDue
+Observation = Exited | Unhealthy | CrashRestartDue | SlotsCounted
 Event = Configuration | Progress | Observation
 
 
@@ -287,6 +296,8 @@ def _observed(state: Lifecycle, event: Observation) -> Lifecycle:
             return _let_go(bumped) if state.adopted else bumped
         case CrashRestartDue():
             return _ended(_bumped(state)) if state.desired is True else state
+        case SlotsCounted(slots=slots):
+            return replace(state, slots=slots) if state.running else state
     assert_never(event)
 
 

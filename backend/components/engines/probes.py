@@ -7,6 +7,7 @@ from typing import Protocol
 
 import aiohttp
 
+from backend.common.hostport import url_host
 from backend.components.engines.manifest import Probe
 from backend.core.net import port_in_use
 
@@ -29,13 +30,9 @@ class PortCheck(Protocol):
 
 async def probe_http(session: aiohttp.ClientSession, host: str, port: int, probe: Probe) -> bool:
     """Whether ``GET http://host:port<probe.http>`` answers the expected status in time."""
-    url = f"http://{_url_host(host)}:{port}{probe.http}"
+    url = f"http://{url_host(host)}:{port}{probe.http}"
     try:
         async with asyncio.timeout(probe.request_timeout_s), session.get(url) as response:
             return response.status == probe.status
     except (aiohttp.ClientError, TimeoutError, OSError):
         return False
-
-
-def _url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host

@@ -28,10 +28,10 @@ from typing import Any, get_args
 import aiohttp
 import msgspec
 
+from backend.common.hostport import url_host
 from backend.common.tasks import TaskSet
 from backend.components.cluster import tls
 from backend.components.cluster.members import Member
-from backend.components.discovery.probe import url_host
 from backend.components.federation import websocket
 from backend.components.federation.server import LINK_PATH
 from backend.components.identity.certificate import NodeCredentials

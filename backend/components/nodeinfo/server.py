@@ -17,10 +17,12 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import msgspec
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from backend.components.cluster import routes as cluster_routes
 from backend.components.cluster.service import ClusterService
 from backend.components.nodeinfo.payload import NodeInfoSource
+from backend.core.bad_requests import BadRequestLog, is_bad_request
 from backend.core.component import Component, FatalError
 from backend.core.net import port_in_use
 
@@ -50,11 +52,13 @@ def build_app(
     *,
     this_computer: Callable[[str | None], bool] = is_loopback,
     routes: Sequence[Callable[[web.Application], None]] = (),
+    bad_requests: BadRequestLog | None = None,
 ) -> web.Application:
     """The node API's routes, with every error answered as JSON ``{"error": ...}``.
 
     ``this_computer`` tells from a client's address whether it runs on this computer (tests
-    replace it to stand in for another computer on loopback).
+    replace it to stand in for another computer on loopback); ``bad_requests`` logs a body that
+    could not be decoded (the runner's logger, so both kinds of junk share one limit).
     """
 
     async def node_info(request: web.Request) -> web.Response:
@@ -63,8 +67,9 @@ def build_app(
         )
         return _json(200, msgspec.json.encode(source.describe(with_engines=trusted)))
 
+    json_errors = _json_errors(bad_requests or BadRequestLog("node API", log))
     app = web.Application(
-        client_max_size=MAX_BODY_BYTES, middlewares=[_json_errors, cluster_routes.members_only]
+        client_max_size=MAX_BODY_BYTES, middlewares=[json_errors, cluster_routes.members_only]
     )
     app.router.add_get(NODE_INFO_PATH, node_info)
     if cluster is not None:
@@ -102,10 +107,14 @@ class NodeApiServer(Component):
     async def run(self) -> None:
         """Listen until stopped; a port held by another program is fatal (nothing is killed)."""
         self._stopped.clear()
+        # Reachable from the LAN: junk gets one short line, rate-limited (see bad_requests).
+        bad_requests = BadRequestLog("node API", log)
+        app = build_app(self._source, self._cluster, routes=self._routes, bad_requests=bad_requests)
         runner = web.AppRunner(
-            build_app(self._source, self._cluster, routes=self._routes),
+            app,
             access_log=None,
             handle_signals=False,
+            logger=bad_requests,
             shutdown_timeout=SHUTDOWN_TIMEOUT_S,
         )
         await runner.setup()
@@ -145,18 +154,24 @@ class NodeApiServer(Component):
         )
 
 
-@web.middleware
-async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
-        return _json(exc.status, _error_body(_message(request, exc)), headers)
-    except Exception:
-        log.exception("node API request %s %s failed", request.method, request.path)
-        return _json(500, _error_body("internal error"))
+def _json_errors(bad_requests: BadRequestLog) -> Middleware:
+    @web.middleware
+    async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+            return _json(exc.status, _error_body(_message(request, exc)), headers)
+        except Exception as exc:
+            if is_bad_request(exc):
+                bad_requests.bad_request(request.remote, exc)
+                return _json(400, _error_body("malformed request body"))
+            log.exception("node API request %s %s failed", request.method, request.path)
+            return _json(500, _error_body("internal error"))
+
+    return json_errors
 
 
 def _message(request: web.Request, exc: web.HTTPException) -> str:

@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from backend.common.hostport import url_host
 from backend.components.cluster.members import Member, Membership
 from backend.components.proxy.targets import ENGINE_DOORS
 from backend.protocol.proxy import DEFAULT_TIMEOUT_S, ProxyTargets, RouteTarget, SlotApi
@@ -73,7 +74,7 @@ def node_targets(
         engine: RouteTarget(
             node_id=node.node_id,
             kind="peer",
-            base_url=f"https://{_host(host)}:{port}",
+            base_url=f"https://{url_host(host)}:{port}",
             name=node.name,
             models=list(listed.models or []),
             cert_der=member.cert_der,
@@ -96,7 +97,7 @@ def _engine_targets(node: DiscoveredNode) -> dict[str, RouteTarget]:
         found[engine] = RouteTarget(
             node_id=node.node_id,
             kind="engine",
-            base_url=f"http://{_host(host)}:{port}",
+            base_url=f"http://{url_host(host)}:{port}",
             name=node.name,
             models=list(listed.models or []),
         )
@@ -234,7 +235,3 @@ def timeout_from(setting: float, environment: Mapping[str, str], name: str) -> f
         log.warning("%s=%r is not a positive number of seconds; using %g", name, text, setting)
         return setting
     return value
-
-
-def _host(address: str) -> str:
-    return f"[{address}]" if ":" in address else address

@@ -10,6 +10,8 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from backend.common.hostport import url_host
+
 _SHUTDOWN_TIMEOUT = 5.0
 
 
@@ -30,8 +32,7 @@ class EmulatorServer:
     @property
     def url(self) -> str:
         """``http://host:port`` of the listening socket."""
-        host = f"[{self._host}]" if ":" in self._host else self._host
-        return f"http://{host}:{self.port}"
+        return f"http://{url_host(self._host)}:{self.port}"
 
     async def start(self) -> int:
         """Listen; returns the bound port (useful with port 0)."""

@@ -17,6 +17,7 @@ import aiohttp
 import msgspec
 from aiohttp import web
 
+from backend.core.bad_requests import BadRequestLimiter, BadRequestLog
 from backend.core.clock import Clock
 from backend.protocol import errors
 from backend.protocol.errors import BadResult
@@ -97,6 +98,7 @@ class ProxyService:
         self._waiting_leases: dict[str, asyncio.Task[Any]] = {}
         self._push_due = False
         self._have_router = asyncio.Event()
+        self._bad_requests = BadRequestLimiter()  # one limit for every listener
 
     def bind_notify(self, notify: Notify) -> None:
         """Where job events go (the broker connection)."""
@@ -256,7 +258,7 @@ class ProxyService:
         await asyncio.Event().wait()
 
     async def _start_door(self, context: DoorContext, fd: int) -> web.AppRunner:
-        return await self._start(build_app(context), fd, None)
+        return await self._start(build_app(context), fd, None, f"front door {context.door}")
 
     async def _start_relay(
         self, contexts: Mapping[str, DoorContext], board: RelayBoard, runners: list[web.AppRunner]
@@ -265,15 +267,17 @@ class ProxyService:
             return
         await self._have_identity.wait()
         app = build_relay_app(contexts, board, self._tls)
-        runners.append(await self._start(app, self._relay_fd, self._tls.server_context()))
+        runners.append(await self._start(app, self._relay_fd, self._tls.server_context(), "relay"))
         log.info("serving the relay (mutual TLS) to paired computers")
 
     async def _start(
-        self, app: web.Application, fd: int, ssl_context: ssl.SSLContext | None
+        self, app: web.Application, fd: int, ssl_context: ssl.SSLContext | None, listener: str
     ) -> web.AppRunner:
         # handler_cancellation: a client that hangs up cancels its handler, which closes the
-        # upstream request so the engine frees the slot (a peer's relay hop included).
-        runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        # upstream request so the engine frees the slot (a peer's relay hop included). Doors
+        # and relay may face the LAN: junk gets one short line, rate-limited (bad_requests).
+        logger = BadRequestLog(listener, log, limiter=self._bad_requests)
+        runner = web.AppRunner(app, handler_cancellation=True, access_log=None, logger=logger)
         await runner.setup()
         site = web.SockSite(runner, socket.socket(fileno=fd), ssl_context=ssl_context)
         await site.start()

@@ -93,6 +93,37 @@ async def test_a_manual_pair_node_appears_with_its_uuid_and_models_then_leaves(
         assert seqs == list(range(snapshot["seq"] + 1, snapshot["seq"] + 1 + len(seqs)))
 
 
+async def test_pair_node_add_with_host_and_port_reaches_the_node_api_there(
+    no_mdns: None, start_broker: StartBroker
+) -> None:
+    first, second = start_broker(), start_broker()
+    port = node_port(second)  # the node API listens on every address, so on 127.0.0.2 too
+    command = ["node", "add", f"127.0.0.2:{port}", "--data-dir", str(first.data_dir)]
+    added = subprocess.run(
+        [sys.executable, "-m", "backend", *command],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert added.returncode == 0, added.stderr
+    assert f"added manual:127.0.0.2:{port};" in added.stdout
+    async with first.connect() as client, second.connect() as other:
+        other_id = (await other.call("status"))["node_id"]
+        listed = await client.call("nodes/list")
+        assert [(m["id"], m["address"], m["port"]) for m in listed] == [
+            (f"manual:127.0.0.2:{port}", "127.0.0.2", port)
+        ]
+        nodes = await wait_nodes(client, lambda n: by_id(n, other_id) is not None)
+        node = by_id(nodes, other_id)
+        assert node is not None and node["sources"] == ["manual"] and node["reachable"]
+        assert node["addresses"][0] == "127.0.0.2"
+        assert [(m["state"], m["node_id"]) for m in await client.call("nodes/list")] == [
+            ("pair", other_id)
+        ]
+
+
 async def test_manual_nodes_are_persisted_across_restarts(
     no_mdns: None, start_broker: StartBroker
 ) -> None:
@@ -189,9 +220,15 @@ async def test_bad_manual_input_gets_clear_errors(no_mdns: None, start_broker: S
             ({"address": "10.0.0.1", "port": 65536}, "outside 1-65535"),
             ({"address": "10.0.0.1", "port": "x"}, "port"),
             ({}, "address"),
+            # The port goes in ``port``: never probed as https://10.0.0.5:14320:14320/.
+            ({"address": "10.0.0.5:14320"}, "the port goes separately"),
+            ({"address": "[::1"}, "close the IPv6 address"),
+            ({"address": "a b"}, "no spaces"),
         ]:
-            with pytest.raises(errors.InvalidParams, match=text):
+            with pytest.raises(errors.InvalidParams, match=text) as caught:
                 await client.call("node/add", params)
+            assert caught.value.code == -32602
+        assert await client.call("nodes/list") == []
         with pytest.raises(errors.NotFound, match="no manual node"):
             await client.call("node/remove", {"id": "manual:nope:1"})
 

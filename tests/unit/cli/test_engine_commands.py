@@ -517,6 +517,44 @@ async def test_engines_and_models_ask_for_the_member(capsys: pytest.CaptureFixtu
     assert out.endswith("no engine is running on bob\nno engine is running\n")
 
 
+async def test_engines_columns_widen_for_an_adopted_engine_and_long_values(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    broker = StreamingBroker()
+    rows = [
+        _status(state="stopped", pid=None),
+        _status(
+            engine="llamacpp",
+            state="running",
+            adopted=True,
+            port=65535,
+            pid=4_194_304_123,
+            slots=1_048_576,
+            desired=True,
+            binary="/usr/local/bin/llama-server",
+        ),
+    ]
+    broker.answer(methods.ENGINE_LIST.name, rows)
+    assert await engine_commands._engines(broker.peer, None) == exit_codes.OK
+    header, stopped, adopted = capsys.readouterr().out.splitlines()
+    assert adopted.split() == [
+        "llamacpp",
+        "running",
+        "(adopted)",
+        "65535",
+        "4194304123",
+        "1048576",
+        "on",
+        "/usr/local/bin/llama-server",
+    ]
+    assert "running (adopted)  65535" in adopted
+    # Every column starts where its title does, on every line.
+    for title, value in (("PORT", "65535"), ("PID", "4194304123"), ("SLOTS", "1048576")):
+        assert adopted.index(value) == header.index(title)
+    assert stopped.index("11500") == header.index("PORT")
+    assert adopted.index("/usr") == header.index("DETAIL") == stopped.index("not installed")
+
+
 @pytest.mark.parametrize(
     "argv",
     [

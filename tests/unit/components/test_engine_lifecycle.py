@@ -25,6 +25,7 @@ from backend.components.engines.lifecycle import (
     Lifecycle,
     PortChanged,
     Ready,
+    SlotsCounted,
     Spawned,
     StartBegan,
     StartFailed,
@@ -202,6 +203,14 @@ def test_an_adopted_engine_that_went_silent_is_gone_not_crashed() -> None:
     adopted = apply(Lifecycle(binary=BIN, revision=3), Adopted(at=T0, slots=1))
     gone = apply(adopted, Unhealthy(3))
     assert gone == Lifecycle(binary=BIN, revision=4, started_at=T0)
+
+
+def test_a_recount_changes_the_slots_of_the_run_it_read_and_nothing_else() -> None:
+    adopted = apply(Lifecycle(binary=BIN, revision=3), Adopted(at=T0, slots=64))
+    assert apply(adopted, SlotsCounted(3, 4)) == replace(adopted, slots=4)
+    assert apply(adopted, SlotsCounted(2, 4)) is adopted, "read from an earlier run"
+    gone = apply(adopted, Unhealthy(3))
+    assert apply(gone, SlotsCounted(3, 4)) is gone, "nothing runs any more"
 
 
 def test_an_owned_engine_that_went_silent_is_stopped_then_recorded_as_crashed() -> None:
