@@ -37,6 +37,15 @@ class SlotApi(Wire, frozen=True, kw_only=True):
     restore_path: str | None = None
     park_dir: str | None = None
 
+    @property
+    def parks(self) -> bool:
+        """Whether conversations can be parked: a folder and both actions are known."""
+        return (
+            self.park_dir is not None
+            and self.save_path is not None
+            and self.restore_path is not None
+        )
+
 
 class RouteTarget(Wire, frozen=True, kw_only=True):
     """One node that runs an engine: how to reach it and what its inventory lists.

@@ -473,9 +473,7 @@ def shape_of(target: RouteTarget) -> EngineShape:
         instance=target.instance,
         pinning=target.slot_api is not None,
         slots_known=target.slots_known,
-        parking=target.slot_api is not None
-        and target.slot_api.save_path is not None
-        and target.slot_api.park_dir is not None,
+        parking=target.slot_api is not None and target.slot_api.parks,
     )
 
 
