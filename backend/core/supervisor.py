@@ -200,6 +200,13 @@ class Supervisor:
             self._fail(slot, error, fatal=False)
             return False
         slot.restarts += 1
+        log.warning(
+            "%s restarts in %g s (attempt %d of %d)",
+            name,
+            decision.delay,
+            decision.attempt,
+            self._policy.max_attempts,
+        )
         self._errors.raise_error(
             crash_error_id(name),
             f"{name} crashed ({error}); restarting in {decision.delay:g} s "
