@@ -3,10 +3,10 @@
 One store for the whole app, keyed by node, engine and model (model empty for engine actions).
 A click calls ``begin``; the controller that sees the backend's truth (a state change, a model
 list, progress, or an error about that node/engine/model) calls ``settle``; otherwise the entry
-expires after its timeout (60 s by default; callers pass longer ones for cold loads and LM
-Studio deletes). Another member's keys carry its node id: the truth about them is that member's
-state as its link reports it, and a member that cannot be reached or leaves the cluster drops
-its entries (``settle_node``). A broker that goes away drops everything (``clear_all``).
+expires after its timeout (60 s by default; callers pass the ones below, derived from the
+backend's own deadlines). Another member's keys carry its node id: the truth about them is that
+member's state as its link reports it, and a member that cannot be reached or leaves the cluster
+drops its entries (``settle_node``). A broker that goes away drops everything (``clear_all``).
 """
 
 from __future__ import annotations
@@ -20,8 +20,51 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from backend.protocol.types import EngineName, NodeId
 
 DEFAULT_TIMEOUT_S = 60.0
-COLD_LOAD_TIMEOUT_S = 300.0
-LMSTUDIO_DELETE_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class BackendDeadlines:
+    """The longest the broker itself lets each operation take (seconds), from its bundled
+    manifests and its engine runner: the one record of them on the app's side. The app's
+    timeouts are derived from these; ``tests/unit/test_app_timeouts.py`` computes the real
+    ones from the backend and fails when one here is shorter."""
+
+    model_load: float = 720.0  # load_model's timeout_s (Ollama, LM Studio): a cold load
+    model_unload: float = 120.0  # an action's default timeout_s
+    model_delete: float = 120.0  # a delete that does not restart the engine
+    delete_and_restart: float = 320.0  # LM Studio: the delete, then its stop and start
+    engine_start: float = 600.0  # start commands (120 s each) and the readiness probe
+    engine_stop: float = 30.0  # a stop command (its grace + 10 s), or a signal's grace
+    pull_silence: float = 60.0  # the first answer of a download before it reports progress
+
+    @property
+    def engine_restart(self) -> float:
+        """A restart (also a running engine's port move): a stop, then a start."""
+        return self.engine_stop + self.engine_start
+
+
+BACKEND = BackendDeadlines()
+# The RPC waits this much longer than the backend's deadline, so the broker's own error (which
+# says what failed) is what the user reads; a pending mark waits as much again, so the RPC's
+# answer, or its timeout, always comes before the safety net gives up.
+MARGIN_S = 60.0
+
+
+def call_timeout(backend_s: float) -> float:
+    """How long to wait for the broker's answer to an operation it bounds by ``backend_s``."""
+    return backend_s + MARGIN_S
+
+
+def pending_timeout(backend_s: float) -> float:
+    """How long a pending mark of an operation the broker bounds by ``backend_s`` lives."""
+    return call_timeout(backend_s) + MARGIN_S
+
+
+COLD_LOAD_TIMEOUT_S = pending_timeout(BACKEND.model_load)
+LMSTUDIO_DELETE_TIMEOUT_S = pending_timeout(BACKEND.delete_and_restart)
+MODEL_ACTION_TIMEOUT_S = pending_timeout(
+    max(BACKEND.model_unload, BACKEND.model_delete, BACKEND.pull_silence)
+)
 
 
 class PendingKey(NamedTuple):

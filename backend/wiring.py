@@ -55,6 +55,7 @@ from backend.components.proxy.table import (
     merged_loads,
     timeout_from,
 )
+from backend.components.proxy.targets import DOOR_PORT_SETTINGS, door_ports
 from backend.components.settings import rpc as settings_rpc
 from backend.components.settings.log_level import LogLevels
 from backend.components.settings.service import CORRUPT_ERROR_ID, SettingsService
@@ -369,6 +370,11 @@ def _proxy(
         on_worker_exit=lambda: workloads.fail_unfinished(PROXY_GONE),
         on_scheduler=schedulers.changed,  # also the empty state once the worker is gone
         load_model=engines.switch_model,
+        door_ports=lambda: door_ports(settings.snapshot().values),
+    )
+    # A changed door port moves the door before the setting is saved; a taken port refuses it.
+    settings.add_applier(
+        frozenset(DOOR_PORT_SETTINGS), lambda changed: proxy.move_doors(door_ports(changed))
     )
     scheduler_view.register(services.dispatcher, schedulers, fetch=proxy.fetch_scheduler)
     return proxy

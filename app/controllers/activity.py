@@ -14,6 +14,7 @@ from app.broker.connection import BrokerConnection
 from app.broker.state import ServiceState
 from app.controllers.base import Controller
 from app.models.errors import ErrorsModel
+from app.pending import BACKEND, call_timeout
 from app.stores.engines import EnginesStore
 from app.stores.workloads import WorkloadsStore
 from backend.protocol import methods
@@ -32,7 +33,7 @@ log = logging.getLogger(__name__)
 ACTIVE_JOB_STATES: frozenset[JobState] = frozenset({"in_flight", "running"})
 # Installing downloads an engine (hundreds of MB for Ollama): far beyond a normal call's deadline.
 INSTALL_TIMEOUT_S = 1800.0
-START_TIMEOUT_S = 120.0
+START_TIMEOUT_S = call_timeout(max(BACKEND.engine_start, BACKEND.engine_stop))
 ENGINE_ORDER = ("ollama", "lmstudio", "llamacpp")
 EngineMethod = Method[EngineRef, EngineStatus]
 

@@ -38,6 +38,8 @@ FIRST_CONTENT_TIMEOUT = "proxy_first_content_timeout_s"
 PINNED_NODE = "proxy_pinned_node"
 LLAMACPP_PARALLEL = "llamacpp_parallel"
 LLAMACPP_CONTEXT = "llamacpp_context"
+# The doors' ports (0: the one the service was started with); a change moves the door at once.
+DOOR_PORTS = {"ollama": "ollama_door_port", "openai": "openai_door_port"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,8 +162,9 @@ def build_endpoints(
 
 
 class EndpointsController(Controller):
-    """Reads ``status`` per session, again on every ``errors:update`` (a door may have moved)
-    and on ``refresh``; the examples' models come from the engines store. Owns the read."""
+    """Reads ``status`` per session, again on every ``errors:update`` and ``settings:changed``
+    (a door may have moved) and on ``refresh``; the examples' models come from the engines
+    store. Owns the read."""
 
     changed = Signal()
 
@@ -228,6 +231,8 @@ class EndpointsController(Controller):
                 self._errors = errors
                 self.changed.emit()
                 self.refresh()
+        elif method == methods.SETTINGS_CHANGED.name:
+            self.refresh()
 
 
 # Front-door settings.

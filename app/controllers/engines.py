@@ -41,7 +41,7 @@ from app.models.engines import (
     remote_rows,
     timed_out,
 )
-from app.pending import DEFAULT_TIMEOUT_S, PendingActions, PendingKey
+from app.pending import BACKEND, PendingActions, PendingKey, call_timeout, pending_timeout
 from app.stores.discovery import DiscoveryStore, is_self
 from app.stores.engines import EnginesStore
 from backend.protocol import methods
@@ -64,9 +64,19 @@ log = logging.getLogger(__name__)
 
 LOG_LINES = 500
 # The commands' own answers come when the work is done: a start waits until the engine is
-# ready (Ollama's manifest allows 600 s), an install or update until the download is unpacked.
-COMMAND_CALL_TIMEOUT_S = 900.0
+# ready, an install or update until the download is unpacked and the engine started again.
+COMMAND_CALL_TIMEOUT_S = call_timeout(BACKEND.engine_restart)
 INSTALL_CALL_TIMEOUT_S = 3600.0
+# How long each command's pending mark waits for the backend's truth; for an install or an
+# update, how long it waits without a sign of progress (the last step restarts the engine).
+PENDING_TIMEOUTS_S: dict[EngineCommand, float] = {
+    EngineCommand.START: pending_timeout(BACKEND.engine_start),
+    EngineCommand.STOP: pending_timeout(BACKEND.engine_stop),
+    EngineCommand.RESTART: pending_timeout(BACKEND.engine_restart),
+    EngineCommand.SET_PORT: pending_timeout(BACKEND.engine_restart),
+    EngineCommand.INSTALL: pending_timeout(BACKEND.engine_restart),
+    EngineCommand.UPDATE: pending_timeout(BACKEND.engine_restart),
+}
 VERSIONS_CALL_TIMEOUT_S = 40.0  # the broker asks the release feed with a 10 s bound
 
 _METHODS: dict[EngineCommand, Method[EngineRef, EngineStatus]] = {
@@ -100,7 +110,7 @@ class EnginesController(Controller):
         discovery: DiscoveryStore,
         parent: QObject | None = None,
         *,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
+        timeout_s: float | None = None,
     ) -> None:
         super().__init__(connection, parent)
         self.model = model
@@ -229,7 +239,8 @@ class EnginesController(Controller):
         self._notices.pop(key, None)
         expect = Expectation(command, status.revision, port)
         self._expectations[key] = expect
-        self.pending.begin(pending_key, VERBS[command], self.timeout_s)  # shown at once
+        timeout = self.timeout_s if self.timeout_s is not None else PENDING_TIMEOUTS_S[command]
+        self.pending.begin(pending_key, VERBS[command], timeout)  # shown at once
         request = self._request(key, command, port)
         self._tasks.spawn(self._send(key, expect, request), name=f"{command} {key[1]} {key[0]}")
         return True
@@ -393,6 +404,10 @@ class EnginesController(Controller):
             self._done(key, expect, keep_notice=progress.error is not None)
             return True
         return False
+
+    def _on_connection_notification_received(self, method: str, params: object) -> None:
+        if method == methods.SETTINGS_CHANGED.name and self._identified:
+            self._refresh_doors()  # a door's port may have changed
 
     def _refresh_doors(self) -> None:
         if self._reading_doors is None or self._reading_doors.done():

@@ -12,6 +12,7 @@ from app.broker.connection import BrokerConnection
 from app.controllers.base import Controller, decode_push
 from app.controllers.components import ComponentsController
 from app.models.errors import ErrorsModel, banner_errors, banner_text
+from app.pending import BACKEND, call_timeout
 from app.stores.discovery import DiscoveryStore
 from app.stores.engines import EnginesStore
 from backend.protocol import methods
@@ -19,7 +20,7 @@ from backend.protocol.errors import RpcError
 from backend.protocol.types import EngineName, EngineRef, ErrorClear, NodeId, ServiceError
 
 log = logging.getLogger(__name__)
-ENGINE_START_TIMEOUT_S = 120.0  # an engine may take a minute to answer its readiness probe
+ENGINE_START_TIMEOUT_S = call_timeout(BACKEND.engine_start)  # readiness can take minutes
 # Actions that act on this node whatever error offers them: not offered for another member's.
 _HERE_ONLY = frozenset({"restart-component", "open-settings"})
 

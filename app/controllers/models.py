@@ -37,14 +37,17 @@ from app.models.models import (
     local_rows,
     member_rows,
     remote_rows,
+    restarts_after_delete,
     supports,
 )
 from app.pending import (
+    BACKEND,
     COLD_LOAD_TIMEOUT_S,
-    DEFAULT_TIMEOUT_S,
     LMSTUDIO_DELETE_TIMEOUT_S,
+    MODEL_ACTION_TIMEOUT_S,
     PendingActions,
     PendingKey,
+    call_timeout,
 )
 from app.stores.discovery import DiscoveryStore, is_self
 from app.stores.engines import EnginesStore
@@ -61,13 +64,14 @@ from backend.protocol.types import (
 
 log = logging.getLogger(__name__)
 
-# How long to wait for the broker's answer: longer than its own deadline for the action (the
-# manifests allow 12 min for a cold load and a day for a download), so its error wins.
-_RPC_TIMEOUTS_S: dict[ModelAction, float] = {
-    "load_model": 900.0,
-    "unload_model": 120.0,
-    "delete_model": 300.0,
-    "pull_model": 86_460.0,
+# How long to wait for the broker's answer: longer than its own deadline for the action, so
+# its error wins (a download is bounded by a day).
+PULL_DEADLINE_S = 86_400.0
+RPC_TIMEOUTS_S: dict[ModelAction, float] = {
+    "load_model": call_timeout(BACKEND.model_load),
+    "unload_model": call_timeout(BACKEND.model_unload),
+    "delete_model": call_timeout(max(BACKEND.model_delete, BACKEND.delete_and_restart)),
+    "pull_model": call_timeout(PULL_DEADLINE_S),
 }
 _VERBS: dict[ModelAction, str] = {
     "load_model": "load",
@@ -83,7 +87,7 @@ class PendingTimeouts:
 
     load: float = COLD_LOAD_TIMEOUT_S
     lmstudio_delete: float = LMSTUDIO_DELETE_TIMEOUT_S
-    default: float = DEFAULT_TIMEOUT_S
+    default: float = MODEL_ACTION_TIMEOUT_S  # unload, another delete, a pull's silence
 
 
 def url_model_name(url: str) -> str:
@@ -211,10 +215,10 @@ class ModelsController(Controller):
         self._act(key, "unload_model", EJECTING, self._timeouts.default)
 
     def delete(self, key: PendingKey) -> None:
-        """Delete a model from disk (LM Studio restarts to forget it, hence the longer wait)."""
-        timeout = (
-            self._timeouts.lmstudio_delete if key.engine == "lmstudio" else self._timeouts.default
-        )
+        """Delete a model from disk (an engine that restarts to forget it, as LM Studio does,
+        takes longer)."""
+        restarts = restarts_after_delete(key.engine)
+        timeout = self._timeouts.lmstudio_delete if restarts else self._timeouts.default
         self._act(key, "delete_model", DELETING, timeout)
 
     def pull(self, engine: EngineName, model: str, node: NodeId | None = None) -> None:
@@ -282,7 +286,7 @@ class ModelsController(Controller):
             engine=key.engine, action=action, model=key.model, node=node, url=url
         )
         try:
-            await self.connection.call(methods.ENGINE_ACTION, params, _RPC_TIMEOUTS_S[action])
+            await self.connection.call(methods.ENGINE_ACTION, params, RPC_TIMEOUTS_S[action])
         except RpcError as exc:
             log.warning("%s of %s on %s failed: %s", action, key.model, key.engine, exc)
             self._settle(key)

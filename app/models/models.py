@@ -39,6 +39,10 @@ _ENGINE_ACTIONS: dict[str, frozenset[ModelAction]] = {
     "lmstudio": MODEL_ACTIONS,
     "llamacpp": frozenset(),
 }
+# The engines whose manifest restarts them after a model is deleted (``restart_after`` of
+# ``delete_model``: LM Studio serves its models from an index built at start). The broker does
+# the restart; the app only warns first and waits longer. A test keeps this equal to the manifests.
+_RESTART_AFTER_DELETE: frozenset[str] = frozenset({"lmstudio"})
 ENGINE_TITLES = {"ollama": "Ollama", "lmstudio": "LM Studio", "llamacpp": "llama.cpp"}
 ENGINE_ORDER = ("ollama", "lmstudio", "llamacpp")  # how engines are listed; others follow by id
 
@@ -71,6 +75,11 @@ def engine_order(engine: str) -> tuple[int, str]:
     """A sort key: the bundled engines in their usual order, then the rest by id."""
     known = ENGINE_ORDER.index(engine) if engine in ENGINE_ORDER else len(ENGINE_ORDER)
     return (known, engine)
+
+
+def restarts_after_delete(engine: str) -> bool:
+    """Whether deleting a model of ``engine`` restarts it (interrupting what it serves)."""
+    return engine in _RESTART_AFTER_DELETE
 
 
 def supports(engine: str, action: ModelAction) -> bool:

@@ -38,6 +38,7 @@ from app.models.models import (
     details_text,
     engine_title,
     on_any_change,
+    restarts_after_delete,
 )
 from app.models.models import supports as engine_supports
 from app.pending import PendingKey
@@ -53,15 +54,15 @@ FOCUS_FRAME = QStyle.PixelMetric.PM_FocusFrameHMargin
 
 
 def confirm_delete(parent: QWidget, row: ModelRow) -> bool:
-    """Ask before deleting; LM Studio's note says the engine restarts."""
+    """Ask before deleting; an engine that restarts after a delete (LM Studio) says so."""
     text = (
         f"Delete {row.model} from {engine_title(row.engine)} on {row.where}?\n\n"
         "Its files are removed from disk; using it again means downloading it again."
     )
-    if row.engine == "lmstudio":
+    if restarts_after_delete(row.engine):
         text += (
-            "\n\nLM Studio restarts to finish deleting, so anything it is serving right now "
-            "is interrupted."
+            f"\n\n{engine_title(row.engine)} restarts to finish deleting, so anything it is "
+            "serving right now is interrupted."
         )
     answer = QMessageBox.question(
         parent,

@@ -1,5 +1,5 @@
-"""Settings → General: start at login, keep running in the tray, the front doors' timeouts and
-the pinned node, llama.cpp's requests at once and context size."""
+"""Settings → General: start at login, keep running in the tray, the front doors' ports,
+timeouts and pinned node, llama.cpp's requests at once and context size."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 
 from app.autostart import Autostart
 from app.controllers.endpoints import (
+    DOOR_PORTS,
     FIRST_CONTENT_TIMEOUT,
     HEADER_TIMEOUT,
     LLAMACPP_CONTEXT,
@@ -50,6 +51,14 @@ TIMEOUT_TIPS = {
     "output before it tries another computer (a cold model load counts).",
 }
 OFFLINE_NOTE = "These settings can be changed while the service runs."
+PORT_LABELS = {DOOR_PORTS["ollama"]: "Ollama port", DOOR_PORTS["openai"]: "OpenAI port"}
+PORT_TIPS = {
+    DOOR_PORTS["ollama"]: "The port of the Ollama API door (11434 unless the service was started"
+    " with another). Changing it moves the door at once: clients use the new port.",
+    DOOR_PORTS["openai"]: "The port of the OpenAI API door for LM Studio models (1234 unless the"
+    " service was started with another). Changing it moves the door at once.",
+}
+PORTS_NOTE = "A new port is used at once; a port another program uses is refused."
 LLAMACPP_LABELS = {
     LLAMACPP_PARALLEL: "Requests at once",
     LLAMACPP_CONTEXT: "Context size",
@@ -219,6 +228,18 @@ def count_spin(tooltip: str, *, suffix: str = "", step: int = 1) -> QSpinBox:
     return spin
 
 
+def port_spin(tooltip: str) -> QSpinBox:
+    """A port box taking typed values only (each saved value moves a door); 0 shows as the
+    port the service was started with."""
+    spin = QSpinBox()
+    spin.setSpecialValueText("As started")
+    spin.setButtonSymbols(QSpinBox.ButtonSymbols.NoButtons)
+    spin.setMinimumWidth(110)
+    spin.setKeyboardTracking(False)
+    spin.setToolTip(tooltip)
+    return spin
+
+
 class BrokerSettingsBox(QGroupBox):
     """A group of broker settings: one error label per key, cleared on save, set on refusal."""
 
@@ -256,13 +277,22 @@ class FrontDoorsBox(BrokerSettingsBox):
     def __init__(
         self, controller: FrontDoorSettingsController, parent: QWidget | None = None
     ) -> None:
-        super().__init__("Front doors", controller, (*TIMEOUT_LABELS, PINNED_NODE), parent)
+        keys = (*PORT_LABELS, *TIMEOUT_LABELS, PINNED_NODE)
+        super().__init__("Front doors", controller, keys, parent)
         self.spins: dict[str, QDoubleSpinBox] = {}
+        self.port_spins: dict[str, QSpinBox] = {}
         self.pinned_combo = pinned_combo()
         self.pinned_combo.activated.connect(self._on_pinned_combo_activated)
         form = QFormLayout(self)
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.ExpandingFieldsGrow)
         form.addRow(self.offline_note)
+        for key, label in PORT_LABELS.items():
+            self.port_spins[key] = port = port_spin(PORT_TIPS[key])
+            port.valueChanged.connect(
+                lambda value, key=key: self._controller.set_value(key, int(value))
+            )
+            form.addRow(label, with_error(port, self.errors[key]))
+        form.addRow(muted_label(PORTS_NOTE))
         for key, label in TIMEOUT_LABELS.items():
             self.spins[key] = spin = timeout_spin(TIMEOUT_TIPS[key])
             spin.valueChanged.connect(
@@ -288,10 +318,21 @@ class FrontDoorsBox(BrokerSettingsBox):
                 if isinstance(value, int | float):
                     spin.setValue(float(value))
             spin.setEnabled(spec is not None)
+        self._refresh_ports()
         self._fill_pinned_combo()
         self.pinned_combo.setEnabled(self._controller.spec(PINNED_NODE) is not None)
         if not connected:
             self.clear_errors()
+
+    def _refresh_ports(self) -> None:
+        for key, spin in self.port_spins.items():
+            spec, value = self._controller.spec(key), self._controller.value(key)
+            with QSignalBlocker(spin):
+                if spec is not None:
+                    spin.setRange(int(spec.minimum or 0), int(spec.maximum or 65535))
+                if isinstance(value, int) and not isinstance(value, bool):
+                    spin.setValue(value)
+            spin.setEnabled(spec is not None)  # a broker without the setting leaves it off
 
     def showEvent(self, event: QShowEvent) -> None:
         """Re-read the known computers whenever the tab is shown."""

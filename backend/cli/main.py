@@ -18,6 +18,7 @@ from backend.cli import (
     jobs_command,
     node_command,
     node_commands,
+    settings_command,
 )
 from backend.cli.version_option import ShowVersion
 from backend.protocol.types import LOG_LEVELS
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     jobs_command.add_parser(commands, _add_data_dir)
     endpoints_command.add_parser(commands, _add_data_dir)
     apikey_commands.add_parser(commands, _add_data_dir)
+    settings_command.add_parser(commands, _add_data_dir)
     cluster_commands.add_parsers(commands, _add_data_dir)
     emulate_command.add_parser(commands)
     demo_command.add_parser(commands)
@@ -137,6 +139,8 @@ def _dispatch(argv: Sequence[str] | None, run_gui: RunGui | None) -> int:
         handled = endpoints_command.run(args)
     if handled is None:
         handled = apikey_commands.run(args)
+    if handled is None:
+        handled = settings_command.run(args)
     if handled is None:
         handled = cluster_commands.run(args)
     if handled is not None:

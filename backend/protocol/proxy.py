@@ -141,3 +141,17 @@ class ModelSwitched(Wire, frozen=True, kw_only=True):
     """Answer of ``proxy/load-model``: the relaunched engine's ``instance``."""
 
     instance: int
+
+
+class DoorHandover(Wire, frozen=True, kw_only=True):
+    """``proxy/adopt-door``: serve ``door`` on the listening socket just sent, with ``door``
+    as its message, over the worker's hand-over channel (a Unix socket: ``SCM_RIGHTS``)."""
+
+    door: Door
+
+
+class DoorServed(Wire, frozen=True, kw_only=True):
+    """Answer of ``proxy/adopt-door``: the door now accepts on ``port`` only."""
+
+    door: Door
+    port: int

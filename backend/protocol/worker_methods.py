@@ -12,6 +12,8 @@ from typing import Final
 
 from backend.protocol.contract import Method, NoParams, Push
 from backend.protocol.proxy import (
+    DoorHandover,
+    DoorServed,
     ExclusiveLease,
     LeaseRef,
     ModelSwitch,
@@ -61,4 +63,11 @@ PROXY_LOAD_MODEL: Final = Method(
     ModelSwitch,
     ModelSwitched,
     "worker to broker: relaunch a one-model engine with another model (it is drained)",
+)
+PROXY_ADOPT_DOOR: Final = Method(
+    "proxy/adopt-door",
+    DoorHandover,
+    DoorServed,
+    "broker to worker: serve the door on the socket just handed over, then stop accepting on"
+    " its old one (requests in flight go on)",
 )

@@ -31,7 +31,13 @@ from app.models.models import (
     expectation_met,
     same_model,
 )
-from app.pending import COLD_LOAD_TIMEOUT_S, LMSTUDIO_DELETE_TIMEOUT_S, PendingActions, PendingKey
+from app.pending import (
+    COLD_LOAD_TIMEOUT_S,
+    LMSTUDIO_DELETE_TIMEOUT_S,
+    MODEL_ACTION_TIMEOUT_S,
+    PendingActions,
+    PendingKey,
+)
 from app.stores.discovery import DiscoveryStore
 from app.stores.engines import EnginesStore
 from app.window.models_page import ModelsPage, RowActions
@@ -415,7 +421,7 @@ async def test_timeouts_follow_the_action_and_engine(
         )
         if (entry := ui.pending.get(key)) is not None
     ]
-    assert timeouts == [COLD_LOAD_TIMEOUT_S, LMSTUDIO_DELETE_TIMEOUT_S, 60.0]
+    assert timeouts == [COLD_LOAD_TIMEOUT_S, LMSTUDIO_DELETE_TIMEOUT_S, MODEL_ACTION_TIMEOUT_S]
 
 
 async def test_losing_the_broker_clears_everything(ui: Ui) -> None:

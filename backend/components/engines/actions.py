@@ -153,9 +153,7 @@ async def _run_http(
     document = await request_json(engine, http.method, http.path, body, timeout=http.timeout_s)
     if action.result is not None:
         return EngineActionResult(ok=True, names=pick_names(document, action.result))
-    if action.restart_after:
-        await engine.restart()
-    return EngineActionResult(ok=True)
+    return await _done(engine, name, action, model)
 
 
 async def _stream_ollama_progress(
@@ -260,9 +258,7 @@ async def _run_cmd(
         progress(
             PullProgress(engine=engine.name, model=model, stage="success", percent=100.0, done=True)
         )
-    if action.restart_after:
-        await engine.restart()
-    return EngineActionResult(ok=True)
+    return await _done(engine, name, action, model)
 
 
 async def _remove(
@@ -271,11 +267,26 @@ async def _remove(
     assert action.remove_path is not None
     target = expand(action.remove_path, values)
     await asyncio.to_thread(_delete_inside, values["models_dir"], target, values["model"])
-    restarted = False
-    if action.restart_after:
+    return await _done(engine, "delete_model", action, values["model"])
+
+
+async def _done(
+    engine: EngineController, name: str, action: Action, model: str
+) -> EngineActionResult:
+    """The action's answer once it took effect: the manifest's ``restart_after`` restarts the
+    engine (one that indexes models at start, as LM Studio does). A restart that fails is
+    reported as that, never as a failed action: what the action did is done."""
+    if not action.restart_after:
+        return EngineActionResult(ok=True, restarted=False if name == "delete_model" else None)
+    try:
         await engine.restart()
-        restarted = True
-    return EngineActionResult(ok=True, restarted=restarted)
+    except errors.RpcError as exc:
+        done = "deleted" if name == "delete_model" else f"{name} of"
+        raise errors.InternalError(
+            f"{done} {model}, but {engine.manifest.display_name} failed to restart: {exc.message}",
+            {"engine": engine.name, "model": model, "action": name, "restarted": False},
+        ) from exc
+    return EngineActionResult(ok=True, restarted=True)
 
 
 def _delete_inside(models_dir_text: str, target_text: str, model: str) -> None:

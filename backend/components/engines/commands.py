@@ -13,11 +13,13 @@ from backend.components.engines.process import EngineLog
 
 @dataclass(frozen=True, slots=True)
 class CommandResult:
-    """Exit status and output of one command."""
+    """Exit status and output of one command; ``started`` is False when it could not even be
+    run (no such program), so it started nothing."""
 
     argv: list[str]
     code: int
     lines: list[str] = field(default_factory=list)
+    started: bool = True
 
     def describe(self) -> str:
         """One line for an error message."""
@@ -50,7 +52,9 @@ async def run_command(
             env={**os.environ, **(env or {})},
         )
     except OSError as exc:
-        return CommandResult(argv, 127, [f"cannot run {argv[0]}: {exc.strerror or exc}"])
+        return CommandResult(
+            argv, 127, [f"cannot run {argv[0]}: {exc.strerror or exc}"], started=False
+        )
     lines: list[str] = []
     try:
         async with asyncio.timeout(timeout):

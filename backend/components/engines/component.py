@@ -9,30 +9,21 @@ import logging
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 
 from backend.common.files import write_private_atomic
 from backend.common.tasks import TaskSet, wait_first
-from backend.components.engines import actions, store_actions
+from backend.components.engines import actions, inventory, store_actions
 from backend.components.engines.controller import EngineController, EngineHooks
 from backend.components.engines.exclusive import OPEN_GATE, ExclusiveGate, ExclusiveKind
 from backend.components.engines.launch import EngineSettings, NoSettings
 from backend.components.engines.ledger import EngineLedger
-from backend.components.engines.manifest import (
-    Manifest,
-    ManifestError,
-    build,
-    bundled_documents,
-    deep_merge,
-    load_all,
-    merge_override,
-    read_override,
-)
+from backend.components.engines.manifest import load_all
+from backend.components.engines.port_override import moved_manifest
 from backend.components.engines.probes import port_in_use
 from backend.components.engines.process import reap_orphan
-from backend.components.engines.slots import loaded_instance_slots
+from backend.components.engines.runner import REAL_DRIVERS, EngineDrivers
 from backend.core.clock import Clock
 from backend.core.component import Component
 from backend.core.rpc import NumberedStream
@@ -84,8 +75,10 @@ class EnginesComponent(Component):
         scheduler: Callable[[], SchedulerStates | None] = lambda: None,
         watch_interval: float = WATCH_INTERVAL_S,
         settings: EngineSettings | None = None,
+        drivers: EngineDrivers = REAL_DRIVERS,
     ) -> None:
         super().__init__("engines")
+        self._drivers = drivers
         self._members = members
         self._data_dir = data_dir
         self._settings: EngineSettings = settings if settings is not None else NoSettings()
@@ -120,7 +113,8 @@ class EnginesComponent(Component):
                 self.announce_ready()
                 await self._watch_models()
             finally:
-                await asyncio.shield(self.prepare_shutdown())
+                with contextlib.suppress(errors.RpcError):  # logged by the sweep
+                    await asyncio.shield(self.prepare_shutdown())
                 self.controllers = {}
 
     def bind_gate(self, gate: ExclusiveGate) -> None:
@@ -154,6 +148,7 @@ class EnginesComponent(Component):
                 desired=desired.get(name),
                 data_dir=self._data_dir,
                 settings=self._settings,
+                drivers=self._drivers,
             )
             for name, manifest in loaded.manifests.items()
         }
@@ -176,7 +171,8 @@ class EnginesComponent(Component):
             await self._ledger.forget_process(pid)
 
     async def prepare_shutdown(self) -> None:
-        """Stop every engine PAIR started, keeping intent; concurrent callers join one sweep."""
+        """Stop every engine PAIR started, keeping intent; concurrent callers join one sweep, a
+        later call runs a new one (so a sweep that failed is retried)."""
         if self._sweep is None or (self._sweep.done() and self.controllers):
             self._sweep = asyncio.get_running_loop().create_task(
                 self._stop_owned(), name="engines:shutdown-sweep"
@@ -185,12 +181,16 @@ class EnginesComponent(Component):
 
     async def _stop_owned(self) -> None:
         await self._relaunches.close(timeout=1.0)  # no restart for new settings after this
-        results = await asyncio.gather(
-            *(c.shutdown() for c in self.controllers.values()), return_exceptions=True
-        )
-        for result in results:
-            if isinstance(result, BaseException):
-                log.error("stopping an engine failed: %s", result)
+        controllers = list(self.controllers.values())
+        results = await asyncio.gather(*(c.shutdown() for c in controllers), return_exceptions=True)
+        failed = [
+            f"{c.name}: {r}"
+            for c, r in zip(controllers, results, strict=True)
+            if isinstance(r, Exception)
+        ]
+        if failed:
+            log.error("stopping engines failed: %s", "; ".join(failed))
+            raise errors.InternalError("engines PAIR started did not stop: " + "; ".join(failed))
 
     def controller(self, name: str) -> EngineController:
         """The named engine, or a clear error."""
@@ -212,10 +212,21 @@ class EnginesComponent(Component):
             if controller.running or controller.relaunching
         }
 
+    def last_slots(self) -> dict[str, dict[str, int]]:
+        """Each running engine's last listed slots per loaded model, without asking it; an
+        engine that stopped or crashed has none (its counts ended with it)."""
+        by_engine = self._last_models.slots_by_engine
+        return {
+            name: dict(by_engine.get(EngineName(name), {}))
+            for name, controller in self.controllers.items()
+            if controller.running
+        }
+
     async def stop(self) -> None:
         """Stop owned engines now and let ``run()`` return."""
         self._stop_requested.set()
-        await self.prepare_shutdown()
+        with contextlib.suppress(errors.RpcError):  # logged; run() sweeps once more as it ends
+            await self.prepare_shutdown()
 
     def statuses(self) -> list[EngineStatus]:
         """Every engine's status."""
@@ -230,24 +241,11 @@ class EnginesComponent(Component):
             return controller.status()  # nothing to move: no restart
         if await port_in_use(controller.host, port):
             raise errors.Conflict(f"port {port} is already in use")
-        manifest, override, path = self._moved_manifest(name, port)
+        manifest, override, path = moved_manifest(self.override_dir, name, port)
         async with self._held(controller, "restart", when=controller.running):
             status = await controller.replace_manifest(manifest)
         await asyncio.to_thread(write_private_atomic, path, json.dumps(override, indent=2).encode())
         return status
-
-    def _moved_manifest(self, name: str, port: int) -> tuple[Manifest, dict[str, Any], Path]:
-        """The engine's manifest on ``port``, the override that says so and its file."""
-        path = self.override_dir / f"{name}.json"
-        try:
-            override = read_override(path) if path.exists() else {}
-        except ManifestError:
-            override = {}
-        override = deep_merge(override, {"runtime": {"port": port}})
-        manifest = build(
-            merge_override(bundled_documents().get(name, {}), override, str(path)), str(path)
-        )
-        return manifest, override, path
 
     async def restart(self, name: str) -> EngineStatus:
         """Stop and start an engine again, once the gate granted it."""
@@ -340,7 +338,11 @@ class EnginesComponent(Component):
 
     async def models(self) -> EngineModels:
         """Models per running engine and of every model store, running or not; an engine that
-        misses the deadline fails the call."""
+        misses the deadline, or a sweep over its budget, fails the call."""
+        budget = inventory.SWEEP_BUDGET_S
+        return await inventory.within_budget(self._clock, budget, self._list_models())
+
+    async def _list_models(self) -> EngineModels:
         candidates = [c for c in self.controllers.values() if c.running or c.store is not None]
         listed = await asyncio.gather(*(self._listing(c) for c in candidates))
         for controller, listing in zip(candidates, listed, strict=True):
@@ -369,7 +371,7 @@ class EnginesComponent(Component):
             name: dict(listing.details) for name, listing in listings.items() if listing.details
         }
         loaded = {c.name: self._loaded.get(c.name, []) if c.running else [] for c in shown}
-        slots = {c.name: await self._slots_per_model(c, loaded[c.name]) for c in shown}
+        slots = {c.name: await inventory.slots_per_model(c, loaded[c.name]) for c in shown}
         union = sorted({model for names in by_engine.values() for model in names})
         self._last_models = EngineModels(
             models=union,
@@ -380,19 +382,6 @@ class EnginesComponent(Component):
             details_by_engine=details,
         )
         return self._last_models
-
-    async def _slots_per_model(
-        self, controller: EngineController, loaded: list[str]
-    ) -> dict[str, int]:
-        if not controller.running:
-            return {}
-        if controller.manifest.slots.source == "loaded_instances":
-            try:
-                return await loaded_instance_slots(controller)
-            except errors.RpcError:
-                return {}
-        total = controller.status().slots or controller.manifest.slots.default
-        return dict.fromkeys(loaded, total)
 
     async def _listing(self, controller: EngineController) -> actions.ModelListing:
         if controller.store is not None:
@@ -414,8 +403,15 @@ class EnginesComponent(Component):
             if not self._stop_requested.is_set():
                 forced = self._recheck.is_set()
                 self._recheck.clear()
-                await self._check_models(force=forced)
+                try:
+                    await self._sweep_models(force=forced)
+                except errors.Unavailable as exc:
+                    log.warning("%s", exc)
                 self._follow_settings()
+
+    async def _sweep_models(self, *, force: bool) -> None:
+        budget = inventory.SWEEP_BUDGET_S
+        await inventory.within_budget(self._clock, budget, self._check_models(force=force))
 
     async def _check_models(self, *, force: bool) -> None:
         running = [c for c in self.controllers.values() if c.running]
@@ -463,7 +459,7 @@ class EnginesComponent(Component):
         """List and publish the models now (after a model action); a failure is only logged,
         so it never hides the outcome of the action."""
         try:
-            await self._check_models(force=True)
+            await self._sweep_models(force=True)
         except Exception:
             log.exception("listing the models after a model action failed")
 

@@ -119,6 +119,21 @@ class EngineController(EngineRun):
                 )
             return self.status()
 
+    async def install_and_start(self, progress: installer.ProgressSink) -> EngineStatus:
+        """Install, then start the engine (recording that it is wanted), as ``engine:install``
+        does. A model-store engine whose store holds no model yet has nothing to serve, so it
+        stays stopped; a start that fails says the install itself succeeded."""
+        await self.install(progress)
+        if self.store is not None and not await asyncio.to_thread(self.store.list):
+            return self.status()
+        try:
+            return await self.start()
+        except errors.RpcError as exc:
+            raise type(exc)(
+                f"{self.manifest.display_name} is installed, but it did not start: {exc.message}",
+                exc.data,
+            ) from exc
+
     async def uninstall(self) -> EngineStatus:
         """Remove an engine PAIR installed (stopping it first); the model store stays."""
         async with self._lock:

@@ -32,7 +32,13 @@ from backend.components.engines.lifecycle import Command, Event, Lifecycle
 from backend.components.engines.manifest import Manifest
 from backend.components.engines.model_store import ModelStore
 from backend.components.engines.process import EngineLog, RunningProcess
-from backend.components.engines.runner import REAL_DRIVERS, EngineDrivers, EngineRunner
+from backend.components.engines.runner import (
+    REAL_DRIVERS,
+    DaemonNotStopped,
+    EngineDrivers,
+    EngineRunner,
+    StartCommandFailed,
+)
 from backend.components.engines.templating import expand, expand_path
 from backend.core.clock import Clock
 from backend.core.supervisor import ErrorSink
@@ -47,6 +53,9 @@ from backend.protocol.types import (
 log = logging.getLogger(__name__)
 
 UNHEALTHY_AFTER = 3
+# An adopted engine's port is checked this often; closed this many times in a row, it is gone.
+ADOPTED_PORT_CHECK_S = 1.0
+ADOPTED_GONE_AFTER = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,9 +282,15 @@ class EngineRun:
         if self.manifest.runtime.mode == "process":
             await self._spawn_process(values)
         else:
-            # Recorded before the commands run, so a half-started daemon is stopped too.
+            # Recorded before the commands run, so a half-started daemon is stopped too (a
+            # start cancelled mid-way included); a command that never ran started nothing.
             self._apply(lifecycle.DaemonLaunched())
-            await self._runner.run_start_commands(self.manifest, values)
+            try:
+                await self._runner.run_start_commands(self.manifest, values)
+            except StartCommandFailed as exc:
+                if not exc.ran:
+                    self._apply(lifecycle.NothingLaunched())
+                raise
         await self._runner.wait_ready(self.manifest, self._process)
 
     async def _plan_launch(self, model: str | None) -> None:
@@ -303,9 +318,12 @@ class EngineRun:
         await self._hooks.record_process(self.name, process.pid, process.create_time)
 
     async def _abandon_start(self, exc: BaseException) -> None:
-        if self.owned:
-            await self._stop_owned()
         message = str(exc) if not isinstance(exc, asyncio.CancelledError) else "start cancelled"
+        if self.owned:
+            try:
+                await self._stop_owned()
+            except errors.RpcError as stop_failure:
+                message = f"{message}; stopping what it started failed too: {stop_failure}"
         self._apply(lifecycle.StartFailed(message))
         self._hooks.errors.raise_error(
             self._error_id("start-failed"),
@@ -325,7 +343,10 @@ class EngineRun:
         else:
             self._apply(lifecycle.Stopped())
 
-    async def _stop_owned(self) -> None:
+    async def _stop_owned(self, *, resume: bool = True) -> None:
+        """Stop what PAIR started. A daemon whose port still answers afterwards raises; one
+        that was serving (and ``resume``) runs on in a new run, watched again."""
+        serving = resume and self.running and self._life.run is not None
         self._apply(lifecycle.StopBegan())
         await self._tasks.close(timeout=1.0)
         process, self._process = self._process, None
@@ -334,7 +355,17 @@ class EngineRun:
             await process.stop(kill=stop.signal == "kill", grace=stop.grace_s)
             await self._hooks.forget_process(process.pid)
         if self._life.owner == "daemon":
-            await self._runner.stop_daemon(self.manifest, self.placeholder_values())
+            try:
+                await self._runner.stop_daemon(self.manifest, self.placeholder_values())
+            except DaemonNotStopped as exc:
+                if not serving:
+                    raise
+                self._apply(lifecycle.StopFailed())
+                self._spawn_monitors()
+                raise errors.InternalError(
+                    f"{exc.message}; it keeps running and PAIR watches it again",
+                    {"engine": self.name, "state": "running"},
+                ) from None
         self._apply(lifecycle.Stopped())
 
     # -- observation ---------------------------------------------------------------------------
@@ -346,6 +377,8 @@ class EngineRun:
             self._tasks.spawn(self._watch_exit(self._process, run), name="exit")
         if self.manifest.runtime.health is not None:
             self._tasks.spawn(self._watch_health(run), name="health")
+        if self._life.adopted:
+            self._tasks.spawn(self._watch_port(run), name="port")
 
     async def _watch_exit(self, process: RunningProcess, run: int) -> None:
         code = await process.wait()
@@ -376,6 +409,18 @@ class EngineRun:
                 await self._on_unhealthy(run, failures * probe.interval_s)
                 return
 
+    async def _watch_port(self, run: int) -> None:
+        """An adopted engine stopped outside PAIR closes its port: let go of it within a few
+        seconds instead of after health probes (and model lists) failed for a while."""
+        closed = 0
+        while lifecycle.observes(self._life, run):
+            await self._clock.sleep(ADOPTED_PORT_CHECK_S)
+            listening = await self._runner.port_in_use(self.manifest.runtime)
+            closed = 0 if listening else closed + 1
+            if closed >= ADOPTED_GONE_AFTER:
+                await self._on_unhealthy(run, closed * ADOPTED_PORT_CHECK_S)
+                return
+
     async def _on_unhealthy(self, run: int, silent_s: float) -> None:
         async with self._lock:
             adopted = self._life.adopted
@@ -385,8 +430,12 @@ class EngineRun:
                 log.warning("%s (adopted) stopped answering; it is gone", self.name)
                 return
             log.error("%s stopped answering health probes for %.0f s", self.name, silent_s)
-            await self._stop_owned()
             reason = f"answered no health probe for {silent_s:.0f} s"
+            try:
+                await self._stop_owned(resume=False)
+            except errors.RpcError as exc:
+                reason = f"{reason}; stopping it failed: {exc}"
+                self._apply(lifecycle.Stopped())
             self._apply(lifecycle.Crashed(self._with_output(reason), self._clock.monotonic()))
             self._report_crash(reason)
 

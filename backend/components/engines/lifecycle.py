@@ -115,6 +115,11 @@ class DaemonLaunched:
 
 
 @dataclass(frozen=True, slots=True)
+class NothingLaunched:
+    """No start command could even be run: nothing was started, so PAIR owns nothing."""
+
+
+@dataclass(frozen=True, slots=True)
 class Ready:
     """The engine PAIR started answered its readiness probe at monotonic time ``at``."""
 
@@ -132,6 +137,11 @@ class StartFailed:
 @dataclass(frozen=True, slots=True)
 class StopBegan:
     """PAIR is stopping what it started."""
+
+
+@dataclass(frozen=True, slots=True)
+class StopFailed:
+    """What PAIR started still serves after its stop: it runs on, in a new run watched again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,9 +199,11 @@ Progress = (
     | StartBegan
     | Spawned
     | DaemonLaunched
+    | NothingLaunched
     | Ready
     | StartFailed
     | StopBegan
+    | StopFailed
     | Stopped
     | Crashed
 )
@@ -271,12 +283,16 @@ def _progressed(state: Lifecycle, event: Progress) -> Lifecycle:
             return replace(state, owner="process", pid=pid)
         case DaemonLaunched():
             return replace(state, owner="daemon")
+        case NothingLaunched():
+            return replace(state, owner="nobody", pid=None)
         case Ready(at=at, slots=slots):
             return _running(state, at, slots)
         case StartFailed(error=error):
             return replace(_let_go(state), state="error", error=error)
         case StopBegan():
             return replace(_ended(state), state="stopping")
+        case StopFailed():
+            return replace(state, state="running", error=None, run=state.revision)
         case Stopped():
             return _let_go(state)
         case Crashed(error=error, at=at):

@@ -39,6 +39,7 @@ METHOD_SECTIONS = frozenset(
     {"detect", "install", "uninstall", "version", "latest", "update", "assets"}
 )
 _ASSET_KEY = re.compile(r"(linux|darwin|windows)(/[a-z0-9_]+)?")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # The first dotted run of digits and what follows it up to white space: ``v0.5.7`` → ``0.5.7``.
 DEFAULT_VERSION_PATTERN = r"(\d+(?:\.\d+)*\S*)"
 
@@ -392,6 +393,7 @@ def _check_rules(manifest: Manifest, source: str) -> None:
         )
     if runtime.mode == "command" and not runtime.start:
         raise ManifestError(f"{source}: a command-mode runtime needs 'start' commands")
+    _check_slots(manifest.slots, source)
     _check_versions(manifest, source)
     _check_release(manifest, source)
     _check_store(manifest, source)
@@ -401,6 +403,28 @@ def _check_rules(manifest: Manifest, source: str) -> None:
             raise ManifestError(
                 f"{source}: action {name!r} needs exactly one of http, cmd, remove_path"
             )
+
+
+def _check_slots(slots: SlotsSpec, source: str) -> None:
+    """The ``slots`` block's rules its types cannot express (msgspec already refused unknown
+    keys and wrong types, naming the field)."""
+    if slots.default < 1:
+        raise ManifestError(f"{source}: slots.default must be at least 1; got {slots.default}")
+    if slots.source == "env" and not (slots.env and _ENV_NAME.fullmatch(slots.env)):
+        raise ManifestError(
+            f"{source}: slots.source 'env' needs slots.env, the name of the environment "
+            f"variable that holds the count; got {slots.env!r}"
+        )
+    if slots.source == "args":
+        if not slots.flags and slots.props is None:
+            raise ManifestError(
+                f"{source}: slots.source 'args' needs slots.flags (the flags that take the "
+                "count) or slots.props (a path whose JSON answer has total_slots)"
+            )
+        if any(not flag.strip() for flag in slots.flags):
+            raise ManifestError(f"{source}: slots.flags must not hold an empty flag")
+    if slots.props is not None and not slots.props.startswith("/"):
+        raise ManifestError(f"{source}: slots.props must be a path starting with /")
 
 
 def _check_store(manifest: Manifest, source: str) -> None:

@@ -59,7 +59,7 @@ def register(
 
     async def install(params: EngineRef, _: RpcPeer) -> EngineStatus:
         controller = engines.controller(params.engine)
-        return await controller.install(engines.on_install_progress)
+        return await controller.install_and_start(engines.on_install_progress)
 
     async def uninstall(params: EngineRef, _: RpcPeer) -> EngineStatus:
         return await engines.controller(params.engine).uninstall()

@@ -25,6 +25,21 @@ from backend.protocol import errors
 log = logging.getLogger(__name__)
 
 START_COMMAND_TIMEOUT_S = 120.0
+# How long a stop command that failed is given for the endpoint to close after all.
+FAILED_STOP_CONFIRM_S = 1.0
+
+
+class StartCommandFailed(errors.InternalError):
+    """A daemon's start command failed; ``ran`` is False when no start command could even be
+    run, so nothing was started and there is nothing of PAIR's to stop."""
+
+    def __init__(self, message: str, *, ran: bool) -> None:
+        super().__init__(message)
+        self.ran = ran
+
+
+class DaemonNotStopped(errors.InternalError):
+    """The daemon's endpoint still answers after its stop command."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,14 +91,16 @@ class EngineRunner:
         return await self._drivers.spawn(argv, env, self._output)
 
     async def run_start_commands(self, manifest: Manifest, values: Mapping[str, str]) -> None:
-        """Run the daemon's start commands in order; the first that fails raises."""
-        for command in manifest.runtime.start:
+        """Run the daemon's start commands in order; the first that fails raises
+        ``StartCommandFailed``."""
+        for index, command in enumerate(manifest.runtime.start):
             result = await self._drivers.run_command(
                 expand_all(command, values), timeout=START_COMMAND_TIMEOUT_S, output=self._output
             )
             if result.code != 0:
-                raise errors.InternalError(
-                    f"{manifest.display_name} did not start: {result.describe()}"
+                raise StartCommandFailed(
+                    f"{manifest.display_name} did not start: {result.describe()}",
+                    ran=index > 0 or result.started,
                 )
 
     async def wait_ready(self, manifest: Manifest, process: RunningProcess | None) -> None:
@@ -105,12 +122,31 @@ class EngineRunner:
         )
 
     async def stop_daemon(self, manifest: Manifest, values: Mapping[str, str]) -> None:
-        """Run the stop command, then give the daemon ``grace_s`` to let go of its port."""
+        """Run the stop command and return once the daemon's port has closed: within
+        ``grace_s`` after a stop command that succeeded, at once after one that failed (its
+        exit code counts). ``DaemonNotStopped`` when the port still answers."""
         stop = manifest.runtime.stop
+        result = None
         if stop.cmd:
-            await self._drivers.run_command(
+            result = await self._drivers.run_command(
                 expand_all(stop.cmd, values), timeout=stop.grace_s + 10, output=self._output
             )
-        deadline = self._clock.monotonic() + stop.grace_s
-        while await self.port_in_use(manifest.runtime) and self._clock.monotonic() < deadline:
+        failed = result is not None and result.code != 0
+        wait = FAILED_STOP_CONFIRM_S if failed else stop.grace_s
+        if await self._closed_within(manifest.runtime, wait):
+            if failed and result is not None:
+                log.warning("%s stopped although %s", manifest.engine, result.describe())
+            return
+        why = result.describe() if failed and result is not None else "its stop command ran"
+        raise DaemonNotStopped(
+            f"{manifest.display_name} did not stop: {why}, and port "
+            f"{manifest.runtime.port} still answers after {wait:g} s"
+        )
+
+    async def _closed_within(self, runtime: Runtime, seconds: float) -> bool:
+        deadline = self._clock.monotonic() + seconds
+        while await self.port_in_use(runtime):
+            if self._clock.monotonic() >= deadline:
+                return False
             await self._clock.sleep(0.1)
+        return True

@@ -3,12 +3,41 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from backend.components.engines.templating import expand_all
 
 if TYPE_CHECKING:
     from backend.components.engines.engine_run import EngineRun
+    from backend.components.engines.manifest import SlotsSpec
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingSlots:
+    """What the proxy's scheduler may run at once on an engine: ``per_model`` for the models
+    the engine reports a count of, ``slots`` for any other model."""
+
+    slots: int
+    per_model: Mapping[str, int] = field(default_factory=dict)
+
+
+def routing_slots(
+    spec: SlotsSpec, running_slots: int | None, per_model: Mapping[str, int]
+) -> RoutingSlots:
+    """The capacity the routing table gives a running engine (``running_slots``: its status's
+    count, None once it stopped or crashed; ``per_model``: its last listed counts per model).
+
+    LM Studio's ``parallel`` belongs to each loaded instance, so a loaded model gets its own
+    count and a model it would load on demand (JIT) the manifest's default, never the sum over
+    the models loaded when the engine started. The other sources count per engine, and every
+    model runs that many. A count that is not positive is no count.
+    """
+    if spec.source == "loaded_instances":
+        counted = {model: n for model, n in per_model.items() if n > 0}
+        return RoutingSlots(spec.default, counted)
+    return RoutingSlots(running_slots if running_slots and running_slots > 0 else spec.default)
 
 
 async def engine_slots(engine: EngineRun) -> int:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+import socket
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,15 +16,19 @@ from cryptography.hazmat.primitives import serialization
 from backend.common.self_command import self_argv
 from backend.components.engines.component import EnginesComponent
 from backend.components.engines.manifest import SchedulerSpec
+from backend.components.engines.slots import routing_slots
 from backend.components.identity.certificate import NodeCredentials
 from backend.components.proxy.exclusive_gate import WorkerGate
 from backend.components.proxy.listeners import (
     RELAY,
     Listener,
     ListenerName,
+    door_port_taken_message,
+    listen_tcp,
     open_listener,
     port_taken_error_id,
     port_taken_message,
+    send_door,
 )
 from backend.components.proxy.table import LocalEngine
 from backend.core.clock import Clock
@@ -35,6 +40,7 @@ from backend.protocol.errors import BadResult
 from backend.protocol.proxy import (
     DOORS,
     Door,
+    DoorHandover,
     ModelSwitched,
     ProxyIdentity,
     ProxyTargets,
@@ -42,6 +48,7 @@ from backend.protocol.proxy import (
 )
 from backend.protocol.types import Ports, SchedulerStates
 from backend.protocol.worker_methods import (
+    PROXY_ADOPT_DOOR,
     PROXY_CLOSE_LISTENERS,
     PROXY_IDENTITY,
     PROXY_JOB,
@@ -55,6 +62,8 @@ log = logging.getLogger(__name__)
 
 TARGETS_INTERVAL_S = 0.1
 SCHEDULER_GET_TIMEOUT_S = 2.0
+# A worker that is still starting answers a hand-over once it runs (about a second).
+ADOPT_DOOR_TIMEOUT_S = 10.0
 
 
 class ProxyComponent(Component):
@@ -63,7 +72,9 @@ class ProxyComponent(Component):
     the node's identity once per start, then the routing table whenever it changes.
 
     Ready when the worker answers its first heartbeat. ``close_front_doors()`` is the first
-    shutdown stage; ``stop()`` then ends the worker.
+    shutdown stage; ``stop()`` then ends the worker. ``move_doors()`` moves doors to other
+    ports while everything runs: the new socket is handed to the running worker over a Unix
+    socket (``--handover-fd``), which starts accepting there before it stops on the old one.
     """
 
     kind = "worker"
@@ -83,6 +94,7 @@ class ProxyComponent(Component):
         on_worker_exit: Callable[[], None] = lambda: None,
         on_scheduler: Callable[[SchedulerStates], None] = lambda states: None,
         load_model: Callable[[str, str], Awaitable[int]] | None = None,
+        door_ports: Callable[[], Mapping[Door, int]] = dict,
         heartbeat_interval: float = 1.0,
         targets_interval: float = TARGETS_INTERVAL_S,
     ) -> None:
@@ -93,6 +105,12 @@ class ProxyComponent(Component):
             "llamacpp": ports.llamacpp,
             RELAY: ports.relay,
         }
+        self._configured = dict(self._wanted)
+        self._door_ports = door_ports  # the settings' ports; 0 or absent: the configured one
+        self._served: dict[Door, Listener] = {}  # the sockets the current worker accepts on
+        self._retired: list[Listener] = []  # moved away from, closed once no worker serves them
+        self._handover: tuple[socket.socket, socket.socket] | None = None  # ours, the worker's
+        self._moving = asyncio.Lock()
         self._errors = errors
         self._clock = clock
         self._targets = targets
@@ -156,6 +174,7 @@ class ProxyComponent(Component):
         except BaseExceptionGroup as group_error:
             raise _first_leaf(group_error) from None
         finally:
+            self._worker_gone()
             # Whatever the worker held is gone with it: its jobs end, they do not stay Running.
             self._on_worker_exit()
             if self._scheduler.engines:
@@ -174,17 +193,20 @@ class ProxyComponent(Component):
         if self._worker is not None:
             self._worker.notify(PROXY_CLOSE_LISTENERS.name)
             await asyncio.sleep(0)
-        for listener in self._listeners():
+        for listener in [*self._listeners(), *self._retired]:
             with contextlib.suppress(OSError):
                 listener.sock.close()
         # A later run() (after a restart request) opens them again.
         self._doors = {}
         self._relay = None
+        self._retired = []
 
     def _listeners(self) -> list[Listener]:
         return [*self._doors.values(), *([self._relay] if self._relay is not None else [])]
 
     def _open_listeners(self) -> None:
+        for door, port in self._door_ports().items():
+            self._wanted[door] = port or self._configured[door]
         for door in DOORS:
             self._doors[door] = self._open(door)
         self._relay = self._open(RELAY)
@@ -207,6 +229,10 @@ class ProxyComponent(Component):
             argv += ["--fd", f"{door}={front_door.sock.fileno()}"]
         if self._relay is not None:
             argv += ["--relay-fd", str(self._relay.sock.fileno())]
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._handover = (ours, theirs)
+        argv += ["--handover-fd", str(theirs.fileno())]
+        self._served = dict(self._doors)
         worker = WorkerProcess(
             "proxy",
             argv,
@@ -215,7 +241,7 @@ class ProxyComponent(Component):
             environment=self._environment,
             on_notification=self._notification,
             on_request=self._request,
-            pass_fds=[listener.sock.fileno() for listener in self._listeners()],
+            pass_fds=[*(listener.sock.fileno() for listener in self._listeners()), theirs.fileno()],
         )
         worker.bind_ready(self.announce_ready)
         return worker
@@ -251,11 +277,103 @@ class ProxyComponent(Component):
                 if not identity_sent:
                     worker.notify(PROXY_IDENTITY.name, msgspec.to_builtins(self._identity))
                     identity_sent = True
+                if self._served != self._doors and not self._moving.locked():
+                    await self._follow_moves(worker)
                 current = self._targets()
                 if current != sent:
                     worker.notify(PROXY_TARGETS.name, msgspec.to_builtins(current))
                     sent = current
             await self._clock.sleep(self._targets_interval)
+
+    # Doors moved at run time.
+
+    async def move_doors(self, ports: Mapping[Door, int]) -> None:
+        """Serve each door of ``ports`` on its port (0: the configured one) from now on, all or
+        none: a port that cannot be listened on raises ``Conflict`` and every door stays (or
+        goes back) where it was. The old port stops accepting once the new one does."""
+        async with self._moving:
+            moved: dict[Door, int] = {}
+            try:
+                for door, port in ports.items():
+                    before = self._doors[door].port if door in self._doors else None
+                    await self._move(door, port or self._configured[door])
+                    if before is not None:
+                        moved[door] = before
+            except BaseException:
+                for door, before in moved.items():
+                    with contextlib.suppress(errors.RpcError):
+                        await self._move(door, before)
+                raise
+
+    async def _move(self, door: Door, port: int) -> None:
+        current = self._doors.get(door)
+        if current is None or current.port == port:
+            self._wanted[door] = port  # closed (or not opened yet): it opens there
+            return
+        try:
+            listener = Listener(door, port, listen_tcp(self._host, port))
+        except OSError as exc:
+            message = door_port_taken_message(door, port, current.port, exc)
+            raise errors.Conflict(message, {"door": door, "port": port}) from None
+        worker = self._worker
+        try:
+            # A worker that did not take it is gone: the next one starts on the new socket.
+            if worker is not None:
+                await self._hand_over(worker, door, listener)
+        except BaseException:
+            listener.sock.close()
+            raise
+        self._doors[door], self._wanted[door] = listener, port
+        self._errors.clear_error(port_taken_error_id(door))
+        log.info("the %s front door moved from port %d to %d", door, current.port, port)
+        self._retire(current)
+
+    async def _hand_over(self, worker: WorkerProcess, door: Door, listener: Listener) -> bool:
+        """Have the worker accept on ``listener`` for ``door``, and no more on the old socket;
+        whether it does. One that was told but did not answer is stopped (what it read from
+        the channel is unknown): its successor starts on the sockets of ``_doors``."""
+        if self._handover is None or worker.pid() is None:
+            return False  # no worker runs now: the next one starts on the new socket
+        send_door(self._handover[0], listener)
+        params = PROXY_ADOPT_DOOR.encode_params(DoorHandover(door=door))
+        try:
+            await worker.call(PROXY_ADOPT_DOOR.name, params, timeout=ADOPT_DOOR_TIMEOUT_S)
+        except errors.RpcError as exc:
+            log.error("the proxy worker did not take the %s door (%s); restarting it", door, exc)
+            await worker.stop()
+            return False
+        self._served[door] = listener
+        return True
+
+    async def _follow_moves(self, worker: WorkerProcess) -> None:
+        """A worker started on a socket that moved meanwhile is handed the new one; one that
+        cannot take it is stopped, and its successor starts on the right sockets."""
+        async with self._moving:
+            for door, listener in list(self._doors.items()):
+                moved = self._served.get(door) is not listener
+                if moved and not await self._hand_over(worker, door, listener):
+                    return
+            self._close_retired()
+
+    def _retire(self, listener: Listener) -> None:
+        self._retired.append(listener)
+        self._close_retired()
+
+    def _close_retired(self) -> None:
+        """Close our copy of every moved-from socket no worker accepts on any more."""
+        serving = [*self._served.values()]
+        for listener in [r for r in self._retired if r not in serving]:
+            self._retired.remove(listener)
+            with contextlib.suppress(OSError):
+                listener.sock.close()
+
+    def _worker_gone(self) -> None:
+        self._served = {}
+        self._close_retired()
+        if self._handover is not None:
+            for end in self._handover:
+                end.close()
+            self._handover = None
 
 
 def identity_payload(credentials: NodeCredentials) -> ProxyIdentity:
@@ -278,20 +396,22 @@ def local_engines(engines: EnginesComponent) -> dict[str, LocalEngine]:
     schedulers need. An engine PAIR is relaunching (a restart, a model switch, an update) stays
     in the table, so the requests queued at its scheduler wait for it instead of failing over.
     """
-    listed = engines.last_models()
+    listed, counted = engines.last_models(), engines.last_slots()
     found: dict[str, LocalEngine] = {}
     for name, controller in engines.controllers.items():
         if not (controller.running or controller.relaunching) or name not in listed:
             continue
         manifest = controller.manifest
-        slots = controller.status().slots or manifest.slots.default
+        # Only a running engine has counts: one being relaunched gets the manifest's default.
+        slots = routing_slots(manifest.slots, controller.status().slots, counted.get(name, {}))
         spec = manifest.scheduler
         current = controller.current_model
         resident = [current] if current else list(listed[name][1] or [])
         found[name] = LocalEngine(
             controller.base_url(),
             list(listed[name][0] or []),
-            slots,
+            slots.slots,
+            model_slots=dict(slots.per_model),
             resident=resident,
             single_model=spec is not None and spec.single_model,
             instance=controller.instance,

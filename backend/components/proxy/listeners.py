@@ -87,3 +87,24 @@ def port_taken_message(listener: Listener) -> str:
         f"Port {listener.wanted_port} for the {listener.name} front door is used by another "
         f"program; PAIR serves this door on {listener.url()} instead."
     )
+
+
+def door_port_taken_message(door: ListenerName, port: int, serving: int, error: OSError) -> str:
+    """Why a door could not move to ``port``: the door stays where it is (``serving``)."""
+    reason = (
+        "is used by another program"
+        if error.errno == errno.EADDRINUSE
+        else "may not be used by PAIR (ports below 1024 need administrator rights)"
+        if error.errno == errno.EACCES
+        else f"cannot be listened on ({error.strerror or error})"
+    )
+    return (
+        f"Port {port} {reason}; the {door} front door stays on port {serving}. "
+        "Choose another port or free this one."
+    )
+
+
+def send_door(channel: socket.socket, listener: Listener) -> None:
+    """Hand ``listener``'s socket to the worker over the hand-over channel (``SCM_RIGHTS``),
+    with the door's name as the message."""
+    socket.send_fds(channel, [listener.name.encode()], [listener.sock.fileno()])

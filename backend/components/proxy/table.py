@@ -39,11 +39,13 @@ class LanAccess:
 
 @dataclass(frozen=True, slots=True)
 class LocalEngine:
-    """A running engine of this node: where it listens, what it lists, its slots per model."""
+    """A running engine of this node: where it listens, what it lists, its slots per model
+    (``model_slots`` for the models the engine counts one by one, ``slots`` for the others)."""
 
     base_url: str
     models: list[str]
     slots: int = 1
+    model_slots: Mapping[str, int] = field(default_factory=dict)
     resident: list[str] = field(default_factory=list)
     single_model: bool = False
     instance: int = 0
@@ -135,6 +137,7 @@ def build_table(
                 base_url=engine.base_url,
                 models=list(engine.models),
                 slots=max(engine.slots, 1),
+                model_slots={model: n for model, n in engine.model_slots.items() if n > 0},
                 resident=list(engine.resident),
                 single_model=engine.single_model,
                 instance=engine.instance,

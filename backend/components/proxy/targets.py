@@ -11,7 +11,7 @@ from collections.abc import Mapping
 # The broker's settings default for the proxy timeouts is the table's own default.
 from backend.protocol.proxy import DEFAULT_TIMEOUT_S as DEFAULT_TIMEOUT_S
 from backend.protocol.proxy import Door
-from backend.protocol.types import EngineName
+from backend.protocol.types import EngineName, SettingValue
 
 DOOR_ENGINES: Mapping[Door, EngineName] = {
     "ollama": EngineName("ollama"),
@@ -19,3 +19,18 @@ DOOR_ENGINES: Mapping[Door, EngineName] = {
     "llamacpp": EngineName("llamacpp"),
 }
 ENGINE_DOORS: Mapping[str, Door] = {engine: door for door, engine in DOOR_ENGINES.items()}
+# The settings that move a door at run time (0: the port the node was started with).
+DOOR_PORT_SETTINGS: Mapping[str, Door] = {
+    "ollama_door_port": "ollama",
+    "openai_door_port": "openai",
+}
+
+
+def door_ports(values: Mapping[str, SettingValue]) -> dict[Door, int]:
+    """The door ports ``values`` (settings) ask for, by door; 0 for the configured one."""
+    ports: dict[Door, int] = {}
+    for key, door in DOOR_PORT_SETTINGS.items():
+        value = values.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            ports[door] = value
+    return ports

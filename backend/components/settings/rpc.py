@@ -31,7 +31,7 @@ def register(
         return settings.snapshot()
 
     async def set_values(params: SettingsUpdate, _: RpcPeer) -> SettingsSnapshot:
-        snapshot = settings.update(params.values)
+        snapshot = await settings.apply_update(params.values)
         follow(levels.setting_changed(settings.view().log_level))
         return snapshot
 

@@ -51,6 +51,24 @@ SCHEMA: tuple[SettingSpec, ...] = (
         description="let computers on the network use the front doors with an API key",
     ),
     SettingSpec(
+        key="ollama_door_port",
+        type="int",
+        default=0,
+        minimum=0,
+        maximum=65535,
+        description="Port of the Ollama front door; 0: the one the node was started with"
+        " (--ollama-port, 11434). A change moves the door at once.",
+    ),
+    SettingSpec(
+        key="openai_door_port",
+        type="int",
+        default=0,
+        minimum=0,
+        maximum=65535,
+        description="Port of the OpenAI (LM Studio) front door; 0: the one the node was started"
+        " with (--openai-port, 1234). A change moves the door at once.",
+    ),
+    SettingSpec(
         key="llamacpp_parallel",
         type="int",
         default=2,

@@ -18,6 +18,8 @@ class SettingsView:
     proxy_first_content_timeout_s: float
     proxy_pinned_node: NodeId | None  # None: the setting is empty
     lan_access: bool = False  # other computers may use the front doors, with an API key
+    ollama_door_port: int = 0  # 0: the port the node was started with
+    openai_door_port: int = 0
     llamacpp_parallel: int = 2  # llama-server's -np
     llamacpp_context: int = 4096  # llama-server's -c
     llamacpp_model: str = ""  # the store model llama-server loads at start; empty: the first
@@ -33,6 +35,8 @@ class SettingsView:
             proxy_first_content_timeout_s=_number(values, "proxy_first_content_timeout_s"),
             proxy_pinned_node=NodeId(pinned) if pinned else None,
             lan_access=_flag(values, "lan_access"),
+            ollama_door_port=_whole(values, "ollama_door_port"),
+            openai_door_port=_whole(values, "openai_door_port"),
             llamacpp_parallel=_whole(values, "llamacpp_parallel"),
             llamacpp_context=_whole(values, "llamacpp_context"),
             llamacpp_model=_text(values, "llamacpp_model"),

@@ -1,6 +1,7 @@
-"""The proxy worker: ``pair worker proxy --fd ollama=5 --fd openai=6 --fd llamacpp=7 --relay-fd 8``
-(the hidden ``worker`` command, so a frozen app can start it; ``python -m backend.workers.proxy``
-takes the same arguments)."""
+"""The proxy worker: ``pair worker proxy --fd ollama=5 --fd openai=6 --fd llamacpp=7 --relay-fd 8
+--handover-fd 9`` (the hidden ``worker`` command, so a frozen app can start it; ``python -m
+backend.workers.proxy`` takes the same arguments). The hand-over channel brings a door's new
+socket when its port is changed at run time."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import sys
 from backend.core.clock import SystemClock
 from backend.protocol.proxy import DOORS, Door
 from backend.protocol.worker_methods import (
+    PROXY_ADOPT_DOOR,
     PROXY_CLOSE_LISTENERS,
     PROXY_EXCLUSIVE,
     PROXY_EXCLUSIVE_END,
@@ -34,9 +36,17 @@ def parse_fds(values: list[str]) -> dict[Door, int]:
     return fds
 
 
-async def serve(fds: dict[Door, int], relay_fd: int | None = None) -> None:
+async def serve(
+    fds: dict[Door, int], relay_fd: int | None = None, handover_fd: int | None = None
+) -> None:
     """Serve the doors, the relay and the broker's RPC until the broker closes our stdin."""
-    service = ProxyService(fds, clock=SystemClock(), rng=random.Random(), relay_fd=relay_fd)
+    service = ProxyService(
+        fds,
+        clock=SystemClock(),
+        rng=random.Random(),
+        relay_fd=relay_fd,
+        handover_fd=handover_fd,
+    )
     notifications = {
         PROXY_IDENTITY.name: service.on_identity,
         PROXY_TARGETS.name: service.on_targets,
@@ -46,6 +56,7 @@ async def serve(fds: dict[Door, int], relay_fd: int | None = None) -> None:
     handlers: dict[str, Handler] = {
         PROXY_EXCLUSIVE.name: service.exclusive,
         PROXY_SCHEDULER_GET.name: service.scheduler_get,
+        PROXY_ADOPT_DOOR.name: service.adopt_door,
     }
     async with asyncio.TaskGroup() as group:
         doors = group.create_task(service.serve(), name="proxy:doors")
@@ -60,13 +71,14 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="pair worker proxy")
     parser.add_argument("--fd", action="append", default=[], metavar="DOOR=FD")
     parser.add_argument("--relay-fd", type=int, default=None, metavar="FD")
+    parser.add_argument("--handover-fd", type=int, default=None, metavar="FD")
     arguments = parser.parse_args(argv)
     try:
         fds = parse_fds(arguments.fd)
     except ValueError as exc:
         parser.error(str(exc))
     try:
-        asyncio.run(serve(fds, arguments.relay_fd))
+        asyncio.run(serve(fds, arguments.relay_fd, arguments.handover_fd))
     except KeyboardInterrupt:
         return 130
     return 0

@@ -362,6 +362,8 @@ class Router:
                 outcome,
                 dispatch.job,
                 write_deadline_s=self.policy.write_deadline_s,
+                # Silence after the first byte is bounded like silence before it.
+                idle_s=self._targets.first_content_timeout_s,
                 on_output=lambda: self._output(dispatch),
             )
         finally:

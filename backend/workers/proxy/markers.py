@@ -18,6 +18,7 @@ import msgspec
 LINE_CAP = 256 * 1024
 _DONE_TEXT = re.compile(rb'"done"\s*:\s*true')
 _STOP_TEXT = re.compile(rb'"stop"\s*:\s*true|"type"\s*:\s*"message_stop"')
+_NEVER = re.compile(rb"(?!)")
 
 
 class EndMarker:
@@ -51,12 +52,37 @@ class EndMarker:
         self._current = bytearray()
         self._append(chunk[end + 1 :])
 
+    @property
+    def streaming(self) -> bool:
+        """Whether the body is a stream of records (NDJSON, SSE): an error can go in band."""
+        return self._kind != "whole"
+
+    @property
+    def event_stream(self) -> bool:
+        """Whether the body is server-sent events."""
+        return self._kind == "sse"
+
+    @property
+    def mid_line(self) -> bool:
+        """Whether the body seen so far stops inside a line."""
+        return bool(self._current)
+
+    def ended_in_error(self) -> bool:
+        """Whether the last record is already an error (a peer's own in-band one, say)."""
+        line = self._final_line()
+        if self._kind == "sse":
+            if not line.startswith(b"data:"):
+                return False
+            line = line[5:].strip()
+        return _field(
+            line, _NEVER, lambda record: "error" in record or record.get("type") == "error"
+        )
+
     def complete(self) -> bool:
         """Whether the body seen so far ends like a complete response."""
         if self._kind == "whole":
             return True
-        line = bytes(self._current) if self._current.strip() else self._last
-        line = line.strip()
+        line = self._final_line()
         if self._kind == "ndjson":
             return _field(line, _DONE_TEXT, lambda record: record.get("done") is True)
         if not line.startswith(b"data:"):
@@ -69,6 +95,10 @@ class EndMarker:
             _STOP_TEXT,
             lambda record: record.get("stop") is True or record.get("type") == "message_stop",
         )
+
+    def _final_line(self) -> bytes:
+        line = bytes(self._current) if self._current.strip() else self._last
+        return line.strip()
 
     def _append(self, data: bytes) -> None:
         room = LINE_CAP - len(self._current)

@@ -22,9 +22,10 @@ from backend.core.clock import Clock
 from backend.protocol import errors
 from backend.protocol.errors import BadResult
 from backend.protocol.peer import RpcPeer
-from backend.protocol.proxy import Door, ProxyTargets
+from backend.protocol.proxy import Door, DoorServed, ProxyTargets
 from backend.protocol.types import Ok, SchedulerStates
 from backend.protocol.worker_methods import (
+    PROXY_ADOPT_DOOR,
     PROXY_EXCLUSIVE,
     PROXY_EXCLUSIVE_END,
     PROXY_IDENTITY,
@@ -37,6 +38,7 @@ from backend.workers.proxy.app import build_app
 from backend.workers.proxy.attempt import sent_tracing
 from backend.workers.proxy.context import DoorContext
 from backend.workers.proxy.dispatch import RetryPolicy, Router
+from backend.workers.proxy.handover import open_channel, receive_door
 from backend.workers.proxy.jobs import JobLog
 from backend.workers.proxy.peer_tls import PeerTls, credentials_from
 from backend.workers.proxy.relay import PeerStarted, RelayBoard
@@ -80,9 +82,14 @@ class ProxyService:
         clock: Clock,
         rng: RandomSource,
         relay_fd: int | None = None,
+        handover_fd: int | None = None,
     ) -> None:
         self._fds = dict(fds)
         self._relay_fd = relay_fd
+        self._handover = open_channel(handover_fd)
+        self._door_runners: dict[Door, web.AppRunner] = {}
+        self._door_sites: dict[Door, web.SockSite] = {}
+        self._doors_lock = asyncio.Lock()  # doors start, or one moves, at a time
         self._clock = clock
         self._rng = rng
         self._tls = PeerTls()
@@ -200,6 +207,31 @@ class ProxyService:
             self._pending_targets = targets
         self._have_targets.set()
 
+    async def adopt_door(self, params: Any) -> Any:
+        """``proxy/adopt-door``: serve a door on the socket the broker just handed over, then
+        stop accepting on its old one (requests in flight there go on)."""
+        door = PROXY_ADOPT_DOOR.convert_params(params).door
+        if self._handover is None or self._closing.is_set():
+            raise errors.Unavailable("this proxy worker takes no door hand-overs now")
+        async with self._doors_lock:
+            sock = receive_door(self._handover, door)
+            if door not in self._fds:
+                sock.close()
+                raise errors.InvalidParams(f"Invalid params: this worker serves no {door} door")
+            port = int(sock.getsockname()[1])
+            runner = self._door_runners.get(door)
+            if runner is None:  # not serving yet: the door will start on the new socket
+                os.close(self._fds[door])
+                self._fds[door] = sock.detach()
+            else:
+                site = web.SockSite(runner, sock)
+                await site.start()
+                old, self._door_sites[door] = self._door_sites[door], site
+                self._sites = [site if s is old else s for s in self._sites]
+                await old.stop()
+        log.info("front door %s now accepts on port %d", door, port)
+        return msgspec.to_builtins(DoorServed(door=door, port=port))
+
     def on_close_listeners(self, _: Any) -> None:
         """``proxy/close-listeners``: stop accepting; requests in flight go on."""
         self._closing.set()
@@ -244,8 +276,11 @@ class ProxyService:
         contexts: dict[str, DoorContext] = {
             door: DoorContext(door, router, board) for door in self._fds
         }
-        for door, fd in self._fds.items():
-            runners.append(await self._start_door(contexts[door], fd))
+        async with self._doors_lock:
+            for door, fd in self._fds.items():
+                runner, self._door_sites[door] = await self._start_door(contexts[door], fd)
+                self._door_runners[door] = runner
+                runners.append(runner)
         log.info("serving front doors: %s", ", ".join(self._fds))
         async with asyncio.TaskGroup() as group:
             relay = group.create_task(
@@ -257,7 +292,9 @@ class ProxyService:
                 await site.stop()
         await asyncio.Event().wait()
 
-    async def _start_door(self, context: DoorContext, fd: int) -> web.AppRunner:
+    async def _start_door(
+        self, context: DoorContext, fd: int
+    ) -> tuple[web.AppRunner, web.SockSite]:
         return await self._start(build_app(context), fd, None, f"front door {context.door}")
 
     async def _start_relay(
@@ -267,12 +304,13 @@ class ProxyService:
             return
         await self._have_identity.wait()
         app = build_relay_app(contexts, board, self._tls)
-        runners.append(await self._start(app, self._relay_fd, self._tls.server_context(), "relay"))
+        runner, _ = await self._start(app, self._relay_fd, self._tls.server_context(), "relay")
+        runners.append(runner)
         log.info("serving the relay (mutual TLS) to paired computers")
 
     async def _start(
         self, app: web.Application, fd: int, ssl_context: ssl.SSLContext | None, listener: str
-    ) -> web.AppRunner:
+    ) -> tuple[web.AppRunner, web.SockSite]:
         # handler_cancellation: a client that hangs up cancels its handler, which closes the
         # upstream request so the engine frees the slot (a peer's relay hop included). Doors
         # and relay may face the LAN: junk gets one short line, rate-limited (bad_requests).
@@ -282,7 +320,7 @@ class ProxyService:
         site = web.SockSite(runner, socket.socket(fileno=fd), ssl_context=ssl_context)
         await site.start()
         self._sites.append(site)
-        return runner
+        return runner, site
 
 
 def retry_policy(environment: Mapping[str, str]) -> RetryPolicy:

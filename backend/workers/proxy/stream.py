@@ -1,13 +1,19 @@
 """After the commit: the engine's response streams to the client chunk by chunk, never retried.
 
 A client that leaves a chunk unread for the write deadline is cut (a half-open "zombie"); a
-stream that ends without the engine's final marker reads Failed, not Completed.
+stream that ends without the engine's final marker reads Failed, not Completed. An engine that
+goes silent for the idle bound, or whose connection breaks, ends the stream: a streaming client
+gets a last record saying why, in its API's error shape (Ollama's ``{"error": ...}`` line, an
+SSE error event), then its connection is closed before the response's end, so a client that
+reads no records still sees an incomplete response.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import aiohttp
 import msgspec
@@ -33,9 +39,13 @@ async def stream_commit(
     job: Job,
     *,
     write_deadline_s: float,
+    idle_s: float,
     on_output: Callable[[], None],
 ) -> web.StreamResponse:
-    """Answer the client with the committed response; ``on_output`` once a 2xx one starts."""
+    """Answer the client with the committed response; ``on_output`` once a 2xx one starts.
+
+    ``idle_s`` bounds the wait for each next chunk of the engine's (0: no bound).
+    """
     upstream = commit.upstream
     try:
         success = 200 <= upstream.status < 300
@@ -49,7 +59,8 @@ async def stream_commit(
         response = _prepared_headers(request, upstream)
         await response.prepare(request)
         marker = EndMarker(upstream.headers.get("Content-Type", ""))
-        if not await _relay_body(request, response, commit, job, marker, write_deadline_s):
+        relay = _Relay(request, response, job, marker, write_deadline_s, idle_s)
+        if not await relay.body(commit):
             return response
         await response.write_eof()
         if not success:
@@ -73,32 +84,78 @@ def _prepared_headers(request: web.Request, upstream: aiohttp.ClientResponse) ->
     return response
 
 
-async def _relay_body(
-    request: web.Request,
-    response: web.StreamResponse,
-    commit: Commit,
-    job: Job,
-    marker: EndMarker,
-    write_deadline_s: float,
-) -> bool:
-    """Copy the body; False when it was cut (the job already says why)."""
-    chunk = commit.first
-    try:
-        while chunk:
-            marker.feed(chunk)
-            await _write(response, chunk, write_deadline_s)
-            chunk = await commit.upstream.content.readany()
-    except TimeoutError:
-        job.cancelled("the client stopped reading")
-        _abort(request)
+class _EngineSilent(Exception):
+    """The engine sent nothing for the idle bound."""
+
+
+@dataclass(slots=True)
+class _Relay:
+    """Copies a committed body to the client and ends it with the reason if it is cut."""
+
+    request: web.Request
+    response: web.StreamResponse
+    job: Job
+    marker: EndMarker
+    write_deadline_s: float
+    idle_s: float
+
+    async def body(self, commit: Commit) -> bool:
+        """Copy the body; False when it was cut (the job already says why)."""
+        chunk = commit.first
+        try:
+            while chunk:
+                self.marker.feed(chunk)
+                await _write(self.response, chunk, self.write_deadline_s)
+                chunk = await self._next(commit.upstream)
+        except TimeoutError:
+            self.job.cancelled("the client stopped reading")
+            _abort(self.request)
+            return False
+        except _EngineSilent:
+            reason = f"the engine sent nothing for {self.idle_s:g} s"
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, OSError) as exc:
+            if isinstance(exc, ConnectionResetError) and _client_gone(self.request):
+                raise
+            reason = f"the engine's response broke off: {exc or type(exc).__name__}"
+        else:
+            return True
+        self.job.failed(reason)
+        await self._end_with(reason)
         return False
-    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, OSError) as exc:
-        if isinstance(exc, ConnectionResetError) and _client_gone(request):
-            raise
-        job.failed(f"the engine's response broke off: {exc or type(exc).__name__}")
-        _abort(request)
-        return False
-    return True
+
+    async def _next(self, upstream: aiohttp.ClientResponse) -> bytes:
+        try:
+            async with asyncio.timeout(self.idle_s if self.idle_s > 0 else None):
+                return await upstream.content.readany()
+        except TimeoutError:
+            raise _EngineSilent from None
+
+    async def _end_with(self, reason: str) -> None:
+        """Tell a streaming client why its stream ends, then close its connection (no end)."""
+        record = self._error_record(reason)
+        if record is not None:
+            with contextlib.suppress(TimeoutError, ConnectionResetError, aiohttp.ClientError):
+                await _write(self.response, record, self.write_deadline_s)
+        transport = self.request.transport
+        if transport is not None:
+            transport.close()  # flushes the record first
+
+    def _error_record(self, reason: str) -> bytes | None:
+        marker = self.marker
+        if not marker.streaming or self.response.content_length is not None:
+            return None  # a whole body or a counted one: nothing can be added
+        if marker.ended_in_error():
+            return None  # a peer relaying its engine's break has said so already
+        dialect = dialect_for(self.job.path)
+        kind = "api_error" if dialect == "anthropic" else "server_error"
+        record = msgspec.json.encode(error_body(dialect, reason, kind=kind, code=None))
+        if marker.event_stream:
+            event = b"event: error\n" if dialect == "anthropic" else b""
+            record = event + b"data: " + record + b"\n\n"
+        else:
+            record += b"\n"
+        # A line cut in the middle is ended first, so the record stands on a line of its own.
+        return (b"\n" if marker.mid_line else b"") + record
 
 
 async def _openai_error(upstream: aiohttp.ClientResponse, first: bytes) -> web.Response | None:

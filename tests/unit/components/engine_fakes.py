@@ -1,16 +1,17 @@
 """Fakes for engine controller tests: a manual clock, engine processes that exit when told,
 the ports, answers and spawns a controller sees through its drivers (no subprocesses), launch
-settings, metadata-only GGUF files and a controller rigged over all of them."""
+settings, metadata-only GGUF files, a daemon driven by start and stop commands and a controller
+rigged over all of them."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 
@@ -31,6 +32,7 @@ from backend.protocol.types import EngineName, EngineStatus
 from tests.fakes import RecordingErrors
 
 T0 = 1000.0
+T = TypeVar("T")
 
 
 class ManualClock:
@@ -244,3 +246,56 @@ async def eventually(predicate: Callable[[], bool], timeout: float = 5.0) -> Non
     async with asyncio.timeout(timeout):
         while not predicate():
             await asyncio.sleep(0.005)
+
+
+class FakeDaemonWorld(FakeWorld):
+    """A fake world whose start and stop commands drive a daemon (LM Studio's ``lms server``):
+    ``server start --port P`` leaves a daemon answering on P (even when the command then
+    fails, as a CLI that detached it before failing would), ``server stop`` ends it. The test
+    sets the exit codes, whether the stop works, whether the start command can run at all, and
+    can hold a start command after it detached its daemon (``start_held``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.daemons: set[int] = set()  # ports the daemon answers on
+        self.commands: list[list[str]] = []
+        self.start_code = 0
+        self.start_runs = True  # False: the program cannot be run (nothing starts)
+        self.stop_code = 0
+        self.stop_works = True
+        self.start_held = asyncio.Event()  # cleared by a test to hold start commands
+        self.start_held.set()
+
+    def answers(self, port: int) -> bool:
+        return port in self.daemons or super().answers(port)
+
+    def stops(self) -> list[list[str]]:
+        """The stop commands run so far."""
+        return [argv for argv in self.commands if argv[1:3] == ["server", "stop"]]
+
+    async def run_command(
+        self, argv: list[str], *, timeout: float, output: EngineLog | None = None
+    ) -> CommandResult:
+        self.commands.append(list(argv))
+        if argv[1:3] == ["server", "start"]:
+            if not self.start_runs:
+                return CommandResult(argv, 127, [f"cannot run {argv[0]}"], started=False)
+            self.daemons.add(int(argv[argv.index("--port") + 1]))
+            await self.start_held.wait()
+            return CommandResult(argv, self.start_code, ["Starting server..."])
+        if argv[1:3] == ["server", "stop"]:
+            if self.stop_works:
+                self.daemons.clear()
+            return CommandResult(argv, self.stop_code, ["The server is not running."])
+        return CommandResult(argv, 0)
+
+
+async def drive(clock: ManualClock, work: Awaitable[T], *, step: float = 0.5) -> T:
+    """Await ``work`` while moving ``clock`` on by ``step`` whenever it waits (at most 10 000
+    steps), for work that polls on the fake clock."""
+    task = asyncio.ensure_future(work)
+    for _ in range(10_000):
+        if task.done():
+            break
+        await clock.advance(step)
+    return await task

@@ -9,6 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from backend.core.broker_rpc import Uptime
 from backend.protocol import errors, methods
 from backend.protocol.contract import NO_PARAMS, NoParams
 from backend.protocol.types import (
@@ -18,6 +19,7 @@ from backend.protocol.types import (
     NodeId,
     NodeLeft,
     NodeTelemetryChanged,
+    Ports,
     WorkloadRemoved,
 )
 
@@ -109,3 +111,58 @@ def test_every_documented_method_is_declared() -> None:
     rpc_names |= {name for name in _documented_names() if name in ("ping", "version", "status")}
     node_api_paths = {name for name in rpc_names if name.startswith("/")}
     assert sorted(rpc_names - node_api_paths - declared) == [], "in docs/RPC.md, not declared"
+
+
+async def _registered_methods(data_dir: Path) -> set[str]:
+    """What a broker built on ``data_dir`` routes: the node is built, never started."""
+    from backend.components.cluster.members import Members, MemberStore
+    from backend.components.identity.certificate import NoVault, load_or_mint
+    from backend.components.identity.identity import load_identity
+    from backend.core.store import Store
+    from backend.wiring import BrokerConfig, Foundation, build_node
+    from tests.fakes import FakeClock
+
+    clock = FakeClock()
+    store = Store(data_dir / "pair.db")
+    await store.open()
+    try:
+        identity = await load_identity(store, data_dir, clock=clock)
+        members = Members(MemberStore(store))
+        await members.open()
+        credentials = load_or_mint(data_dir, identity.node_id, first_run=True, vault=NoVault())
+        ports = Ports(node=0, ollama=0, openai=0, llamacpp=0, relay=0)
+        node = build_node(
+            Foundation(
+                config=BrokerConfig(data_dir=data_dir, ports=ports),
+                extra_workers=(),
+                store=store,
+                identity=identity,
+                credentials=credentials,
+                members=members,
+                clock=clock,
+                started_at=clock.wall(),
+                uptime_ms=Uptime(clock, clock.monotonic()),
+                control_address=str(data_dir / "control.sock"),
+                request_shutdown=lambda: None,
+            )
+        )
+        return set(node.dispatcher.methods())
+    finally:
+        await store.close()
+
+
+async def test_the_registered_methods_are_the_declared_and_the_documented_ones(
+    tmp_path: Path,
+) -> None:
+    registered = await _registered_methods(tmp_path)
+    declared = {m.name for m in methods.all_methods()}
+    documented = _documented_names()
+    pushes = {p.name for p in methods.all_pushes()}
+    documented_methods = {
+        name for name in documented - pushes if (":" in name or "/" in name) and name[0] != "/"
+    } | {name for name in documented if name in ("ping", "version", "status", "shutdown")}
+    assert len(registered) > 30
+    assert sorted(registered - declared) == [], "routed but not declared in methods.py"
+    assert sorted(declared - registered) == [], "declared but no broker routes it"
+    assert sorted(registered - documented) == [], "routed but not in docs/RPC.md"
+    assert sorted(documented_methods - registered) == [], "in docs/RPC.md, but not routed"
