@@ -82,6 +82,8 @@ def decode_frame(frame: bytes) -> Any:
         return _decoder.decode(frame)
     except msgspec.DecodeError as exc:
         raise ValueError(str(exc)) from None
+    except RecursionError:  # msgspec recurses per nesting level, on the caller's stack
+        raise ValueError("JSON nested too deeply") from None
 
 
 def classify(obj: Any) -> Message:

@@ -123,7 +123,8 @@ def _node_id(text: str) -> str:
 
 
 def _port(key: str, text: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= 65535:
+    # ``isdigit`` also admits digits ``int`` refuses ("²"), and ``int`` refuses 4,300 digits.
+    if not (text.isascii() and text.isdigit()) or len(text) > 5 or not 1 <= int(text) <= 65535:
         raise MalformedRecord(f"{key}={text[:16]!r} is not a port")
     return int(text)
 

@@ -46,7 +46,7 @@ def session_of(headers: Mapping[str, str], body: bytes) -> str | None:
         return "k:" + explicit[:MAX_SESSION_CHARS]
     try:
         shape = _decoder.decode(body)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
     if isinstance(shape.user, str) and shape.user.strip():
         return "u:" + shape.user.strip()[:MAX_SESSION_CHARS]
@@ -79,7 +79,7 @@ def pin_slot(body: bytes, field: str, slot: int) -> bytes:
     """``body`` (a JSON object) with ``field`` set to ``slot``; unchanged if it is not one."""
     try:
         document = msgspec.json.decode(body)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return body
     if not isinstance(document, dict):
         return body

@@ -37,6 +37,8 @@ def read_model(body: bytes) -> str:
         raise BadRequest(f"invalid request: {exc}") from None
     except msgspec.DecodeError:
         raise BadRequest("invalid request: the body is not valid JSON") from None
+    except RecursionError:  # even skipped fields are decoded recursively
+        raise BadRequest("invalid request: the body is nested too deeply") from None
     if not decoded.model or not decoded.model.strip():
         raise BadRequest("model is required")
     return decoded.model
