@@ -88,11 +88,17 @@ async def _request(
             status = response.status
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
         raise PeerUnreachable(f"{url}: {str(exc) or type(exc).__name__}") from None
+    return decode_answer(url, status, raw, kind)
+
+
+def decode_answer(url: str, status: int, raw: bytes, kind: type[T]) -> T:
+    """A peer's answer decoded as ``kind``; ``PeerUnreachable`` for a 5xx, an oversized body or
+    a body that is not one (also JSON nested too deep to decode)."""
     if len(raw) > MAX_ANSWER_BYTES or status >= 500:
         raise PeerUnreachable(f"{url} answered {status}")
     try:
         return msgspec.json.decode(raw, type=kind)
     except msgspec.ValidationError as exc:
         raise PeerUnreachable(f"{url} answered {status} with an unexpected body: {exc}") from None
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         raise PeerUnreachable(f"{url} answered {status} without JSON") from None

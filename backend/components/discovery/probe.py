@@ -8,7 +8,6 @@ all); nothing here raises anything else.
 from __future__ import annotations
 
 import asyncio
-import json
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -86,9 +85,15 @@ async def get_json(
     except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
         failure = NotReached if _not_reached(exc) else ProbeFailed
         raise failure(f"{url}: {type(exc).__name__} {exc}".strip()) from None
+    return parse_json(url, body)
+
+
+def parse_json(url: str, body: bytes) -> Any:
+    """The JSON document ``url`` answered; ``ProbeFailed`` for anything else, also for nesting
+    too deep to decode and for strings no encoder could write again (a lone surrogate)."""
     try:
-        return json.loads(body)
-    except ValueError:
+        return msgspec.json.decode(body)
+    except (msgspec.DecodeError, RecursionError):
         raise ProbeFailed(f"{url} did not answer JSON") from None
 
 
@@ -108,10 +113,15 @@ async def fetch_node_info(
     document = await get_json(
         session, address, port, NODE_INFO_PATH, timeout, secure=True, tls_context=tls_context
     )
-    where = f"{url_host(address)}:{port}"
+    return node_info_of(f"{url_host(address)}:{port}", document, expected_id)
+
+
+def node_info_of(where: str, document: Any, expected_id: str | None = None) -> NodeInfo:
+    """``document`` (from ``parse_json``) as the node-info of ``where``; ``ProbeFailed`` when it
+    is not one, or is another node's."""
     try:
         info = msgspec.convert(document, NodeInfo)
-    except msgspec.ValidationError as exc:
+    except (msgspec.ValidationError, RecursionError) as exc:
         raise ProbeFailed(f"{where} sent a malformed node-info: {exc}") from None
     if expected_id is not None and info.node_id != expected_id:
         raise ProbeFailed(f"{where} answers as node {info.node_id}, not {expected_id}")

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Handler
+from aiohttp.web_protocol import RequestPayloadError
 
 from backend.protocol.proxy import RouteTarget
 from backend.workers.proxy.context import CONTEXT_KEY, DoorContext
@@ -148,7 +149,13 @@ async def admit(
     api_path = path.split("?", 1)[0]
     if (request.content_length or 0) > MAX_BODY_BYTES:
         return _too_large(api_path)
-    body = await _read_capped(request)
+    try:
+        body = await _read_capped(request)
+    except RequestPayloadError as exc:  # e.g. a gzip body that is not gzip data
+        reason = f"invalid request: the body could not be read ({exc})"
+        refused = ErrorReply(400, reason, "invalid_request_error").response(api_path)
+        refused.force_close()  # the rest of the body is unread: the connection cannot be reused
+        return refused
     if body is None:
         return _too_large(api_path)
     try:
