@@ -73,6 +73,7 @@ class RpcPeer:
         self._on_notification = on_notification
         self._splitter = FrameSplitter(max_frame)
         self._slots = asyncio.Semaphore(max_in_flight)
+        self._max_batch = max_in_flight
         self._outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
         self._outbox_limit = outbox_limit
         self._pending: dict[jsonrpc.RequestId, asyncio.Future[Any]] = {}
@@ -232,6 +233,17 @@ class RpcPeer:
     async def _accept_batch(self, items: list[Any]) -> None:
         if not items:
             self._send_error(None, errors.InvalidRequest("Invalid Request: empty batch"))
+            return
+        if len(items) > self._max_batch:
+            # A batch runs its calls at once: its size is bounded like the calls in flight.
+            self._send_error(
+                None,
+                errors.InvalidRequest(
+                    f"Invalid Request: a batch of {len(items)} exceeds the limit of "
+                    f"{self._max_batch}",
+                    {"reason": "batch-too-large", "size": len(items)},
+                ),
+            )
             return
         await self._slots.acquire()
         batch = _Batch()

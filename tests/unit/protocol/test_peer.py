@@ -132,6 +132,24 @@ async def test_empty_batch_is_an_invalid_request(served: RawClient) -> None:
     assert (await served.receive())["error"]["code"] == -32600
 
 
+async def test_a_batch_larger_than_the_in_flight_bound_is_refused_whole() -> None:
+    left, right = socket.socketpair()
+    peer = RpcPeer(
+        *await asyncio.open_connection(sock=left), name="s", on_request=_handler, max_in_flight=4
+    )
+    task = asyncio.create_task(peer.run())
+    client = RawClient(*await asyncio.open_connection(sock=right))
+    calls = [{"jsonrpc": "2.0", "id": n, "method": "echo", "params": [n]} for n in range(5)]
+    await client.send(json.dumps(calls).encode() + b"\n")
+    refused = await client.receive()
+    assert refused["error"]["code"] == -32600
+    assert refused["error"]["data"] == {"reason": "batch-too-large", "size": 5}
+    await client.send(json.dumps(calls[:4]).encode() + b"\n")
+    assert len(await client.receive()) == 4  # the bound itself is served
+    client.writer.close()
+    await asyncio.wait_for(task, 5)
+
+
 async def test_peer_calls_map_errors_to_exceptions_and_fail_on_close() -> None:
     left, right = socket.socketpair()
     server = RpcPeer(*await asyncio.open_connection(sock=left), name="s", on_request=_handler)
