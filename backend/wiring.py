@@ -358,6 +358,7 @@ def _proxy(
         pinned=lambda: settings.view().proxy_pinned_node or "",
         members=lambda: cluster.membership,
         lan=lambda: LanAccess(settings.view().lan_access, apikeys.hashes()),
+        placement=lambda: settings.view().placement_policy,
     )
     proxy = ProxyComponent(
         ports=base.config.ports,
@@ -515,6 +516,7 @@ def _register_broker(base: Foundation, services: _Services, proxy: ProxyComponen
         errors=services.errors.snapshot,
         fingerprint=base.credentials.credentials.fingerprint,
         cluster_id=lambda: base.members.current.cluster_id,
+        placement=lambda: services.settings.view().placement_policy,
         commit=buildinfo.commit(),
     )
     broker_rpc.register(services.dispatcher, status=status, request_shutdown=base.request_shutdown)

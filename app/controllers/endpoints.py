@@ -36,6 +36,7 @@ MODEL_PLACEHOLDER = "<model>"
 HEADER_TIMEOUT = "proxy_header_timeout_s"
 FIRST_CONTENT_TIMEOUT = "proxy_first_content_timeout_s"
 PINNED_NODE = "proxy_pinned_node"
+PLACEMENT = "placement_policy"
 LLAMACPP_PARALLEL = "llamacpp_parallel"
 LLAMACPP_CONTEXT = "llamacpp_context"
 # The doors' ports (0: the one the service was started with); a change moves the door at once.

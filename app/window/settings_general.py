@@ -1,5 +1,5 @@
 """Settings → General: start at login, keep running in the tray, the front doors' ports,
-timeouts and pinned node, llama.cpp's requests at once and context size."""
+timeouts, pinned node and placement rule, llama.cpp's requests at once and context size."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from app.controllers.endpoints import (
     LLAMACPP_CONTEXT,
     LLAMACPP_PARALLEL,
     PINNED_NODE,
+    PLACEMENT,
     FrontDoorSettingsController,
 )
 from app.models.errors import SEVERITY_COLOURS
@@ -73,6 +74,19 @@ LLAMACPP_NOTE = (
     "at once."
 )
 CONTEXT_STEP = 1024
+PLACEMENT_CHOICES = {
+    "pair": "Fastest to finish (PAIR)",
+    "reference": "Least busy (reference)",
+}
+PLACEMENT_NOTE = (
+    "Fastest to finish weighs free slots, loaded models and each computer's measured speed."
+)
+PLACEMENT_TIP = (
+    "How a front door chooses among the computers that have the model. Fastest to finish: "
+    "free slots, whether the model is loaded, each computer's measured speed and the "
+    "conversation's last computer. Least busy: pending requests and GPU load, as NVIDIA's "
+    "Personal AI Router does."
+)
 
 
 def minimise_to_tray(preferences: QSettings) -> bool:
@@ -215,6 +229,16 @@ def pinned_combo() -> QComboBox:
     return combo
 
 
+def placement_combo() -> QComboBox:
+    """The placement rule's list (the setting's values as data)."""
+    combo = QComboBox()
+    combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+    for value, label in PLACEMENT_CHOICES.items():
+        combo.addItem(label, value)
+    combo.setToolTip(PLACEMENT_TIP)
+    return combo
+
+
 def count_spin(tooltip: str, *, suffix: str = "", step: int = 1) -> QSpinBox:
     """A whole-number box that reports a typed number once, not every keystroke (each saved
     change restarts a running engine)."""
@@ -277,12 +301,14 @@ class FrontDoorsBox(BrokerSettingsBox):
     def __init__(
         self, controller: FrontDoorSettingsController, parent: QWidget | None = None
     ) -> None:
-        keys = (*PORT_LABELS, *TIMEOUT_LABELS, PINNED_NODE)
+        keys = (*PORT_LABELS, *TIMEOUT_LABELS, PINNED_NODE, PLACEMENT)
         super().__init__("Front doors", controller, keys, parent)
         self.spins: dict[str, QDoubleSpinBox] = {}
         self.port_spins: dict[str, QSpinBox] = {}
         self.pinned_combo = pinned_combo()
         self.pinned_combo.activated.connect(self._on_pinned_combo_activated)
+        self.placement_combo = placement_combo()
+        self.placement_combo.activated.connect(self._on_placement_combo_activated)
         form = QFormLayout(self)
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.ExpandingFieldsGrow)
         form.addRow(self.offline_note)
@@ -302,6 +328,8 @@ class FrontDoorsBox(BrokerSettingsBox):
         form.addRow(muted_label(TIMEOUTS_NOTE))
         form.addRow("Preferred computer", with_error(self.pinned_combo, self.errors[PINNED_NODE]))
         form.addRow(muted_label("Requests go to the preferred computer when it has the model."))
+        form.addRow("Choose by", with_error(self.placement_combo, self.errors[PLACEMENT]))
+        form.addRow(muted_label(PLACEMENT_NOTE))
         controller.changed.connect(self.refresh)
         self.refresh()
 
@@ -321,6 +349,7 @@ class FrontDoorsBox(BrokerSettingsBox):
         self._refresh_ports()
         self._fill_pinned_combo()
         self.pinned_combo.setEnabled(self._controller.spec(PINNED_NODE) is not None)
+        self._refresh_placement()
         if not connected:
             self.clear_errors()
 
@@ -333,6 +362,13 @@ class FrontDoorsBox(BrokerSettingsBox):
                 if isinstance(value, int) and not isinstance(value, bool):
                     spin.setValue(value)
             spin.setEnabled(spec is not None)  # a broker without the setting leaves it off
+
+    def _refresh_placement(self) -> None:
+        value = self._controller.value(PLACEMENT)
+        with QSignalBlocker(self.placement_combo):
+            self.placement_combo.setCurrentIndex(max(0, self.placement_combo.findData(value)))
+        # A broker without the setting leaves it off.
+        self.placement_combo.setEnabled(self._controller.spec(PLACEMENT) is not None)
 
     def showEvent(self, event: QShowEvent) -> None:
         """Re-read the known computers whenever the tab is shown."""
@@ -352,6 +388,9 @@ class FrontDoorsBox(BrokerSettingsBox):
 
     def _on_pinned_combo_activated(self, index: int) -> None:
         self._controller.set_value(PINNED_NODE, str(self.pinned_combo.itemData(index)))
+
+    def _on_placement_combo_activated(self, index: int) -> None:
+        self._controller.set_value(PLACEMENT, str(self.placement_combo.itemData(index)))
 
 
 class LlamaCppBox(BrokerSettingsBox):

@@ -112,6 +112,7 @@ def format_status(status: BrokerStatus) -> str:
         f"relay {status.ports.relay}",
         "front doors "
         + (", ".join(f"{d} {u}" for d, u in sorted(status.front_doors.items())) or "-"),
+        f"placement   {_placement(status.placement)}",
         "",
         f"{'COMPONENT':<14}{'KIND':<8}{'STATE':<10}{'RESTARTS':<10}{'PID':<8}DETAIL",
     ]
@@ -131,6 +132,15 @@ def format_status(status: BrokerStatus) -> str:
         where = "" if entry.node_id == status.node_id else f" (on {entry.node_id[:8]})"
         lines.append(f"{entry.severity.upper():<8}{entry.id}{where}: {entry.message}")
     return "\n".join(lines)
+
+
+def _placement(policy: str | None) -> str:
+    """The placement policy and what it ranks by (``pair settings set placement_policy``)."""
+    explained = {
+        "pair": "pair (expected completion: free slots, loaded model, measured speed, affinity)",
+        "reference": "reference (pending jobs + GPU pressure + reservations)",
+    }
+    return explained.get(policy or "", policy or "-")
 
 
 def _duration(seconds: float) -> str:

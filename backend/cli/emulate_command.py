@@ -41,6 +41,17 @@ def add_parser(commands: Any) -> None:
         "--prompt-token-delay", type=_seconds, default=0.0, help="seconds per prompt token"
     )
     emulate.add_argument(
+        "--first-token-delay", type=_seconds, default=0.0, help="seconds before the first token"
+    )
+    emulate.add_argument(
+        "--model-pace",
+        action="append",
+        default=[],
+        metavar="MODEL=TOK_S:SLOTS:LOAD_S:FIRST_S",
+        help="one model's own tokens/s, slots, load seconds and seconds to its first token"
+        " (empty fields: the engine's; repeat per model), e.g. llama3.2=60:4:2:0.1",
+    )
+    emulate.add_argument(
         "--reply-tokens", type=_positive, help="tokens per reply (default: 8-24, seeded)"
     )
     emulate.add_argument(
@@ -64,6 +75,19 @@ def _positive(text: str) -> int:
     return value
 
 
+def _timing(args: argparse.Namespace) -> Any:
+    """The timing model of the options; raises ValueError for a bad ``--model-pace``."""
+    from backend.devtools.emulators.generation import TimingModel, parse_model_pace
+
+    return TimingModel(
+        args.load_delay,
+        args.token_delay,
+        args.prompt_token_delay,
+        first_token_delay=args.first_token_delay,
+        models=dict(parse_model_pace(text) for text in args.model_pace),
+    )
+
+
 def _seconds(text: str) -> float:
     value = float(text)
     if value < 0:
@@ -77,7 +101,11 @@ def run(args: argparse.Namespace) -> int:
         return exit_codes.ERROR
     from backend.devtools.emulators.server import EmulatorServer, serve_until_signalled
 
-    app = _ollama_app(args) if args.engine == "ollama" else _lmstudio_app(args)
+    try:
+        app = _ollama_app(args) if args.engine == "ollama" else _lmstudio_app(args)
+    except ValueError as exc:
+        print(f"pair emulate: --model-pace {exc}", flush=True)
+        return exit_codes.USAGE
     server = EmulatorServer(app, args.host, args.port)
     name = "Ollama" if args.engine == "ollama" else "LM Studio"
 
@@ -102,7 +130,6 @@ def _models(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def _ollama_app(args: argparse.Namespace) -> web.Application:
-    from backend.devtools.emulators.generation import TimingModel
     from backend.devtools.emulators.ollama import build_ollama_app
     from backend.devtools.emulators.ollama_scheduler import OllamaLimits
     from backend.devtools.emulators.ollama_state import OllamaConfig
@@ -112,7 +139,7 @@ def _ollama_app(args: argparse.Namespace) -> web.Application:
         limits = OllamaLimits(parallel=limits.parallel, keep_alive_ns=int(args.keep_alive * 1e9))
     config = OllamaConfig(
         models=_models(args),
-        timing=TimingModel(args.load_delay, args.token_delay, args.prompt_token_delay),
+        timing=_timing(args),
         limits=limits,
         reply_tokens=args.reply_tokens,
         pull_seconds=args.download_seconds,
@@ -121,13 +148,12 @@ def _ollama_app(args: argparse.Namespace) -> web.Application:
 
 
 def _lmstudio_app(args: argparse.Namespace) -> web.Application:
-    from backend.devtools.emulators.generation import TimingModel
     from backend.devtools.emulators.lmstudio import build_lmstudio_app
     from backend.devtools.emulators.lmstudio_state import LmStudioConfig
 
     config = LmStudioConfig(
         models=_models(args),
-        timing=TimingModel(args.load_delay, args.token_delay, args.prompt_token_delay),
+        timing=_timing(args),
         parallel=args.parallel or 4,
         reply_tokens=args.reply_tokens,
         jit=not args.no_jit,

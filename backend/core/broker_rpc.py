@@ -65,6 +65,7 @@ class StatusSource:
     errors: Callable[[], list[ServiceError]]
     fingerprint: str | None = None
     cluster_id: Callable[[], str | None] = lambda: None
+    placement: Callable[[], str | None] = lambda: None
     # Looked up once, when the broker is set up, so no ``version`` call waits for git.
     commit: str | None = None
 
@@ -86,6 +87,7 @@ class StatusSource:
             front_doors=dict(self.front_doors()),
             fingerprint=self.fingerprint,
             cluster_id=self.cluster_id(),
+            placement=self.placement(),
         )
 
 

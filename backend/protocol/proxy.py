@@ -17,6 +17,11 @@ from backend.protocol.types import Wire
 Door = Literal["ollama", "openai", "llamacpp"]
 DOORS: tuple[Door, ...] = ("ollama", "openai", "llamacpp")
 TargetKind = Literal["local", "peer", "engine"]
+# How the front door ranks the owners of a model (docs/PLACEMENT.md). ``round_robin`` is a
+# baseline for the placement benchmark only; the setting offers the other two.
+PlacementPolicy = Literal["reference", "pair", "round_robin"]
+PLACEMENT_POLICIES: tuple[PlacementPolicy, ...] = ("reference", "pair", "round_robin")
+DEFAULT_PLACEMENT: PlacementPolicy = "pair"
 DEFAULT_TIMEOUT_S = 120.0
 # The proxy worker's parked conversations in an engine's slot folder: ``pair-kv-<digest>.bin``.
 PARKED_PREFIX = "pair-kv-"
@@ -53,9 +58,10 @@ class RouteTarget(Wire, frozen=True, kw_only=True):
     ``base_url`` is the engine's own URL for ``local`` and ``engine`` targets, and the peer's
     relay listener (``https://host:relay-port``) for ``peer`` targets, whose ``cert_der`` is
     the certificate pinned for it at pairing (the only one its TLS handshake may show).
-    ``slots`` (local only) is how many requests the engine runs at once per model,
-    ``model_slots`` per-model exceptions. Also local only, for the engine's scheduler:
-    ``resident`` the models it holds now, ``single_model`` whether it holds one at a time (and
+    ``slots`` is how many requests the engine runs at once per model, ``model_slots``
+    per-model exceptions, ``resident`` the models it holds now (a peer's from its node-info;
+    placement reads it only where ``resident_known``: the node said what it holds). Local
+    only, for the engine's scheduler: ``single_model`` whether it holds one at a time (and
     must be relaunched for another, as llama-server is), ``instance`` a number that changes
     whenever the engine is relaunched (its slots and their KV are new), ``slot_api`` how to
     read and erase its slots where it has them, ``slots_known`` false when ``slots`` is only a
@@ -76,6 +82,14 @@ class RouteTarget(Wire, frozen=True, kw_only=True):
     instance: int = 0
     slot_api: SlotApi | None = None
     slots_known: bool = True
+    resident_known: bool = False
+
+
+class GpuSample(Wire, frozen=True, kw_only=True):
+    """A node's busiest GPU's utilisation (percent) and when it was read (Unix time)."""
+
+    percent: float
+    sampled_at: float
 
 
 class ProxyTargets(Wire, frozen=True, kw_only=True):
@@ -87,6 +101,8 @@ class ProxyTargets(Wire, frozen=True, kw_only=True):
     byte after them. ``trusted`` holds the certificates (DER) of the paired members: the only
     clients the relay listener lets in. ``lan_access`` lets other computers use the front doors
     with a LAN API key whose SHA-256 (hex) is in ``api_key_hashes`` (sent only while it is on).
+    ``placement`` is the ranking rule among owners (the setting), ``gpu`` each node's last GPU
+    utilisation sample (the reference rule's pressure).
     """
 
     node_id: str = ""
@@ -100,6 +116,8 @@ class ProxyTargets(Wire, frozen=True, kw_only=True):
     trusted: list[bytes] = msgspec.field(default_factory=list)
     lan_access: bool = False
     api_key_hashes: list[str] = msgspec.field(default_factory=list)
+    placement: PlacementPolicy = DEFAULT_PLACEMENT
+    gpu: dict[str, GpuSample] = msgspec.field(default_factory=dict)
 
 
 class ProxyIdentity(Wire, frozen=True, kw_only=True):

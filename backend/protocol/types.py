@@ -146,6 +146,7 @@ class BrokerStatus(Wire, frozen=True, kw_only=True):
     front_doors: dict[str, str] = msgspec.field(default_factory=dict)
     fingerprint: str | None = None  # sha256: + hex of this node's certificate
     cluster_id: str | None = None
+    placement: str | None = None  # the front doors' placement policy (the setting)
 
 
 class SettingSpec(Wire, frozen=True, kw_only=True):
@@ -527,10 +528,16 @@ class NodeGpu(Wire, frozen=True, kw_only=True, omit_defaults=True):
 
 
 class NodeEngineModels(Wire, frozen=True, kw_only=True, omit_defaults=True):
-    """A running engine's models from its last good lists; omitted until first listed."""
+    """A running engine's models from its last good lists; omitted until first listed.
+
+    ``slots`` is how many requests the engine runs at once per model and ``model_slots`` the
+    per-model exceptions (placement reads them: a peer's free slots); absent when unknown.
+    """
 
     models: list[str] | None = None
     loaded: list[str] | None = None
+    slots: int | None = None
+    model_slots: dict[str, int] | None = None
 
 
 class NodeInfo(Wire, frozen=True, kw_only=True, omit_defaults=True):

@@ -19,6 +19,7 @@ from app.controllers.endpoints import (
     LLAMACPP_CONTEXT,
     LLAMACPP_PARALLEL,
     PINNED_NODE,
+    PLACEMENT,
     FrontDoorSettingsController,
     check_value,
     pinned_node_choices,
@@ -347,3 +348,31 @@ async def test_the_llamacpp_controls_line_up_with_the_front_doors(tab: Tab) -> N
     )
     for spin in llamacpp.spins.values():
         assert spin.mapTo(tab.widget, spin.rect().topLeft()).x() == left.x()
+
+
+PLACEMENT_SPEC: dict[str, Any] = {
+    "key": PLACEMENT,
+    "type": "enum",
+    "default": "pair",
+    "choices": ["pair", "reference"],
+    "description": "d",
+}
+
+
+async def test_the_placement_policy_shows_the_saved_rule_and_saves_a_choice(tab: Tab) -> None:
+    schema = [*SCHEMA, PLACEMENT_SPEC]
+    await ready(tab, schema, **{PLACEMENT: "reference"})
+    combo = tab.widget.front_doors_box.placement_combo
+    await wait_until(lambda: combo.isEnabled(), 5)
+    assert [combo.itemData(i) for i in range(combo.count())] == ["pair", "reference"]
+    assert combo.currentData() == "reference"
+    tab.connection.script(methods.SETTINGS_SET, snapshot(schema, **{PLACEMENT: "pair"}))
+    combo.activated.emit(0)
+    await wait_until(lambda: set_calls(tab.connection), 5)
+    assert set_calls(tab.connection) == [{"values": {PLACEMENT: "pair"}}]
+    assert combo.currentData() == "pair"
+
+
+async def test_an_older_broker_without_the_placement_setting_leaves_it_off(tab: Tab) -> None:
+    await ready(tab)
+    assert not tab.widget.front_doors_box.placement_combo.isEnabled()

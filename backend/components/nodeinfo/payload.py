@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from backend.components.engines.slots import routing_slots
 from backend.components.nodeinfo.host import read_os
 from backend.components.nodeinfo.telemetry import TelemetryView
 from backend.protocol.types import NodeEngineModels, NodeId, NodeInfo, NodeOs, Ports
@@ -55,14 +56,29 @@ def last_engine_models(engines: EnginesComponent | None) -> dict[str, NodeEngine
     """Running engines with the engine manager's last good model lists (no engine is asked).
 
     Peers poll node-info every few seconds; asking the engines each time would load them and
-    let one slow engine stall the answer, so the watcher's lists are read instead.
+    let one slow engine stall the answer, so the watcher's lists are read instead. The slot
+    counts are the ones this node's own routing table uses (peers place requests by them).
     """
     if engines is None:
         return {}
-    return {
-        name: NodeEngineModels(models=_copy(listed), loaded=_copy(loaded))
-        for name, (listed, loaded) in engines.last_models().items()
-    }
+    counted = engines.last_slots()
+    found: dict[str, NodeEngineModels] = {}
+    for name, (listed, loaded) in engines.last_models().items():
+        controller = engines.controllers.get(name)
+        slots = (
+            routing_slots(
+                controller.manifest.slots, controller.status().slots, counted.get(name, {})
+            )
+            if controller is not None
+            else None
+        )
+        found[name] = NodeEngineModels(
+            models=_copy(listed),
+            loaded=_copy(loaded),
+            slots=slots.slots if slots is not None else None,
+            model_slots=dict(slots.per_model) if slots is not None and slots.per_model else None,
+        )
+    return found
 
 
 def _copy(names: list[str] | None) -> list[str] | None:

@@ -418,6 +418,7 @@ def local_engines(engines: EnginesComponent) -> dict[str, LocalEngine]:
             slot_api=slot_api_of(spec, controller.slot_dir),
             # An adopted engine's environment is not PAIR's to read: its slot count is a guess.
             slots_known=not (controller.status().adopted and manifest.slots.source == "env"),
+            resident_known=bool(current) or listed[name][1] is not None,
         )
     return found
 

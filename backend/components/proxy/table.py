@@ -18,8 +18,16 @@ from dataclasses import dataclass, field
 from backend.common.hostport import url_host
 from backend.components.cluster.members import Member, Membership
 from backend.components.proxy.targets import ENGINE_DOORS
-from backend.protocol.proxy import DEFAULT_TIMEOUT_S, ProxyTargets, RouteTarget, SlotApi
-from backend.protocol.types import DiscoveredNode, Ports
+from backend.protocol.proxy import (
+    DEFAULT_PLACEMENT,
+    DEFAULT_TIMEOUT_S,
+    GpuSample,
+    PlacementPolicy,
+    ProxyTargets,
+    RouteTarget,
+    SlotApi,
+)
+from backend.protocol.types import DiscoveredNode, NodeEngineModels, Ports
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +59,7 @@ class LocalEngine:
     instance: int = 0
     slot_api: SlotApi | None = None
     slots_known: bool = True
+    resident_known: bool = True
 
 
 def node_targets(
@@ -72,18 +81,44 @@ def node_targets(
     if not host:
         return {}
     port = node.ports.get("relay") or DEFAULT_RELAY_PORT
+    base_url = f"https://{url_host(host)}:{port}"
     return {
-        engine: RouteTarget(
-            node_id=node.node_id,
-            kind="peer",
-            base_url=f"https://{url_host(host)}:{port}",
-            name=node.name,
-            models=list(listed.models or []),
-            cert_der=member.cert_der,
-        )
+        engine: _peer_target(node, base_url, listed, member.cert_der)
         for engine, listed in node.engines.items()
         if engine in ENGINE_DOORS  # an engine no door serves cannot be relayed
     }
+
+
+def _peer_target(
+    node: DiscoveredNode, base_url: str, listed: NodeEngineModels, cert_der: bytes
+) -> RouteTarget:
+    """A member's engine at its relay, with what its node-info says of the engine's slots and
+    resident models (placement reads them)."""
+    return RouteTarget(
+        node_id=node.node_id,
+        kind="peer",
+        base_url=base_url,
+        name=node.name,
+        models=list(listed.models or []),
+        cert_der=cert_der,
+        slots=max(listed.slots or 1, 1),
+        model_slots={m: n for m, n in (listed.model_slots or {}).items() if n > 0},
+        resident=list(listed.loaded or []),
+        resident_known=listed.loaded is not None,
+    )
+
+
+def gpu_samples(nodes: Sequence[DiscoveredNode]) -> dict[str, GpuSample]:
+    """Each node's busiest GPU from its last valid telemetry, read when it was last seen."""
+    samples: dict[str, GpuSample] = {}
+    for node in nodes:
+        telemetry = node.telemetry
+        if telemetry is None or not telemetry.valid or telemetry.gpu_percent is None:
+            continue
+        if node.last_seen is None:
+            continue
+        samples[node.node_id] = GpuSample(percent=telemetry.gpu_percent, sampled_at=node.last_seen)
+    return samples
 
 
 def _engine_targets(node: DiscoveredNode) -> dict[str, RouteTarget]:
@@ -118,6 +153,7 @@ def build_table(
     pinned: str = "",
     membership: Membership | None = None,
     lan: LanAccess | None = None,
+    placement: PlacementPolicy = DEFAULT_PLACEMENT,
 ) -> ProxyTargets:
     """This node's engines first, then every other node's by node id; ``pinned`` tried first.
 
@@ -143,6 +179,7 @@ def build_table(
                 instance=engine.instance,
                 slot_api=engine.slot_api,
                 slots_known=engine.slots_known,
+                resident_known=engine.resident_known,
             )
         )
     for node in sorted(nodes, key=lambda n: n.node_id):
@@ -161,6 +198,8 @@ def build_table(
         trusted=sorted(member.cert_der for member in trusted),
         lan_access=lan.enabled,
         api_key_hashes=sorted(lan.key_hashes) if lan.enabled else [],
+        placement=placement,
+        gpu=gpu_samples(nodes),
     )
 
 
@@ -183,6 +222,7 @@ class TableSource:
         pinned: Callable[[], str] = str,
         members: Callable[[], Membership] = Membership,
         lan: Callable[[], LanAccess] = LanAccess,
+        placement: Callable[[], PlacementPolicy] = lambda: DEFAULT_PLACEMENT,
     ) -> None:
         self._node_id = node_id
         self._local = local
@@ -192,6 +232,7 @@ class TableSource:
         self._pinned = pinned
         self._members = members
         self._lan = lan
+        self._placement = placement
         self._generation = 0
         self._last_loads: dict[str, int] | None = None
 
@@ -212,6 +253,7 @@ class TableSource:
             pinned=self._pinned(),
             membership=self._members(),
             lan=self._lan(),
+            placement=self._placement(),
         )
 
 

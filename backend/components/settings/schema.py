@@ -45,6 +45,15 @@ SCHEMA: tuple[SettingSpec, ...] = (
         description="Node id the front doors try first whenever it has the model (empty: none).",
     ),
     SettingSpec(
+        key="placement_policy",
+        type="enum",
+        default="pair",
+        choices=["pair", "reference"],
+        description="How the front doors choose among the computers that have a model: pair"
+        " (expected completion: free slots, loaded models, measured speed, affinity) or"
+        " reference (pending jobs + GPU pressure, as the reference system).",
+    ),
+    SettingSpec(
         key="lan_access",
         type="bool",
         default=False,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from backend.protocol.proxy import PlacementPolicy
 from backend.protocol.types import LOG_LEVELS, LogLevel, NodeId, SettingValue
 
 
@@ -17,6 +18,7 @@ class SettingsView:
     proxy_header_timeout_s: float
     proxy_first_content_timeout_s: float
     proxy_pinned_node: NodeId | None  # None: the setting is empty
+    placement_policy: PlacementPolicy = "pair"  # docs/PLACEMENT.md
     lan_access: bool = False  # other computers may use the front doors, with an API key
     ollama_door_port: int = 0  # 0: the port the node was started with
     openai_door_port: int = 0
@@ -34,6 +36,7 @@ class SettingsView:
             proxy_header_timeout_s=_number(values, "proxy_header_timeout_s"),
             proxy_first_content_timeout_s=_number(values, "proxy_first_content_timeout_s"),
             proxy_pinned_node=NodeId(pinned) if pinned else None,
+            placement_policy=_placement(values["placement_policy"]),
             lan_access=_flag(values, "lan_access"),
             ollama_door_port=_whole(values, "ollama_door_port"),
             openai_door_port=_whole(values, "openai_door_port"),
@@ -69,6 +72,14 @@ def _number(values: Mapping[str, SettingValue], key: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"setting {key!r} holds {value!r}, not a number")
     return float(value)
+
+
+def _placement(value: SettingValue) -> PlacementPolicy:
+    if value == "pair":
+        return "pair"
+    if value == "reference":
+        return "reference"
+    raise TypeError(f"setting 'placement_policy' holds {value!r}, not pair or reference")
 
 
 def _log_level(value: SettingValue) -> LogLevel:

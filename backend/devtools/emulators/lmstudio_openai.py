@@ -105,7 +105,7 @@ async def _generate(
             tokens = paced_tokens(
                 reply,
                 prompt_tokens=parsed.prompt_tokens,
-                timing=engine.config.timing,
+                timing=engine.config.timing.for_model(parsed.spec.name),
                 clock=engine.clock,
                 log=engine.log,
                 record=record,

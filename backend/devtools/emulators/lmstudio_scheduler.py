@@ -134,12 +134,14 @@ class LmStudioScheduler:
                 for other in list(self.instances.values()):
                     if other.jit and other.refs == 0:
                         self.unload(other.instance_id)
-            await self._clock.sleep(self._timing.load_delay)
+            await self._clock.sleep(self._timing.for_model(spec.name).load_delay)
             instance = Instance(
                 instance_id=self._free_id(settings.identifier or spec.name),
                 spec=spec,
                 context_length=settings.context_length or DEFAULT_CONTEXT_LENGTH,
-                slots=FifoSlots(settings.parallel or self._parallel),
+                slots=FifoSlots(
+                    settings.parallel or self._timing.slots_for(spec.name, self._parallel)
+                ),
                 ttl_seconds=settings.ttl_seconds,
                 jit=jit,
                 loaded_at=self._clock.monotonic(),

@@ -106,7 +106,7 @@ async def run_job(
             tokens = paced_tokens(
                 reply,
                 prompt_tokens=job.prompt_tokens,
-                timing=engine.config.timing,
+                timing=engine.config.timing.for_model(runner.spec.name),
                 clock=engine.clock,
                 log=engine.log,
                 record=record,

@@ -182,11 +182,11 @@ class OllamaScheduler:
                 await self._wait_until(lambda: existing.idle)
                 self._unload(spec.name)
             await self._make_room()
-            await self._clock.sleep(self._timing.load_delay)
+            await self._clock.sleep(self._timing.for_model(spec.name).load_delay)
             runner = Runner(
                 spec=spec,
                 context_length=context_length,
-                slots=FifoSlots(self._limits.parallel),
+                slots=FifoSlots(self._timing.slots_for(spec.name, self._limits.parallel)),
                 session_ns=self._limits.keep_alive_ns,
                 loaded_at=self._clock.monotonic(),
                 last_used=self._clock.monotonic(),

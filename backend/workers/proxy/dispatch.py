@@ -1,10 +1,11 @@
 """Route one inference request: pick a node, fail over before the commit, stream after it.
 
 The loop (docs/ARCHITECTURE.md, "Routing"): owners of the model only; order by pin, priority, this
-node, then node id; reserve the least loaded; dispatch; on a transport error, a retryable
-status, a timeout or the target leaving the table, try the next candidate; after a round,
-back off (1, 2, 4, 8 s ±25 %) and re-resolve; at most 5 dispatches within 10 minutes. The
-first body byte commits: from then on the response streams to the client and is never retried.
+node, then node id; place by the table's policy (docs/PLACEMENT.md) and reserve; dispatch; on
+a transport error, a retryable status, a timeout or the target leaving the table, try the next
+candidate; after a round, back off (1, 2, 4, 8 s ±25 %) and re-resolve; at most 5 dispatches
+within 10 minutes. The first body byte commits: from then on the response streams to the
+client and is never retried.
 
 Time and the backoff's jitter come from the ``Clock`` and ``RandomSource`` the worker's
 composition passes in, so a test can drive the budget and the backoff exactly.
@@ -41,6 +42,8 @@ from backend.workers.proxy.forward import request_headers
 from backend.workers.proxy.jobs import Job, JobLog
 from backend.workers.proxy.naming import normalize
 from backend.workers.proxy.peer_tls import NoIdentity, PeerTls
+from backend.workers.proxy.placement.measure import OutputMeter
+from backend.workers.proxy.placement.placer import Placed, Placer
 from backend.workers.proxy.relay import REFUSED_HEADER
 from backend.workers.proxy.retry import BACKOFF_S, Budget, RandomSource
 from backend.workers.proxy.routing import (
@@ -102,6 +105,7 @@ class _Dispatch:
     target: RouteTarget
     attempt: int
     on_running: Callable[[_Dispatch], None]
+    placed: Placed | None = None
     ticket: Ticket | None = None
     sent: bool = False
     watchers: list[asyncio.Task[None] | asyncio.TimerHandle] = field(default_factory=list)
@@ -153,6 +157,7 @@ class Router:
         self._load_model = load_model or _no_broker
         self._on_scheduler_change = on_scheduler_change
         self._affinity = Affinity()
+        self._placer = Placer(clock)
         self._use_affinity = affinity
         self._on_started = on_started
         self._peer_started = peer_started
@@ -168,6 +173,7 @@ class Router:
         self._targets = targets
         loads = {node: NodeLoad(pending=count) for node, count in targets.loads.items()}
         self._reservations.apply_snapshot(targets.generation, loads)
+        self._placer.table_changed(targets)
         present = {t.node_id for found in targets.engines.values() for t in found}
         for engine, found in targets.engines.items():
             for target in found:
@@ -267,11 +273,13 @@ class Router:
                 found = [c for c in self._candidates(admission) if c.node_id not in tried]
                 if not found:
                     break
-                target, generation = self._reserve(admission, found)
+                target, generation, placed = self._reserve(admission, found)
                 tried.add(target.node_id)
                 attempt += 1
                 budget = budget.dispatched()
-                outcome = await self._dispatch(request, admission, job, target, generation, attempt)
+                outcome = await self._dispatch(
+                    request, admission, job, (target, generation, placed), attempt
+                )
                 if isinstance(outcome, web.StreamResponse):
                     return outcome
                 last = outcome
@@ -289,15 +297,29 @@ class Router:
             return list(admission.only)
         return candidates(self._targets, admission.door, admission.model)
 
-    def _reserve(self, admission: Admission, found: list[RouteTarget]) -> tuple[RouteTarget, int]:
+    def _reserve(
+        self, admission: Admission, found: list[RouteTarget]
+    ) -> tuple[RouteTarget, int, Placed]:
+        """Place the request by the table's policy (docs/PLACEMENT.md); a pin goes first."""
         engine = DOOR_ENGINES[admission.door]
         pinned = found[0].node_id == self._targets.pins.get(engine)
-        by_id = {c.node_id: c for c in found}
-        credit = self._affinity.credit(admission.session, by_id) if self._use_affinity else {}
-        node, generation = self._reservations.pick(
-            [c.node_id for c in found], pinned=pinned, credit=credit
+        reservations = self._reservations
+        placing = self._placer.candidates(
+            engine,
+            admission.model,
+            found,
+            loads=lambda node: (reservations.pending(node), reservations.held(node)),
+            affinity=self._affinity.node_for(admission.session) if self._use_affinity else None,
         )
-        return by_id[node], generation
+        index = (
+            0
+            if pinned or len(found) == 1
+            else self._placer.choose(
+                self._targets.placement, placing, normalize(engine, admission.model)
+            )
+        )
+        placed = self._placer.placed(placing[index], engine, admission.model)
+        return found[index], reservations.take(found[index].node_id), placed
 
     def _give_up(self, job: Job, last: Failure | None, budget: Budget) -> web.StreamResponse:
         if last is None or (budget.may_dispatch(self._clock.monotonic()) and last.kind != "status"):
@@ -328,12 +350,12 @@ class Router:
         request: web.Request,
         admission: Admission,
         job: Job,
-        target: RouteTarget,
-        generation: int,
+        placement: tuple[RouteTarget, int, Placed],
         attempt: int,
     ) -> web.StreamResponse | Failure:
+        target, generation, placed = placement
         job.submitted(attempt, NodeId(target.node_id))
-        dispatch = _Dispatch(job, target, attempt, self._started)
+        dispatch = _Dispatch(job, target, attempt, self._started, placed)
         try:
             outcome = await self._attempt(request, admission, dispatch)
         finally:
@@ -357,20 +379,34 @@ class Router:
                 return outcome
             self._busy_until.pop(node, None)
             self._affinity.served(admission.session, node)
-            return await stream_commit(
-                request,
-                outcome,
-                dispatch.job,
-                write_deadline_s=self.policy.write_deadline_s,
-                # Silence after the first byte is bounded like silence before it.
-                idle_s=self._targets.first_content_timeout_s,
-                on_output=lambda: self._output(dispatch),
-            )
+            return await self._stream(request, outcome, dispatch)
         finally:
             for watcher in dispatch.watchers:
                 watcher.cancel()
             if dispatch.ticket is not None:
                 self.scheduler(dispatch.job.engine).release(dispatch.ticket)
+
+    async def _stream(
+        self, request: web.Request, commit: Commit, dispatch: _Dispatch
+    ) -> web.StreamResponse:
+        """Stream the committed response; learn the node's pace from it (docs/PLACEMENT.md)."""
+        meter = OutputMeter()
+        answered = 200 <= commit.upstream.status < 300
+        if dispatch.placed is not None and answered:
+            self._placer.first_byte(dispatch.placed)
+        response = await stream_commit(
+            request,
+            commit,
+            dispatch.job,
+            write_deadline_s=self.policy.write_deadline_s,
+            # Silence after the first byte is bounded like silence before it.
+            idle_s=self._targets.first_content_timeout_s,
+            on_output=lambda: self._output(dispatch),
+            on_chunk=lambda chunk: meter.feed(chunk, self._clock.monotonic()),
+        )
+        if dispatch.placed is not None and answered and dispatch.job.outcome == "completed":
+            self._placer.completed(dispatch.placed, meter)
+        return response
 
     def _watch_start(self, admission: Admission, dispatch: _Dispatch) -> None:
         """Report Running when the peer says the request holds a slot there (a local one is

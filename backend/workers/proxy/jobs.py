@@ -67,6 +67,7 @@ class Job:
         self.created_at = time.time()
         self.attempt = 0
         self.finished = False
+        self.outcome: JobEventKind | None = None  # completed or errored, once finished
         self._seq = 0
         self._started_attempt = -1
 
@@ -101,6 +102,7 @@ class Job:
         if self.finished:
             return
         self.finished = True
+        self.outcome = kind
         self._emit(kind, error=error, cancelled=cancelled)
 
     def _emit(

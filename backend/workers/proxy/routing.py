@@ -2,9 +2,10 @@
 
 Owners: the targets behind a door whose inventory lists the model (by the engine's naming rule).
 Order: a manual pin (if eligible), then the scheduler's priority list, then a stable order.
-Among the first group the least loaded node (pending work + GPU pressure + reservations) goes
-first. Reservations carry the generation of the load snapshot they were counted against, so a
-release that arrives after a newer snapshot cannot drive a node's load below zero.
+Which of them goes first is placement's choice (``placement/``, docs/PLACEMENT.md), fed the
+pending work and reservations kept here. Reservations carry the generation of the load
+snapshot they were counted against, so a release that arrives after a newer snapshot cannot
+drive a node's load below zero.
 """
 
 from __future__ import annotations
@@ -80,6 +81,19 @@ class Reservations:
         self._held.clear()
         return True
 
+    def pending(self, node: NodeId) -> int:
+        """The node's pending jobs at the snapshot."""
+        return self.loads.get(node, NodeLoad()).pending
+
+    def held(self, node: NodeId) -> int:
+        """Dispatches to the node reserved since the snapshot."""
+        return self._held.get(node, 0)
+
+    def take(self, node: NodeId) -> int:
+        """Reserve ``node``; the reservation's generation, to hand back to ``release``."""
+        self._held[node] = self._held.get(node, 0) + 1
+        return self.generation
+
     def score(self, node: NodeId) -> int:
         """The node's load as the router sees it now."""
         load = self.loads.get(node, NodeLoad())
@@ -106,8 +120,7 @@ class Reservations:
             if pinned
             else min(ordered, key=lambda node: self.score(node) - bonus.get(node, 0.0))
         )
-        self._held[chosen] = self._held.get(chosen, 0) + 1
-        return chosen, self.generation
+        return chosen, self.take(chosen)
 
     def release(self, node: NodeId, generation: int) -> None:
         """Give back a reservation; one taken under an older snapshot is already forgotten."""
@@ -123,9 +136,10 @@ class Reservations:
 class Affinity:
     """Which node served each conversation last (bounded, oldest forgotten first).
 
-    Its term in placement: that node's load counts ``AFFINITY_CREDIT`` jobs less, so the next
-    turn of a chat goes back to the node whose engine holds its KV unless that node has at
-    least two more jobs than another owner of the model (not a hard pin).
+    Its term in placement (``placement.pair``): that node's expected completion counts
+    ``AFFINITY_CREDIT`` times its time to first token less, so the next turn of a chat goes
+    back to the node whose engine holds its KV unless another finishes it clearly sooner (not
+    a hard pin). ``credit`` is the same term in jobs, for ``Reservations.pick``.
     """
 
     def __init__(self, capacity: int = AFFINITY_CAPACITY) -> None:

@@ -41,8 +41,10 @@ async def stream_commit(
     write_deadline_s: float,
     idle_s: float,
     on_output: Callable[[], None],
+    on_chunk: Callable[[bytes], None] = lambda chunk: None,
 ) -> web.StreamResponse:
-    """Answer the client with the committed response; ``on_output`` once a 2xx one starts.
+    """Answer the client with the committed response; ``on_output`` once a 2xx one starts,
+    ``on_chunk`` with each chunk of its body.
 
     ``idle_s`` bounds the wait for each next chunk of the engine's (0: no bound).
     """
@@ -59,7 +61,7 @@ async def stream_commit(
         response = _prepared_headers(request, upstream)
         await response.prepare(request)
         marker = EndMarker(upstream.headers.get("Content-Type", ""))
-        relay = _Relay(request, response, job, marker, write_deadline_s, idle_s)
+        relay = _Relay(request, response, job, marker, write_deadline_s, idle_s, on_chunk)
         if not await relay.body(commit):
             return response
         await response.write_eof()
@@ -98,6 +100,7 @@ class _Relay:
     marker: EndMarker
     write_deadline_s: float
     idle_s: float
+    on_chunk: Callable[[bytes], None]
 
     async def body(self, commit: Commit) -> bool:
         """Copy the body; False when it was cut (the job already says why)."""
@@ -105,6 +108,7 @@ class _Relay:
         try:
             while chunk:
                 self.marker.feed(chunk)
+                self.on_chunk(chunk)
                 await _write(self.response, chunk, self.write_deadline_s)
                 chunk = await self._next(commit.upstream)
         except TimeoutError:

@@ -461,6 +461,9 @@ def test_status_shows_the_fingerprint_and_the_cluster() -> None:
     assert "fingerprint -" in text and "cluster     not in a cluster" in text
     text = format_status(msgspec.structs.replace(status, fingerprint=FINGERPRINT, cluster_id="c1"))
     assert f"fingerprint {FINGERPRINT}" in text and "cluster     c1" in text
+    assert "placement   -" in text
+    text = format_status(msgspec.structs.replace(status, placement="reference"))
+    assert "placement   reference (pending jobs + GPU pressure + reservations)" in text
     # Another member's errors are tagged with it; this node's are not.
     mine = ServiceError(id="a", node_id=SELF_ID, message="here", created_at=NOW, updated_at=NOW)
     theirs = msgspec.structs.replace(mine, id="b", node_id=PEER_ID, message="there")

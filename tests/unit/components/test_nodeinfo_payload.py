@@ -12,6 +12,7 @@ import msgspec
 
 from backend.components.engines.actions import ModelListing
 from backend.components.engines.component import EnginesComponent
+from backend.components.engines.manifest import SlotsSpec
 from backend.components.nodeinfo.payload import NodeInfoSource, last_engine_models
 from backend.components.nodeinfo.telemetry import (
     STALE_AFTER_S,
@@ -151,10 +152,28 @@ def test_payload_with_readings_and_engines() -> None:
     assert "cluster_id" not in payload
 
 
+_ENV_SLOTS = SlotsSpec(source="env", default=1)
+
+
+@dataclass(frozen=True)
+class _Manifest:
+    slots: SlotsSpec = _ENV_SLOTS
+
+
+@dataclass(frozen=True)
+class _Status:
+    slots: int | None
+
+
 @dataclass
 class _Controller:
     running: bool
     relaunching: bool = False
+    slots: int | None = None
+    manifest: Any = _Manifest()
+
+    def status(self) -> Any:
+        return _Status(self.slots)
 
 
 def test_engine_models_are_the_running_engines_last_good_lists() -> None:
@@ -168,7 +187,7 @@ def test_engine_models_are_the_running_engines_last_good_lists() -> None:
     engines.controllers = cast(
         Any,
         {
-            "ollama": _Controller(running=True),
+            "ollama": _Controller(running=True, slots=4),
             "lmstudio": _Controller(running=False),
             "llamacpp": _Controller(running=True),
         },
@@ -177,7 +196,8 @@ def test_engine_models_are_the_running_engines_last_good_lists() -> None:
     engines._loaded = {"ollama": ["b"], "lmstudio": ["stale"]}
     models = last_engine_models(engines)
     assert models == {
-        "ollama": NodeEngineModels(models=["a", "b"], loaded=["b"]),
-        "llamacpp": NodeEngineModels(),  # running, not listed yet: unknown, so omitted
+        # The slot counts are the routing table's: the engine's own, else its manifest's.
+        "ollama": NodeEngineModels(models=["a", "b"], loaded=["b"], slots=4),
+        "llamacpp": NodeEngineModels(slots=1),  # running, not listed yet: models omitted
     }
     assert last_engine_models(None) == {}

@@ -1,0 +1,137 @@
+"""What the router learns from the jobs it routed: speed, first token and load time per node
+and model, and each model's mean answer length.
+
+A completed, streamed job gives its generation speed (records after the first, over the time
+from the first record to the last; or Ollama's own ``eval_count`` / ``eval_duration`` from its
+final record when present). The time from dispatch to the first body byte is a first-token
+sample when the request found a free slot and the model resident, and (minus the first-token
+estimate) a load-time sample when it found a free slot and the model not resident; a request
+that had to queue says nothing about either. Each figure is a moving average (``ALPHA``) with
+the time of its last sample, so placement can let an old figure decay.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+
+import msgspec
+
+from backend.workers.proxy.placement.inputs import NodeId, Pace
+
+ALPHA = 0.3
+CAPACITY = 4_096
+LINE_CAP = 64 * 1024
+_NS = 1_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class _Figures:
+    tokens_per_s: float | None = None
+    first_token_s: float | None = None
+    load_s: float | None = None
+    measured_at: float = 0.0
+
+
+def _average(old: float | None, new: float) -> float:
+    return new if old is None else ALPHA * new + (1 - ALPHA) * old
+
+
+class SpeedBook:
+    """Measured figures per (node, model), bounded (the least recently measured go first)."""
+
+    def __init__(self, capacity: int = CAPACITY) -> None:
+        self._capacity = capacity
+        self._figures: OrderedDict[tuple[NodeId, str], _Figures] = OrderedDict()
+        self._answers: dict[str, float] = {}
+
+    def pace(self, node: NodeId, model: str, now: float) -> Pace:
+        """What is known of ``model`` on ``node`` (``now``: the clock the samples used)."""
+        found = self._figures.get((node, model))
+        if found is None:
+            return Pace()
+        return Pace(found.tokens_per_s, found.first_token_s, found.load_s, now - found.measured_at)
+
+    def answer_tokens(self, model: str) -> float | None:
+        """The model's mean answer length so far, in tokens."""
+        return self._answers.get(model)
+
+    def generated(self, node: NodeId, model: str, tokens: int, seconds: float, now: float) -> None:
+        """A completed job generated ``tokens`` in ``seconds`` on ``node``."""
+        if tokens <= 0:
+            return
+        self._answers[model] = _average(self._answers.get(model), float(tokens))
+        if seconds <= 0 or tokens < 2:
+            return
+        found = self._figures.get((node, model), _Figures())
+        rate = _average(found.tokens_per_s, tokens / seconds)
+        self._store(node, model, replace(found, tokens_per_s=rate, measured_at=now))
+
+    def first_byte(
+        self, node: NodeId, model: str, seconds: float, *, cold: bool, now: float
+    ) -> None:
+        """A request that found a free slot got its first byte ``seconds`` after dispatch."""
+        found = self._figures.get((node, model), _Figures())
+        if cold:
+            first = found.first_token_s or 0.0
+            load = _average(found.load_s, max(0.0, seconds - first))
+            self._store(node, model, replace(found, load_s=load, measured_at=now))
+        else:
+            first = _average(found.first_token_s, max(0.0, seconds))
+            self._store(node, model, replace(found, first_token_s=first, measured_at=now))
+
+    def _store(self, node: NodeId, model: str, figures: _Figures) -> None:
+        key = (node, model)
+        self._figures[key] = figures
+        self._figures.move_to_end(key)
+        while len(self._figures) > self._capacity:
+            self._figures.popitem(last=False)
+
+
+class OutputMeter:
+    """Counts a streamed response's records and times the first and the last."""
+
+    def __init__(self) -> None:
+        self.records = 0
+        self.first_at: float | None = None
+        self.last_at: float | None = None
+        self._partial = b""
+        self._last_line = b""
+
+    def feed(self, chunk: bytes, now: float) -> None:
+        """Account for one chunk of the body, received at ``now``."""
+        lines = (self._partial + chunk).split(b"\n")
+        self._partial = lines.pop()[-LINE_CAP:]
+        for line in lines:
+            text = line.strip()
+            if not text or text.startswith((b"event:", b":")) or text == b"data: [DONE]":
+                continue
+            self.records += 1
+            self._last_line = text[:LINE_CAP]
+            self.first_at = now if self.first_at is None else self.first_at
+            self.last_at = now
+
+    def generation(self) -> tuple[int, float] | None:
+        """Tokens generated and the seconds they took, when the response says or shows it."""
+        reported = _ollama_eval(self._partial.strip() or self._last_line)
+        if reported is not None:
+            return reported
+        if self.records < 2 or self.first_at is None or self.last_at is None:
+            return None
+        return self.records - 1, self.last_at - self.first_at
+
+
+def _ollama_eval(line: bytes) -> tuple[int, float] | None:
+    """Ollama's final record counts the tokens it generated and how long they took."""
+    if b"eval_duration" not in line:
+        return None
+    try:
+        record = msgspec.json.decode(line)
+    except msgspec.DecodeError:
+        return None
+    if not isinstance(record, dict):
+        return None
+    count, duration = record.get("eval_count"), record.get("eval_duration")
+    if not isinstance(count, int) or not isinstance(duration, int) or duration <= 0:
+        return None
+    return count, duration / _NS

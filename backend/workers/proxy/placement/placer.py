@@ -1,0 +1,136 @@
+"""The router's placement state: GPU pressure, measured speeds, the round-robin turn.
+
+``Placer.choose`` turns the candidates the routing loop offers (already in pin, priority, this
+node, node id order; a pin is honoured before this runs) into ``inputs.Candidate`` values and
+applies the table's policy. ``round_robin`` (the benchmark's baseline) takes the owners in turn
+by node id, ignoring load.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from backend.core.clock import Clock
+from backend.protocol.proxy import PlacementPolicy, ProxyTargets, RouteTarget
+from backend.workers.proxy.naming import normalize, same_model
+from backend.workers.proxy.placement import pair, reference
+from backend.workers.proxy.placement.inputs import Candidate, NodeId
+from backend.workers.proxy.placement.measure import OutputMeter, SpeedBook
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """Where a request went and what placement knew then (for what it learns afterwards)."""
+
+    candidate: Candidate
+    engine: str
+    model: str
+    dispatched_at: float
+
+    @property
+    def free_slot(self) -> bool:
+        """Whether the node had a slot free for it when it was placed."""
+        return self.candidate.queue < self.candidate.slots
+
+
+class Placer:
+    """Gathers each candidate's inputs and picks one by the table's policy."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self.pressure = reference.PressureBook()
+        self.speeds = SpeedBook()
+        self._turn = 0
+
+    def table_changed(self, targets: ProxyTargets) -> None:
+        """Take the table's GPU samples; forget nodes it no longer lists."""
+        now = self._clock.wall()
+        for node, sample in targets.gpu.items():
+            self.pressure.observe(node, sample, now)
+        present = {t.node_id for found in targets.engines.values() for t in found}
+        self.pressure.keep_only(present | set(targets.gpu))
+
+    def candidates(
+        self,
+        engine: str,
+        model: str,
+        found: Sequence[RouteTarget],
+        *,
+        loads: Callable[[NodeId], tuple[int, int]],
+        affinity: NodeId | None = None,
+    ) -> list[Candidate]:
+        """Each target's inputs; ``loads`` gives a node's (pending, reserved)."""
+        name = normalize(engine, model)
+        now_wall, now = self._clock.wall(), self._clock.monotonic()
+        placed: list[Candidate] = []
+        for target in found:
+            pending, reserved = loads(target.node_id)
+            placed.append(
+                Candidate(
+                    node=target.node_id,
+                    pending=pending,
+                    reserved=reserved,
+                    slots=slots_for(target, engine, name),
+                    resident=resident(target, engine, name),
+                    gpu_pressure=self.pressure.pressure(target.node_id, now_wall),
+                    pace=self.speeds.pace(target.node_id, name, now),
+                    affinity=target.node_id == affinity,
+                )
+            )
+        return placed
+
+    def choose(self, policy: PlacementPolicy, candidates: Sequence[Candidate], model: str) -> int:
+        """The index in ``candidates`` of the node the policy picks."""
+        if policy == "round_robin":
+            ids = sorted(c.node for c in candidates)
+            chosen = ids[self._turn % len(ids)]
+            self._turn += 1
+        elif policy == "reference":
+            chosen = reference.pick(candidates)
+        else:
+            answer = self.speeds.answer_tokens(model) or pair.DEFAULT_ANSWER_TOKENS
+            chosen = pair.pick(candidates, answer)
+        return next(i for i, c in enumerate(candidates) if c.node == chosen)
+
+    def placed(self, candidate: Candidate, engine: str, model: str) -> Placed:
+        """A record of this dispatch, to learn from its outcome."""
+        return Placed(candidate, engine, normalize(engine, model), self._clock.monotonic())
+
+    def first_byte(self, placed: Placed) -> None:
+        """The dispatch committed: its time to the first byte, if it had a free slot."""
+        if not placed.free_slot:
+            return
+        now = self._clock.monotonic()
+        self.speeds.first_byte(
+            placed.candidate.node,
+            placed.model,
+            now - placed.dispatched_at,
+            cold=placed.candidate.resident is False,
+            now=now,
+        )
+
+    def completed(self, placed: Placed, meter: OutputMeter) -> None:
+        """The dispatch's response completed: what it generated, how fast."""
+        figures = meter.generation()
+        if figures is None:
+            return
+        tokens, seconds = figures
+        self.speeds.generated(
+            placed.candidate.node, placed.model, tokens, seconds, self._clock.monotonic()
+        )
+
+
+def slots_for(target: RouteTarget, engine: str, model: str) -> int:
+    """How many requests for ``model`` the target's engine runs at once."""
+    for name, count in target.model_slots.items():
+        if same_model(engine, name, model):
+            return max(1, count)
+    return max(1, target.slots)
+
+
+def resident(target: RouteTarget, engine: str, model: str) -> bool | None:
+    """Whether the target holds ``model`` now (None: it did not say)."""
+    if not target.resident_known:
+        return None
+    return any(same_model(engine, name, model) for name in target.resident)
