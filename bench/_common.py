@@ -196,34 +196,40 @@ def stop_process(process: subprocess.Popen[bytes] | subprocess.Popen[str]) -> No
 
 
 class Emulator:
-    """The Ollama emulator (``python -m backend emulate ollama``) as a child process."""
+    """The Ollama emulator (``python -m backend emulate ollama``) as a child process, with
+    ``options`` after ``--port``."""
 
-    def __init__(
-        self,
-        *,
-        model: str,
-        token_delay: float,
-        reply_tokens: int,
-        parallel: int,
-        log_path: Path,
-    ) -> None:
+    def __init__(self, options: list[str], log_path: Path) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        argv = [
-            *(sys.executable, "-m", "backend", "emulate", "ollama"),
-            *("--port", str(self.port), "--models", model, "--parallel", str(parallel)),
-            *("--load-delay", "0", "--prompt-token-delay", "0"),
-            *("--token-delay", str(token_delay), "--reply-tokens", str(reply_tokens)),
-        ]
+        argv = [sys.executable, "-m", "backend", "emulate", "ollama", "--port", str(self.port)]
         with log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+                [*argv, *options],
+                cwd=ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
             )
         try:
             wait_for_http(f"{self.url}/api/tags", self.process)
         except BaseException:
             self.stop()
             raise
+
+    @classmethod
+    def fixed(
+        cls, *, model: str, token_delay: float, reply_tokens: int, parallel: int, log_path: Path
+    ) -> Emulator:
+        """One model at a fixed pace: ``token_delay`` s per token, ``reply_tokens`` each."""
+        return cls(
+            [
+                *("--models", model, "--parallel", str(parallel)),
+                *("--load-delay", "0", "--prompt-token-delay", "0"),
+                *("--token-delay", str(token_delay), "--reply-tokens", str(reply_tokens)),
+            ],
+            log_path,
+        )
 
     def stop(self) -> None:
         """Stop the emulator we started."""

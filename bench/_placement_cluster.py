@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 import msgspec
-from _common import ROOT, ProxyHost, free_port, stop_process, wait_for_http
+from _common import Emulator, ProxyHost
 
 from backend.protocol.proxy import GpuSample, PlacementPolicy, ProxyTargets, RouteTarget
 
@@ -63,32 +61,14 @@ SHAPES = (
 )
 
 
-class NodeEmulator:
-    """``python -m backend emulate ollama`` with the model at the node's own figures."""
-
-    def __init__(self, shape: Shape, log_path: Path) -> None:
-        self.shape = shape
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        pace = f"{MODEL}={shape.tokens_per_s}:{shape.slots}:{shape.load_s}:{shape.first_token_s}"
-        argv = [
-            *(sys.executable, "-m", "backend", "emulate", "ollama", "--port", str(self.port)),
-            *("--models", MODEL, "--model-pace", pace, "--reply-tokens", "100000"),
-            *("--prompt-token-delay", "0", "--keep-alive", "3600"),
-        ]
-        with log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
-            )
-        try:
-            wait_for_http(f"{self.url}/api/tags", self.process)
-        except BaseException:
-            self.stop()
-            raise
-
-    def stop(self) -> None:
-        """Stop the emulator we started."""
-        stop_process(self.process)
+def node_emulator(shape: Shape, log_path: Path) -> Emulator:
+    """The Ollama emulator with the model at the node's own figures."""
+    pace = f"{MODEL}={shape.tokens_per_s}:{shape.slots}:{shape.load_s}:{shape.first_token_s}"
+    options = [
+        *("--models", MODEL, "--model-pace", pace, "--reply-tokens", "100000"),
+        *("--prompt-token-delay", "0", "--keep-alive", "3600"),
+    ]
+    return Emulator(options, log_path)
 
 
 class Cluster:
@@ -97,7 +77,7 @@ class Cluster:
     def __init__(self, shapes: tuple[Shape, ...], logs: Path) -> None:
         self.shapes = shapes
         self.logs = logs
-        self.emulators: list[NodeEmulator] = []
+        self.emulators: list[Emulator] = []
         self.peers: dict[str, ProxyHost] = {}
         self.front: ProxyHost | None = None
         self.policy: PlacementPolicy = "pair"
@@ -105,7 +85,7 @@ class Cluster:
     def start(self) -> None:
         """The emulators and the peers' proxies (each trusting node A)."""
         for shape in self.shapes:
-            self.emulators.append(NodeEmulator(shape, self.logs / f"{shape.node_id}-engine.log"))
+            self.emulators.append(node_emulator(shape, self.logs / f"{shape.node_id}-engine.log"))
         for shape in self.shapes[1:]:
             self.peers[shape.node_id] = ProxyHost(
                 ProxyTargets(node_id=shape.node_id),
@@ -229,7 +209,7 @@ class Cluster:
             return found
 
     @staticmethod
-    def _local(shape: Shape, emulator: NodeEmulator, resident: list[str]) -> RouteTarget:
+    def _local(shape: Shape, emulator: Emulator, resident: list[str]) -> RouteTarget:
         return RouteTarget(
             node_id=shape.node_id,
             kind="local",

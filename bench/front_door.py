@@ -360,7 +360,7 @@ def main() -> int:
         )
         logs.mkdir(parents=True, exist_ok=True)
         progress("starting the Ollama emulator and the proxy")
-        emulator = Emulator(
+        emulator = Emulator.fixed(
             model=EMULATOR_MODEL,
             token_delay=EMULATOR_TOKEN_DELAY_S,
             reply_tokens=REPLY_TOKENS,

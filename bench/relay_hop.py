@@ -127,7 +127,7 @@ def run(args: argparse.Namespace, logs: Path) -> None:
     things: list[Emulator | ProxyHost | PassThrough] = []
     with started(things):
         progress("starting the emulator, two proxies and three pass-throughs")
-        emulator = Emulator(
+        emulator = Emulator.fixed(
             model=MODEL,
             token_delay=TOKEN_DELAY_S,
             reply_tokens=REPLY_TOKENS,

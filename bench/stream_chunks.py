@@ -58,7 +58,7 @@ def main() -> int:
     arguments = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="pair-bench-") as folder:
         logs = Path(folder)
-        emulator = Emulator(
+        emulator = Emulator.fixed(
             model=MODEL,
             token_delay=0.0,
             reply_tokens=arguments.tokens,
