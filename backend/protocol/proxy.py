@@ -92,6 +92,17 @@ class GpuSample(Wire, frozen=True, kw_only=True):
     sampled_at: float
 
 
+class AwayModels(Wire, frozen=True, kw_only=True):
+    """What a paired member's engine listed while it served, now that it does not (the member
+    cannot be reached, or restarts the engine): a door asked for one of ``models`` answers 503,
+    naming the member, instead of 404."""
+
+    node_id: str
+    name: str
+    engine: str
+    models: list[str] = msgspec.field(default_factory=list)
+
+
 class ProxyTargets(Wire, frozen=True, kw_only=True):
     """The routing table: targets per engine name (``ollama``, ``lmstudio``, ``llamacpp``).
 
@@ -102,7 +113,8 @@ class ProxyTargets(Wire, frozen=True, kw_only=True):
     clients the relay listener lets in. ``lan_access`` lets other computers use the front doors
     with a LAN API key whose SHA-256 (hex) is in ``api_key_hashes`` (sent only while it is on).
     ``placement`` is the ranking rule among owners (the setting), ``gpu`` each node's last GPU
-    utilisation sample (the reference rule's pressure).
+    utilisation sample (the reference rule's pressure). ``away`` lists what members served a
+    short while ago and do not now.
     """
 
     node_id: str = ""
@@ -118,6 +130,7 @@ class ProxyTargets(Wire, frozen=True, kw_only=True):
     api_key_hashes: list[str] = msgspec.field(default_factory=list)
     placement: PlacementPolicy = DEFAULT_PLACEMENT
     gpu: dict[str, GpuSample] = msgspec.field(default_factory=dict)
+    away: list[AwayModels] = msgspec.field(default_factory=list)
 
 
 class ProxyIdentity(Wire, frozen=True, kw_only=True):

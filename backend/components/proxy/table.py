@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import msgspec
+
 from backend.common.hostport import url_host
 from backend.components.cluster.members import Member, Membership
+from backend.components.proxy.away import AwayMemory
 from backend.components.proxy.targets import ENGINE_DOORS
 from backend.protocol.proxy import (
     DEFAULT_PLACEMENT,
@@ -223,6 +227,7 @@ class TableSource:
         members: Callable[[], Membership] = Membership,
         lan: Callable[[], LanAccess] = LanAccess,
         placement: Callable[[], PlacementPolicy] = lambda: DEFAULT_PLACEMENT,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._node_id = node_id
         self._local = local
@@ -233,6 +238,8 @@ class TableSource:
         self._members = members
         self._lan = lan
         self._placement = placement
+        self._clock = clock
+        self._away = AwayMemory()
         self._generation = 0
         self._last_loads: dict[str, int] | None = None
 
@@ -242,7 +249,8 @@ class TableSource:
             self._generation += 1
             self._last_loads = loads
         header, first_content = self._timeouts()
-        return build_table(
+        membership = self._members()
+        table = build_table(
             node_id=self._node_id(),
             local=self._local(),
             nodes=self._nodes(),
@@ -251,10 +259,13 @@ class TableSource:
             header_timeout_s=header,
             first_content_timeout_s=first_content,
             pinned=self._pinned(),
-            membership=self._members(),
+            membership=membership,
             lan=self._lan(),
             placement=self._placement(),
         )
+        members = {member.node_id for member in trusted_members(membership)}
+        away = self._away.update(table.engines, members, self._clock())
+        return msgspec.structs.replace(table, away=away) if away else table
 
 
 def merged_loads(own: Mapping[str, int], nodes: Sequence[DiscoveredNode]) -> dict[str, int]:

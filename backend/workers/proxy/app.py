@@ -16,7 +16,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from aiohttp.web_protocol import RequestPayloadError
 
-from backend.protocol.proxy import RouteTarget
+from backend.protocol.proxy import AwayModels, RouteTarget
 from backend.workers.proxy.context import CONTEXT_KEY, DoorContext
 from backend.workers.proxy.dispatch import Admission
 from backend.workers.proxy.errors import ErrorReply
@@ -34,7 +34,7 @@ from backend.workers.proxy.forward import (
 from backend.workers.proxy.gate import Refusal, peer_allowed, refusal
 from backend.workers.proxy.listing import federated_list, federated_model
 from backend.workers.proxy.peer_tls import NoIdentity
-from backend.workers.proxy.routing import owners, targets_for, upstream_url
+from backend.workers.proxy.routing import away_owner, owners, targets_for, upstream_url
 from backend.workers.proxy.wire import (
     MAX_BODY_BYTES,
     BadRequest,
@@ -51,6 +51,8 @@ OLLAMA_INFERENCE = ("/api/chat", "/api/generate", "/api/embed", "/api/embeddings
 MODEL_LOOKUPS = ("/api/show",)
 # PAIR's own paths (the relay among them) are never passed to an engine from a front door.
 PAIR_PATHS = "/_pair/{tail:.*}"
+# A member restarting is routable again within seconds (its broker, then its node-info).
+AWAY_RETRY_AFTER_S = 5
 
 __all__ = [
     "CONTEXT_KEY",
@@ -132,6 +134,9 @@ async def _inference(request: web.Request) -> web.StreamResponse:
     if isinstance(admission, web.StreamResponse):
         return admission
     if not owners(context.targets(), context.door, admission.model):
+        away = away_owner(context.targets(), context.door, admission.model)
+        if away is not None:
+            return _away_reply(away, admission.model).response(request.path)
         if not targets_for(context.targets(), context.door):
             message = f"no engine is running behind the {context.door} front door"
             return ErrorReply(503, message, "service_unavailable").response(request.path)
@@ -234,6 +239,17 @@ async def forward_or_502(
         log.warning("%s door: %s unreachable: %s", context.door, target.base_url, exc)
         message = f"the engine at {target.base_url} is unreachable"
         return ErrorReply(502, message, "bad_gateway").response(request.path)
+
+
+def _away_reply(away: AwayModels, model: str) -> ErrorReply:
+    """503 for a model only a member has that does not serve it right now (it restarts, or
+    cannot be reached): worth trying again, unlike a 404."""
+    message = (
+        f"model '{model}' is on {away.name or away.node_id}, which cannot serve it right now "
+        "(it is restarting or cannot be reached); try again shortly"
+    )
+    headers = {"Retry-After": str(AWAY_RETRY_AFTER_S)}
+    return ErrorReply(503, message, "service_unavailable", headers=headers)
 
 
 async def _read_capped(request: web.Request) -> bytes | None:

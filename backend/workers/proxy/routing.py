@@ -15,7 +15,7 @@ from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from backend.components.proxy.targets import DOOR_ENGINES
-from backend.protocol.proxy import Door, ProxyTargets, RouteTarget
+from backend.protocol.proxy import AwayModels, Door, ProxyTargets, RouteTarget
 from backend.workers.proxy.naming import has_model
 
 NodeId = str
@@ -180,6 +180,15 @@ def owners(targets: ProxyTargets, door: Door, model: str) -> list[RouteTarget]:
     """The nodes whose inventory for the door's engine has ``model`` (by its naming rule)."""
     engine = DOOR_ENGINES[door]
     return [t for t in targets_for(targets, door) if has_model(engine, t.models, model)]
+
+
+def away_owner(targets: ProxyTargets, door: Door, model: str) -> AwayModels | None:
+    """A member that served ``model`` behind ``door`` a short while ago and does not now."""
+    engine = DOOR_ENGINES[door]
+    return next(
+        (a for a in targets.away if a.engine == engine and has_model(engine, a.models, model)),
+        None,
+    )
 
 
 def upstream_url(target: RouteTarget, path_and_query: str, door: Door) -> str:
