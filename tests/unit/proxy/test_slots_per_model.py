@@ -66,6 +66,17 @@ class Adopted:
             assert answer.status == 200, await answer.text()
 
 
+def _engines(data_dir: Path) -> EnginesComponent:
+    """An engines component around the controllers a test sets, nothing else running."""
+    return EnginesComponent(
+        data_dir=data_dir,
+        ledger=cast(Any, None),
+        errors_sink=RecordingErrors(),
+        clock=ManualClock(),
+        events=cast(Any, Events()),
+    )
+
+
 @pytest.fixture
 async def lmstudio(tmp_path: Path) -> AsyncIterator[Adopted]:
     """LM Studio (the emulator) with two downloaded models, adopted by PAIR."""
@@ -75,13 +86,7 @@ async def lmstudio(tmp_path: Path) -> AsyncIterator[Adopted]:
         world.answering.add(server.port)
         manifest = bundled_manifest("lmstudio", {"runtime": {"port": server.port}})
         made = rig(manifest, session, tmp_path, world=world)
-        engines = EnginesComponent(
-            data_dir=tmp_path,
-            ledger=cast(Any, None),
-            errors_sink=RecordingErrors(),
-            clock=ManualClock(),
-            events=cast(Any, Events()),
-        )
+        engines = _engines(tmp_path)
         engines.controllers = {"lmstudio": made.controller}
         await made.controller.detect()
         await made.controller.start()
@@ -181,13 +186,7 @@ async def test_a_crashed_engine_leaves_no_slot_count_behind(tmp_path: Path) -> N
     manifest = build(deep_merge(bundled_documents()["ollama"], override), "test")
     async with aiohttp.ClientSession() as session:
         made = rig(manifest, session, tmp_path)
-        engines = EnginesComponent(
-            data_dir=tmp_path,
-            ledger=cast(Any, None),
-            errors_sink=RecordingErrors(),
-            clock=ManualClock(),
-            events=cast(Any, Events()),
-        )
+        engines = _engines(tmp_path)
         engines.controllers = {"ollama": made.controller}
         await made.controller.detect()
         await made.controller.start()
