@@ -368,7 +368,8 @@ def _proxy(
         credentials=base.credentials.credentials,
         environment=services.levels.worker_environment,
         on_job=workloads.on_job_event,
-        on_worker_exit=lambda: workloads.fail_unfinished(PROXY_GONE),
+        on_worker_exit=lambda kept: workloads.fail_unfinished(PROXY_GONE, keep=kept),
+        job_progress=workloads.progress,
         on_scheduler=schedulers.changed,  # also the empty state once the worker is gone
         load_model=engines.switch_model,
         door_ports=lambda: door_ports(settings.snapshot().values),

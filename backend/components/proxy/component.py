@@ -18,6 +18,7 @@ from backend.components.engines.component import EnginesComponent
 from backend.components.engines.manifest import SchedulerSpec
 from backend.components.engines.slots import routing_slots
 from backend.components.identity.certificate import NodeCredentials
+from backend.components.proxy.custody import CustodyDesk, Progress
 from backend.components.proxy.exclusive_gate import WorkerGate
 from backend.components.proxy.listeners import (
     RELAY,
@@ -91,7 +92,8 @@ class ProxyComponent(Component):
         host: str = "0.0.0.0",
         environment: Callable[[], dict[str, str]] = dict,
         on_job: Callable[[Any], None] = lambda event: None,
-        on_worker_exit: Callable[[], None] = lambda: None,
+        on_worker_exit: Callable[[frozenset[str]], None] = lambda kept: None,
+        job_progress: Progress = lambda job: None,
         on_scheduler: Callable[[SchedulerStates], None] = lambda states: None,
         load_model: Callable[[str, str], Awaitable[int]] | None = None,
         door_ports: Callable[[], Mapping[Door, int]] = dict,
@@ -111,6 +113,7 @@ class ProxyComponent(Component):
         self._retired: list[Listener] = []  # moved away from, closed once no worker serves them
         self._handover: tuple[socket.socket, socket.socket] | None = None  # ours, the worker's
         self._moving = asyncio.Lock()
+        self._custody = CustodyDesk(job_progress)
         self._errors = errors
         self._clock = clock
         self._targets = targets
@@ -174,9 +177,11 @@ class ProxyComponent(Component):
         except BaseExceptionGroup as group_error:
             raise _first_leaf(group_error) from None
         finally:
+            kept = self._custody.worker_gone()
             self._worker_gone()
-            # Whatever the worker held is gone with it: its jobs end, they do not stay Running.
-            self._on_worker_exit()
+            # Whatever the worker held is gone with it: its jobs end, they do not stay Running,
+            # except those whose requests wait with us for the next worker (custody.py).
+            self._on_worker_exit(kept)
             if self._scheduler.engines:
                 self._scheduler = SchedulerStates(engines=[])
                 self._on_scheduler(self._scheduler)
@@ -186,6 +191,7 @@ class ProxyComponent(Component):
         await self.close_front_doors()
         if self._worker is not None:
             await self._worker.stop()
+        self._custody.close()
 
     async def close_front_doors(self) -> None:
         """Stop accepting connections on the doors and the relay (worker and broker copies);
@@ -232,6 +238,11 @@ class ProxyComponent(Component):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._handover = (ours, theirs)
         argv += ["--handover-fd", str(theirs.fileno())]
+        passed = [*(listener.sock.fileno() for listener in self._listeners()), theirs.fileno()]
+        kept = self._custody.open()
+        if kept is not None:
+            argv += ["--custody-fd", str(kept.fileno())]
+            passed.append(kept.fileno())
         self._served = dict(self._doors)
         worker = WorkerProcess(
             "proxy",
@@ -241,7 +252,7 @@ class ProxyComponent(Component):
             environment=self._environment,
             on_notification=self._notification,
             on_request=self._request,
-            pass_fds=[*(listener.sock.fileno() for listener in self._listeners()), theirs.fileno()],
+            pass_fds=passed,
         )
         worker.bind_ready(self.announce_ready)
         return worker

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from functools import partial
 from typing import Any
 
@@ -151,13 +151,22 @@ class WorkloadsComponent(Component):
         log.info("workloads: %d finished jobs cleared", len(finished))
         return len(finished)
 
-    def fail_unfinished(self, error: str) -> None:
-        """Fail every unfinished job with ``error`` (the proxy worker that ran them exited);
-        jobs mirrored from other members are theirs to finish."""
+    def progress(self, key: str) -> tuple[int, int] | None:
+        """An open job's last event number (applied or waiting for a gap) and its attempt;
+        None once it ended or when it is unknown."""
+        job = self._jobs.get(JobKey(key))
+        if job is None or key not in self._open:
+            return None
+        return max([job.seq, *(step.seq for step in self._waiting.get(job.id, []))]), job.attempt
+
+    def fail_unfinished(self, error: str, keep: Collection[str] = ()) -> None:
+        """Fail every unfinished job with ``error`` (the proxy worker that ran them exited),
+        except those in ``keep`` (their requests wait for the next worker); jobs mirrored from
+        other members are theirs to finish."""
         at = self._clock.wall()
         for key in list(self._open):
             job = self._jobs[key]
-            if not self._mirrored(job):
+            if key not in keep and not self._mirrored(job):
                 self._commit(interrupted(job, at, error))
 
     # Other members' jobs -----------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """The proxy worker: ``pair worker proxy --fd ollama=5 --fd openai=6 --fd llamacpp=7 --relay-fd 8
---handover-fd 9`` (the hidden ``worker`` command, so a frozen app can start it; ``python -m
-backend.workers.proxy`` takes the same arguments). The hand-over channel brings a door's new
-socket when its port is changed at run time."""
+--handover-fd 9 --custody-fd 10`` (the hidden ``worker`` command, so a frozen app can start it;
+``python -m backend.workers.proxy`` takes the same arguments). The hand-over channel brings a
+door's new socket when its port is changed at run time; the custody channel keeps waiting
+requests with the broker (``custody.py``)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,10 @@ def parse_fds(values: list[str]) -> dict[Door, int]:
 
 
 async def serve(
-    fds: dict[Door, int], relay_fd: int | None = None, handover_fd: int | None = None
+    fds: dict[Door, int],
+    relay_fd: int | None = None,
+    handover_fd: int | None = None,
+    custody_fd: int | None = None,
 ) -> None:
     """Serve the doors, the relay and the broker's RPC until the broker closes our stdin."""
     service = ProxyService(
@@ -46,6 +50,7 @@ async def serve(
         rng=random.Random(),
         relay_fd=relay_fd,
         handover_fd=handover_fd,
+        custody_fd=custody_fd,
     )
     notifications = {
         PROXY_IDENTITY.name: service.on_identity,
@@ -72,13 +77,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--fd", action="append", default=[], metavar="DOOR=FD")
     parser.add_argument("--relay-fd", type=int, default=None, metavar="FD")
     parser.add_argument("--handover-fd", type=int, default=None, metavar="FD")
+    parser.add_argument("--custody-fd", type=int, default=None, metavar="FD")
     arguments = parser.parse_args(argv)
     try:
         fds = parse_fds(arguments.fd)
     except ValueError as exc:
         parser.error(str(exc))
     try:
-        asyncio.run(serve(fds, arguments.relay_fd, arguments.handover_fd))
+        asyncio.run(serve(fds, arguments.relay_fd, arguments.handover_fd, arguments.custody_fd))
     except KeyboardInterrupt:
         return 130
     return 0

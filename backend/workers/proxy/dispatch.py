@@ -36,6 +36,7 @@ from backend.workers.proxy.attempt import (
     precommit,
     unless_gone,
 )
+from backend.workers.proxy.custody import Custody
 from backend.workers.proxy.engine_access import LoadModel, LocalEngineAccess
 from backend.workers.proxy.errors import ErrorReply
 from backend.workers.proxy.forward import request_headers
@@ -94,6 +95,7 @@ class Admission:
     attempt: int | None = None
     only: list[RouteTarget] | None = None
     session: str | None = None
+    held: int | None = None  # its number with the broker while it waits (custody.py)
 
 
 @dataclass(eq=False)
@@ -142,8 +144,10 @@ class Router:
         load_model: LoadModel | None = None,
         on_scheduler_change: Callable[[], None] = lambda: None,
         affinity: bool = True,
+        custody: Custody | None = None,
     ) -> None:
         self.session = session
+        self.custody = custody or Custody(None)
         self.peer_tls = peer_tls or PeerTls()
         self.jobs = jobs
         self.policy = policy or RetryPolicy()
@@ -239,12 +243,17 @@ class Router:
     async def route(self, request: web.Request, admission: Admission) -> web.StreamResponse:
         """Serve one inference request end to end, with its job."""
         admission.session = session_of(request.headers, admission.body)
+        # A request a killed worker held goes on as the same job, after its last event.
+        held = self.custody.resumed(request.transport) if admission.origin is None else None
+        if held is not None:
+            admission.job_key, admission.attempt = JobKey(held.job), held.attempt + 1
         job = self.jobs.new(
             origin=admission.origin or NodeId(self._targets.node_id),
             engine=DOOR_ENGINES[admission.door],
             model=admission.model,
             path=admission.path.split("?", 1)[0],
             key=admission.job_key,
+            resumed=(held.seq, held.created_at) if held is not None else None,
         )
         try:
             return await self._dispatch_loop(request, admission, job)
@@ -255,6 +264,8 @@ class Router:
             job.cancelled("the client disconnected")
             raise
         finally:
+            if admission.held is not None:
+                self.custody.release(admission.held)
             if not job.finished:
                 job.failed("internal error: the request ended without an outcome")
 
@@ -379,12 +390,22 @@ class Router:
                 return outcome
             self._busy_until.pop(node, None)
             self._affinity.served(admission.session, node)
+            await self._let_go(admission)
             return await self._stream(request, outcome, dispatch)
         finally:
             for watcher in dispatch.watchers:
                 watcher.cancel()
             if dispatch.ticket is not None:
                 self.scheduler(dispatch.job.engine).release(dispatch.ticket)
+
+    async def _let_go(self, admission: Admission) -> None:
+        """The answer is about to reach the client: a held request is released first, so it
+        is never served twice (until now a worker crash gives it to the next worker, which
+        sends it again; the engine dropped the first copy with its connection)."""
+        if admission.held is not None:
+            self.custody.release(admission.held)
+            admission.held = None
+            await self.custody.released()
 
     async def _stream(
         self, request: web.Request, commit: Commit, dispatch: _Dispatch
@@ -445,7 +466,7 @@ class Router:
         target = dispatch.target
         body = admission.body
         if target.kind == "local":
-            admitted = await self._admit_local(admission, dispatch)
+            admitted = await self._admit_local(request, admission, dispatch)
             if isinstance(admitted, Failure):
                 return admitted
             body = admitted
@@ -479,14 +500,25 @@ class Router:
             return Failure("transport", f"node {target.node_id} refused this computer")
         return outcome
 
-    async def _admit_local(self, admission: Admission, dispatch: _Dispatch) -> bytes | Failure:
-        """Wait for this node's scheduler to admit the request; the body, pinned to its slot."""
+    async def _admit_local(
+        self, request: web.Request, admission: Admission, dispatch: _Dispatch
+    ) -> bytes | Failure:
+        """Wait for this node's scheduler to admit the request; the body, pinned to its slot.
+
+        A front-door request left waiting is held with the broker from then until its answer
+        starts (``custody.py``), so a worker crash does not lose it."""
         engine = dispatch.job.engine
         target = dispatch.target
         scheduler = self.scheduler(engine)
         model = normalize(engine, admission.model)
+
+        def hold() -> None:
+            if admission.origin is None and admission.held is None:
+                job = dispatch.job
+                admission.held = self.custody.hold(request, admission.door, admission.body, job)
+
         try:
-            dispatch.ticket = await scheduler.admit(model, session=admission.session)
+            dispatch.ticket = await scheduler.admit(model, session=admission.session, on_wait=hold)
         except LoadFailed as exc:
             return Failure(
                 "status",

@@ -35,10 +35,23 @@ class JobLog:
         model: str,
         path: str,
         key: JobKey | None = None,
+        resumed: tuple[int, float] | None = None,
     ) -> Job:
-        """A job for a request received here (``key`` given: a peer's job served here)."""
+        """A job for a request received here (``key`` given: a peer's job served here, or
+        one a killed worker left, which goes on after its last event and keeps its creation
+        time: ``resumed``)."""
         key = key or JobKey(f"{origin}/{self.run_id}/{next(self._numbers)}")
-        return Job(self, key=key, origin=origin, engine=engine, model=model, path=path)
+        seq, created_at = resumed if resumed is not None else (0, time.time())
+        return Job(
+            self,
+            key=key,
+            origin=origin,
+            engine=engine,
+            model=model,
+            path=path,
+            seq=seq,
+            created_at=created_at,
+        )
 
     def send(self, event: JobEvent) -> None:
         """Hand one event to the broker."""
@@ -57,6 +70,8 @@ class Job:
         engine: EngineName,
         model: str,
         path: str,
+        seq: int = 0,
+        created_at: float | None = None,
     ) -> None:
         self._log = log
         self.key = key
@@ -64,12 +79,17 @@ class Job:
         self.engine = engine
         self.model = model
         self.path = path
-        self.created_at = time.time()
+        self.created_at = time.time() if created_at is None else created_at
         self.attempt = 0
         self.finished = False
         self.outcome: JobEventKind | None = None  # completed or errored, once finished
-        self._seq = 0
+        self._seq = seq
         self._started_attempt = -1
+
+    @property
+    def seq(self) -> int:
+        """The number of the last event sent."""
+        return self._seq
 
     def submitted(self, attempt: int, target: NodeId | None) -> None:
         """Attempt ``attempt`` goes to ``target`` (None: waiting for the next round)."""

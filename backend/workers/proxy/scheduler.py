@@ -107,6 +107,8 @@ class Ticket:
     admitted: asyncio.Future[None] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
+    # Called once if a decision pass ends with it still queued (it waits for capacity).
+    on_wait: Callable[[], None] | None = None
 
     @property
     def exclusive(self) -> bool:
@@ -180,14 +182,20 @@ class EngineScheduler:
     # Requests and operations.
 
     async def admit(
-        self, model: str, *, session: str | None = None, kind: str = COMPLETION
+        self,
+        model: str,
+        *,
+        session: str | None = None,
+        kind: str = COMPLETION,
+        on_wait: Callable[[], None] | None = None,
     ) -> Ticket:
         """Wait for this request's (or operation's) turn; the caller must ``release`` it.
 
         Raises ``LoadFailed`` when its model would not load. Cancelling the caller takes it
         out of the queue at once (or releases it, if it was admitted in the meantime).
+        ``on_wait`` is called once if a decision passes it over (it is left waiting).
         """
-        ticket = Ticket(model, kind, session)
+        ticket = Ticket(model, kind, session, on_wait=on_wait)
         self.queue.append(ticket)
         self._announce()
         # Deferred one loop turn, so a burst submitted together shares one decision.
@@ -260,6 +268,14 @@ class EngineScheduler:
                     return
         finally:
             self._busy = False
+            self._passed_over()
+
+    def _passed_over(self) -> None:
+        """Tell the tickets a pass left queued that they wait."""
+        for ticket in [*self.queue, *self._batch]:
+            waiting, ticket.on_wait = ticket.on_wait, None
+            if waiting is not None and not ticket.admitted.done():
+                waiting()
 
     async def _pass(self) -> None:
         """Start as many as residency, exclusivity, the turn and capacity allow, then return."""

@@ -20,6 +20,7 @@ from aiohttp import web
 from backend.core.bad_requests import BadRequestLimiter, BadRequestLog
 from backend.core.clock import Clock
 from backend.protocol import errors
+from backend.protocol.custody import Held
 from backend.protocol.errors import BadResult
 from backend.protocol.peer import RpcPeer
 from backend.protocol.proxy import Door, DoorServed, ProxyTargets
@@ -37,6 +38,7 @@ from backend.protocol.worker_methods import (
 from backend.workers.proxy.app import build_app
 from backend.workers.proxy.attempt import sent_tracing
 from backend.workers.proxy.context import DoorContext
+from backend.workers.proxy.custody import Custody, Primed
 from backend.workers.proxy.dispatch import RetryPolicy, Router
 from backend.workers.proxy.handover import open_channel, receive_door
 from backend.workers.proxy.jobs import JobLog
@@ -83,8 +85,12 @@ class ProxyService:
         rng: RandomSource,
         relay_fd: int | None = None,
         handover_fd: int | None = None,
+        custody_fd: int | None = None,
     ) -> None:
         self._fds = dict(fds)
+        kept = socket.socket(fileno=custody_fd) if custody_fd is not None else None
+        self._custody = Custody(kept)
+        self._doors_up = asyncio.Event()
         self._relay_fd = relay_fd
         self._handover = open_channel(handover_fd)
         self._door_runners: dict[Door, web.AppRunner] = {}
@@ -259,13 +265,16 @@ class ProxyService:
                 load_model=self._load_model,
                 on_scheduler_change=self._scheduler_changed,
                 affinity=os.environ.get(AFFINITY_ENV, "on") != "off",
+                custody=self._custody,
             )
+            self._custody.start(self._replay)
             self._router = router
             self._have_router.set()
             runners: list[web.AppRunner] = []
             try:
                 await self._serve(router, board, runners)
             finally:
+                self._custody.close()
                 await asyncio.shield(_cleanup(runners))
                 await router.close()
 
@@ -281,6 +290,7 @@ class ProxyService:
                 runner, self._door_sites[door] = await self._start_door(contexts[door], fd)
                 self._door_runners[door] = runner
                 runners.append(runner)
+        self._doors_up.set()
         log.info("serving front doors: %s", ", ".join(self._fds))
         async with asyncio.TaskGroup() as group:
             relay = group.create_task(
@@ -291,6 +301,27 @@ class ProxyService:
             for site in self._sites:
                 await site.stop()
         await asyncio.Event().wait()
+
+    async def _replay(self, held: Held, conn: socket.socket, raw: bytes) -> None:
+        """Serve a request a killed predecessor held, on its client's connection."""
+        await self._doors_up.wait()
+        runner = self._door_runners.get(held.door)
+        server = runner.server if runner is not None else None
+        if server is None or self._closing.is_set():
+            conn.close()
+            return
+        custody = self._custody
+
+        def primed() -> Primed:
+            return Primed(server(), raw, lambda t: custody.expect(t, held), custody.forget)
+
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(primed, conn)
+        except OSError as exc:
+            log.info("a request given back could not be served: %s", exc)
+            conn.close()
+            return
+        log.info("serving job %s, which waited when the last proxy worker stopped", held.job)
 
     async def _start_door(
         self, context: DoorContext, fd: int

@@ -302,6 +302,31 @@ async def test_a_restart_marks_unfinished_jobs_interrupted(store: Store) -> None
     assert stored["me/run1/2"][0] == "completed"
 
 
+async def test_a_job_whose_request_waits_for_the_next_worker_stays_open(store: Store) -> None:
+    h = Harness(store)
+    h.send(1, "submitted", key="me/run1/1", target="a")
+    h.send(2, "started", key="me/run1/1", node="a")
+    h.send(1, "submitted", key="me/run1/2", target="a")
+    h.send(4, "submitted", key="me/run1/2", target="b")  # 2 and 3 still missing
+    h.send(1, "submitted", key="me/run1/3", target="a")
+    h.send(2, "completed", key="me/run1/3")
+    # The custody desk asks where each job stands, counting events waiting for a gap.
+    assert h.component.progress("me/run1/1") == (2, h.job("me/run1/1").attempt)
+    assert h.component.progress("me/run1/2") is not None
+    assert h.component.progress("me/run1/2")[0] == 4  # type: ignore[index]
+    assert h.component.progress("me/run1/3") is None, "a finished job has no progress"
+    assert h.component.progress("me/run1/9") is None
+    h.component.fail_unfinished("proxy exited", keep={"me/run1/2"})
+    assert h.job("me/run1/1").state == "failed"
+    assert h.job("me/run1/2").state == "in_flight", "a kept job was failed"
+    # The next worker goes on with the kept job's events.
+    h.send(2, "submitted", key="me/run1/2", target="a")
+    h.send(3, "started", key="me/run1/2", node="a")
+    h.send(5, "started", key="me/run1/2", node="b")
+    h.send(6, "completed", key="me/run1/2")
+    assert h.job("me/run1/2").state == "completed"
+
+
 async def test_the_proxy_exiting_fails_every_unfinished_job(store: Store) -> None:
     h = Harness(store)
     h.send(1, "submitted", key="me/run1/1", target="a")
