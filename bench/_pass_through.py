@@ -1,15 +1,20 @@
-"""A bare aiohttp pass-through for the relay benchmark: one HTTP hop and nothing else.
+"""A bare aiohttp pass-through: one HTTP hop and nothing else, the benchmarks' calibration point.
 
     python bench/_pass_through.py UPSTREAM [--pin BASE64_DER] [--fresh]
     (started by ``_common.PassThrough``; not run by hand)
 
-Listens on a free loopback port and forwards every request to ``UPSTREAM`` + its path, body
-read whole, answer streamed back. Plain HTTP by default: the relay hop as it was before pairing
-(plaintext between front doors). With ``--pin`` it speaks mutual TLS to the upstream, showing a
-certificate minted here and trusting only the pinned one, as PAIR's per-peer client context
-does; ``--fresh`` opens a new connection (a full handshake) per request instead of pooling.
-Once serving it prints one JSON line: ``{"url": URL, "cert": base64 DER of its certificate}``;
-stdin EOF stops it. No routing, no jobs: the cost of the transport alone.
+Listens on a free loopback port and forwards every request to ``UPSTREAM`` + its path over one
+pooled client session (``limit=0``, keep-alive), body read whole, answer streamed back chunk by
+chunk as it arrives (``iter_any()``, ``Content-Length`` kept when the upstream sent one). Like
+PAIR's front door it tries once more, on a new connection, when a pooled one turns out to have
+been closed by the upstream (llama-server closes its connection after a stream without saying
+so). ``bench/front_door.py`` puts it between its clients and an engine, next to PAIR's door;
+``bench/relay_hop.py`` uses it for the hop between nodes. Plain HTTP by default: the relay hop
+as it was before pairing (plaintext between front doors). With ``--pin`` it speaks mutual TLS
+to the upstream, showing a certificate minted here and trusting only the pinned one, as PAIR's
+per-peer client context does; ``--fresh`` opens a new connection (a full handshake) per request
+instead of pooling. Once serving it prints one JSON line: ``{"url": URL, "cert": base64 DER of
+its certificate}``; stdin EOF stops it. No routing, no jobs: the cost of the transport alone.
 """
 
 from __future__ import annotations
@@ -50,19 +55,37 @@ async def serve(upstream: str, pin: bytes | None, fresh: bool) -> None:
         if fresh
         else aiohttp.TCPConnector(limit=0, keepalive_timeout=30)
     )
-    async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
+    retry_connector = aiohttp.TCPConnector(limit=0, force_close=True)
+    async with (
+        aiohttp.ClientSession(connector=connector, auto_decompress=False) as session,
+        aiohttp.ClientSession(connector=retry_connector, auto_decompress=False) as retry_session,
+    ):
+
+        async def send(request: web.Request, body: bytes) -> aiohttp.ClientResponse:
+            async def attempt(via: aiohttp.ClientSession) -> aiohttp.ClientResponse:
+                return await via.request(
+                    request.method,
+                    upstream + request.raw_path,
+                    headers=_headers(request.headers),
+                    data=body or None,
+                    ssl=context,
+                )
+
+            try:
+                return await attempt(session)
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                # A pooled connection the upstream had closed: one try on a new one, as PAIR does.
+                if isinstance(exc, aiohttp.ClientConnectorError):
+                    raise
+                return await attempt(retry_session)
 
         async def forward(request: web.Request) -> web.StreamResponse:
             body = await request.read()
-            async with session.request(
-                request.method,
-                upstream + request.raw_path,
-                headers=_headers(request.headers),
-                data=body or None,
-                ssl=context,
-            ) as answer:
+            async with await send(request, body) as answer:
                 response = web.StreamResponse(status=answer.status)
                 response.headers.extend(_headers(answer.headers))
+                if answer.content_length is not None:
+                    response.content_length = answer.content_length
                 await response.prepare(request)
                 async for chunk in answer.content.iter_any():
                     await response.write(chunk)

@@ -1,30 +1,51 @@
-"""The front door's cost: the same requests sent to an engine directly and through PAIR's proxy.
+"""The front door's cost, calibrated: the same requests to an engine directly, through a bare
+aiohttp pass-through, and through PAIR's proxy, in one run.
 
     .venv/bin/python bench/front_door.py [--quick] [--skip-llama-server] [--logs DIR]
 
 Two engines on loopback: the Ollama emulator with fixed timing (no load delay, 8 reply tokens
 1 ms apart, 128 slots) and a real ``llama-server`` with the generated tiny model (8 tokens per
 reply, one compute thread, restarted for each concurrency level with ``-np`` equal to it).
-PAIR's real proxy worker runs under a ``ProxyComponent`` hosted in a child process
-(``_proxy_host.py``, as the broker hosts it), with a routing table that names both engines as
-this node's targets with those slot counts.
+Three paths to each, in the same process layout (client -> one process on loopback -> engine):
 
-For each engine and concurrency 1, 32 and 100 (closed-loop clients, non-streaming requests:
-``/api/generate`` on the emulator, ``/v1/chat/completions`` on llama-server), one markdown
-table row: latency p50/p99 direct and via PAIR, the added latency (via minus direct, per
-percentile), and requests/s of both. A second table has, per engine: the first-chunk overhead
-of streaming requests at c=1; the added per-chunk delay (inter-chunk gaps via PAIR minus direct,
-per percentile); requests/s at c=32 direct, via PAIR, and via PAIR with the proxy worker pinned
-to one core (all its threads, ``os.sched_setaffinity``; client and engine unpinned); the
-worker's CPU time per request; and its RSS idle after start and at the peak of the c=100 runs.
+- ``direct``: the engine itself;
+- ``bare``: a bare aiohttp pass-through (``_pass_through.py``, a child process: one pooled
+  client session with ``limit=0``, body read whole, the answer streamed back chunk by chunk with
+  ``iter_any()``, one retry on a pooled connection the engine had closed, as PAIR does), started
+  afresh per concurrency level; the calibration point: what any Python proxy in front costs;
+- ``PAIR``: PAIR's real proxy worker under a ``ProxyComponent`` hosted in a child process
+  (``_proxy_host.py``, as the broker hosts it), with a routing table that names both engines as
+  this node's targets with those slot counts.
+
+Two request kinds: JSON (``stream: false``: ``/api/generate`` on the emulator,
+``/v1/chat/completions`` on llama-server) and streams (NDJSON ``/api/chat`` on the emulator,
+SSE ``/v1/chat/completions`` on llama-server). For each engine, kind and concurrency 1, 32 and
+100 (closed-loop clients), one row of the main table: the latency p50/p99 direct, the added
+latency (path minus direct, per percentile) of the bare pass-through and of PAIR, the ratio
+PAIR/bare of those (the issue's target is at most 1.5: a ratio over it is bold and the last
+column names it; n/a when the bare pass-through added nothing measurable, i.e. <= 0), and
+requests/s of the three paths. Each row is measured in two rounds of half the requests, the
+three runs of a round back to back and the second round in reverse order (direct, bare, PAIR,
+then PAIR, bare, direct), pooled: each path sees the same machine state on average and a steady
+drift in the background load cancels out. Every run has its own warm-up on its own connections.
+
+A second table has, per engine: the first-chunk overhead of streams at c=1 (bare and PAIR);
+the added per-chunk delay (inter-chunk gaps via the path minus direct, per percentile) at c=1,
+bare and PAIR; requests/s of JSON at c=32 direct, bare, PAIR, and PAIR with the proxy worker
+pinned to one core (all its threads, ``os.sched_setaffinity``; client and engine unpinned); CPU
+time per request of the pass-through and of PAIR's worker; and the worker's RSS idle after
+start and at the peak of the c=100 rows. Then PAIR's per-chunk added delay p99 at every
+concurrency against its target (at most 1 ms), and per stream row the first-chunk times, the
+inter-chunk gaps and the slowest request of each path.
 
 llama-server closes its connection after every streamed response without saying so, so its
-streamed runs open one client connection per request, direct and via PAIR alike.
+streamed runs open one client connection per request, on every path alike.
 
-The load generator, the engines and the proxy share this machine's cores, and the direct and
-proxied runs follow each other rather than run together: on a busy machine (see the load
-average in the header) treat differences of a few ms as noise. Progress goes to stderr, the
-tables to stdout. Every process it starts is stopped by PID. Not part of the pytest run.
+The load generator, the engines and the proxies share this machine's cores: on a busy machine
+(see the load average in the header) treat differences of a few ms, and ratios of small added
+latencies, as noise; at c=100 contention rather than either proxy's own work dominates. Progress
+goes to stderr, the tables to stdout. Every process it starts is stopped by PID. Not part of the
+pytest run.
 """
 
 from __future__ import annotations
@@ -46,6 +67,7 @@ from typing import Any
 from _common import (
     Emulator,
     LoadResult,
+    PassThrough,
     ProxyHost,
     RssSampler,
     median,
@@ -67,7 +89,15 @@ from tests.engines.fixtures import (
 
 NODE_ID = "bench-node"
 LEVELS = (1, 32, 100)
+JSON, STREAM = "json", "stream"
+KINDS = (JSON, STREAM)
+DIRECT, BARE, PAIR = "direct", "bare", "PAIR"
+PATHS = (DIRECT, BARE, PAIR)
+# Each row in rounds of (direct, bare, PAIR), every other round reversed; results pooled.
+ROUNDS = 2
 PIN_LEVEL = 32
+RATIO_TARGET = 1.5  # PAIR's added latency at most this times the bare pass-through's
+CHUNK_TARGET_MS = 1.0  # PAIR's per-chunk added delay p99
 REPLY_TOKENS = 8
 EMULATOR_MODEL = "tinyllama:latest"
 EMULATOR_TOKEN_DELAY_S = 0.001
@@ -77,11 +107,12 @@ LLAMA_CONTEXT_PER_SLOT = 256
 # One compute thread: with its default (one per core) llama-server's spinning threads fight the
 # client and the proxy for the two cores here, and serve 2-4 times fewer requests per second.
 LLAMA_THREADS = 1
-# Measured requests per run: non-streaming per level, and streaming at c=1 (--quick: a quarter).
+# Measured requests per path and row (JSON and stream alike), by concurrency (--quick: a quarter).
 EMULATOR_REQUESTS = {1: 400, 32: 2000, 100: 3000}
 LLAMA_REQUESTS = {1: 400, 32: 800, 100: 1000}  # llama-server at -np 100 is slower
-STREAM_REQUESTS = 400
 QUICK_DIVISOR = 4
+
+Row = dict[str, LoadResult]  # path -> its runs of one row, pooled
 
 
 @dataclass(frozen=True)
@@ -89,8 +120,8 @@ class Backend:
     """One engine as the benchmark sees it: its label, front door, paths and request bodies.
 
     ``stream_closes``: the engine closes its connection after each streamed response without
-    saying so (llama-server does), so streamed runs open a new connection per request (direct
-    and via PAIR alike) instead of racing that close on a pooled one.
+    saying so (llama-server does), so streamed runs open a new connection per request (on every
+    path alike) instead of racing that close on a pooled one.
     """
 
     label: str
@@ -100,13 +131,23 @@ class Backend:
     plain_body: dict[str, Any]
     stream_path: str
     stream_body: dict[str, Any]
+    stream_format: str
     requests: dict[int, int]
     stream_closes: bool = False
 
     def total(self, level: int, quick: bool) -> int:
-        """Measured requests at concurrency ``level`` (0: the streamed run at c=1)."""
-        full = self.requests[level] if level else STREAM_REQUESTS
+        """Measured requests per path at concurrency ``level``."""
+        full = self.requests[level]
         return max(level, full // QUICK_DIVISOR) if quick else full
+
+    def request(self, kind: str) -> tuple[str, dict[str, Any]]:
+        """The URL path and body of a request of ``kind``."""
+        if kind == STREAM:
+            return self.stream_path, self.stream_body
+        return self.plain_path, self.plain_body
+
+    def kind_label(self, kind: str) -> str:
+        return f"stream ({self.stream_format})" if kind == STREAM else "JSON"
 
 
 EMULATOR = Backend(
@@ -121,6 +162,7 @@ EMULATOR = Backend(
         "messages": [{"role": "user", "content": "hi"}],
         "stream": True,
     },
+    stream_format="NDJSON",
     requests=EMULATOR_REQUESTS,
 )
 _CHAT = {"model": LLAMA_MODEL, "messages": [{"role": "user", "content": "hi"}]}
@@ -132,53 +174,77 @@ LLAMA = Backend(
     plain_body={**_CHAT, "max_tokens": REPLY_TOKENS, "stream": False},
     stream_path="/v1/chat/completions",
     stream_body={**_CHAT, "max_tokens": REPLY_TOKENS, "stream": True},
+    stream_format="SSE",
     requests=LLAMA_REQUESTS,
     stream_closes=True,
 )
 
 
 @dataclass
-class Pair:
-    """The same load sent directly and through PAIR."""
-
-    direct: LoadResult
-    via: LoadResult
-
-
-@dataclass
 class Findings:
-    """Everything measured for one backend."""
+    """Everything measured for one backend; ``rows`` by (request kind, concurrency)."""
 
     backend: Backend
-    levels: dict[int, Pair] = field(default_factory=dict)
-    stream: Pair | None = None
+    rows: dict[tuple[str, int], Row] = field(default_factory=dict)
     pinned: LoadResult | None = None
     rss_peak: int = 0
+
+    def results(self) -> list[LoadResult]:
+        """Every run's result (pooled per path), for counting failures."""
+        pinned_runs = [self.pinned] if self.pinned is not None else []
+        return [result for row in self.rows.values() for result in row.values()] + pinned_runs
 
 
 def progress(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
+def round_order(round_index: int) -> tuple[str, ...]:
+    """Direct, bare, PAIR; every other round the other way round."""
+    return PATHS if round_index % 2 == 0 else PATHS[::-1]
+
+
+def pooled(parts: list[LoadResult]) -> LoadResult:
+    """One path's runs as one result (requests/s over the runs' summed wall time)."""
+    whole = LoadResult()
+    seconds = 0.0
+    for part in parts:
+        whole.latencies += part.latencies
+        whole.first_chunks += part.first_chunks
+        whole.gaps += part.gaps
+        whole.proxy_ms += part.proxy_ms
+        whole.chunks += part.chunks
+        whole.cpu_s += part.cpu_s
+        whole.errors += part.errors
+        whole.error_sample = whole.error_sample or part.error_sample
+        seconds += len(part.latencies) / part.rate if part.rate else 0.0
+    whole.rate = len(whole.latencies) / seconds if seconds else 0.0
+    return whole
+
+
 @dataclass(frozen=True)
 class Runner:
-    """Runs loads against one backend: directly at ``engine_url`` or through ``proxy``."""
+    """Runs loads against one engine at ``engine_url``: directly, via ``bare``, via ``proxy``."""
 
     backend: Backend
     engine_url: str
+    bare: PassThrough
     proxy: ProxyHost
 
-    def load(
-        self, base_url: str, concurrency: int, total: int, *, stream: bool = False
-    ) -> LoadResult:
+    def target(self, path: str) -> tuple[str, int | None]:
+        """Where ``path`` sends requests, and the process whose CPU time it measures."""
+        if path == DIRECT:
+            return self.engine_url, None
+        if path == BARE:
+            return self.bare.url, self.bare.process.pid
+        return self.proxy.doors[self.backend.door], self.proxy.worker_pid
+
+    def load(self, path: str, kind: str, concurrency: int, total: int) -> LoadResult:
         """One measured run (after a warm-up on the same connections)."""
-        backend = self.backend
-        path, body = (
-            (backend.stream_path, backend.stream_body)
-            if stream
-            else (backend.plain_path, backend.plain_body)
-        )
-        url = f"{base_url}{path}"
+        base_url, cpu_pid = self.target(path)
+        url_path, body = self.backend.request(kind)
+        url = f"{base_url}{url_path}"
+        stream = kind == STREAM
         result = asyncio.run(
             run_load(
                 url,
@@ -187,65 +253,92 @@ class Runner:
                 concurrency=concurrency,
                 stream=stream,
                 warmup=max(concurrency, total // 10),
-                fresh_connections=stream and backend.stream_closes,
-                cpu_pid=self.proxy.worker_pid,
+                fresh_connections=stream and self.backend.stream_closes,
+                cpu_pid=cpu_pid,
             )
         )
         if result.errors:
-            progress(f"  {result.errors} failed requests to {url}, e.g. {result.error_sample}")
+            progress(
+                f"  {path}: {result.errors} failed requests to {url}, e.g. {result.error_sample}"
+            )
         return result
 
-    def compare(self, concurrency: int, total: int, *, stream: bool = False) -> Pair:
-        """The same load directly, then through the front door."""
-        direct = self.load(self.engine_url, concurrency, total, stream=stream)
-        via = self.load(self.door_url, concurrency, total, stream=stream)
+    def row(self, kind: str, concurrency: int, total: int) -> Row:
+        """``total`` requests per path in ``ROUNDS`` rounds of the three paths back to back."""
+        share = max(concurrency, math.ceil(total / ROUNDS))
+        runs: dict[str, list[LoadResult]] = {path: [] for path in PATHS}
+        for round_index in range(ROUNDS):
+            for path in round_order(round_index):
+                runs[path].append(self.load(path, kind, concurrency, share))
+        row = {path: pooled(parts) for path, parts in runs.items()}
+        p50 = " | ".join(f"{path} {median(row[path].latencies):.2f}" for path in PATHS)
         progress(
-            f"{self.backend.engine} {'stream' if stream else 'plain'} c={concurrency}: "
-            f"direct p50 {median(direct.latencies):.2f} ms {direct.rate:.0f}/s | "
-            f"via PAIR p50 {median(via.latencies):.2f} ms {via.rate:.0f}/s, "
-            f"worker CPU {cpu_per_request(via):.3f} ms/request"
+            f"{self.backend.engine} {kind} c={concurrency}: p50 {p50} ms; "
+            f"req/s {' / '.join(f'{row[path].rate:.0f}' for path in PATHS)}"
         )
-        return Pair(direct, via)
-
-    @property
-    def door_url(self) -> str:
-        return self.proxy.doors[self.backend.door]
+        return row
 
 
 def cpu_per_request(result: LoadResult) -> float:
-    """Proxy worker CPU milliseconds per measured request."""
+    """CPU milliseconds of the measured process per measured request."""
     return result.cpu_s * 1000 / len(result.latencies) if result.latencies else math.nan
 
 
 EngineAt = Callable[[int], contextlib.AbstractContextManager[str]]
 
 
+@contextlib.contextmanager
+def pass_through(upstream: str, log_path: Path) -> Iterator[PassThrough]:
+    """The bare pass-through to ``upstream``, stopped on the way out."""
+    bare = PassThrough(upstream, log_path=log_path)
+    try:
+        yield bare
+    finally:
+        bare.stop()
+
+
 def bench_backend(
-    backend: Backend, engine_at: EngineAt, proxy: ProxyHost, *, quick: bool, cpu: set[int]
+    backend: Backend,
+    engine_at: EngineAt,
+    proxy: ProxyHost,
+    logs: Path,
+    *,
+    quick: bool,
+    cpu: set[int],
 ) -> Findings:
     """All runs for one backend; ``engine_at(c)`` provides the engine URL sized for ``c``."""
     findings = Findings(backend)
     for level in LEVELS:
         total = backend.total(level, quick)
-        with engine_at(level) as engine_url:
-            runner = Runner(backend, engine_url, proxy)
+        bare_log = logs / f"pass-through-{backend.engine}-c{level}.log"
+        with engine_at(level) as engine_url, pass_through(engine_url, bare_log) as bare:
+            runner = Runner(backend, engine_url, bare, proxy)
             if level == max(LEVELS):
                 with RssSampler(proxy.worker_pid) as sampler:
-                    findings.levels[level] = runner.compare(level, total)
+                    bench_level(findings, runner, level, total)
                 findings.rss_peak = sampler.peak
             else:
-                findings.levels[level] = runner.compare(level, total)
-            if level == 1:
-                findings.stream = runner.compare(1, backend.total(0, quick), stream=True)
+                bench_level(findings, runner, level, total)
             if level == PIN_LEVEL:
-                with pinned(proxy.worker_pid, cpu):
-                    findings.pinned = runner.load(runner.door_url, level, total)
-                progress(
-                    f"{backend.engine} plain c={level}, worker pinned to CPU {sorted(cpu)}: "
-                    f"{findings.pinned.rate:.0f}/s, "
-                    f"worker CPU {cpu_per_request(findings.pinned):.3f} ms/request"
-                )
+                findings.pinned = pinned_run(runner, level, total, cpu)
     return findings
+
+
+def bench_level(findings: Findings, runner: Runner, level: int, total: int) -> None:
+    """The JSON row and the stream row at concurrency ``level``."""
+    for kind in KINDS:
+        findings.rows[(kind, level)] = runner.row(kind, level, total)
+
+
+def pinned_run(runner: Runner, level: int, total: int, cpu: set[int]) -> LoadResult:
+    """JSON via PAIR with every thread of the proxy worker pinned to ``cpu``."""
+    with pinned(runner.proxy.worker_pid, cpu):
+        result = runner.load(PAIR, JSON, level, total)
+    progress(
+        f"{runner.backend.engine} json c={level}, worker pinned to CPU {sorted(cpu)}: "
+        f"{result.rate:.0f}/s, worker CPU {cpu_per_request(result):.3f} ms/request"
+    )
+    return result
 
 
 def local_target(url: str, models: list[str], slots: int) -> RouteTarget:
@@ -265,75 +358,154 @@ def ms(value: float) -> str:
     return "n/a" if math.isnan(value) else f"{value:.2f}"
 
 
+def added_ms(via: list[float], direct: list[float], fraction: float) -> float:
+    """The ``fraction`` percentile of ``via`` minus that of ``direct``."""
+    return percentile(via, fraction) - percentile(direct, fraction)
+
+
 def added(via: list[float], direct: list[float], fraction: float) -> str:
-    return ms(percentile(via, fraction) - percentile(direct, fraction))
+    return ms(added_ms(via, direct, fraction))
+
+
+def ratio(pair_added: float, bare_added: float) -> float:
+    """PAIR's added latency over the bare pass-through's; NaN when the bare one is <= 0."""
+    return pair_added / bare_added if bare_added > 0 else math.nan
+
+
+def ratio_cell(value: float) -> str:
+    if math.isnan(value):
+        return "n/a"
+    return f"**{value:.2f}x**" if value > RATIO_TARGET else f"{value:.2f}x"
+
+
+def over_target(ratios: dict[str, float]) -> str:
+    """The percentiles whose ratio misses the target, bold; ``ok`` or ``n/a`` otherwise."""
+    over = [name for name, value in ratios.items() if value > RATIO_TARGET]
+    if over:
+        return f"**over: {', '.join(over)}**"
+    return "n/a" if all(math.isnan(value) for value in ratios.values()) else "ok"
+
+
+def main_row(findings: Findings, kind: str, level: int, row: Row) -> str:
+    d, b, p = (row[path].latencies for path in PATHS)
+    cells = [findings.backend.label, findings.backend.kind_label(kind), str(level), str(len(p))]
+    cells += [ms(percentile(d, 0.5)), ms(percentile(d, 0.99))]
+    ratios: dict[str, float] = {}
+    for name, fraction in (("p50", 0.5), ("p99", 0.99)):
+        bare_added, pair_added = added_ms(b, d, fraction), added_ms(p, d, fraction)
+        ratios[name] = ratio(pair_added, bare_added)
+    cells += [added(b, d, 0.5), added(b, d, 0.99), added(p, d, 0.5), added(p, d, 0.99)]
+    cells += [ratio_cell(ratios["p50"]), ratio_cell(ratios["p99"])]
+    cells += [" / ".join(f"{row[path].rate:.0f}" for path in PATHS), over_target(ratios)]
+    return f"| {' | '.join(cells)} |"
 
 
 def main_table(all_findings: list[Findings]) -> list[str]:
     lines = [
-        "| backend | c | n | direct p50 | direct p99 | via PAIR p50 | via PAIR p99 "
-        "| added p50 | added p99 | req/s direct | req/s via PAIR |",
-        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        "| engine | request | c | n | direct p50 | direct p99 | bare added p50 "
+        "| bare added p99 | PAIR added p50 | PAIR added p99 | PAIR/bare p50 | PAIR/bare p99 "
+        f"| req/s direct / bare / PAIR | PAIR/bare <= {RATIO_TARGET:g}x |",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|",
     ]
     for findings in all_findings:
-        for level, pair in findings.levels.items():
-            d, v = pair.direct.latencies, pair.via.latencies
-            lines.append(
-                f"| {findings.backend.label} | {level} | {len(v)} "
-                f"| {ms(percentile(d, 0.5))} | {ms(percentile(d, 0.99))} "
-                f"| {ms(percentile(v, 0.5))} | {ms(percentile(v, 0.99))} "
-                f"| {added(v, d, 0.5)} | {added(v, d, 0.99)} "
-                f"| {pair.direct.rate:.0f} | {pair.via.rate:.0f} |"
-            )
+        for kind in KINDS:
+            for level in LEVELS:
+                row = findings.rows.get((kind, level))
+                if row is not None:
+                    lines.append(main_row(findings, kind, level, row))
     return lines
+
+
+def per_path(row: Row | None, pick: Callable[[LoadResult], list[float]]) -> str:
+    """Bare and PAIR minus direct, p50 / p99, of the samples ``pick`` takes from each result."""
+    if row is None:
+        return "n/a"
+    d = pick(row[DIRECT])
+    return "; ".join(
+        f"{path} {added(pick(row[path]), d, 0.5)} / {added(pick(row[path]), d, 0.99)}"
+        for path in (BARE, PAIR)
+    )
+
+
+def extras_row(findings: Findings, idle_rss: int) -> str:
+    stream, plain = findings.rows.get((STREAM, 1)), findings.rows.get((JSON, PIN_LEVEL))
+    rates = cpu_cost = "n/a"
+    if plain is not None:
+        pinned_rate = f"{findings.pinned.rate:.0f}" if findings.pinned is not None else "n/a"
+        rates = " / ".join([*(f"{plain[path].rate:.0f}" for path in PATHS), pinned_rate])
+        bare_cpu, pair_cpu = cpu_per_request(plain[BARE]), cpu_per_request(plain[PAIR])
+        cpu_cost = (
+            f"{bare_cpu:.3f} / {pair_cpu:.3f} ms (PAIR: {1000 / pair_cpu:.0f} req/s per busy core)"
+        )
+    cells = [
+        findings.backend.label,
+        per_path(stream, lambda result: result.first_chunks) + " ms",
+        per_path(stream, lambda result: result.gaps) + " ms",
+        rates,
+        cpu_cost,
+        f"{idle_rss / 2**20:.1f} / {findings.rss_peak / 2**20:.1f} MB",
+    ]
+    return f"| {' | '.join(cells)} |"
 
 
 def extras_table(all_findings: list[Findings], idle_rss: int, cpu: set[int]) -> list[str]:
     lines = [
-        "| backend | first-chunk added p50 / p99 (c=1, stream) "
-        "| per-chunk added p50 / p99 (gap via - direct) "
-        f"| req/s c={PIN_LEVEL}: direct / via PAIR / via PAIR, worker pinned to CPU "
+        "| engine | first-chunk added p50 / p99 (c=1 stream) "
+        "| per-chunk added p50 / p99 (gap via path - direct, c=1 stream) "
+        f"| req/s JSON c={PIN_LEVEL}: direct / bare / PAIR / PAIR, worker pinned to CPU "
         f"{','.join(map(str, sorted(cpu)))} "
-        f"| worker CPU per request via PAIR (c={PIN_LEVEL}) "
-        f"| worker RSS idle / peak at c={max(LEVELS)} |",
+        f"| CPU per request, JSON c={PIN_LEVEL}: bare / PAIR worker "
+        f"| PAIR worker RSS idle / peak at c={max(LEVELS)} |",
         "|---|--:|--:|--:|--:|--:|",
     ]
+    lines += [extras_row(findings, idle_rss) for findings in all_findings]
+    return lines
+
+
+def chunk_target(all_findings: list[Findings]) -> list[str]:
+    """PAIR's (and the bare pass-through's) per-chunk added delay p99 at every concurrency."""
+    lines = []
     for findings in all_findings:
-        stream, plain = findings.stream, findings.levels.get(PIN_LEVEL)
-        first = chunk = rates = cpu_cost = "n/a"
-        if stream is not None:
-            d, v = stream.direct.first_chunks, stream.via.first_chunks
-            first = f"{added(v, d, 0.5)} / {added(v, d, 0.99)} ms"
-            gd, gv = stream.direct.gaps, stream.via.gaps
-            chunk = f"{added(gv, gd, 0.5)} / {added(gv, gd, 0.99)} ms"
-        if plain is not None and findings.pinned is not None:
-            rates = f"{plain.direct.rate:.0f} / {plain.via.rate:.0f} / {findings.pinned.rate:.0f}"
-            per_request = cpu_per_request(plain.via)
-            cpu_cost = f"{per_request:.3f} ms (= {1000 / per_request:.0f} req/s per busy core)"
+        cells = []
+        for level in LEVELS:
+            row = findings.rows.get((STREAM, level))
+            if row is None:
+                continue
+            d = row[DIRECT].gaps
+            pair_p99 = added_ms(row[PAIR].gaps, d, 0.99)
+            verdict = "**over**" if pair_p99 > CHUNK_TARGET_MS else "ok"
+            cells.append(
+                f"c={level} {ms(pair_p99)} ms {verdict} (bare {added(row[BARE].gaps, d, 0.99)} ms)"
+            )
         lines.append(
-            f"| {findings.backend.label} | {first} | {chunk} | {rates} | {cpu_cost} "
-            f"| {idle_rss / 2**20:.1f} / {findings.rss_peak / 2**20:.1f} MB |"
+            f"- {findings.backend.label}, PAIR per-chunk added delay p99 "
+            f"(target <= {CHUNK_TARGET_MS:g} ms): {'; '.join(cells)}"
         )
     return lines
+
+
+def p50_p99(samples: list[float]) -> str:
+    return f"{ms(percentile(samples, 0.5))} / {ms(percentile(samples, 0.99))}"
 
 
 def stream_detail(all_findings: list[Findings]) -> list[str]:
     lines = []
     for findings in all_findings:
-        if findings.stream is None:
-            continue
-        d, v = findings.stream.direct, findings.stream.via
-        lines.append(
-            f"- {findings.backend.label}, stream c=1: first chunk direct "
-            f"{ms(percentile(d.first_chunks, 0.5))} / {ms(percentile(d.first_chunks, 0.99))} ms, "
-            f"via PAIR {ms(percentile(v.first_chunks, 0.5))} / "
-            f"{ms(percentile(v.first_chunks, 0.99))} ms; inter-chunk gap direct "
-            f"{ms(percentile(d.gaps, 0.5))} / {ms(percentile(d.gaps, 0.99))} ms, via PAIR "
-            f"{ms(percentile(v.gaps, 0.5))} / {ms(percentile(v.gaps, 0.99))} ms "
-            f"({d.chunks} / {v.chunks} chunks); slowest request direct "
-            f"{ms(max(d.latencies, default=math.nan))} ms, via PAIR "
-            f"{ms(max(v.latencies, default=math.nan))} ms"
-        )
+        for level in LEVELS:
+            row = findings.rows.get((STREAM, level))
+            if row is None:
+                continue
+            each = [(path, row[path]) for path in PATHS]
+            lines.append(
+                f"- {findings.backend.label}, stream c={level}, p50 / p99 ms: first chunk "
+                + ", ".join(f"{path} {p50_p99(r.first_chunks)}" for path, r in each)
+                + "; inter-chunk gap "
+                + ", ".join(f"{path} {p50_p99(r.gaps)}" for path, r in each)
+                + " ("
+                + " / ".join(str(r.chunks) for _, r in each)
+                + " chunks); slowest request "
+                + ", ".join(f"{path} {ms(max(r.latencies, default=math.nan))}" for path, r in each)
+            )
     return lines
 
 
@@ -347,7 +519,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="about a quarter of the requests")
     parser.add_argument("--skip-llama-server", action="store_true")
     parser.add_argument(
-        "--logs", type=Path, help="keep the engines' and the proxy's logs here (default: discard)"
+        "--logs",
+        type=Path,
+        help="keep the engines', the pass-throughs' and the proxy's logs here (default: discard)",
     )
     args = parser.parse_args()
     cpu = {min(os.sched_getaffinity(0))}
@@ -380,7 +554,7 @@ def main() -> int:
                     yield emulator.url
 
                 all_findings.append(
-                    bench_backend(EMULATOR, emulator_at, proxy, quick=args.quick, cpu=cpu)
+                    bench_backend(EMULATOR, emulator_at, proxy, logs, quick=args.quick, cpu=cpu)
                 )
                 if not args.skip_llama_server:
                     llama = bench_llama_server(proxy, emulator_target, logs, args.quick, cpu)
@@ -416,7 +590,7 @@ def bench_llama_server(
         finally:
             stop_llama_server(server)
 
-    return bench_backend(LLAMA, llama_at, proxy, quick=quick, cpu=cpu)
+    return bench_backend(LLAMA, llama_at, proxy, logs, quick=quick, cpu=cpu)
 
 
 def start_llama_server(binary: Path, model: Path, slots: int, log_path: Path) -> LlamaServer:
@@ -448,25 +622,23 @@ def report(
     load_before: float,
 ) -> None:
     print(
-        f"Front door vs direct: {platform.python_implementation()} {platform.python_version()}, "
-        f"{os.cpu_count()} CPUs, load average {load_before:.1f} before and "
-        f"{os.getloadavg()[0]:.1f} after, {seconds:.0f} s{' (--quick)' if quick else ''}. "
-        "Latencies in ms, closed-loop clients, non-streaming requests; "
-        "added = via PAIR - direct, per percentile; n = measured requests per side."
+        f"Front door vs a bare pass-through vs direct: {platform.python_implementation()} "
+        f"{platform.python_version()}, {os.cpu_count()} CPUs, load average {load_before:.1f} "
+        f"before and {os.getloadavg()[0]:.1f} after, {seconds:.0f} s"
+        f"{' (--quick)' if quick else ''}. Latencies in ms, closed-loop clients; added = path - "
+        "direct, per percentile; PAIR/bare = PAIR's added over the bare pass-through's (n/a when "
+        f"the bare one is <= 0; bold when over {RATIO_TARGET:g}x); n = measured requests per "
+        f"path, in {ROUNDS} rounds (direct, bare, PAIR; then reversed), pooled."
     )
     print()
     print("\n".join(main_table(all_findings)))
     print()
     print("\n".join(extras_table(all_findings, idle_rss, cpu)))
     print()
+    print("\n".join(chunk_target(all_findings)))
+    print()
     print("\n".join(stream_detail(all_findings)))
-    results = [
-        result
-        for findings in all_findings
-        for pair in [*findings.levels.values(), *([findings.stream] if findings.stream else [])]
-        for result in (pair.direct, pair.via)
-    ] + [findings.pinned for findings in all_findings if findings.pinned is not None]
-    failures = sum(result.errors for result in results)
+    failures = sum(result.errors for findings in all_findings for result in findings.results())
     if failures:
         print(f"\n{failures} requests failed (see stderr); they are not in the figures.")
 

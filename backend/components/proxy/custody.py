@@ -69,10 +69,11 @@ class CustodyDesk:
 
     def _caught_up(self, record: Held) -> Held:
         """The record with the job's last event and attempt as the broker saw them (the dead
-        worker may have tried it after holding it: the next events must follow those)."""
+        worker may have tried it after holding it, and its last events may never have left
+        it: the next events must follow exactly those the broker has)."""
         progress = self._progress(record.job)
-        if progress is None:
-            return record
+        if progress is None:  # it never reached the broker: its events start afresh
+            return msgspec.structs.replace(record, seq=0)
         seq, attempt = progress
         return msgspec.structs.replace(
             record, seq=max(seq, record.seq), attempt=max(attempt, record.attempt)

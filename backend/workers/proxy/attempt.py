@@ -14,6 +14,7 @@ import contextlib
 import ipaddress
 import ssl
 from collections.abc import Callable, Container, Coroutine, Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -56,21 +57,54 @@ class Timeouts:
     first_content: float
 
 
+class Gone:
+    """Set once a node leaves the routing table; calls what waits on it (no task per wait)."""
+
+    __slots__ = ("_callbacks", "_set")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._callbacks: list[Callable[[], None]] = []
+
+    def is_set(self) -> bool:
+        """Whether the node has left."""
+        return self._set
+
+    def set(self) -> None:
+        """The node left: call every waiter once."""
+        if self._set:
+            return
+        self._set = True
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def on_set(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` when set; returns what stops that."""
+        self._callbacks.append(callback)
+
+        def remove() -> None:
+            with contextlib.suppress(ValueError):
+                self._callbacks.remove(callback)
+
+        return remove
+
+
 @dataclass(eq=False)
 class _Watch:
-    gone: asyncio.Event = field(default_factory=asyncio.Event)
+    gone: Gone = field(default_factory=Gone)
     attempts: int = 0
 
 
 class Departures:
-    """One "gone" event per node that attempts are waiting on, set when it leaves the table."""
+    """One "gone" signal per node that attempts are waiting on, set when it leaves the table."""
 
     def __init__(self) -> None:
         self._watched: dict[str, _Watch] = {}
 
     @contextlib.contextmanager
-    def watch(self, node: str) -> Iterator[asyncio.Event]:
-        """The event set once ``node`` leaves the table, while the ``with`` block waits on it."""
+    def watch(self, node: str) -> Iterator[Gone]:
+        """The signal set once ``node`` leaves the table, while the ``with`` block waits on it."""
         entry = self._watched.setdefault(node, _Watch())
         entry.attempts += 1
         try:
@@ -91,23 +125,43 @@ class Departures:
 
 
 async def unless_gone(
-    work: Coroutine[Any, Any, Commit | Failure], gone: asyncio.Event, node: str
+    work: Coroutine[Any, Any, Commit | Failure], gone: Gone, node: str
 ) -> Commit | Failure:
     """Run ``work`` (a ``precommit``) until it ends or ``gone`` is set, whichever comes first.
 
     When the node goes first the attempt cancels its own upstream request (closing the
     connection, so the engine stops working on it) and ends with a ``target-gone`` failure.
-    A client that disconnects cancels the caller, and with it both waits.
+    A client that disconnects cancels the caller, and with it the work. The work runs in the
+    caller's task: the departure cancels that task's current wait, from a callback that does
+    nothing once the work has its outcome.
     """
-    async with asyncio.TaskGroup() as group:
-        upstream = group.create_task(work, name=f"precommit:{node}")
-        departure = group.create_task(gone.wait(), name=f"gone:{node}")
-        await asyncio.wait((upstream, departure), return_when=asyncio.FIRST_COMPLETED)
-        departure.cancel()
-        upstream.cancel()  # no-op once it has its outcome: a finished attempt is kept
-    if upstream.cancelled():
-        return Failure("target-gone", f"node {node} left the table")
-    return upstream.result()
+    left = Failure("target-gone", f"node {node} left the table")
+    if gone.is_set():
+        work.close()
+        return left
+    task = asyncio.current_task()
+    assert task is not None
+    state = {"done": False, "cut": False}
+
+    def cut() -> None:
+        if not state["done"]:
+            state["cut"] = True
+            task.cancel()
+
+    def later() -> None:  # the task may be running now: cut it once it waits
+        asyncio.get_running_loop().call_soon(cut)
+
+    stop = gone.on_set(later)
+    try:
+        outcome = await work
+    except asyncio.CancelledError:
+        if state["cut"] and task.uncancel() == 0:
+            return left
+        raise
+    finally:
+        state["done"] = True
+        stop()
+    return outcome
 
 
 async def precommit(
@@ -130,6 +184,7 @@ async def precommit(
     """
     if not on_this_computer(url, tls):
         headers = without_credentials(headers)
+    token = _ON_SENT.set(sent)
     try:
         async with _timeout(timeouts.headers):
             for fresh in (False, True):
@@ -140,9 +195,10 @@ async def precommit(
                         headers=headers,
                         data=body,
                         allow_redirects=False,
-                        trace_request_ctx=sent,
                         ssl=tls,
                     )
+                    if not body and sent is not None:
+                        sent()  # nothing to write after the headers; the answer came
                     break
                 except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
                     # An engine may close an idle pooled connection (llama-server does after
@@ -156,6 +212,8 @@ async def precommit(
         )
     except (aiohttp.ClientError, OSError) as exc:
         return Failure("transport", f"upstream error: {exc or type(exc).__name__}")
+    finally:
+        _ON_SENT.reset(token)
     try:
         if retryable_status(upstream.status, inference=inference):
             return await _status_failure(upstream)
@@ -210,23 +268,24 @@ async def _status_failure(upstream: aiohttp.ClientResponse) -> Failure:
     )
 
 
-def sent_tracing() -> aiohttp.TraceConfig:
-    """Calls the ``sent`` callback given to ``precommit`` once the request's headers are sent.
+# The ``sent`` callback of the request being sent in this task (and the body-writer task
+# aiohttp starts from it, which copies the context).
+_ON_SENT: ContextVar[Callable[[], None] | None] = ContextVar("pair_on_sent", default=None)
 
-    Until then the engine has not got the request (it may not even be listening), so the job
-    must not read Running however free the engine's slots are.
-    """
 
-    async def on_headers_sent(
-        _: aiohttp.ClientSession, context: object, __: aiohttp.TraceRequestHeadersSentParams
-    ) -> None:
-        sent = getattr(context, "trace_request_ctx", None)
-        if callable(sent):
+class SentRequest(aiohttp.ClientRequest):
+    """aiohttp's request, calling ``precommit``'s ``sent`` once the body (and so the headers
+    before it) is written: until then the engine has not got the request (it may not even be
+    listening), so the job must not read Running however free the engine's slots are.
+
+    The session's ``request_class``; much cheaper than a ``TraceConfig``, which makes every
+    request await a dozen signals."""
+
+    async def write_bytes(self, *args: Any, **kwargs: Any) -> None:
+        await super().write_bytes(*args, **kwargs)
+        sent = _ON_SENT.get()
+        if sent is not None:
             sent()
-
-    tracing = aiohttp.TraceConfig()
-    tracing.on_request_headers_sent.append(on_headers_sent)
-    return tracing
 
 
 def _timeout(seconds: float) -> asyncio.Timeout:

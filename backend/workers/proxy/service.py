@@ -36,11 +36,12 @@ from backend.protocol.worker_methods import (
     PROXY_TARGETS,
 )
 from backend.workers.proxy.app import build_app
-from backend.workers.proxy.attempt import sent_tracing
+from backend.workers.proxy.attempt import SentRequest
 from backend.workers.proxy.context import DoorContext
 from backend.workers.proxy.custody import Custody, Primed
 from backend.workers.proxy.dispatch import RetryPolicy, Router
 from backend.workers.proxy.handover import open_channel, receive_door
+from backend.workers.proxy.jobs import FLUSH_S as JOB_FLUSH_S
 from backend.workers.proxy.jobs import JobLog
 from backend.workers.proxy.peer_tls import PeerTls, credentials_from
 from backend.workers.proxy.relay import PeerStarted, RelayBoard
@@ -250,12 +251,12 @@ class ProxyService:
             connector=connector,
             timeout=timeout,
             auto_decompress=False,
-            trace_configs=[sent_tracing()],
+            request_class=SentRequest,
         ) as session:
             board = RelayBoard()
             router = Router(
                 session,
-                JobLog(lambda event: self._notify(PROXY_JOB.name, event)),
+                JobLog(lambda event: self._notify(PROXY_JOB.name, event), flush_s=JOB_FLUSH_S),
                 clock=self._clock,
                 rng=self._rng,
                 policy=retry_policy(os.environ),
@@ -277,6 +278,7 @@ class ProxyService:
                 self._custody.close()
                 await asyncio.shield(_cleanup(runners))
                 await router.close()
+                router.jobs.flush()
 
     async def _serve(self, router: Router, board: RelayBoard, runners: list[web.AppRunner]) -> None:
         await self._have_targets.wait()

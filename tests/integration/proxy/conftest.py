@@ -62,6 +62,14 @@ class RunningProxy:
         """Job keys in the order the jobs appeared."""
         return list(dict.fromkeys(e["key"] for e in self.jobs))
 
+    async def wait_keys(self, count: int, timeout: float = 10.0) -> list[str]:
+        """The job keys once at least ``count`` jobs have reported (the worker sends job
+        events in batches, within 10 ms)."""
+        async with asyncio.timeout(timeout):
+            while len(keys := self.keys()) < count:
+                await asyncio.sleep(0.005)
+        return keys
+
     async def wait_job(
         self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 10.0
     ) -> dict[str, Any]:

@@ -189,8 +189,9 @@ async def _kill_proxy_mid_burst(a: Client, b: Client, door: str, node_b: Broker)
     for key in held:  # the jobs the dead worker held end, none stays Running forever
         ended = await a.wait_push(
             "workloads:event",
-            lambda e, key=key: e["key"] == key
-            and e["workload"]["state"] in ("failed", "completed"),
+            lambda e, key=key: (
+                e["key"] == key and e["workload"]["state"] in ("failed", "completed")
+            ),
             since=pushes_before,
         )
         if ended["workload"]["state"] == "failed":

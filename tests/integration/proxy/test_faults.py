@@ -167,7 +167,7 @@ async def test_a_fault_before_the_first_byte_fails_over_to_the_next_engine(
     assert engine_b.received == ["t1"] and broken.accepted >= 1
     # Only a stall let the request through to engine A; its answer never came back.
     assert engine_a.received == (["t1"] if fault.action == "stall" else [])
-    key = proxy.keys()[0]
+    key = (await proxy.wait_keys(1))[0]
     await finished(proxy, key)
     # Attempt 1 may read Running for a moment: its headers did leave on an accepted connection.
     assert [k for k in kinds(proxy, key) if k != ("started", 1, LOCAL_NODE)] == [
@@ -211,7 +211,7 @@ async def test_a_fault_after_the_first_byte_ends_the_stream_with_an_error_and_no
     assert reason in records[-1]["error"]  # in-band, in Ollama's shape, as the last line
     assert answer.cut  # and the transfer itself says it is incomplete
     assert engine_b.received == []  # never retried elsewhere: no token twice
-    key = proxy.keys()[1]
+    key = (await proxy.wait_keys(2))[1]
     ended = await finished(proxy, key)
     assert ended["kind"] == "errored" and not ended.get("cancelled", False)
     assert reason in ended["error"]
@@ -245,7 +245,7 @@ async def test_a_black_holed_engine_is_given_up_on_within_the_budget_with_a_clea
     text = body["error"] if door == "ollama" else body["error"]["message"]
     assert message in text
     assert hole.accepted == 5 and engine_a.received == []  # the whole dispatch budget, no more
-    ended = await finished(proxy, proxy.keys()[0])
+    ended = await finished(proxy, (await proxy.wait_keys(1))[0])
     assert ended["kind"] == "errored" and message in ended["error"]
 
 
@@ -270,12 +270,13 @@ async def test_a_busy_engine_is_passed_over_and_busy_everywhere_is_reported_busy
     assert refused.status == 503
     assert json.loads(refused.lines[0])["error"]["message"] == "no slot available"
     assert busy_a.accepted + front_b.accepted == 1 + 5 + 1  # t1: A, B; t2: five dispatches
-    jobs = len(proxy.keys())
+    jobs = len(await proxy.wait_keys(2))  # t1 and t2
     asked = (busy_a.accepted, front_b.accepted)
 
     held = await chat(proxy, "t3")
     # Both just said busy: answered at once, no job, no engine asked.
     assert held.status == 503 and "busy" in json.loads(held.lines[0])["error"]
+    await asyncio.sleep(0.1)  # longer than a batch of job events waits
     assert len(proxy.keys()) == jobs and (busy_a.accepted, front_b.accepted) == asked
 
 
@@ -312,5 +313,5 @@ async def test_an_openai_stream_cut_after_the_first_byte_ends_with_an_error_even
 
     assert "the engine's response broke off" in cut.value.message
     await client.close()
-    ended = await finished(proxy, proxy.keys()[1])
+    ended = await finished(proxy, (await proxy.wait_keys(2))[1])
     assert ended["kind"] == "errored" and "broke off" in ended["error"]

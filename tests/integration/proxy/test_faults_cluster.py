@@ -106,7 +106,7 @@ async def test_a_fault_on_the_way_to_a_peer_before_the_first_byte_fails_over(
     assert [r["message"]["content"] for r in answer.records()] == ["c:t1 "] * 4
     assert engine_c.received == ["t1"] and rig.engines[0].received == []
     assert broken.accepted >= 1
-    key = a.keys()[0]
+    key = (await a.wait_keys(1))[0]
     await finished(a, key)
     assert [k for k in kinds(a, key) if k[0] != "started" or k[1] == 2] == [
         ("submitted", 1, NODE_B),
@@ -145,12 +145,13 @@ async def test_a_peer_stream_cut_after_the_first_byte_ends_with_an_error_and_no_
     assert not any(r.get("done") for r in records)
     assert reason in records[-1]["error"] and answer.cut
     assert engine_c.received == []  # never retried elsewhere: no token twice
-    key = a.keys()[1]
+    key = (await a.wait_keys(2))[1]
     ended = await finished(a, key)
     assert ended["kind"] == "errored" and reason in ended["error"]
     assert [k for k, *_ in kinds(a, key)].count("submitted") == 1
+    await b.wait_keys(2)
     assert [e["key"] for e in b.events() if e["kind"] == "submitted"] == [
-        f"{a.keys()[0]}@1",
+        f"{(await a.wait_keys(1))[0]}@1",
         f"{key}@1",
     ]  # B served each request once
 
@@ -170,7 +171,7 @@ async def test_a_black_holed_peer_is_given_up_on_within_the_budget_with_a_clear_
     assert [e["target"] for e in dispatches] == [NODE_B] * 5 and b.keys() == []
     # Each dispatch dialled once, and at most once more to ask whether it had started.
     assert 5 <= hole.accepted <= 10
-    ended = await finished(a, a.keys()[0])
+    ended = await finished(a, (await a.wait_keys(1))[0])
     assert ended["kind"] == "errored" and message in ended["error"]
 
 

@@ -108,7 +108,7 @@ async def test_failover_when_this_nodes_engine_is_dead_before_the_first_byte(
     assert status == 200
     lines = [json.loads(line) for line in body.splitlines()]
     assert lines[-1]["done"] is True and "b:t1" in lines[0]["message"]["content"]
-    key = a.keys()[0]
+    key = (await a.wait_keys(1))[0]
     await a.wait_job(lambda e: e["key"] == key and e["kind"] == "completed")
     assert _kinds(a, key) == [
         ("submitted", 1, LOCAL_NODE),
@@ -135,7 +135,7 @@ async def test_no_retry_after_the_commit_and_a_cut_stream_is_failed(
     with pytest.raises(aiohttp.ClientPayloadError):
         await _chat(a, "t1")
 
-    key = a.keys()[0]
+    key = (await a.wait_keys(1))[0]
     ended = await a.wait_job(lambda e: e["key"] == key and e["kind"] == "errored")
     assert ended.get("cancelled", False) is False
     assert cutting.received == ["t1"] and engine_b.received == []
@@ -214,7 +214,7 @@ async def test_one_slot_two_requests_read_in_flight_then_running(
     second = asyncio.create_task(_chat(a, "t2", stream=False))
     await asyncio.gather(first, second)
 
-    key_1, key_2 = a.keys()
+    key_1, key_2 = await a.wait_keys(2)
     for key in (key_1, key_2):
         await a.wait_job(lambda e, key=key: e["key"] == key and e["kind"] == "completed")
     order = [(e["key"], e["kind"]) for e in a.jobs if e["kind"] in ("started", "completed")]
@@ -345,7 +345,7 @@ async def test_a_client_that_leaves_mid_stream_cancels_the_remote_engines_work(
         await response.content.readline()
         response.close()
 
-    key = a.keys()[0]
+    key = (await a.wait_keys(1))[0]
     ended = await a.wait_job(lambda e: e["key"] == key and e["kind"] == "errored")
     assert ended["cancelled"] is True
     b = _NODES[NODE_B]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 from typing import Any
 
@@ -10,7 +11,7 @@ import msgspec
 from backend.components.workloads.component import parse_report
 from backend.components.workloads.state import Job as WorkloadJob
 from backend.components.workloads.state import apply_in_order
-from backend.protocol.types import JobEvent
+from backend.protocol.types import JobEvent, NodeId
 from backend.workers.proxy.jobs import Job, JobLog
 
 
@@ -228,3 +229,21 @@ def test_a_cancelled_job_reads_cancelled_at_the_broker() -> None:
         "node-a",
         "the client stopped reading",
     )
+
+
+async def test_a_batching_log_sends_a_request_s_events_together_and_in_order() -> None:
+    sent = _Sent()
+    log = JobLog(sent, run_id="r1", flush_s=0.02)
+    job = _job(log)
+    job.submitted(1, NodeId("n1"))
+    job.started(NodeId("n1"))
+    assert sent.raw == [], "an event left before the batch was due"
+    await asyncio.sleep(0.05)
+    assert sent.kinds == ["submitted", "started"]
+    job.completed()
+    log.flush()  # the worker stops: nothing waits
+    assert [(e.kind, e.seq) for e in sent.events] == [
+        ("submitted", 1),
+        ("started", 2),
+        ("completed", 3),
+    ]
