@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import ssl
 from collections.abc import Callable, Container, Coroutine, Iterator, Mapping
@@ -242,8 +243,15 @@ def on_this_computer(url: str, tls: ssl.SSLContext | bool) -> bool:
     credentials) and an engine added by another address are not, so they get none of the
     client's credentials; engines added by address have no key of their own to send instead.
     """
+    if isinstance(tls, ssl.SSLContext):
+        return False
+    return _loopback_http(url)
+
+
+@functools.lru_cache(maxsize=256)  # asked per attempt, of a few engines' URLs
+def _loopback_http(url: str) -> bool:
     parts = URL(url, encoded=True)
-    if isinstance(tls, ssl.SSLContext) or parts.scheme != "http" or parts.host is None:
+    if parts.scheme != "http" or parts.host is None:
         return False
     if parts.host == "localhost":
         return True

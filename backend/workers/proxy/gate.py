@@ -15,6 +15,7 @@ and with the setting off nothing from the network gets past this check.
 
 from __future__ import annotations
 
+import functools
 import hmac
 import ipaddress
 from collections.abc import Iterable
@@ -43,6 +44,11 @@ def peer_allowed(peer_address: str | None) -> bool:
     """Whether the TCP peer is this computer (IPv4-mapped IPv6 addresses included)."""
     if not peer_address:
         return False
+    return _is_loopback(peer_address)
+
+
+@functools.lru_cache(maxsize=1024)  # asked per request; clients come from few addresses
+def _is_loopback(peer_address: str) -> bool:
     try:
         address = ipaddress.ip_address(peer_address.split("%", 1)[0])
     except ValueError:

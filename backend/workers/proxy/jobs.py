@@ -22,7 +22,7 @@ from backend.protocol.types import EngineName, JobEvent, JobEventKind, JobKey, N
 Notify = Callable[[Any], None]
 
 # How long an event may wait for others to share its write to the broker.
-FLUSH_S = 0.01
+FLUSH_S = 0.05
 
 
 class JobLog:

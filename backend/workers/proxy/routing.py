@@ -177,9 +177,31 @@ def local_target(targets: ProxyTargets, door: Door) -> RouteTarget | None:
 
 
 def owners(targets: ProxyTargets, door: Door, model: str) -> list[RouteTarget]:
-    """The nodes whose inventory for the door's engine has ``model`` (by its naming rule)."""
-    engine = DOOR_ENGINES[door]
-    return [t for t in targets_for(targets, door) if has_model(engine, t.models, model)]
+    """The nodes whose inventory for the door's engine has ``model`` (by its naming rule).
+
+    Asked several times per request of the same (immutable) table: answered from a cache
+    that lives as long as the table does."""
+    if _owners.table is not targets or len(_owners.found) >= _OWNERS_CACHE:
+        _owners.table, _owners.found = targets, {}
+    found = _owners.found.get((door, model))
+    if found is None:
+        engine = DOOR_ENGINES[door]
+        found = [t for t in targets_for(targets, door) if has_model(engine, t.models, model)]
+        _owners.found[(door, model)] = found
+    return list(found)
+
+
+# Answers of ``owners`` for the last table (bounded: clients name any model they like).
+_OWNERS_CACHE = 1024
+
+
+@dataclass
+class _Owners:
+    table: ProxyTargets | None = None
+    found: dict[tuple[Door, str], list[RouteTarget]] = field(default_factory=dict)
+
+
+_owners = _Owners()
 
 
 def away_owner(targets: ProxyTargets, door: Door, model: str) -> AwayModels | None:

@@ -86,8 +86,65 @@ def _prepared_headers(request: web.Request, upstream: aiohttp.ClientResponse) ->
     return response
 
 
-class _EngineSilent(Exception):
-    """The engine sent nothing for the idle bound."""
+_WRITING, _READING = "writing", "reading"
+_SLACK_S = 0.001
+
+
+class Watchdog:
+    """Bounds the relay's current wait (a chunk written to the client, the next one read from
+    the engine) with one timer per stream instead of a timeout context per chunk: each wait
+    only notes its deadline; the timer, when it comes, cancels the task if the wait it finds
+    has outlived its own, and otherwise moves to that wait's deadline."""
+
+    __slots__ = ("_deadline", "_handle", "_kind", "_loop", "_task", "fired")
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task
+        self._kind: str | None = None
+        self._deadline = 0.0
+        self._handle: asyncio.TimerHandle | None = None
+        self.fired: str | None = None
+
+    def begin(self, kind: str, bound: float) -> None:
+        """The task now waits for ``kind``, at most ``bound`` seconds (0: unbounded)."""
+        if bound <= 0:
+            self._kind = None
+            return
+        self._kind, self._deadline = kind, self._loop.time() + bound
+        handle = self._handle
+        if handle is None or handle.when() > self._deadline:
+            if handle is not None:
+                handle.cancel()
+            self._handle = self._loop.call_at(self._deadline, self._check)
+
+    def end(self) -> None:
+        """Nothing is waited for any more."""
+        self._kind = None
+
+    def uncancel(self) -> bool:
+        """Take back the watchdog's cancellation; whether nobody else cancelled the task."""
+        return self._task.uncancel() == 0
+
+    def close(self) -> None:
+        """Stop the timer."""
+        self._kind = None
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _check(self) -> None:
+        self._handle = None
+        if self._kind is None:
+            return
+        if self._loop.time() >= self._deadline - _SLACK_S:  # the loop may fire a hair early
+            self.fired = self._kind
+            self._kind = None
+            self._task.cancel()
+        else:
+            self._handle = self._loop.call_at(self._deadline, self._check)
 
 
 @dataclass(slots=True)
@@ -105,17 +162,25 @@ class _Relay:
     async def body(self, commit: Commit) -> bool:
         """Copy the body; False when it was cut (the job already says why)."""
         chunk = commit.first
+        upstream = commit.upstream
+        watchdog = Watchdog()
         try:
             while chunk:
                 self.marker.feed(chunk)
                 self.on_chunk(chunk)
-                await _write(self.response, chunk, self.write_deadline_s)
-                chunk = await self._next(commit.upstream)
-        except TimeoutError:
-            self.job.cancelled("the client stopped reading")
-            _abort(self.request)
-            return False
-        except _EngineSilent:
+                watchdog.begin(_WRITING, self.write_deadline_s)
+                await self.response.write(chunk)
+                watchdog.begin(_READING, self.idle_s)
+                chunk = await upstream.content.readany()
+            watchdog.end()
+        except asyncio.CancelledError:
+            fired = watchdog.fired
+            if fired is None or not watchdog.uncancel():
+                raise
+            if fired == _WRITING:
+                self.job.cancelled("the client stopped reading")
+                _abort(self.request)
+                return False
             reason = f"the engine sent nothing for {self.idle_s:g} s"
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, OSError) as exc:
             if isinstance(exc, ConnectionResetError) and _client_gone(self.request):
@@ -123,16 +188,11 @@ class _Relay:
             reason = f"the engine's response broke off: {exc or type(exc).__name__}"
         else:
             return True
+        finally:
+            watchdog.close()
         self.job.failed(reason)
         await self._end_with(reason)
         return False
-
-    async def _next(self, upstream: aiohttp.ClientResponse) -> bytes:
-        try:
-            async with asyncio.timeout(self.idle_s if self.idle_s > 0 else None):
-                return await upstream.content.readany()
-        except TimeoutError:
-            raise _EngineSilent from None
 
     async def _end_with(self, reason: str) -> None:
         """Tell a streaming client why its stream ends, then close its connection (no end)."""

@@ -64,7 +64,7 @@ class RunningProxy:
 
     async def wait_keys(self, count: int, timeout: float = 10.0) -> list[str]:
         """The job keys once at least ``count`` jobs have reported (the worker sends job
-        events in batches, within 10 ms)."""
+        events in batches, within 50 ms)."""
         async with asyncio.timeout(timeout):
             while len(keys := self.keys()) < count:
                 await asyncio.sleep(0.005)
