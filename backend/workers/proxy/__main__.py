@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
+import os
 import random
 import sys
+from collections.abc import Callable
 
 from backend.core.clock import SystemClock
 from backend.protocol.proxy import DOORS, Door
@@ -24,6 +27,9 @@ from backend.protocol.worker_methods import (
 )
 from backend.workers.proxy.service import ProxyService
 from backend.workers.runtime import Handler, environment_level, serve_worker
+
+# Where the worker writes its cProfile stats when it exits (unset: not profiled).
+PROFILE_ENV = "PAIR_PROXY_PROFILE"
 
 
 def parse_fds(values: list[str]) -> dict[Door, int]:
@@ -83,11 +89,28 @@ def main(argv: list[str]) -> int:
         fds = parse_fds(arguments.fd)
     except ValueError as exc:
         parser.error(str(exc))
-    try:
+
+    def run() -> None:
         asyncio.run(serve(fds, arguments.relay_fd, arguments.handover_fd, arguments.custody_fd))
+
+    try:
+        profiled(run, os.environ.get(PROFILE_ENV))
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def profiled(run: Callable[[], None], out: str | None) -> None:
+    """``run()``, under cProfile when ``out`` names a file for its stats (a developer's tool:
+    ``PAIR_PROXY_PROFILE=/tmp/proxy.prof``, then ``python -m pstats``)."""
+    if not out:
+        run()
+        return
+    profiler = cProfile.Profile()
+    try:
+        profiler.runcall(run)
+    finally:
+        profiler.dump_stats(out)
 
 
 if __name__ == "__main__":

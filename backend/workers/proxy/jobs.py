@@ -2,8 +2,9 @@
 
 Each inference request is a job. Its events carry ``seq`` from 1, in the order they happen
 in this process; the broker applies them in that order whatever order they arrive in. Events
-are sent in batches, at most ``FLUSH_S`` after they happen, so a request's events (and a busy
-door's) reach the broker's pipe in one write instead of one write each.
+are sent in batches, at most ``FLUSH_S`` after they happen and at once when a job ends, so a
+request's events (and a busy door's) reach the broker's pipe in one write instead of one each,
+and a job's end is never held back.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from backend.protocol.types import EngineName, JobEvent, JobEventKind, JobKey, N
 
 Notify = Callable[[Any], None]
 
-# How long an event may wait for others to share its write to the broker.
+# How long an event may wait for others to share its write to the broker; a job's last
+# event goes at once, with every event still waiting.
 FLUSH_S = 0.05
+_FINAL = frozenset({"completed", "errored"})
 
 
 class JobLog:
@@ -69,6 +72,9 @@ class JobLog:
             self._notify(msgspec.to_builtins(event))
             return
         self._batch.append(event)
+        if event.kind in _FINAL:
+            self.flush()  # a job's end is never left waiting (nor what came before it)
+            return
         if self._flush_due is None:
             try:
                 loop = asyncio.get_running_loop()

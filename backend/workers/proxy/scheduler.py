@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
@@ -196,6 +197,8 @@ class EngineScheduler:
         ``on_wait`` is called once if a decision passes it over (it is left waiting).
         """
         ticket = Ticket(model, kind, session, on_wait=on_wait)
+        if self._admit_at_once(ticket):
+            return ticket
         self.queue.append(ticket)
         self._announce()
         # Deferred one loop turn, so a burst submitted together shares one decision.
@@ -206,6 +209,24 @@ class EngineScheduler:
             self._leave(ticket)
             raise
         return ticket
+
+    def _admit_at_once(self, ticket: Ticket) -> bool:
+        """Admit without a decision pass what a pass could only admit at once: a completion
+        on an engine that holds many models and pins no slots, with nothing queued ahead of
+        it, no operation holding the engine and room for its model (the common case; it
+        saves a task and a wait per request)."""
+        shape = self._shape
+        if ticket.exclusive or shape.single_model or shape.pinning or self.queue:
+            return False
+        if self._active is not None or self._batch:
+            return False
+        running = sum(1 for r in self._running if r.model == ticket.model)
+        if running >= self._ceiling(ticket.model):
+            return False
+        self._running.add(ticket)
+        ticket.admitted.set_result(None)
+        self._announce()
+        return True
 
     def release(self, ticket: Ticket) -> None:
         """The request or operation ended (any way): its capacity goes to the next."""
@@ -244,7 +265,9 @@ class EngineScheduler:
             ticket.admitted.cancel()
         if changed:
             self._announce()
-            self._kick()
+            # Capacity freed matters only to what waits (a one-model engine may end its turn).
+            if self.queue or self._batch or self._shape.single_model:
+                self._kick()
 
     # Decisions.
 
@@ -420,10 +443,9 @@ class EngineScheduler:
                 return None
             pool = self._batch
         else:
+            running = Counter(r.model for r in self._running)
             pool = [
-                t
-                for t in self._segment(self.queue)
-                if sum(1 for r in self._running if r.model == t.model) < self._ceiling(t.model)
+                t for t in self._segment(self.queue) if running[t.model] < self._ceiling(t.model)
             ]
         if not pool:
             return None

@@ -76,8 +76,15 @@ async def stream_commit(
         upstream.close()
 
 
+class _Relayed(web.StreamResponse):
+    """A relayed answer: its headers go out with its first chunk (already read at the commit)
+    in one write, as ``web.Response``'s do, rather than in a write of their own."""
+
+    _send_headers_immediately = False
+
+
 def _prepared_headers(request: web.Request, upstream: aiohttp.ClientResponse) -> web.StreamResponse:
-    response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+    response = _Relayed(status=upstream.status, reason=upstream.reason)
     response.headers.extend(response_headers(upstream))
     response.headers.extend(cors_headers(request))
     if upstream.content_length is not None:

@@ -240,10 +240,13 @@ async def test_a_batching_log_sends_a_request_s_events_together_and_in_order() -
     assert sent.raw == [], "an event left before the batch was due"
     await asyncio.sleep(0.05)
     assert sent.kinds == ["submitted", "started"]
-    job.completed()
-    log.flush()  # the worker stops: nothing waits
+    other = _job(log)
+    other.submitted(1, NodeId("n1"))
+    assert len(sent.raw) == 2
+    job.completed()  # a job's end goes at once, with what waited before it
     assert [(e.kind, e.seq) for e in sent.events] == [
         ("submitted", 1),
         ("started", 2),
+        ("submitted", 1),
         ("completed", 3),
     ]
