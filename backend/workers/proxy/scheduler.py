@@ -298,7 +298,10 @@ class EngineScheduler:
         for ticket in [*self.queue, *self._batch]:
             waiting, ticket.on_wait = ticket.on_wait, None
             if waiting is not None and not ticket.admitted.done():
-                waiting()
+                try:
+                    waiting()
+                except Exception:  # one caller's trouble must not cost the others theirs
+                    log.exception("a waiting request's callback failed on %s", self.engine)
 
     async def _pass(self) -> None:
         """Start as many as residency, exclusivity, the turn and capacity allow, then return."""

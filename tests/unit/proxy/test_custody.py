@@ -9,6 +9,7 @@ import os
 import socket
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
 from backend.components.proxy.custody import CustodyDesk
@@ -128,18 +129,24 @@ async def _connected() -> tuple[socket.socket, socket.socket]:
     return client, server
 
 
-async def test_a_held_request_survives_its_worker_and_is_given_to_the_next(
-    tmp_path: object,
-) -> None:
-    loop = asyncio.get_running_loop()
-    desk = CustodyDesk(progress=lambda job: (6, 2) if job == _Job.key else None)
+async def _worker_with_a_client(
+    desk: CustodyDesk,
+) -> tuple[Custody, socket.socket, asyncio.Transport, web.Request]:
+    """A worker on the desk's new channel, a client connection to it and its request."""
     worker_end = desk.open()
     assert worker_end is not None
     worker = Custody(socket.socket(fileno=os.dup(worker_end.fileno())))
     worker.start(lambda *args: asyncio.sleep(0))
     client, server = await _connected()
+    loop = asyncio.get_running_loop()
     transport, _ = await loop.connect_accepted_socket(asyncio.Protocol, server)
     request = make_mocked_request("POST", "/api/chat", headers={"Host": "h"}, transport=transport)
+    return worker, client, transport, request
+
+
+async def test_a_held_request_survives_its_worker_and_is_given_to_the_next() -> None:
+    desk = CustodyDesk(progress=lambda job: (6, 2) if job == _Job.key else None)
+    worker, client, transport, request = await _worker_with_a_client(desk)
     held = worker.hold(request, "ollama", b'{"model":"m"}', _Job())  # type: ignore[arg-type]
     other = worker.hold(request, "ollama", b'{"model":"m"}', _Job())  # type: ignore[arg-type]
     assert held is not None and other is not None and held != other
@@ -179,16 +186,9 @@ async def test_a_held_request_survives_its_worker_and_is_given_to_the_next(
 
 
 async def test_a_released_request_is_let_go_and_shutdown_closes_what_is_held() -> None:
-    loop = asyncio.get_running_loop()
     before = _open_fds()
     desk = CustodyDesk()
-    worker_end = desk.open()
-    assert worker_end is not None
-    worker = Custody(socket.socket(fileno=os.dup(worker_end.fileno())))
-    worker.start(lambda *args: asyncio.sleep(0))
-    client, server = await _connected()
-    transport, _ = await loop.connect_accepted_socket(asyncio.Protocol, server)
-    request = make_mocked_request("POST", "/api/chat", transport=transport)
+    worker, client, transport, request = await _worker_with_a_client(desk)
     first = worker.hold(request, "ollama", b"{}", _Job())  # type: ignore[arg-type]
     second = worker.hold(request, "ollama", b"{}", _Job())  # type: ignore[arg-type]
     assert first is not None and second is not None
