@@ -77,6 +77,8 @@ class LoadResult:
     latencies: list[float] = field(default_factory=list)
     first_chunks: list[float] = field(default_factory=list)
     gaps: list[float] = field(default_factory=list)
+    # Per streamed request: when each chunk after the first came, ms after the first.
+    since_first: list[list[float]] = field(default_factory=list)
     proxy_ms: list[float] = field(default_factory=list)
     chunks: int = 0
     # CPU seconds (user + system) that process ``cpu_pid`` spent during the measured requests.
@@ -144,6 +146,7 @@ async def run_load(
             if arrivals:
                 result.first_chunks.append((arrivals[0] - started) * 1000)
                 result.gaps += [(b - a) * 1000 for a, b in itertools.pairwise(arrivals)]
+                result.since_first.append([(t - arrivals[0]) * 1000 for t in arrivals[1:]])
                 result.chunks += len(arrivals)
 
         async def client(count: int, record: bool) -> None:
