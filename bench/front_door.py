@@ -33,12 +33,13 @@ A second table has, per engine: the first-chunk overhead of streams at c=1 (bare
 the added per-chunk delay at c=1, bare and PAIR (how late each chunk after the first comes,
 measured from its request's first chunk against the direct call's median for the same chunk,
 per percentile, minus the direct call's own spread: a chunk held back and delivered with the
-next one counts as late, where an inter-chunk gap would read 0); requests/s of JSON at c=32 direct, bare, PAIR, and PAIR with the proxy worker
-pinned to one core (all its threads, ``os.sched_setaffinity``; client and engine unpinned); CPU
-time per request of the pass-through and of PAIR's worker; and the worker's RSS idle after
-start and at the peak of the c=100 rows. Then PAIR's per-chunk added delay p99 at every
-concurrency against its target (at most 1 ms), and per stream row the first-chunk times, the
-inter-chunk gaps and the slowest request of each path.
+next one counts as late, where an inter-chunk gap would read 0); requests/s of JSON at c=32
+direct, bare, PAIR, and PAIR with the proxy worker pinned to one core (all its threads,
+``os.sched_setaffinity``; client and engine unpinned); CPU time per request of the
+pass-through and of PAIR's worker; and the worker's RSS idle after start and at the peak of
+the c=100 rows. Then PAIR's per-chunk added delay p99 at every concurrency against its target
+(at most 1 ms), and per stream row the first-chunk times, the inter-chunk gaps and the slowest
+request of each path.
 
 llama-server closes its connection after every streamed response without saying so, so its
 streamed runs open one client connection per request, on every path alike.
