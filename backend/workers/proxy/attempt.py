@@ -185,7 +185,8 @@ async def precommit(
     """
     if not on_this_computer(url, tls):
         headers = without_credentials(headers)
-    token = _ON_SENT.set(sent)
+    hook = _SentHook(sent)
+    token = _ON_SENT.set(hook)
     try:
         async with _timeout(timeouts.headers):
             for fresh in (False, True):
@@ -198,8 +199,8 @@ async def precommit(
                         allow_redirects=False,
                         ssl=tls,
                     )
-                    if not body and sent is not None:
-                        sent()  # nothing to write after the headers; the answer came
+                    if sent is not None:
+                        sent()  # the answer came: the engine has the request (if not before)
                     break
                 except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
                     # An engine may close an idle pooled connection (llama-server does after
@@ -215,6 +216,7 @@ async def precommit(
         return Failure("transport", f"upstream error: {exc or type(exc).__name__}")
     finally:
         _ON_SENT.reset(token)
+        hook.call = None
     try:
         if retryable_status(upstream.status, inference=inference):
             return await _status_failure(upstream)
@@ -276,9 +278,19 @@ async def _status_failure(upstream: aiohttp.ClientResponse) -> Failure:
     )
 
 
-# The ``sent`` callback of the request being sent in this task (and the body-writer task
-# aiohttp starts from it, which copies the context).
-_ON_SENT: ContextVar[Callable[[], None] | None] = ContextVar("pair_on_sent", default=None)
+class _SentHook:
+    """``precommit``'s ``sent`` callback, emptied once the response headers are in: a timer or
+    a task made meanwhile copies the context, and must not keep the request alive with it."""
+
+    __slots__ = ("call",)
+
+    def __init__(self, call: Callable[[], None] | None) -> None:
+        self.call = call
+
+
+# The hook of the request being sent in this task (and the body-writer task aiohttp starts
+# from it, which copies the context).
+_ON_SENT: ContextVar[_SentHook | None] = ContextVar("pair_on_sent", default=None)
 
 
 class SentRequest(aiohttp.ClientRequest):
@@ -291,9 +303,9 @@ class SentRequest(aiohttp.ClientRequest):
 
     async def write_bytes(self, *args: Any, **kwargs: Any) -> None:
         await super().write_bytes(*args, **kwargs)
-        sent = _ON_SENT.get()
-        if sent is not None:
-            sent()
+        hook = _ON_SENT.get()
+        if hook is not None and hook.call is not None:
+            hook.call()
 
 
 def _timeout(seconds: float) -> asyncio.Timeout:

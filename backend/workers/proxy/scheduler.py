@@ -196,9 +196,11 @@ class EngineScheduler:
         out of the queue at once (or releases it, if it was admitted in the meantime).
         ``on_wait`` is called once if a decision passes it over (it is left waiting).
         """
-        ticket = Ticket(model, kind, session, on_wait=on_wait)
+        ticket = Ticket(model, kind, session)
         if self._admit_at_once(ticket):
             return ticket
+        # Kept only while it waits: the callback usually refers to what holds the ticket.
+        ticket.on_wait = on_wait
         self.queue.append(ticket)
         self._announce()
         # Deferred one loop turn, so a burst submitted together shares one decision.
@@ -208,6 +210,8 @@ class EngineScheduler:
         except asyncio.CancelledError:
             self._leave(ticket)
             raise
+        finally:
+            ticket.on_wait = None
         return ticket
 
     def _admit_at_once(self, ticket: Ticket) -> bool:
