@@ -689,7 +689,7 @@ JobEventKind = Literal["submitted", "started", "completed", "errored"]
 
 
 class JobEvent(Wire, frozen=True, kw_only=True, omit_defaults=True):
-    """One numbered event of a job, sent by the proxy worker to its broker (``proxy/job``).
+    """One numbered event of a job, sent by the proxy worker to its broker (``proxy/jobs``).
 
     ``key`` is ``<origin node id>/<run id>/<n>``: unique across nodes and proxy restarts.
     Every event repeats the job's header (engine, model, origin, run id, created time) so a
@@ -713,6 +713,12 @@ class JobEvent(Wire, frozen=True, kw_only=True, omit_defaults=True):
     node: NodeId | None = None
     error: str | None = None
     cancelled: bool = False
+
+
+class JobEvents(Wire, frozen=True, kw_only=True):
+    """Events of any jobs, in the order they happened (``proxy/jobs``: one per batch)."""
+
+    events: list[JobEvent]
 
 
 class Workload(Wire, frozen=True, kw_only=True, omit_defaults=True):

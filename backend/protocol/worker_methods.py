@@ -2,7 +2,7 @@
 
 The broker sends its proxy worker the node's TLS identity (once per worker start), the routing
 table and, at shutdown, the order to stop accepting connections; the worker sends the broker
-each job's numbered events. They travel on the worker's stdio JSON-RPC channel, never on the
+jobs' numbered events (in batches). They travel on the worker's stdio JSON-RPC channel, never on the
 broker's client surface (``methods.py``).
 """
 
@@ -21,7 +21,7 @@ from backend.protocol.proxy import (
     ProxyIdentity,
     ProxyTargets,
 )
-from backend.protocol.types import JobEvent, Ok, SchedulerStates
+from backend.protocol.types import JobEvents, Ok, SchedulerStates
 
 PROXY_IDENTITY: Final[Push[ProxyIdentity]] = Push(
     "proxy/identity",
@@ -36,8 +36,10 @@ PROXY_CLOSE_LISTENERS: Final[Push[None]] = Push(
     type(None),
     "broker to worker: stop accepting connections; requests in flight go on",
 )
-PROXY_JOB: Final[Push[JobEvent]] = Push(
-    "proxy/job", JobEvent, "worker to broker: one numbered event of a job, applied in seq order"
+PROXY_JOBS: Final[Push[JobEvents]] = Push(
+    "proxy/jobs",
+    JobEvents,
+    "worker to broker: jobs' numbered events in the order they happened, applied in seq order",
 )
 PROXY_SCHEDULER: Final[Push[SchedulerStates]] = Push(
     "proxy/scheduler",

@@ -52,7 +52,7 @@ from backend.protocol.worker_methods import (
     PROXY_ADOPT_DOOR,
     PROXY_CLOSE_LISTENERS,
     PROXY_IDENTITY,
-    PROXY_JOB,
+    PROXY_JOBS,
     PROXY_LOAD_MODEL,
     PROXY_SCHEDULER,
     PROXY_SCHEDULER_GET,
@@ -258,8 +258,14 @@ class ProxyComponent(Component):
         return worker
 
     def _notification(self, method: str, params: Any) -> None:
-        if method == PROXY_JOB.name:
-            self._on_job(params)
+        if method == PROXY_JOBS.name:
+            # Each event is checked where it is applied; a batch that is no list is dropped.
+            events = params.get("events") if isinstance(params, dict) else None
+            if not isinstance(events, list):
+                log.error("ignoring a malformed batch of job events: %.200r", params)
+                return
+            for event in events:
+                self._on_job(event)
         elif method == PROXY_SCHEDULER.name:
             try:
                 self._scheduler = PROXY_SCHEDULER.decode(params)

@@ -1,10 +1,10 @@
-"""Numbered job events, sent to the broker as ``proxy/job`` notifications.
+"""Numbered job events, sent to the broker in ``proxy/jobs`` notifications.
 
 Each inference request is a job. Its events carry ``seq`` from 1, in the order they happen
 in this process; the broker applies them in that order whatever order they arrive in. Events
 are sent in batches, at most ``FLUSH_S`` after they happen and at once when a job ends, so a
-request's events (and a busy door's) reach the broker's pipe in one write instead of one each,
-and a job's end is never held back.
+request's events (and a busy door's) reach the broker as one notification instead of one
+each, and a job's end is never held back.
 """
 
 from __future__ import annotations
@@ -14,13 +14,11 @@ import itertools
 import secrets
 import time
 from collections.abc import Callable
-from typing import Any
-
-import msgspec
 
 from backend.protocol.types import EngineName, JobEvent, JobEventKind, JobKey, NodeId
 
-Notify = Callable[[Any], None]
+# Hands the broker events in the order they happened (one notification).
+Notify = Callable[[list[JobEvent]], None]
 
 # How long an event may wait for others to share its write to the broker; a job's last
 # event goes at once, with every event still waiting.
@@ -69,7 +67,7 @@ class JobLog:
         """Hand one event to the broker: at once, or within ``flush_s`` (the worker's
         ``FLUSH_S``) in a batch, and at once when no loop runs."""
         if self._flush_s <= 0:
-            self._notify(msgspec.to_builtins(event))
+            self._notify([event])
             return
         self._batch.append(event)
         if event.kind in _FINAL:
@@ -89,8 +87,8 @@ class JobLog:
             self._flush_due.cancel()
             self._flush_due = None
         batch, self._batch = self._batch, []
-        for event in batch:
-            self._notify(msgspec.to_builtins(event))
+        if batch:
+            self._notify(batch)
 
 
 class Job:

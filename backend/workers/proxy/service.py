@@ -24,13 +24,13 @@ from backend.protocol.custody import Held
 from backend.protocol.errors import BadResult
 from backend.protocol.peer import RpcPeer
 from backend.protocol.proxy import Door, DoorServed, ProxyTargets
-from backend.protocol.types import Ok, SchedulerStates
+from backend.protocol.types import JobEvent, JobEvents, Ok, SchedulerStates
 from backend.protocol.worker_methods import (
     PROXY_ADOPT_DOOR,
     PROXY_EXCLUSIVE,
     PROXY_EXCLUSIVE_END,
     PROXY_IDENTITY,
-    PROXY_JOB,
+    PROXY_JOBS,
     PROXY_LOAD_MODEL,
     PROXY_SCHEDULER,
     PROXY_TARGETS,
@@ -172,6 +172,10 @@ class ProxyService:
         self._push_due = True
         asyncio.get_running_loop().call_later(SCHEDULER_PUSH_S, self._push_states)
 
+    def _send_jobs(self, events: list[JobEvent]) -> None:
+        # Encoded straight from the structs by the channel (no per-event dictionaries).
+        self._notify(PROXY_JOBS.name, JobEvents(events=events))
+
     def _push_states(self) -> None:
         self._push_due = False
         self._notify(PROXY_SCHEDULER.name, msgspec.to_builtins(self.scheduler_states()))
@@ -256,7 +260,7 @@ class ProxyService:
             board = RelayBoard()
             router = Router(
                 session,
-                JobLog(lambda event: self._notify(PROXY_JOB.name, event), flush_s=JOB_FLUSH_S),
+                JobLog(self._send_jobs, flush_s=JOB_FLUSH_S),
                 clock=self._clock,
                 rng=self._rng,
                 policy=retry_policy(os.environ),

@@ -98,7 +98,7 @@ class Harness:
 
 
 def job_report(seq: int, kind: JobEventKind, *, key: str, **fields: Any) -> dict[str, Any]:
-    """A ``proxy/job`` report as the proxy worker sends it."""
+    """A ``proxy/jobs`` report as the proxy worker sends it."""
     header: dict[str, Any] = {
         "engine": OLLAMA,
         "model": "llama3",
@@ -155,7 +155,7 @@ def theirs(
 def relay_report(
     seq: int, kind: JobEventKind, key: str = f"{PEER}/run9/1@1", **fields: Any
 ) -> dict[str, Any]:
-    """A ``proxy/job`` report of a request this node serves for PEER over the relay."""
+    """A ``proxy/jobs`` report of a request this node serves for PEER over the relay."""
     values: dict[str, Any] = {"origin": PEER, "run_id": "run9", "created_at": 201.0}
     values.update(fields)
     return job_report(seq, kind, key=key, **values)

@@ -16,6 +16,7 @@ from backend.components.proxy.custody import CustodyDesk
 from backend.core.fd_channel import FdChannel, channel_pair
 from backend.protocol import custody
 from backend.protocol.custody import Held, Released
+from backend.protocol.types import JobEvent
 from backend.workers.proxy.custody import Custody, Primed, raw_request
 from backend.workers.proxy.jobs import JobLog
 from backend.workers.proxy.scheduler import EngineScheduler, Ticket
@@ -232,8 +233,8 @@ async def test_the_scheduler_says_when_a_pass_leaves_a_request_waiting() -> None
 
 
 def test_a_resumed_job_numbers_its_events_after_the_last_one() -> None:
-    sent: list[dict[str, object]] = []
-    log = JobLog(sent.append)
+    sent: list[JobEvent] = []
+    log = JobLog(sent.extend)
     job = log.new(
         origin="n1",  # type: ignore[arg-type]
         engine="ollama",
@@ -244,11 +245,11 @@ def test_a_resumed_job_numbers_its_events_after_the_last_one() -> None:
     )
     job.submitted(3, None)
     job.completed()
-    assert [(e["seq"], e["kind"], e["key"]) for e in sent] == [
+    assert [(e.seq, e.kind, e.key) for e in sent] == [
         (7, "submitted", "n1/old/3"),
         (8, "completed", "n1/old/3"),
     ]
-    assert all(e["created_at"] == 100.0 for e in sent)
+    assert all(e.created_at == 100.0 for e in sent)
 
 
 async def test_a_primed_connection_feeds_the_request_first() -> None:

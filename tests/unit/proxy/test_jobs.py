@@ -11,18 +11,24 @@ import msgspec
 from backend.components.workloads.component import parse_report
 from backend.components.workloads.state import Job as WorkloadJob
 from backend.components.workloads.state import apply_in_order
-from backend.protocol.types import JobEvent, NodeId
+from backend.protocol.types import JobEvent, JobEvents, NodeId
 from backend.workers.proxy.jobs import Job, JobLog
 
 
 class _Sent:
-    """Collects what the log hands to the broker, as the broker receives it."""
+    """Collects what the log hands to the broker, as the broker receives it: each batch as
+    one ``proxy/jobs`` notification's parameters, decoded from the wire."""
 
     def __init__(self) -> None:
-        self.raw: list[Any] = []
+        self.batches: list[list[Any]] = []
 
-    def __call__(self, params: Any) -> None:
-        self.raw.append(params)
+    def __call__(self, events: list[JobEvent]) -> None:
+        wire = msgspec.json.decode(msgspec.json.encode(JobEvents(events=events)))
+        self.batches.append(wire["events"])
+
+    @property
+    def raw(self) -> list[Any]:
+        return [params for batch in self.batches for params in batch]
 
     @property
     def events(self) -> list[JobEvent]:
@@ -240,6 +246,7 @@ async def test_a_batching_log_sends_a_request_s_events_together_and_in_order() -
     assert sent.raw == [], "an event left before the batch was due"
     await asyncio.sleep(0.05)
     assert sent.kinds == ["submitted", "started"]
+    assert len(sent.batches) == 1, "a batch's events go in one notification"
     other = _job(log)
     other.submitted(1, NodeId("n1"))
     assert len(sent.raw) == 2
@@ -250,3 +257,4 @@ async def test_a_batching_log_sends_a_request_s_events_together_and_in_order() -
         ("submitted", 1),
         ("completed", 3),
     ]
+    assert [len(batch) for batch in sent.batches] == [2, 2]

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import aiohttp
+import msgspec
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -25,7 +26,7 @@ from backend.devtools.emulators.ollama import build_ollama_app
 from backend.devtools.emulators.ollama_state import OllamaConfig
 from backend.devtools.emulators.server import EmulatorServer
 from backend.protocol.proxy import ProxyIdentity, ProxyTargets, RouteTarget
-from backend.protocol.types import NodeId
+from backend.protocol.types import JobEvent, NodeId
 from backend.workers.proxy.app import build_app
 from backend.workers.proxy.context import DoorContext
 from backend.workers.proxy.dispatch import Router
@@ -68,9 +69,13 @@ async def relay() -> AsyncIterator[Relay]:
     peer_tls = PeerTls()
     peer_tls.adopt_identity(credentials_from(identity_payload(NODE_B)))
     jobs: list[dict[str, object]] = []
+
+    def sent(events: list[JobEvent]) -> None:
+        jobs.extend(msgspec.to_builtins(event) for event in events)
+
     async with aiohttp.ClientSession() as session:
         router = Router(
-            session, JobLog(jobs.append), clock=FakeClock(), rng=random.Random(0), peer_tls=peer_tls
+            session, JobLog(sent), clock=FakeClock(), rng=random.Random(0), peer_tls=peer_tls
         )
         local = RouteTarget(
             node_id="node-b", kind="local", base_url=engine.url, models=["llama3.2:latest"]
