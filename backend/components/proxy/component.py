@@ -36,7 +36,7 @@ from backend.core.clock import Clock
 from backend.core.component import Component
 from backend.core.supervisor import ErrorSink
 from backend.core.worker import WorkerProcess
-from backend.protocol import errors
+from backend.protocol import errors, methods
 from backend.protocol.errors import BadResult
 from backend.protocol.proxy import (
     DOORS,
@@ -131,6 +131,7 @@ class ProxyComponent(Component):
         self._doors: dict[Door, Listener] = {}
         self._relay: Listener | None = None
         self._worker: WorkerProcess | None = None
+        self._sent_to: tuple[WorkerProcess, ProxyTargets] | None = None  # last table sent
 
     def endpoints(self) -> dict[Door, str]:
         """The real URL of each open front door."""
@@ -159,6 +160,20 @@ class ProxyComponent(Component):
         except errors.RpcError as exc:
             log.info("the proxy worker did not report its schedulers: %s", exc)
             return None
+
+    async def table_applied(self) -> None:
+        """Return once the running worker routes by the table of now: it was sent, and the
+        worker answered a ping sent after it (its channel keeps order, and it adopts a table
+        as it reads it). Raises ``Unavailable`` while no worker runs."""
+        while True:
+            worker = self._worker
+            if worker is None or worker.pid() is None:
+                raise errors.Unavailable("the proxy worker is not running")
+            sent = self._sent_to
+            if sent is not None and sent[0] is worker and sent[1] == self._targets():
+                break
+            await self._clock.sleep(self._targets_interval)
+        await worker.call(methods.PING.name)
 
     def pid(self) -> int | None:
         """The proxy worker's PID while it runs."""
@@ -300,6 +315,7 @@ class ProxyComponent(Component):
                 if current != sent:
                     worker.notify(PROXY_TARGETS.name, msgspec.to_builtins(current))
                     sent = current
+                    self._sent_to = (worker, current)
             await self._clock.sleep(self._targets_interval)
 
     # Doors moved at run time.

@@ -44,7 +44,8 @@ def credentials_for(node_id: str) -> NodeCredentials:
 class RunningProxy:
     """A supervised proxy: its component, the errors it raised, and the table it routes by.
 
-    Assign ``targets`` to change the table; the worker gets it within 50 ms.
+    Assign ``targets`` to change the table; the worker gets it within 50 ms (on an idle
+    machine: ``wait_table`` waits until it has it).
     """
 
     component: ProxyComponent
@@ -80,6 +81,11 @@ class RunningProxy:
                     if predicate(event):
                         return event
                 await asyncio.sleep(0.01)
+
+    async def wait_table(self, timeout: float = 15.0) -> None:
+        """Wait until the worker routes by ``targets`` as assigned now."""
+        async with asyncio.timeout(timeout):
+            await self.component.table_applied()
 
     def url(self, door: str) -> str:
         """The door's real URL."""

@@ -129,7 +129,7 @@ def table(
 async def routed(start_proxy: StartProxy, targets: ProxyTargets) -> RunningProxy:
     proxy = await start_proxy()
     proxy.targets = targets
-    await asyncio.sleep(0.3)  # the worker gets the table within 0.1 s
+    await proxy.wait_table()
     return proxy
 
 

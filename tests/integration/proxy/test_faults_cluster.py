@@ -7,7 +7,6 @@ side pinning the other); node A's table lists B as a peer whose address is the f
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -58,6 +57,7 @@ async def _node_b(
         trusted=[credentials_for(LOCAL_NODE).cert_der],
         first_content_timeout_s=CONTENT_TIMEOUT_S,
     )
+    await b.wait_table()
     return b, await rig.fault(b.relay_url())
 
 
@@ -83,12 +83,8 @@ async def _node_a(
         header_timeout_s=header_timeout_s,
         first_content_timeout_s=CONTENT_TIMEOUT_S,
     )
-    await _settle()
+    await a.wait_table()
     return a
-
-
-async def _settle() -> None:
-    await asyncio.sleep(0.3)  # the workers get their tables within 0.1 s
 
 
 @pytest.mark.parametrize("fault", BEFORE_THE_FIRST_BYTE[:3])  # a stall at 0 is a black hole here

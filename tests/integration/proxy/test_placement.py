@@ -83,7 +83,7 @@ def _placements(proxy: RunningProxy) -> list[str]:
 
 async def _table(proxy: RunningProxy, targets: ProxyTargets) -> None:
     proxy.targets = targets
-    await asyncio.sleep(0.3)  # the worker gets a new table within 0.1 s
+    await proxy.wait_table()
 
 
 async def test_a_burst_fills_the_fast_nodes_free_slots_first_and_the_slow_node_last(

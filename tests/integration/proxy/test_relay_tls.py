@@ -36,7 +36,7 @@ async def _node_b(start_proxy: StartProxy, engine: ScriptedEngine) -> RunningPro
         },
         trusted=[credentials_for(LOCAL_NODE).cert_der],
     )
-    await asyncio.sleep(0.3)
+    await b.wait_table()
     return b
 
 
@@ -114,11 +114,11 @@ async def test_a_peer_that_drops_us_after_the_handshake_is_failed_over(
         engines={"ollama": [b.as_peer(NODE_B, ["m"]), via_c]},
         pins={"ollama": NODE_B},
     )
-    await asyncio.sleep(0.3)
+    await a.wait_table()
     try:
         assert await _chat(a, "t1") == "b:t1 "  # A now holds a kept-alive TLS connection to B
         b.targets = ProxyTargets(node_id=NODE_B, engines=b.targets.engines, trusted=[])
-        await asyncio.sleep(0.3)
+        await b.wait_table()
         assert await _chat(a, "t2") == "c:t2 "
         assert engine.received == ["t1"] and other.received == ["t2"]
     finally:

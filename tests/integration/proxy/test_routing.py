@@ -63,6 +63,7 @@ async def _node_b(
         trusted=[credentials_for(LOCAL_NODE).cert_der],
     )
     _NODES[NODE_B] = b
+    await b.wait_table()
     return b.as_peer(NODE_B, ["m"])
 
 
@@ -84,7 +85,7 @@ async def _chat(
 
 
 async def _settle(proxy: RunningProxy) -> None:
-    await asyncio.sleep(0.3)  # the table reaches the worker within 0.1 s
+    await proxy.wait_table()
 
 
 def _kinds(proxy: RunningProxy, key: str) -> list[tuple[str, int, str | None]]:
