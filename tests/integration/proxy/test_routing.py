@@ -25,6 +25,7 @@ from tests.integration.proxy.conftest import (
     credentials_for,
 )
 from tests.integration.proxy.scripted import ScriptedEngine, start_engine
+from tests.support.ports import refusing_port
 
 NODE_B = "node-b"
 
@@ -95,16 +96,14 @@ def _kinds(proxy: RunningProxy, key: str) -> list[tuple[str, int, str | None]]:
 async def test_failover_when_this_nodes_engine_is_dead_before_the_first_byte(
     start_proxy: StartProxy, engines: list[ScriptedEngine]
 ) -> None:
-    dead = await _engine(engines, "dead")
-    assert dead.server is not None
-    await dead.server.stop()  # nothing listens there any more
     engine_b = await _engine(engines, "b")
     peer = await _node_b(start_proxy, engine_b)
     a = await start_proxy()
-    a.targets = _table(LOCAL_NODE, _local(dead.url), peer)
-    await _settle(a)
+    with refusing_port() as dead:
+        a.targets = _table(LOCAL_NODE, _local(f"http://127.0.0.1:{dead}"), peer)
+        await _settle(a)
 
-    status, body = await _chat(a, "t1")
+        status, body = await _chat(a, "t1")
 
     assert status == 200
     lines = [json.loads(line) for line in body.splitlines()]

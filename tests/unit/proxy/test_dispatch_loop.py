@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -34,6 +33,7 @@ from backend.workers.proxy.dispatch import RetryPolicy, Router
 from backend.workers.proxy.jobs import JobLog
 from backend.workers.proxy.relay import RelayBoard
 from tests.fakes import FakeClock
+from tests.support.ports import refusing_port
 
 Behaviour = Literal["ok", "error", "busy", "hang"]
 LOCAL = "self"
@@ -131,13 +131,6 @@ def target(node_id: str, url: str, kind: TargetKind = "engine") -> RouteTarget:
     return RouteTarget(node_id=node_id, kind=kind, base_url=url, models=["m"])
 
 
-def dead_url() -> str:
-    """A loopback port nothing listens on (connections are refused)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{probe.getsockname()[1]}"
-
-
 async def _harness(jitter: ScriptedJitter, policy: RetryPolicy) -> Harness:
     clock = FakeClock()
     events: list[JobEvent] = []
@@ -180,10 +173,13 @@ async def test_a_failure_before_the_commit_goes_to_the_next_candidate_at_once(
     harness: Harness, first: Behaviour | None
 ) -> None:
     healthy = await harness.engine("ok")
-    first_url = dead_url() if first is None else (await harness.engine(first)).url
-    harness.table(target("node-b", healthy.url), target("node-a", first_url))  # by node id
+    with refusing_port() as dead:
+        first_url = f"http://127.0.0.1:{dead}"
+        if first is not None:
+            first_url = (await harness.engine(first)).url
+        harness.table(target("node-b", healthy.url), target("node-a", first_url))  # by node id
 
-    status, body = await harness.chat()
+        status, body = await harness.chat()
 
     assert status == 200 and body.endswith(DONE_LINE)
     assert harness.trail() == [
