@@ -7,6 +7,7 @@ requests are not served here: only the relay listener (``relay_app.py``, mutual 
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -73,21 +74,30 @@ def inference_paths(context: DoorContext) -> tuple[str, ...]:
 
 
 def build_app(context: DoorContext) -> web.Application:
-    """The application serving ``context.door``."""
-    app = web.Application(middlewares=[gate])
+    """The application serving ``context.door``.
+
+    Every route goes through ``gate``; the catch-all route last means every request has one.
+    The gate is bound to each handler rather than installed as a middleware, which would add
+    aiohttp's own layer per request as well."""
+    app = web.Application()
     app[CONTEXT_KEY] = context
+    router = app.router
     for path in inference_paths(context):
-        app.router.add_post(path, _inference)
+        router.add_post(path, _gated(_inference))
     if context.door == "ollama":
         for path in MODEL_LOOKUPS:
-            app.router.add_post(path, _lookup)
-        app.router.add_get("/api/tags", _tags, allow_head=True)
-        app.router.add_get("/api/ps", _loaded, allow_head=False)
-    app.router.add_get("/v1/models", _models, allow_head=False)
-    app.router.add_get("/v1/models/{model_id:.+}", _model, allow_head=False)
-    app.router.add_route("*", PAIR_PATHS, _not_here)
-    app.router.add_route("*", "/{tail:.*}", _pass_through)
+            router.add_post(path, _gated(_lookup))
+        router.add_get("/api/tags", _gated(_tags), allow_head=True)
+        router.add_get("/api/ps", _gated(_loaded), allow_head=False)
+    router.add_get("/v1/models", _gated(_models), allow_head=False)
+    router.add_get("/v1/models/{model_id:.+}", _gated(_model), allow_head=False)
+    router.add_route("*", PAIR_PATHS, _gated(_not_here))
+    router.add_route("*", "/{tail:.*}", _gated(_pass_through))
     return app
+
+
+def _gated(handler: Handler) -> Handler:
+    return functools.partial(gate, handler=handler)
 
 
 @web.middleware

@@ -14,7 +14,7 @@ import contextlib
 import functools
 import ipaddress
 import ssl
-from collections.abc import Callable, Container, Coroutine, Iterator, Mapping
+from collections.abc import Callable, Container, Coroutine, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -25,8 +25,10 @@ from yarl import URL
 
 from backend.workers.proxy.forward import without_credentials
 from backend.workers.proxy.retry import retryable_status
+from backend.workers.proxy.watchdog import Watchdog
 
 FAILURE_BODY_LIMIT = 64 * 1024
+_HEADERS, _FIRST_CONTENT = "headers", "first content"
 
 FailureKind = Literal["transport", "header-timeout", "status", "no-content", "target-gone"]
 
@@ -65,7 +67,7 @@ class Gone:
 
     def __init__(self) -> None:
         self._set = False
-        self._callbacks: list[Callable[[], None]] = []
+        self._callbacks: dict[int, Callable[[], None]] = {}
 
     def is_set(self) -> bool:
         """Whether the node has left."""
@@ -76,19 +78,19 @@ class Gone:
         if self._set:
             return
         self._set = True
-        callbacks, self._callbacks = self._callbacks, []
-        for callback in callbacks:
+        callbacks, self._callbacks = self._callbacks, {}
+        for callback in callbacks.values():
             callback()
 
     def on_set(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback`` when set; returns what stops that."""
-        self._callbacks.append(callback)
+        key = id(callback)
+        self._callbacks[key] = callback
+        return lambda: self.off(key)
 
-        def remove() -> None:
-            with contextlib.suppress(ValueError):
-                self._callbacks.remove(callback)
-
-        return remove
+    def off(self, key: int) -> None:
+        """Stop calling the callback registered under ``key`` (its ``id``)."""
+        self._callbacks.pop(key, None)
 
 
 @dataclass(eq=False)
@@ -97,24 +99,47 @@ class _Watch:
     attempts: int = 0
 
 
+class _Watching:
+    """``Departures.watch``'s context: a class, cheaper per attempt than a generator's."""
+
+    __slots__ = ("_departures", "_entry", "_node")
+
+    def __init__(self, departures: Departures, node: str) -> None:
+        self._departures = departures
+        self._node = node
+        self._entry = departures.enter(node)
+
+    def __enter__(self) -> Gone:
+        return self._entry.gone
+
+    def __exit__(self, *_: object) -> None:
+        self._departures.leave(self._node, self._entry)
+
+
 class Departures:
     """One "gone" signal per node that attempts are waiting on, set when it leaves the table."""
 
     def __init__(self) -> None:
         self._watched: dict[str, _Watch] = {}
 
-    @contextlib.contextmanager
-    def watch(self, node: str) -> Iterator[Gone]:
+    def watch(self, node: str) -> _Watching:
         """The signal set once ``node`` leaves the table, while the ``with`` block waits on it."""
-        entry = self._watched.setdefault(node, _Watch())
+        return _Watching(self, node)
+
+    def enter(self, node: str) -> _Watch:
+        """One more attempt waits on ``node``."""
+        entry = self._watched.get(node)
+        if entry is None:
+            entry = self._watched[node] = _Watch()
         entry.attempts += 1
-        try:
-            yield entry.gone
-        finally:
-            entry.attempts -= 1
-            # A node that left and came back has a fresh entry: leave that one alone.
-            if entry.attempts == 0 and self._watched.get(node) is entry:
-                del self._watched[node]
+        return entry
+
+    def leave(self, node: str, entry: _Watch) -> None:
+        """That attempt is done waiting."""
+        entry.attempts -= 1
+        # A node that left and came back has a fresh entry: leave that one alone.
+        if entry.attempts == 0 and self._watched.get(node) is entry:
+            del self._watched[node]
 
     def table_changed(self, present: Container[str]) -> None:
         """Signal every watched node that is not in the new table."""
@@ -123,6 +148,25 @@ class Departures:
 
     def __len__(self) -> int:
         return len(self._watched)
+
+
+class _Race:
+    """``unless_gone``'s state: the caller's task, and whether the departure cut its work."""
+
+    __slots__ = ("cut", "done", "task")
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self.task = task
+        self.done = False
+        self.cut = False
+
+    def later(self) -> None:  # the task may be running now: cut it once it waits
+        asyncio.get_running_loop().call_soon(self._cut)
+
+    def _cut(self) -> None:
+        if not self.done:
+            self.cut = True
+            self.task.cancel()
 
 
 async def unless_gone(
@@ -136,32 +180,23 @@ async def unless_gone(
     caller's task: the departure cancels that task's current wait, from a callback that does
     nothing once the work has its outcome.
     """
-    left = Failure("target-gone", f"node {node} left the table")
     if gone.is_set():
         work.close()
-        return left
+        return Failure("target-gone", f"node {node} left the table")
     task = asyncio.current_task()
     assert task is not None
-    state = {"done": False, "cut": False}
-
-    def cut() -> None:
-        if not state["done"]:
-            state["cut"] = True
-            task.cancel()
-
-    def later() -> None:  # the task may be running now: cut it once it waits
-        asyncio.get_running_loop().call_soon(cut)
-
-    stop = gone.on_set(later)
+    race = _Race(task)
+    later = race.later
+    gone.on_set(later)
     try:
         outcome = await work
     except asyncio.CancelledError:
-        if state["cut"] and task.uncancel() == 0:
-            return left
+        if race.cut and task.uncancel() == 0:
+            return Failure("target-gone", f"node {node} left the table")
         raise
     finally:
-        state["done"] = True
-        stop()
+        race.done = True
+        gone.off(id(later))
     return outcome
 
 
@@ -185,57 +220,84 @@ async def precommit(
     """
     if not on_this_computer(url, tls):
         headers = without_credentials(headers)
+    # One timer for both waits (headers, then the first chunk); a cut wait is a failure.
+    watchdog = Watchdog()
+    try:
+        watchdog.begin(_HEADERS, timeouts.headers)
+        sent_out = await _send(session, method, url, headers, body, sent, tls)
+        if isinstance(sent_out, Failure):
+            return sent_out
+        upstream = sent_out
+        try:
+            if retryable_status(upstream.status, inference=inference):
+                watchdog.end()
+                return await _status_failure(upstream)
+            watchdog.begin(_FIRST_CONTENT, timeouts.first_content)
+            try:
+                first = await upstream.content.readany()
+            except (aiohttp.ClientError, OSError) as exc:
+                upstream.close()
+                return Failure("transport", f"upstream error: {exc or type(exc).__name__}")
+            watchdog.end()
+            return Commit(upstream, first)
+        except BaseException:
+            upstream.close()
+            raise
+    except asyncio.CancelledError:
+        fired = watchdog.fired
+        if fired is None or not watchdog.uncancel():
+            raise
+        if fired == _HEADERS:
+            return Failure(
+                "header-timeout",
+                f"upstream error: no response headers within {timeouts.headers:g} s",
+            )
+        return Failure(
+            "no-content", f"the engine sent no content within {timeouts.first_content:g} s"
+        )
+    finally:
+        watchdog.close()
+
+
+async def _send(
+    session: aiohttp.ClientSession,
+    method: str,
+    url: str,
+    headers: Mapping[str, str] | CIMultiDict[str],
+    body: bytes | None,
+    sent: Callable[[], None] | None,
+    tls: ssl.SSLContext | bool,
+) -> aiohttp.ClientResponse | Failure:
+    """The engine's response once its headers are in, or why there is none."""
     hook = _SentHook(sent)
     token = _ON_SENT.set(hook)
     try:
-        async with _timeout(timeouts.headers):
-            for fresh in (False, True):
-                try:
-                    upstream = await session.request(
-                        method,
-                        URL(url, encoded=True),
-                        headers=headers,
-                        data=body,
-                        allow_redirects=False,
-                        ssl=tls,
-                    )
-                    if sent is not None:
-                        sent()  # the answer came: the engine has the request (if not before)
-                    break
-                except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-                    # An engine may close an idle pooled connection (llama-server does after
-                    # a stream) without saying so: one immediate try on a new connection.
-                    if fresh or isinstance(exc, aiohttp.ClientConnectorError):
-                        raise
-    except TimeoutError:
-        return Failure(
-            "header-timeout",
-            f"upstream error: no response headers within {timeouts.headers:g} s",
-        )
+        for fresh in (False, True):
+            try:
+                upstream = await session.request(
+                    method,
+                    URL(url, encoded=True),
+                    headers=headers,
+                    data=body,
+                    allow_redirects=False,
+                    ssl=tls,
+                )
+                if sent is not None:
+                    sent()  # the answer came: the engine has the request (if not before)
+                return upstream
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                # An engine may close an idle pooled connection (llama-server does after a
+                # stream) without saying so: one immediate try on a new connection.
+                if fresh or isinstance(exc, aiohttp.ClientConnectorError):
+                    raise
+        raise AssertionError("unreachable: the second try returns or raises")
+    except TimeoutError as exc:  # aiohttp's own (connecting): as good as no headers
+        return Failure("header-timeout", f"upstream error: {exc or 'no response headers'}")
     except (aiohttp.ClientError, OSError) as exc:
         return Failure("transport", f"upstream error: {exc or type(exc).__name__}")
     finally:
         _ON_SENT.reset(token)
         hook.call = None
-    try:
-        if retryable_status(upstream.status, inference=inference):
-            return await _status_failure(upstream)
-        try:
-            async with _timeout(timeouts.first_content):
-                first = await upstream.content.readany()
-        except TimeoutError:
-            upstream.close()
-            return Failure(
-                "no-content",
-                f"the engine sent no content within {timeouts.first_content:g} s",
-            )
-        except (aiohttp.ClientError, OSError) as exc:
-            upstream.close()
-            return Failure("transport", f"upstream error: {exc or type(exc).__name__}")
-        return Commit(upstream, first)
-    except BaseException:
-        upstream.close()
-        raise
 
 
 def on_this_computer(url: str, tls: ssl.SSLContext | bool) -> bool:

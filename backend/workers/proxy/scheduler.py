@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -117,6 +117,42 @@ class Ticket:
         return self.kind != COMPLETION
 
 
+class _Running:
+    """The admitted tickets, with a count per model kept as they come and go (asked on every
+    admission)."""
+
+    __slots__ = ("_per_model", "_tickets")
+
+    def __init__(self) -> None:
+        self._tickets: set[Ticket] = set()
+        self._per_model: Counter[str] = Counter()
+
+    def add(self, ticket: Ticket) -> None:
+        if ticket not in self._tickets:
+            self._tickets.add(ticket)
+            self._per_model[ticket.model] += 1
+
+    def discard(self, ticket: Ticket) -> None:
+        if ticket in self._tickets:
+            self._tickets.remove(ticket)
+            self._per_model[ticket.model] -= 1
+            if not self._per_model[ticket.model]:
+                del self._per_model[ticket.model]
+
+    def count(self, model: str) -> int:
+        """How many of ``model``'s run."""
+        return self._per_model.get(model, 0)
+
+    def __contains__(self, ticket: object) -> bool:
+        return ticket in self._tickets
+
+    def __iter__(self) -> Iterator[Ticket]:
+        return iter(self._tickets)
+
+    def __len__(self) -> int:
+        return len(self._tickets)
+
+
 class EngineScheduler:
     """The queue, the current turn, the running set and the slot owners of one engine."""
 
@@ -139,7 +175,7 @@ class EngineScheduler:
         self._shape = EngineShape()
         self.queue: list[Ticket] = []
         self._batch: list[Ticket] = []
-        self._running: set[Ticket] = set()
+        self._running = _Running()
         self._turn: str | None = None
         self.last_turn: str | None = None
         self._active: Ticket | None = None
@@ -224,8 +260,7 @@ class EngineScheduler:
             return False
         if self._active is not None or self._batch:
             return False
-        running = sum(1 for r in self._running if r.model == ticket.model)
-        if running >= self._ceiling(ticket.model):
+        if self._running.count(ticket.model) >= self._ceiling(ticket.model):
             return False
         self._running.add(ticket)
         ticket.admitted.set_result(None)
@@ -450,9 +485,11 @@ class EngineScheduler:
                 return None
             pool = self._batch
         else:
-            running = Counter(r.model for r in self._running)
+            running = self._running
             pool = [
-                t for t in self._segment(self.queue) if running[t.model] < self._ceiling(t.model)
+                t
+                for t in self._segment(self.queue)
+                if running.count(t.model) < self._ceiling(t.model)
             ]
         if not pool:
             return None

@@ -30,6 +30,7 @@ from backend.workers.proxy.forward import (
 )
 from backend.workers.proxy.jobs import Job
 from backend.workers.proxy.markers import EndMarker
+from backend.workers.proxy.watchdog import Watchdog
 from backend.workers.proxy.wire import dialect_for, error_body
 
 
@@ -94,64 +95,6 @@ def _prepared_headers(request: web.Request, upstream: aiohttp.ClientResponse) ->
 
 
 _WRITING, _READING = "writing", "reading"
-_SLACK_S = 0.001
-
-
-class Watchdog:
-    """Bounds the relay's current wait (a chunk written to the client, the next one read from
-    the engine) with one timer per stream instead of a timeout context per chunk: each wait
-    only notes its deadline; the timer, when it comes, cancels the task if the wait it finds
-    has outlived its own, and otherwise moves to that wait's deadline."""
-
-    __slots__ = ("_deadline", "_handle", "_kind", "_loop", "_task", "fired")
-
-    def __init__(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        assert task is not None
-        self._task = task
-        self._kind: str | None = None
-        self._deadline = 0.0
-        self._handle: asyncio.TimerHandle | None = None
-        self.fired: str | None = None
-
-    def begin(self, kind: str, bound: float) -> None:
-        """The task now waits for ``kind``, at most ``bound`` seconds (0: unbounded)."""
-        if bound <= 0:
-            self._kind = None
-            return
-        self._kind, self._deadline = kind, self._loop.time() + bound
-        handle = self._handle
-        if handle is None or handle.when() > self._deadline:
-            if handle is not None:
-                handle.cancel()
-            self._handle = self._loop.call_at(self._deadline, self._check)
-
-    def end(self) -> None:
-        """Nothing is waited for any more."""
-        self._kind = None
-
-    def uncancel(self) -> bool:
-        """Take back the watchdog's cancellation; whether nobody else cancelled the task."""
-        return self._task.uncancel() == 0
-
-    def close(self) -> None:
-        """Stop the timer."""
-        self._kind = None
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-
-    def _check(self) -> None:
-        self._handle = None
-        if self._kind is None:
-            return
-        if self._loop.time() >= self._deadline - _SLACK_S:  # the loop may fire a hair early
-            self.fired = self._kind
-            self._kind = None
-            self._task.cancel()
-        else:
-            self._handle = self._loop.call_at(self._deadline, self._check)
 
 
 @dataclass(slots=True)

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from backend.workers.proxy.stream import Watchdog
+from backend.workers.proxy.watchdog import Watchdog
 
 
 async def _waits(steps: list[tuple[str, float, float]]) -> str | None:

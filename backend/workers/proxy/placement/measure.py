@@ -13,7 +13,7 @@ the time of its last sample, so placement can let an old figure decay.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import msgspec
 
@@ -25,8 +25,8 @@ LINE_CAP = 64 * 1024
 _NS = 1_000_000_000
 
 
-@dataclass(frozen=True, slots=True)
-class _Figures:
+@dataclass(slots=True)
+class _Figures:  # updated in place: it is never handed out (``pace`` copies it)
     tokens_per_s: float | None = None
     first_token_s: float | None = None
     load_s: float | None = None
@@ -63,22 +63,23 @@ class SpeedBook:
         self._answers[model] = _average(self._answers.get(model), float(tokens))
         if seconds <= 0 or tokens < 2:
             return
-        found = self._figures.get((node, model), _Figures())
-        rate = _average(found.tokens_per_s, tokens / seconds)
-        self._store(node, model, replace(found, tokens_per_s=rate, measured_at=now))
+        found = self._figures.get((node, model)) or _Figures()
+        found.tokens_per_s = _average(found.tokens_per_s, tokens / seconds)
+        found.measured_at = now
+        self._store(node, model, found)
 
     def first_byte(
         self, node: NodeId, model: str, seconds: float, *, cold: bool, now: float
     ) -> None:
         """A request that found a free slot got its first byte ``seconds`` after dispatch."""
-        found = self._figures.get((node, model), _Figures())
+        found = self._figures.get((node, model)) or _Figures()
         if cold:
             first = found.first_token_s or 0.0
-            load = _average(found.load_s, max(0.0, seconds - first))
-            self._store(node, model, replace(found, load_s=load, measured_at=now))
+            found.load_s = _average(found.load_s, max(0.0, seconds - first))
         else:
-            first = _average(found.first_token_s, max(0.0, seconds))
-            self._store(node, model, replace(found, first_token_s=first, measured_at=now))
+            found.first_token_s = _average(found.first_token_s, max(0.0, seconds))
+        found.measured_at = now
+        self._store(node, model, found)
 
     def _store(self, node: NodeId, model: str, figures: _Figures) -> None:
         key = (node, model)
