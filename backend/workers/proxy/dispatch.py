@@ -411,7 +411,7 @@ class Router:
         self, request: web.Request, commit: Commit, dispatch: _Dispatch
     ) -> web.StreamResponse:
         """Stream the committed response; learn the node's pace from it (docs/PLACEMENT.md)."""
-        meter = OutputMeter()
+        meter = OutputMeter(self._clock.monotonic)
         answered = 200 <= commit.upstream.status < 300
         if dispatch.placed is not None and answered:
             self._placer.first_byte(dispatch.placed)
@@ -423,7 +423,7 @@ class Router:
             # Silence after the first byte is bounded like silence before it.
             idle_s=self._targets.first_content_timeout_s,
             on_output=lambda: self._output(dispatch),
-            on_chunk=lambda chunk: meter.feed(chunk, self._clock.monotonic()),
+            on_chunk=meter.feed,
         )
         if dispatch.placed is not None and answered and dispatch.job.outcome == "completed":
             self._placer.completed(dispatch.placed, meter)

@@ -44,13 +44,15 @@ class EndMarker:
         if end < 0:
             self._append(chunk)
             return
-        completed = bytes(self._current) + chunk[:end]
-        for line in reversed(completed.split(b"\n")):
-            if line.strip():
-                self._last = line[:LINE_CAP]
-                break
-        self._current = bytearray()
-        self._append(chunk[end + 1 :])
+        completed = chunk[:end]
+        if self._current:
+            completed = bytes(self._current) + completed
+            self._current = bytearray()
+        completed = completed.rstrip()
+        if completed:  # its last line is the last one that is not blank
+            self._last = completed[completed.rfind(b"\n") + 1 :][:LINE_CAP]
+        if end + 1 < len(chunk):
+            self._append(chunk[end + 1 :])
 
     @property
     def streaming(self) -> bool:

@@ -16,7 +16,6 @@ the moment its caller is cancelled.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -619,8 +618,10 @@ class EngineScheduler:
     # Reporting.
 
     def _announce(self) -> None:
-        with contextlib.suppress(Exception):
+        try:  # on every admission and release: no context manager
             self._on_change()
+        except Exception:
+            log.exception("the scheduler's change callback failed")
 
     @property
     def active(self) -> bool:

@@ -25,6 +25,16 @@ def test_sse_counts_data_records_but_not_done_or_comments() -> None:
     assert meter.generation() == (2, pytest.approx(0.5))
 
 
+def test_sse_records_cut_by_chunk_boundaries_and_data_inside_text_count_once() -> None:
+    meter = OutputMeter()
+    meter.feed(b'data: {"t": "data: x"}\n\nda', 1.0)  # "data:" in the text is no record
+    meter.feed(b'ta: {"t": "y"}\n', 2.0)  # the field cut after "da"
+    meter.feed(b"\n", 2.5)
+    meter.feed(b'data: {"t": "z"}\n\ndata: [DO', 3.0)  # [DONE] cut in two: no record
+    meter.feed(b"NE]\n\n", 9.0)
+    assert (meter.records, meter.generation()) == (3, (2, pytest.approx(2.0)))
+
+
 def test_ollamas_final_record_gives_its_own_counts() -> None:
     meter = OutputMeter()
     final = {"done": True, "eval_count": 120, "eval_duration": 2_000_000_000}

@@ -13,6 +13,7 @@ the time of its last sample, so placement can let an old figure decay.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import msgspec
@@ -90,36 +91,63 @@ class SpeedBook:
 
 
 class OutputMeter:
-    """Counts a streamed response's records and times the first and the last."""
+    """Counts a streamed response's records and times the first and the last.
 
-    def __init__(self) -> None:
+    Cheap per chunk (it is called for every one): records are counted by their line ends
+    (NDJSON) or ``data:`` fields (SSE, told by the first chunk; ``[DONE]`` is not a record), and
+    only the last two chunks are kept, for the final record Ollama puts its own counts in.
+    """
+
+    __slots__ = ("_before", "_clock", "_last", "_sse", "first_at", "last_at", "records")
+
+    def __init__(self, clock: Callable[[], float] | None = None) -> None:
+        self._clock = clock
         self.records = 0
         self.first_at: float | None = None
         self.last_at: float | None = None
-        self._partial = b""
-        self._last_line = b""
+        self._sse: bool | None = None
+        self._before = b""
+        self._last = b"\n"  # the body starts at a line's start
 
-    def feed(self, chunk: bytes, now: float) -> None:
-        """Account for one chunk of the body, received at ``now``."""
-        lines = (self._partial + chunk).split(b"\n")
-        self._partial = lines.pop()[-LINE_CAP:]
-        for line in lines:
-            text = line.strip()
-            if not text or text.startswith((b"event:", b":")) or text == b"data: [DONE]":
-                continue
-            self.records += 1
-            self._last_line = text[:LINE_CAP]
-            self.first_at = now if self.first_at is None else self.first_at
+    def feed(self, chunk: bytes, now: float | None = None) -> None:
+        """Account for one chunk of the body, received at ``now`` (default: the clock's now)."""
+        if not chunk:
+            return
+        if self._sse is None:
+            self._sse = chunk.startswith(_SSE_STARTS)
+        last = self._last
+        if self._sse:
+            # A field starts a line; one cut by the chunk boundary is found across it (each
+            # edge is too short to hold a whole match on either side).
+            count = (
+                chunk.count(b"\ndata:")
+                + (last[-5:] + chunk[:5]).count(b"\ndata:")
+                - chunk.count(b"data: [DONE]")
+                - (last[-11:] + chunk[:11]).count(b"data: [DONE]")
+            )
+        else:
+            count = chunk.count(b"\n")
+        self._before, self._last = last, chunk
+        self.records += count  # less than 0 when a [DONE] counted as a field is complete
+        if count > 0:
+            if now is None:
+                now = self._clock() if self._clock is not None else 0.0
+            if self.first_at is None:
+                self.first_at = now
             self.last_at = now
 
     def generation(self) -> tuple[int, float] | None:
         """Tokens generated and the seconds they took, when the response says or shows it."""
-        reported = _ollama_eval(self._partial.strip() or self._last_line)
+        tail = (self._before + self._last).rstrip()
+        reported = _ollama_eval(tail[tail.rfind(b"\n") + 1 :][-LINE_CAP:].strip())
         if reported is not None:
             return reported
         if self.records < 2 or self.first_at is None or self.last_at is None:
             return None
         return self.records - 1, self.last_at - self.first_at
+
+
+_SSE_STARTS = (b"data:", b"event:", b":", b"id:", b"retry:")
 
 
 def _ollama_eval(line: bytes) -> tuple[int, float] | None:
