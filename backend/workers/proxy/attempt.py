@@ -46,10 +46,18 @@ class Failure:
 
 @dataclass(slots=True)
 class Commit:
-    """The engine's response, its first body chunk already read (``b""`` at once-EOF)."""
+    """The engine's response, its first body chunk already read (``b""`` at once-EOF), and
+    the attempt's watchdog, which the relay goes on with (one timer per request)."""
 
     upstream: aiohttp.ClientResponse
     first: bytes
+    watchdog: Watchdog | None = None
+
+    def discard(self) -> None:
+        """Drop the response unanswered: its connection and its timer."""
+        self.upstream.close()
+        if self.watchdog is not None:
+            self.watchdog.close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +229,9 @@ async def precommit(
     if not on_this_computer(url, tls):
         headers = without_credentials(headers)
     # One timer for both waits (headers, then the first chunk); a cut wait is a failure.
+    # A commit hands it on to the relay.
     watchdog = Watchdog()
+    handed = False
     try:
         watchdog.begin(_HEADERS, timeouts.headers)
         sent_out = await _send(session, method, url, headers, body, sent, tls)
@@ -239,7 +249,8 @@ async def precommit(
                 upstream.close()
                 return Failure("transport", f"upstream error: {exc or type(exc).__name__}")
             watchdog.end()
-            return Commit(upstream, first)
+            handed = True
+            return Commit(upstream, first, watchdog)
         except BaseException:
             upstream.close()
             raise
@@ -256,7 +267,8 @@ async def precommit(
             "no-content", f"the engine sent no content within {timeouts.first_content:g} s"
         )
     finally:
-        watchdog.close()
+        if not handed:
+            watchdog.close()
 
 
 async def _send(

@@ -390,7 +390,11 @@ class Router:
                 return outcome
             self._busy_until.pop(node, None)
             self._affinity.served(admission.session, node)
-            await self._let_go(admission)
+            try:
+                await self._let_go(admission)
+            except BaseException:
+                outcome.discard()
+                raise
             return await self._stream(request, outcome, dispatch)
         finally:
             for watcher in dispatch.watchers:
@@ -496,7 +500,7 @@ class Router:
         if isinstance(outcome, Commit) and _refused_by_peer(target, outcome):
             # The peer no longer trusts this computer (it removed us after the handshake of a
             # kept-alive connection): that is not the client's answer, another node may serve.
-            outcome.upstream.close()
+            outcome.discard()
             return Failure("transport", f"node {target.node_id} refused this computer")
         return outcome
 

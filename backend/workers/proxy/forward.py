@@ -60,7 +60,7 @@ def request_headers(request: web.Request, *, credentials: bool = True) -> CIMult
     if request.get(LAN_CLIENT_KEY, False):
         dropped = dropped | {"authorization"}
     return CIMultiDict(
-        (name, value) for name, value in request.headers.items() if name.lower() not in dropped
+        [(name, value) for name, value in request.headers.items() if name.lower() not in dropped]
     )
 
 
@@ -73,11 +73,12 @@ def without_credentials(headers: Mapping[str, str]) -> CIMultiDict[str]:
 
 def response_headers(upstream: aiohttp.ClientResponse) -> CIMultiDict[str]:
     """The engine's headers minus connection-specific ones and any CORS grant of its own."""
-    return CIMultiDict(
-        (name, value)
-        for name, value in upstream.headers.items()
-        if name.lower() not in _HOP_BY_HOP and not name.lower().startswith("access-control-")
-    )
+    kept = CIMultiDict[str]()
+    for name, value in upstream.headers.items():
+        lowered = name.lower()
+        if lowered not in _HOP_BY_HOP and not lowered.startswith("access-control-"):
+            kept.add(name, value)
+    return kept
 
 
 async def forward(

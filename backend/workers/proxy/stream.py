@@ -74,7 +74,7 @@ async def stream_commit(
             job.failed("the stream ended without the engine's final marker")
         return response
     finally:
-        upstream.close()
+        commit.discard()  # the response was read to its end, or it is cut
 
 
 class _Relayed(web.StreamResponse):
@@ -113,7 +113,7 @@ class _Relay:
         """Copy the body; False when it was cut (the job already says why)."""
         chunk = commit.first
         upstream = commit.upstream
-        watchdog = Watchdog()
+        watchdog = commit.watchdog or Watchdog()
         try:
             while chunk:
                 self.marker.feed(chunk)

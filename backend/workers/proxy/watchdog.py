@@ -6,6 +6,10 @@ from __future__ import annotations
 import asyncio
 
 _SLACK_S = 0.001
+# The timer is never set further ahead than this: a shorter wait begun later (the relay's
+# 30 s write deadline after the two-minute waits before the commit) then needs no new timer,
+# and a long request costs one timer check per horizon.
+HORIZON_S = 30.0
 
 
 class Watchdog:
@@ -33,12 +37,13 @@ class Watchdog:
         if bound <= 0:
             self._kind = None
             return
-        self._kind, self._deadline = kind, self._loop.time() + bound
+        now = self._loop.time()
+        self._kind, self._deadline = kind, now + bound
         handle = self._handle
         if handle is None or handle.when() > self._deadline:
             if handle is not None:
                 handle.cancel()
-            self._handle = self._loop.call_at(self._deadline, self._check)
+            self._handle = self._loop.call_at(min(self._deadline, now + HORIZON_S), self._check)
 
     def end(self) -> None:
         """Nothing is waited for any more."""
@@ -59,9 +64,10 @@ class Watchdog:
         self._handle = None
         if self._kind is None:
             return
-        if self._loop.time() >= self._deadline - _SLACK_S:  # the loop may fire a hair early
+        now = self._loop.time()
+        if now >= self._deadline - _SLACK_S:  # the loop may fire a hair early
             self.fired = self._kind
             self._kind = None
             self._task.cancel()
         else:
-            self._handle = self._loop.call_at(self._deadline, self._check)
+            self._handle = self._loop.call_at(min(self._deadline, now + HORIZON_S), self._check)

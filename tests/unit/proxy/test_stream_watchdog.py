@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from backend.workers.proxy import watchdog as watchdog_module
 from backend.workers.proxy.watchdog import Watchdog
 
 
@@ -62,3 +63,15 @@ async def test_a_cancellation_from_elsewhere_is_not_taken_for_the_watchdog() -> 
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+async def test_a_bound_past_the_horizon_is_cut_at_its_own_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The timer looks in every 0.05 s; the wait's bound of 0.3 s is what cuts it.
+    monkeypatch.setattr(watchdog_module, "HORIZON_S", 0.05)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    assert await _waits([("reading", 0.3, 2.0)]) == "reading"
+    assert 0.29 <= loop.time() - started < 1.0
+    assert await _waits([("reading", 0.3, 0.2), ("writing", 0.3, 0.2)]) is None
