@@ -39,6 +39,7 @@ COMPLETION = "completion"
 # What a decision pass does next: stop, decide again, admit (after a new turn began: resample).
 Step = Literal["stop", "again", "admit", "new-turn"]
 SLOT_POLL_S = 0.5
+# The ceiling of an engine whose slot count is not known (a known count is the ceiling).
 MAX_CONCURRENCY = 64
 
 
@@ -473,7 +474,7 @@ class EngineScheduler:
         if not self._shape.slots_known:
             return MAX_CONCURRENCY
         slots = self._shape.model_slots.get(model, self._shape.slots) if model else 0
-        return max(1, min(MAX_CONCURRENCY, slots or self._shape.slots))
+        return max(1, slots or self._shape.slots)
 
     def _claim(self, sample: SlotSample | None, started_here: int) -> Ticket | None:
         """The next request with room, by affinity; taken out of its queue."""

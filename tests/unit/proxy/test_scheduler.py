@@ -156,6 +156,22 @@ async def test_at_most_the_ceiling_runs_and_the_next_starts_when_one_settles() -
     await requests.cleanup()
 
 
+@pytest.mark.parametrize(("slots", "known", "ceiling"), [(100, True, 100), (100, False, 64)])
+async def test_the_ceiling_is_the_engines_own_slot_count_and_64_when_it_is_unknown(
+    slots: int, known: bool, ceiling: int
+) -> None:
+    engine = FakeEngine(slots=slots)
+    shape = EngineShape(slots=slots, resident=("a",), instance=1, slots_known=known)
+    scheduler = make(engine, shape)
+    requests = Requests(scheduler, engine)
+    for index in range(120):
+        requests.submit(f"r{index}")
+    await settle(50)
+    assert len(requests.admitted) == ceiling
+    assert scheduler.state().waiting == 120 - ceiling
+    await requests.cleanup()
+
+
 async def test_slots_taken_by_traffic_pair_did_not_send_are_noticed_and_polled() -> None:
     engine = FakeEngine(slots=2)
     engine.foreign = {0, 1}
