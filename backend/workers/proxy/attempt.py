@@ -219,11 +219,14 @@ async def precommit(
     inference: bool,
     sent: Callable[[], None] | None = None,
     tls: ssl.SSLContext | bool = True,
+    retry_session: aiohttp.ClientSession | None = None,
 ) -> Commit | Failure:
     """Send the request; return the commit, or why this node cannot serve it now.
 
     A status that is not retried (2xx, 3xx, most 4xx) commits too: it goes to the client as is.
     ``tls`` is aiohttp's ``ssl=``: a peer's pinned client context (its own connection pool).
+    A pooled connection the engine had closed is tried once more through ``retry_session``
+    (one that opens a new connection each time; by default ``session``).
     The client's credentials go only to an engine on this computer (``on_this_computer``).
     """
     if not on_this_computer(url, tls):
@@ -234,7 +237,8 @@ async def precommit(
     handed = False
     try:
         watchdog.begin(_HEADERS, timeouts.headers)
-        sent_out = await _send(session, method, url, headers, body, sent, tls)
+        sessions = (session, retry_session or session)
+        sent_out = await _send(sessions, method, url, headers, body, sent, tls)
         if isinstance(sent_out, Failure):
             return sent_out
         upstream = sent_out
@@ -272,7 +276,7 @@ async def precommit(
 
 
 async def _send(
-    session: aiohttp.ClientSession,
+    sessions: tuple[aiohttp.ClientSession, aiohttp.ClientSession],
     method: str,
     url: str,
     headers: Mapping[str, str] | CIMultiDict[str],
@@ -284,7 +288,7 @@ async def _send(
     hook = _SentHook(sent)
     token = _ON_SENT.set(hook)
     try:
-        for fresh in (False, True):
+        for fresh, session in enumerate(sessions):
             try:
                 upstream = await session.request(
                     method,

@@ -145,8 +145,11 @@ class Router:
         on_scheduler_change: Callable[[], None] = lambda: None,
         affinity: bool = True,
         custody: Custody | None = None,
+        retry_session: aiohttp.ClientSession | None = None,
     ) -> None:
         self.session = session
+        # New connections only: the retry after a pooled connection turned out closed.
+        self.retry_session = retry_session or session
         self.custody = custody or Custody(None)
         self.peer_tls = peer_tls or PeerTls()
         self.jobs = jobs
@@ -496,6 +499,7 @@ class Router:
             inference=admission.inference,
             sent=dispatch.mark_sent,
             tls=tls,
+            retry_session=self.retry_session,
         )
         if isinstance(outcome, Commit) and _refused_by_peer(target, outcome):
             # The peer no longer trusts this computer (it removed us after the handshake of a

@@ -251,12 +251,18 @@ class ProxyService:
         """Serve every door and the relay until cancelled."""
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S)
-        async with aiohttp.ClientSession(
-            connector=connector,
-            timeout=timeout,
-            auto_decompress=False,
-            request_class=SentRequest,
-        ) as session:
+        options: dict[str, Any] = {
+            "timeout": timeout,
+            "auto_decompress": False,
+            "request_class": SentRequest,
+        }
+        # The second try of a request whose pooled connection the engine had closed goes on a
+        # new one: the pool may hold more connections the engine closed the same way.
+        fresh = aiohttp.TCPConnector(limit=0, force_close=True)
+        async with (
+            aiohttp.ClientSession(connector=connector, **options) as session,
+            aiohttp.ClientSession(connector=fresh, **options) as retry_session,
+        ):
             board = RelayBoard()
             router = Router(
                 session,
@@ -271,6 +277,7 @@ class ProxyService:
                 on_scheduler_change=self._scheduler_changed,
                 affinity=os.environ.get(AFFINITY_ENV, "on") != "off",
                 custody=self._custody,
+                retry_session=retry_session,
             )
             self._custody.start(self._replay)
             self._router = router

@@ -1,0 +1,96 @@
+"""A pooled connection the engine had closed is tried once more, on a new connection.
+
+llama-server closes its connection after a stream without saying so; the pool can then hold
+several such connections at once. The second try must not take another of them (it once did,
+and the request failed over and backed off for seconds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+
+from backend.workers.proxy.attempt import Commit, Timeouts, precommit
+
+ANSWER = (
+    b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 13\r\n\r\n{"done":true}'
+)
+
+
+class OneRequestPerConnection:
+    """Answers the first request on each connection (keeping it open, as keep-alive), and
+    closes the connection without an answer when a second one comes on it."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.closed_unanswered = 0
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            for answered in (False, True):
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    (
+                        int(line.split(b":")[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    ),
+                    0,
+                )
+                await reader.readexactly(length)
+                if answered:
+                    self.closed_unanswered += 1
+                    return
+                writer.write(ANSWER)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return
+        finally:
+            writer.close()
+
+
+@pytest.fixture
+async def engine() -> AsyncIterator[tuple[str, OneRequestPerConnection]]:
+    behaviour = OneRequestPerConnection()
+    server = await asyncio.start_server(behaviour.serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    yield f"http://127.0.0.1:{port}/api/chat", behaviour
+    server.close()
+    await server.wait_closed()
+
+
+async def _commit(
+    session: aiohttp.ClientSession, url: str, retry: aiohttp.ClientSession | None
+) -> Commit | object:
+    timeouts = Timeouts(headers=5.0, first_content=5.0)
+    outcome = await precommit(
+        session, "POST", url, {}, b"{}", timeouts, inference=True, retry_session=retry
+    )
+    if isinstance(outcome, Commit):
+        outcome.discard()
+    return outcome
+
+
+async def test_the_second_try_takes_a_new_connection_not_another_pooled_one(
+    engine: tuple[str, OneRequestPerConnection],
+) -> None:
+    url, behaviour = engine
+    async with (
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as pooled,
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as fresh,
+    ):
+        # Three requests at once leave three kept-alive connections in the pool, each of
+        # which the engine will close instead of answering again.
+        warm = await asyncio.gather(*(_commit(pooled, url, fresh) for _ in range(3)))
+        assert all(isinstance(outcome, Commit) for outcome in warm)
+        assert behaviour.connections == 3
+
+        outcome = await _commit(pooled, url, fresh)
+
+        assert isinstance(outcome, Commit), outcome
+        assert behaviour.closed_unanswered == 1, "one pooled connection tried, then a new one"
+        assert behaviour.connections == 4
