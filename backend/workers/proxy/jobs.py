@@ -2,9 +2,9 @@
 
 Each inference request is a job. Its events carry ``seq`` from 1, in the order they happen
 in this process; the broker applies them in that order whatever order they arrive in. Events
-are sent in batches, at most ``FLUSH_S`` after they happen and at once when a job ends, so a
-request's events (and a busy door's) reach the broker as one notification instead of one
-each, and a job's end is never held back.
+are sent in batches, at most ``FLUSH_S`` after they happen, and at the end of the loop's turn
+when a job ends, so a request's events (and a busy door's) reach the broker as one
+notification instead of one each, and a job's end is never held back.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ class JobLog:
         self._flush_s = flush_s
         self._batch: list[JobEvent] = []
         self._flush_due: asyncio.TimerHandle | None = None
+        self._flush_now: asyncio.Handle | None = None
 
     def new(
         self,
@@ -70,15 +71,19 @@ class JobLog:
             self._notify([event])
             return
         self._batch.append(event)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()
+            return
         if event.kind in _FINAL:
-            self.flush()  # a job's end is never left waiting (nor what came before it)
+            # A job's end is never left waiting (nor what came before it): it goes at the end
+            # of this turn of the loop, with the other jobs that ended in it, in one message
+            # (it could not reach the broker's pipe sooner: the channel writes in its own task).
+            if self._flush_now is None:
+                self._flush_now = loop.call_soon(self.flush)
             return
         if self._flush_due is None:
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                self.flush()
-                return
             self._flush_due = loop.call_later(self._flush_s, self.flush)
 
     def flush(self) -> None:
@@ -86,6 +91,9 @@ class JobLog:
         if self._flush_due is not None:
             self._flush_due.cancel()
             self._flush_due = None
+        if self._flush_now is not None:
+            self._flush_now.cancel()
+            self._flush_now = None
         batch, self._batch = self._batch, []
         if batch:
             self._notify(batch)
