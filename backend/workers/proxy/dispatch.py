@@ -28,15 +28,9 @@ from backend.components.proxy.targets import DOOR_ENGINES
 from backend.core.clock import Clock
 from backend.protocol.proxy import Door, ProxyTargets, RouteTarget
 from backend.protocol.types import JobKey, NodeId
-from backend.workers.proxy.attempt import (
-    Commit,
-    Departures,
-    Failure,
-    Timeouts,
-    precommit,
-    unless_gone,
-)
+from backend.workers.proxy.attempt import Commit, Failure, Timeouts, precommit
 from backend.workers.proxy.custody import Custody
+from backend.workers.proxy.departures import Departures, unless_gone
 from backend.workers.proxy.engine_access import LoadModel, LocalEngineAccess
 from backend.workers.proxy.errors import ErrorReply
 from backend.workers.proxy.forward import request_headers

@@ -20,15 +20,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from backend.protocol.proxy import ProxyTargets, RouteTarget, TargetKind
 from backend.protocol.types import JobEvent
 from backend.workers.proxy.app import build_app
-from backend.workers.proxy.attempt import (
-    Commit,
-    Departures,
-    Failure,
-    Gone,
-    SentRequest,
-    unless_gone,
-)
+from backend.workers.proxy.attempt import Commit, Failure, SentRequest
 from backend.workers.proxy.context import DoorContext
+from backend.workers.proxy.departures import Departures, Gone, unless_gone
 from backend.workers.proxy.dispatch import RetryPolicy, Router
 from backend.workers.proxy.jobs import JobLog
 from backend.workers.proxy.relay import RelayBoard
