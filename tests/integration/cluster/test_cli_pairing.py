@@ -81,8 +81,17 @@ class Inviting:
         return (found[1] + found[2]).decode()
 
     def finish(self, timeout: float = 60.0) -> tuple[int, str, str]:
-        """Its exit code, all it printed and its stderr."""
-        rest, err = self.process.communicate(timeout=timeout)
+        """Its exit code, all it printed and its stderr. One that has not ended in time is
+        made to print where it waits (``faulthandler``, on SIGABRT) before the test fails."""
+        try:
+            rest, err = self.process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.send_signal(signal.SIGABRT)
+            rest, err = self.process.communicate(timeout=10)
+            raise AssertionError(
+                f"pair invite did not end within {timeout:g} s; it printed "
+                f"{(bytes(self.out) + rest).decode()!r}, and where it waited:\n{err.decode()}"
+            ) from None
         return self.process.returncode, (bytes(self.out) + rest).decode(), err.decode()
 
     def stderr(self) -> str:
@@ -101,6 +110,7 @@ def inviting(inviter: Broker, address: str) -> Iterator[Inviting]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         bufsize=0,
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},  # SIGABRT prints every thread's stack
     )
     try:
         yield Inviting(process)
