@@ -111,6 +111,7 @@ def inviting(inviter: Broker, address: str) -> Iterator[Inviting]:
         stderr=subprocess.PIPE,
         bufsize=0,
         env={**os.environ, "PYTHONFAULTHANDLER": "1"},  # SIGABRT prints every thread's stack
+        preexec_fn=_ctrl_c_as_at_a_terminal,
     )
     try:
         yield Inviting(process)
@@ -118,6 +119,13 @@ def inviting(inviter: Broker, address: str) -> Iterator[Inviting]:
         if process.poll() is None:
             process.kill()
         process.communicate(timeout=10)
+
+
+def _ctrl_c_as_at_a_terminal() -> None:
+    """Ctrl+C's default, as a command typed at a terminal has it: a suite started in the
+    background by a shell without job control (``cmd &`` in a script) runs with SIGINT
+    ignored, and every child inherits that, so the Ctrl+C test's signal was never seen."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def other_pin(pin: str) -> str:
