@@ -38,15 +38,13 @@ class Gone:
         for callback in callbacks.values():
             callback()
 
-    def on_set(self, callback: Callable[[], None]) -> Callable[[], None]:
-        """Call ``callback`` when set; returns what stops that."""
-        key = id(callback)
-        self._callbacks[key] = callback
-        return lambda: self.off(key)
+    def on_set(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` when set (until ``off(callback)``)."""
+        self._callbacks[id(callback)] = callback
 
-    def off(self, key: int) -> None:
-        """Stop calling the callback registered under ``key`` (its ``id``)."""
-        self._callbacks.pop(key, None)
+    def off(self, callback: Callable[[], None]) -> None:
+        """Stop calling ``callback``."""
+        self._callbacks.pop(id(callback), None)
 
 
 @dataclass(eq=False)
@@ -152,5 +150,5 @@ async def unless_gone(
         raise
     finally:
         race.done = True
-        gone.off(id(later))
+        gone.off(later)
     return outcome
