@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import socket
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
@@ -35,14 +34,13 @@ import pytest
 
 from backend.devtools import tiny_model
 from backend.devtools.llama_server import search_llama_server
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL_CACHE = ROOT / "build" / "test-models"
 # Written by scripts/bootstrap.py when installing the engines extra failed.
 ENGINES_INSTALL_LOG = ROOT / ".venv" / "engines-install.log"
 REQUIRE_ENGINES_VARIABLE = "PAIR_REQUIRE_ENGINES"
-# PAIR's own default ports and the engines' defaults: a test must never take one.
-RESERVED_PORTS = frozenset({1234, 1235, 8080, 8081, 11434, 11435, 14320})
 STARTUP_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 10.0
 _SKIP_REASON = pytest.StashKey[str]()
@@ -162,16 +160,6 @@ def cached_model(size: tiny_model.ModelSize, seed: int = 0) -> Path:
                 stale.unlink(missing_ok=True)
         tiny_model.write_model(path, size=size, seed=seed)
     return path
-
-
-def free_port() -> int:
-    """A loopback TCP port nobody listens on right now, never one of the reserved defaults."""
-    while True:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = int(probe.getsockname()[1])
-        if port not in RESERVED_PORTS:
-            return port
 
 
 def launch_llama_server(

@@ -10,7 +10,6 @@ import os
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before any QApplication exists
 
 import asyncio
-import socket
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -18,6 +17,8 @@ import pytest
 import qasync
 from PySide6.QtCore import QSettings, QtMsgType
 from PySide6.QtWidgets import QApplication
+
+from tests.support.ports import free_port
 
 # The offscreen platform reports what it cannot do; these are not bugs in the app.
 _HARMLESS_QT_MESSAGES = ("This plugin does not support", "QSystemTrayIcon::setVisible")
@@ -63,14 +64,6 @@ def data_dir(tmp_path: Path) -> Path:
     path = tmp_path / "node"
     path.mkdir()
     return path
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now (never the defaults 11434, 1234, 8080, 14320)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @pytest.fixture

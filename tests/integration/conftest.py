@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,16 +24,10 @@ from backend.protocol.contract import Method, Push
 from backend.protocol.endpoint import control_address, open_control_connection
 from backend.protocol.peer import RpcPeer
 from backend.protocol.types import InviteAnswer, InviteParams
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 R = TypeVar("R")
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now (never one of PAIR's defaults)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @contextlib.contextmanager

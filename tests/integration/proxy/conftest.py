@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +23,7 @@ from backend.protocol.proxy import ProxyTargets, RouteTarget
 from backend.protocol.types import NodeId, Ports
 from backend.workers.proxy.service import BACKOFF_ENV
 from tests.fakes import RecordingErrors
+from tests.support.ports import free_port
 
 # Asserts inside the conformance helpers report their operands like asserts in test files.
 pytest.register_assert_rewrite("tests.integration.proxy.conformance")
@@ -170,20 +170,6 @@ def local(base_url: str, models: list[str], *, slots: int = 1) -> RouteTarget:
     return RouteTarget(
         node_id=LOCAL_NODE, kind="local", base_url=base_url, models=models, slots=slots
     )
-
-
-# PAIR's defaults and the engines' own ports: a test never takes one.
-RESERVED_PORTS = frozenset({1234, 1235, 8080, 8081, 11434, 11435, 14320, 14321})
-
-
-def free_port() -> int:
-    """A loopback TCP port nobody listens on right now."""
-    while True:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = int(probe.getsockname()[1])
-        if port not in RESERVED_PORTS:
-            return port
 
 
 def free_ports() -> Ports:

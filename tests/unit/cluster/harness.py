@@ -8,7 +8,6 @@ computer on loopback."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -33,17 +32,12 @@ from backend.core.store import Store
 from backend.protocol import methods
 from backend.protocol.types import InviteChanged, NodeEngineModels, NodeId, NodeInfo, NodeOs, Ports
 from tests.fakes import FakeClock
+from tests.support.ports import free_port
 
 A_ID = NodeId("aaaaaaaa-0000-4000-8000-000000000001")
 B_ID = NodeId("bbbbbbbb-0000-4000-8000-000000000002")
 C_ID = NodeId("cccccccc-0000-4000-8000-000000000003")
 D_ID = NodeId("dddddddd-0000-4000-8000-000000000004")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class _Recorder(NumberedStream[object]):

@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import hashlib
 import json
-import socket
 import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from backend.protocol.types import (
     PullProgressed,
 )
 from tests.fakes import RecordingErrors
+from tests.support.ports import free_port
 from tests.unit.components.engine_fakes import (
     ControllerRig,
     FakeSettings,
@@ -230,12 +230,6 @@ async def test_a_restart_waits_for_the_gate(rigged: Rigged) -> None:
     rigged.gate.opened.set()
     status = await restarting
     assert rigged.llama.world.spawned[0].stopped and status.pid == 1001
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def test_a_port_move_of_a_running_engine_waits_for_the_gate(rigged: Rigged) -> None:
