@@ -56,24 +56,3 @@ def no_leaked_processes() -> Iterator[None]:
     for child in leaked:
         child.kill()  # our own descendant, killed by PID so the next test starts clean
     assert not leaked, f"processes leaked: {[(c.pid, c.cmdline()) for c in leaked]}"
-
-
-# Tests that share one machine-wide resource, by the fixture that takes it: under pytest-xdist
-# (``--dist loadgroup``) each group runs on one worker, one test after another.
-_SERIAL_GROUPS = {
-    # The frozen build goes to one shared folder: two workers building at once clobber it.
-    "frozen_pair": "frozen-build",
-    # Network namespaces on a bridge; the three-host one gives the host 10.78.0.1, which two
-    # bridges at once would both claim.
-    "hosts": "netns",
-    "namespaces": "netns",
-}
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        names = getattr(item, "fixturenames", ())
-        for fixture, group in _SERIAL_GROUPS.items():
-            if fixture in names:
-                item.add_marker(pytest.mark.xdist_group(group))
-                break

@@ -1,4 +1,4 @@
-"""The frozen app (PyInstaller, one folder), built once per session into ``build/frozen`` by
+"""The frozen app (PyInstaller, one folder), built once per run into ``build/frozen`` by
 ``packaging/build_frozen.py``, for every packaging test that needs the real thing.
 
 Skipped when PyInstaller is not installed, unless ``PAIR_REQUIRE_PACKAGING=1`` (CI), which makes
@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import filelock
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,14 +29,26 @@ def frozen_pair() -> Path:
         if os.environ.get("PAIR_REQUIRE_PACKAGING") == "1":
             pytest.fail(f"{reason}, and PAIR_REQUIRE_PACKAGING=1")
         pytest.skip(reason)
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "packaging" / "build_frozen.py"), "--dist", str(DIST)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=BUILD_TIMEOUT_S,
-    )
-    assert done.returncode == 0, f"the build failed:\n{done.stdout}\n{done.stderr}"
-    print(done.stdout)
     name = "pair.exe" if sys.platform == "win32" else "pair"
-    return DIST / "pair" / name
+    executable = DIST / "pair" / name
+    # Under pytest-xdist every worker that needs the build asks for it: the first builds it,
+    # the others wait on the lock and take that build (the run's id marks it as this run's).
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    stamp = DIST / "built-for-run"
+    DIST.mkdir(parents=True, exist_ok=True)
+    with filelock.FileLock(DIST.parent / "frozen.lock"):
+        if run and executable.exists() and stamp.exists() and stamp.read_text() == run:
+            return executable
+        stamp.unlink(missing_ok=True)
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "packaging" / "build_frozen.py"), "--dist", str(DIST)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=BUILD_TIMEOUT_S,
+        )
+        assert done.returncode == 0, f"the build failed:\n{done.stdout}\n{done.stderr}"
+        print(done.stdout)
+        if run:
+            stamp.write_text(run)
+    return executable

@@ -28,16 +28,21 @@ _LINUX_EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _recent: collections.deque[int] = collections.deque(maxlen=512)
 
 
+def worker_index(environ: Mapping[str, str] = os.environ) -> tuple[int, int]:
+    """This pytest-xdist worker's number and the number of workers: ``(0, 1)`` without xdist."""
+    worker = environ.get("PYTEST_XDIST_WORKER", "")
+    count = environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not worker.startswith("gw") or not worker[2:].isdigit() or not count.isdigit():
+        return 0, 1
+    return int(worker[2:]) % max(int(count), 1), max(int(count), 1)
+
+
 def worker_span(environ: Mapping[str, str] = os.environ) -> tuple[int, int]:
     """This worker's share ``[low, high)`` of the span: all of it without pytest-xdist."""
     low, high = _SPAN
-    worker = environ.get("PYTEST_XDIST_WORKER", "")
-    count = int(environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
-    if not worker.startswith("gw") or not worker[2:].isdigit() or count <= 1:
-        return low, high
+    index, count = worker_index(environ)
     share = (high - low) // count
-    start = low + int(worker[2:]) % count * share
-    return start, start + share
+    return low + index * share, low + (index + 1) * share
 
 
 def span_clear_of_ephemeral() -> bool:

@@ -28,3 +28,12 @@ def test_a_port_is_free_in_this_workers_share_and_not_handed_out_twice() -> None
     assert not ports.RESERVED_PORTS & set(given)
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", given[0]))  # free means a listener can take it
+
+
+def test_the_worker_number_comes_from_pytest_xdist_and_is_zero_without_it() -> None:
+    assert ports.worker_index({"PYTEST_XDIST_WORKER": "gw3", "PYTEST_XDIST_WORKER_COUNT": "4"}) == (
+        3,
+        4,
+    )
+    assert ports.worker_index({}) == (0, 1)
+    assert ports.worker_index({"PYTEST_XDIST_WORKER": "master"}) == (0, 1)

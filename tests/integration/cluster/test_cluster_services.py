@@ -39,6 +39,7 @@ from tests.integration.cluster.test_three_nodes import (
     _clients,
     _pair,
     _until,
+    bridge_address,
     hosts,
     start_node,
 )
@@ -69,7 +70,7 @@ def release_site(hosts: list[Host], tmp_path: Path) -> Iterator[str]:
         sums.append(f"{digest}  ./ollama-linux-{version}.tgz\n")
     (folder / "sha256sum.txt").write_text("".join(sums))
     (folder / "latest.json").write_text(json.dumps({"tag_name": "v2.0.0"}))
-    address = "127.0.0.1" if hosts[0].namespace is None else "10.78.0.1"
+    address = "127.0.0.1" if hosts[0].namespace is None else bridge_address()
     with serve_folder(folder, address) as url:
         yield url
 

@@ -30,6 +30,7 @@ from tests.integration.conftest import ROOT, Broker, Client, node_argv, wait_unt
 from tests.integration.discovery.test_manual_nodes import FAST
 from tests.integration.discovery.test_multicast_netns import _ip, _netns_available
 from tests.integration.engines.conftest import OLLAMA_SHIM, write_override, write_script
+from tests.support.ports import worker_index
 
 MODEL = "shared-bc:latest"  # on B and C, not on A
 
@@ -44,7 +45,8 @@ class Host:
 
 @pytest.fixture
 def hosts() -> Iterator[list[Host]]:
-    """Three hosts: namespaces 10.78.0.11-13 on a private bridge, or 127.0.0.2-4."""
+    """Three hosts: namespaces 10.78.N.11-13 (N: the xdist worker) on a private bridge, or
+    127.0.0.2-4."""
     if os.environ.get("PAIR_TEST_NO_NETNS") or _netns_available() is not None:
         yield [Host(None, f"127.0.0.{n}") for n in (2, 3, 4)]
         return
@@ -54,7 +56,7 @@ def hosts() -> Iterator[list[Host]]:
     try:
         _ip("link", "add", bridge, "type", "bridge")
         _ip("link", "set", bridge, "type", "bridge", "mcast_snooping", "0")
-        _ip("addr", "add", "10.78.0.1/24", "dev", bridge)  # this test talks to the hosts too
+        _ip("addr", "add", f"{bridge_address()}/24", "dev", bridge)  # the test talks to them
         _ip("link", "set", bridge, "up")
         for index in (1, 2, 3):
             made.append(_namespace(tag, bridge, index))
@@ -65,8 +67,19 @@ def hosts() -> Iterator[list[Host]]:
         subprocess.run(["ip", "link", "del", bridge], capture_output=True, timeout=10)
 
 
+def _subnet() -> str:
+    """This pytest-xdist worker's own /24: the host has an address on the bridge, and two
+    bridges with one subnet at once would leave the host's route to it ambiguous."""
+    return f"10.78.{worker_index()[0]}"
+
+
+def bridge_address() -> str:
+    """The host's address on the bridge (where the hosts reach this test's servers)."""
+    return f"{_subnet()}.1"
+
+
 def _namespace(tag: str, bridge: str, index: int) -> Host:
-    namespace, address = f"pcns{tag}{index}", f"10.78.0.{10 + index}"
+    namespace, address = f"pcns{tag}{index}", f"{_subnet()}.{10 + index}"
     host_end, inner_end = f"pch{tag}{index}", f"pcn{tag}{index}"
     _ip("netns", "add", namespace)
     _ip("link", "add", host_end, "type", "veth", "peer", "name", inner_end)
