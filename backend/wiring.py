@@ -46,6 +46,7 @@ from backend.components.nodeinfo import rpc as nodeinfo_rpc
 from backend.components.nodeinfo.payload import NodeInfoSource, last_engine_models
 from backend.components.nodeinfo.server import NodeApiServer
 from backend.components.nodeinfo.telemetry import TelemetryComponent
+from backend.components.proxy.away import local_away
 from backend.components.proxy.component import ProxyComponent, local_engines
 from backend.components.proxy.table import (
     FIRST_CONTENT_TIMEOUT_ENV,
@@ -359,6 +360,7 @@ def _proxy(
         members=lambda: cluster.membership,
         lan=lambda: LanAccess(settings.view().lan_access, apikeys.hashes()),
         placement=lambda: settings.view().placement_policy,
+        local_away=lambda: local_away(engines.returning_models(), node_id, services.node_name()),
     )
     proxy = ProxyComponent(
         ports=base.config.ports,

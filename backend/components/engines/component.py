@@ -212,6 +212,16 @@ class EnginesComponent(Component):
             if controller.running or controller.relaunching
         }
 
+    def returning_models(self) -> dict[str, list[str]]:
+        """The last listed models of each engine that is down only while PAIR brings it back
+        after a crash (``coming_back``): its door answers 503 for them meanwhile, not 404."""
+        returning: dict[str, list[str]] = {}
+        for name, controller in self.controllers.items():
+            models = _names_of(self._listed.get(name))
+            if controller.coming_back and models:
+                returning[name] = list(models)
+        return returning
+
     def last_slots(self) -> dict[str, dict[str, int]]:
         """Each running engine's last listed slots per loaded model, without asking it; an
         engine that stopped or crashed has none (its counts ended with it)."""

@@ -95,6 +95,7 @@ class EngineRun:
         self._settings: EngineSettings = settings if settings is not None else NoSettings()
         self._plan: LaunchPlan | None = None  # the last launch of a store engine
         self._relaunching = False
+        self._crash_restarting = False  # a restart after a crash is under way
         self._updating = asyncio.Lock()  # one update at a time; staging runs outside the lock
         self.output = EngineLog()
         self._session = session
@@ -158,6 +159,16 @@ class EngineRun:
         """Whether PAIR is restarting the engine, switching its model or updating it: from the
         moment it stops until it runs again or the start failed."""
         return self._relaunching
+
+    @property
+    def coming_back(self) -> bool:
+        """Whether the engine is down only for the moment: it is wanted, and PAIR's restart
+        after its crash is due or under way (a deliberate stop, or a crash PAIR gave up
+        restarting after, is not)."""
+        life = self._life
+        if life.running or life.desired is not True:
+            return False
+        return life.restart_in is not None or self._crash_restarting
 
     @property
     def instance(self) -> int:
@@ -472,8 +483,12 @@ class EngineRun:
         async with self._lock:
             if not self._apply(lifecycle.CrashRestartDue(run)):
                 return
-            with contextlib.suppress(errors.RpcError):
-                await self._start_locked()
+            self._crash_restarting = True
+            try:
+                with contextlib.suppress(errors.RpcError):
+                    await self._start_locked()
+            finally:
+                self._crash_restarting = False
 
     # -- helpers -------------------------------------------------------------------------------
 

@@ -1,10 +1,13 @@
-"""What paired members served a short while ago and do not now.
+"""What paired members served a short while ago and do not now, and this node's own engines
+that PAIR is bringing back after a crash.
 
 A member that restarts, or whose engine restarts, drops out of the routing table for a few
 seconds; a request for a model only it has would get 404 "not found", which a client takes as
 final. The table remembers what each member's engine listed (``AWAY_FOR_S``) so the door can say
 503 instead, naming the member, and the client tries again. A member that is unpaired, or an
-engine that comes back listing other models, is forgotten at once.
+engine that comes back listing other models, is forgotten at once. This node's own engine is
+away only while its crash restart is due or under way (``local_away``): stopped on purpose, or
+given up on, its models are not found.
 """
 
 from __future__ import annotations
@@ -15,6 +18,15 @@ from dataclasses import dataclass
 from backend.protocol.proxy import AwayModels, RouteTarget
 
 AWAY_FOR_S = 600.0
+
+
+def local_away(returning: Mapping[str, Sequence[str]], node_id: str, name: str) -> list[AwayModels]:
+    """This node's engines coming back after a crash (engine -> its last listed models)."""
+    return [
+        AwayModels(node_id=node_id, name=name, engine=engine, models=list(models))
+        for engine, models in sorted(returning.items())
+        if models
+    ]
 
 
 @dataclass(frozen=True, slots=True)

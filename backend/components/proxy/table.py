@@ -25,6 +25,7 @@ from backend.components.proxy.targets import ENGINE_DOORS
 from backend.protocol.proxy import (
     DEFAULT_PLACEMENT,
     DEFAULT_TIMEOUT_S,
+    AwayModels,
     GpuSample,
     PlacementPolicy,
     ProxyTargets,
@@ -228,6 +229,7 @@ class TableSource:
         lan: Callable[[], LanAccess] = LanAccess,
         placement: Callable[[], PlacementPolicy] = lambda: DEFAULT_PLACEMENT,
         clock: Callable[[], float] = time.monotonic,
+        local_away: Callable[[], Sequence[AwayModels]] = tuple,
     ) -> None:
         self._node_id = node_id
         self._local = local
@@ -239,6 +241,7 @@ class TableSource:
         self._lan = lan
         self._placement = placement
         self._clock = clock
+        self._local_away = local_away
         self._away = AwayMemory()
         self._generation = 0
         self._last_loads: dict[str, int] | None = None
@@ -264,7 +267,7 @@ class TableSource:
             placement=self._placement(),
         )
         members = {member.node_id for member in trusted_members(membership)}
-        away = self._away.update(table.engines, members, self._clock())
+        away = [*self._local_away(), *self._away.update(table.engines, members, self._clock())]
         return msgspec.structs.replace(table, away=away) if away else table
 
 

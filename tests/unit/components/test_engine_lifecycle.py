@@ -402,6 +402,41 @@ async def test_a_late_exit_of_the_old_process_after_a_restart_does_not_crash_the
     assert all(pushed.state != "error" for pushed in harness.pushed)
 
 
+async def test_a_crashed_engine_is_coming_back_only_while_its_restart_is_due(
+    harness: Harness,
+) -> None:
+    controller = harness.controller
+    await controller.start()
+    assert not controller.coming_back, "a running engine is not away"
+    harness.world.spawned[0].exit(-9)
+    await settle()
+    assert controller.coming_back, "wanted, and its restart is due in 1 s"
+    harness.world.spawning.clear()  # the restart's spawn waits
+    await harness.clock.advance(1.0)
+    assert controller.status().state == "starting" and controller.coming_back
+    harness.world.spawning.set()
+    await settle()
+    assert controller.status().state == "running" and not controller.coming_back
+    await controller.stop()
+    assert not controller.coming_back, "stopped on purpose: its models are not found"
+
+
+async def test_an_engine_whose_restarts_are_given_up_on_is_not_coming_back(
+    harness: Harness,
+) -> None:
+    controller = harness.controller
+    await controller.start()
+    for delay in (1.0, 2.0, 4.0, 8.0, 16.0):
+        harness.world.spawned[-1].exit(-9)  # quick crashes: the backoff grows, then ends
+        await settle()
+        assert controller.coming_back
+        await harness.clock.advance(delay)
+        assert controller.status().state == "running"
+    harness.world.spawned[-1].exit(-9)
+    await settle()
+    assert controller.status().state == "error" and not controller.coming_back
+
+
 async def test_a_crash_is_reported_and_a_wanted_engine_restarts_after_the_backoff(
     harness: Harness,
 ) -> None:

@@ -7,7 +7,7 @@ import aiohttp
 from aiohttp.test_utils import TestClient, TestServer
 
 from backend.components.cluster.members import Member, Membership
-from backend.components.proxy.away import AWAY_FOR_S, AwayMemory
+from backend.components.proxy.away import AWAY_FOR_S, AwayMemory, local_away
 from backend.components.proxy.table import LocalEngine, TableSource
 from backend.protocol.proxy import AwayModels, ProxyTargets, RouteTarget
 from backend.protocol.types import DiscoveredNode, NodeEngineModels, NodeId
@@ -104,3 +104,30 @@ async def test_the_door_answers_503_naming_the_member_and_404_for_a_model_nobody
             assert "gpu-box" in (await waiting.json())["error"]
             unknown = await client.post("/api/chat", json={"model": "mistral"})
             assert unknown.status == 404
+
+
+def test_this_nodes_engine_coming_back_after_a_crash_is_away_until_it_serves_again() -> None:
+    local: dict[str, LocalEngine] = {"ollama": LocalEngine("http://127.0.0.1:1", ["llama3"])}
+    returning: dict[str, list[str]] = {}
+    source = TableSource(
+        node_id=lambda: "me",
+        local=lambda: local,
+        nodes=list,
+        loads=dict,
+        timeouts=lambda: (1.0, 1.0),
+        local_away=lambda: local_away(returning, "me", "gaming-pc"),
+    )
+    assert source().away == []
+    local.clear()  # it crashed: out of the table, and PAIR restarts it
+    returning["ollama"] = ["llama3"]
+    table = source()
+    found = away_owner(table, "ollama", "llama3")
+    assert found == AwayModels(node_id="me", name="gaming-pc", engine="ollama", models=["llama3"])
+    returning.clear()  # stopped on purpose, or given up on: not found
+    assert away_owner(source(), "ollama", "llama3") is None
+
+
+def test_an_engine_coming_back_with_no_models_listed_is_not_away() -> None:
+    assert local_away({"ollama": [], "lmstudio": ["m"]}, "me", "pc") == [
+        AwayModels(node_id="me", name="pc", engine="lmstudio", models=["m"])
+    ]
