@@ -24,7 +24,9 @@ PROMPT_PREFIX_CHARS = 512
 
 class _Message(msgspec.Struct):
     role: str = ""
-    content: Any = None
+    # Kept as the client sent it: only the opening messages are hashed, and a conversation's
+    # turns (images and all) need not become Python objects to tell which one it is.
+    content: msgspec.Raw = msgspec.Raw(b"null")
 
 
 class _Shape(msgspec.Struct):
@@ -64,10 +66,10 @@ def _opening(shape: _Shape) -> list[Any] | None:
         opening: list[Any] = []
         system = next((m for m in shape.messages if m.role == "system"), None)
         if system is not None:
-            opening.append(["system", system.content])
+            opening.append(["system", bytes(system.content)])
         user = next((m for m in shape.messages if m.role == "user"), None)
         if user is not None:
-            opening.append(["user", user.content])
+            opening.append(["user", bytes(user.content)])
         return opening or None
     if isinstance(shape.prompt, str) and shape.prompt:
         instructions = shape.system if isinstance(shape.system, str) else ""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from backend.workers.proxy.engine_access import idle_slots
 from backend.workers.proxy.routing import AFFINITY_CREDIT, Affinity, NodeLoad, Reservations
 from backend.workers.proxy.scheduler import SlotSample
@@ -62,6 +64,30 @@ def test_pinning_sets_the_slot_field_and_leaves_anything_else_alone() -> None:
     assert pinned["messages"] == _chat("hi")
     assert pin_slot(b"[1, 2]", "id_slot", 0) == b"[1, 2]"
     assert pin_slot(b"{broken", "id_slot", 0) == b"{broken"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"model": "tiny", "messages": [{"role": "user", "content": "{}"}]}',
+        b'{"model":"tiny"}\n',
+        b"{ }",
+        b'{"model": "tiny", "options": {"id_slot": 5}}',  # named, nested: rewritten whole
+        b'{"model": "tiny", "id_slot": 5, "stream": true}',
+    ],
+)
+def test_a_pinned_body_is_the_same_object_with_the_slot_set(body: bytes) -> None:
+    pinned = pin_slot(body, "id_slot", 2)
+    assert json.loads(pinned, object_pairs_hook=_no_duplicates) == {
+        **json.loads(body),
+        "id_slot": 2,
+    }
+
+
+def _no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    keys = [key for key, _ in pairs]
+    assert len(keys) == len(set(keys)), f"a key twice: {keys}"
+    return dict(pairs)
 
 
 def test_idle_slots_are_read_from_the_slot_list_and_anything_else_is_unknown() -> None:
