@@ -34,7 +34,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from backend.protocol.proxy import ProxyTargets  # noqa: E402
-from tests.engines.fixtures import free_port  # noqa: E402
+from tests.support.ports import free_port  # noqa: E402
 
 __all__ = [
     "ROOT",
@@ -304,12 +304,20 @@ class PassThrough:
 
     Plain HTTP unless ``pin`` (the upstream's certificate) is given: then mutual TLS with a
     certificate of its own (``cert_der``, for the upstream to trust), pooled unless ``fresh``.
+    ``prefix``: a command it runs under (``bench/instructions.py``: callgrind).
     """
 
     def __init__(
-        self, upstream: str, *, log_path: Path, pin: bytes | None = None, fresh: bool = False
+        self,
+        upstream: str,
+        *,
+        log_path: Path,
+        pin: bytes | None = None,
+        fresh: bool = False,
+        prefix: tuple[str, ...] = (),
     ) -> None:
-        argv = [sys.executable, str(Path(__file__).with_name("_pass_through.py")), upstream]
+        script = str(Path(__file__).with_name("_pass_through.py"))
+        argv = [*prefix, sys.executable, script, upstream]
         if pin is not None:
             argv += ["--pin", base64.b64encode(pin).decode()]
         if fresh:

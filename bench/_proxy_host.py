@@ -16,18 +16,23 @@ import asyncio
 import base64
 import json
 import logging
+import os
+import shlex
 import sys
 
 import msgspec
 from _common import free_port
 
 from backend.components.identity.certificate import mint
+from backend.components.proxy import component as component_module
 from backend.components.proxy.component import ProxyComponent
 from backend.core.clock import SystemClock
 from backend.protocol.proxy import ProxyTargets
 from backend.protocol.types import ErrorAction, NodeId, Ports, Severity
 
 TARGETS_INTERVAL_S = 0.05
+# A command put before the worker's (``bench/instructions.py`` runs it under callgrind).
+WORKER_PREFIX_ENV = "PAIR_BENCH_WORKER_PREFIX"
 # The worker may take a few intervals to get a new table after it changes.
 SETTLE_S = 6 * TARGETS_INTERVAL_S
 READY_TIMEOUT_S = 30.0
@@ -117,8 +122,21 @@ async def host(node_id: str) -> None:
         await asyncio.gather(running, return_exceptions=True)
 
 
+def prefix_worker(prefix: list[str]) -> None:
+    """Start the worker as ``prefix`` + its own command (a bench's instrument around it)."""
+    original = component_module.self_argv
+
+    def prefixed(*args: str) -> list[str]:
+        return [*prefix, *original(*args)]
+
+    component_module.self_argv = prefixed
+
+
 def main() -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    prefix = os.environ.get(WORKER_PREFIX_ENV)
+    if prefix:
+        prefix_worker(shlex.split(prefix))
     asyncio.run(host(sys.argv[1] if len(sys.argv) > 1 else "bench-node"))
     return 0
 

@@ -3,7 +3,10 @@
 One ``RpcPeer`` owns one connection: a read task, a write task and one task per incoming
 request (bounded by ``max_in_flight``; reading pauses while the bound is reached, so nothing
 is dropped). Outgoing frames go through an outbox so a broadcast never waits on a slow
-reader; a reader that falls ``outbox_limit`` frames behind is disconnected.
+reader; a reader that falls ``outbox_limit`` frames behind is disconnected. Over a real
+transport, a frame with nothing queued before it and nothing unsent in the transport goes out
+at once, before ``notify`` or the call's send returns (one write, no wake of the write task;
+a proxy worker's job end reaches the broker's pipe before its client's last byte).
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ class ByteWriter(Protocol):
 
     @property
     def transport(self) -> Abortable:
-        """What ``abort()`` drops."""
+        """What ``abort()`` drops (with ``get_write_buffer_size``, a real transport: frames
+        may be written to it at once)."""
 
     def write(self, data: bytes) -> None:
         """Queue ``data``."""
@@ -76,6 +80,13 @@ class RpcPeer:
         self._max_batch = max_in_flight
         self._outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
         self._outbox_limit = outbox_limit
+        # How much a real transport still holds unsent; None: an adapter, which sends what
+        # was written only when drained (every frame goes through the write task).
+        self._unsent: Callable[[], int] | None = getattr(
+            writer.transport, "get_write_buffer_size", None
+        )
+        self._writing = False  # the write task holds frames it has not finished sending
+        self._running = False
         self._pending: dict[jsonrpc.RequestId, asyncio.Future[Any]] = {}
         self._ids = itertools.count(1)
         self._handlers: set[asyncio.Task[None]] = set()
@@ -96,6 +107,7 @@ class RpcPeer:
 
     async def run(self) -> None:
         """Serve until EOF or ``close()``; then answer what is in flight and flush."""
+        self._running = True
         try:
             async with asyncio.TaskGroup() as group:
                 self._task_group = group
@@ -167,11 +179,29 @@ class RpcPeer:
             )
             self.abort()
             return
-        self._outbox.put_nowait(jsonrpc.encode(frame))
+        data = jsonrpc.encode(frame)
+        unsent = self._unsent
+        if (
+            unsent is not None
+            and self._running
+            and not self._writing
+            and self._outbox.empty()
+            and unsent() == 0
+        ):
+            # Nothing is before it and the transport is keeping up: out now, in order.
+            try:
+                self._writer.write(data)
+            except (ConnectionError, RuntimeError) as exc:
+                log.debug("%s: write failed: %s", self.name, exc)
+                self.close()
+            return
+        self._outbox.put_nowait(data)
 
     async def _write_loop(self) -> None:
         while True:
+            self._writing = False
             data = await self._outbox.get()
+            self._writing = True
             if data is None:
                 return
             chunks = [data]

@@ -2,9 +2,11 @@
 
 Each inference request is a job. Its events carry ``seq`` from 1, in the order they happen
 in this process; the broker applies them in that order whatever order they arrive in. Events
-are sent in batches, at most ``FLUSH_S`` after they happen, and at the end of the loop's turn
-when a job ends, so a request's events (and a busy door's) reach the broker as one
-notification instead of one each, and a job's end is never held back.
+are sent in batches, at most ``FLUSH_S`` after they happen, so a request's events (and a busy
+door's) reach the broker as one notification instead of one each; a job's end is never held
+back: it goes at once, with every event that waited, and the relay ends a job before the
+client's last byte (research G4: a client that saw its answer complete has a completed job,
+even if this process is killed the next instant).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from backend.protocol.types import EngineName, JobEvent, JobEventKind, JobKey, N
 Notify = Callable[[list[JobEvent]], None]
 
 # How long an event may wait for others to share its write to the broker; a job's last
-# event goes at once, with every event still waiting.
+# event goes at once (before ``send`` returns), with every event still waiting.
 FLUSH_S = 0.05
 _FINAL = frozenset({"completed", "errored"})
 
@@ -36,7 +38,6 @@ class JobLog:
         self._flush_s = flush_s
         self._batch: list[JobEvent] = []
         self._flush_due: asyncio.TimerHandle | None = None
-        self._flush_now: asyncio.Handle | None = None
 
     def new(
         self,
@@ -65,25 +66,18 @@ class JobLog:
         )
 
     def send(self, event: JobEvent) -> None:
-        """Hand one event to the broker: at once, or within ``flush_s`` (the worker's
-        ``FLUSH_S``) in a batch, and at once when no loop runs."""
-        if self._flush_s <= 0:
-            self._notify([event])
-            return
+        """Hand one event to the broker: within ``flush_s`` (the worker's ``FLUSH_S``) in a
+        batch; a job's end, or any event when no loop runs, at once with what waited."""
         self._batch.append(event)
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
+        if self._flush_s <= 0 or event.kind in _FINAL:
             self.flush()
             return
-        if event.kind in _FINAL:
-            # A job's end is never left waiting (nor what came before it): it goes at the end
-            # of this turn of the loop, with the other jobs that ended in it, in one message
-            # (it could not reach the broker's pipe sooner: the channel writes in its own task).
-            if self._flush_now is None:
-                self._flush_now = loop.call_soon(self.flush)
-            return
         if self._flush_due is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                self.flush()
+                return
             self._flush_due = loop.call_later(self._flush_s, self.flush)
 
     def flush(self) -> None:
@@ -91,9 +85,6 @@ class JobLog:
         if self._flush_due is not None:
             self._flush_due.cancel()
             self._flush_due = None
-        if self._flush_now is not None:
-            self._flush_now.cancel()
-            self._flush_now = None
         batch, self._batch = self._batch, []
         if batch:
             self._notify(batch)

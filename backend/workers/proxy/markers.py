@@ -54,6 +54,18 @@ class EndMarker:
         if end + 1 < len(chunk):
             self._append(chunk[end + 1 :])
 
+    def ended_by(self, chunk: bytes) -> bool:
+        """Whether the body fed so far, ``chunk`` last, ends complete (checked only when the
+        chunk holds its format's marker text, so a chunk without one costs one search). A
+        whole body's end is known only from its length, not from here: False."""
+        if self._kind == "ndjson":
+            hinted = _DONE_TEXT.search(chunk) is not None
+        elif self._kind == "sse":
+            hinted = b"[DONE]" in chunk or _STOP_TEXT.search(chunk) is not None
+        else:
+            return False
+        return hinted and self.complete()
+
     @property
     def streaming(self) -> bool:
         """Whether the body is a stream of records (NDJSON, SSE): an error can go in band."""

@@ -1,7 +1,10 @@
 """After the commit: the engine's response streams to the client chunk by chunk, never retried.
 
 A client that leaves a chunk unread for the write deadline is cut (a half-open "zombie"); a
-stream that ends without the engine's final marker reads Failed, not Completed. An engine that
+stream that ends without the engine's final marker reads Failed, not Completed. A complete
+answer's job is ended before the byte that completes it goes to the client (the chunk with the
+final marker, the last of a counted body, or the end of any other), so a client that has its
+whole answer never finds a job that failed because this process died just after. An engine that
 goes silent for the idle bound, or whose connection breaks, ends the stream: a streaming client
 gets a last record saying why, in its API's error shape (Ollama's ``{"error": ...}`` line, an
 SSE error event), then its connection is closed before the response's end, so a client that
@@ -62,16 +65,20 @@ async def stream_commit(
         response = _prepared_headers(request, upstream)
         await response.prepare(request)
         marker = EndMarker(upstream.headers.get("Content-Type", ""))
-        relay = _Relay(request, response, job, marker, write_deadline_s, idle_s, on_chunk)
+        # A success is ended early by the relay (see the module); -1: nothing to count.
+        left = (upstream.content_length if success and upstream.content_length else 0) or -1
+        relay = _Relay(
+            request, response, job, marker, write_deadline_s, idle_s, on_chunk, success, left
+        )
         if not await relay.body(commit):
             return response
-        await response.write_eof()
         if not success:
             job.failed(f"the engine answered {upstream.status} {upstream.reason or ''}".strip())
         elif marker.complete():
-            job.completed()
+            job.completed()  # before the body's end goes out (if the relay has not already)
         else:
             job.failed("the stream ended without the engine's final marker")
+        await response.write_eof()
         return response
     finally:
         commit.discard()  # the response was read to its end, or it is cut
@@ -108,16 +115,21 @@ class _Relay:
     write_deadline_s: float
     idle_s: float
     on_chunk: Callable[[bytes], None]
+    success: bool
+    left: int  # bytes of a counted 2xx body still to come; -1 when not counted
 
     async def body(self, commit: Commit) -> bool:
         """Copy the body; False when it was cut (the job already says why)."""
         chunk = commit.first
         upstream = commit.upstream
         watchdog = commit.watchdog or Watchdog()
+        marker, job = self.marker, self.job
         try:
             while chunk:
-                self.marker.feed(chunk)
+                marker.feed(chunk)
                 self.on_chunk(chunk)
+                if self.success and not job.finished and self._ends(chunk):
+                    job.completed()  # before the client can see its answer whole
                 watchdog.begin(_WRITING, self.write_deadline_s)
                 await self.response.write(chunk)
                 watchdog.begin(_READING, self.idle_s)
@@ -140,9 +152,17 @@ class _Relay:
             return True
         finally:
             watchdog.close()
-        self.job.failed(reason)
+        self.job.failed(reason)  # nothing if its answer was already complete
         await self._end_with(reason)
         return False
+
+    def _ends(self, chunk: bytes) -> bool:
+        """Whether ``chunk`` completes the answer: the last of a counted body, or a stream's
+        chunk ending in its final marker."""
+        if self.left >= 0:
+            self.left -= len(chunk)
+            return self.left <= 0
+        return self.marker.ended_by(chunk)
 
     async def _end_with(self, reason: str) -> None:
         """Tell a streaming client why its stream ends, then close its connection (no end)."""
@@ -158,6 +178,8 @@ class _Relay:
         marker = self.marker
         if not marker.streaming or self.response.content_length is not None:
             return None  # a whole body or a counted one: nothing can be added
+        if self.job.outcome == "completed":
+            return None  # the client has its whole answer, final marker and all
         if marker.ended_in_error():
             return None  # a peer relaying its engine's break has said so already
         dialect = dialect_for(self.job.path)

@@ -167,3 +167,74 @@ async def test_peer_calls_map_errors_to_exceptions_and_fail_on_close() -> None:
         await pending
     client.close()
     await asyncio.wait_for(asyncio.gather(*tasks), 5)
+
+
+async def _socket_peer() -> tuple[RpcPeer, asyncio.Task[None], socket.socket]:
+    left, right = socket.socketpair()
+    reader, writer = await asyncio.open_connection(sock=left)
+    peer = RpcPeer(reader, writer, name="eager")
+    task = asyncio.create_task(peer.run())
+    await asyncio.sleep(0)
+    right.setblocking(False)
+    return peer, task, right
+
+
+def _frames(sock: socket.socket) -> list[Any]:
+    data = b""
+    while True:
+        try:
+            chunk = sock.recv(1 << 20)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    return [json.loads(line) for line in data.splitlines()]
+
+
+async def test_a_notification_is_in_the_socket_before_notify_returns() -> None:
+    peer, task, far = await _socket_peer()
+    try:
+        peer.notify("first", {"n": 1})
+        # No turn of the loop has passed: the write task cannot have sent it.
+        assert [frame["method"] for frame in _frames(far)] == ["first"]
+    finally:
+        peer.close()
+        await asyncio.wait_for(task, 5)
+        far.close()
+
+
+async def test_frames_keep_their_order_while_the_transport_is_backed_up() -> None:
+    peer, task, far = await _socket_peer()
+    try:
+        big = "x" * (1 << 20)  # more than the socket takes at once: the rest waits
+        peer.notify("big", {"pad": big})
+        data = b""
+
+        def drain_far() -> None:
+            nonlocal data
+            try:
+                while chunk := far.recv(1 << 16):
+                    data += chunk
+            except BlockingIOError:
+                pass
+
+        for n in range(50):
+            # Frames queue while the transport holds unsent bytes; the far side reading
+            # now and then lets it catch up between them, with frames still queued.
+            peer.notify("small", {"n": n})
+            if n % 7 == 3:
+                drain_far()
+                await asyncio.sleep(0)
+        for _ in range(500):
+            drain_far()
+            if data.count(b"\n") >= 51:
+                break
+            await asyncio.sleep(0.01)
+        received = [json.loads(line) for line in data.splitlines()]
+        assert [frame["method"] for frame in received] == ["big"] + ["small"] * 50
+        assert [frame["params"]["n"] for frame in received[1:]] == list(range(50))
+    finally:
+        peer.close()
+        await asyncio.wait_for(task, 5)
+        far.close()

@@ -172,3 +172,31 @@ def test_sse_content_that_mentions_the_marker_does_not_complete_a_cut_stream() -
     delta = b'data: {"choices":[{"delta":{"content":"the stream ends with data: [DONE]"}}]}\n\n'
     marker = _marker(SSE, delta, b'data: {"choices":[{"delta":{"content":" and"}}]}\n\n')
     assert not marker.complete()
+
+
+def test_ended_by_names_the_chunk_that_completes_a_stream() -> None:
+    marker = EndMarker(NDJSON)
+    first = _line(response="Hi", done=False)
+    marker.feed(first)
+    assert not marker.ended_by(first)
+    last = _line(response="", done=True)
+    marker.feed(last)
+    assert marker.ended_by(last)
+
+
+def test_ended_by_sees_an_sse_done_and_not_a_mention_of_it() -> None:
+    marker = EndMarker(SSE)
+    mention = b'data: {"choices": [{"delta": {"content": "say [DONE] now"}}]}\n\n'
+    marker.feed(mention)
+    assert not marker.ended_by(mention)
+    done = b"data: [DONE]\n\n"
+    marker.feed(done)
+    assert marker.ended_by(done)
+
+
+def test_ended_by_never_ends_a_whole_body() -> None:
+    marker = EndMarker("application/json")
+    body = b'{"done": true}'
+    marker.feed(body)
+    assert not marker.ended_by(body)
+    assert marker.complete()  # its end is decided at the end of the body

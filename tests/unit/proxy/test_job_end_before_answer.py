@@ -1,0 +1,150 @@
+"""A complete answer's job is handed to the broker before the client can see the answer whole.
+
+Research rule G4: every client that saw its answer complete has a terminal row. The proxy
+worker can be killed at any instant; if the job's end were sent after the answer's last byte,
+a kill in between would leave a job the broker fails although its client has the answer. So
+the end goes out (``JobLog`` flushes it at once) before the chunk holding a stream's final
+marker, before the last bytes of a counted body, and before the end of any other body; and an
+answer cut short is still a failed job.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from backend.core.clock import SystemClock
+from backend.protocol.proxy import ProxyTargets, RouteTarget
+from backend.protocol.types import JobEvent
+from backend.workers.proxy import stream
+from backend.workers.proxy.app import DoorContext, build_app
+from backend.workers.proxy.dispatch import Router
+from backend.workers.proxy.jobs import FLUSH_S, JobLog
+from backend.workers.proxy.relay import RelayBoard
+from tests.integration.proxy.scripted import ScriptedEngine, start_engine
+
+Timeline = list[tuple[str, Any]]
+
+
+@pytest.fixture
+def timeline(monkeypatch: pytest.MonkeyPatch) -> Timeline:
+    """What the door writes to its clients and hands to the broker, in the order it happens."""
+    seen: Timeline = []
+    write, write_eof = stream._Relayed.write, stream._Relayed.write_eof
+
+    async def spy_write(self: web.StreamResponse, data: bytes) -> None:
+        seen.append(("client", bytes(data)))
+        await write(self, data)
+
+    async def spy_write_eof(self: web.StreamResponse, data: bytes = b"") -> None:
+        seen.append(("client-end", bytes(data)))
+        await write_eof(self, data)
+
+    monkeypatch.setattr(stream._Relayed, "write", spy_write)
+    monkeypatch.setattr(stream._Relayed, "write_eof", spy_write_eof)
+    return seen
+
+
+async def _door(
+    engine: ScriptedEngine, timeline: Timeline
+) -> AsyncIterator[TestClient[web.Request, web.Application]]:
+    await start_engine(engine)
+    assert engine.server is not None
+    session = aiohttp.ClientSession(auto_decompress=False)
+
+    def to_broker(events: list[JobEvent]) -> None:
+        timeline.append(("broker", [event.kind for event in events]))
+
+    # Batching as the worker does: only a job's end is sent at once.
+    jobs = JobLog(to_broker, flush_s=FLUSH_S)
+    router = Router(session, jobs, clock=SystemClock(), rng=random.Random(0))
+    target = RouteTarget(
+        node_id="self", kind="local", base_url=engine.url, models=["m:latest"], slots=4
+    )
+    router.update(ProxyTargets(node_id="self", engines={"ollama": [target]}))
+    client = TestClient(TestServer(build_app(DoorContext("ollama", router, RelayBoard()))))
+    await client.start_server()
+    yield client
+    await client.close()
+    await router.close()
+    await session.close()
+    await engine.server.stop()
+
+
+@pytest.fixture
+async def door(timeline: Timeline) -> AsyncIterator[TestClient[web.Request, web.Application]]:
+    async for client in _door(ScriptedEngine("e", tokens=3), timeline):
+        yield client
+
+
+@pytest.fixture
+async def cutting_door(
+    timeline: Timeline,
+) -> AsyncIterator[TestClient[web.Request, web.Application]]:
+    async for client in _door(ScriptedEngine("e", behaviour="cut", tokens=3), timeline):
+        yield client
+
+
+def _end(timeline: Timeline) -> int:
+    """Where the job's end went to the broker."""
+    ends = [
+        i
+        for i, (what, kinds) in enumerate(timeline)
+        if what == "broker"
+        and kinds[-1:]
+        in (
+            ["completed"],
+            ["errored"],
+        )
+    ]
+    assert len(ends) == 1, timeline
+    return ends[0]
+
+
+async def test_a_stream_s_job_ends_before_the_chunk_with_its_final_marker(
+    door: TestClient[web.Request, web.Application], timeline: Timeline
+) -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    response = await door.post("/api/chat", json=body)
+    assert response.status == 200
+    assert b'"done": true' in await response.read()
+    end = _end(timeline)
+    assert timeline[end][1][-1] == "completed"
+    final = next(
+        i for i, (what, data) in enumerate(timeline) if what == "client" and b'"done": true' in data
+    )
+    assert end < final, f"the job ended after its client had the final marker: {timeline}"
+    earlier = [data for what, data in timeline[:end] if what == "client"]
+    assert earlier and all(b'"done": false' in data for data in earlier)
+
+
+async def test_a_counted_answer_s_job_ends_before_its_last_bytes(
+    door: TestClient[web.Request, web.Application], timeline: Timeline
+) -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": False}
+    response = await door.post("/api/chat", json=body)
+    assert response.status == 200
+    assert response.content_length is not None
+    assert (await response.json())["done"] is True
+    end = _end(timeline)
+    assert timeline[end][1][-1] == "completed"
+    writes = [i for i, (what, _) in enumerate(timeline) if what.startswith("client")]
+    assert writes and end < writes[0], f"the body went out before its job ended: {timeline}"
+
+
+async def test_a_stream_cut_short_is_still_a_failed_job(
+    cutting_door: TestClient[web.Request, web.Application], timeline: Timeline
+) -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    response = await cutting_door.post("/api/chat", json=body)
+    with pytest.raises(aiohttp.ClientPayloadError):
+        await response.read()
+    end = _end(timeline)
+    assert timeline[end][1][-1] == "errored"
+    assert not any(b'"done": true' in data for what, data in timeline if what == "client")
