@@ -10,12 +10,18 @@ figures: how much work PAIR's proxy worker does per request against a bare aioht
 pass-through (``_pass_through.py``) on the same requests, as a ratio.
 
 Both run under callgrind with instrumentation off (valgrind's own overhead only, so the worker
-starts well within its heartbeat timeout); the Ollama emulator (8 reply tokens, 1 ms apart,
-128 slots) and the load generator run natively. For each request kind (JSON ``/api/generate``,
+starts well within its heartbeat timeout); the Ollama emulator (8 reply tokens 1 ms apart
+and 128 slots, as in ``front_door.py``; ``--token-delay``) and the load generator run natively.
+The instrumented processes run some twenty times slower, so tokens that come 1 ms apart are
+relayed in fewer, larger chunks than on a bare machine: per chunk figures are the relay's
+cost at that coalescing, comparable between the two paths of one run. For each request kind (JSON ``/api/generate``,
 NDJSON ``/api/chat``) and concurrency, each process gets a warm-up, then instrumentation goes
 on, ``--requests`` requests are sent, and the counters are dumped (``callgrind_control``):
-instructions per request, and for streams per chunk. The worker's count includes everything
-the worker does meanwhile (job events to the broker, heartbeats, timers), as it should.
+instructions per request, and for streams per chunk. What a process does with no request in
+flight (the worker's heartbeats and timers) is counted for a few idle seconds first and taken
+off at that rate for the measured run's length, so the figures do not depend on how fast the
+machine ran them. Run it alone: under a heavy load the instrumented worker can miss its
+heartbeats while starting.
 
 Not run by pytest. Every process it starts is stopped by PID; callgrind's files go to a
 temporary folder (or ``--logs``).
@@ -45,6 +51,7 @@ MODEL = "tinyllama:latest"
 REPLY_TOKENS = 8
 SLOTS = 128
 WARMUP = 60
+IDLE_S = 5.0
 KINDS = {
     "JSON": ("/api/generate", {"model": MODEL, "prompt": "hi", "stream": False}),
     "stream": (
@@ -104,18 +111,30 @@ def counting(pid: int, out: Path) -> Iterator[list[int]]:
     found.append(sum(totals(path) for path in new))
 
 
-def measure(url: str, kind: str, pid: int, out: Path, requests: int, level: int) -> tuple[int, int]:
-    """Instructions and chunks for ``requests`` requests of ``kind`` to ``url``."""
+def idle_rate(pid: int, out: Path) -> float:
+    """Instructions per second ``pid`` runs with nothing to serve."""
+    began = time.monotonic()
+    with counting(pid, out) as found:
+        time.sleep(IDLE_S)
+    return found[0] / (time.monotonic() - began)
+
+
+def measure(
+    url: str, kind: str, process: tuple[int, Path, float], requests: int, level: int
+) -> tuple[int, int]:
+    """Instructions (less the idle rate's) and chunks for ``requests`` requests of ``kind``."""
+    pid, out, idle = process
     path, body = KINDS[kind]
     stream = kind == "stream"
     asyncio.run(run_load(url + path, body, total=WARMUP, concurrency=level, stream=stream))
+    began = time.monotonic()
     with counting(pid, out) as found:
         result = asyncio.run(
             run_load(url + path, body, total=requests, concurrency=level, stream=stream)
         )
     if result.errors:
         raise RuntimeError(f"{result.errors} requests failed: {result.error_sample}")
-    return found[0], result.chunks
+    return round(found[0] - idle * (time.monotonic() - began)), result.chunks
 
 
 def main() -> int:
@@ -125,6 +144,7 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=300, help="measured per row and path")
     parser.add_argument("--levels", default="1,32", help="concurrencies, comma-separated")
     parser.add_argument("--logs", type=Path, help="keep callgrind's files and the logs here")
+    parser.add_argument("--token-delay", type=float, default=0.001, help="seconds per token")
     args = parser.parse_args()
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         progress("valgrind (with callgrind_control) is needed: apt-get install valgrind")
@@ -138,7 +158,7 @@ def main() -> int:
         logs.mkdir(parents=True, exist_ok=True)
         emulator = Emulator.fixed(
             model=MODEL,
-            token_delay=0.001,
+            token_delay=args.token_delay,
             reply_tokens=REPLY_TOKENS,
             parallel=SLOTS,
             log_path=logs / "emulator.log",
@@ -160,11 +180,14 @@ def main() -> int:
             "bare": (bare.url, bare.process.pid, bare_out),
             "PAIR": (proxy.doors["ollama"], proxy.worker_pid, pair_out),
         }
+        idle = {name: idle_rate(pid, out) for name, (_, pid, out) in paths.items()}
+        progress(", ".join(f"{name} idle: {rate:,.0f}/s" for name, rate in idle.items()))
         for kind in KINDS:
             for level in levels:
                 counted: dict[str, tuple[int, int]] = {}
                 for name, (url, pid, out) in paths.items():
-                    counted[name] = measure(url, kind, pid, out, args.requests, level)
+                    process = (pid, out, idle[name])
+                    counted[name] = measure(url, kind, process, args.requests, level)
                     per = counted[name][0] / args.requests
                     progress(f"{kind} c={level} {name}: {per:,.0f} instructions per request")
                 rows.append(row(kind, level, counted, args.requests))

@@ -104,6 +104,7 @@ class _Dispatch:
     placed: Placed | None = None
     ticket: Ticket | None = None
     sent: bool = False
+    running: bool = False  # reported Running (once per attempt)
     watchers: list[asyncio.Task[None] | asyncio.TimerHandle] = field(default_factory=list)
 
     def mark_sent(self) -> None:
@@ -454,6 +455,9 @@ class Router:
         dispatch.watchers.append(task)
 
     def _started(self, dispatch: _Dispatch) -> None:
+        if dispatch.running:
+            return
+        dispatch.running = True
         dispatch.job.started(NodeId(dispatch.target.node_id), dispatch.attempt)
         self._on_started(dispatch.job.key, dispatch.attempt)
 

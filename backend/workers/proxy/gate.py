@@ -71,6 +71,7 @@ def host_name(host_header: str) -> str | None:
     return name
 
 
+@functools.lru_cache(maxsize=256)  # asked per request; clients send few Host values
 def host_allowed(host_header: str | None) -> bool:
     """Whether a Host header names this computer (a missing header is HTTP/1.0, allowed)."""
     if host_header is None:

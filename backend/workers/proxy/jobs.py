@@ -78,13 +78,15 @@ class JobLog:
             except RuntimeError:
                 self.flush()
                 return
-            self._flush_due = loop.call_later(self._flush_s, self.flush)
+            self._flush_due = loop.call_later(self._flush_s, self._due)
+
+    def _due(self) -> None:
+        self._flush_due = None
+        self.flush()
 
     def flush(self) -> None:
-        """Send every event that waits, in order."""
-        if self._flush_due is not None:
-            self._flush_due.cancel()
-            self._flush_due = None
+        """Send every event that waits, in order. (A timer already set stays: it then finds
+        nothing or what came since; one timer per ``flush_s`` at most, not one per job.)"""
         batch, self._batch = self._batch, []
         if batch:
             self._notify(batch)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 
+
+@functools.lru_cache(maxsize=4096)  # asked several times per request, of a few names
 def normalize(engine: str, name: str) -> str:
     """The canonical form of ``name`` for ``engine`` (used for matching and deduplication).
 

@@ -182,7 +182,7 @@ def owners(targets: ProxyTargets, door: Door, model: str) -> list[RouteTarget]:
     Asked several times per request of the same (immutable) table: answered from a cache
     that lives as long as the table does."""
     if _owners.table is not targets or len(_owners.found) >= _OWNERS_CACHE:
-        _owners.table, _owners.found = targets, {}
+        _owners.table, _owners.found, _owners.ordered = targets, {}, {}
     found = _owners.found.get((door, model))
     if found is None:
         engine = DOOR_ENGINES[door]
@@ -199,6 +199,7 @@ _OWNERS_CACHE = 1024
 class _Owners:
     table: ProxyTargets | None = None
     found: dict[tuple[Door, str], list[RouteTarget]] = field(default_factory=dict)
+    ordered: dict[tuple[Door, str], list[RouteTarget]] = field(default_factory=dict)
 
 
 _owners = _Owners()
@@ -227,7 +228,16 @@ def relay_path(door: Door, path_and_query: str) -> str:
 
 
 def candidates(targets: ProxyTargets, door: Door, model: str) -> list[RouteTarget]:
-    """The owners of ``model`` in the order they are tried: pin, priority, this node, node id."""
+    """The owners of ``model`` in the order they are tried: pin, priority, this node, node id
+    (kept with ``owners``' answers for the table's life)."""
+    found = owners(targets, door, model)  # first: it starts a new cache for a new table
+    ordered = _owners.ordered.get((door, model))
+    if ordered is None:
+        ordered = _owners.ordered[(door, model)] = _ordered(targets, door, found)
+    return list(ordered)
+
+
+def _ordered(targets: ProxyTargets, door: Door, found: list[RouteTarget]) -> list[RouteTarget]:
     engine = DOOR_ENGINES[door]
     pin = targets.pins.get(engine)
     rank = {node: index for index, node in enumerate(targets.priority)}
@@ -240,4 +250,4 @@ def candidates(targets: ProxyTargets, door: Door, model: str) -> list[RouteTarge
             target.node_id,
         )
 
-    return sorted(owners(targets, door, model), key=key)
+    return sorted(found, key=key)
