@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import aiohttp
+import msgspec
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
@@ -59,8 +60,7 @@ class Commit:
             self.watchdog.close()
 
 
-@dataclass(frozen=True, slots=True)
-class Timeouts:
+class Timeouts(msgspec.Struct, frozen=True, gc=False):
     """Seconds to wait for the response headers, then for the first body byte after them."""
 
     headers: float

@@ -6,8 +6,9 @@ fix both.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
+
+import msgspec
 
 MAX_DISPATCHES = 5
 DEADLINE_S = 600.0
@@ -39,8 +40,7 @@ def backoff(dispatches: int, rng: RandomSource, schedule: tuple[float, ...] = BA
     return base * (1 + rng.uniform(-JITTER, JITTER))
 
 
-@dataclass(frozen=True, slots=True)
-class Budget:
+class Budget(msgspec.Struct, frozen=True, gc=False):
     """A request's dispatch budget: at most ``max_dispatches``, none after the deadline."""
 
     created_at: float

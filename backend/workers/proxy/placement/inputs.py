@@ -8,15 +8,14 @@ reservations, and what this node measured from the jobs it routed (``measure.Spe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 NodeId = str
 # The reference's GPU pressure for a node without a fresh sample: neither idle nor busy.
 NEUTRAL_PRESSURE = 1
 
 
-@dataclass(frozen=True, slots=True)
-class Pace:
+class Pace(msgspec.Struct, frozen=True, gc=False):
     """What this node measured of one node and model; None: not measured yet.
 
     ``age_s`` is how long ago the last measurement was taken (the speed's weight decays).
@@ -28,8 +27,7 @@ class Pace:
     age_s: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
+class Candidate(msgspec.Struct, frozen=True, gc=False):
     """One owner of the requested model, as placement sees it at this moment.
 
     ``pending`` is the node's queued and running jobs at the table's snapshot, ``reserved``

@@ -34,6 +34,9 @@ class _Figures:  # updated in place: it is never handed out (``pace`` copies it)
     measured_at: float = 0.0
 
 
+_UNMEASURED = Pace()
+
+
 def _average(old: float | None, new: float) -> float:
     return new if old is None else ALPHA * new + (1 - ALPHA) * old
 
@@ -50,7 +53,7 @@ class SpeedBook:
         """What is known of ``model`` on ``node`` (``now``: the clock the samples used)."""
         found = self._figures.get((node, model))
         if found is None:
-            return Pace()
+            return _UNMEASURED
         return Pace(found.tokens_per_s, found.first_token_s, found.load_s, now - found.measured_at)
 
     def answer_tokens(self, model: str) -> float | None:

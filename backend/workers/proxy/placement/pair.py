@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from backend.workers.proxy.placement.inputs import Candidate, NodeId, Pace
 from backend.workers.proxy.routing import AFFINITY_CREDIT as AFFINITY_CREDIT_JOBS
@@ -46,8 +47,7 @@ SPEED_HALF_LIFE_S = 600.0
 AFFINITY_CREDIT = AFFINITY_CREDIT_JOBS  # the engine scheduler's, in first-token times here
 
 
-@dataclass(frozen=True, slots=True)
-class Estimate:
+class Estimate(msgspec.Struct, frozen=True, gc=False):
     """How long a request is expected to take on one node, term by term (seconds)."""
 
     node: NodeId

@@ -9,7 +9,8 @@ by node id, ignoring load.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from backend.core.clock import Clock
 from backend.protocol.proxy import PlacementPolicy, ProxyTargets, RouteTarget
@@ -19,8 +20,7 @@ from backend.workers.proxy.placement.inputs import Candidate, NodeId
 from backend.workers.proxy.placement.measure import OutputMeter, SpeedBook
 
 
-@dataclass(frozen=True, slots=True)
-class Placed:
+class Placed(msgspec.Struct, frozen=True, gc=False):
     """Where a request went and what placement knew then (for what it learns afterwards)."""
 
     candidate: Candidate
@@ -42,9 +42,12 @@ class Placer:
         self.pressure = reference.PressureBook()
         self.speeds = SpeedBook()
         self._turn = 0
+        # Each (node, engine, model)'s slots and residency, as the current table says.
+        self._shapes: dict[tuple[NodeId, str, str], tuple[int, bool | None]] = {}
 
     def table_changed(self, targets: ProxyTargets) -> None:
         """Take the table's GPU samples; forget nodes it no longer lists."""
+        self._shapes = {}
         now = self._clock.wall()
         for node, sample in targets.gpu.items():
             self.pressure.observe(node, sample, now)
@@ -65,17 +68,22 @@ class Placer:
         now_wall, now = self._clock.wall(), self._clock.monotonic()
         placed: list[Candidate] = []
         for target in found:
-            pending, reserved = loads(target.node_id)
+            node = target.node_id
+            pending, reserved = loads(node)
+            shape = self._shapes.get((node, engine, name))
+            if shape is None:
+                shape = (slots_for(target, engine, name), resident(target, engine, name))
+                self._shapes[(node, engine, name)] = shape
             placed.append(
                 Candidate(
-                    node=target.node_id,
-                    pending=pending,
-                    reserved=reserved,
-                    slots=slots_for(target, engine, name),
-                    resident=resident(target, engine, name),
-                    gpu_pressure=self.pressure.pressure(target.node_id, now_wall),
-                    pace=self.speeds.pace(target.node_id, name, now),
-                    affinity=target.node_id == affinity,
+                    node,
+                    pending,
+                    reserved,
+                    shape[0],
+                    shape[1],
+                    self.pressure.pressure(node, now_wall),
+                    self.speeds.pace(node, name, now),
+                    node == affinity,
                 )
             )
         return placed
