@@ -13,9 +13,10 @@ Both run under callgrind with instrumentation off (valgrind's own overhead only,
 starts well within its heartbeat timeout); the Ollama emulator (8 reply tokens 1 ms apart
 and 128 slots, as in ``front_door.py``; ``--token-delay``) and the load generator run natively.
 The instrumented processes run some twenty times slower, so tokens that come 1 ms apart are
-relayed in fewer, larger chunks than on a bare machine: per chunk figures are the relay's
-cost at that coalescing, comparable between the two paths of one run. For each request kind (JSON ``/api/generate``,
-NDJSON ``/api/chat``) and concurrency, each process gets a warm-up, then instrumentation goes
+relayed in fewer, larger chunks than on a bare machine, and how many depends on the timing:
+the stream rows swing by some 10 % from run to run, the JSON rows by about 1 %. For each
+request kind (JSON ``/api/generate``, NDJSON ``/api/chat``) and concurrency, each process gets
+a warm-up, then instrumentation goes
 on, ``--requests`` requests are sent, and the counters are dumped (``callgrind_control``):
 instructions per request, and for streams per chunk. What a process does with no request in
 flight (the worker's heartbeats and timers) is counted for a few idle seconds first and taken

@@ -34,14 +34,13 @@ from backend.workers.proxy.forward import (
 )
 from backend.workers.proxy.gate import Refusal, peer_allowed, refusal
 from backend.workers.proxy.listing import federated_list, federated_model
+from backend.workers.proxy.missing import missing_model
 from backend.workers.proxy.peer_tls import NoIdentity
 from backend.workers.proxy.routing import away_owner, owners, targets_for, upstream_url
 from backend.workers.proxy.wire import (
     MAX_BODY_BYTES,
     BadRequest,
-    dialect_for,
     read_model,
-    unknown_model_body,
 )
 
 log = logging.getLogger(__name__)
@@ -147,10 +146,7 @@ async def _inference(request: web.Request) -> web.StreamResponse:
         away = away_owner(context.targets(), context.door, admission.model)
         if away is not None:
             return _away_reply(away, admission.model).response(request.path)
-        if not targets_for(context.targets(), context.door):
-            message = f"no engine is running behind the {context.door} front door"
-            return ErrorReply(503, message, "service_unavailable").response(request.path)
-        return json_answer(404, unknown_model_body(dialect_for(request.path), admission.model))
+        return missing_model(context.targets(), context.door, admission.model, request.path)
     busy = context.router.busy_reply(context.door, admission.model)
     if busy is not None:
         return busy.response(request.path)

@@ -4,8 +4,9 @@ The loop (docs/ARCHITECTURE.md, "Routing"): owners of the model only; order by p
 node, then node id; place by the table's policy (docs/PLACEMENT.md) and reserve; dispatch; on
 a transport error, a retryable status, a timeout or the target leaving the table, try the next
 candidate; after a round, back off (1, 2, 4, 8 s ±25 %) and re-resolve; at most 5 dispatches
-within 10 minutes. The first body byte commits: from then on the response streams to the
-client and is never retried.
+within 10 minutes. A round that leaves no node listing the model, and no member coming back
+with it, ends the request with the door's own answer for an unknown model. The first body
+byte commits: from then on the response streams to the client and is never retried.
 
 Time and the backoff's jitter come from the ``Clock`` and ``RandomSource`` the worker's
 composition passes in, so a test can drive the budget and the backoff exactly.
@@ -35,6 +36,7 @@ from backend.workers.proxy.engine_access import LoadModel, LocalEngineAccess
 from backend.workers.proxy.errors import ErrorReply
 from backend.workers.proxy.forward import request_headers
 from backend.workers.proxy.jobs import Job, JobLog
+from backend.workers.proxy.missing import missing_model
 from backend.workers.proxy.naming import normalize
 from backend.workers.proxy.peer_tls import NoIdentity, PeerTls
 from backend.workers.proxy.placement.measure import OutputMeter
@@ -45,6 +47,7 @@ from backend.workers.proxy.routing import (
     Affinity,
     NodeLoad,
     Reservations,
+    away_owner,
     candidates,
     owners,
     upstream_url,
@@ -294,12 +297,23 @@ class Router:
                 last = outcome
             if admission.only is not None:
                 break
+            if self._vanished(admission):
+                # No node has the model now and none is bringing it back (its engine was
+                # stopped, its member removed): the door's own answer, not minutes of waiting.
+                reply = missing_model(self._targets, admission.door, admission.model, job.path)
+                job.failed(f"model '{admission.model}' is no longer on any node")
+                return reply
             wait = budget.wait_before_next(clock.monotonic(), self._rng)
             if wait is None:
                 break
             job.submitted(attempt + 1, None)
             await clock.sleep(wait)
         return self._give_up(job, last, budget)
+
+    def _vanished(self, admission: Admission) -> bool:
+        """Whether no node lists the model and no member that did is coming back."""
+        targets, door, model = self._targets, admission.door, admission.model
+        return not owners(targets, door, model) and away_owner(targets, door, model) is None
 
     def _candidates(self, admission: Admission) -> list[RouteTarget]:
         if admission.only is not None:

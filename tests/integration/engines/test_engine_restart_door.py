@@ -33,7 +33,10 @@ MODEL = "tinyllama:latest"  # the local engine's (the bare emulator serves other
 
 
 async def _answer(http: aiohttp.ClientSession, url: str) -> tuple[int, str | None, str]:
-    body = {"model": MODEL, "prompt": "hi", "stream": False}
+    # Two tokens: the requests that reached the door while the crash was not yet noticed wait
+    # for the engine (it has one slot) and are all served once it is back; with a whole reply
+    # each, that queue took minutes on a loaded machine.
+    body = {"model": MODEL, "prompt": "hi", "stream": False, "options": {"num_predict": 2}}
     async with http.post(url, json=body) as response:
         return response.status, response.headers.get("Retry-After"), await response.text()
 

@@ -17,7 +17,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from backend.protocol.proxy import ProxyTargets, RouteTarget, TargetKind
+from backend.protocol.proxy import AwayModels, ProxyTargets, RouteTarget, TargetKind
 from backend.protocol.types import JobEvent
 from backend.workers.proxy.app import build_app
 from backend.workers.proxy.attempt import Commit, Failure, SentRequest
@@ -347,3 +347,68 @@ def test_departures_signal_only_the_nodes_that_left_and_forget_them() -> None:
             assert not b_back.is_set(), "a node that came back is watched afresh"
         assert len(departures) == 1
     assert len(departures) == 0
+
+
+def _table_changes_while_waiting(harness: Harness, *targets: RouteTarget) -> None:
+    """The first backoff is when the table changes to ``targets`` (then time moves on)."""
+
+    async def sleep(seconds: float) -> None:
+        harness.clock.sleeps.append(seconds)
+        harness.clock.now += seconds
+        if len(harness.clock.sleeps) == 1:
+            harness.table(*targets)
+        await asyncio.sleep(0)
+
+    harness.clock.sleep = sleep  # type: ignore[method-assign]
+
+
+async def test_a_model_that_leaves_every_node_mid_request_is_answered_at_once(
+    harness: Harness,
+) -> None:
+    # Its only engine is being stopped: still in the table, no longer listening. A request
+    # that reached it then used to wait, round after round, up to ten minutes.
+    with refusing_port() as dead:
+        harness.table(target(LOCAL, f"http://127.0.0.1:{dead}", "local"))
+        _table_changes_while_waiting(harness)  # the stop is done: no engine listed
+        status, body = await harness.chat()
+
+    assert status == 503, "no engine behind the door any more"
+    assert "no engine is running" in json.loads(body)["error"]
+    assert harness.events[-1].kind == "errored"
+    assert len(harness.clock.sleeps) == 1, "it did not wait round after round"
+
+
+async def test_a_model_no_node_lists_any_more_is_not_found_at_once(harness: Harness) -> None:
+    other = await harness.engine("ok")
+    with refusing_port() as dead:
+        harness.table(target(LOCAL, f"http://127.0.0.1:{dead}", "local"))
+        rest = RouteTarget(node_id="node-b", kind="engine", base_url=other.url, models=["x"])
+        _table_changes_while_waiting(harness, rest)
+        status, body = await harness.chat()
+
+    assert status == 404
+    assert json.loads(body) == {"error": "model 'm' not found"}
+    assert len(harness.clock.sleeps) == 1 and other.received == 0
+
+
+async def test_a_model_whose_member_is_coming_back_is_waited_for(harness: Harness) -> None:
+    back = await harness.engine("ok")
+    with refusing_port() as dead:
+        harness.table(target("node-b", f"http://127.0.0.1:{dead}"))
+        away = AwayModels(node_id="node-b", name="gpu-box", engine="ollama", models=["m"])
+        waited: list[float] = []
+
+        async def sleep(seconds: float) -> None:
+            waited.append(seconds)
+            harness.clock.now += seconds
+            if len(waited) == 1:
+                harness.table(away=[away])  # restarting: listed as away
+            elif len(waited) == 2:
+                harness.table(target("node-b", back.url))  # back
+            await asyncio.sleep(0)
+
+        harness.clock.sleep = sleep  # type: ignore[method-assign]
+        status, body = await harness.chat()
+
+    assert status == 200 and body.endswith(DONE_LINE)
+    assert len(waited) == 2
