@@ -146,6 +146,8 @@ def main() -> int:
     parser.add_argument("--levels", default="1,32", help="concurrencies, comma-separated")
     parser.add_argument("--logs", type=Path, help="keep callgrind's files and the logs here")
     parser.add_argument("--token-delay", type=float, default=0.001, help="seconds per token")
+    parser.add_argument("--reply-tokens", type=int, default=REPLY_TOKENS, help="tokens per reply")
+    parser.add_argument("--kinds", default=",".join(KINDS), help="JSON, stream or both")
     args = parser.parse_args()
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         progress("valgrind (with callgrind_control) is needed: apt-get install valgrind")
@@ -160,7 +162,7 @@ def main() -> int:
         emulator = Emulator.fixed(
             model=MODEL,
             token_delay=args.token_delay,
-            reply_tokens=REPLY_TOKENS,
+            reply_tokens=args.reply_tokens,
             parallel=SLOTS,
             log_path=logs / "emulator.log",
         )
@@ -183,7 +185,7 @@ def main() -> int:
         }
         idle = {name: idle_rate(pid, out) for name, (_, pid, out) in paths.items()}
         progress(", ".join(f"{name} idle: {rate:,.0f}/s" for name, rate in idle.items()))
-        for kind in KINDS:
+        for kind in args.kinds.split(","):
             for level in levels:
                 counted: dict[str, tuple[int, int]] = {}
                 for name, (url, pid, out) in paths.items():
@@ -194,7 +196,7 @@ def main() -> int:
                 rows.append(row(kind, level, counted, args.requests))
     print(
         f"Instructions per request, {args.requests} requests per row and path "
-        f"(Ollama emulator, {REPLY_TOKENS} tokens per reply):\n"
+        f"(Ollama emulator, {args.reply_tokens} tokens per reply):\n"
     )
     print("| request | c | bare | PAIR | PAIR / bare | per chunk, bare / PAIR |")
     print("|---|--:|--:|--:|--:|---|")
