@@ -4,6 +4,8 @@ chunk written and read after it), instead of a timeout context per wait."""
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 
 _SLACK_S = 0.001
 # The timer is never set further ahead than this: a shorter wait begun later (the relay's
@@ -20,10 +22,14 @@ class Watchdog:
     wait's deadline. The waiter catches the cancellation, and ``uncancel`` tells it whether
     the watchdog's was the only one (``fired`` names the wait it cut)."""
 
-    __slots__ = ("_deadline", "_handle", "_kind", "_loop", "_task", "fired")
+    __slots__ = ("_deadline", "_handle", "_kind", "_loop", "_now", "_task", "fired")
 
     def __init__(self) -> None:
-        self._loop = asyncio.get_running_loop()
+        self._loop = loop = asyncio.get_running_loop()
+        # The loop's clock: asyncio's is ``time.monotonic`` itself, read here without the
+        # Python frame of ``loop.time()`` (twice per chunk relayed).
+        asyncio_clock = type(loop).time is asyncio.BaseEventLoop.time
+        self._now: Callable[[], float] = time.monotonic if asyncio_clock else loop.time
         task = asyncio.current_task()
         assert task is not None
         self._task = task
@@ -37,7 +43,7 @@ class Watchdog:
         if bound <= 0:
             self._kind = None
             return
-        now = self._loop.time()
+        now = self._now()
         self._kind, self._deadline = kind, now + bound
         handle = self._handle
         if handle is None or handle.when() > self._deadline:
@@ -64,10 +70,11 @@ class Watchdog:
         self._handle = None
         if self._kind is None:
             return
-        now = self._loop.time()
+        now = self._now()
         if now >= self._deadline - _SLACK_S:  # the loop may fire a hair early
             self.fired = self._kind
             self._kind = None
             self._task.cancel()
         else:
             self._handle = self._loop.call_at(min(self._deadline, now + HORIZON_S), self._check)
+
