@@ -151,7 +151,7 @@ async def _send(
             try:
                 upstream = await session.request(
                     method,
-                    URL(url, encoded=True),
+                    _url(url),
                     headers=headers,
                     data=body,
                     allow_redirects=False,
@@ -187,9 +187,15 @@ def on_this_computer(url: str, tls: ssl.SSLContext | bool) -> bool:
     return _loopback_http(url)
 
 
+@functools.lru_cache(maxsize=1024)  # per attempt: a few engines' URLs, a few paths each
+def _url(url: str) -> URL:
+    """``url`` parsed (yarl's URLs are immutable)."""
+    return URL(url, encoded=True)
+
+
 @functools.lru_cache(maxsize=256)  # asked per attempt, of a few engines' URLs
 def _loopback_http(url: str) -> bool:
-    parts = URL(url, encoded=True)
+    parts = _url(url)
     if parts.scheme != "http" or parts.host is None:
         return False
     if parts.host == "localhost":

@@ -153,17 +153,26 @@ class OutputMeter:
 _SSE_STARTS = (b"data:", b"event:", b":", b"id:", b"retry:")
 
 
+class _Eval(msgspec.Struct):
+    """The two fields of Ollama's final record that count its generation (the rest, its
+    context tokens among them, is skipped unread)."""
+
+    eval_count: int | None = None
+    eval_duration: int | None = None
+
+
+_EVAL = msgspec.json.Decoder(_Eval)
+
+
 def _ollama_eval(line: bytes) -> tuple[int, float] | None:
     """Ollama's final record counts the tokens it generated and how long they took."""
     if b"eval_duration" not in line:
         return None
     try:
-        record = msgspec.json.decode(line)
-    except msgspec.DecodeError:
+        record = _EVAL.decode(line)
+    except msgspec.DecodeError:  # not an object, or either field not an integer
         return None
-    if not isinstance(record, dict):
-        return None
-    count, duration = record.get("eval_count"), record.get("eval_duration")
-    if not isinstance(count, int) or not isinstance(duration, int) or duration <= 0:
+    count, duration = record.eval_count, record.eval_duration
+    if count is None or duration is None or duration <= 0:
         return None
     return count, duration / _NS
