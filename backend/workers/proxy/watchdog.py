@@ -77,4 +77,3 @@ class Watchdog:
             self._task.cancel()
         else:
             self._handle = self._loop.call_at(min(self._deadline, now + HORIZON_S), self._check)
-
