@@ -10,24 +10,20 @@ answer cut short is still a failed job.
 
 from __future__ import annotations
 
-import random
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
-from backend.core.clock import SystemClock
-from backend.protocol.proxy import ProxyTargets, RouteTarget
 from backend.protocol.types import JobEvent
 from backend.workers.proxy import stream
-from backend.workers.proxy.app import DoorContext, build_app
-from backend.workers.proxy.dispatch import Router
 from backend.workers.proxy.jobs import FLUSH_S, JobLog
-from backend.workers.proxy.relay import RelayBoard
-from tests.integration.proxy.scripted import ScriptedEngine, start_engine
+from tests.integration.proxy.scripted import ScriptedEngine
+from tests.unit.proxy.scripted_door import Door, scripted_door
 
 Timeline = list[tuple[str, Any]]
 
@@ -51,43 +47,25 @@ def timeline(monkeypatch: pytest.MonkeyPatch) -> Timeline:
     return seen
 
 
-async def _door(
-    engine: ScriptedEngine, timeline: Timeline
-) -> AsyncIterator[TestClient[web.Request, web.Application]]:
-    await start_engine(engine)
-    assert engine.server is not None
-    session = aiohttp.ClientSession(auto_decompress=False)
-
+@contextlib.asynccontextmanager
+async def _door(engine: ScriptedEngine, timeline: Timeline) -> AsyncIterator[Door]:
     def to_broker(events: list[JobEvent]) -> None:
         timeline.append(("broker", [event.kind for event in events]))
 
     # Batching as the worker does: only a job's end is sent at once.
-    jobs = JobLog(to_broker, flush_s=FLUSH_S)
-    router = Router(session, jobs, clock=SystemClock(), rng=random.Random(0))
-    target = RouteTarget(
-        node_id="self", kind="local", base_url=engine.url, models=["m:latest"], slots=4
-    )
-    router.update(ProxyTargets(node_id="self", engines={"ollama": [target]}))
-    client = TestClient(TestServer(build_app(DoorContext("ollama", router, RelayBoard()))))
-    await client.start_server()
-    yield client
-    await client.close()
-    await router.close()
-    await session.close()
-    await engine.server.stop()
-
-
-@pytest.fixture
-async def door(timeline: Timeline) -> AsyncIterator[TestClient[web.Request, web.Application]]:
-    async for client in _door(ScriptedEngine("e", tokens=3), timeline):
+    async with scripted_door(engine, JobLog(to_broker, flush_s=FLUSH_S), slots=4) as client:
         yield client
 
 
 @pytest.fixture
-async def cutting_door(
-    timeline: Timeline,
-) -> AsyncIterator[TestClient[web.Request, web.Application]]:
-    async for client in _door(ScriptedEngine("e", behaviour="cut", tokens=3), timeline):
+async def door(timeline: Timeline) -> AsyncIterator[Door]:
+    async with _door(ScriptedEngine("e", tokens=3), timeline) as client:
+        yield client
+
+
+@pytest.fixture
+async def cutting_door(timeline: Timeline) -> AsyncIterator[Door]:
+    async with _door(ScriptedEngine("e", behaviour="cut", tokens=3), timeline) as client:
         yield client
 
 

@@ -11,45 +11,27 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import random
 from collections.abc import AsyncIterator, Iterator
 
-import aiohttp
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
-from backend.core.clock import SystemClock
-from backend.protocol.proxy import ProxyTargets, RouteTarget
 from backend.workers.proxy import dispatch, jobs, scheduler
-from backend.workers.proxy.app import DoorContext, build_app
-from backend.workers.proxy.dispatch import Router
 from backend.workers.proxy.jobs import JobLog
-from backend.workers.proxy.relay import RelayBoard
-from tests.integration.proxy.scripted import ScriptedEngine, start_engine
+from tests.integration.proxy.scripted import ScriptedEngine
+from tests.unit.proxy.scripted_door import Door, scripted_door
 
 # What one request makes at the door (and its aiohttp request); none may outlive it.
 REQUEST_TYPES = (jobs.Job, dispatch._Dispatch, dispatch.Admission, scheduler.Ticket)
 
 
 @pytest.fixture
-async def door() -> AsyncIterator[TestClient[web.Request, web.Application]]:
-    engine = await start_engine(ScriptedEngine("e", tokens=3, token_delay=0.005))
-    assert engine.server is not None
-    session = aiohttp.ClientSession()
-    router = Router(session, JobLog(lambda event: None), clock=SystemClock(), rng=random.Random(0))
+async def door() -> AsyncIterator[Door]:
     # One slot: of requests sent together, all but one wait for the scheduler's turn.
-    target = RouteTarget(
-        node_id="self", kind="local", base_url=engine.url, models=["m:latest"], slots=1
-    )
-    router.update(ProxyTargets(node_id="self", engines={"ollama": [target]}))
-    client = TestClient(TestServer(build_app(DoorContext("ollama", router, RelayBoard()))))
-    await client.start_server()
-    yield client
-    await client.close()
-    await router.close()
-    await session.close()
-    await engine.server.stop()
+    engine = ScriptedEngine("e", tokens=3, token_delay=0.005)
+    async with scripted_door(engine, JobLog(lambda event: None), slots=1) as client:
+        yield client
 
 
 @pytest.fixture
