@@ -65,8 +65,10 @@ async def stream_commit(
         response = _prepared_headers(request, upstream)
         await response.prepare(request)
         marker = EndMarker(upstream.headers.get("Content-Type", ""))
-        # A success is ended early by the relay (see the module); -1: nothing to count.
-        left = (upstream.content_length if success and upstream.content_length else 0) or -1
+        # A success is ended early by the relay (see the module): a whole body by its length
+        # (-1: nothing to count), a stream only by its final marker, counted or not.
+        counted = success and not marker.streaming and upstream.content_length
+        left = upstream.content_length if counted and upstream.content_length else -1
         relay = _Relay(
             request, response, job, marker, write_deadline_s, idle_s, on_chunk, success, left
         )

@@ -126,3 +126,23 @@ async def test_a_stream_cut_short_is_still_a_failed_job(
     end = _end(timeline)
     assert timeline[end][1][-1] == "errored"
     assert not any(b'"done": true' in data for what, data in timeline if what == "client")
+
+
+class _CountedStreamCut(ScriptedEngine):
+    """Streams with a Content-Length: one record, and no final one."""
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        await request.read()
+        body = b'{"model": "m", "done": false}\n'
+        return web.Response(body=body, content_type="application/x-ndjson")
+
+
+async def test_a_counted_stream_without_its_final_marker_is_a_failed_job(
+    timeline: Timeline,
+) -> None:
+    async with _door(_CountedStreamCut("e"), timeline) as door:
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+        response = await door.post("/api/chat", json=body)
+        assert response.status == 200 and response.content_length is not None
+        await response.read()
+    assert timeline[_end(timeline)][1][-1] == "errored", "its length is not its end"
