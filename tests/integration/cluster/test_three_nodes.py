@@ -53,6 +53,7 @@ def hosts() -> Iterator[list[Host]]:
     tag = f"{os.getpid() % 100000:05d}"
     bridge = f"pcb{tag}"
     made: list[Host] = []
+    _remove_leftovers()
     try:
         _ip("link", "add", bridge, "type", "bridge")
         _ip("link", "set", bridge, "type", "bridge", "mcast_snooping", "0")
@@ -65,6 +66,27 @@ def hosts() -> Iterator[list[Host]]:
         for host in made:
             subprocess.run(["ip", "netns", "del", str(host.namespace)], capture_output=True)
         subprocess.run(["ip", "link", "del", bridge], capture_output=True, timeout=10)
+
+
+def _remove_leftovers() -> None:
+    """Delete what a run that was killed mid-test left with this worker's subnet: its bridge
+    (which would make the host's route to the subnet ambiguous) and its namespaces. A killed
+    run never reaches the fixture's clean-up, and the kernel keeps both until deleted."""
+    shown = subprocess.run(
+        ["ip", "-o", "-4", "addr", "show", "to", f"{bridge_address()}/32"],
+        capture_output=True,
+        text=True,
+        timeout=10,
+    ).stdout
+    for line in shown.splitlines():
+        stale = line.split()[1]
+        if not stale.startswith("pcb"):
+            continue
+        names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        for name in (entry.split()[0] for entry in names.splitlines() if entry.strip()):
+            if name.startswith(f"pcns{stale[3:]}"):
+                subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=10)
+        subprocess.run(["ip", "link", "del", stale], capture_output=True, timeout=10)
 
 
 def _subnet() -> str:
