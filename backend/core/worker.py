@@ -9,6 +9,7 @@ from typing import Any
 
 from backend.core.clock import Clock
 from backend.core.component import Component
+from backend.core.paced_pipe import spawn_paced
 from backend.core.processes import child_env, child_preexec, kill_child, stop_child
 from backend.protocol import errors, methods
 from backend.protocol.peer import RpcPeer
@@ -27,6 +28,8 @@ class WorkerExited(Exception):
 class WorkerProcess(Component):
     """Owns one child process, its RPC peer, its stderr pump and its heartbeat loop.
 
+    ``read_pace`` > 0: the child's stdout is read in bursts at most that many seconds apart
+    (``paced_pipe``), for a worker whose notifications need not wake us one by one.
     Ready once the first heartbeat is answered. A worker that answers no heartbeat for
     ``heartbeat_timeout`` seconds is killed (SIGKILL, by its own PID) and the run crashes,
     so the supervisor restarts it.
@@ -48,6 +51,7 @@ class WorkerProcess(Component):
         on_request: Callable[[str, Any], Awaitable[Any]] | None = None,
         environment: Callable[[], dict[str, str]] = dict,
         pass_fds: Sequence[int] = (),
+        read_pace: float = 0.0,
     ) -> None:
         super().__init__(name)
         self._argv = list(argv)
@@ -59,6 +63,7 @@ class WorkerProcess(Component):
         self._on_request = on_request
         self._environment = environment
         self._pass_fds = tuple(pass_fds)
+        self._read_pace = read_pace
         self._process: asyncio.subprocess.Process | None = None
         self._peer: RpcPeer | None = None
 
@@ -80,8 +85,9 @@ class WorkerProcess(Component):
 
     async def run(self) -> None:
         """Spawn the worker and watch it until it exits, hangs or we are cancelled."""
-        process = await asyncio.create_subprocess_exec(
-            *self._argv,
+        process = await spawn_paced(
+            self._argv,
+            pace=self._read_pace,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,

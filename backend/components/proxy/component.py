@@ -65,6 +65,11 @@ TARGETS_INTERVAL_S = 0.1
 SCHEDULER_GET_TIMEOUT_S = 2.0
 # A worker that is still starting answers a hand-over once it runs (about a second).
 ADOPT_DOOR_TIMEOUT_S = 10.0
+# The worker's reports (job events, a job's end before its client's last byte) are safe in its
+# stdout pipe from the moment it writes them: read them in bursts this far apart rather than
+# waking for each request (``backend/core/paced_pipe.py``). Job events reach the app this much
+# later at most; heartbeats and calls are answered well within their timeouts.
+WORKER_READ_PACE_S = 0.02
 
 
 class ProxyComponent(Component):
@@ -264,6 +269,7 @@ class ProxyComponent(Component):
             argv,
             clock=self._clock,
             heartbeat_interval=self._heartbeat_interval,
+            read_pace=WORKER_READ_PACE_S,
             environment=self._environment,
             on_notification=self._notification,
             on_request=self._request,
