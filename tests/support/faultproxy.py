@@ -25,6 +25,10 @@ from typing import Literal
 
 Action = Literal["forward", "drop", "reset", "stall", "blackhole", "respond"]
 READ_SIZE = 64 * 1024
+# An RST discards what the client's kernel holds unread: a reset after some bytes of the answer
+# gives the client this long to read them first, or on a busy machine it may never see them
+# (and the "cut after the first byte" a test means would be a failure before the answer).
+RESET_GRACE_S = 0.25
 CLOSE_TIMEOUT_S = 5.0
 
 
@@ -59,7 +63,8 @@ class Fault:
     @classmethod
     def reset(cls, *, after_bytes: int = 0, boundary: bytes = b"") -> Fault:
         """Reset (RST) the client's connection, at once or after ``after_bytes`` of the answer
-        (then, with ``boundary``, just after its next occurrence in a chunk)."""
+        (then, with ``boundary``, just after its next occurrence in a chunk; the reset comes
+        ``RESET_GRACE_S`` after those bytes, for the client to have read them)."""
         return cls("reset", after_bytes=after_bytes, boundary=boundary)
 
     @classmethod
@@ -298,6 +303,8 @@ class FaultProxy:
                     await _send(link, writer, data[:cut])
                     link.faulted = True
                     if fault.action == "reset":
+                        if cut > 0:
+                            await _severed_within(link, RESET_GRACE_S)
                         _reset(writer)
                     return
                 await _send(link, writer, data)

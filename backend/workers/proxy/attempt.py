@@ -13,6 +13,7 @@ import contextlib
 import functools
 import ipaddress
 import ssl
+import weakref
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from typing import Any, Literal
 
 import aiohttp
 import msgspec
+from aiohttp.connector import Connection
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
@@ -162,8 +164,10 @@ async def _send(
                 return upstream
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
                 # An engine may close an idle pooled connection (llama-server does after a
-                # stream) without saying so: one immediate try on a new connection.
-                if fresh or isinstance(exc, aiohttp.ClientConnectorError):
+                # stream) without saying so: one immediate try on a new connection. A new
+                # connection that breaks is no such race: the engine may have the request
+                # already, and it is not sent to it twice.
+                if fresh or hook.reused is False or isinstance(exc, aiohttp.ClientConnectorError):
                     raise
         raise AssertionError("unreachable: the second try returns or raises")
     except TimeoutError as exc:  # aiohttp's own (connecting): as good as no headers
@@ -225,15 +229,20 @@ class _SentHook:
     """``precommit``'s ``sent`` callback, emptied once the response headers are in: a timer or
     a task made meanwhile copies the context, and must not keep the request alive with it."""
 
-    __slots__ = ("call",)
+    __slots__ = ("call", "reused")
 
     def __init__(self, call: Callable[[], None] | None) -> None:
         self.call = call
+        # Whether the request went on a connection an earlier request had used (None: not
+        # known, the session's ``request_class`` is not ``SentRequest``).
+        self.reused: bool | None = None
 
 
 # The hook of the request being sent in this task (and the body-writer task aiohttp starts
 # from it, which copies the context).
 _ON_SENT: ContextVar[_SentHook | None] = ContextVar("pair_on_sent", default=None)
+# The connections (their protocols) requests have gone on, for ``_SentHook.reused``.
+_USED: weakref.WeakSet[object] = weakref.WeakSet()
 
 
 class SentRequest(aiohttp.ClientRequest):
@@ -241,8 +250,19 @@ class SentRequest(aiohttp.ClientRequest):
     before it) is written: until then the engine has not got the request (it may not even be
     listening), so the job must not read Running however free the engine's slots are.
 
-    The session's ``request_class``; much cheaper than a ``TraceConfig``, which makes every
-    request await a dozen signals."""
+    It also notes whether the connection it goes on is a reused one (``_send`` tries a broken
+    one again only then). The session's ``request_class``; much cheaper than a
+    ``TraceConfig``, which makes every request await a dozen signals."""
+
+    async def send(self, conn: Connection) -> aiohttp.ClientResponse:
+        protocol = conn.protocol
+        reused = protocol in _USED
+        if not reused and protocol is not None:
+            _USED.add(protocol)
+        hook = _ON_SENT.get()
+        if hook is not None:
+            hook.reused = reused
+        return await super().send(conn)
 
     async def write_bytes(self, *args: Any, **kwargs: Any) -> None:
         await super().write_bytes(*args, **kwargs)
