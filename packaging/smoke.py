@@ -4,7 +4,8 @@ With a fresh data dir, free ports (never the defaults), the keyring and mDNS off
 XDG folders in a scratch dir, it checks that:
 
 1. ``pair --version`` prints the version;
-2. ``pair node`` starts, and its proxy worker runs as ``pair worker proxy``;
+2. ``pair node`` starts, and its proxy worker runs as ``pair worker proxy``, on uvloop (asyncio's
+   loop on Windows, where uvloop does not exist);
 3. the Ollama front door answers ``GET /api/version`` through the worker: with no engine behind
    it the worker itself answers 503 "no engine is running behind the ollama front door" (an
    engine's 200 is accepted too), with the worker's ``X-PAIR-Proxy-Ms`` header; ``GET
@@ -50,6 +51,7 @@ NO_ENGINE = "no engine is running behind the ollama front door"
 WINDOW_SHOWN = "quit-when-ready: window shown"
 READY_PREFIX = "quit-when-ready: ready"
 NODE_READY = "PAIR node "
+WORKER_READY = "worker proxy ready ("
 NODE_PID = re.compile(r"^PAIR node \S+ is running \(pid (\d+)")
 VERSION_LINE = re.compile(r"^pair \d+\.\d+\.\d+")
 START_TIMEOUT_S = 60.0
@@ -243,6 +245,17 @@ class Smoke:
         print(f"ok: the proxy worker runs as `{shown} ...`, pid {workers[0].pid}")
         return workers[0].pid
 
+    def check_worker_loop(self, node: Child) -> None:
+        """The worker runs on uvloop (bundled) except on Windows, where asyncio's loop is it."""
+        lines = node.log.read_text("utf-8", "replace").splitlines()
+        ready = next((line for line in lines if WORKER_READY in line), None)
+        if ready is None:
+            raise SmokeFailed(f"the node's log has no {WORKER_READY!r} line")
+        wanted = "asyncio" if sys.platform == "win32" else "uvloop"
+        if f"({wanted}." not in ready and f", {wanted}." not in ready:
+            raise SmokeFailed(f"the proxy worker does not run on {wanted}: {ready.strip()}")
+        print(f"ok: the proxy worker runs on {wanted}'s event loop")
+
     def check_front_door(self) -> None:
         door = f"http://127.0.0.1:{self.ports[PORT_FLAGS.index('--ollama-port')]}"
         status, headers, body = get(door + "/api/version")
@@ -352,6 +365,7 @@ class Smoke:
         self.check_version()
         node, broker = self.start_node()
         worker = self.check_worker(broker)
+        self.check_worker_loop(node)
         self.check_front_door()
         self.check_status(broker, worker)
         self.check_gui(node)

@@ -62,7 +62,10 @@ async def serve_worker(
         on_notification=on_notification,
     )
     on_peer(peer)
-    logging.getLogger(name).info("worker %s ready (pid %d)", name, os.getpid())
+    loop = type(asyncio.get_running_loop())
+    logging.getLogger(name).info(
+        "worker %s ready (pid %d, %s.%s)", name, os.getpid(), loop.__module__, loop.__name__
+    )
     await peer.run()
 
 

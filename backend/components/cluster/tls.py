@@ -117,8 +117,11 @@ class PinnedServer:
 
 
 def peer_certificate(source: PeerSource) -> bytes | None:
-    """The DER certificate the other side showed, or None (no TLS, or no certificate)."""
-    if isinstance(source, asyncio.BaseTransport):
+    """The DER certificate the other side showed, or None (no TLS, or no certificate).
+
+    A transport is asked for its ``ssl_object`` whatever its class: uvloop's transports are
+    not ``asyncio.BaseTransport`` subclasses."""
+    if source is not None and not isinstance(source, ssl.SSLObject | ssl.SSLSocket):
         source = source.get_extra_info("ssl_object")
     if not isinstance(source, ssl.SSLObject | ssl.SSLSocket):
         return None

@@ -26,6 +26,7 @@ from backend.protocol.worker_methods import (
     PROXY_SCHEDULER_GET,
     PROXY_TARGETS,
 )
+from backend.workers import event_loop
 from backend.workers.proxy.service import ProxyService
 from backend.workers.runtime import Handler, environment_level, serve_worker
 
@@ -95,7 +96,7 @@ def main(argv: list[str]) -> int:
         parser.error(str(exc))
 
     def run() -> None:
-        asyncio.run(serve(fds, arguments.relay_fd, arguments.handover_fd, arguments.custody_fd))
+        event_loop.run(serve(fds, arguments.relay_fd, arguments.handover_fd, arguments.custody_fd))
 
     try:
         profiled(run, os.environ.get(PROFILE_ENV))

@@ -1,0 +1,41 @@
+"""The event loop a hot worker runs on: uvloop where it is installed, asyncio's own otherwise.
+
+The proxy worker relays every request and every streamed chunk; on asyncio's loop a good part
+of its work is the loop's own Python (handles, ready queue, selector). uvloop does that in C:
+counted by callgrind (``bench/instructions.py``), the worker retires 9-15 % fewer instructions
+per request with it. It is a dependency where it exists (not on Windows); ``PAIR_EVENT_LOOP=
+asyncio`` runs the worker on asyncio's loop instead (to compare, or to rule the loop out).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Coroutine
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+LOOP_ENV = "PAIR_EVENT_LOOP"
+
+
+def loop_name() -> str:
+    """``uvloop`` or ``asyncio``: what ``run`` will run on here."""
+    if os.environ.get(LOOP_ENV, "").strip().lower() == "asyncio":
+        return "asyncio"
+    try:
+        import uvloop  # noqa: F401 - only whether it imports
+    except ImportError:
+        return "asyncio"
+    return "uvloop"
+
+
+def run(main: Coroutine[Any, Any, None]) -> None:
+    """``asyncio.run(main)``, on uvloop when ``loop_name()`` says so."""
+    if loop_name() == "uvloop":
+        import uvloop
+
+        uvloop.run(main)
+    else:
+        asyncio.run(main)
