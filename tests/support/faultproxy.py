@@ -49,6 +49,10 @@ class Fault:
     chunk_delay_s: float = 0.0
     answer: bytes = b""
     boundary: bytes = b""
+    # Cut after the whole chunk that reaches ``after_bytes`` (as read from the upstream), not
+    # inside it: a TLS record cut in two is never decrypted, so a cut after the first record
+    # of an answer must fall between records.
+    whole_chunks: bool = False
 
     @classmethod
     def forward(cls, *, delay_s: float = 0.0, chunk_delay_s: float = 0.0) -> Fault:
@@ -315,6 +319,8 @@ def _cut(fault: Fault, data: bytes, room: int) -> int | None:
     limit; with a boundary, just after its first occurrence from there."""
     if len(data) < room:
         return None
+    if fault.whole_chunks:
+        return len(data)
     if not fault.boundary:
         return max(room, 0)
     found = data.find(fault.boundary, max(room, 0))

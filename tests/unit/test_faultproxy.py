@@ -169,6 +169,20 @@ async def test_reset_after_n_bytes_forwards_exactly_n_then_resets(
     await _until(lambda: upstream.hung_up == 1)  # the upstream's side was closed too
 
 
+async def test_reset_after_n_bytes_in_whole_chunks_forwards_the_chunk_that_reaches_n(
+    proxy: FaultProxy, upstream: Upstream
+) -> None:
+    proxy.set_fault(Fault("reset", after_bytes=700, whole_chunks=True))
+    reader, writer = await _ask(proxy)
+
+    got = bytearray()
+    with pytest.raises(ConnectionResetError):
+        await _read_into(reader, got)
+    writer.close()
+    # The 2 KiB answer is written at once: the chunk holding byte 700 goes whole, then RST.
+    assert len(got) > 700 and got == ANSWER[: len(got)] == ANSWER[: proxy.links[0].sent_down]
+
+
 async def test_stall_after_n_bytes_keeps_both_connections_open_until_the_client_leaves(
     proxy: FaultProxy, upstream: Upstream
 ) -> None:
