@@ -82,6 +82,7 @@ from _common import (
 
 from backend.devtools.llama_server import search_llama_server
 from backend.protocol.proxy import ProxyTargets, RouteTarget
+from backend.workers.event_loop import loop_name
 from tests.engines.fixtures import (
     LlamaServer,
     cached_model,
@@ -669,7 +670,9 @@ def report(
         f"{' (--quick)' if quick else ''}. Latencies in ms, closed-loop clients; added = path - "
         "direct, per percentile; PAIR/bare = PAIR's added over the bare pass-through's (n/a when "
         f"the bare one is <= 0; bold when over {RATIO_TARGET:g}x); n = measured requests per "
-        f"path, in {ROUNDS} rounds (direct, bare, PAIR; then reversed), pooled."
+        f"path, in {ROUNDS} rounds (direct, bare, PAIR; then reversed), pooled. PAIR's worker "
+        f"runs on {loop_name()}'s event loop (PAIR_EVENT_LOOP), the bare pass-through on "
+        "asyncio's."
     )
     print()
     print("\n".join(main_table(all_findings)))
