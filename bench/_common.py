@@ -81,8 +81,10 @@ class LoadResult:
     since_first: list[list[float]] = field(default_factory=list)
     proxy_ms: list[float] = field(default_factory=list)
     chunks: int = 0
-    # CPU seconds (user + system) that process ``cpu_pid`` spent during the measured requests.
+    # CPU seconds (user + system) that process ``cpu_pid`` spent during the measured requests,
+    # and process ``side_pid`` (the proxy's broker, which takes its job events).
     cpu_s: float = 0.0
+    side_cpu_s: float = 0.0
     errors: int = 0
     error_sample: str = ""
     rate: float = 0.0
@@ -98,6 +100,7 @@ async def run_load(
     warmup: int = 0,
     fresh_connections: bool = False,
     cpu_pid: int | None = None,
+    side_pid: int | None = None,
 ) -> LoadResult:
     """POST ``body`` to ``url`` ``total`` times from ``concurrency`` closed-loop clients.
 
@@ -106,7 +109,8 @@ async def run_load(
     non-empty line is the first chunk, and the gaps between consecutive lines are recorded.
     Requests/s is over the measured requests' wall time. ``fresh_connections`` opens a new
     connection per request (for servers that close theirs after a response without saying so).
-    ``cpu_pid``: a process whose CPU time during the measured requests goes into ``cpu_s``.
+    ``cpu_pid``: a process whose CPU time during the measured requests goes into ``cpu_s``
+    (``side_pid``: into ``side_cpu_s``).
     """
     result = LoadResult()
     connector = aiohttp.TCPConnector(limit=concurrency, force_close=fresh_connections)
@@ -158,11 +162,12 @@ async def run_load(
 
         if warmup:
             await asyncio.gather(*(client(n, False) for n in shares(max(warmup, concurrency))))
-        cpu_before = cpu_seconds(cpu_pid)
+        cpu_before, side_before = cpu_seconds(cpu_pid), cpu_seconds(side_pid)
         begin = time.perf_counter()
         await asyncio.gather(*(client(n, True) for n in shares(total)))
         elapsed = time.perf_counter() - begin
         result.cpu_s = cpu_seconds(cpu_pid) - cpu_before
+        result.side_cpu_s = cpu_seconds(side_pid) - side_before
     result.rate = len(result.latencies) / elapsed if elapsed > 0 else 0.0
     return result
 

@@ -36,7 +36,8 @@ per percentile, minus the direct call's own spread: a chunk held back and delive
 next one counts as late, where an inter-chunk gap would read 0); requests/s of JSON at c=32
 direct, bare, PAIR, and PAIR with the proxy worker pinned to one core (all its threads,
 ``os.sched_setaffinity``; client and engine unpinned); CPU time per request of the
-pass-through and of PAIR's worker; and the worker's RSS idle after start and at the peak of
+pass-through and of PAIR's worker, plus what its broker (the host process, which reads the
+job events) spent; and the worker's RSS idle after start and at the peak of
 the c=100 rows. Then PAIR's per-chunk added delay p99 at every concurrency against its target
 (at most 1 ms), and per stream row the first-chunk times, the inter-chunk gaps and the slowest
 request of each path.
@@ -220,6 +221,7 @@ def pooled(parts: list[LoadResult]) -> LoadResult:
         whole.proxy_ms += part.proxy_ms
         whole.chunks += part.chunks
         whole.cpu_s += part.cpu_s
+        whole.side_cpu_s += part.side_cpu_s
         whole.errors += part.errors
         whole.error_sample = whole.error_sample or part.error_sample
         seconds += len(part.latencies) / part.rate if part.rate else 0.0
@@ -236,17 +238,18 @@ class Runner:
     bare: PassThrough
     proxy: ProxyHost
 
-    def target(self, path: str) -> tuple[str, int | None]:
-        """Where ``path`` sends requests, and the process whose CPU time it measures."""
+    def target(self, path: str) -> tuple[str, int | None, int | None]:
+        """Where ``path`` sends requests, and the processes whose CPU time it measures (the
+        proxy, and for PAIR the host that plays its broker and takes the job events)."""
         if path == DIRECT:
-            return self.engine_url, None
+            return self.engine_url, None, None
         if path == BARE:
-            return self.bare.url, self.bare.process.pid
-        return self.proxy.doors[self.backend.door], self.proxy.worker_pid
+            return self.bare.url, self.bare.process.pid, None
+        return self.proxy.doors[self.backend.door], self.proxy.worker_pid, self.proxy.process.pid
 
     def load(self, path: str, kind: str, concurrency: int, total: int) -> LoadResult:
         """One measured run (after a warm-up on the same connections)."""
-        base_url, cpu_pid = self.target(path)
+        base_url, cpu_pid, side_pid = self.target(path)
         url_path, body = self.backend.request(kind)
         url = f"{base_url}{url_path}"
         stream = kind == STREAM
@@ -260,6 +263,7 @@ class Runner:
                 warmup=max(concurrency, total // 10),
                 fresh_connections=stream and self.backend.stream_closes,
                 cpu_pid=cpu_pid,
+                side_pid=side_pid,
             )
         )
         if result.errors:
@@ -282,6 +286,11 @@ class Runner:
             f"req/s {' / '.join(f'{row[path].rate:.0f}' for path in PATHS)}"
         )
         return row
+
+
+def broker_cpu_per_request(result: LoadResult) -> float:
+    """CPU milliseconds of the proxy's broker (the host process) per measured request."""
+    return result.side_cpu_s * 1000 / len(result.latencies) if result.latencies else math.nan
 
 
 def cpu_per_request(result: LoadResult) -> float:
@@ -462,8 +471,10 @@ def extras_row(findings: Findings, idle_rss: int) -> str:
         pinned_rate = f"{findings.pinned.rate:.0f}" if findings.pinned is not None else "n/a"
         rates = " / ".join([*(f"{plain[path].rate:.0f}" for path in PATHS), pinned_rate])
         bare_cpu, pair_cpu = cpu_per_request(plain[BARE]), cpu_per_request(plain[PAIR])
+        broker_cpu = broker_cpu_per_request(plain[PAIR])
         cpu_cost = (
-            f"{bare_cpu:.3f} / {pair_cpu:.3f} ms (PAIR: {1000 / pair_cpu:.0f} req/s per busy core)"
+            f"{bare_cpu:.3f} / {pair_cpu:.3f} + {broker_cpu:.3f} ms "
+            f"(PAIR: {1000 / pair_cpu:.0f} req/s per busy core)"
         )
     cells = [
         findings.backend.label,
@@ -496,7 +507,7 @@ def extras_table(all_findings: list[Findings], idle_rss: int, cpu: set[int]) -> 
         "vs direct; c=1 stream) "
         f"| req/s JSON c={PIN_LEVEL}: direct / bare / PAIR / PAIR, worker pinned to CPU "
         f"{','.join(map(str, sorted(cpu)))} "
-        f"| CPU per request, JSON c={PIN_LEVEL}: bare / PAIR worker "
+        f"| CPU per request, JSON c={PIN_LEVEL}: bare / PAIR worker + its broker (job events) "
         f"| PAIR worker RSS idle / peak at c={max(LEVELS)} |",
         "|---|--:|--:|--:|--:|--:|",
     ]
