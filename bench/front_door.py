@@ -24,10 +24,12 @@ SSE ``/v1/chat/completions`` on llama-server). For each engine, kind and concurr
 latency (path minus direct, per percentile) of the bare pass-through and of PAIR, the ratio
 PAIR/bare of those (the issue's target is at most 1.5: a ratio over it is bold and the last
 column names it; n/a when the bare pass-through added nothing measurable, i.e. <= 0), and
-requests/s of the three paths. Each row is measured in two rounds of half the requests, the
-three runs of a round back to back and the second round in reverse order (direct, bare, PAIR,
-then PAIR, bare, direct), pooled: each path sees the same machine state on average and a steady
-drift in the background load cancels out. Every run has its own warm-up on its own connections.
+requests/s of the three paths. Each row is measured in six rounds of a sixth of the requests,
+the three runs of a round back to back and every other round in reverse order (direct, bare,
+PAIR, then PAIR, bare, direct), pooled: each path sees the same machine state on average and a
+drift in the background load cancels out (with two rounds, the added milliseconds of one row
+swung between runs by more than the difference measured). Every run has its own warm-up on its
+own connections.
 
 A second table has, per engine: the first-chunk overhead of streams at c=1 (bare and PAIR);
 the added per-chunk delay at c=1, bare and PAIR (how late each chunk after the first comes,
@@ -99,7 +101,7 @@ KINDS = (JSON, STREAM)
 DIRECT, BARE, PAIR = "direct", "bare", "PAIR"
 PATHS = (DIRECT, BARE, PAIR)
 # Each row in rounds of (direct, bare, PAIR), every other round reversed; results pooled.
-ROUNDS = 2
+ROUNDS = 6
 PIN_LEVEL = 32
 RATIO_TARGET = 1.5  # PAIR's added latency at most this times the bare pass-through's
 CHUNK_TARGET_MS = 1.0  # PAIR's per-chunk added delay p99
