@@ -2,7 +2,7 @@
 
 The proxy worker relays every request and every streamed chunk; on asyncio's loop a good part
 of its work is the loop's own Python (handles, ready queue, selector). uvloop does that in C:
-counted by callgrind (``bench/instructions.py``), the worker retires 9-15 % fewer instructions
+counted by callgrind (``bench/instructions.py``), the worker retires 10-17 % fewer instructions
 per request with it. It is a dependency where it exists (not on Windows); ``PAIR_EVENT_LOOP=
 asyncio`` runs the worker on asyncio's loop instead (to compare, or to rule the loop out).
 """
@@ -10,12 +10,9 @@ asyncio`` runs the worker on asyncio's loop instead (to compare, or to rule the 
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 from collections.abc import Coroutine
 from typing import Any
-
-log = logging.getLogger(__name__)
 
 LOOP_ENV = "PAIR_EVENT_LOOP"
 
