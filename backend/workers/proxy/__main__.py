@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
-import gc
 import os
 import random
 import sys
@@ -26,7 +25,7 @@ from backend.protocol.worker_methods import (
     PROXY_SCHEDULER_GET,
     PROXY_TARGETS,
 )
-from backend.workers import event_loop
+from backend.workers import collector, event_loop
 from backend.workers.proxy.service import ProxyService
 from backend.workers.runtime import Handler, environment_level, serve_worker
 
@@ -71,9 +70,7 @@ async def serve(
         PROXY_SCHEDULER_GET.name: service.scheduler_get,
         PROXY_ADOPT_DOOR.name: service.adopt_door,
     }
-    # What start-up made (modules, the service) lives as long as the process: the cycle
-    # collector's full passes need not walk it again, which keeps their pauses off the streams.
-    gc.freeze()
+    collector.settle()  # start-up's objects frozen; the young generation walked rarely
     async with asyncio.TaskGroup() as group:
         doors = group.create_task(service.serve(), name="proxy:doors")
         await serve_worker(
