@@ -29,7 +29,12 @@ the three runs of a round back to back and every other round in reverse order (d
 PAIR, then PAIR, bare, direct), pooled: each path sees the same machine state on average and a
 drift in the background load cancels out (with two rounds, the added milliseconds of one row
 swung between runs by more than the difference measured). Every run has its own warm-up on its
-own connections.
+own connections. Each ratio also has an interval: the rounds are drawn again with replacement
+(a round's three runs together) 400 times and the ratio recomputed; its 5th to 95th percentile
+says how much the verdict owes to which rounds happened to be measured (a ratio of two added
+latencies that are each a small difference of large, noisy numbers, as at c=100 against
+llama-server, can swing from under 1 to over 2). The last column names a verdict the interval
+could turn.
 
 A second table has, per engine: the first-chunk overhead of streams at c=1 (bare and PAIR);
 the added per-chunk delay at c=1, bare and PAIR (how late each chunk after the first comes,
@@ -62,6 +67,7 @@ import contextlib
 import math
 import os
 import platform
+import random
 import sys
 import tempfile
 import time
@@ -115,9 +121,13 @@ LLAMA_CONTEXT_PER_SLOT = 256
 # client and the proxy for the two cores here, and serve 2-4 times fewer requests per second.
 LLAMA_THREADS = 1
 # Measured requests per path and row (JSON and stream alike), by concurrency (--quick: a quarter).
-EMULATOR_REQUESTS = {1: 400, 32: 2000, 100: 3000}
-LLAMA_REQUESTS = {1: 400, 32: 800, 100: 1000}  # llama-server at -np 100 is slower
+EMULATOR_REQUESTS = {1: 600, 32: 2000, 100: 3000}
+LLAMA_REQUESTS = {1: 1200, 32: 800, 100: 1000}  # llama-server at -np 100 is slower
 QUICK_DIVISOR = 4
+# The interval of each PAIR/bare ratio: the rounds resampled with replacement (a round's three
+# runs kept together) this many times; the 5th to 95th percentile of the ratios found.
+RESAMPLES = 400
+INTERVAL = (0.05, 0.95)
 
 Row = dict[str, LoadResult]  # path -> its runs of one row, pooled
 
@@ -193,6 +203,8 @@ class Findings:
 
     backend: Backend
     rows: dict[tuple[str, int], Row] = field(default_factory=dict)
+    # The same rows round by round (path -> that round's run), for the ratios' intervals.
+    rounds: dict[tuple[str, int], list[Row]] = field(default_factory=dict)
     pinned: LoadResult | None = None
     rss_peak: int = 0
 
@@ -274,20 +286,25 @@ class Runner:
             )
         return result
 
-    def row(self, kind: str, concurrency: int, total: int) -> Row:
-        """``total`` requests per path in ``ROUNDS`` rounds of the three paths back to back."""
+    def row(self, kind: str, concurrency: int, total: int) -> tuple[Row, list[Row]]:
+        """``total`` requests per path in ``ROUNDS`` rounds of the three paths back to back:
+        pooled, and round by round."""
         share = max(concurrency, math.ceil(total / ROUNDS))
-        runs: dict[str, list[LoadResult]] = {path: [] for path in PATHS}
+        rounds: list[Row] = []
         for round_index in range(ROUNDS):
-            for path in round_order(round_index):
-                runs[path].append(self.load(path, kind, concurrency, share))
-        row = {path: pooled(parts) for path, parts in runs.items()}
+            rounds.append(
+                {
+                    path: self.load(path, kind, concurrency, share)
+                    for path in round_order(round_index)
+                }
+            )
+        row = {path: pooled([each[path] for each in rounds]) for path in PATHS}
         p50 = " | ".join(f"{path} {median(row[path].latencies):.2f}" for path in PATHS)
         progress(
             f"{self.backend.engine} {kind} c={concurrency}: p50 {p50} ms; "
             f"req/s {' / '.join(f'{row[path].rate:.0f}' for path in PATHS)}"
         )
-        return row
+        return row, rounds
 
 
 def broker_cpu_per_request(result: LoadResult) -> float:
@@ -343,7 +360,9 @@ def bench_backend(
 def bench_level(findings: Findings, runner: Runner, level: int, total: int) -> None:
     """The JSON row and the stream row at concurrency ``level``."""
     for kind in KINDS:
-        findings.rows[(kind, level)] = runner.row(kind, level, total)
+        findings.rows[(kind, level)], findings.rounds[(kind, level)] = runner.row(
+            kind, level, total
+        )
 
 
 def pinned_run(runner: Runner, level: int, total: int, cpu: set[int]) -> LoadResult:
@@ -411,31 +430,63 @@ def ratio(pair_added: float, bare_added: float) -> float:
     return pair_added / bare_added if bare_added > 0 else math.nan
 
 
-def ratio_cell(value: float) -> str:
+def ratio_interval(rounds: list[Row], fraction: float, seed: int = 0) -> tuple[float, float]:
+    """How far the ratio at ``fraction`` moves with the rounds that happened to be measured:
+    the ``INTERVAL`` percentiles of the ratio over ``RESAMPLES`` draws of as many rounds, with
+    replacement (a round's three runs stay together). A draw where the bare pass-through adds
+    nothing counts as infinite when PAIR adds something (as bad as it gets) and is left out
+    when neither does; NaN when half the draws are left out."""
+    draw = random.Random(seed)
+    found: list[float] = []
+    for _ in range(RESAMPLES):
+        picked = [draw.choice(rounds) for _ in rounds]
+        d, b, p = ([x for each in picked for x in each[path].latencies] for path in PATHS)
+        bare_added, pair_added = added_ms(b, d, fraction), added_ms(p, d, fraction)
+        if bare_added > 0:
+            found.append(pair_added / bare_added)
+        elif pair_added > 0:
+            found.append(math.inf)
+    if len(found) < RESAMPLES / 2:
+        return math.nan, math.nan
+    low, high = (percentile(found, edge) for edge in INTERVAL)
+    return low, high
+
+
+def ratio_cell(value: float, interval: tuple[float, float]) -> str:
     if math.isnan(value):
         return "n/a"
-    return f"**{value:.2f}x**" if value > RATIO_TARGET else f"{value:.2f}x"
+    cell = f"**{value:.2f}x**" if value > RATIO_TARGET else f"{value:.2f}x"
+    low, high = interval
+    if math.isnan(low):
+        return cell
+    return f"{cell} ({low:.2f}-{high:.2f})" if math.isfinite(high) else f"{cell} ({low:.2f}-inf)"
 
 
-def over_target(ratios: dict[str, float]) -> str:
-    """The percentiles whose ratio misses the target, bold; ``ok`` or ``n/a`` otherwise."""
+def over_target(ratios: dict[str, float], intervals: dict[str, tuple[float, float]]) -> str:
+    """The percentiles whose ratio misses the target, bold; ``ok`` or ``n/a`` otherwise; and
+    which verdicts the rounds measured could turn (the target inside the interval)."""
     over = [name for name, value in ratios.items() if value > RATIO_TARGET]
-    if over:
-        return f"**over: {', '.join(over)}**"
-    return "n/a" if all(math.isnan(value) for value in ratios.values()) else "ok"
+    verdict = f"**over: {', '.join(over)}**" if over else "ok"
+    if not over and all(math.isnan(value) for value in ratios.values()):
+        return "n/a"
+    unsure = [name for name, (low, high) in intervals.items() if low <= RATIO_TARGET < high]
+    return f"{verdict} (within the interval: {', '.join(unsure)})" if unsure else verdict
 
 
-def main_row(findings: Findings, kind: str, level: int, row: Row) -> str:
+def main_row(findings: Findings, kind: str, level: int, row: Row, rounds: list[Row]) -> str:
     d, b, p = (row[path].latencies for path in PATHS)
     cells = [findings.backend.label, findings.backend.kind_label(kind), str(level), str(len(p))]
     cells += [ms(percentile(d, 0.5)), ms(percentile(d, 0.99))]
     ratios: dict[str, float] = {}
+    intervals: dict[str, tuple[float, float]] = {}
     for name, fraction in (("p50", 0.5), ("p99", 0.99)):
         bare_added, pair_added = added_ms(b, d, fraction), added_ms(p, d, fraction)
         ratios[name] = ratio(pair_added, bare_added)
+        intervals[name] = ratio_interval(rounds, fraction)
     cells += [added(b, d, 0.5), added(b, d, 0.99), added(p, d, 0.5), added(p, d, 0.99)]
-    cells += [ratio_cell(ratios["p50"]), ratio_cell(ratios["p99"])]
-    cells += [" / ".join(f"{row[path].rate:.0f}" for path in PATHS), over_target(ratios)]
+    cells += [ratio_cell(ratios[name], intervals[name]) for name in ("p50", "p99")]
+    cells += [" / ".join(f"{row[path].rate:.0f}" for path in PATHS)]
+    cells += [over_target(ratios, intervals)]
     return f"| {' | '.join(cells)} |"
 
 
@@ -451,7 +502,8 @@ def main_table(all_findings: list[Findings]) -> list[str]:
             for level in LEVELS:
                 row = findings.rows.get((kind, level))
                 if row is not None:
-                    lines.append(main_row(findings, kind, level, row))
+                    rounds = findings.rounds[(kind, level)]
+                    lines.append(main_row(findings, kind, level, row, rounds))
     return lines
 
 
@@ -682,7 +734,9 @@ def report(
         f"before and {os.getloadavg()[0]:.1f} after, {seconds:.0f} s"
         f"{' (--quick)' if quick else ''}. Latencies in ms, closed-loop clients; added = path - "
         "direct, per percentile; PAIR/bare = PAIR's added over the bare pass-through's (n/a when "
-        f"the bare one is <= 0; bold when over {RATIO_TARGET:g}x); n = measured requests per "
+        f"the bare one is <= 0; bold when over {RATIO_TARGET:g}x), in brackets the "
+        f"{INTERVAL[0] * 100:g}th-{INTERVAL[1] * 100:g}th percentile of that ratio over "
+        f"{RESAMPLES} resamplings of the rounds; n = measured requests per "
         f"path, in {ROUNDS} rounds (direct, bare, PAIR; then reversed), pooled. PAIR's worker "
         f"runs on {loop_name()}'s event loop (PAIR_EVENT_LOOP), the bare pass-through on "
         "asyncio's."
