@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -251,11 +251,17 @@ class ProxyHost:
     routing table is sent on its stdin (one JSON line per table) and acknowledged once the worker
     has had time to receive it. ``worker_pid`` is the proxy worker's PID; ``relay_url`` and
     ``cert_der`` are where its relay listens and the certificate it shows (minted for
-    ``node_id``), for another host's table to name it as a peer.
+    ``node_id``), for another host's table to name it as a peer. ``env``: more environment for
+    the host and its worker (``bench/worker_variants.py``).
     """
 
     def __init__(
-        self, targets: ProxyTargets, *, log_path: Path, node_id: str = "bench-node"
+        self,
+        targets: ProxyTargets,
+        *,
+        log_path: Path,
+        node_id: str = "bench-node",
+        env: Mapping[str, str] | None = None,
     ) -> None:
         host_script = str(Path(__file__).with_name("_proxy_host.py"))
         with log_path.open("ab") as log:
@@ -266,7 +272,7 @@ class ProxyHost:
                 stdout=subprocess.PIPE,
                 stderr=log,
                 text=True,
-                env={**os.environ, "PAIR_LOG_LEVEL": "warning"},
+                env={**os.environ, "PAIR_LOG_LEVEL": "warning", **(env or {})},
             )
         self._log_path = log_path
         try:

@@ -13,18 +13,35 @@ attempt's exception and its traceback) wait at most that many allocations to be 
 megabytes at worst.
 
 What start-up made (modules, the service) lives as long as the process and is frozen first,
-so the full passes need not walk it again either.
+so the full passes need not walk it again either. ``PAIR_GC_GEN0`` sets another threshold (to
+compare: ``bench/worker_variants.py``); a value that is not a positive integer is ignored.
 """
 
 from __future__ import annotations
 
 import gc
+import logging
+import os
 
 GEN0_THRESHOLD = 50_000
+GEN0_ENV = "PAIR_GC_GEN0"
+
+log = logging.getLogger(__name__)
+
+
+def gen0_threshold() -> int:
+    """``GEN0_THRESHOLD``, or the environment's positive integer instead."""
+    value = os.environ.get(GEN0_ENV, "").strip()
+    if not value:
+        return GEN0_THRESHOLD
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    log.warning("%s=%r is not a positive integer; using %d", GEN0_ENV, value, GEN0_THRESHOLD)
+    return GEN0_THRESHOLD
 
 
 def settle() -> None:
-    """Freeze what exists now; collect the youngest generation per ``GEN0_THRESHOLD``."""
+    """Freeze what exists now; collect the youngest generation per ``gen0_threshold()``."""
     gc.freeze()
     _, older, oldest = gc.get_threshold()
-    gc.set_threshold(GEN0_THRESHOLD, older, oldest)
+    gc.set_threshold(gen0_threshold(), older, oldest)

@@ -4,10 +4,15 @@ as it was."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+import pytest
+
+from backend.workers import collector
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,6 +44,7 @@ PROBE = textwrap.dedent(
 
 
 def probe(mode: str) -> tuple[int, int, int, bool]:
+    environment = {k: v for k, v in os.environ.items() if k != collector.GEN0_ENV}
     done = subprocess.run(
         [sys.executable, "-c", PROBE, mode],
         cwd=REPO_ROOT,
@@ -46,6 +52,7 @@ def probe(mode: str) -> tuple[int, int, int, bool]:
         text=True,
         check=True,
         timeout=60,
+        env=environment,
     )
     frozen, held, total, freed = done.stdout.split()
     return int(frozen), int(held), int(total), freed == "True"
@@ -63,3 +70,16 @@ def test_cycles_are_still_collected() -> None:
     _, _, collections, freed = probe("settled")
     assert collections >= 1
     assert freed
+
+
+def test_the_environment_may_set_another_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(collector.GEN0_ENV, " 700 ")
+    assert collector.gen0_threshold() == 700
+
+
+@pytest.mark.parametrize("value", ["", "0", "-5", "many", "1e4"])
+def test_a_threshold_that_is_not_a_positive_integer_is_ignored(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv(collector.GEN0_ENV, value)
+    assert collector.gen0_threshold() == collector.GEN0_THRESHOLD
