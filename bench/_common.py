@@ -54,6 +54,18 @@ READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
 
 
+def emulator_kinds(model: str) -> dict[str, tuple[str, dict[str, Any]]]:
+    """The two requests the benchmarks send the Ollama emulator, by kind: ``JSON`` (a whole
+    ``/api/generate`` answer) and ``stream`` (NDJSON ``/api/chat``), as URL path and body."""
+    return {
+        "JSON": ("/api/generate", {"model": model, "prompt": "hi", "stream": False}),
+        "stream": (
+            "/api/chat",
+            {"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": True},
+        ),
+    }
+
+
 def percentile(samples: list[float], fraction: float) -> float:
     """The nearest-rank percentile (``fraction`` in 0..1); NaN for no samples."""
     if not samples:

@@ -43,7 +43,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from _common import Emulator, PassThrough, ProxyHost, run_load
+from _common import Emulator, PassThrough, ProxyHost, emulator_kinds, run_load
 
 from backend.protocol.proxy import ProxyTargets, RouteTarget
 
@@ -53,13 +53,7 @@ REPLY_TOKENS = 8
 SLOTS = 128
 WARMUP = 60
 IDLE_S = 5.0
-KINDS = {
-    "JSON": ("/api/generate", {"model": MODEL, "prompt": "hi", "stream": False}),
-    "stream": (
-        "/api/chat",
-        {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True},
-    ),
-}
+KINDS = emulator_kinds(MODEL)
 DUMP_TIMEOUT_S = 60.0
 
 

@@ -1,7 +1,7 @@
 """PAIR's proxy worker in variants that differ only in their environment, against the bare
 pass-through, in one run: what one switch changes (the event loop, the collector's threshold).
 
-    .venv/bin/python bench/worker_variants.py [--kind json|stream] [--level C] [--requests N]
+    .venv/bin/python bench/worker_variants.py [--kind JSON|stream] [--level C] [--requests N]
         [--rounds R] [--tokens T] VARIANT [VARIANT ...]
 
 VARIANT is ``NAME`` (the worker as it ships) or ``NAME:KEY=VALUE[,KEY=VALUE...]`` (that
@@ -34,6 +34,7 @@ from _common import (
     LoadResult,
     PassThrough,
     ProxyHost,
+    emulator_kinds,
     percentile,
     run_load,
 )
@@ -44,13 +45,7 @@ NODE_ID = "bench-node"
 MODEL = "tinyllama:latest"
 SLOTS = 128
 WARMUP = 300
-KINDS = {
-    "json": ("/api/generate", {"model": MODEL, "prompt": "hi", "stream": False}),
-    "stream": (
-        "/api/chat",
-        {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True},
-    ),
-}
+KINDS = emulator_kinds(MODEL)
 
 
 @dataclass
@@ -90,7 +85,7 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("variants", nargs="+", type=parse_variant, metavar="VARIANT")
-    parser.add_argument("--kind", choices=sorted(KINDS), default="json")
+    parser.add_argument("--kind", choices=sorted(KINDS), default="JSON")
     parser.add_argument("--level", type=int, default=32, help="concurrency")
     parser.add_argument("--requests", type=int, default=2000, help="per path and round")
     parser.add_argument("--rounds", type=int, default=6)
