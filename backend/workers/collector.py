@@ -13,18 +13,23 @@ attempt's exception and its traceback) wait at most that many allocations to be 
 megabytes at worst.
 
 What start-up made (modules, the service) lives as long as the process and is frozen first,
-so the full passes need not walk it again either. ``PAIR_GC_GEN0`` sets another threshold (to
+so the full passes need not walk it again either. As allocations alone would leave a quiet
+worker's garbage in place for as long as no requests come (a failed attempt's traceback may
+hold its request's body), ``sweep`` also collects that generation every ``SWEEP_S``: one walk
+of what is in flight per second at most. ``PAIR_GC_GEN0`` sets another threshold (to
 compare: ``bench/worker_variants.py``); a value that is not a positive integer is ignored.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import os
 
 GEN0_THRESHOLD = 50_000
 GEN0_ENV = "PAIR_GC_GEN0"
+SWEEP_S = 1.0
 
 log = logging.getLogger(__name__)
 
@@ -45,3 +50,10 @@ def settle() -> None:
     gc.freeze()
     _, older, oldest = gc.get_threshold()
     gc.set_threshold(gen0_threshold(), older, oldest)
+
+
+async def sweep(interval_s: float = SWEEP_S) -> None:
+    """Collect the youngest generation every ``interval_s``, until cancelled."""
+    while True:
+        await asyncio.sleep(interval_s)
+        gc.collect(0)

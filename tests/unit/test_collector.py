@@ -43,10 +43,11 @@ PROBE = textwrap.dedent(
 )
 
 
-def probe(mode: str) -> tuple[int, int, int, bool]:
+def run_child(script: str, argument: str) -> str:
+    """``script``'s output in a child interpreter, without this environment's threshold."""
     environment = {k: v for k, v in os.environ.items() if k != collector.GEN0_ENV}
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, mode],
+        [sys.executable, "-c", script, argument],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -54,7 +55,11 @@ def probe(mode: str) -> tuple[int, int, int, bool]:
         timeout=60,
         env=environment,
     )
-    frozen, held, total, freed = done.stdout.split()
+    return done.stdout
+
+
+def probe(mode: str) -> tuple[int, int, int, bool]:
+    frozen, held, total, freed = run_child(PROBE, mode).split()
     return int(frozen), int(held), int(total), freed == "True"
 
 
@@ -83,3 +88,30 @@ def test_a_threshold_that_is_not_a_positive_integer_is_ignored(
 ) -> None:
     monkeypatch.setenv(collector.GEN0_ENV, value)
     assert collector.gen0_threshold() == collector.GEN0_THRESHOLD
+
+
+# A cycle made garbage with no allocations after it: only a sweep can free it in time.
+SWEPT = textwrap.dedent(
+    """
+    import asyncio, gc, sys, weakref
+    from backend.workers import collector
+    collector.settle()
+    class Node:
+        pass
+    async def main():
+        node = Node()
+        node.me = node
+        probe = weakref.ref(node)
+        del node
+        sweeping = asyncio.create_task(collector.sweep(float(sys.argv[1])))
+        await asyncio.sleep(0.3)
+        sweeping.cancel()
+        print(probe() is None)
+    asyncio.run(main())
+    """
+)
+
+
+@pytest.mark.parametrize(("interval", "freed"), [(0.05, "True"), (30.0, "False")])
+def test_a_quiet_workers_garbage_is_swept_within_the_interval(interval: float, freed: str) -> None:
+    assert run_child(SWEPT, str(interval)).strip() == freed

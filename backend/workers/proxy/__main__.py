@@ -73,9 +73,11 @@ async def serve(
     collector.settle()  # start-up's objects frozen; the young generation walked rarely
     async with asyncio.TaskGroup() as group:
         doors = group.create_task(service.serve(), name="proxy:doors")
+        sweeper = group.create_task(collector.sweep(), name="proxy:collector")
         await serve_worker(
             "proxy", handlers, environment_level(), notifications, on_peer=service.bind_broker
         )
+        sweeper.cancel()
         doors.cancel()
 
 
