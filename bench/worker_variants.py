@@ -13,9 +13,9 @@ of ``--requests`` requests per path at concurrency ``--level``, every other roun
 order. Per path: the CPU time its process spent per request (the median round, and the range
 over rounds), the added latency p50 and p99 over the direct calls (pooled), and requests/s.
 
-Two unchanged builds in one such run differ by up to some 7 % in CPU per request on this
-2-core machine: read a difference smaller than the rounds' range as none. Not run by pytest;
-every process it starts is stopped by PID.
+On this 2-core machine one path's rounds have ranged over 30-40 % of their median in a
+six-round run: read a difference between variants smaller than their ranges as none. Not run
+by pytest; every process it starts is stopped by PID.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ as it was."""
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -58,6 +59,7 @@ def run_child(script: str, argument: str) -> str:
     return done.stdout
 
 
+@functools.cache  # each mode's probe once per session: its figures answer several tests
 def probe(mode: str) -> tuple[int, int, int, bool]:
     frozen, held, total, freed = run_child(PROBE, mode).split()
     return int(frozen), int(held), int(total), freed == "True"
