@@ -39,6 +39,7 @@ from backend.workers.proxy.jobs import Job, JobLog
 from backend.workers.proxy.missing import missing_model
 from backend.workers.proxy.naming import normalize
 from backend.workers.proxy.peer_tls import NoIdentity, PeerTls
+from backend.workers.proxy.placement.inputs import Candidate
 from backend.workers.proxy.placement.measure import OutputMeter
 from backend.workers.proxy.placement.placer import Placed, Placer
 from backend.workers.proxy.relay import REFUSED_HEADER
@@ -322,27 +323,35 @@ class Router:
 
     def _reserve(
         self, admission: Admission, found: list[RouteTarget]
-    ) -> tuple[RouteTarget, int, Placed]:
-        """Place the request by the table's policy (docs/PLACEMENT.md); a pin goes first."""
+    ) -> tuple[RouteTarget, int, Placed | None]:
+        """Place the request by the table's policy (docs/PLACEMENT.md); a pin goes first.
+
+        The placement is returned only for a dispatch to learn from (``Placer.sampling``)."""
         engine = DOOR_ENGINES[admission.door]
-        pinned = found[0].node_id == self._targets.pins.get(engine)
-        reservations = self._reservations
-        placing = self._placer.candidates(
-            engine,
-            admission.model,
-            found,
-            loads=lambda node: (reservations.pending(node), reservations.held(node)),
-            affinity=self._affinity.node_for(admission.session) if self._use_affinity else None,
-        )
-        index = (
-            0
-            if pinned or len(found) == 1
-            else self._placer.choose(
-                self._targets.placement, placing, normalize(engine, admission.model)
+        model = normalize(engine, admission.model)
+        placer, reservations = self._placer, self._reservations
+
+        def inputs(targets: list[RouteTarget], affinity: bool) -> list[Candidate]:
+            return placer.candidates(
+                engine,
+                admission.model,
+                targets,
+                loads=lambda node: (reservations.pending(node), reservations.held(node)),
+                affinity=self._affinity.node_for(admission.session) if affinity else None,
             )
-        )
-        placed = self._placer.placed(placing[index], engine, admission.model)
-        return found[index], reservations.take(found[index].node_id), placed
+
+        if len(found) == 1 or found[0].node_id == self._targets.pins.get(engine):
+            # Nothing to choose: the node's inputs are gathered only to learn from it.
+            chosen, placed = found[0], None
+            if placer.sampling(chosen.node_id, model):
+                placed = placer.placed(inputs([chosen], False)[0], engine, admission.model)
+        else:
+            placing = inputs(found, self._use_affinity)
+            index = placer.choose(self._targets.placement, placing, model)
+            chosen, placed = found[index], None
+            if placer.sampling(chosen.node_id, model):
+                placed = placer.placed(placing[index], engine, admission.model)
+        return chosen, reservations.take(chosen.node_id), placed
 
     def _give_up(self, job: Job, last: Failure | None, budget: Budget) -> web.StreamResponse:
         if last is None or (budget.may_dispatch(self._clock.monotonic()) and last.kind != "status"):
@@ -373,7 +382,7 @@ class Router:
         request: web.Request,
         admission: Admission,
         job: Job,
-        placement: tuple[RouteTarget, int, Placed],
+        placement: tuple[RouteTarget, int, Placed | None],
         attempt: int,
     ) -> web.StreamResponse | Failure:
         target, generation, placed = placement
@@ -427,10 +436,10 @@ class Router:
         self, request: web.Request, commit: Commit, dispatch: _Dispatch
     ) -> web.StreamResponse:
         """Stream the committed response; learn the node's pace from it (docs/PLACEMENT.md)."""
-        meter = OutputMeter(self._clock.monotonic)
-        answered = 200 <= commit.upstream.status < 300
-        if dispatch.placed is not None and answered:
-            self._placer.first_byte(dispatch.placed)
+        placed = dispatch.placed if 200 <= commit.upstream.status < 300 else None
+        meter = OutputMeter(self._clock.monotonic) if placed is not None else None
+        if placed is not None:
+            self._placer.first_byte(placed)
         response = await stream_commit(
             request,
             commit,
@@ -439,10 +448,10 @@ class Router:
             # Silence after the first byte is bounded like silence before it.
             idle_s=self._targets.first_content_timeout_s,
             on_output=lambda: self._output(dispatch),
-            on_chunk=meter.feed,
+            on_chunk=meter.feed if meter is not None else None,
         )
-        if dispatch.placed is not None and answered and dispatch.job.outcome == "completed":
-            self._placer.completed(dispatch.placed, meter)
+        if placed is not None and meter is not None and dispatch.job.outcome == "completed":
+            self._placer.completed(placed, meter)
         return response
 
     def _watch_start(self, admission: Admission, dispatch: _Dispatch) -> None:

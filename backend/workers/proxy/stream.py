@@ -45,7 +45,7 @@ async def stream_commit(
     write_deadline_s: float,
     idle_s: float,
     on_output: Callable[[], None],
-    on_chunk: Callable[[bytes], None] = lambda chunk: None,
+    on_chunk: Callable[[bytes], None] | None = None,
 ) -> web.StreamResponse:
     """Answer the client with the committed response; ``on_output`` once a 2xx one starts,
     ``on_chunk`` with each chunk of its body.
@@ -116,7 +116,7 @@ class _Relay:
     marker: EndMarker
     write_deadline_s: float
     idle_s: float
-    on_chunk: Callable[[bytes], None]
+    on_chunk: Callable[[bytes], None] | None
     success: bool
     left: int  # bytes of a counted 2xx body still to come; -1 when not counted
 
@@ -125,11 +125,12 @@ class _Relay:
         chunk = commit.first
         upstream = commit.upstream
         watchdog = commit.watchdog or Watchdog()
-        marker, job = self.marker, self.job
+        marker, job, on_chunk = self.marker, self.job, self.on_chunk
         try:
             while chunk:
                 marker.feed(chunk)
-                self.on_chunk(chunk)
+                if on_chunk is not None:
+                    on_chunk(chunk)
                 if self.success and not job.finished and self._ends(chunk):
                     job.completed()  # before the client can see its answer whole
                 watchdog.begin(_WRITING, self.write_deadline_s)

@@ -7,7 +7,7 @@ import pytest
 from backend.protocol.proxy import GpuSample, ProxyTargets, RouteTarget
 from backend.workers.proxy.placement import pair, reference
 from backend.workers.proxy.placement.inputs import NEUTRAL_PRESSURE, Candidate, Pace
-from backend.workers.proxy.placement.placer import Placer, resident, slots_for
+from backend.workers.proxy.placement.placer import SAMPLE_EVERY_S, Placer, resident, slots_for
 from tests.fakes import FakeClock
 
 FAST, MID, SLOW = "fast", "mid", "slow"
@@ -299,3 +299,16 @@ def test_the_placer_learns_speed_first_token_and_load_from_dispatches() -> None:
     assert pace.load_s == pytest.approx(3.0)
     assert pace.first_token_s == pytest.approx(0.5)
     assert pace.tokens_per_s is None
+
+
+def test_one_dispatch_per_node_and_model_is_sampled_per_interval() -> None:
+    clock = FakeClock(start=0.0)
+    placer = Placer(clock)
+    assert placer.sampling("a", "m:latest")
+    assert not placer.sampling("a", "m:latest"), "a burst taught by every request"
+    assert placer.sampling("b", "m:latest") and placer.sampling("a", "n:latest")
+    clock.now += SAMPLE_EVERY_S * 0.9
+    assert not placer.sampling("a", "m:latest")
+    clock.now += SAMPLE_EVERY_S * 0.2
+    assert placer.sampling("a", "m:latest")
+    assert not placer.sampling("a", "m:latest")

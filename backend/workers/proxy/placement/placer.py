@@ -19,6 +19,11 @@ from backend.workers.proxy.placement import pair, reference
 from backend.workers.proxy.placement.inputs import Candidate, NodeId
 from backend.workers.proxy.placement.measure import OutputMeter, SpeedBook
 
+# What a (node, model) teaches is a moving average: one dispatch per this many seconds is
+# sampled (its first byte, its generation), the others are only placed. Sampling every request
+# of a busy door would cost it more than it teaches.
+SAMPLE_EVERY_S = 0.05
+
 
 class Placed(msgspec.Struct, frozen=True, gc=False):
     """Where a request went and what placement knew then (for what it learns afterwards)."""
@@ -44,10 +49,13 @@ class Placer:
         self._turn = 0
         # Each (node, engine, model)'s slots and residency, as the current table says.
         self._shapes: dict[tuple[NodeId, str, str], tuple[int, bool | None]] = {}
+        # When each (node, model) last had a dispatch sampled (``sampling``).
+        self._sampled: dict[tuple[NodeId, str], float] = {}
 
     def table_changed(self, targets: ProxyTargets) -> None:
         """Take the table's GPU samples; forget nodes it no longer lists."""
         self._shapes = {}
+        self._sampled = {}
         now = self._clock.wall()
         for node, sample in targets.gpu.items():
             self.pressure.observe(node, sample, now)
@@ -100,6 +108,16 @@ class Placer:
             answer = self.speeds.answer_tokens(model) or pair.DEFAULT_ANSWER_TOKENS
             chosen = pair.pick(candidates, answer)
         return next(i for i, c in enumerate(candidates) if c.node == chosen)
+
+    def sampling(self, node: NodeId, model: str) -> bool:
+        """Whether a dispatch to ``node`` now is one to learn from: none was for ``model``
+        (normalized) in the last ``SAMPLE_EVERY_S`` (this one then counts as sampled)."""
+        now = self._clock.monotonic()
+        last = self._sampled.get((node, model))
+        if last is not None and now - last < SAMPLE_EVERY_S:
+            return False
+        self._sampled[(node, model)] = now
+        return True
 
     def placed(self, candidate: Candidate, engine: str, model: str) -> Placed:
         """A record of this dispatch, to learn from its outcome."""
