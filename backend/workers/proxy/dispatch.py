@@ -546,15 +546,20 @@ class Router:
                 job = dispatch.job
                 admission.held = self.custody.hold(request, admission.door, admission.body, job)
 
-        try:
-            dispatch.ticket = await scheduler.admit(model, session=admission.session, on_wait=hold)
-        except LoadFailed as exc:
-            return Failure(
-                "status",
-                f"{engine} could not load {admission.model}: {exc}",
-                status=500,
-                body=msgspec.json.encode({"error": f"could not load {admission.model}: {exc}"}),
-            )
+        # Admitted at once in the common case, without a wait (or a coroutine) for it.
+        dispatch.ticket = scheduler.admit_now(model, session=admission.session)
+        if dispatch.ticket is None:
+            try:
+                dispatch.ticket = await scheduler.admit(
+                    model, session=admission.session, on_wait=hold
+                )
+            except LoadFailed as exc:
+                return Failure(
+                    "status",
+                    f"{engine} could not load {admission.model}: {exc}",
+                    status=500,
+                    body=msgspec.json.encode({"error": f"could not load {admission.model}: {exc}"}),
+                )
         dispatch.check_running()
         slot = dispatch.ticket.slot
         if slot is None or target.slot_api is None:

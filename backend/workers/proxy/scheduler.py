@@ -190,6 +190,7 @@ class EngineScheduler:
         self._dirty = False
         self._polling = False
         self._tasks = TaskSet(f"scheduler:{engine}")
+        self._done: asyncio.Future[None] | None = None
 
     # What the routing table says.
 
@@ -232,9 +233,10 @@ class EngineScheduler:
         out of the queue at once (or releases it, if it was admitted in the meantime).
         ``on_wait`` is called once if a decision passes it over (it is left waiting).
         """
-        ticket = Ticket(model, kind, session)
-        if self._admit_at_once(ticket):
+        ticket = self.admit_now(model, session=session) if kind == COMPLETION else None
+        if ticket is not None:
             return ticket
+        ticket = Ticket(model, kind, session)
         # Kept only while it waits: the callback usually refers to what holds the ticket.
         ticket.on_wait = on_wait
         self.queue.append(ticket)
@@ -250,22 +252,32 @@ class EngineScheduler:
             ticket.on_wait = None
         return ticket
 
-    def _admit_at_once(self, ticket: Ticket) -> bool:
-        """Admit without a decision pass what a pass could only admit at once: a completion
-        on an engine that holds many models and pins no slots, with nothing queued ahead of
-        it, no operation holding the engine and room for its model (the common case; it
-        saves a task and a wait per request)."""
+    def admit_now(self, model: str, *, session: str | None = None) -> Ticket | None:
+        """A completion's ticket, admitted without a decision pass when a pass could only
+        admit it at once: on an engine that holds many models and pins no slots, with nothing
+        queued ahead of it, no operation holding the engine and room for its model (the
+        common case; it saves a task and a wait per request). None otherwise: ``admit`` it.
+        The caller must ``release`` a ticket it gets."""
         shape = self._shape
-        if ticket.exclusive or shape.single_model or shape.pinning or self.queue:
-            return False
+        if shape.single_model or shape.pinning or self.queue:
+            return None
         if self._active is not None or self._batch:
-            return False
-        if self._running.count(ticket.model) >= self._ceiling(ticket.model):
-            return False
+            return None
+        if self._running.count(model) >= self._ceiling(model):
+            return None
+        ticket = Ticket(model, COMPLETION, session, admitted=self._admitted())
         self._running.add(ticket)
-        ticket.admitted.set_result(None)
         self._announce()
-        return True
+        return ticket
+
+    def _admitted(self) -> asyncio.Future[None]:
+        """The future of every ticket admitted at once: done, shared (never set again: only a
+        queued ticket's is)."""
+        done = self._done
+        if done is None:
+            done = self._done = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+        return done
 
     def release(self, ticket: Ticket) -> None:
         """The request or operation ended (any way): its capacity goes to the next."""

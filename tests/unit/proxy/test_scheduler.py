@@ -623,3 +623,25 @@ async def test_when_every_idle_slot_is_another_sessions_the_longest_unused_one_g
     await settle()
     assert requests.tasks["w"].result().slot == 1 - x_slot, "then y's, not z's again"
     await requests.cleanup()
+
+
+async def test_a_request_with_room_is_admitted_at_once_and_one_without_waits_its_turn() -> None:
+    # An engine that holds many models and pins no slots (Ollama's shape): two slots for "a".
+    changes: list[int] = []
+    shape = EngineShape(slots=2, single_model=False, resident=("a",), instance=1)
+    scheduler = make(FakeEngine(), shape, changes=changes)
+    first = scheduler.admit_now("a", session="s1")
+    second = scheduler.admit_now("a")
+    assert first is not None and second is not None
+    assert first.admitted.done() and second.admitted.done()
+    assert scheduler.state().running == 2 and len(changes) >= 2, "admissions are announced"
+    assert scheduler.admit_now("a") is None, "no room left: it must wait in the queue"
+    third = asyncio.create_task(scheduler.admit("a"))
+    await settle()
+    assert not third.done() and scheduler.state().waiting == 1
+    assert scheduler.admit_now("b") is None, "nothing goes past a queued request"
+    scheduler.release(first)
+    assert (await asyncio.wait_for(third, 1.0)).admitted.done()
+    scheduler.release(second)
+    assert scheduler.state().running == 1
+    assert scheduler.admit_now("a") is not None
