@@ -311,4 +311,6 @@ def test_one_dispatch_per_node_and_model_is_sampled_per_interval() -> None:
     assert not placer.sampling("a", "m:latest")
     clock.now += SAMPLE_EVERY_S * 0.2
     assert placer.sampling("a", "m:latest")
+    # A new table (one comes with every change of load) does not restart the sampling.
+    placer.table_changed(ProxyTargets(engines={"ollama": [_target("a")]}))
     assert not placer.sampling("a", "m:latest")

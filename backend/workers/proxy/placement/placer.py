@@ -55,12 +55,13 @@ class Placer:
     def table_changed(self, targets: ProxyTargets) -> None:
         """Take the table's GPU samples; forget nodes it no longer lists."""
         self._shapes = {}
-        self._sampled = {}
         now = self._clock.wall()
         for node, sample in targets.gpu.items():
             self.pressure.observe(node, sample, now)
         present = {t.node_id for found in targets.engines.values() for t in found}
         self.pressure.keep_only(present | set(targets.gpu))
+        # Kept across tables (they come with every change of load): sampling goes on as it was.
+        self._sampled = {key: at for key, at in self._sampled.items() if key[0] in present}
 
     def candidates(
         self,
