@@ -329,29 +329,33 @@ class Router:
         The placement is returned only for a dispatch to learn from (``Placer.sampling``)."""
         engine = DOOR_ENGINES[admission.door]
         model = normalize(engine, admission.model)
-        placer, reservations = self._placer, self._reservations
-
-        def inputs(targets: list[RouteTarget], affinity: bool) -> list[Candidate]:
-            return placer.candidates(
-                engine,
-                admission.model,
-                targets,
-                loads=lambda node: (reservations.pending(node), reservations.held(node)),
-                affinity=self._affinity.node_for(admission.session) if affinity else None,
-            )
-
-        if len(found) == 1 or found[0].node_id == self._targets.pins.get(engine):
-            # Nothing to choose: the node's inputs are gathered only to learn from it.
-            chosen, placed = found[0], None
-            if placer.sampling(chosen.node_id, model):
-                placed = placer.placed(inputs([chosen], False)[0], engine, admission.model)
-        else:
-            placing = inputs(found, self._use_affinity)
+        placer = self._placer
+        placing: list[Candidate] | None = None
+        index = 0
+        if len(found) > 1 and found[0].node_id != self._targets.pins.get(engine):
+            placing = self._inputs(admission, found, affinity=self._use_affinity)
             index = placer.choose(self._targets.placement, placing, model)
-            chosen, placed = found[index], None
-            if placer.sampling(chosen.node_id, model):
-                placed = placer.placed(placing[index], engine, admission.model)
-        return chosen, reservations.take(chosen.node_id), placed
+        chosen = found[index]
+        placed = None
+        if placer.sampling(chosen.node_id, model):
+            # With nothing to choose, the node's inputs are gathered only to learn from it.
+            if placing is None:
+                placing, index = self._inputs(admission, [chosen], affinity=False), 0
+            placed = placer.placed(placing[index], engine, admission.model)
+        return chosen, self._reservations.take(chosen.node_id), placed
+
+    def _inputs(
+        self, admission: Admission, targets: list[RouteTarget], *, affinity: bool
+    ) -> list[Candidate]:
+        """What placement knows of each of ``targets`` for this request."""
+        reservations = self._reservations
+        return self._placer.candidates(
+            DOOR_ENGINES[admission.door],
+            admission.model,
+            targets,
+            loads=lambda node: (reservations.pending(node), reservations.held(node)),
+            affinity=self._affinity.node_for(admission.session) if affinity else None,
+        )
 
     def _give_up(self, job: Job, last: Failure | None, budget: Budget) -> web.StreamResponse:
         if last is None or (budget.may_dispatch(self._clock.monotonic()) and last.kind != "status"):
