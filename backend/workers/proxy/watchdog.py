@@ -1,79 +1,119 @@
-"""One timer bounding a task's successive waits (a request's headers, its first chunk, each
-chunk written and read after it), instead of a timeout context per wait."""
+"""Bounds on a task's successive waits (a request's headers, its first chunk, each chunk written
+and read after it), kept by one timer per event loop instead of a timeout context per wait.
+
+Each wait only notes its deadline. The loop's one timer is set at the earliest deadline any
+watchdog holds; when it comes, it cuts the tasks whose waits outlived their bounds and moves to
+the next earliest. A wait that ends, or that is followed by another, leaves the timer alone: a
+busy door makes no timer per request, only a watchdog's notes.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 
 _SLACK_S = 0.001
-# The timer is never set further ahead than this: a shorter wait begun later (the relay's
-# 30 s write deadline after the two-minute waits before the commit) then needs no new timer,
-# and a long request costs one timer check per horizon.
-HORIZON_S = 30.0
+
+
+class _Sweep:
+    """The one timer of a loop, and the watchdogs it looks after."""
+
+    __slots__ = ("at", "handle", "loop", "now", "watched")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        # The loop's clock: asyncio's is ``time.monotonic`` itself, read here without the
+        # Python frame of ``loop.time()`` (twice per chunk relayed).
+        asyncio_clock = type(loop).time is asyncio.BaseEventLoop.time
+        self.now: Callable[[], float] = time.monotonic if asyncio_clock else loop.time
+        self.watched: set[Watchdog] = set()
+        self.at = math.inf  # when the timer is set for (inf: not set)
+        self.handle: asyncio.TimerHandle | None = None
+
+    def arm(self, at: float) -> None:
+        """Set the timer for ``at`` (earlier than it is set for)."""
+        if self.handle is not None:
+            self.handle.cancel()
+        self.at = at
+        self.handle = self.loop.call_at(at, self._sweep)
+
+    def _sweep(self) -> None:
+        self.handle, self.at = None, math.inf
+        now = self.now()
+        earliest = math.inf
+        for watchdog in list(self.watched):
+            deadline = watchdog.deadline
+            if watchdog.kind is None:
+                self.watched.discard(watchdog)
+            elif now >= deadline - _SLACK_S:  # the loop may fire a hair early
+                self.watched.discard(watchdog)
+                watchdog.cut()
+            elif deadline < earliest:
+                earliest = deadline
+        if earliest < math.inf:
+            self.arm(earliest)
+
+
+# The sweep of the loop that made the last watchdog (a process runs one loop; a test, many).
+_current: tuple[asyncio.AbstractEventLoop, _Sweep] | None = None
+
+
+def _sweep_of(loop: asyncio.AbstractEventLoop) -> _Sweep:
+    global _current
+    current = _current
+    if current is not None and current[0] is loop:
+        return current[1]
+    sweep = _Sweep(loop)
+    _current = (loop, sweep)
+    return sweep
 
 
 class Watchdog:
     """Bounds the task's current wait (the engine's headers, its first chunk; in the relay, a
-    chunk written to the client, the next one read from the engine) with one timer instead of
-    a timeout context per wait: each wait only notes its deadline; the timer, when it comes,
-    cancels the task if the wait it finds has outlived its own, and otherwise moves to that
-    wait's deadline. The waiter catches the cancellation, and ``uncancel`` tells it whether
-    the watchdog's was the only one (``fired`` names the wait it cut)."""
+    chunk written to the client, the next one read from the engine): each wait only notes its
+    deadline, and the loop's one timer cancels the task if the wait it finds has outlived its
+    own. The waiter catches the cancellation, and ``uncancel`` tells it whether the watchdog's
+    was the only one (``fired`` names the wait it cut)."""
 
-    __slots__ = ("_deadline", "_handle", "_kind", "_loop", "_now", "_task", "fired")
+    __slots__ = ("_sweep", "_task", "deadline", "fired", "kind")
 
     def __init__(self) -> None:
-        self._loop = loop = asyncio.get_running_loop()
-        # The loop's clock: asyncio's is ``time.monotonic`` itself, read here without the
-        # Python frame of ``loop.time()`` (twice per chunk relayed).
-        asyncio_clock = type(loop).time is asyncio.BaseEventLoop.time
-        self._now: Callable[[], float] = time.monotonic if asyncio_clock else loop.time
+        self._sweep = _sweep_of(asyncio.get_running_loop())
         task = asyncio.current_task()
         assert task is not None
         self._task = task
-        self._kind: str | None = None
-        self._deadline = 0.0
-        self._handle: asyncio.TimerHandle | None = None
+        self.kind: str | None = None
+        self.deadline = 0.0
         self.fired: str | None = None
 
     def begin(self, kind: str, bound: float) -> None:
         """The task now waits for ``kind``, at most ``bound`` seconds (0: unbounded)."""
         if bound <= 0:
-            self._kind = None
+            self.kind = None
             return
-        now = self._now()
-        self._kind, self._deadline = kind, now + bound
-        handle = self._handle
-        if handle is None or handle.when() > self._deadline:
-            if handle is not None:
-                handle.cancel()
-            self._handle = self._loop.call_at(min(self._deadline, now + HORIZON_S), self._check)
+        sweep = self._sweep
+        deadline = sweep.now() + bound
+        self.kind, self.deadline = kind, deadline
+        sweep.watched.add(self)
+        if deadline < sweep.at:
+            sweep.arm(deadline)
 
     def end(self) -> None:
         """Nothing is waited for any more."""
-        self._kind = None
+        self.kind = None
 
     def uncancel(self) -> bool:
         """Take back the watchdog's cancellation; whether nobody else cancelled the task."""
         return self._task.uncancel() == 0
 
     def close(self) -> None:
-        """Stop the timer."""
-        self._kind = None
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
+        """Nothing will be waited for again: the loop's timer forgets this watchdog."""
+        self.kind = None
+        self._sweep.watched.discard(self)
 
-    def _check(self) -> None:
-        self._handle = None
-        if self._kind is None:
-            return
-        now = self._now()
-        if now >= self._deadline - _SLACK_S:  # the loop may fire a hair early
-            self.fired = self._kind
-            self._kind = None
-            self._task.cancel()
-        else:
-            self._handle = self._loop.call_at(min(self._deadline, now + HORIZON_S), self._check)
+    def cut(self) -> None:
+        """The current wait outlived its bound: cancel the task (the sweep calls this)."""
+        self.fired, self.kind = self.kind, None
+        self._task.cancel()

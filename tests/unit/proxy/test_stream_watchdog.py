@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -65,13 +66,54 @@ async def test_a_cancellation_from_elsewhere_is_not_taken_for_the_watchdog() -> 
         await task
 
 
-async def test_a_bound_past_the_horizon_is_cut_at_its_own_deadline(
+async def test_many_waits_share_one_timer_and_each_is_cut_at_its_own_deadline(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # The timer looks in every 0.05 s; the wait's bound of 0.3 s is what cuts it.
-    monkeypatch.setattr(watchdog_module, "HORIZON_S", 0.05)
+    # Twenty tasks, each with a wait bounded at 0.1-0.29 s that lasts too long, beside twenty
+    # whose waits end in time; the loop's one timer must cut each overdue wait at its own bound.
     loop = asyncio.get_running_loop()
+    timers = 0
+    call_at = loop.call_at
+
+    def counted(when: float, callback: Any, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+        nonlocal timers
+        if isinstance(getattr(callback, "__self__", None), watchdog_module._Sweep):
+            timers += 1
+        return call_at(when, callback, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "call_at", counted)
     started = loop.time()
-    assert await _waits([("reading", 0.3, 2.0)]) == "reading"
-    assert 0.29 <= loop.time() - started < 1.0
-    assert await _waits([("reading", 0.3, 0.2), ("writing", 0.3, 0.2)]) is None
+    cut_at: dict[int, float] = {}
+
+    async def overdue(index: int) -> None:
+        assert await _waits([("reading", 0.1 + index * 0.01, 2.0)]) == "reading"
+        cut_at[index] = loop.time() - started
+
+    async def in_time(index: int) -> None:
+        assert await _waits([("writing", 0.3, 0.05), ("reading", 0.3, 0.05)]) is None
+
+    await asyncio.gather(*(overdue(i) for i in range(20)), *(in_time(i) for i in range(20)))
+    for index, elapsed in cut_at.items():
+        assert 0.1 + index * 0.01 - 0.002 <= elapsed < 0.1 + index * 0.01 + 0.25, (index, elapsed)
+    assert len(cut_at) == 20
+    # One timer at a time: set once for the first wait, and again only after each cut (or
+    # for an earlier deadline), never once per wait begun.
+    assert timers <= 1 + 20 + 1, timers
+
+
+async def test_a_closed_watchdog_is_forgotten_and_never_cut() -> None:
+    cancelled = False
+
+    async def closes_early() -> None:
+        nonlocal cancelled
+        watchdog = Watchdog()
+        watchdog.begin("reading", 0.05)
+        watchdog.close()
+        try:
+            await asyncio.sleep(0.2)
+        except asyncio.CancelledError:
+            cancelled = True
+            raise
+
+    await asyncio.create_task(closes_early())
+    assert not cancelled
