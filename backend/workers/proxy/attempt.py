@@ -49,7 +49,7 @@ class Failure:
 @dataclass(slots=True)
 class Commit:
     """The engine's response, its first body chunk already read (``b""`` at once-EOF), and
-    the attempt's watchdog, which the relay goes on with (one timer per request)."""
+    the attempt's watchdog, which the relay goes on with (one per request)."""
 
     upstream: aiohttp.ClientResponse
     first: bytes
