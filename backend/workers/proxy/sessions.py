@@ -63,11 +63,21 @@ def _opening(shape: _Shape) -> list[Any] | None:
     """The messages that stay the same for the whole conversation: the system prompt and the
     first user message (for a bare prompt, its opening characters)."""
     if shape.messages:
+        system = user = None
+        for message in shape.messages:  # the first of each role (one pass, no generators)
+            role = message.role
+            if role == "user":
+                if user is None:
+                    user = message
+                    if system is not None:
+                        break
+            elif role == "system" and system is None:
+                system = message
+                if user is not None:
+                    break
         opening: list[Any] = []
-        system = next((m for m in shape.messages if m.role == "system"), None)
         if system is not None:
             opening.append(["system", bytes(system.content)])
-        user = next((m for m in shape.messages if m.role == "user"), None)
         if user is not None:
             opening.append(["user", bytes(user.content)])
         return opening or None

@@ -34,6 +34,25 @@ def test_the_next_turn_of_a_chat_is_the_same_session_and_another_chat_is_not() -
     assert len({first, other, other_system}) == 3
 
 
+def test_the_opening_is_the_first_system_and_first_user_message_wherever_they_stand() -> None:
+    plain = session_of({}, _body(messages=_chat("plan a walk")))
+    user_first = [
+        {"role": "user", "content": "plan a walk"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "and then?"},
+        {"role": "system", "content": "be long"},
+    ]
+    assert session_of({}, _body(messages=user_first)) == plain
+    # Without a system message the opening is the first user message alone.
+    no_system = [{"role": "assistant", "content": "hello"}, {"role": "user", "content": "x"}]
+    only_user = session_of({}, _body(messages=no_system))
+    assert only_user is not None and only_user != session_of(
+        {}, _body(messages=[{"role": "system", "content": "s"}, {"role": "user", "content": "x"}])
+    )
+    assert session_of({}, _body(messages=[{"role": "assistant", "content": "hi"}])) is None
+
+
 def test_the_clients_own_key_wins_header_first_then_user() -> None:
     body = _body(messages=_chat("hi"), user="alice")
     assert session_of({}, body) == "u:alice"
