@@ -64,17 +64,13 @@ def _opening(shape: _Shape) -> list[Any] | None:
     first user message (for a bare prompt, its opening characters)."""
     if shape.messages:
         system = user = None
-        for message in shape.messages:  # the first of each role (one pass, no generators)
-            role = message.role
-            if role == "user":
-                if user is None:
-                    user = message
-                    if system is not None:
-                        break
-            elif role == "system" and system is None:
+        for message in shape.messages:  # the first of each role, in one pass
+            if message.role == "system" and system is None:
                 system = message
-                if user is not None:
-                    break
+            elif message.role == "user" and user is None:
+                user = message
+            if system is not None and user is not None:
+                break
         opening: list[Any] = []
         if system is not None:
             opening.append(["system", bytes(system.content)])

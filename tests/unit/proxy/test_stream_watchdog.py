@@ -109,6 +109,8 @@ async def test_a_closed_watchdog_is_forgotten_and_never_cut() -> None:
         watchdog = Watchdog()
         watchdog.begin("reading", 0.05)
         watchdog.close()
+        # The loop's timer holds no closed watchdog (nor, through it, its task).
+        assert watchdog not in watchdog_module._sweep_of(asyncio.get_running_loop()).watched
         try:
             await asyncio.sleep(0.2)
         except asyncio.CancelledError:
