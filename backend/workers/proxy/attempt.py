@@ -25,8 +25,15 @@ from aiohttp.connector import Connection
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
+from backend.workers.proxy.engine_client import (
+    CONNECT_TIMEOUT_S,
+    EngineClient,
+    EngineConnectionError,
+    StaleConnection,
+)
 from backend.workers.proxy.forward import without_credentials
 from backend.workers.proxy.retry import retryable_status
+from backend.workers.proxy.upstream import Upstream
 from backend.workers.proxy.watchdog import Watchdog
 
 FAILURE_BODY_LIMIT = 64 * 1024
@@ -51,7 +58,7 @@ class Commit:
     """The engine's response, its first body chunk already read (``b""`` at once-EOF), and
     the attempt's watchdog, which the relay goes on with (one per request)."""
 
-    upstream: aiohttp.ClientResponse
+    upstream: Upstream
     first: bytes
     watchdog: Watchdog | None = None
 
@@ -81,6 +88,7 @@ async def precommit(
     sent: Callable[[], None] | None = None,
     tls: ssl.SSLContext | bool = True,
     retry_session: aiohttp.ClientSession | None = None,
+    engines: EngineClient | None = None,
 ) -> Commit | Failure:
     """Send the request; return the commit, or why this node cannot serve it now.
 
@@ -89,6 +97,8 @@ async def precommit(
     A pooled connection the engine had closed is tried once more through ``retry_session``
     (one that opens a new connection each time; by default ``session``).
     The client's credentials go only to an engine on this computer (``on_this_computer``).
+    With ``engines``, a request in plain HTTP goes through that lean client instead of
+    ``session`` (``engine_client.py``); HTTPS (peers) always goes through ``session``.
     """
     if not on_this_computer(url, tls):
         headers = without_credentials(headers)
@@ -98,8 +108,12 @@ async def precommit(
     handed = False
     try:
         watchdog.begin(_HEADERS, timeouts.headers)
-        sessions = (session, retry_session or session)
-        sent_out = await _send(sessions, method, url, headers, body, sent, tls)
+        sent_out: Upstream | Failure
+        if engines is not None and _lean(url, method, tls):
+            sent_out = await _send_lean(engines, method, url, headers, body, sent)
+        else:
+            sessions = (session, retry_session or session)
+            sent_out = await _send(sessions, method, url, headers, body, sent, tls)
         if isinstance(sent_out, Failure):
             return sent_out
         upstream = sent_out
@@ -179,6 +193,46 @@ async def _send(
         hook.call = None
 
 
+async def _send_lean(
+    engines: EngineClient,
+    method: str,
+    url: str,
+    headers: Mapping[str, str] | CIMultiDict[str],
+    body: bytes | None,
+    sent: Callable[[], None] | None,
+) -> Upstream | Failure:
+    """``_send`` through the lean client: the same tries, the same failures."""
+    parsed = _url(url)
+    for fresh in (False, True):
+        try:
+            upstream = await engines.request(method, parsed, headers, body, fresh=fresh, sent=sent)
+        except StaleConnection:
+            continue  # a pooled connection the engine had closed: once more, on a new one
+        except EngineConnectionError as exc:
+            return Failure("transport", f"upstream error: {exc}")
+        except TimeoutError:
+            return Failure(
+                "header-timeout",
+                f"upstream error: no connection to {parsed.host}:{parsed.port} "
+                f"within {CONNECT_TIMEOUT_S:g} s",
+            )
+        except OSError as exc:
+            reason = exc.strerror or str(exc) or type(exc).__name__
+            where = f"{parsed.host}:{parsed.port}"
+            return Failure("transport", f"upstream error: cannot connect to {where}: {reason}")
+        except ValueError as exc:
+            return Failure("transport", f"upstream error: {exc}")
+        if sent is not None:
+            sent()  # the answer came: the engine has the request (if not before)
+        return upstream
+    raise AssertionError("unreachable: a new connection is never a stale one")
+
+
+def _lean(url: str, method: str, tls: ssl.SSLContext | bool) -> bool:
+    """Whether the lean client can send this: plain HTTP, and an answer with a body."""
+    return not isinstance(tls, ssl.SSLContext) and method != "HEAD" and _url(url).scheme == "http"
+
+
 def on_this_computer(url: str, tls: ssl.SSLContext | bool) -> bool:
     """Whether ``url`` is plain HTTP to a loopback address: an engine of this computer.
 
@@ -210,7 +264,7 @@ def _loopback_http(url: str) -> bool:
         return False
 
 
-async def _status_failure(upstream: aiohttp.ClientResponse) -> Failure:
+async def _status_failure(upstream: Upstream) -> Failure:
     body = b""
     with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
         async with _timeout(5.0):

@@ -33,6 +33,7 @@ from backend.workers.proxy.attempt import Commit, Failure, Timeouts, precommit
 from backend.workers.proxy.custody import Custody
 from backend.workers.proxy.departures import Departures, unless_gone
 from backend.workers.proxy.engine_access import LoadModel, LocalEngineAccess
+from backend.workers.proxy.engine_client import EngineClient
 from backend.workers.proxy.errors import ErrorReply
 from backend.workers.proxy.forward import request_headers
 from backend.workers.proxy.jobs import Job, JobLog
@@ -145,8 +146,11 @@ class Router:
         affinity: bool = True,
         custody: Custody | None = None,
         retry_session: aiohttp.ClientSession | None = None,
+        engines: EngineClient | None = None,
     ) -> None:
         self.session = session
+        # Inference requests to engines in plain HTTP (this computer's): the lean client.
+        self.engines = engines or EngineClient()
         # New connections only: the retry after a pooled connection turned out closed.
         self.retry_session = retry_session or session
         self.custody = custody or Custody(None)
@@ -218,9 +222,10 @@ class Router:
         ]
 
     async def close(self) -> None:
-        """End every scheduler's own tasks."""
+        """End every scheduler's own tasks; close the engines' kept-alive connections."""
         for scheduler in self._schedulers.values():
             await scheduler.aclose()
+        await self.engines.close()
 
     def _local(self, engine: str) -> RouteTarget | None:
         return next((t for t in self._targets.engines.get(engine, []) if t.kind == "local"), None)
@@ -525,6 +530,7 @@ class Router:
             sent=dispatch.mark_sent,
             tls=tls,
             retry_session=self.retry_session,
+            engines=self.engines,
         )
         if isinstance(outcome, Commit) and _refused_by_peer(target, outcome):
             # The peer no longer trusts this computer (it removed us after the handshake of a

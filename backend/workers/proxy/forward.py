@@ -17,6 +17,8 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
+from backend.workers.proxy.upstream import Upstream
+
 PROXY_MS_HEADER = "X-PAIR-Proxy-Ms"
 STARTED_KEY = web.RequestKey("pair_started", float)
 # Set by the gate: the request came from another computer, admitted by its PAIR API key. That
@@ -71,7 +73,7 @@ def without_credentials(headers: Mapping[str, str]) -> CIMultiDict[str]:
     )
 
 
-def response_headers(upstream: aiohttp.ClientResponse) -> CIMultiDict[str]:
+def response_headers(upstream: Upstream | aiohttp.ClientResponse) -> CIMultiDict[str]:
     """The engine's headers minus connection-specific ones and any CORS grant of its own."""
     kept: CIMultiDict[str] = CIMultiDict()
     for name, value in upstream.headers.items():

@@ -33,6 +33,7 @@ from backend.workers.proxy.forward import (
 )
 from backend.workers.proxy.jobs import Job
 from backend.workers.proxy.markers import EndMarker
+from backend.workers.proxy.upstream import Upstream
 from backend.workers.proxy.watchdog import Watchdog
 from backend.workers.proxy.wire import dialect_for, error_body
 
@@ -93,7 +94,7 @@ class _Relayed(web.StreamResponse):
     _send_headers_immediately = False
 
 
-def _prepared_headers(request: web.Request, upstream: aiohttp.ClientResponse) -> web.StreamResponse:
+def _prepared_headers(request: web.Request, upstream: Upstream) -> web.StreamResponse:
     response = _Relayed(status=upstream.status, reason=upstream.reason)
     response.headers.extend(response_headers(upstream))
     response.headers.extend(cors_headers(request))
@@ -197,7 +198,7 @@ class _Relay:
         return (b"\n" if marker.mid_line else b"") + record
 
 
-async def _openai_error(upstream: aiohttp.ClientResponse, first: bytes) -> web.Response | None:
+async def _openai_error(upstream: Upstream, first: bytes) -> web.Response | None:
     """A small JSON error answer, read whole and put in OpenAI's shape; None to stream it."""
     if (
         "json" not in upstream.headers.get("Content-Type", "")

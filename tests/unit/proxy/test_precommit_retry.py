@@ -20,6 +20,7 @@ import aiohttp
 import pytest
 
 from backend.workers.proxy.attempt import Commit, Failure, SentRequest, Timeouts, precommit
+from backend.workers.proxy.engine_client import EngineClient
 
 ANSWER = (
     b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 13\r\n\r\n{"done":true}'
@@ -107,12 +108,36 @@ def _fresh() -> aiohttp.ClientSession:
     )
 
 
+@pytest.fixture(params=["aiohttp", "lean"])
+async def engines(request: pytest.FixtureRequest) -> AsyncIterator[EngineClient | None]:
+    """Each test runs with aiohttp's client (peers) and with the lean one (plain HTTP)."""
+    if request.param == "aiohttp":
+        yield None
+        return
+    client = EngineClient()
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
 async def _commit(
-    session: aiohttp.ClientSession, url: str, retry: aiohttp.ClientSession | None
+    session: aiohttp.ClientSession,
+    url: str,
+    retry: aiohttp.ClientSession | None,
+    engines: EngineClient | None,
 ) -> Commit | object:
     timeouts = Timeouts(headers=5.0, first_content=5.0)
     outcome = await precommit(
-        session, "POST", url, {}, b"{}", timeouts, inference=True, retry_session=retry
+        session,
+        "POST",
+        url,
+        {},
+        b"{}",
+        timeouts,
+        inference=True,
+        retry_session=retry,
+        engines=engines,
     )
     if isinstance(outcome, Commit):
         outcome.discard()
@@ -120,27 +145,29 @@ async def _commit(
 
 
 async def test_the_second_try_takes_a_new_connection_not_another_pooled_one(
-    engine: tuple[str, OneRequestPerConnection],
+    engine: tuple[str, OneRequestPerConnection], engines: EngineClient | None
 ) -> None:
     url, behaviour = engine
     async with _pooled() as pooled, _fresh() as fresh:
         # Three requests at once leave three kept-alive connections in the pool, each of
         # which the engine will close instead of answering again.
-        warm = await asyncio.gather(*(_commit(pooled, url, fresh) for _ in range(3)))
+        warm = await asyncio.gather(*(_commit(pooled, url, fresh, engines) for _ in range(3)))
         assert all(isinstance(outcome, Commit) for outcome in warm)
         assert behaviour.connections == 3
 
-        outcome = await _commit(pooled, url, fresh)
+        outcome = await _commit(pooled, url, fresh, engines)
 
         assert isinstance(outcome, Commit), outcome
         assert behaviour.closed_unanswered == 1, "one pooled connection tried, then a new one"
         assert behaviour.connections == 4
 
 
-async def test_a_new_connection_that_breaks_before_the_answer_is_not_tried_again() -> None:
+async def test_a_new_connection_that_breaks_before_the_answer_is_not_tried_again(
+    engines: EngineClient | None,
+) -> None:
     behaviour = ResetAfterReading()
     async with _serving(behaviour.serve) as url, _pooled() as pooled, _fresh() as fresh:
-        outcome = await _commit(pooled, url, fresh)
+        outcome = await _commit(pooled, url, fresh, engines)
 
     assert isinstance(outcome, Failure) and outcome.kind == "transport", outcome
     assert behaviour.requests == 1, "the engine got the request once"
