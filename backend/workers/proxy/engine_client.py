@@ -143,38 +143,59 @@ class EngineResponse:
             parts.append(chunk)
         return b"".join(parts)
 
-    def relay(self, sink: Sink) -> None:
+    def take_buffered(self) -> bytes:
+        """What has come and is unread, without waiting (``b""``: nothing)."""
+        chunks = self._chunks
+        if not chunks:
+            return b""
+        data = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        self._size = 0
+        return data
+
+    def relay(self, sink: Sink | None) -> None:
         """From now on each body chunk goes to ``sink`` as it comes, inside the connection's
-        callback (nothing unread may be left: ``readany`` first)."""
+        callback, and nothing is kept for ``readany`` (take what is buffered first). A sink
+        that raises ends the body with its error. ``wait`` tells the relay of the body's end,
+        its break, or a ``pause``."""
         self._sink = sink
 
-    async def ended(self) -> None:
-        """Wait for the body's end (after ``relay``); raises if it broke off."""
-        while not self._done:
-            if self._error is not None:
-                raise self._error
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiter = waiter
-            try:
-                await waiter
-            finally:
-                self._waiter = None
+    @property
+    def paused(self) -> bool:
+        """Whether the engine's connection is not being read (``pause``)."""
+        return self._paused
+
+    async def wait(self) -> None:
+        """Until the body ends (``done``), breaks (raised), or is paused."""
+        if self._error is not None:
+            raise self._error
+        if self._done or self._paused:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiter = waiter
+        try:
+            await waiter
+        finally:
+            self._waiter = None
         if self._error is not None:
             raise self._error
 
     def pause(self) -> None:
-        """Stop reading the engine's connection (the client is slow to take the body)."""
-        conn = self._conn
-        if conn is not None and not self._paused:
+        """Stop reading the engine's connection (its client is slow to take the body)."""
+        if not self._paused:
             self._paused = True
-            conn.pause_reading()
+            conn = self._conn
+            if conn is not None:
+                conn.pause_reading()
+            self._wake()
 
     def resume(self) -> None:
         """Read the engine's connection again."""
-        conn = self._conn
-        if conn is not None and self._paused:
+        if self._paused:
             self._paused = False
-            conn.resume_reading()
+            conn = self._conn
+            if conn is not None:
+                conn.resume_reading()
 
     def close(self) -> None:
         """Drop the answer; a connection with its body still coming is closed (so the engine
@@ -190,7 +211,14 @@ class EngineResponse:
     def _feed(self, data: bytes) -> None:
         sink = self._sink
         if sink is not None:
-            sink(data)
+            try:
+                sink(data)
+            except Exception as exc:  # the relay's own failure: the body ends with it
+                self._sink = None
+                conn = self._conn
+                self._fail(exc)
+                if conn is not None:
+                    conn.close()
             return
         self._chunks.append(data)
         self._size += len(data)
@@ -207,7 +235,7 @@ class EngineResponse:
         self._wake()
 
     def _fail(self, error: BaseException) -> None:
-        if not self._done:
+        if not self._done and self._error is None:
             self._error = error
             self._conn = None
             self._wake()

@@ -21,8 +21,10 @@ from dataclasses import dataclass
 import aiohttp
 import msgspec
 from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
 
 from backend.workers.proxy.attempt import FAILURE_BODY_LIMIT, Commit
+from backend.workers.proxy.engine_client import EngineResponse
 from backend.workers.proxy.forward import (
     PROXY_MS_HEADER,
     STARTED_KEY,
@@ -64,7 +66,7 @@ async def stream_commit(
         if success:
             on_output()
         response = _prepared_headers(request, upstream)
-        await response.prepare(request)
+        writer = await response.prepare(request)
         marker = EndMarker(upstream.headers.get("Content-Type", ""))
         # A success is ended early by the relay (see the module): a whole body by its length
         # (-1: nothing to count), a stream only by its final marker, counted or not.
@@ -73,6 +75,7 @@ async def stream_commit(
         relay = _Relay(
             request, response, job, marker, write_deadline_s, idle_s, on_chunk, success, left
         )
+        relay.writer = writer
         if not await relay.body(commit):
             return response
         if not success:
@@ -93,8 +96,13 @@ class _Relayed(web.StreamResponse):
 
     _send_headers_immediately = False
 
+    def send_now(self, transport: asyncio.Transport, chunked: bool, data: bytes) -> None:
+        """Write a chunk of the body from a callback (the lean client's relay), framed as
+        aiohttp frames the chunks it writes itself."""
+        transport.write(b"%x\r\n%b\r\n" % (len(data), data) if chunked else data)
 
-def _prepared_headers(request: web.Request, upstream: Upstream) -> web.StreamResponse:
+
+def _prepared_headers(request: web.Request, upstream: Upstream) -> _Relayed:
     response = _Relayed(status=upstream.status, reason=upstream.reason)
     response.headers.extend(response_headers(upstream))
     response.headers.extend(cors_headers(request))
@@ -105,6 +113,9 @@ def _prepared_headers(request: web.Request, upstream: Upstream) -> web.StreamRes
 
 
 _WRITING, _READING = "writing", "reading"
+# Unsent bytes on the client's connection past which the engine is not read (aiohttp's own
+# writes wait for the same amount to drain).
+_WRITE_HIGH = 64 * 1024
 
 
 @dataclass(slots=True)
@@ -112,7 +123,7 @@ class _Relay:
     """Copies a committed body to the client and ends it with the reason if it is cut."""
 
     request: web.Request
-    response: web.StreamResponse
+    response: _Relayed
     job: Job
     marker: EndMarker
     write_deadline_s: float
@@ -120,24 +131,17 @@ class _Relay:
     on_chunk: Callable[[bytes], None] | None
     success: bool
     left: int  # bytes of a counted 2xx body still to come; -1 when not counted
+    writer: AbstractStreamWriter | None = None  # the response's, once prepared
 
     async def body(self, commit: Commit) -> bool:
         """Copy the body; False when it was cut (the job already says why)."""
-        chunk = commit.first
         upstream = commit.upstream
         watchdog = commit.watchdog or Watchdog()
-        marker, job, on_chunk = self.marker, self.job, self.on_chunk
         try:
-            while chunk:
-                marker.feed(chunk)
-                if on_chunk is not None:
-                    on_chunk(chunk)
-                if self.success and not job.finished and self._ends(chunk):
-                    job.completed()  # before the client can see its answer whole
-                watchdog.begin(_WRITING, self.write_deadline_s)
-                await self.response.write(chunk)
-                watchdog.begin(_READING, self.idle_s)
-                chunk = await upstream.content.readany()
+            if isinstance(upstream, EngineResponse) and self.writer is not None:
+                await self._pump(commit.first, upstream, self.writer, watchdog)
+            else:
+                await self._copy(commit.first, upstream, watchdog)
             watchdog.end()
         except asyncio.CancelledError:
             fired = watchdog.fired
@@ -159,6 +163,84 @@ class _Relay:
         self.job.failed(reason)  # nothing if its answer was already complete
         await self._end_with(reason)
         return False
+
+    async def _copy(self, chunk: bytes, upstream: Upstream, watchdog: Watchdog) -> None:
+        """Read a chunk, write it, and again (aiohttp's client: a peer's answer)."""
+        marker, job, on_chunk = self.marker, self.job, self.on_chunk
+        while chunk:
+            marker.feed(chunk)
+            if on_chunk is not None:
+                on_chunk(chunk)
+            if self.success and not job.finished and self._ends(chunk):
+                job.completed()  # before the client can see its answer whole
+            watchdog.begin(_WRITING, self.write_deadline_s)
+            await self.response.write(chunk)
+            watchdog.begin(_READING, self.idle_s)
+            chunk = await upstream.content.readany()
+
+    async def _pump(
+        self,
+        first: bytes,
+        upstream: EngineResponse,
+        writer: AbstractStreamWriter,
+        watchdog: Watchdog,
+    ) -> None:
+        """The lean client's answer: its first chunk goes out with the headers, through
+        aiohttp; each next one is written to the client's connection from the engine
+        connection's callback as it comes, with no task woken for it. The task wakes only at
+        the end, at a break, or when the client's connection has more than ``_WRITE_HIGH``
+        unsent: then the engine is not read until that is written (within the write deadline).
+        """
+        if not first:
+            return
+        self._take(first)
+        watchdog.begin(_WRITING, self.write_deadline_s)
+        await self.response.write(first)
+        transport = self.request.transport
+        if transport is None or transport.is_closing():
+            raise ConnectionResetError("the client has gone")
+        chunked = self.response.headers.get("Transfer-Encoding", "").lower() == "chunked"
+        take, idle_s = self._take, self.idle_s
+        send_now = self.response.send_now
+
+        def sink(chunk: bytes) -> None:
+            take(chunk)
+            if transport.is_closing():
+                return  # the client left: its handler is being cancelled
+            send_now(transport, chunked, chunk)
+            if upstream.paused:
+                return
+            if transport.get_write_buffer_size() > _WRITE_HIGH:
+                upstream.pause()
+            else:
+                watchdog.begin(_READING, idle_s)
+
+        rest = upstream.take_buffered()
+        upstream.relay(sink)
+        try:
+            watchdog.begin(_READING, idle_s)
+            if rest:
+                sink(rest)
+            while True:
+                await upstream.wait()
+                if upstream.done:
+                    return
+                if upstream.paused:
+                    watchdog.begin(_WRITING, self.write_deadline_s)
+                    await writer.drain()
+                    watchdog.begin(_READING, idle_s)
+                    upstream.resume()
+        finally:
+            upstream.relay(None)
+
+    def _take(self, chunk: bytes) -> None:
+        """Account for a chunk about to go to the client (its answer's job ends first if it
+        completes the answer)."""
+        self.marker.feed(chunk)
+        if self.on_chunk is not None:
+            self.on_chunk(chunk)
+        if self.success and not self.job.finished and self._ends(chunk):
+            self.job.completed()
 
     def _ends(self, chunk: bytes) -> bool:
         """Whether ``chunk`` completes the answer: the last of a counted body, or a stream's

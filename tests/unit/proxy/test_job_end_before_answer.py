@@ -10,6 +10,7 @@ answer cut short is still a failed job.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
@@ -33,10 +34,17 @@ def timeline(monkeypatch: pytest.MonkeyPatch) -> Timeline:
     """What the door writes to its clients and hands to the broker, in the order it happens."""
     seen: Timeline = []
     write, write_eof = stream._Relayed.write, stream._Relayed.write_eof
+    send_now = stream._Relayed.send_now
 
     async def spy_write(self: web.StreamResponse, data: bytes) -> None:
         seen.append(("client", bytes(data)))
         await write(self, data)
+
+    def spy_send_now(
+        self: stream._Relayed, transport: asyncio.Transport, chunked: bool, data: bytes
+    ) -> None:  # the chunks after the first, written from the engine connection's callback
+        seen.append(("client", bytes(data)))
+        send_now(self, transport, chunked, data)
 
     async def spy_write_eof(self: web.StreamResponse, data: bytes = b"") -> None:
         seen.append(("client-end", bytes(data)))
@@ -44,6 +52,7 @@ def timeline(monkeypatch: pytest.MonkeyPatch) -> Timeline:
 
     monkeypatch.setattr(stream._Relayed, "write", spy_write)
     monkeypatch.setattr(stream._Relayed, "write_eof", spy_write_eof)
+    monkeypatch.setattr(stream._Relayed, "send_now", spy_send_now)
     return seen
 
 
