@@ -60,6 +60,7 @@ class EngineResponse:
     a sink (``relay``). The same surface as the part of aiohttp's response the relay uses."""
 
     __slots__ = (
+        "_batch",
         "_chunks",
         "_conn",
         "_done",
@@ -94,6 +95,7 @@ class EngineResponse:
         self._done = False
         self._error: BaseException | None = None
         self._sink: Sink | None = None
+        self._batch: list[bytes] = []  # for the sink: what one read of the connection brought
 
     @property
     def content(self) -> EngineResponse:
@@ -154,10 +156,11 @@ class EngineResponse:
         return data
 
     def relay(self, sink: Sink | None) -> None:
-        """From now on each body chunk goes to ``sink`` as it comes, inside the connection's
-        callback, and nothing is kept for ``readany`` (take what is buffered first). A sink
-        that raises ends the body with its error. ``wait`` tells the relay of the body's end,
-        its break, or a ``pause``."""
+        """From now on the body goes to ``sink`` as it comes, inside the connection's callback:
+        what one read of the connection brought, in one call (the engine's chunks that arrived
+        together leave together), and nothing is kept for ``readany`` (take what is buffered
+        first). A sink that raises ends the body with its error. ``wait`` tells the relay of
+        the body's end, its break, or a ``pause``."""
         self._sink = sink
 
     @property
@@ -209,16 +212,8 @@ class EngineResponse:
     # From the connection.
 
     def _feed(self, data: bytes) -> None:
-        sink = self._sink
-        if sink is not None:
-            try:
-                sink(data)
-            except Exception as exc:  # the relay's own failure: the body ends with it
-                self._sink = None
-                conn = self._conn
-                self._fail(exc)
-                if conn is not None:
-                    conn.close()
+        if self._sink is not None:
+            self._batch.append(data)  # handed over by ``_flush`` once the read is parsed
             return
         self._chunks.append(data)
         self._size += len(data)
@@ -229,12 +224,30 @@ class EngineResponse:
                 conn.pause_reading()
         self._wake()
 
+    def _flush(self) -> None:
+        batch = self._batch
+        sink = self._sink
+        if not batch or sink is None:
+            return
+        data = batch[0] if len(batch) == 1 else b"".join(batch)
+        batch.clear()
+        try:
+            sink(data)
+        except Exception as exc:  # the relay's own failure: the body ends with it
+            self._sink = None
+            conn = self._conn
+            self._fail(exc)
+            if conn is not None:
+                conn.close()
+
     def _finish(self) -> None:
+        self._flush()
         self._done = True
         self._conn = None
         self._wake()
 
     def _fail(self, error: BaseException) -> None:
+        self._flush()
         if not self._done and self._error is None:
             self._error = error
             self._conn = None
@@ -287,6 +300,9 @@ class _Connection(asyncio.Protocol):
         self._received = True
         try:
             parser.feed_data(data)
+            response = self._response
+            if response is not None:
+                response._flush()
         except httptools.HttpParserError as exc:
             self._broken(EngineConnectionError(f"the engine's answer is not valid HTTP: {exc}"))
             self.close()
