@@ -6,13 +6,15 @@ polls, loads) keep aiohttp's client. aiohttp's client does much that a relay nev
 request (cookies, redirects, auth, proxies, traces, timers, a task to write the body) and hands
 each body chunk over through a reader that wakes the reading task and resumes the transport
 once per read; measured against a byte-for-byte relay, that machinery was most of what a bare
-aiohttp pass-through cost per stream (bench/README.md, "A lean engine client").
+aiohttp pass-through cost per stream (bench/README.md, "2026-12-03, after: a lean engine
+client").
 
 Here a request is one write of its head and body; the answer is parsed by llhttp (``httptools``)
-straight from the connection's ``data_received``. A body chunk is handed to a sink (the relay,
-which writes it on to the client in the same callback) or, until one is set, kept for
-``readany``. Connections are kept alive and pooled per origin, newest first; one the engine has
-closed leaves the pool by itself, and one left idle for ``KEEPALIVE_S`` is closed.
+straight from the connection's ``data_received``. Its body goes to a sink (the relay, which
+writes it on to the client in the same callback: what one read brought, in one call) or, until
+one is set, is kept for ``readany``. Connections are kept alive and pooled per origin, newest
+first; one the engine has closed leaves the pool by itself, and one left idle for
+``KEEPALIVE_S`` is closed.
 
 A request whose pooled connection turns out to be closed before any byte of the answer raises
 ``StaleConnection`` (the caller tries once more on a new connection, ``fresh=True``). A
@@ -114,21 +116,9 @@ class EngineResponse:
                 raise self._error
             if self._done:
                 return b""
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiter = waiter
-            try:
-                await waiter
-            finally:
-                self._waiter = None
-        chunks = self._chunks
-        data = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
-        chunks.clear()
-        self._size = 0
-        if self._paused:
-            self._paused = False
-            conn = self._conn
-            if conn is not None:
-                conn.resume_reading()
+            await self._woken()
+        data = self.take_buffered()
+        self.resume()  # if a backlog had stopped the reading
         return data
 
     async def read(self, n: int = -1) -> bytes:
@@ -174,14 +164,18 @@ class EngineResponse:
             raise self._error
         if self._done or self._paused:
             return
+        await self._woken()
+        if self._error is not None:
+            raise self._error
+
+    async def _woken(self) -> None:
+        """Until the connection has news (``_wake``)."""
         waiter = asyncio.get_running_loop().create_future()
         self._waiter = waiter
         try:
             await waiter
         finally:
             self._waiter = None
-        if self._error is not None:
-            raise self._error
 
     def pause(self) -> None:
         """Stop reading the engine's connection (its client is slow to take the body)."""
@@ -217,11 +211,8 @@ class EngineResponse:
             return
         self._chunks.append(data)
         self._size += len(data)
-        if self._size > _HIGH and not self._paused:
-            self._paused = True
-            conn = self._conn
-            if conn is not None:
-                conn.pause_reading()
+        if self._size > _HIGH:
+            self.pause()  # until ``readany`` takes the backlog
         self._wake()
 
     def _flush(self) -> None:
