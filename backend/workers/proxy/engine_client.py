@@ -330,11 +330,15 @@ class _Connection(asyncio.Protocol):
 
     # httptools' callbacks.
 
+    # Header text is read and written as aiohttp does: UTF-8, bytes that are not kept as they
+    # came (surrogate escapes), so a header relayed either way is the same bytes.
+
     def on_status(self, status: bytes) -> None:
-        self._reason = status.decode("latin-1")
+        self._reason = status.decode("utf-8", "surrogateescape")
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name.decode("latin-1"), value.decode("latin-1")))
+        text = (name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape"))
+        self._headers.append(text)
 
     def on_headers_complete(self) -> None:
         parser = self._parser
@@ -558,4 +562,4 @@ def _head(
     breaks = len(lines) + 1
     if text.count("\n") != breaks or text.count("\r") != breaks:
         raise ValueError("a header holds a line break")
-    return text.encode("latin-1")
+    return text.encode("utf-8", "surrogateescape")

@@ -98,6 +98,28 @@ async def test_a_request_goes_out_as_sent_and_its_connection_is_kept_for_the_nex
     assert body == b'{"x":1}'
 
 
+async def test_header_text_that_is_not_ascii_passes_both_ways_byte_for_byte() -> None:
+    seen: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head, _ = await read_request(reader)
+        seen.append(head)
+        writer.write(
+            "HTTP/1.1 200 Très bien\r\nX-Model: café\r\nContent-Length: 0\r\n\r\n".encode()
+        )
+        await writer.drain()
+        await reader.read()
+
+    async with serving(serve) as url, client() as engines:
+        # As aiohttp's server hands a client's header over: UTF-8, raw bytes escaped.
+        sent = b"\xff-raw".decode("utf-8", "surrogateescape")
+        answer = await engines.request("POST", url, {"X-Name": "Zoë", "X-Raw": sent}, b"{}")
+        assert answer.reason == "Très bien"
+        assert answer.headers["X-Model"] == "café"
+    assert "X-Name: Zoë".encode() in seen[0]
+    assert b"X-Raw: \xff-raw" in seen[0]
+
+
 async def test_a_stream_is_read_chunk_by_chunk_as_the_engine_writes_it() -> None:
     step = asyncio.Event()
 
