@@ -73,7 +73,7 @@ def without_credentials(headers: Mapping[str, str]) -> CIMultiDict[str]:
     )
 
 
-def response_headers(upstream: Upstream | aiohttp.ClientResponse) -> CIMultiDict[str]:
+def response_headers(upstream: Upstream) -> CIMultiDict[str]:
     """The engine's headers minus connection-specific ones and any CORS grant of its own."""
     kept: CIMultiDict[str] = CIMultiDict()
     for name, value in upstream.headers.items():

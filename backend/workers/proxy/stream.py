@@ -73,9 +73,17 @@ async def stream_commit(
         counted = success and not marker.streaming and upstream.content_length
         left = upstream.content_length if counted and upstream.content_length else -1
         relay = _Relay(
-            request, response, job, marker, write_deadline_s, idle_s, on_chunk, success, left
+            request,
+            response,
+            job,
+            marker,
+            write_deadline_s,
+            idle_s,
+            on_chunk,
+            success,
+            left,
+            writer,
         )
-        relay.writer = writer
         if not await relay.body(commit):
             return response
         if not success:
@@ -131,7 +139,7 @@ class _Relay:
     on_chunk: Callable[[bytes], None] | None
     success: bool
     left: int  # bytes of a counted 2xx body still to come; -1 when not counted
-    writer: AbstractStreamWriter | None = None  # the response's, once prepared
+    writer: AbstractStreamWriter | None  # the response's, once prepared
 
     async def body(self, commit: Commit) -> bool:
         """Copy the body; False when it was cut (the job already says why)."""
@@ -166,13 +174,8 @@ class _Relay:
 
     async def _copy(self, chunk: bytes, upstream: Upstream, watchdog: Watchdog) -> None:
         """Read a chunk, write it, and again (aiohttp's client: a peer's answer)."""
-        marker, job, on_chunk = self.marker, self.job, self.on_chunk
         while chunk:
-            marker.feed(chunk)
-            if on_chunk is not None:
-                on_chunk(chunk)
-            if self.success and not job.finished and self._ends(chunk):
-                job.completed()  # before the client can see its answer whole
+            self._take(chunk)
             watchdog.begin(_WRITING, self.write_deadline_s)
             await self.response.write(chunk)
             watchdog.begin(_READING, self.idle_s)
@@ -240,7 +243,7 @@ class _Relay:
         if self.on_chunk is not None:
             self.on_chunk(chunk)
         if self.success and not self.job.finished and self._ends(chunk):
-            self.job.completed()
+            self.job.completed()  # before the client can see its answer whole
 
     def _ends(self, chunk: bytes) -> bool:
         """Whether ``chunk`` completes the answer: the last of a counted body, or a stream's
