@@ -377,6 +377,15 @@ def cpu_seconds(pid: int | None) -> float:
     return float(times.user + times.system)
 
 
+def switches(pid: int | None) -> tuple[int, int]:
+    """Context switches of process ``pid`` so far, (voluntary, involuntary), its threads summed:
+    voluntary ones are its sleeps (each ends in a wake-up), involuntary ones are preemptions."""
+    if pid is None:
+        return 0, 0
+    counts = psutil.Process(pid).num_ctx_switches()
+    return int(counts.voluntary), int(counts.involuntary)
+
+
 def worker_rss(pid: int) -> int:
     """Resident set size of one process, in bytes."""
     return int(psutil.Process(pid).memory_info().rss)

@@ -1,17 +1,21 @@
 """PAIR's proxy worker in variants that differ only in their environment, against the bare
-pass-through, in one run: what one switch changes (the event loop, the collector's threshold).
+pass-through, in one run: what one switch changes (the event loop, the collector's threshold,
+the CPU policy).
 
     .venv/bin/python bench/worker_variants.py [--kind JSON|stream] [--level C] [--requests N]
         [--rounds R] [--tokens T] VARIANT [VARIANT ...]
 
 VARIANT is ``NAME`` (the worker as it ships) or ``NAME:KEY=VALUE[,KEY=VALUE...]`` (that
-environment added), e.g. ``shipped gen0-700:PAIR_GC_GEN0=700 asyncio:PAIR_EVENT_LOOP=asyncio``.
+environment added), e.g. ``shipped gen0-700:PAIR_GC_GEN0=700 asyncio:PAIR_EVENT_LOOP=asyncio
+normal:PAIR_CPU_POLICY=normal``.
 Each variant is a proxy worker of its own (``_proxy_host.py``), all in front of one Ollama
 emulator (``--tokens`` reply tokens 1 ms apart, 128 slots) beside the bare pass-through
 (``_pass_through.py``) and the emulator itself. After a warm-up of each, ``--rounds`` rounds
 of ``--requests`` requests per path at concurrency ``--level``, every other round in reverse
 order. Per path: the CPU time its process spent per request (the median round, and the range
-over rounds), the added latency p50 and p99 over the direct calls (pooled), and requests/s.
+over rounds), how often per request it slept and was woken (voluntary context switches) and
+how often the emulator was preempted (involuntary ones) while that path ran, the added latency
+p50 and p99 over the direct calls (pooled), and requests/s.
 
 On this 2-core machine one path's rounds have ranged over 30-40 % of their median in a
 six-round run: read a difference between variants smaller than their ranges as none. Not run
@@ -37,6 +41,7 @@ from _common import (
     emulator_kinds,
     percentile,
     run_load,
+    switches,
 )
 
 from backend.protocol.proxy import ProxyTargets, RouteTarget
@@ -58,10 +63,14 @@ class Route:
     cpu_ms: list[float] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)
     rates: list[float] = field(default_factory=list)
+    wakeups: list[float] = field(default_factory=list)  # the path's process, per request
+    preempted: list[float] = field(default_factory=list)  # the engine, per request
 
-    def add(self, result: LoadResult) -> None:
+    def add(self, result: LoadResult, wakeups: int, preempted: int) -> None:
         count = len(result.latencies)
         self.cpu_ms.append(result.cpu_s * 1000 / count if count else float("nan"))
+        self.wakeups.append(wakeups / count if count else float("nan"))
+        self.preempted.append(preempted / count if count else float("nan"))
         self.latencies += result.latencies
         self.rates.append(result.rate)
 
@@ -130,9 +139,13 @@ def main() -> int:
 
         for path in paths:
             load(path, WARMUP)
+        engine_pid = emulator.process.pid
         for round_index in range(args.rounds):
             for path in paths if round_index % 2 == 0 else paths[::-1]:
-                path.add(load(path, args.requests))
+                (woken, _), (_, preempted) = switches(path.pid), switches(engine_pid)
+                result = load(path, args.requests)
+                (woken_after, _), (_, preempted_after) = switches(path.pid), switches(engine_pid)
+                path.add(result, woken_after - woken, preempted_after - preempted)
             print(f"round {round_index + 1} of {args.rounds} done", file=sys.stderr, flush=True)
     report(paths, args)
     return 0
@@ -144,21 +157,25 @@ def report(paths: list[Route], args: argparse.Namespace) -> None:
         f"{args.kind} at c={args.level}, {args.tokens} tokens per reply, {args.rounds} rounds of "
         f"{args.requests} requests per path:\n"
     )
-    print("| path | CPU ms/request (median; range) | added p50 | added p99 | req/s |")
-    print("|---|--:|--:|--:|--:|")
+    print(
+        "| path | CPU ms/request (median; range) | wake-ups/request | engine preempted/request "
+        "| added p50 | added p99 | req/s |"
+    )
+    print("|---|--:|--:|--:|--:|--:|--:|")
     for path in paths:
-        cpu = "-"
+        cpu = woken = "-"
         if path.pid is not None:
             cpu = (
                 f"{statistics.median(path.cpu_ms):.3f} "
                 f"({min(path.cpu_ms):.3f}-{max(path.cpu_ms):.3f})"
             )
+            woken = f"{statistics.median(path.wakeups):.2f}"
         added = [
             percentile(path.latencies, q) - percentile(direct.latencies, q) for q in (0.5, 0.99)
         ]
         print(
-            f"| {path.name} | {cpu} | {added[0]:.2f} | {added[1]:.2f} "
-            f"| {statistics.median(path.rates):.0f} |"
+            f"| {path.name} | {cpu} | {woken} | {statistics.median(path.preempted):.2f} "
+            f"| {added[0]:.2f} | {added[1]:.2f} | {statistics.median(path.rates):.0f} |"
         )
 
 

@@ -25,7 +25,7 @@ from backend.protocol.worker_methods import (
     PROXY_SCHEDULER_GET,
     PROXY_TARGETS,
 )
-from backend.workers import collector, event_loop
+from backend.workers import collector, cpu_policy, event_loop
 from backend.workers.proxy.service import ProxyService
 from backend.workers.runtime import Handler, environment_level, serve_worker
 
@@ -93,6 +93,8 @@ def main(argv: list[str]) -> int:
         fds = parse_fds(arguments.fd)
     except ValueError as exc:
         parser.error(str(exc))
+
+    cpu_policy.apply()  # before the loop starts its threads: they inherit the policy
 
     def run() -> None:
         event_loop.run(serve(fds, arguments.relay_fd, arguments.handover_fd, arguments.custody_fd))
