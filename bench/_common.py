@@ -386,6 +386,15 @@ def switches(pid: int | None) -> tuple[int, int]:
     return int(counts.voluntary), int(counts.involuntary)
 
 
+def cpu_policy_of(pid: int) -> str:
+    """The kernel's scheduling policy for process ``pid``: batch, normal, or another name."""
+    if not hasattr(os, "sched_getscheduler"):
+        return "unknown (not Linux)"
+    number = os.sched_getscheduler(pid)
+    names = {os.SCHED_OTHER: "normal", os.SCHED_BATCH: "batch"}
+    return names.get(number, f"policy {number}")
+
+
 def worker_rss(pid: int) -> int:
     """Resident set size of one process, in bytes."""
     return int(psutil.Process(pid).memory_info().rss)

@@ -82,6 +82,7 @@ from _common import (
     PassThrough,
     ProxyHost,
     RssSampler,
+    cpu_policy_of,
     median,
     percentile,
     pinned,
@@ -654,6 +655,7 @@ def main() -> int:
             try:
                 time.sleep(1.0)
                 idle_rss = worker_rss(proxy.worker_pid)
+                policy = cpu_policy_of(proxy.worker_pid)
                 progress(f"proxy worker pid {proxy.worker_pid}, idle RSS {idle_rss / 2**20:.1f} MB")
 
                 @contextlib.contextmanager
@@ -672,7 +674,15 @@ def main() -> int:
         finally:
             emulator.stop()
     seconds = time.monotonic() - began
-    report(all_findings, idle_rss, cpu, quick=args.quick, seconds=seconds, load_before=load_before)
+    report(
+        all_findings,
+        idle_rss,
+        cpu,
+        quick=args.quick,
+        seconds=seconds,
+        load_before=load_before,
+        policy=policy,
+    )
     return 0
 
 
@@ -727,6 +737,7 @@ def report(
     quick: bool,
     seconds: float,
     load_before: float,
+    policy: str,
 ) -> None:
     print(
         f"Front door vs a bare pass-through vs direct: {platform.python_implementation()} "
@@ -738,8 +749,8 @@ def report(
         f"{INTERVAL[0] * 100:g}th-{INTERVAL[1] * 100:g}th percentile of that ratio over "
         f"{RESAMPLES} resamplings of the rounds; n = measured requests per "
         f"path, in {ROUNDS} rounds (direct, bare, PAIR; then reversed), pooled. PAIR's worker "
-        f"runs on {loop_name()}'s event loop (PAIR_EVENT_LOOP), the bare pass-through on "
-        "asyncio's."
+        f"runs on {loop_name()}'s event loop (PAIR_EVENT_LOOP) as a {policy} task "
+        "(PAIR_CPU_POLICY), the bare pass-through on asyncio's as a normal one."
     )
     print()
     print("\n".join(main_table(all_findings)))
