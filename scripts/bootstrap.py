@@ -51,7 +51,8 @@ LLAMA_CPP_CMAKE_ARGS = (
 # Run by CMake right after llama.cpp's `project()`; the deferred calls run once every target
 # exists. llama.cpp has no option to build llama-server without its sibling tools, so every
 # other target leaves `all` (what llama-server links is still built); mtmd does not compile as
-# a unity build.
+# a unity build, nor does the CPU backend on a CPU with AMX (its amx/ sources, compiled only
+# there, define the quantized block types their own way).
 LLAMA_SERVER_ONLY_CMAKE = """\
 function(pair_keep_only_llama_server dir)
     get_property(targets DIRECTORY "${dir}" PROPERTY BUILDSYSTEM_TARGETS)
@@ -69,6 +70,7 @@ cmake_language(DEFER CALL pair_keep_only_llama_server "${CMAKE_SOURCE_DIR}")
 cmake_language(DEFER CALL target_compile_options ggml-base PRIVATE -O3)
 cmake_language(DEFER CALL target_compile_options ggml-cpu PRIVATE -O3)
 cmake_language(DEFER CALL set_property TARGET mtmd PROPERTY UNITY_BUILD OFF)
+cmake_language(DEFER CALL set_property TARGET ggml-cpu PROPERTY UNITY_BUILD OFF)
 """
 
 
