@@ -122,8 +122,10 @@ LLAMA_CONTEXT_PER_SLOT = 256
 # client and the proxy for the two cores here, and serve 2-4 times fewer requests per second.
 LLAMA_THREADS = 1
 # Measured requests per path and row (JSON and stream alike), by concurrency (--quick: a quarter).
-EMULATOR_REQUESTS = {1: 600, 32: 2000, 100: 3000}
-LLAMA_REQUESTS = {1: 1200, 32: 800, 100: 1000}  # llama-server at -np 100 is slower
+# Enough that a row's interval is narrow where the two added latencies are a few ms: at c=32
+# against llama-server, 800 requests gave intervals such as 1.01-2.39 around 1.52.
+EMULATOR_REQUESTS = {1: 1200, 32: 6000, 100: 9000}
+LLAMA_REQUESTS = {1: 2400, 32: 2400, 100: 3000}  # llama-server at -np 100 is slower
 QUICK_DIVISOR = 4
 # The interval of each PAIR/bare ratio: the rounds resampled with replacement (a round's three
 # runs kept together) this many times; the 5th to 95th percentile of the ratios found.
