@@ -1,7 +1,7 @@
 """The front door's cost, calibrated: the same requests to an engine directly, through a bare
 aiohttp pass-through, and through PAIR's proxy, in one run.
 
-    .venv/bin/python bench/front_door.py [--quick] [--skip-llama-server] [--logs DIR]
+    .venv/bin/python bench/front_door.py [--quick] [--skip-llama-server] [--logs DIR] [--twin]
 
 Two engines on loopback: the Ollama emulator with fixed timing (no load delay, 8 reply tokens
 1 ms apart, 128 slots) and a real ``llama-server`` with the generated tiny model (8 tokens per
@@ -51,6 +51,10 @@ request of each path.
 
 llama-server closes its connection after every streamed response without saying so, so its
 streamed runs open one client connection per request, on every path alike.
+
+``--twin`` calibrates the verdicts: a second bare pass-through (a process of its own, like the
+first) takes PAIR's place in every run, so each "PAIR/bare" ratio compares two identical paths
+and whatever it reads beyond 1x is the bench's own noise on that row.
 
 The load generator, the engines and the proxies share this machine's cores: on a busy machine
 (see the load average in the header) treat differences of a few ms, and ratios of small added
@@ -254,6 +258,7 @@ class Runner:
     engine_url: str
     bare: PassThrough
     proxy: ProxyHost
+    twin: PassThrough | None = None  # --twin: a second bare pass-through stands in for PAIR
 
     def target(self, path: str) -> tuple[str, int | None, int | None]:
         """Where ``path`` sends requests, and the processes whose CPU time it measures (the
@@ -262,6 +267,8 @@ class Runner:
             return self.engine_url, None, None
         if path == BARE:
             return self.bare.url, self.bare.process.pid, None
+        if self.twin is not None:
+            return self.twin.url, self.twin.process.pid, None
         return self.proxy.doors[self.backend.door], self.proxy.worker_pid, self.proxy.process.pid
 
     def load(self, path: str, kind: str, concurrency: int, total: int) -> LoadResult:
@@ -341,14 +348,20 @@ def bench_backend(
     *,
     quick: bool,
     cpu: set[int],
+    twin: bool = False,
 ) -> Findings:
-    """All runs for one backend; ``engine_at(c)`` provides the engine URL sized for ``c``."""
+    """All runs for one backend; ``engine_at(c)`` provides the engine URL sized for ``c``;
+    ``twin``: a second bare pass-through in PAIR's place."""
     findings = Findings(backend)
     for level in LEVELS:
         total = backend.total(level, quick)
         bare_log = logs / f"pass-through-{backend.engine}-c{level}.log"
-        with engine_at(level) as engine_url, pass_through(engine_url, bare_log) as bare:
-            runner = Runner(backend, engine_url, bare, proxy)
+        with contextlib.ExitStack() as stack:
+            engine_url = stack.enter_context(engine_at(level))
+            bare = stack.enter_context(pass_through(engine_url, bare_log))
+            twin_log = logs / f"twin-{backend.engine}-c{level}.log"
+            second = stack.enter_context(pass_through(engine_url, twin_log)) if twin else None
+            runner = Runner(backend, engine_url, bare, proxy, second)
             if level == max(LEVELS):
                 with RssSampler(proxy.worker_pid) as sampler:
                     bench_level(findings, runner, level, total)
@@ -370,7 +383,9 @@ def bench_level(findings: Findings, runner: Runner, level: int, total: int) -> N
 
 def pinned_run(runner: Runner, level: int, total: int, cpu: set[int]) -> LoadResult:
     """JSON via PAIR with every thread of the proxy worker pinned to ``cpu``."""
-    with pinned(runner.proxy.worker_pid, cpu):
+    _, pid, _ = runner.target(PAIR)
+    assert pid is not None
+    with pinned(pid, cpu):
         result = runner.load(PAIR, JSON, level, total)
     progress(
         f"{runner.backend.engine} json c={level}, worker pinned to CPU {sorted(cpu)}: "
@@ -629,6 +644,12 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="about a quarter of the requests")
     parser.add_argument("--skip-llama-server", action="store_true")
     parser.add_argument(
+        "--twin",
+        action="store_true",
+        help="calibration: a second bare pass-through in PAIR's place (how far apart two "
+        "identical paths read in one run)",
+    )
+    parser.add_argument(
         "--logs",
         type=Path,
         help="keep the engines', the pass-throughs' and the proxy's logs here (default: discard)",
@@ -665,10 +686,20 @@ def main() -> int:
                     yield emulator.url
 
                 all_findings.append(
-                    bench_backend(EMULATOR, emulator_at, proxy, logs, quick=args.quick, cpu=cpu)
+                    bench_backend(
+                        EMULATOR,
+                        emulator_at,
+                        proxy,
+                        logs,
+                        quick=args.quick,
+                        cpu=cpu,
+                        twin=args.twin,
+                    )
                 )
                 if not args.skip_llama_server:
-                    llama = bench_llama_server(proxy, emulator_target, logs, args.quick, cpu)
+                    llama = bench_llama_server(
+                        proxy, emulator_target, logs, args.quick, cpu, twin=args.twin
+                    )
                     if llama is not None:
                         all_findings.append(llama)
             finally:
@@ -684,12 +715,19 @@ def main() -> int:
         seconds=seconds,
         load_before=load_before,
         policy=policy,
+        twin=args.twin,
     )
     return 0
 
 
 def bench_llama_server(
-    proxy: ProxyHost, emulator_target: RouteTarget, logs: Path, quick: bool, cpu: set[int]
+    proxy: ProxyHost,
+    emulator_target: RouteTarget,
+    logs: Path,
+    quick: bool,
+    cpu: set[int],
+    *,
+    twin: bool = False,
 ) -> Findings | None:
     """The llama-server runs, or None (with the reason on stderr) when it is not installed."""
     search = search_llama_server()
@@ -709,7 +747,7 @@ def bench_llama_server(
         finally:
             stop_llama_server(server)
 
-    return bench_backend(LLAMA, llama_at, proxy, logs, quick=quick, cpu=cpu)
+    return bench_backend(LLAMA, llama_at, proxy, logs, quick=quick, cpu=cpu, twin=twin)
 
 
 def start_llama_server(binary: Path, model: Path, slots: int, log_path: Path) -> LlamaServer:
@@ -740,6 +778,7 @@ def report(
     seconds: float,
     load_before: float,
     policy: str,
+    twin: bool,
 ) -> None:
     print(
         f"Front door vs a bare pass-through vs direct: {platform.python_implementation()} "
@@ -750,9 +789,13 @@ def report(
         f"the bare one is <= 0; bold when over {RATIO_TARGET:g}x), in brackets the "
         f"{INTERVAL[0] * 100:g}th-{INTERVAL[1] * 100:g}th percentile of that ratio over "
         f"{RESAMPLES} resamplings of the rounds; n = measured requests per "
-        f"path, in {ROUNDS} rounds (direct, bare, PAIR; then reversed), pooled. PAIR's worker "
-        f"runs on {loop_name()}'s event loop (PAIR_EVENT_LOOP) as a {policy} task "
-        "(PAIR_CPU_POLICY), the bare pass-through on asyncio's as a normal one."
+        f"path, in {ROUNDS} rounds (direct, bare, PAIR; then reversed), pooled. "
+        + (
+            "CALIBRATION: every PAIR column is a second bare pass-through."
+            if twin
+            else f"PAIR's worker runs on {loop_name()}'s event loop (PAIR_EVENT_LOOP) as a "
+            f"{policy} task (PAIR_CPU_POLICY), the bare pass-through on asyncio's as a normal one."
+        )
     )
     print()
     print("\n".join(main_table(all_findings)))
