@@ -5,17 +5,12 @@ as it was."""
 from __future__ import annotations
 
 import functools
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from backend.workers import collector
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.support.child import run_python
 
 # Holds 10,000 containers alive (requests in flight), then makes cyclic garbage, and prints
 # the youngest generation's collections after each step, the frozen count, and whether the
@@ -46,17 +41,7 @@ PROBE = textwrap.dedent(
 
 def run_child(script: str, argument: str) -> str:
     """``script``'s output in a child interpreter, without this environment's threshold."""
-    environment = {k: v for k, v in os.environ.items() if k != collector.GEN0_ENV}
-    done = subprocess.run(
-        [sys.executable, "-c", script, argument],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-        env=environment,
-    )
-    return done.stdout
+    return run_python(script, argument, without=(collector.GEN0_ENV,)).stdout
 
 
 @functools.cache  # each mode's probe once per session: its figures answer several tests

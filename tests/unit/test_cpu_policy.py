@@ -5,16 +5,13 @@ in a child interpreter so that this process keeps its own policy."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from backend.workers import cpu_policy
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.support.child import run_python
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="the batch policy is Linux's"
@@ -50,18 +47,10 @@ PROBE = textwrap.dedent(
 
 
 def probe(value: str | None) -> tuple[list[str], str]:
-    environment = {k: v for k, v in os.environ.items() if k != cpu_policy.POLICY_ENV}
-    if value is not None:
-        environment[cpu_policy.POLICY_ENV] = value
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-        env=environment,
-    )
+    """What the probe printed with ``PAIR_CPU_POLICY`` at ``value`` (None: unset), and its
+    warnings."""
+    extra = {} if value is None else {cpu_policy.POLICY_ENV: value}
+    done = run_python(PROBE, without=(cpu_policy.POLICY_ENV,), extra=extra)
     return done.stdout.split(), done.stderr
 
 
