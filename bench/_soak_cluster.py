@@ -30,8 +30,14 @@ from typing import Any, Final, TypeVar
 import aiohttp
 
 from backend.core.processes import child_env, child_preexec, stop_child
-from backend.devtools.demo import OLLAMA_SHIM, PROJECT_ROOT, connect, free_port
-from backend.protocol import contract, errors, methods
+from backend.devtools.demo import (
+    OLLAMA_SHIM,
+    PROJECT_ROOT,
+    connect,
+    free_port,
+    wait_broker_ready,
+)
+from backend.protocol import contract, methods
 from backend.protocol.contract import Method, NoParams
 from backend.protocol.types import (
     BrokerStatus,
@@ -229,11 +235,11 @@ class Cluster:
         while time.monotonic() < deadline:
             if not node.up:
                 raise ClusterError(f"{node.name}: the broker exited\n{tail(node.log_path)}")
-            with contextlib.suppress(OSError, errors.RpcError, TimeoutError):
-                await call(node, methods.PING, NoParams(), timeout=2)
+            with contextlib.suppress(OSError, TimeoutError):
+                await wait_broker_ready(node.data_dir, timeout=2)
                 return
             await asyncio.sleep(0.1)
-        raise ClusterError(f"{node.name}: the broker did not answer\n{tail(node.log_path)}")
+        raise ClusterError(f"{node.name}: the broker was not ready\n{tail(node.log_path)}")
 
     async def _pair(self) -> None:
         """Node ``a`` invites the others; each types the PIN it was shown."""

@@ -37,7 +37,7 @@ from backend.core.processes import child_env, child_preexec, stop_child
 from backend.devtools.demo_trickle import Trickle
 from backend.protocol import contract, errors, methods
 from backend.protocol.endpoint import control_address, open_control_connection
-from backend.protocol.peer import RpcPeer
+from backend.protocol.peer import NotificationHandler, RpcPeer
 from backend.protocol.types import (
     EngineName,
     EngineRef,
@@ -148,10 +148,13 @@ class DemoNode:
 
 
 @contextlib.asynccontextmanager
-async def connect(data_dir: Path) -> AsyncIterator[RpcPeer]:
-    """An RPC connection to the broker of ``data_dir`` (OSError when none answers)."""
+async def connect(
+    data_dir: Path, on_notification: NotificationHandler | None = None
+) -> AsyncIterator[RpcPeer]:
+    """An RPC connection to the broker of ``data_dir`` (OSError when none answers); its pushes
+    go to ``on_notification``."""
     reader, writer = await open_control_connection(control_address(data_dir))
-    peer = RpcPeer(reader, writer, name="demo")
+    peer = RpcPeer(reader, writer, name="demo", on_notification=on_notification)
     tasks = TaskSet("demo")
     reading = tasks.spawn(peer.run(), name=f"rpc:{data_dir.name}")
     try:
@@ -161,6 +164,22 @@ async def connect(data_dir: Path) -> AsyncIterator[RpcPeer]:
         with contextlib.suppress(TimeoutError, OSError):
             await asyncio.wait_for(asyncio.shield(reading), 5)
         await tasks.close()
+
+
+async def wait_broker_ready(data_dir: Path, timeout: float) -> None:
+    """Return once the broker of ``data_dir`` says ``app:ready`` (its components started: it
+    greets a client that connects after that, and tells those connected before); OSError when
+    none answers, TimeoutError when it is not ready within ``timeout`` seconds. A broker answers
+    ``ping`` before it is ready, and an engine command then fails: the engine manager is not
+    running yet."""
+    ready = asyncio.Event()
+
+    def pushed(method: str, _params: Any, _peer: RpcPeer) -> None:
+        if method == methods.APP_READY.name:
+            ready.set()
+
+    async with connect(data_dir, on_notification=pushed):
+        await asyncio.wait_for(ready.wait(), timeout)
 
 
 class Demo:
@@ -299,12 +318,11 @@ class Demo:
         while time.monotonic() < deadline:
             if node.process is None or node.process.returncode is not None:
                 raise DemoError(f"{node.plan.name}: the broker exited\n{_tail(node.log_path)}")
-            with contextlib.suppress(OSError, errors.RpcError):
-                async with connect(node.data_dir) as peer:
-                    await contract.call(peer, methods.PING, timeout=2)
-                    return
+            with contextlib.suppress(OSError, TimeoutError):
+                await wait_broker_ready(node.data_dir, timeout=2)
+                return
             await asyncio.sleep(0.1)
-        raise DemoError(f"{node.plan.name}: the broker did not answer\n{_tail(node.log_path)}")
+        raise DemoError(f"{node.plan.name}: the broker was not ready\n{_tail(node.log_path)}")
 
     async def _configure(self, node: DemoNode) -> None:
         """Name the node and start its engines (an engine that fails is reported, not fatal)."""
