@@ -411,7 +411,7 @@ class EnginesController(Controller):
 
     def _refresh_doors(self) -> None:
         if self._reading_doors is None or self._reading_doors.done():
-            self._reading_doors = self._tasks.spawn(self._read_doors(), name="doors")
+            self._reading_doors = self._tasks.spawn_if_running(self._read_doors(), name="doors")
 
     async def _read_doors(self) -> None:
         try:
@@ -479,8 +479,9 @@ class EnginesController(Controller):
 
     def _want_versions(self, key: EngineKey) -> None:
         if self._identified and key not in self._asked and self.reachable(key[0]):
-            self._asked.add(key)
-            self._tasks.spawn(self._read_versions(key), name=f"versions {key[1]} {key[0]}")
+            name = f"versions {key[1]} {key[0]}"
+            if self._tasks.spawn_if_running(self._read_versions(key), name=name) is not None:
+                self._asked.add(key)
 
     async def _read_versions(self, key: EngineKey) -> None:
         session = self._session

@@ -32,6 +32,20 @@ class TaskSet:
         task.add_done_callback(self._forget)
         return task
 
+    def spawn_if_running(
+        self, coro: Coroutine[Any, Any, T], *, name: str
+    ) -> asyncio.Task[T] | None:
+        """``spawn``, for work a pushed event starts: with no running loop (Qt delivering the
+        event while the asyncio loop is stopped, as at the app's exit) ``coro`` is closed and
+        None returned, for the caller to try again with the next event."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            coro.close()
+            log.debug("%s: %s not started: no running event loop", self._owner, name)
+            return None
+        return self.spawn(coro, name=name)
+
     def __len__(self) -> int:
         return len(self._tasks)
 

@@ -895,3 +895,24 @@ async def test_cards_take_clicks_only_where_allowed(qtbot: QtBot, ui: Ui) -> Non
     qtbot.mouseClick(card.switch, Qt.MouseButton.LeftButton, pos=QPoint(5, 5))
     await settle()
     assert ui.calls(methods.ENGINE_STOP) == []
+
+
+async def test_a_member_event_while_no_loop_runs_asks_for_versions_with_the_next(ui: Ui) -> None:
+    """Qt may deliver a pushed event while the asyncio loop is stopped (at the app's exit, or
+    when Qt's events are processed outside it): nothing can be started then, nothing raises,
+    and the next event asks."""
+    await ready_with_member(ui, engine("ollama", "not-installed", 1))
+    ui.connection.script(methods.ENGINE_VERSIONS, {
+        "engine": "ollama", "installed": "0.5.1", "latest": "0.5.1", "update_available": False,
+        "can_update": True})  # fmt: skip
+    loop = asyncio.get_running_loop()
+    asyncio.events._set_running_loop(None)  # as qasync runs a callback outside run_forever
+    try:
+        ui.events.member(member(engine("ollama", "stopped", 2)))
+    finally:
+        asyncio.events._set_running_loop(loop)
+    await settle()
+    assert ui.calls(methods.ENGINE_VERSIONS) == []
+    ui.events.member(member(engine("ollama", "running", 3)))
+    await wait_until(lambda: bool(ui.calls(methods.ENGINE_VERSIONS)))
+    assert ui.calls(methods.ENGINE_VERSIONS) == [{"engine": "ollama", "node": MEMBER}]

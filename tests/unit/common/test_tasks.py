@@ -102,3 +102,24 @@ def test_spawning_without_a_running_loop_closes_the_coroutine() -> None:
     with pytest.raises(RuntimeError):
         TaskSet("owner").spawn(coro, name="late")
     assert coro.cr_frame is None, "closed, so it is not reported as never awaited"
+
+
+def test_spawning_if_running_without_a_loop_starts_nothing_and_closes_the_coroutine() -> None:
+    async def work() -> None:
+        raise AssertionError("never runs")
+
+    coro = work()
+    tasks = TaskSet("owner")
+    assert tasks.spawn_if_running(coro, name="late") is None
+    assert coro.cr_frame is None
+    assert len(tasks) == 0
+
+
+async def test_spawning_if_running_with_a_loop_is_spawning() -> None:
+    async def work() -> int:
+        return 7
+
+    tasks = TaskSet("owner")
+    task = tasks.spawn_if_running(work(), name="now")
+    assert task is not None and task.get_name() == "owner:now"
+    assert await task == 7
