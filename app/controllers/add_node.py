@@ -230,14 +230,10 @@ class AddNodeController(Controller):
 
     def cancel(self, invite_id: InviteId) -> None:
         """Cancel an invite opened here; the outcome arrives as ``invite_updated``."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
+        if self._tasks.spawn_if_running(self._cancel(invite_id), name="cancel") is None:
             # A dialog closed while the app shuts down, after the loop stopped: the broker's
             # own five-minute expiry ends the invite.
             log.info("invite %s left to expire: no event loop to cancel it", invite_id)
-            return
-        self._tasks.spawn(self._cancel(invite_id), name="cancel")
 
     # Calls -----------------------------------------------------------------------------------
 

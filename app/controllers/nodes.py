@@ -96,11 +96,8 @@ class NodesController(Controller):
         """Read ``nodeinfo:get`` unless a read is already under way (the next push catches up)."""
         if self._info_read is not None and not self._info_read.done():
             return
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:  # a discovery signal delivered while no loop runs (app exit)
-            return
-        self._info_read = self._tasks.spawn(self._fetch_self_info(), name="nodeinfo")
+        # None for a discovery signal delivered while no loop runs (app exit)
+        self._info_read = self._tasks.spawn_if_running(self._fetch_self_info(), name="nodeinfo")
 
     async def _fetch_self_info(self) -> None:
         try:

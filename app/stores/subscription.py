@@ -83,11 +83,8 @@ class NumberedSubscription(Generic[P, S, E]):
     def start(self) -> None:
         """Subscribe (again): cancel a running subscribe, read the snapshot, then catch up."""
         self.reset()
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:  # a session signal after the event loop stopped (app exit)
-            return
-        self._task = self._tasks.spawn(self._subscribe(), name=self.method.name)
+        # None for a session signal after the event loop stopped (app exit)
+        self._task = self._tasks.spawn_if_running(self._subscribe(), name=self.method.name)
 
     def reset(self) -> None:
         """Cancel a running subscribe and forget the stream (the session ended)."""

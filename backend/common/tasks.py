@@ -39,12 +39,10 @@ class TaskSet:
         event while the asyncio loop is stopped, as at the app's exit) ``coro`` is closed and
         None returned, for the caller to try again with the next event."""
         try:
-            asyncio.get_running_loop()
+            return self.spawn(coro, name=name)
         except RuntimeError:
-            coro.close()
             log.debug("%s: %s not started: no running event loop", self._owner, name)
             return None
-        return self.spawn(coro, name=name)
 
     def __len__(self) -> int:
         return len(self._tasks)

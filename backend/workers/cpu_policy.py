@@ -5,14 +5,13 @@ The proxy worker sleeps between chunks and is woken by each one the engine write
 normal policy a woken task that has slept a lot preempts the task running on that core, which
 on a machine where the engine and the clients share the cores is often the engine itself, in
 the middle of writing the next tokens: the two ping-pong, one chunk per wake-up. With the
-Ollama emulator at 100 concurrent streams on two cores (context switches from ``/proc``, as
-``bench/worker_variants.py`` counts them), the worker slept and was woken 2.2 times per stream
-and the emulator was preempted 2.1 times. A batch task is not allowed to preempt when it wakes
-(it still gets its full share of the CPU, at the same weight), so the worker runs when a core
-frees up and finds several chunks waiting: 0.2 wake-ups and 0.07 preemptions per stream, a
-fifth less CPU per stream in the worker, and more streams per second. When a core is idle the
-worker is placed on it at once, so a lone stream's chunks are not held back (its latency at
-one stream at a time did not grow).
+Ollama emulator at 100 concurrent streams on two cores (``bench/worker_variants.py``, which
+counts context switches), the worker was woken 1.96 times per stream and the emulator
+preempted 1.69 times. A batch task is not allowed to preempt when it wakes (it still gets its
+full share of the CPU, at the same weight), so the worker runs when a core frees up and finds
+several chunks waiting: 0.21 wake-ups and 0.05 preemptions per stream, 0.195 ms of worker CPU
+per stream instead of 0.228, and more streams per second. When a core is idle the worker is
+placed on it at once, so a lone stream's chunks are not held back.
 
 ``PAIR_CPU_POLICY=normal`` keeps the normal policy (to compare: ``bench/worker_variants.py``);
 other systems have no such policy and are left as they are.
