@@ -8,13 +8,20 @@ carries the models its inventory lists; only those nodes are eligible.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
 import msgspec
 
-from backend.protocol.types import Wire
+from backend.protocol.types import EngineName, Wire
 
 Door = Literal["ollama", "openai", "llamacpp"]
+# Which engine's models each front door serves (the broker's table and the worker agree on it).
+DOOR_ENGINES: Mapping[Door, EngineName] = {
+    "ollama": EngineName("ollama"),
+    "openai": EngineName("lmstudio"),
+    "llamacpp": EngineName("llamacpp"),
+}
 DOORS: tuple[Door, ...] = ("ollama", "openai", "llamacpp")
 TargetKind = Literal["local", "peer", "engine"]
 # How the front door ranks the owners of a model (docs/PLACEMENT.md). ``round_robin`` is a

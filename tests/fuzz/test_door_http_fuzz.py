@@ -17,10 +17,10 @@ from hypothesis import given
 
 from backend.core.clock import SystemClock
 from backend.protocol.proxy import Door, ProxyTargets, RouteTarget
-from backend.workers.proxy.app import DoorContext, build_app
-from backend.workers.proxy.dispatch import RetryPolicy, Router
-from backend.workers.proxy.jobs import JobLog
-from backend.workers.proxy.relay import RelayBoard
+from backend.workers.proxy.doors.app import DoorContext, build_app
+from backend.workers.proxy.routing.dispatch import RetryPolicy, Router
+from backend.workers.proxy.channels.jobs import JobLog
+from backend.workers.proxy.relay.serving import RelayBoard
 from tests.fuzz import strategies as fuzz
 from tests.fuzz.budget import HTTP_EXAMPLES, fuzz_settings, measured, timeout_for
 from tests.fuzz.test_door_parsing_fuzz import PATHS, make_body

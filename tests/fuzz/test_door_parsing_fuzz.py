@@ -12,14 +12,14 @@ import msgspec
 import pytest
 from hypothesis import given
 
-from backend.workers.proxy import naming
-from backend.workers.proxy.sessions import (
+from backend.workers.proxy.routing import naming
+from backend.workers.proxy.scheduler.sessions import (
     MAX_SESSION_CHARS,
     SESSION_HEADER,
     pin_slot,
     session_of,
 )
-from backend.workers.proxy.wire import (
+from backend.workers.proxy.doors.wire import (
     BadRequest,
     dialect_for,
     error_body,

@@ -1,7 +1,8 @@
-"""Which engine's models each front door serves, shared by the broker's table and the worker.
+"""The broker's side of the doors: which door an engine's models go to, and the settings that
+move a door.
 
-The routing table itself is a wire payload (``backend.protocol.proxy``): the broker builds it
-(``table.py``) and the worker routes by it.
+The door-to-engine map and the routing table itself are wire facts (``backend.protocol.proxy``):
+the broker builds the table (``table.py``) and the worker routes by it.
 """
 
 from __future__ import annotations
@@ -10,14 +11,10 @@ from collections.abc import Mapping
 
 # The broker's settings default for the proxy timeouts is the table's own default.
 from backend.protocol.proxy import DEFAULT_TIMEOUT_S as DEFAULT_TIMEOUT_S
+from backend.protocol.proxy import DOOR_ENGINES as DOOR_ENGINES
 from backend.protocol.proxy import Door
-from backend.protocol.types import EngineName, SettingValue
+from backend.protocol.types import SettingValue
 
-DOOR_ENGINES: Mapping[Door, EngineName] = {
-    "ollama": EngineName("ollama"),
-    "openai": EngineName("lmstudio"),
-    "llamacpp": EngineName("llamacpp"),
-}
 ENGINE_DOORS: Mapping[str, Door] = {engine: door for door, engine in DOOR_ENGINES.items()}
 # The settings that move a door at run time (0: the port the node was started with).
 DOOR_PORT_SETTINGS: Mapping[str, Door] = {

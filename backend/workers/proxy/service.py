@@ -35,19 +35,19 @@ from backend.protocol.worker_methods import (
     PROXY_SCHEDULER,
     PROXY_TARGETS,
 )
-from backend.workers.proxy.app import build_app
-from backend.workers.proxy.attempt import SentRequest
+from backend.workers.proxy.doors.app import build_app
+from backend.workers.proxy.upstream.attempt import SentRequest
 from backend.workers.proxy.context import DoorContext
-from backend.workers.proxy.custody import Custody, Primed
-from backend.workers.proxy.dispatch import RetryPolicy, Router
-from backend.workers.proxy.handover import open_channel, receive_door
-from backend.workers.proxy.jobs import FLUSH_S as JOB_FLUSH_S
-from backend.workers.proxy.jobs import JobLog
-from backend.workers.proxy.peer_tls import PeerTls, credentials_from
-from backend.workers.proxy.relay import PeerStarted, RelayBoard
-from backend.workers.proxy.relay_app import build_relay_app
-from backend.workers.proxy.retry import RandomSource
-from backend.workers.proxy.scheduler import Ticket
+from backend.workers.proxy.channels.custody import Custody, Primed
+from backend.workers.proxy.routing.dispatch import RetryPolicy, Router
+from backend.workers.proxy.channels.handover import open_channel, receive_door
+from backend.workers.proxy.channels.jobs import FLUSH_S as JOB_FLUSH_S
+from backend.workers.proxy.channels.jobs import JobLog
+from backend.workers.proxy.relay.peer_tls import PeerTls, credentials_from
+from backend.workers.proxy.relay.serving import PeerStarted, RelayBoard
+from backend.workers.proxy.relay.app import build_relay_app
+from backend.workers.proxy.routing.retry import RandomSource
+from backend.workers.proxy.scheduler.engine_scheduler import Ticket
 
 log = logging.getLogger(__name__)
 

@@ -12,10 +12,10 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from backend.core.clock import SystemClock
 from backend.protocol.proxy import ProxyTargets, RouteTarget
-from backend.workers.proxy.app import DoorContext, build_app
-from backend.workers.proxy.dispatch import Router
-from backend.workers.proxy.jobs import JobLog
-from backend.workers.proxy.relay import RelayBoard
+from backend.workers.proxy.doors.app import DoorContext, build_app
+from backend.workers.proxy.routing.dispatch import Router
+from backend.workers.proxy.channels.jobs import JobLog
+from backend.workers.proxy.relay.serving import RelayBoard
 from tests.integration.proxy.scripted import ScriptedEngine, start_engine
 
 Door = TestClient[web.Request, web.Application]

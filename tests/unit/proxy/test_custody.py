@@ -17,9 +17,9 @@ from backend.core.fd_channel import FdChannel, channel_pair
 from backend.protocol import custody
 from backend.protocol.custody import Held, Released
 from backend.protocol.types import JobEvent
-from backend.workers.proxy.custody import Custody, Primed, raw_request
-from backend.workers.proxy.jobs import JobLog
-from backend.workers.proxy.scheduler import EngineScheduler, Ticket
+from backend.workers.proxy.channels.custody import Custody, Primed, raw_request
+from backend.workers.proxy.channels.jobs import JobLog
+from backend.workers.proxy.scheduler.engine_scheduler import EngineScheduler, Ticket
 from tests.unit.proxy.test_scheduler import FakeEngine, make, pinned, settle
 
 pytestmark = pytest.mark.skipif(channel_pair() is None, reason="no descriptor passing here")

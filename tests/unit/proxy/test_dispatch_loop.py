@@ -19,13 +19,13 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from backend.protocol.proxy import AwayModels, ProxyTargets, RouteTarget, TargetKind
 from backend.protocol.types import JobEvent
-from backend.workers.proxy.app import build_app
-from backend.workers.proxy.attempt import Commit, Failure, SentRequest
+from backend.workers.proxy.doors.app import build_app
+from backend.workers.proxy.upstream.attempt import Commit, Failure, SentRequest
 from backend.workers.proxy.context import DoorContext
-from backend.workers.proxy.departures import Departures, Gone, unless_gone
-from backend.workers.proxy.dispatch import RetryPolicy, Router
-from backend.workers.proxy.jobs import JobLog
-from backend.workers.proxy.relay import RelayBoard
+from backend.workers.proxy.routing.departures import Departures, Gone, unless_gone
+from backend.workers.proxy.routing.dispatch import RetryPolicy, Router
+from backend.workers.proxy.channels.jobs import JobLog
+from backend.workers.proxy.relay.serving import RelayBoard
 from tests.fakes import FakeClock
 from tests.support.ports import refusing_port
 

@@ -12,11 +12,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
 
 from backend.protocol.proxy import Door, ProxyTargets, RouteTarget
-from backend.workers.proxy import app as door_app
-from backend.workers.proxy.app import CONTEXT_KEY, DoorContext, build_app, gate
-from backend.workers.proxy.dispatch import RetryPolicy, Router
-from backend.workers.proxy.jobs import JobLog
-from backend.workers.proxy.relay import RelayBoard
+from backend.workers.proxy.doors import app as door_app
+from backend.workers.proxy.doors.app import CONTEXT_KEY, DoorContext, build_app, gate
+from backend.workers.proxy.routing.dispatch import RetryPolicy, Router
+from backend.workers.proxy.channels.jobs import JobLog
+from backend.workers.proxy.relay.serving import RelayBoard
 from tests.fakes import FakeClock
 
 # Nothing listens here: a request that reaches "the engine" fails with 502.

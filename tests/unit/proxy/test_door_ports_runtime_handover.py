@@ -16,7 +16,7 @@ from backend.components.proxy.listeners import (
     send_door,
 )
 from backend.protocol import errors
-from backend.workers.proxy.handover import open_channel, receive_door
+from backend.workers.proxy.channels.handover import open_channel, receive_door
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 from yarl import URL
 
-from backend.workers.proxy.engine_client import (
+from backend.workers.proxy.upstream.engine_client import (
     EngineClient,
     EngineConnectionError,
     StaleConnection,

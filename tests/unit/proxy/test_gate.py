@@ -15,12 +15,12 @@ from multidict import CIMultiDict
 
 from backend.components.apikeys.secret import hash_secret, new_secret
 from backend.protocol.proxy import ProxyTargets
-from backend.workers.proxy.app import CONTEXT_KEY, build_app, gate
-from backend.workers.proxy.attempt import Failure, Timeouts, on_this_computer, precommit
+from backend.workers.proxy.doors.app import CONTEXT_KEY, build_app, gate
+from backend.workers.proxy.upstream.attempt import Failure, Timeouts, on_this_computer, precommit
 from backend.workers.proxy.context import DoorContext
-from backend.workers.proxy.dispatch import Router
-from backend.workers.proxy.forward import LAN_CLIENT_KEY, request_headers, without_credentials
-from backend.workers.proxy.gate import (
+from backend.workers.proxy.routing.dispatch import Router
+from backend.workers.proxy.upstream.forward import LAN_CLIENT_KEY, request_headers, without_credentials
+from backend.workers.proxy.doors.gate import (
     KEY_INVALID,
     KEY_MISSING,
     LAN_ACCESS_OFF,
@@ -32,8 +32,8 @@ from backend.workers.proxy.gate import (
     peer_allowed,
     refusal,
 )
-from backend.workers.proxy.jobs import JobLog
-from backend.workers.proxy.relay import RelayBoard
+from backend.workers.proxy.channels.jobs import JobLog
+from backend.workers.proxy.relay.serving import RelayBoard
 from tests.fakes import FakeClock
 
 SECRET = new_secret()

@@ -12,7 +12,7 @@ from backend.components.workloads.component import parse_report
 from backend.components.workloads.state import Job as WorkloadJob
 from backend.components.workloads.state import apply_in_order
 from backend.protocol.types import JobEvent, JobEvents, NodeId
-from backend.workers.proxy.jobs import Job, JobLog
+from backend.workers.proxy.channels.jobs import Job, JobLog
 
 
 class _Sent:

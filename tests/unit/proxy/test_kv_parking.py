@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from backend.protocol.proxy import PARKED_PREFIX, PARKED_SUFFIX
-from backend.workers.proxy.kv_parking import Parking, parked_name
+from backend.workers.proxy.scheduler.kv_parking import Parking, parked_name
 
 
 def test_a_sessions_file_name_is_stable_private_and_ours() -> None:

@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from backend.components.proxy.targets import DOOR_ENGINES
+from backend.protocol.proxy import DOOR_ENGINES
 from backend.devtools.emulators.generation import TimingModel
 from backend.devtools.emulators.lmstudio import build_lmstudio_app
 from backend.devtools.emulators.lmstudio_state import LmStudioConfig
@@ -22,13 +22,13 @@ from backend.devtools.emulators.ollama import build_ollama_app
 from backend.devtools.emulators.ollama_state import OllamaConfig
 from backend.devtools.emulators.server import EmulatorServer
 from backend.protocol.proxy import Door, ProxyTargets, RouteTarget, TargetKind
-from backend.workers.proxy import listing
+from backend.workers.proxy.doors import listing
 from backend.workers.proxy.context import DoorContext
-from backend.workers.proxy.dispatch import Router
-from backend.workers.proxy.jobs import JobLog
-from backend.workers.proxy.listing import federated_list
-from backend.workers.proxy.relay import RelayBoard
-from backend.workers.proxy.routing import RELAY_PREFIX
+from backend.workers.proxy.routing.dispatch import Router
+from backend.workers.proxy.channels.jobs import JobLog
+from backend.workers.proxy.doors.listing import federated_list
+from backend.workers.proxy.relay.serving import RelayBoard
+from backend.workers.proxy.routing.candidates import RELAY_PREFIX
 from tests.fakes import FakeClock
 
 DoorClient = TestClient[web.Request, web.Application]

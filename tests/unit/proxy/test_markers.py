@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from backend.workers.proxy.markers import LINE_CAP, EndMarker
+from backend.workers.proxy.upstream.markers import LINE_CAP, EndMarker
 
 NDJSON = "application/x-ndjson"
 SSE = "text/event-stream; charset=utf-8"

@@ -17,8 +17,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from backend.workers.proxy import dispatch, jobs, scheduler
-from backend.workers.proxy.jobs import JobLog
+from backend.workers.proxy.channels import jobs
+from backend.workers.proxy.routing import dispatch
+from backend.workers.proxy.scheduler import engine_scheduler as scheduler
+from backend.workers.proxy.channels.jobs import JobLog
 from tests.integration.proxy.scripted import ScriptedEngine
 from tests.unit.proxy.scripted_door import Door, scripted_door
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from backend.workers.proxy.stream import openai_error_body
+from backend.workers.proxy.upstream.stream import openai_error_body
 
 
 def test_a_flat_error_string_becomes_an_openai_error_object() -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from backend.protocol.proxy import GpuSample, ProxyTargets, RouteTarget
-from backend.workers.proxy.placement import pair, reference
-from backend.workers.proxy.placement.inputs import NEUTRAL_PRESSURE, Candidate, Pace
-from backend.workers.proxy.placement.placer import SAMPLE_EVERY_S, Placer, resident, slots_for
+from backend.workers.proxy.routing.placement import pair, reference
+from backend.workers.proxy.routing.placement.inputs import NEUTRAL_PRESSURE, Candidate, Pace
+from backend.workers.proxy.routing.placement.placer import SAMPLE_EVERY_S, Placer, resident, slots_for
 from tests.fakes import FakeClock
 
 FAST, MID, SLOW = "fast", "mid", "slow"

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from backend.workers.proxy.placement.measure import ALPHA, OutputMeter, SpeedBook
+from backend.workers.proxy.routing.placement.measure import ALPHA, OutputMeter, SpeedBook
 
 
 def test_ndjson_records_are_counted_and_timed_across_chunk_boundaries() -> None:

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from backend.workers.proxy import naming, retry
-from backend.workers.proxy.routing import NodeLoad, Reservations, eligible, order
+from backend.workers.proxy.routing import naming, retry
+from backend.workers.proxy.routing.candidates import NodeLoad, Reservations, eligible, order
 
 
 @pytest.mark.parametrize(

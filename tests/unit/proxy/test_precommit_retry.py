@@ -19,8 +19,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import aiohttp
 import pytest
 
-from backend.workers.proxy.attempt import Commit, Failure, SentRequest, Timeouts, precommit
-from backend.workers.proxy.engine_client import EngineClient
+from backend.workers.proxy.upstream.attempt import Commit, Failure, SentRequest, Timeouts, precommit
+from backend.workers.proxy.upstream.engine_client import EngineClient
 
 ANSWER = (
     b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 13\r\n\r\n{"done":true}'

@@ -27,13 +27,13 @@ from backend.devtools.emulators.ollama_state import OllamaConfig
 from backend.devtools.emulators.server import EmulatorServer
 from backend.protocol.proxy import ProxyIdentity, ProxyTargets, RouteTarget
 from backend.protocol.types import JobEvent, NodeId
-from backend.workers.proxy.app import build_app
+from backend.workers.proxy.doors.app import build_app
 from backend.workers.proxy.context import DoorContext
-from backend.workers.proxy.dispatch import Router
-from backend.workers.proxy.jobs import JobLog
-from backend.workers.proxy.peer_tls import NoIdentity, PeerTls, credentials_from
-from backend.workers.proxy.relay import REFUSED_HEADER, RelayBoard
-from backend.workers.proxy.relay_app import build_relay_app
+from backend.workers.proxy.routing.dispatch import Router
+from backend.workers.proxy.channels.jobs import JobLog
+from backend.workers.proxy.relay.peer_tls import NoIdentity, PeerTls, credentials_from
+from backend.workers.proxy.relay.serving import REFUSED_HEADER, RelayBoard
+from backend.workers.proxy.relay.app import build_relay_app
 from tests.fakes import FakeClock
 
 QUICK = TimingModel(load_delay=0.01, token_delay=0.002)

@@ -11,7 +11,7 @@ import asyncio
 
 import pytest
 
-from backend.workers.proxy.scheduler import (
+from backend.workers.proxy.scheduler.engine_scheduler import (
     EngineScheduler,
     EngineShape,
     LoadFailed,

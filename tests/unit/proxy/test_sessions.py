@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from backend.workers.proxy.engine_access import idle_slots
-from backend.workers.proxy.routing import AFFINITY_CREDIT, Affinity, NodeLoad, Reservations
-from backend.workers.proxy.scheduler import SlotSample
-from backend.workers.proxy.sessions import SESSION_HEADER, pin_slot, session_of
+from backend.workers.proxy.scheduler.engine_access import idle_slots
+from backend.workers.proxy.routing.candidates import AFFINITY_CREDIT, Affinity, NodeLoad, Reservations
+from backend.workers.proxy.scheduler.engine_scheduler import SlotSample
+from backend.workers.proxy.scheduler.sessions import SESSION_HEADER, pin_slot, session_of
 
 
 def _body(**fields: object) -> bytes:

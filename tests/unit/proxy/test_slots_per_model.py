@@ -29,8 +29,8 @@ from backend.components.proxy.component import local_engines
 from backend.components.proxy.table import LocalEngine, build_table
 from backend.devtools.emulators.lmstudio import build_lmstudio_app
 from backend.devtools.emulators.lmstudio_state import LmStudioConfig
-from backend.workers.proxy.dispatch import shape_of
-from backend.workers.proxy.scheduler import EngineScheduler, SlotSample, Ticket
+from backend.workers.proxy.routing.dispatch import shape_of
+from backend.workers.proxy.scheduler.engine_scheduler import EngineScheduler, SlotSample, Ticket
 from tests.fakes import FakeClock, RecordingErrors
 from tests.unit.components.engine_fakes import (
     ControllerRig,

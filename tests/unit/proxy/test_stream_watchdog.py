@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from backend.workers.proxy import watchdog as watchdog_module
-from backend.workers.proxy.watchdog import Watchdog
+from backend.workers.proxy.upstream import watchdog as watchdog_module
+from backend.workers.proxy.upstream.watchdog import Watchdog
 
 
 async def _waits(steps: list[tuple[str, float, float]]) -> str | None:

@@ -19,7 +19,7 @@ from aiohttp import web
 
 from backend.protocol.proxy import RouteTarget
 from backend.protocol.types import JobKey
-from backend.workers.proxy.peer_tls import PeerTls
+from backend.workers.proxy.relay.peer_tls import PeerTls
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from backend.core.fd_channel import FdChannel
 from backend.protocol import custody
 from backend.protocol.custody import Held, Released
 from backend.protocol.proxy import Door
-from backend.workers.proxy.jobs import Job
+from backend.workers.proxy.channels.jobs import Job
 
 log = logging.getLogger(__name__)
 

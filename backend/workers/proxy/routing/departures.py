@@ -13,7 +13,7 @@ from collections.abc import Callable, Container, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from backend.workers.proxy.attempt import Commit, Failure
+from backend.workers.proxy.upstream.attempt import Commit, Failure
 
 
 class Gone:

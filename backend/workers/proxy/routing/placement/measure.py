@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from backend.workers.proxy.placement.inputs import NodeId, Pace
+from backend.workers.proxy.routing.placement.inputs import NodeId, Pace
 
 ALPHA = 0.3
 CAPACITY = 4_096

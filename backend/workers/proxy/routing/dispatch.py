@@ -25,27 +25,27 @@ import msgspec
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from backend.components.proxy.targets import DOOR_ENGINES
+from backend.protocol.proxy import DOOR_ENGINES
 from backend.core.clock import Clock
 from backend.protocol.proxy import Door, ProxyTargets, RouteTarget
 from backend.protocol.types import JobKey, NodeId
-from backend.workers.proxy.attempt import Commit, Failure, Timeouts, precommit
-from backend.workers.proxy.custody import Custody
-from backend.workers.proxy.departures import Departures, unless_gone
-from backend.workers.proxy.engine_access import LoadModel, LocalEngineAccess
-from backend.workers.proxy.engine_client import EngineClient
-from backend.workers.proxy.errors import ErrorReply
-from backend.workers.proxy.forward import request_headers
-from backend.workers.proxy.jobs import Job, JobLog
-from backend.workers.proxy.missing import missing_model
-from backend.workers.proxy.naming import normalize
-from backend.workers.proxy.peer_tls import NoIdentity, PeerTls
-from backend.workers.proxy.placement.inputs import Candidate
-from backend.workers.proxy.placement.measure import OutputMeter
-from backend.workers.proxy.placement.placer import Placed, Placer
-from backend.workers.proxy.relay import REFUSED_HEADER
-from backend.workers.proxy.retry import BACKOFF_S, Budget, RandomSource
-from backend.workers.proxy.routing import (
+from backend.workers.proxy.upstream.attempt import Commit, Failure, Timeouts, precommit
+from backend.workers.proxy.channels.custody import Custody
+from backend.workers.proxy.routing.departures import Departures, unless_gone
+from backend.workers.proxy.scheduler.engine_access import LoadModel, LocalEngineAccess
+from backend.workers.proxy.upstream.engine_client import EngineClient
+from backend.workers.proxy.doors.errors import ErrorReply
+from backend.workers.proxy.upstream.forward import request_headers
+from backend.workers.proxy.channels.jobs import Job, JobLog
+from backend.workers.proxy.doors.missing import missing_model
+from backend.workers.proxy.routing.naming import normalize
+from backend.workers.proxy.relay.peer_tls import NoIdentity, PeerTls
+from backend.workers.proxy.routing.placement.inputs import Candidate
+from backend.workers.proxy.routing.placement.measure import OutputMeter
+from backend.workers.proxy.routing.placement.placer import Placed, Placer
+from backend.workers.proxy.relay.serving import REFUSED_HEADER
+from backend.workers.proxy.routing.retry import BACKOFF_S, Budget, RandomSource
+from backend.workers.proxy.routing.candidates import (
     Affinity,
     NodeLoad,
     Reservations,
@@ -54,10 +54,10 @@ from backend.workers.proxy.routing import (
     owners,
     upstream_url,
 )
-from backend.workers.proxy.scheduler import EngineScheduler, EngineShape, LoadFailed, Ticket
-from backend.workers.proxy.sessions import pin_slot, session_of
-from backend.workers.proxy.stream import openai_error_body, stream_commit
-from backend.workers.proxy.wire import dialect_for
+from backend.workers.proxy.scheduler.engine_scheduler import EngineScheduler, EngineShape, LoadFailed, Ticket
+from backend.workers.proxy.scheduler.sessions import pin_slot, session_of
+from backend.workers.proxy.upstream.stream import openai_error_body, stream_commit
+from backend.workers.proxy.doors.wire import dialect_for
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from backend.workers.proxy.upstream import Upstream
+from backend.workers.proxy.upstream.answer import Upstream
 
 PROXY_MS_HEADER = "X-PAIR-Proxy-Ms"
 STARTED_KEY = web.RequestKey("pair_started", float)

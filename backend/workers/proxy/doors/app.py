@@ -19,9 +19,9 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from backend.protocol.proxy import AwayModels, RouteTarget
 from backend.workers.proxy.context import CONTEXT_KEY, DoorContext
-from backend.workers.proxy.dispatch import Admission
-from backend.workers.proxy.errors import ErrorReply
-from backend.workers.proxy.forward import (
+from backend.workers.proxy.routing.dispatch import Admission
+from backend.workers.proxy.doors.errors import ErrorReply
+from backend.workers.proxy.upstream.forward import (
     LAN_CLIENT_KEY,
     PROXY_MS_HEADER,
     STARTED_KEY,
@@ -32,12 +32,12 @@ from backend.workers.proxy.forward import (
     forward,
     json_answer,
 )
-from backend.workers.proxy.gate import Refusal, peer_allowed, refusal
-from backend.workers.proxy.listing import federated_list, federated_model
-from backend.workers.proxy.missing import missing_model
-from backend.workers.proxy.peer_tls import NoIdentity
-from backend.workers.proxy.routing import away_owner, owners, targets_for, upstream_url
-from backend.workers.proxy.wire import (
+from backend.workers.proxy.doors.gate import Refusal, peer_allowed, refusal
+from backend.workers.proxy.doors.listing import federated_list, federated_model
+from backend.workers.proxy.doors.missing import missing_model
+from backend.workers.proxy.relay.peer_tls import NoIdentity
+from backend.workers.proxy.routing.candidates import away_owner, owners, targets_for, upstream_url
+from backend.workers.proxy.doors.wire import (
     MAX_BODY_BYTES,
     BadRequest,
     read_model,

@@ -5,9 +5,9 @@ from __future__ import annotations
 from aiohttp import web
 
 from backend.protocol.proxy import Door, ProxyTargets
-from backend.workers.proxy.errors import ErrorReply
-from backend.workers.proxy.routing import targets_for
-from backend.workers.proxy.wire import dialect_for, unknown_model_body
+from backend.workers.proxy.doors.errors import ErrorReply
+from backend.workers.proxy.routing.candidates import targets_for
+from backend.workers.proxy.doors.wire import dialect_for, unknown_model_body
 
 
 def missing_model(targets: ProxyTargets, door: Door, model: str, path: str) -> web.Response:

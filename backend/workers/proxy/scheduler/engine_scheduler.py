@@ -30,8 +30,8 @@ from backend.protocol.types import (
     ModelQueue,
     SchedulerState,
 )
-from backend.workers.proxy.kv_parking import Parking, parked_name
-from backend.workers.proxy.slot_book import SlotBook
+from backend.workers.proxy.scheduler.kv_parking import Parking, parked_name
+from backend.workers.proxy.scheduler.slot_book import SlotBook
 
 log = logging.getLogger(__name__)
 

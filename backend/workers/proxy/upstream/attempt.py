@@ -25,16 +25,16 @@ from aiohttp.connector import Connection
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from backend.workers.proxy.engine_client import (
+from backend.workers.proxy.upstream.engine_client import (
     CONNECT_TIMEOUT_S,
     EngineClient,
     EngineConnectionError,
     StaleConnection,
 )
-from backend.workers.proxy.forward import without_credentials
-from backend.workers.proxy.retry import retryable_status
-from backend.workers.proxy.upstream import Upstream
-from backend.workers.proxy.watchdog import Watchdog
+from backend.workers.proxy.upstream.forward import without_credentials
+from backend.workers.proxy.routing.retry import retryable_status
+from backend.workers.proxy.upstream.answer import Upstream
+from backend.workers.proxy.upstream.watchdog import Watchdog
 
 FAILURE_BODY_LIMIT = 64 * 1024
 _HEADERS, _FIRST_CONTENT = "headers", "first content"

@@ -14,10 +14,10 @@ import msgspec
 
 from backend.core.clock import Clock
 from backend.protocol.proxy import PlacementPolicy, ProxyTargets, RouteTarget
-from backend.workers.proxy.naming import normalize, same_model
-from backend.workers.proxy.placement import pair, reference
-from backend.workers.proxy.placement.inputs import Candidate, NodeId
-from backend.workers.proxy.placement.measure import OutputMeter, SpeedBook
+from backend.workers.proxy.routing.naming import normalize, same_model
+from backend.workers.proxy.routing.placement import pair, reference
+from backend.workers.proxy.routing.placement.inputs import Candidate, NodeId
+from backend.workers.proxy.routing.placement.measure import OutputMeter, SpeedBook
 
 # What a (node, model) teaches is a moving average: one dispatch per this many seconds is
 # sampled (its first byte, its generation), the others are only placed. Sampling every request

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from backend.workers.proxy.wire import dialect_for, error_body
+from backend.workers.proxy.doors.wire import dialect_for, error_body
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from backend.protocol.proxy import GpuSample
-from backend.workers.proxy.placement.inputs import NEUTRAL_PRESSURE, Candidate, NodeId
+from backend.workers.proxy.routing.placement.inputs import NEUTRAL_PRESSURE, Candidate, NodeId
 
 ALPHA = 0.35
 STALE_S = 10.0

@@ -14,9 +14,9 @@ from collections import OrderedDict
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from backend.components.proxy.targets import DOOR_ENGINES
+from backend.protocol.proxy import DOOR_ENGINES
 from backend.protocol.proxy import AwayModels, Door, ProxyTargets, RouteTarget
-from backend.workers.proxy.naming import has_model
+from backend.workers.proxy.routing.naming import has_model
 
 NodeId = str
 # A peer's relay listener serves requests under this prefix and the door's name with its own

@@ -1,0 +1,1 @@
+"""The relay: paired computers' requests served by this node's engines, over pinned mutual TLS."""
