@@ -1,7 +1,7 @@
-"""Fakes for engine controller tests: a manual clock, engine processes that exit when told,
-the ports, answers and spawns a controller sees through its drivers (no subprocesses), launch
-settings, metadata-only GGUF files, a daemon driven by start and stop commands and a controller
-rigged over all of them."""
+"""Fakes for engine controller tests: a clock the test advances, engine processes that exit
+when told, the ports, answers and spawns a controller sees through its drivers (no
+subprocesses), launch settings, metadata-only GGUF files, a daemon driven by start and stop
+commands and a controller rigged over all of them."""
 
 from __future__ import annotations
 
@@ -29,37 +29,20 @@ from backend.components.engines.manifest import (
 from backend.components.engines.process import EngineLog
 from backend.components.engines.runner import EngineDrivers
 from backend.protocol.types import EngineName, EngineStatus
-from tests.fakes import RecordingErrors
+from tests.fakes import FakeClock, RecordingErrors
 
 T0 = 1000.0
 T = TypeVar("T")
 
 
-class ManualClock:
-    """Time moves only when the test advances it; sleepers wake when their time has come."""
+def manual_clock() -> FakeClock:
+    """The engine tests' clock: it starts at ``T0`` and sleepers wait until the test advances
+    it."""
+    return FakeClock(T0, on_sleep="wait")
 
-    def __init__(self, start: float = T0) -> None:
-        self.now = start
-        self._sleepers: list[tuple[float, asyncio.Future[None]]] = []
 
-    def monotonic(self) -> float:
-        return self.now
-
-    def wall(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        wake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._sleepers.append((self.now + seconds, wake))
-        await wake
-
-    async def advance(self, seconds: float) -> None:
-        self.now += seconds
-        for due, wake in self._sleepers:
-            if due <= self.now and not wake.done():
-                wake.set_result(None)
-        self._sleepers = [(due, wake) for due, wake in self._sleepers if not wake.done()]
-        await settle()
+# The name tests elsewhere still import.
+ManualClock = manual_clock
 
 
 class FakeProcess:
@@ -153,12 +136,6 @@ class FakeWorld:
         return CommandResult(argv, 0)
 
 
-async def settle() -> None:
-    """Let every ready task run until it waits for something the test controls."""
-    for _ in range(20):
-        await asyncio.sleep(0)
-
-
 def write_gguf(path: Path, *, architecture: str = "llama", context_length: int = 2048) -> Path:
     """A metadata-only GGUF file (no tensors): enough for the model store to list it."""
     import gguf
@@ -201,7 +178,7 @@ class ControllerRig:
 
     controller: EngineController
     world: FakeWorld
-    clock: ManualClock
+    clock: FakeClock
     errors: RecordingErrors
     pushed: list[EngineStatus] = field(default_factory=list)
 
@@ -217,7 +194,7 @@ def rig(
     world = world if world is not None else FakeWorld()
     pushed: list[EngineStatus] = []
     recording = RecordingErrors()
-    clock = ManualClock()
+    clock = manual_clock()
 
     async def ignore(*_: object) -> None:
         return None
@@ -290,7 +267,7 @@ class FakeDaemonWorld(FakeWorld):
         return CommandResult(argv, 0)
 
 
-async def drive(clock: ManualClock, work: Awaitable[T], *, step: float = 0.5) -> T:
+async def drive(clock: FakeClock, work: Awaitable[T], *, step: float = 0.5) -> T:
     """Await ``work`` while moving ``clock`` on by ``step`` whenever it waits (at most 10 000
     steps), for work that polls on the fake clock."""
     task = asyncio.ensure_future(work)

@@ -21,8 +21,8 @@ from tests.fakes import RecordingErrors
 from tests.unit.components.engine_fakes import (
     ControllerRig,
     FakeWorld,
-    ManualClock,
     bundled_manifest,
+    manual_clock,
     rig,
 )
 
@@ -90,7 +90,7 @@ async def adopted(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
             data_dir=tmp_path,
             ledger=cast(Any, None),
             errors_sink=RecordingErrors(),
-            clock=ManualClock(),
+            clock=manual_clock(),
             events=cast(Any, events),
         )
         engines.controllers = {name: made.controller}

@@ -35,17 +35,16 @@ from backend.protocol.types import (
     ModelDetails,
     PullProgressed,
 )
-from tests.fakes import RecordingErrors
+from tests.fakes import RecordingErrors, settle
 from tests.support.ports import free_port
 from tests.unit.components.engine_fakes import (
     ControllerRig,
     FakeSettings,
     FakeWorld,
-    ManualClock,
     bundled_manifest,
     eventually,
+    manual_clock,
     rig,
-    settle,
     write_gguf,
 )
 
@@ -142,7 +141,7 @@ async def rigged(tmp_path: Path) -> AsyncIterator[Rigged]:
             data_dir=tmp_path,
             ledger=cast(Any, None),
             errors_sink=RecordingErrors(),
-            clock=ManualClock(),
+            clock=manual_clock(),
             events=cast(Any, events),
             settings=settings,
         )

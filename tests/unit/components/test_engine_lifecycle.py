@@ -43,8 +43,8 @@ from backend.components.engines.manifest import (
 from backend.core.restart_policy import Streak
 from backend.protocol import errors
 from backend.protocol.types import EngineStatus
-from tests.fakes import RecordingErrors
-from tests.unit.components.engine_fakes import T0, FakeWorld, ManualClock, settle
+from tests.fakes import RecordingErrors, settle
+from tests.unit.components.engine_fakes import T0, FakeWorld, manual_clock
 
 BIN = Path("/opt/engine/bin/serve")
 
@@ -310,7 +310,7 @@ class Harness:
 
     def __init__(self, session: aiohttp.ClientSession) -> None:
         self.world = FakeWorld()
-        self.clock = ManualClock()
+        self.clock = manual_clock()
         self.errors = RecordingErrors()
         self.pushed: list[EngineStatus] = []
         self.saved: list[bool] = []

@@ -25,17 +25,16 @@ from backend.components.engines.manifest import Manifest
 from backend.components.nodeinfo.payload import last_engine_models
 from backend.protocol import errors
 from backend.protocol.types import EngineEvent, EngineModelsChanged
-from tests.fakes import RecordingErrors
+from tests.fakes import FakeClock, RecordingErrors, settle
 from tests.unit.components.engine_fakes import (
     ControllerRig,
     FakeDaemonWorld,
     FakeWorld,
-    ManualClock,
     bundled_manifest,
     drive,
     eventually,
+    manual_clock,
     rig,
-    settle,
 )
 
 HEALTH = {"http": "/v1/models", "timeout_s": 5, "interval_s": 10}
@@ -337,7 +336,7 @@ def _component(tmp_path: Path, **controllers: ControllerRig) -> EnginesComponent
         data_dir=tmp_path,
         ledger=cast(Any, None),
         errors_sink=RecordingErrors(),
-        clock=ManualClock(),
+        clock=manual_clock(),
         events=cast(Any, RecordedEvents()),
     )
     engines.controllers = {name: made.controller for name, made in controllers.items()}
@@ -385,7 +384,7 @@ async def test_an_inventory_sweep_over_its_budget_fails_and_peers_keep_the_last_
         await made.controller.detect()
         await made.controller.start()
         engines = _component(tmp_path, ollama=made)
-        clock = cast(ManualClock, engines._clock)
+        clock = cast(FakeClock, engines._clock)
         assert (await engines.models()).by_engine == {"ollama": ["m"]}
         fake.tags, published = ["m", "new"], len(cast(RecordedEvents, engines._events).events)
         fake.held.clear()  # the engine stops answering in time

@@ -30,6 +30,7 @@ from backend.components.engines.model_store import (
 from backend.devtools.tiny_model import write_model
 from backend.protocol import errors
 from backend.protocol.types import EngineName, ModelDetails, PullProgress
+from tests.fakes import FakeClock
 
 ENGINE = EngineName("llamacpp")
 SERVED_CHUNK = 64 * 1024
@@ -52,23 +53,11 @@ def _qwen(path: Path) -> Path:
     return path
 
 
-class FakeClock:
-    """A monotonic clock the test moves; ``step`` is added on every reading."""
-
-    def __init__(self, step: float = 0.0) -> None:
-        self.now = 1000.0
-        self.step = step
-
-    def __call__(self) -> float:
-        self.now += self.step
-        return self.now
-
-
 @dataclass
 class Progress:
     """Collects pull progress (and the fake time each arrived at)."""
 
-    clock: FakeClock
+    clock: FakeClock = field(default_factory=lambda: FakeClock(1000.0))
     events: list[PullProgress] = field(default_factory=list)
     times: list[float] = field(default_factory=list)
 
@@ -250,6 +239,35 @@ class Server:
     started: asyncio.Event
     release: asyncio.Event
 
+    def at(self, file: str) -> str:
+        """The URL of ``file`` on this server."""
+        return f"{self.url}/{file}"
+
+    async def pull(
+        self,
+        store: ModelStore,
+        url: str,
+        name: str = "tiny",
+        *,
+        sha256: str | None = None,
+        progress: Progress | None = None,
+    ) -> StoredModel:
+        """Pull ``url`` into ``store`` as ``name`` over this server's session."""
+        return await store.pull(
+            self.session,
+            url,
+            name,
+            sha256=sha256,
+            progress=progress if progress is not None else Progress(),
+            engine=ENGINE,
+        )
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> ModelStore:
+    """An empty store whose folder a pull makes."""
+    return ModelStore(tmp_path / "models")
+
 
 @pytest.fixture
 async def server(model_bytes: bytes) -> AsyncIterator[Server]:
@@ -328,21 +346,19 @@ def _files(root: Path) -> list[str]:
     return sorted(path.name for path in root.iterdir()) if root.exists() else []
 
 
+def _clock(step: float) -> FakeClock:
+    """A clock read by the store, ``step`` later on every reading."""
+    return FakeClock(1000.0, step=step)
+
+
 async def test_a_pull_stores_the_model_with_progress_and_checksum(
     tmp_path: Path, server: Server, model_bytes: bytes
 ) -> None:
-    clock = FakeClock(step=1.0)  # every reading is a second later: no progress is throttled
+    clock = _clock(1.0)  # every reading is a second later: no progress is throttled
     progress = Progress(clock)
     store = ModelStore(tmp_path / "models", clock=clock)
     checksum = hashlib.sha256(model_bytes).hexdigest().upper()  # case does not matter
-    model = await store.pull(
-        server.session,
-        f"{server.url}/tiny.gguf",
-        "tiny",
-        sha256=checksum,
-        progress=progress,
-        engine=ENGINE,
-    )
+    model = await server.pull(store, server.at("tiny.gguf"), sha256=checksum, progress=progress)
     assert model == store.get("tiny")
     assert model.size == len(model_bytes)
     assert model.details.architecture == "llama"
@@ -376,12 +392,11 @@ async def test_a_pull_stores_the_model_with_progress_and_checksum(
 
 
 async def test_progress_is_throttled_to_ten_a_second(tmp_path: Path, server: Server) -> None:
-    clock = FakeClock(step=PROGRESS_INTERVAL / 4)  # each reading of the clock, a quarter
+    clock = _clock(PROGRESS_INTERVAL / 4)  # each reading of the clock, a quarter
     progress = Progress(clock)
     start = clock.now
-    store = ModelStore(tmp_path, clock=clock)
-    await store.pull(
-        server.session, f"{server.url}/big.gguf", "t", sha256=None, progress=progress, engine=ENGINE
+    await server.pull(
+        ModelStore(tmp_path, clock=clock), server.at("big.gguf"), "t", progress=progress
     )
     times = [
         when
@@ -394,27 +409,19 @@ async def test_progress_is_throttled_to_ten_a_second(tmp_path: Path, server: Ser
     assert min(gaps) >= PROGRESS_INTERVAL - 1e-9
     assert len(times) <= (clock.now - start) / PROGRESS_INTERVAL + 2
 
-    still = FakeClock(step=0.0)  # time stands still: only the first and the last step
+    still = _clock(0.0)  # time stands still: only the first and the last step
     quiet = Progress(still)
-    await ModelStore(tmp_path / "other", clock=still).pull(
-        server.session, f"{server.url}/tiny.gguf", "t", sha256=None, progress=quiet, engine=ENGINE
-    )
+    other = ModelStore(tmp_path / "other", clock=still)
+    await server.pull(other, server.at("tiny.gguf"), "t", progress=quiet)
     assert [step.percent for step in quiet.downloading] == [0.0, 100.0]
 
 
 async def test_without_a_length_percent_is_not_guessed(
     tmp_path: Path, server: Server, model_bytes: bytes
 ) -> None:
-    progress = Progress(FakeClock(step=1.0))
+    progress = Progress(_clock(1.0))
     store = ModelStore(tmp_path, clock=progress.clock)
-    model = await store.pull(
-        server.session,
-        f"{server.url}/chunked.gguf",
-        "tiny",
-        sha256=None,
-        progress=progress,
-        engine=ENGINE,
-    )
+    model = await server.pull(store, server.at("chunked.gguf"), progress=progress)
     assert model.size == len(model_bytes)
     assert progress.downloading
     assert all(step.percent is None and step.total is None for step in progress.downloading)
@@ -423,20 +430,12 @@ async def test_without_a_length_percent_is_not_guessed(
 
 
 async def test_a_checksum_mismatch_keeps_nothing(
-    tmp_path: Path, server: Server, model_bytes: bytes
+    store: ModelStore, server: Server, model_bytes: bytes
 ) -> None:
-    progress = Progress(FakeClock())
-    store = ModelStore(tmp_path / "models")
+    progress = Progress()
     wrong = "ab" * 32
     with pytest.raises(errors.InvalidParams) as caught:
-        await store.pull(
-            server.session,
-            f"{server.url}/tiny.gguf",
-            "tiny",
-            sha256=wrong,
-            progress=progress,
-            engine=ENGINE,
-        )
+        await server.pull(store, server.at("tiny.gguf"), sha256=wrong, progress=progress)
     assert wrong in caught.value.message
     assert hashlib.sha256(model_bytes).hexdigest() in caught.value.message
     assert _files(store.root) == []
@@ -446,91 +445,51 @@ async def test_a_checksum_mismatch_keeps_nothing(
 
 @pytest.mark.parametrize("checksum", ["abc", "g" * 64, "a" * 63, "a" * 65, " " + "a" * 63])
 async def test_a_malformed_checksum_is_refused_before_downloading(
-    tmp_path: Path, server: Server, checksum: str
+    store: ModelStore, server: Server, checksum: str
 ) -> None:
-    progress = Progress(FakeClock())
-    store = ModelStore(tmp_path / "models")
+    progress = Progress()
     with pytest.raises(errors.InvalidParams, match="not a SHA-256"):
-        await store.pull(
-            server.session,
-            f"{server.url}/tiny.gguf",
-            "tiny",
-            sha256=checksum,
-            progress=progress,
-            engine=ENGINE,
-        )
+        await server.pull(store, server.at("tiny.gguf"), sha256=checksum, progress=progress)
     assert server.hits == []
     assert progress.events == []
     assert not store.root.exists()
 
 
 async def test_an_http_error_is_unavailable_and_keeps_nothing(
-    tmp_path: Path, server: Server
+    store: ModelStore, server: Server
 ) -> None:
-    progress = Progress(FakeClock())
-    store = ModelStore(tmp_path / "models")
+    progress = Progress()
     with pytest.raises(errors.Unavailable, match="HTTP 404") as caught:
-        await store.pull(
-            server.session,
-            f"{server.url}/missing.gguf",
-            "tiny",
-            sha256=None,
-            progress=progress,
-            engine=ENGINE,
-        )
+        await server.pull(store, server.at("missing.gguf"), progress=progress)
     assert _files(store.root) == []
     assert progress.final.error == caught.value.message
 
 
-async def test_content_that_is_not_gguf_is_refused(tmp_path: Path, server: Server) -> None:
-    progress = Progress(FakeClock())
-    store = ModelStore(tmp_path / "models")
+async def test_content_that_is_not_gguf_is_refused(store: ModelStore, server: Server) -> None:
+    progress = Progress()
     with pytest.raises(errors.InvalidParams, match="not a GGUF model: not a GGUF file"):
-        await store.pull(
-            server.session,
-            f"{server.url}/page.gguf",
-            "page",
-            sha256=None,
-            progress=progress,
-            engine=ENGINE,
-        )
+        await server.pull(store, server.at("page.gguf"), "page", progress=progress)
     assert _files(store.root) == []
     assert progress.final.error is not None and "not a GGUF model" in progress.final.error
 
 
 async def test_a_body_cut_short_is_unavailable_and_keeps_nothing(
-    tmp_path: Path, server: Server
+    store: ModelStore, server: Server
 ) -> None:
-    progress = Progress(FakeClock())
-    store = ModelStore(tmp_path / "models")
+    progress = Progress()
     with pytest.raises(errors.Unavailable, match="cannot download tiny"):
-        await store.pull(
-            server.session,
-            f"{server.url}/cut.gguf",
-            "tiny",
-            sha256=None,
-            progress=progress,
-            engine=ENGINE,
-        )
+        await server.pull(store, server.at("cut.gguf"), progress=progress)
     assert _files(store.root) == []
     assert progress.final.done and progress.final.error
 
 
-async def test_a_refused_connection_is_unavailable(tmp_path: Path, server: Server) -> None:
+async def test_a_refused_connection_is_unavailable(store: ModelStore, server: Server) -> None:
     with socket.socket() as probe:  # a port nobody listens on once this closes
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    progress = Progress(FakeClock())
-    store = ModelStore(tmp_path / "models")
+    progress = Progress()
     with pytest.raises(errors.Unavailable, match="cannot download"):
-        await store.pull(
-            server.session,
-            f"http://127.0.0.1:{port}/tiny.gguf",
-            "tiny",
-            sha256=None,
-            progress=progress,
-            engine=ENGINE,
-        )
+        await server.pull(store, f"http://127.0.0.1:{port}/tiny.gguf", progress=progress)
     assert _files(store.root) == []
     assert progress.final.error is not None
 
@@ -539,42 +498,23 @@ async def test_a_refused_connection_is_unavailable(tmp_path: Path, server: Serve
     "url", ["ftp://host/x.gguf", "file:///etc/passwd", "/tmp/x.gguf", "http:///x.gguf"]
 )
 async def test_only_http_urls_are_pulled(tmp_path: Path, server: Server, url: str) -> None:
-    progress = Progress(FakeClock())
+    progress = Progress()
     with pytest.raises(errors.InvalidParams, match="http or https"):
-        await ModelStore(tmp_path).pull(
-            server.session, url, "x", sha256=None, progress=progress, engine=ENGINE
-        )
+        await server.pull(ModelStore(tmp_path), url, "x", progress=progress)
     assert progress.events == []
 
 
 async def test_a_bad_name_is_refused_before_downloading(tmp_path: Path, server: Server) -> None:
-    progress = Progress(FakeClock())
     with pytest.raises(errors.InvalidParams, match="invalid model name"):
-        await ModelStore(tmp_path).pull(
-            server.session,
-            f"{server.url}/tiny.gguf",
-            "../tiny",
-            sha256=None,
-            progress=progress,
-            engine=ENGINE,
-        )
+        await server.pull(ModelStore(tmp_path), server.at("tiny.gguf"), "../tiny")
     assert server.hits == []
 
 
-async def test_an_existing_name_is_a_conflict(
-    filled: ModelStore, server: Server, model_bytes: bytes
-) -> None:
-    progress = Progress(FakeClock())
+async def test_an_existing_name_is_a_conflict(filled: ModelStore, server: Server) -> None:
+    progress = Progress()
     before = (filled.root / "qwen:7b.gguf").read_bytes()
     with pytest.raises(errors.Conflict, match="already exists"):
-        await filled.pull(
-            server.session,
-            f"{server.url}/tiny.gguf",
-            "qwen:7b",
-            sha256=None,
-            progress=progress,
-            engine=ENGINE,
-        )
+        await server.pull(filled, server.at("tiny.gguf"), "qwen:7b", progress=progress)
     assert server.hits == []
     assert progress.events == []
     assert (filled.root / "qwen:7b.gguf").read_bytes() == before
@@ -583,53 +523,30 @@ async def test_an_existing_name_is_a_conflict(
 async def test_a_stale_partial_file_is_replaced(
     tmp_path: Path, server: Server, model_bytes: bytes
 ) -> None:
-    store = ModelStore(tmp_path)
     (tmp_path / "tiny.gguf.part").write_bytes(b"left over by a crash" * 100_000)
     (tmp_path / "tiny.gguf.part").chmod(0o644)
-    model = await store.pull(
-        server.session,
-        f"{server.url}/tiny.gguf",
-        "tiny",
-        sha256=hashlib.sha256(model_bytes).hexdigest(),
-        progress=Progress(FakeClock()),
-        engine=ENGINE,
-    )
+    checksum = hashlib.sha256(model_bytes).hexdigest()
+    model = await server.pull(ModelStore(tmp_path), server.at("tiny.gguf"), sha256=checksum)
     assert model.path.read_bytes() == model_bytes
     assert _files(tmp_path) == ["tiny.gguf"]
     assert stat.S_IMODE(model.path.stat().st_mode) == 0o600
 
 
 async def test_a_second_pull_of_the_same_name_conflicts_and_cancelling_cleans_up(
-    tmp_path: Path, server: Server, model_bytes: bytes
+    store: ModelStore, server: Server, model_bytes: bytes
 ) -> None:
-    store = ModelStore(tmp_path / "models")
-    first_progress = Progress(FakeClock())
+    first_progress = Progress()
     first = asyncio.create_task(
-        store.pull(
-            server.session,
-            f"{server.url}/slow.gguf",
-            "tiny",
-            sha256=None,
-            progress=first_progress,
-            engine=ENGINE,
-        ),
-        name="first pull",
+        server.pull(store, server.at("slow.gguf"), progress=first_progress), name="first pull"
     )
     await asyncio.wait_for(server.started.wait(), timeout=10)
     assert _files(store.root) == ["tiny.gguf.part"]
     part = store.root / "tiny.gguf.part"
     assert stat.S_IMODE(part.stat().st_mode) == 0o600
 
-    second_progress = Progress(FakeClock())
+    second_progress = Progress()
     with pytest.raises(errors.Conflict, match="already being pulled"):
-        await store.pull(
-            server.session,
-            f"{server.url}/tiny.gguf",
-            "tiny",
-            sha256=None,
-            progress=second_progress,
-            engine=ENGINE,
-        )
+        await server.pull(store, server.at("tiny.gguf"), progress=second_progress)
     assert second_progress.events == []
     assert store.list() == []  # a download in progress is not a model
 
@@ -640,34 +557,13 @@ async def test_a_second_pull_of_the_same_name_conflicts_and_cancelling_cleans_up
     assert not [event for event in first_progress.events if event.done]
 
     # The name is free again once the cancelled pull is gone.
-    again = await store.pull(
-        server.session,
-        f"{server.url}/tiny.gguf",
-        "tiny",
-        sha256=None,
-        progress=Progress(FakeClock()),
-        engine=ENGINE,
-    )
+    again = await server.pull(store, server.at("tiny.gguf"))
     assert again.size == len(model_bytes)
 
 
-async def test_pulls_of_different_names_run_side_by_side(
-    tmp_path: Path, server: Server, model_bytes: bytes
-) -> None:
+async def test_pulls_of_different_names_run_side_by_side(tmp_path: Path, server: Server) -> None:
     store = ModelStore(tmp_path)
-    url = f"{server.url}/tiny.gguf"
-    models = await asyncio.gather(
-        *(
-            store.pull(
-                server.session,
-                url,
-                name,
-                sha256=None,
-                progress=Progress(FakeClock()),
-                engine=ENGINE,
-            )
-            for name in ("one", "two")
-        )
-    )
+    url = server.at("tiny.gguf")
+    models = await asyncio.gather(*(server.pull(store, url, name) for name in ("one", "two")))
     assert [model.name for model in models] == ["one", "two"]
     assert [model.name for model in store.list()] == ["one", "two"]

@@ -20,12 +20,7 @@ from backend.components.engines.manifest import bundled_documents
 from backend.protocol import errors
 from backend.protocol.types import InstallProgress, PullProgress
 from tests.fakes import RecordingErrors
-from tests.unit.components.engine_fakes import (
-    FakeWorld,
-    ManualClock,
-    bundled_manifest,
-    rig,
-)
+from tests.unit.components.engine_fakes import FakeWorld, bundled_manifest, manual_clock, rig
 
 APP = Path(__file__).resolve().parents[3] / "app"
 
@@ -166,7 +161,7 @@ async def test_the_broker_start_starts_the_engines_installed_and_wanted(tmp_path
         data_dir=tmp_path,
         ledger=cast(Any, FakeLedger({"ollama": True, "lmstudio": False, "llamacpp": True})),
         errors_sink=RecordingErrors(),
-        clock=ManualClock(),
+        clock=manual_clock(),
         events=cast(Any, _Events()),
         drivers=world.drivers(),
     )

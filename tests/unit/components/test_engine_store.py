@@ -29,14 +29,13 @@ from backend.components.settings import schema
 from backend.components.settings.service import SettingsService
 from backend.protocol import errors
 from backend.protocol.types import EngineName
-from tests.fakes import FakeClock
+from tests.fakes import FakeClock, settle
 from tests.unit.components.engine_fakes import (
     ControllerRig,
     FakeSettings,
     bundled_manifest,
     eventually,
     rig,
-    settle,
     write_gguf,
 )
 

@@ -21,24 +21,9 @@ from backend.core.store import Store
 from backend.protocol import errors, methods
 from backend.protocol.peer import RpcPeer
 from backend.protocol.types import JobEvent, JobEventKind, Workload, WorkloadsEvent
+from tests.fakes import FakeClock
 
 KEY = "me/run1/1"
-
-
-class StillClock:
-    """Time moves only when the test says so; sleeps really yield, briefly."""
-
-    def __init__(self, now: float = 1_000.0) -> None:
-        self.now = now
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def wall(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(min(seconds, 0.01))
 
 
 class Subscriber:
@@ -62,7 +47,7 @@ class Harness:
     def __init__(
         self, store: Store, *, keep_finished: int = 1000, gap_timeout: float = 3.0
     ) -> None:
-        self.clock = StillClock()
+        self.clock = FakeClock(1_000.0, on_sleep="brief")  # time moves only when set
         self.events = NumberedStream(methods.WORKLOADS_EVENT, ClientHub())
         self.subscriber = Subscriber()
         self.events.subscribe(cast(RpcPeer, self.subscriber))

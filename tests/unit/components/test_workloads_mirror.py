@@ -33,27 +33,12 @@ from backend.protocol.types import (
     Workload,
     WorkloadsEvent,
 )
+from tests.fakes import FakeClock
 
 ME = NodeId("me")
 PEER = NodeId("peer")
 OTHER = NodeId("other")
 OLLAMA = EngineName("ollama")
-
-
-class StillClock:
-    """Time moves only when the test says so; sleeps really yield, briefly."""
-
-    def __init__(self, now: float = 1_000.0) -> None:
-        self.now = now
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def wall(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(min(seconds, 0.01))
 
 
 class Subscriber:
@@ -71,7 +56,7 @@ class Harness:
     """The workloads component of node ``me`` on a real store, with a subscriber."""
 
     def __init__(self, store: Store) -> None:
-        self.clock = StillClock()
+        self.clock = FakeClock(1_000.0, on_sleep="brief")  # time moves only when set
         self.events: NumberedStream[WorkloadsEvent] = NumberedStream(
             methods.WORKLOADS_EVENT, ClientHub()
         )

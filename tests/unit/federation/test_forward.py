@@ -36,10 +36,10 @@ from tests.unit.federation.member_server import MemberServer, member_server, unt
 from tests.unit.federation.test_link import (
     LLAMACPP,
     OLLAMA,
-    QuickClock,
     ScriptedMember,
     Sinks,
     error,
+    quick_clock,
     status,
 )
 
@@ -146,7 +146,7 @@ class Federation:
             addresses=lambda member: server.addresses() if member.node_id == B_ID else [],
             sinks=self.sinks.link_sinks(also=self.board.changed),  # as wiring does
             board=self.board,
-            clock=QuickClock(),
+            clock=quick_clock(),
         )
         server.a.service.on_trust_changed(self.component.trust_changed)
 

@@ -54,6 +54,7 @@ from backend.protocol.types import (
     WorkloadsSnapshot,
     WorkloadUpserted,
 )
+from tests.fakes import FakeClock
 from tests.unit.cluster.harness import A_ID, B_ID, C_ID, free_port
 from tests.unit.federation.member_server import MemberServer, member_server, until
 
@@ -62,21 +63,9 @@ OLLAMA = EngineName("ollama")
 LLAMACPP = EngineName("llamacpp")
 
 
-class QuickClock:
-    """The link's clock: fixed wall time; backoff sleeps are recorded and last 10 ms."""
-
-    def __init__(self) -> None:
-        self.sleeps: list[float] = []
-
-    def monotonic(self) -> float:
-        return NOW
-
-    def wall(self) -> float:
-        return NOW
-
-    async def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        await asyncio.sleep(min(seconds, 0.01))
+def quick_clock() -> FakeClock:
+    """The link's clock: time stands still; backoff sleeps are recorded and last 10 ms."""
+    return FakeClock(NOW, on_sleep="brief")
 
 
 def status(engine: str = "ollama", state: str = "running", port: int = 11500) -> EngineStatus:
@@ -232,7 +221,7 @@ def member(server: MemberServer) -> ScriptedMember:
 async def running_link(
     server: MemberServer,
     sinks: Sinks,
-    clock: QuickClock,
+    clock: FakeClock | None = None,
     addresses: Callable[[], list[tuple[str, int]]] | None = None,
 ) -> AsyncIterator[MemberLink]:
     """A's link to B, running until the block ends."""
@@ -241,7 +230,7 @@ async def running_link(
         credentials=server.a.credentials,
         addresses=addresses or server.addresses,
         sinks=sinks.link_sinks(),
-        clock=clock,
+        clock=clock if clock is not None else quick_clock(),
     )
     task = asyncio.create_task(link.run())
     try:
@@ -257,7 +246,7 @@ async def test_the_link_publishes_the_members_engines_as_reachable(
 ) -> None:
     member.engines = [status("ollama"), status("llamacpp", "stopped", 11501)]
     sinks = Sinks()
-    async with running_link(server, sinks, QuickClock()) as link:
+    async with running_link(server, sinks) as link:
         await until(lambda: bool(sinks.engines) and sinks.last().reachable)
         published = sinks.last()
         assert published == MemberEngines(
@@ -281,7 +270,7 @@ async def test_pull_progress_is_mirrored_and_a_done_pull_is_shown_once(
     sinks = Sinks()
     halfway = PullProgress(engine=OLLAMA, model="phi3", stage="downloading", percent=50.0)
     done = PullProgress(engine=OLLAMA, model="phi3", stage="success", percent=100.0, done=True)
-    async with running_link(server, sinks, QuickClock()) as link:
+    async with running_link(server, sinks) as link:
         await until(lambda: bool(sinks.engines) and sinks.last().reachable)
         member.pull(halfway)
         await until(lambda: sinks.last().pulls == [halfway])
@@ -299,7 +288,7 @@ async def test_a_gap_in_the_engine_stream_makes_the_link_read_fresh_snapshots(
     server: MemberServer, member: ScriptedMember
 ) -> None:
     sinks = Sinks()
-    async with running_link(server, sinks, QuickClock()) as link:
+    async with running_link(server, sinks) as link:
         await until(lambda: member.error_fetches == 1)
         assert (member.engine_subscribes, len(member.job_queries)) == (1, 1)
         member.engine(status("ollama", "stopping"))
@@ -321,7 +310,7 @@ async def test_a_gap_in_the_jobs_stream_makes_the_link_read_fresh_snapshots(
 ) -> None:
     sinks = Sinks()
     member.jobs = [job(f"{B_ID}/run1/1")]
-    async with running_link(server, sinks, QuickClock()):
+    async with running_link(server, sinks):
         await until(lambda: len(sinks.jobs) == 1)
         member.jobs = [job(f"{B_ID}/run1/1", state="completed", seq=3)]
         member.job_events.seq += 1
@@ -339,7 +328,7 @@ async def test_the_members_errors_are_fetched_again_on_errors_update_and_only_it
     sinks = Sinks()
     own = error("engine:ollama", B_ID)
     member.errors = [own, error("engine:ollama", C_ID, "C's, as B mirrors it"), error("x", A_ID)]
-    async with running_link(server, sinks, QuickClock()):
+    async with running_link(server, sinks):
         await until(lambda: bool(sinks.errors))
         assert sinks.errors == [(B_ID, [own])]
         later = error("settings:corrupt", B_ID, "settings.json was unreadable")
@@ -360,7 +349,7 @@ async def test_jobs_of_other_origins_are_not_mirrored_and_removals_are_passed_on
     sinks = Sinks()
     own = job(f"{B_ID}/run1/1")
     member.jobs = [own]
-    async with running_link(server, sinks, QuickClock()):
+    async with running_link(server, sinks):
         await until(lambda: len(sinks.jobs) == 1)
         assert sinks.jobs == [(B_ID, [own], True)]
         member.upsert(job(f"{C_ID}/run7/1", origin=C_ID))  # C's job as B mirrors it
@@ -377,7 +366,7 @@ async def test_a_member_that_does_not_answer_is_one_unreachable_error_and_refuse
     server: MemberServer, member: ScriptedMember
 ) -> None:
     sinks = Sinks()
-    clock = QuickClock()
+    clock = quick_clock()
     dead = [("127.0.0.1", free_port())]
     async with running_link(server, sinks, clock, addresses=lambda: dead) as link:
         await until(lambda: len(clock.sleeps) >= 4)
@@ -400,7 +389,7 @@ async def test_a_member_that_comes_back_replaces_the_unreachable_error_with_its_
     server: MemberServer, member: ScriptedMember
 ) -> None:
     sinks = Sinks()
-    clock = QuickClock()
+    clock = quick_clock()
     where = [("127.0.0.1", free_port())]
     member.errors = [error("engine:ollama", B_ID)]
     async with running_link(server, sinks, clock, addresses=lambda: where) as link:
@@ -421,7 +410,7 @@ async def test_a_member_that_stops_trusting_this_node_drops_the_link_and_is_unre
     server: MemberServer, member: ScriptedMember
 ) -> None:
     sinks = Sinks()
-    async with running_link(server, sinks, QuickClock()) as link:
+    async with running_link(server, sinks) as link:
         await until(lambda: bool(sinks.engines) and sinks.last().reachable)
         await server.b.service.roster.remove(A_ID)
         await until(lambda: bool(sinks.errors) and sinks.errors[-1][1] != [])
@@ -435,7 +424,7 @@ async def test_calls_on_a_live_link_get_the_members_typed_answers_and_errors(
     server: MemberServer, member: ScriptedMember
 ) -> None:
     sinks = Sinks()
-    async with running_link(server, sinks, QuickClock()) as link:
+    async with running_link(server, sinks) as link:
         await until(lambda: bool(sinks.engines) and sinks.last().reachable)
         answer = await link.call(methods.ENGINE_STATUS, EngineRef(engine=LLAMACPP))
         assert isinstance(answer, EngineStatus)
@@ -451,7 +440,7 @@ async def test_what_the_member_mirrors_of_others_is_not_passed_on(
     server: MemberServer, member: ScriptedMember
 ) -> None:
     sinks = Sinks()
-    async with running_link(server, sinks, QuickClock()):
+    async with running_link(server, sinks):
         await until(lambda: bool(sinks.engines) and sinks.last().reachable)
         count = len(sinks.engines)
         other = MemberEngines(node_id=C_ID, name="gpu-box", reachable=True)
@@ -471,7 +460,7 @@ async def test_the_members_scheduler_events_are_counted_and_ignored(
     busy = SchedulerStates(
         engines=[SchedulerState(engine=OLLAMA, running=1, waiting=2, queues=[queue])]
     )
-    async with running_link(server, sinks, QuickClock()) as link:
+    async with running_link(server, sinks) as link:
         await until(lambda: bool(sinks.engines) and sinks.last().reachable)
         count = len(sinks.engines)
         for _ in range(3):
@@ -489,7 +478,7 @@ async def test_an_engine_event_of_a_kind_this_node_does_not_know_is_skipped(
     server: MemberServer, member: ScriptedMember
 ) -> None:
     sinks = Sinks()
-    async with running_link(server, sinks, QuickClock()):
+    async with running_link(server, sinks):
         await until(lambda: bool(sinks.engines) and sinks.last().reachable)
         for peer in list(member.engine_events._subscribers):  # a newer member's event kind
             member.engine_events.seq += 1
@@ -507,7 +496,7 @@ async def test_a_retired_link_tells_the_sinks_nothing_more(
 ) -> None:
     sinks = Sinks()
     member.errors = [error("engine:ollama", B_ID)]
-    async with running_link(server, sinks, QuickClock()) as link:
+    async with running_link(server, sinks) as link:
         await until(lambda: bool(sinks.errors) and sinks.last().reachable)
         counts = (len(sinks.engines), len(sinks.errors), len(sinks.jobs))
         link.retire()
@@ -534,7 +523,7 @@ async def test_a_slow_member_holds_only_its_own_call_and_that_call_is_bounded(
     server.dispatcher.add(methods.ENGINE_LOGS, stuck)
     monkeypatch.setattr(link_module, "SHORT_CALL_S", 0.5)
     sinks = Sinks()
-    async with running_link(server, sinks, QuickClock()) as link:
+    async with running_link(server, sinks) as link:
         await until(lambda: bool(sinks.engines) and sinks.last().reachable)
         slow = asyncio.create_task(link.call(methods.ENGINE_LOGS, EngineLogsQuery(engine=OLLAMA)))
         answer = await link.call(methods.ENGINE_STATUS, EngineRef(engine=LLAMACPP))
