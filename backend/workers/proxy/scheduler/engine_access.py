@@ -13,7 +13,8 @@ import aiohttp
 import msgspec
 
 from backend.protocol.proxy import PARKED_PREFIX, RouteTarget
-from backend.workers.proxy.scheduler.engine_scheduler import LoadFailed, SlotSample
+from backend.workers.proxy.scheduler.engine_scheduler import LoadFailed
+from backend.workers.proxy.scheduler.rules import SlotSample
 
 SLOTS_TIMEOUT_S = 2.0
 ERASE_TIMEOUT_S = 10.0

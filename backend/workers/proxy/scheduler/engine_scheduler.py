@@ -2,57 +2,54 @@
 
 Every request PAIR sends this node's engine (from a front door or relayed from a peer) waits
 here until it is admitted, and every exclusive operation the broker runs on the engine waits
-here until the engine is drained. The rules are in docs/SCHEDULER.md (after the otto-brain
-scheduler): capacity (the slot ceiling, bounded by the idle slots the engine reports, polled
-while everything waits), turns on a one-model engine (a burst shares one; a turn begins only
-on a drained engine and absorbs its model's arrivals only at the head of the queue), exclusive
-operations alone on a drained engine, slot ownership (a distinct idle slot per request; a
-handoff to another session parks and erases the slot's KV first; the same session keeps it;
-fresh slots are never erased; keyless owners are nobody's; owners are forgotten on a relaunch)
-and affinity (the session whose KV an idle slot holds goes first). A request leaves the queue
-the moment its caller is cancelled.
+here until the engine is drained. The rules (capacity, turns, exclusive operations, slot choice
+and hand-over, affinity) are the pure functions of ``rules``; this class keeps the state they
+read, does the I/O their steps name (sampling the engine's slots, loading a model, parking,
+erasing and restoring a slot's KV) and settles the callers' futures. A request leaves the queue
+the moment its caller is cancelled. docs/SCHEDULER.md describes the rules.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from backend.common.tasks import TaskSet
 from backend.core.clock import Clock
-from backend.protocol.types import (
-    EngineName,
-    ExclusiveOperation,
-    ModelQueue,
-    SchedulerState,
-)
+from backend.protocol.types import SchedulerState
+from backend.workers.proxy.scheduler import rules
 from backend.workers.proxy.scheduler.kv_parking import Parking, parked_name
+from backend.workers.proxy.scheduler.report import scheduler_state
+from backend.workers.proxy.scheduler.rules import (
+    MAX_CONCURRENCY,
+    EngineShape,
+    Moment,
+    SlotSample,
+)
 from backend.workers.proxy.scheduler.slot_book import SlotBook
+from backend.workers.proxy.scheduler.tickets import COMPLETION, RunningSet, Ticket
+
+__all__ = [
+    "COMPLETION",
+    "MAX_CONCURRENCY",
+    "SLOT_POLL_S",
+    "EngineAccess",
+    "EngineScheduler",
+    "EngineShape",
+    "LoadFailed",
+    "SlotSample",
+    "Ticket",
+]
 
 log = logging.getLogger(__name__)
 
-COMPLETION = "completion"
-# What a decision pass does next: stop, decide again, admit (after a new turn began: resample).
-Step = Literal["stop", "again", "admit", "new-turn"]
 SLOT_POLL_S = 0.5
-# The ceiling of an engine whose slot count is not known (a known count is the ceiling).
-MAX_CONCURRENCY = 64
 
 
 class LoadFailed(Exception):
     """The engine would not load a model; the message is the engine's reason."""
-
-
-@dataclass(frozen=True, slots=True)
-class SlotSample:
-    """The engine's idle slots at one moment: how many, and their ids when it names them."""
-
-    idle: int
-    ids: tuple[int, ...] | None = None
 
 
 class EngineAccess(Protocol):
@@ -83,76 +80,6 @@ class EngineAccess(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class EngineShape:
-    """What the routing table says about the engine (``RouteTarget`` of the local node)."""
-
-    slots: int = 1
-    model_slots: Mapping[str, int] = field(default_factory=dict)
-    single_model: bool = False
-    resident: tuple[str, ...] = ()
-    instance: int = 0
-    pinning: bool = False
-    slots_known: bool = True
-    parking: bool = False
-
-
-@dataclass(eq=False)
-class Ticket:
-    """One request or exclusive operation at the scheduler; ``slot`` once admitted (pinned)."""
-
-    model: str
-    kind: str = COMPLETION
-    session: str | None = None
-    slot: int | None = None
-    admitted: asyncio.Future[None] = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future()
-    )
-    # Called once if a decision pass ends with it still queued (it waits for capacity).
-    on_wait: Callable[[], None] | None = None
-
-    @property
-    def exclusive(self) -> bool:
-        """Whether it must run alone on a drained engine."""
-        return self.kind != COMPLETION
-
-
-class _Running:
-    """The admitted tickets, with a count per model kept as they come and go (asked on every
-    admission)."""
-
-    __slots__ = ("_per_model", "_tickets")
-
-    def __init__(self) -> None:
-        self._tickets: set[Ticket] = set()
-        self._per_model: Counter[str] = Counter()
-
-    def add(self, ticket: Ticket) -> None:
-        if ticket not in self._tickets:
-            self._tickets.add(ticket)
-            self._per_model[ticket.model] += 1
-
-    def discard(self, ticket: Ticket) -> None:
-        if ticket in self._tickets:
-            self._tickets.remove(ticket)
-            self._per_model[ticket.model] -= 1
-            if not self._per_model[ticket.model]:
-                del self._per_model[ticket.model]
-
-    def count(self, model: str) -> int:
-        """How many of ``model``'s run."""
-        return self._per_model.get(model, 0)
-
-    def __contains__(self, ticket: object) -> bool:
-        return ticket in self._tickets
-
-    def __iter__(self) -> Iterator[Ticket]:
-        return iter(self._tickets)
-
-    def __len__(self) -> int:
-        return len(self._tickets)
-
-
 class EngineScheduler:
     """The queue, the current turn, the running set and the slot owners of one engine."""
 
@@ -175,7 +102,7 @@ class EngineScheduler:
         self._shape = EngineShape()
         self.queue: list[Ticket] = []
         self._batch: list[Ticket] = []
-        self._running = _Running()
+        self._running = RunningSet()
         self._turn: str | None = None
         self.last_turn: str | None = None
         self._active: Ticket | None = None
@@ -199,19 +126,14 @@ class EngineScheduler:
         (another instance) forgets the slot owners and takes the table's resident model."""
         previous = self._shape
         self._shape = shape
-        relaunched = (
-            shape.instance != 0
-            and shape.instance != self._instance
-            and shape.instance not in self._retired
-            and self._loading is None
-        )
-        if relaunched:
+        loading = self._loading is not None
+        if rules.relaunched_elsewhere(shape, self._instance, self._retired, loading=loading):
             if self._instance:
                 self._retired.add(self._instance)
             self._instance = shape.instance
             self._forget_slots()
             self.resident = shape.resident[0] if shape.resident else None
-        elif self.resident is None and shape.resident and self._loading is None:
+        elif self.resident is None and shape.resident and not loading:
             self.resident = shape.resident[0]
         if shape != previous:
             self._announce()
@@ -254,16 +176,12 @@ class EngineScheduler:
 
     def admit_now(self, model: str, *, session: str | None = None) -> Ticket | None:
         """A completion's ticket, admitted without a decision pass when a pass could only
-        admit it at once: on an engine that holds many models and pins no slots, with nothing
-        queued ahead of it, no operation holding the engine and room for its model (the
-        common case; it saves a task and a wait per request). None otherwise: ``admit`` it.
-        The caller must ``release`` a ticket it gets."""
-        shape = self._shape
-        if shape.single_model or shape.pinning or self.queue:
-            return None
-        if self._active is not None or self._batch:
-            return None
-        if self._running.count(model) >= self._ceiling(model):
+        admit it at once (``rules.admits_at_once``: the common case; it saves a task and a
+        wait per request). None otherwise: ``admit`` it. The caller must ``release`` a ticket
+        it gets."""
+        busy = self._active is not None or bool(self._batch)
+        queued = bool(self.queue)
+        if not rules.admits_at_once(self._shape, model, self._running, queued=queued, busy=busy):
             return None
         ticket = Ticket(model, COMPLETION, session, admitted=self._admitted())
         self._running.add(ticket)
@@ -320,7 +238,23 @@ class EngineScheduler:
             if self.queue or self._batch or self._shape.single_model:
                 self._kick()
 
-    # Decisions.
+    # Decision passes: the rules decide, this does the I/O and applies.
+
+    def _moment(self) -> Moment[Ticket]:
+        """The state the rules read (the scheduler's own lists, not copies)."""
+        return Moment(
+            self._shape,
+            self.queue,
+            self._running,
+            self._batch,
+            self._turn,
+            self.last_turn,
+            self.resident,
+            self._active,
+            self._affinity,
+            self.slots.owners,
+            self.slots.free,
+        )
 
     def _kick(self) -> None:
         """Ask for a decision; calls during a pass collapse into one more pass after it."""
@@ -355,100 +289,59 @@ class EngineScheduler:
                     log.exception("a waiting request's callback failed on %s", self.engine)
 
     async def _pass(self) -> None:
-        """Start as many as residency, exclusivity, the turn and capacity allow, then return."""
-        sample: SlotSample | None = None
-        sampled = False
-        started_here = 0
+        """Take the steps ``rules.next_step`` names, one at a time, until it says stop."""
         self.slots.free = None
+        sample: SlotSample | None = None
+        sampled, started_here = False, 0
         while True:
-            if self._active is not None:
+            step = rules.next_step(self._moment())
+            if isinstance(step, rules.Admit):
+                if not sampled:
+                    sample, sampled = await self._sample(), True
+                if not await self._admit_next(sample, started_here):
+                    return
+                started_here += 1
+            elif isinstance(step, rules.Stop):
                 return
-            step = await (self._turn_step() if self._shape.single_model else self._models_step())
-            if step == "stop":
+            elif isinstance(step, rules.StartOperation):
+                self._start_exclusive(step.ticket)
                 return
-            if step == "again":
-                continue
-            if step == "new-turn":
+            elif await self._turn_changed(step):
                 # A new turn reads the engine afresh (a relaunch has all its slots back).
                 sampled, started_here = False, 0
-            if not sampled:
-                sample = await self._sample()
-                sampled = True
-            job = self._claim(sample, started_here)
-            if job is None:
-                if not self._running and sample is not None:
-                    self._poll()
-                return
-            started_here += 1
-            await self._start(job)
 
-    async def _turn_step(self) -> Step:
-        """A one-model engine: begin a turn on a drained engine (loading its model), keep it
-        open while its requests or the queue's head of its model remain, end it otherwise."""
-        started = False
-        if self._turn is None:
-            if self._running or not self.queue:
-                return "stop"
-            pick = self._pick()
-            if pick.exclusive:
-                await self._start_exclusive(pick)
-                return "stop"
-            if self.resident != pick.model and not await self._switch(pick.model):
-                return "again"
-            self._turn = self.last_turn = pick.model
-            self._batch = self._take_turn(pick.model)
-            self._announce()
-            started = True
-        if not self._batch and not self._absorb_head():
-            if self._running:
-                return "stop"
+    async def _turn_changed(
+        self, step: rules.LoadModel | rules.BeginTurn | rules.AbsorbHead | rules.EndTurn
+    ) -> bool:
+        """Apply a step of a one-model engine's turn; whether a new turn began."""
+        if isinstance(step, rules.AbsorbHead):
+            self._batch.append(self.queue.pop(0))
+            return False
+        if isinstance(step, rules.EndTurn):
             self._turn = None
             self._announce()
-            return "again" if self.queue else "stop"
-        return "new-turn" if started else "admit"
-
-    async def _models_step(self) -> Step:
-        """An engine that holds many models: an exclusive operation at the head waits for the
-        engine to drain; anything else may be admitted."""
-        head = self.queue[0] if self.queue else None
-        if head is None:
-            return "stop"
-        if head.exclusive:
-            if not self._running:
-                await self._start_exclusive(head)
-            return "stop"
-        return "admit"
-
-    def _pick(self) -> Ticket:
-        """The next turn: from the requests ahead of the first exclusive operation, another
-        model than the one that just ran if one waits (so two models alternate), else the
-        head; an exclusive operation at the head goes next."""
-        segment = self._segment(self.queue)
-        if not segment:
-            return self.queue[0]
-        return next((t for t in segment if t.model != self.last_turn), segment[0])
-
-    @staticmethod
-    def _segment(tickets: Iterable[Ticket]) -> list[Ticket]:
-        found = []
-        for ticket in tickets:
-            if ticket.exclusive:
-                break
-            found.append(ticket)
-        return found
-
-    def _take_turn(self, model: str) -> list[Ticket]:
-        taken = [t for t in self._segment(self.queue) if t.model == model]
-        for ticket in taken:
-            self.queue.remove(ticket)
-        return taken
-
-    def _absorb_head(self) -> bool:
-        head = self.queue[0] if self.queue else None
-        if head is None or head.exclusive or head.model != self._turn:
             return False
-        self.queue.remove(head)
-        self._batch.append(head)
+        if isinstance(step, rules.LoadModel) and not await self._switch(step.model):
+            return False
+        self._turn = self.last_turn = step.model
+        self._batch = rules.turn_claims(self.queue, step.model)
+        for ticket in self._batch:
+            self.queue.remove(ticket)
+        self._announce()
+        return True
+
+    async def _admit_next(self, sample: SlotSample | None, started_here: int) -> bool:
+        """Start the request ``rules.claim`` picks; False when none may start now (then the
+        engine is polled if only a slot it reports busy can free one)."""
+        moment = self._moment()
+        room = None if sample is None else sample.idle - started_here
+        ticket = rules.claim(moment, room)
+        if ticket is None:
+            if rules.waits_for_slots(moment, sample):
+                self._poll()
+            return False
+        (self._batch if self._shape.single_model else self.queue).remove(ticket)
+        await self._start(ticket)
         return True
 
     async def _switch(self, model: str) -> bool:
@@ -481,43 +374,6 @@ class EngineScheduler:
             if not ticket.admitted.done():
                 ticket.admitted.set_exception(LoadFailed(reason))
         self._announce()
-
-    def _ceiling(self, model: str | None) -> int:
-        if not self._shape.slots_known:
-            return MAX_CONCURRENCY
-        slots = self._shape.model_slots.get(model, self._shape.slots) if model else 0
-        return max(1, slots or self._shape.slots)
-
-    def _claim(self, sample: SlotSample | None, started_here: int) -> Ticket | None:
-        """The next request with room, by affinity; taken out of its queue."""
-        if sample is not None and sample.idle - started_here < 1:
-            return None
-        if self._shape.single_model:
-            if len(self._running) >= self._ceiling(self._turn):
-                return None
-            pool = self._batch
-        else:
-            running = self._running
-            pool = [
-                t
-                for t in self._segment(self.queue)
-                if running.count(t.model) < self._ceiling(t.model)
-            ]
-        if not pool:
-            return None
-        chosen = self._by_affinity(pool)
-        (self._batch if self._shape.single_model else self.queue).remove(chosen)
-        return chosen
-
-    def _by_affinity(self, pool: list[Ticket]) -> Ticket:
-        if not self._affinity:
-            return pool[0]
-        held_by = self.slots.holders()
-        for ticket in pool:
-            if ticket.session is not None and ticket.session in held_by:
-                return ticket
-        warm = {t.session for t in self._running if t.session is not None}
-        return next((t for t in pool if t.session in warm), pool[0])
 
     async def _sample(self) -> SlotSample | None:
         if not self._shape.pinning:
@@ -552,7 +408,7 @@ class EngineScheduler:
 
         self._tasks.spawn(later(), name=f"scheduler:{self.engine}:poll")
 
-    async def _start_exclusive(self, ticket: Ticket) -> None:
+    def _start_exclusive(self, ticket: Ticket) -> None:
         if ticket in self.queue:
             self.queue.remove(ticket)
         if ticket.admitted.done():
@@ -568,21 +424,27 @@ class EngineScheduler:
         self._running.add(ticket)
         slot = self.slots.choose(ticket.session) if self._shape.pinning else None
         if slot is not None:
-            previous = self.slots.owners.get(slot)
-            own = slot in self.slots.owners and previous == ticket.session
-            handoff = self.slots.handoff(slot, ticket.session)
-            if handoff:
-                await self._park(slot, previous)
-            if not handoff or await self._erase(slot, ticket.session):
-                if not own:
-                    await self._unpark(slot, ticket.session)
-                self.slots.owned_by(slot, ticket.session)
-                ticket.slot = slot
+            await self._hand_over(ticket, slot)
         if ticket.admitted.done():  # cancelled while its slot was being erased
             self._running.discard(ticket)
             return
         ticket.admitted.set_result(None)
         self._announce()
+
+    async def _hand_over(self, ticket: Ticket, slot: int) -> None:
+        """Give ``slot`` to ``ticket`` as ``rules.hand_over`` says (it stays unpinned when
+        the erase fails)."""
+        session = ticket.session
+        parking = self._shape.parking and self._affinity
+        plan = rules.hand_over(self.slots.owners, slot, session, parking=parking)
+        if plan.park is not None:
+            await self._park(slot, plan.park)
+        if plan.erase and not await self._erase(slot, session):
+            return
+        if plan.restore:
+            await self._unpark(slot, session)
+        self.slots.owned_by(slot, session)
+        ticket.slot = slot
 
     async def _erase(self, slot: int, session: str | None) -> bool:
         try:
@@ -596,13 +458,10 @@ class EngineScheduler:
         log.debug("erased slot %d of %s before handing it to %s", slot, self.engine, session)
         return True
 
-    async def _park(self, slot: int, session: str | None) -> None:
-        """Save the KV of the session leaving ``slot`` (a keyless one is nobody's to keep)."""
-        if session is None or not self._shape.parking or not self._affinity:
-            return
-        name = parked_name(session)
+    async def _park(self, slot: int, session: str) -> None:
+        """Save the KV of the session leaving ``slot``."""
         try:
-            size = await self._access.save(slot, name)
+            size = await self._access.save(slot, parked_name(session))
         except Exception as exc:
             log.info("parking slot %d of %s failed (%s): its KV is dropped", slot, self.engine, exc)
             return
@@ -611,7 +470,7 @@ class EngineScheduler:
     async def _unpark(self, slot: int, session: str | None) -> None:
         """Load ``session``'s parked KV into ``slot`` (fresh or just erased) if it has one."""
         name = self.parking.file_of(session)
-        if name is None or session is None or not self._shape.parking:
+        if name is None or session is None:
             return
         try:
             await self._access.restore(slot, name)
@@ -643,36 +502,8 @@ class EngineScheduler:
 
     def state(self) -> SchedulerState:
         """A snapshot for ``engine:scheduler``."""
-        queues: dict[str, list[int]] = {}
-        for ticket in [*self._batch, *self.queue]:
-            if not ticket.exclusive:
-                queues.setdefault(ticket.model, [0, 0])[1] += 1
-        for ticket in self._running:
-            if not ticket.exclusive:
-                queues.setdefault(ticket.model, [0, 0])[0] += 1
-        exclusive: ExclusiveOperation | None = None
-        if self._active is not None:
-            exclusive = ExclusiveOperation(kind=self._active.kind, model=self._active.model or None)
-        elif self._loading is not None:
-            exclusive = ExclusiveOperation(kind="switch", model=self._loading)
-        ceiling = self._ceiling(self._turn or self.resident)
-        return SchedulerState(
-            engine=EngineName(self.engine),
-            single_model=self._shape.single_model,
-            ceiling=ceiling,
-            idle=self._idle,
-            running=sum(1 for t in self._running if not t.exclusive),
-            waiting=sum(1 for t in [*self._batch, *self.queue] if not t.exclusive),
-            queues=[
-                ModelQueue(model=m, running=c[0], waiting=c[1]) for m, c in sorted(queues.items())
-            ],
-            resident=self.resident,
-            turn=self._turn,
-            exclusive=exclusive,
-            exclusive_waiting=sum(1 for t in self.queue if t.exclusive),
-            slot_owners=(
-                self.slots.counts(self._shape.slots, parked=len(self.parking))
-                if self._shape.pinning
-                else None
-            ),
+        pinning = self._shape.pinning
+        owners = self.slots.counts(self._shape.slots, parked=len(self.parking)) if pinning else None
+        return scheduler_state(
+            self.engine, self._moment(), loading=self._loading, idle=self._idle, slot_owners=owners
         )

@@ -1,5 +1,6 @@
 """Who last ran on each engine slot, and which idle slot a request gets (docs/SCHEDULER.md,
-"Slot ownership").
+"Slot ownership"); which slot a request gets and whether it is erased first are the pure
+``rules.choose_slot`` and ``rules.hand_over``.
 
 An entry per slot names the session whose KV it holds (None: a keyless request, an owner nobody
 can prove to be); no entry means the slot is fresh since the engine launched. ``free`` is the
@@ -12,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from backend.protocol.types import SlotOwners
+from backend.workers.proxy.scheduler.rules import choose_slot
 
 
 @dataclass
@@ -33,38 +35,15 @@ class SlotBook:
         self.free = ids or None
         return len(ids)
 
-    def holders(self) -> set[str | None]:
-        """The sessions whose KV an idle slot of this pass holds."""
-        return {self.owners[slot] for slot in self.free or () if slot in self.owners}
-
     def choose(self, session: str | None) -> int | None:
-        """Take an idle slot for ``session``: its own, else a fresh one, else a keyless one,
-        else the one another session used longest ago (without affinity: the first idle
-        one). None when the pass has none."""
-        if not self.free:
-            return None
-        if not self.affinity:
-            return self.free.pop(0)
-        owners = self.owners
-
-        def rank(slot: int) -> tuple[int, int]:
-            if slot in owners and session is not None and owners[slot] == session:
-                return 0, 0
-            if slot not in owners:
-                return 1, 0
-            return 2 if owners[slot] is None else 3, self._used.get(slot, 0)
-
-        slot = min(self.free, key=rank)
-        self.free.remove(slot)
+        """Take the idle slot ``session`` gets (``rules.choose_slot``); None when the pass has
+        none."""
+        slot = choose_slot(
+            self.free or (), self.owners, self._used, session, affinity=self.affinity
+        )
+        if slot is not None and self.free is not None:
+            self.free.remove(slot)
         return slot
-
-    def handoff(self, slot: int, session: str | None) -> bool:
-        """Whether giving ``slot`` to ``session`` needs an erase first: it holds someone's KV
-        (a keyless owner counts as anyone) and that someone is not ``session``."""
-        if slot not in self.owners:
-            return False
-        previous = self.owners[slot]
-        return previous is None or previous != session
 
     def owned_by(self, slot: int, session: str | None) -> None:
         """``session`` runs on ``slot`` now."""
