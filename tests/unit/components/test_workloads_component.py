@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, cast
 
@@ -20,27 +19,11 @@ from backend.core.rpc import ClientHub, NumberedStream
 from backend.core.store import Store
 from backend.protocol import errors, methods
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import JobEvent, JobEventKind, Workload, WorkloadsEvent
+from backend.protocol.types import JobEvent, JobEventKind, Workload
 from tests.fakes import FakeClock
+from tests.unit.components.workloads_rig import Subscriber, running
 
 KEY = "me/run1/1"
-
-
-class Subscriber:
-    """Stands in for a subscribed client: keeps every ``workloads:event`` pushed to it."""
-
-    def __init__(self) -> None:
-        self.events: list[WorkloadsEvent] = []
-
-    def notify(self, method: str, params: Any = None) -> None:
-        assert method == methods.WORKLOADS_EVENT.name
-        self.events.append(params)
-
-    def states(self) -> list[tuple[str, str | None]]:
-        return [
-            (event.key, event.workload.state if event.workload is not None else None)
-            for event in self.events
-        ]
 
 
 class Harness:
@@ -94,19 +77,6 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
     await store.open()
     yield store
     await store.close()
-
-
-@asynccontextmanager
-async def running(component: WorkloadsComponent) -> AsyncIterator[None]:
-    ready = asyncio.Event()
-    component.bind_ready(ready.set)
-    task = asyncio.create_task(component.run())
-    await asyncio.wait_for(ready.wait(), 5)
-    try:
-        yield
-    finally:
-        await component.stop()
-        await asyncio.wait_for(task, 5)
 
 
 async def eventually(check: Callable[[], Any]) -> None:

@@ -7,9 +7,7 @@ reload without being marked interrupted."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, cast
 
@@ -34,22 +32,12 @@ from backend.protocol.types import (
     WorkloadsEvent,
 )
 from tests.fakes import FakeClock
+from tests.unit.components.workloads_rig import Subscriber, running
 
 ME = NodeId("me")
 PEER = NodeId("peer")
 OTHER = NodeId("other")
 OLLAMA = EngineName("ollama")
-
-
-class Subscriber:
-    """Stands in for a subscribed client: keeps every ``workloads:event`` pushed to it."""
-
-    def __init__(self) -> None:
-        self.events: list[WorkloadsEvent] = []
-
-    def notify(self, method: str, params: Any = None) -> None:
-        assert method == methods.WORKLOADS_EVENT.name
-        self.events.append(params)
 
 
 class Harness:
@@ -93,19 +81,6 @@ def job_report(seq: int, kind: JobEventKind, *, key: str, **fields: Any) -> dict
     header.update(fields)
     event = JobEvent(key=JobKey(key), seq=seq, kind=kind, attempt=1, **header)
     return cast(dict[str, Any], msgspec.to_builtins(event))
-
-
-@asynccontextmanager
-async def running(component: WorkloadsComponent) -> AsyncIterator[None]:
-    ready = asyncio.Event()
-    component.bind_ready(ready.set)
-    task = asyncio.create_task(component.run())
-    await asyncio.wait_for(ready.wait(), 5)
-    try:
-        yield
-    finally:
-        await component.stop()
-        await asyncio.wait_for(task, 5)
 
 
 async def rows(store: Store) -> dict[str, tuple[Any, ...]]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from backend.protocol import errors, methods
 from backend.protocol.peer import RpcPeer
 from backend.protocol.types import WorkloadsEvent, WorkloadsSnapshot
 from tests.fakes import FakeClock
+from tests.unit.components.workloads_rig import running
 
 
 @dataclass
@@ -161,19 +161,6 @@ async def test_clear_deletes_finished_jobs_and_pushes_their_removal(connected: C
 async def test_clear_while_the_history_is_loading_is_unavailable(connected: Connected) -> None:
     with pytest.raises(errors.Unavailable, match="still loading"):
         await connected.client.call(methods.WORKLOADS_CLEAR)
-
-
-@asynccontextmanager
-async def running(workloads: WorkloadsComponent) -> AsyncIterator[None]:
-    ready = asyncio.Event()
-    workloads.bind_ready(ready.set)
-    task = asyncio.create_task(workloads.run(), name="workloads")
-    await asyncio.wait_for(ready.wait(), 5)
-    try:
-        yield
-    finally:
-        await workloads.stop()
-        await asyncio.wait_for(task, 5)
 
 
 def _tag(event: object) -> str:
