@@ -17,12 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend import __version__
-from backend.common import buildinfo
+from backend.common import buildinfo, tls
 from backend.components.apikeys import rpc as apikeys_rpc
 from backend.components.apikeys.service import ApiKeysService
 from backend.components.apikeys.store import ApiKeyStore
 from backend.components.cluster import rpc as cluster_rpc
-from backend.components.cluster import tls
 from backend.components.cluster.component import ClusterComponent
 from backend.components.cluster.members import Member, Members, Membership
 from backend.components.cluster.service import ClusterService

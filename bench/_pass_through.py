@@ -32,7 +32,7 @@ from _common import ROOT  # noqa: F401 - puts the repository root on sys.path
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from backend.components.cluster import tls
+from backend.common import tls
 from backend.components.identity.certificate import mint
 from backend.protocol.types import NodeId
 

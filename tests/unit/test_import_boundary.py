@@ -1,16 +1,33 @@
 """The layout is the architecture: backend never imports Qt or app; app sees only protocol and
-the shared pieces in common; the product never imports the development package."""
+the shared pieces in common; workers never import a broker component; the product never imports
+the development package."""
 
 from __future__ import annotations
 
 import ast
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+
+from tests.support.child import run_python
 
 ROOT = Path(__file__).resolve().parents[2]
 QT_MODULES = ("PySide6", "shiboken6", "qasync", "PyQt5", "PyQt6")
 NETWORK_MODULES = ("socket", "ssl", "http", "urllib", "aiohttp", "zeroconf", "asyncio.streams")
+# The one module of common that builds TLS contexts, which the broker and the proxy worker share.
+COMMON_TLS = "backend/common/tls.py"
+COMPONENTS = "backend.components"
 DEV_PACKAGE = "backend.devtools"
+# Prints each broker component module and keyring module that starting the proxy worker loads.
+LOADED_BY_THE_WORKER = textwrap.dedent(
+    """
+    import sys
+    import backend.workers.proxy.__main__
+    for name in sorted(sys.modules):
+        if name.split(".")[0] == "keyring" or name.split(".")[:2] == ["backend", "components"]:
+            print(name)
+    """
+)
 # The product: what runs in a user's broker, its components and workers.
 PRODUCT = (
     "backend/core",
@@ -73,7 +90,22 @@ def test_app_imports_only_the_protocol_and_common_packages_from_backend() -> Non
 
 def test_common_imports_no_qt_no_app_no_network_and_only_the_protocol_from_backend() -> None:
     forbidden = (*QT_MODULES, "app", "backend", *NETWORK_MODULES)
-    assert _violations("backend/common", forbidden, ("backend.common", "backend.protocol")) == []
+    allowed = ("backend.common", "backend.protocol")
+    for path in _files("backend/common", ROOT):
+        place = path.relative_to(ROOT).as_posix()
+        # Building a TLS context needs ssl, and the broker and the proxy worker need the same
+        # contexts: ssl is allowed in that one module, and no other network module even there.
+        extra = ("ssl",) if place == COMMON_TLS else ()
+        assert _violations(place, forbidden, (*allowed, *extra)) == [], place
+
+
+def test_workers_import_no_broker_component() -> None:
+    assert _violations("backend/workers", (COMPONENTS,)) == []
+
+
+def test_the_proxy_worker_loads_no_broker_component_and_no_keyring() -> None:
+    # A fresh interpreter: the test process itself loaded the components long ago.
+    assert run_python(LOADED_BY_THE_WORKER).stdout.split() == []
 
 
 def test_the_product_never_imports_the_development_package() -> None:

@@ -1,14 +1,11 @@
-"""A LAN API key's secret, its hash and its public prefix; the rules for a key's name (pure).
+"""A LAN API key's secret and its public prefix; the rules for a key's name (pure).
 
-The secret is 32 random bytes from ``secrets`` (256 bits), so its SHA-256 is all that is
-stored and all the front door compares against: nobody can guess such a secret or find it
-from its hash, and a salt or a slow KDF (bcrypt, scrypt, Argon2) protects only guessable,
-low-entropy passwords while it would slow every request's check.
+The secret is 32 random bytes from ``secrets`` (256 bits); its hash, shared with the proxy
+worker's front door, is ``backend.common.secret_hash``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 
 SECRET_PREFIX = "pair-"
@@ -22,11 +19,6 @@ MAX_NAME_LENGTH = 64
 def new_secret() -> str:
     """A fresh secret: ``pair-`` and 43 URL-safe base64 characters (32 random bytes)."""
     return SECRET_PREFIX + secrets.token_urlsafe(SECRET_BYTES)
-
-
-def hash_secret(secret: str) -> str:
-    """What is stored for ``secret`` and what the front door compares: its SHA-256, hex."""
-    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
 
 
 def public_prefix(secret: str) -> str:

@@ -12,14 +12,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from backend.common.secret_hash import hash_secret
 from backend.common.tasks import TaskSet
-from backend.components.apikeys.secret import (
-    hash_secret,
-    key_name,
-    new_key_id,
-    new_secret,
-    public_prefix,
-)
+from backend.components.apikeys.secret import key_name, new_key_id, new_secret, public_prefix
 from backend.components.apikeys.store import ApiKeyStore, StoredKey
 from backend.core.clock import Clock
 from backend.protocol import errors

@@ -29,9 +29,9 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from backend.common.certificates import NodeCredentials
 from backend.components.cluster.messages import Cert, Message, Name
 from backend.components.cluster.pake import lv_cat
-from backend.components.identity.certificate import NodeCredentials
 from backend.protocol.types import NodeId
 
 ENDORSEMENT_LABEL = b"pair-endorsement-v1"

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from backend.common.certificates import fingerprint_of
 from backend.components.cluster import invites as rules
 from backend.components.cluster import messages as m
 from backend.components.cluster.members import Membership
-from backend.components.identity.certificate import fingerprint_of
 from backend.core.clock import Clock
 from backend.protocol import errors
 from backend.protocol.types import Invite, InviteId, InviteState, NodeId

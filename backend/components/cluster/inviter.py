@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from backend.common.certificates import NodeCredentials, fingerprint_of
 from backend.components.cluster import messages as m
 from backend.components.cluster import pairing_crypto as pc
 from backend.components.cluster.pake import CPaceError, CPaceRun, Role
-from backend.components.identity.certificate import NodeCredentials, fingerprint_of
 from backend.protocol.types import Invite
 
 

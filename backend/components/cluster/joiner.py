@@ -12,11 +12,11 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 
+from backend.common.certificates import NodeCredentials, fingerprint_of
 from backend.components.cluster import messages as m
 from backend.components.cluster import pairing_crypto as pc
 from backend.components.cluster import peer_client
 from backend.components.cluster.pake import CPaceError, CPaceRun, Role
-from backend.components.identity.certificate import NodeCredentials, fingerprint_of
 from backend.protocol.types import InviteState
 
 

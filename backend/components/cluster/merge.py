@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from backend.common.certificates import fingerprint_of
 from backend.components.cluster.endorsements import (
     Endorsement,
     RemovalProof,
@@ -33,7 +34,6 @@ from backend.components.cluster.endorsements import (
 )
 from backend.components.cluster.members import Changes, Member, Membership
 from backend.components.cluster.roster import Roster, RosterEntry, Self, cluster_name
-from backend.components.identity.certificate import fingerprint_of
 from backend.protocol.types import NodeId
 
 Blocks = dict[str, float | None]  # tombstoned fingerprint → None (for good) or its leave's time

@@ -11,9 +11,9 @@ from typing import TypeVar
 import aiohttp
 import msgspec
 
+from backend.common import tls
+from backend.common.certificates import NodeCredentials
 from backend.common.hostport import url_host
-from backend.components.cluster import tls
-from backend.components.identity.certificate import NodeCredentials
 from backend.protocol.types import NodeInfo
 
 T = TypeVar("T")

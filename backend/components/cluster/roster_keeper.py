@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from backend.common.certificates import NodeCredentials, fingerprint_of
 from backend.components.cluster import merge as mg
 from backend.components.cluster import messages as m
 from backend.components.cluster import peer_client
@@ -28,7 +29,6 @@ from backend.components.cluster.endorsements import (
     prove_removal,
 )
 from backend.components.cluster.members import Changes, Member, Members
-from backend.components.identity.certificate import NodeCredentials, fingerprint_of
 from backend.core.clock import Clock
 from backend.protocol import errors
 from backend.protocol.types import ClusterLeft, MemberRemoved, NodeId, RemovedFromCluster

@@ -13,9 +13,9 @@ from typing import TypeVar
 import msgspec
 from aiohttp import web
 
+from backend.common import tls
 from backend.components.cluster import messages as m
 from backend.components.cluster import roster as r
-from backend.components.cluster import tls
 from backend.components.cluster.inviter import ProtocolViolation
 from backend.components.cluster.members import Member
 from backend.components.cluster.merge import RosterRefused

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import msgspec
 
+from backend.common.certificates import NodeCredentials, fingerprint_of
 from backend.components.cluster import invites as rules
 from backend.components.cluster import messages as m
 from backend.components.cluster import pairing_crypto as pc
@@ -38,7 +39,6 @@ from backend.components.cluster.members import (
 )
 from backend.components.cluster.roster_keeper import RosterKeeper
 from backend.components.cluster.status import cluster_status
-from backend.components.identity.certificate import NodeCredentials, fingerprint_of
 from backend.core.clock import Clock
 from backend.core.rpc import NumberedStream
 from backend.protocol import errors

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from backend.common.certificates import NodeCredentials
 from backend.common.hostport import url_host
 from backend.common.tasks import TaskSet
 from backend.components.cluster.members import Member
@@ -36,7 +37,6 @@ from backend.components.discovery.state import (
 )
 from backend.components.discovery.timing import DiscoveryTiming, telemetry_delay
 from backend.components.errors.registry import ErrorsRegistry
-from backend.components.identity.certificate import NodeCredentials
 from backend.core.clock import Clock
 from backend.core.component import Component
 from backend.core.rpc import NumberedStream

@@ -9,10 +9,10 @@ from collections.abc import Callable, Sequence
 
 import aiohttp
 
-from backend.components.cluster import tls
+from backend.common import tls
+from backend.common.certificates import NodeCredentials
 from backend.components.cluster.members import Member
 from backend.components.discovery import probe
-from backend.components.identity.certificate import NodeCredentials
 from backend.protocol.types import NodeId, NodeInfo
 
 log = logging.getLogger(__name__)

@@ -16,8 +16,8 @@ from typing import Any
 import aiohttp
 import msgspec
 
+from backend.common import tls
 from backend.common.hostport import url_host
-from backend.components.cluster import tls
 from backend.protocol.types import NodeEngineModels, NodeInfo
 
 NODE_INFO_PATH = "/v1/node-info"

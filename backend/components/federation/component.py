@@ -17,10 +17,10 @@ from typing import Any
 
 import msgspec
 
+from backend.common.certificates import NodeCredentials
 from backend.common.tasks import TaskSet
 from backend.components.cluster.members import Member, Membership
 from backend.components.federation.link import UNREACHABLE_ID, LinkSinks, MemberLink
-from backend.components.identity.certificate import NodeCredentials
 from backend.core.clock import Clock
 from backend.core.component import Component
 from backend.core.rpc import NOT_FORWARDED, NumberedStream

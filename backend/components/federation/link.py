@@ -28,13 +28,13 @@ from typing import Any, get_args
 import aiohttp
 import msgspec
 
+from backend.common import tls
+from backend.common.certificates import NodeCredentials
 from backend.common.hostport import url_host
 from backend.common.tasks import TaskSet
-from backend.components.cluster import tls
 from backend.components.cluster.members import Member
 from backend.components.federation import websocket
 from backend.components.federation.server import LINK_PATH
-from backend.components.identity.certificate import NodeCredentials
 from backend.core.clock import Clock
 from backend.protocol import contract, errors, methods
 from backend.protocol.contract import Method

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import hashlib
 import logging
 import os
 import re
@@ -31,7 +30,7 @@ import shutil
 import stat
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -41,6 +40,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from backend.common.certificates import NodeCredentials, fingerprint_of
 from backend.common.files import ensure_private_dir, fsync_dir, set_aside, write_private_atomic
 from backend.protocol.types import NodeId
 
@@ -60,16 +60,6 @@ _ENCRYPTED_PEM = b"-----BEGIN ENCRYPTED PRIVATE KEY-----"
 
 Protection = Literal["keyring", "file"]
 Origin = Literal["loaded", "first-run", "re-created", "copy-replaced"]
-
-
-@dataclass(frozen=True, slots=True)
-class NodeCredentials:
-    """This node's certificate (DER and PEM), its private key, and the certificate's fingerprint."""
-
-    cert_der: bytes
-    cert_pem: bytes
-    private_key: ec.EllipticCurvePrivateKey = field(repr=False, compare=False)
-    fingerprint: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,11 +130,6 @@ class IdentityForeign(IdentityError):
 
 class IdentityDamaged(IdentityError):
     """A file of the identity is missing, unreadable, or cannot be made private."""
-
-
-def fingerprint_of(cert_der: bytes) -> str:
-    """``"sha256:"`` and the lowercase hex SHA-256 of a certificate's DER."""
-    return "sha256:" + hashlib.sha256(cert_der).hexdigest()
 
 
 def mint(node_id: NodeId) -> NodeCredentials:

@@ -13,11 +13,11 @@ from typing import Any
 import msgspec
 from cryptography.hazmat.primitives import serialization
 
+from backend.common.certificates import NodeCredentials
 from backend.common.self_command import self_argv
 from backend.components.engines.component import EnginesComponent
 from backend.components.engines.manifest import SchedulerSpec
 from backend.components.engines.slots import routing_slots
-from backend.components.identity.certificate import NodeCredentials
 from backend.components.proxy.custody import CustodyDesk, Progress
 from backend.components.proxy.exclusive_gate import WorkerGate
 from backend.components.proxy.listeners import (

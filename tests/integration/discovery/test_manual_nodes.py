@@ -13,7 +13,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from backend.components.cluster import tls
+from backend.common import tls
 from backend.components.identity.certificate import mint
 from backend.protocol import errors
 from backend.protocol.types import NodeId

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from backend.components.identity.certificate import NodeCredentials, mint
+from backend.common.certificates import NodeCredentials
+from backend.components.identity.certificate import mint
 from backend.components.proxy.component import ProxyComponent
 from backend.core.clock import SystemClock
 from backend.core.restart_policy import RestartPolicy

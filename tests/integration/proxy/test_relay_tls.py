@@ -17,8 +17,9 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 
-from backend.components.cluster import tls
-from backend.components.identity.certificate import NodeCredentials, mint
+from backend.common import tls
+from backend.common.certificates import NodeCredentials
+from backend.components.identity.certificate import mint
 from backend.protocol.proxy import ProxyTargets, RouteTarget
 from backend.protocol.types import NodeId
 from tests.integration.proxy.conftest import LOCAL_NODE, RunningProxy, StartProxy, credentials_for

@@ -17,12 +17,14 @@ import aiohttp
 import msgspec
 from aiohttp import web
 
+from backend.common import tls
+from backend.common.certificates import NodeCredentials
 from backend.common.tasks import TaskSet
-from backend.components.cluster import peer_client, tls
+from backend.components.cluster import peer_client
 from backend.components.cluster.component import ClusterComponent
 from backend.components.cluster.members import Members, MemberStore
 from backend.components.cluster.service import ClusterService
-from backend.components.identity.certificate import NodeCredentials, mint
+from backend.components.identity.certificate import mint
 from backend.components.nodeinfo.payload import NodeInfoSource
 from backend.components.nodeinfo.server import build_app, is_loopback
 from backend.components.nodeinfo.telemetry import TelemetryView

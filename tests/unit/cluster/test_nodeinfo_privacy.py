@@ -11,7 +11,7 @@ import aiohttp
 import msgspec
 import pytest
 
-from backend.components.cluster import tls
+from backend.common import tls
 from backend.components.nodeinfo.server import is_loopback
 from backend.protocol.types import NodeEngineModels, NodeInfo
 from tests.fakes import FakeClock

@@ -11,8 +11,9 @@ import msgspec
 import pytest
 from aiohttp import web
 
+from backend.common import tls
 from backend.components.cluster import messages as m
-from backend.components.cluster import peer_client, tls
+from backend.components.cluster import peer_client
 from backend.components.cluster.members import Members, MemberStore
 from backend.components.identity.certificate import mint
 from backend.protocol import errors

@@ -10,8 +10,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from backend.common import tls
 from backend.components.cluster import merge as mg
-from backend.components.cluster import peer_client, tls
+from backend.components.cluster import peer_client
 from backend.components.cluster import roster as r
 from backend.components.cluster.endorsements import (
     Endorsement,

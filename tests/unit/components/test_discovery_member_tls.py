@@ -13,8 +13,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from backend.common import tls
+from backend.common.certificates import NodeCredentials
 from backend.common.tasks import TaskSet
-from backend.components.cluster import tls
 from backend.components.cluster.members import Member
 from backend.components.discovery import probe
 from backend.components.discovery.component import DiscoveryComponent
@@ -23,7 +24,7 @@ from backend.components.discovery.member_tls import MemberContexts
 from backend.components.discovery.state import EvictionPolicy
 from backend.components.discovery.timing import DiscoveryTiming
 from backend.components.errors.registry import ErrorsRegistry
-from backend.components.identity.certificate import NodeCredentials, mint
+from backend.components.identity.certificate import mint
 from backend.core.clock import SystemClock
 from backend.core.rpc import ClientHub, NumberedStream
 from backend.core.store import Store

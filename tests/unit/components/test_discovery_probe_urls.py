@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from backend.components.cluster import tls
+from backend.common import tls
 from backend.components.discovery import probe
 from backend.components.identity.certificate import mint
 from backend.protocol.types import NodeId

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-from backend.components.cluster.tls import server_context
+from backend.common.tls import server_context
 from backend.components.identity.certificate import mint
 from backend.components.nodeinfo.payload import NodeInfoSource
 from backend.components.nodeinfo.server import NODE_INFO_PATH, NodeApiServer

@@ -14,10 +14,10 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from backend.components.cluster import tls
+from backend.common import tls
+from backend.common.certificates import NodeCredentials
 from backend.components.federation import websocket
 from backend.components.federation.server import LINK_PATH, MemberRpc
-from backend.components.identity.certificate import NodeCredentials
 from backend.components.nodeinfo.payload import NodeInfoSource
 from backend.components.nodeinfo.server import build_app
 from backend.components.nodeinfo.telemetry import TelemetryView

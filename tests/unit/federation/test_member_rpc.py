@@ -15,7 +15,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from backend.components.cluster import peer_client, tls
+from backend.common import tls
+from backend.components.cluster import peer_client
 from backend.components.identity.certificate import mint
 from backend.protocol import contract, errors, jsonrpc, methods
 from backend.protocol.peer import RpcPeer

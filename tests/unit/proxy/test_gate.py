@@ -13,13 +13,11 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 from multidict import CIMultiDict
 
-from backend.components.apikeys.secret import hash_secret, new_secret
+from backend.common.secret_hash import hash_secret
+from backend.components.apikeys.secret import new_secret
 from backend.protocol.proxy import ProxyTargets
-from backend.workers.proxy.doors.app import CONTEXT_KEY, build_app, gate
-from backend.workers.proxy.upstream.attempt import Failure, Timeouts, on_this_computer, precommit
 from backend.workers.proxy.context import DoorContext
-from backend.workers.proxy.routing.dispatch import Router
-from backend.workers.proxy.upstream.forward import LAN_CLIENT_KEY, request_headers, without_credentials
+from backend.workers.proxy.doors.app import CONTEXT_KEY, build_app, gate
 from backend.workers.proxy.doors.gate import (
     KEY_INVALID,
     KEY_MISSING,
@@ -32,9 +30,15 @@ from backend.workers.proxy.doors.gate import (
     peer_allowed,
     refusal,
 )
-from backend.workers.proxy.channels.jobs import JobLog
 from backend.workers.proxy.relay.serving import RelayBoard
+from backend.workers.proxy.upstream.attempt import Failure, Timeouts, on_this_computer, precommit
+from backend.workers.proxy.upstream.forward import (
+    LAN_CLIENT_KEY,
+    request_headers,
+    without_credentials,
+)
 from tests.fakes import FakeClock
+from tests.unit.proxy.scripted_door import make_router
 
 SECRET = new_secret()
 HASHES = [hash_secret(new_secret()), hash_secret(SECRET)]
@@ -182,7 +186,7 @@ def test_bearer_tokens_and_key_checks() -> None:
 
 
 def _door(targets: ProxyTargets) -> web.Application:
-    router = Router(mock.Mock(), JobLog(lambda event: None), clock=FakeClock(), rng=random.Random())
+    router = make_router(mock.Mock(), clock=FakeClock(), rng=random.Random())
     router.update(targets)
     return build_app(DoorContext("ollama", router, RelayBoard()))
 

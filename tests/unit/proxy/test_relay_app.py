@@ -6,7 +6,6 @@ TLS 1.3 handshakes, no subprocesses.
 
 from __future__ import annotations
 
-import random
 import socket
 import ssl
 from collections.abc import AsyncIterator
@@ -18,8 +17,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from backend.components.cluster import tls
-from backend.components.identity.certificate import NodeCredentials, mint
+from backend.common import tls
+from backend.common.certificates import NodeCredentials
+from backend.components.identity.certificate import mint
 from backend.components.proxy.component import identity_payload
 from backend.devtools.emulators.generation import TimingModel
 from backend.devtools.emulators.ollama import build_ollama_app
@@ -27,14 +27,14 @@ from backend.devtools.emulators.ollama_state import OllamaConfig
 from backend.devtools.emulators.server import EmulatorServer
 from backend.protocol.proxy import ProxyIdentity, ProxyTargets, RouteTarget
 from backend.protocol.types import JobEvent, NodeId
-from backend.workers.proxy.doors.app import build_app
-from backend.workers.proxy.context import DoorContext
-from backend.workers.proxy.routing.dispatch import Router
 from backend.workers.proxy.channels.jobs import JobLog
+from backend.workers.proxy.context import DoorContext
+from backend.workers.proxy.doors.app import build_app
+from backend.workers.proxy.relay.app import build_relay_app
 from backend.workers.proxy.relay.peer_tls import NoIdentity, PeerTls, credentials_from
 from backend.workers.proxy.relay.serving import REFUSED_HEADER, RelayBoard
-from backend.workers.proxy.relay.app import build_relay_app
 from tests.fakes import FakeClock
+from tests.unit.proxy.scripted_door import make_router
 
 QUICK = TimingModel(load_delay=0.01, token_delay=0.002)
 NODE_A = mint(NodeId("node-a"))
@@ -74,9 +74,7 @@ async def relay() -> AsyncIterator[Relay]:
         jobs.extend(msgspec.to_builtins(event) for event in events)
 
     async with aiohttp.ClientSession() as session:
-        router = Router(
-            session, JobLog(sent), clock=FakeClock(), rng=random.Random(0), peer_tls=peer_tls
-        )
+        router = make_router(session, JobLog(sent), clock=FakeClock(), peer_tls=peer_tls)
         local = RouteTarget(
             node_id="node-b", kind="local", base_url=engine.url, models=["llama3.2:latest"]
         )

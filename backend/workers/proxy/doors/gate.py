@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
 
-from backend.components.apikeys.secret import hash_secret
+from backend.common.secret_hash import hash_secret
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 HOW_TO_GET_A_KEY = (

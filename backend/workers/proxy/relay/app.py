@@ -19,20 +19,12 @@ from dataclasses import dataclass
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from backend.components.cluster.tls import peer_certificate
+from backend.common.tls import peer_certificate
 from backend.protocol.proxy import RouteTarget
 from backend.protocol.types import NodeId
-from backend.workers.proxy.doors.app import admit, forward_or_502, inference_paths
 from backend.workers.proxy.context import DoorContext
-from backend.workers.proxy.routing.dispatch import ATTEMPT_HEADER, JOB_HEADER, ORIGIN_HEADER
+from backend.workers.proxy.doors.app import admit, forward_or_502, inference_paths
 from backend.workers.proxy.doors.errors import ErrorReply
-from backend.workers.proxy.upstream.forward import (
-    PROXY_MS_HEADER,
-    STARTED_KEY,
-    body_stream,
-    elapsed_ms,
-    format_ms,
-)
 from backend.workers.proxy.doors.listing import local_model_list
 from backend.workers.proxy.relay.peer_tls import PeerTls
 from backend.workers.proxy.relay.serving import (
@@ -43,6 +35,14 @@ from backend.workers.proxy.relay.serving import (
     started_handler,
 )
 from backend.workers.proxy.routing.candidates import RELAY_PREFIX, local_target
+from backend.workers.proxy.routing.dispatch import ATTEMPT_HEADER, JOB_HEADER, ORIGIN_HEADER
+from backend.workers.proxy.upstream.forward import (
+    PROXY_MS_HEADER,
+    STARTED_KEY,
+    body_stream,
+    elapsed_ms,
+    format_ms,
+)
 
 NOT_PAIRED = "this computer is not paired with the one that sent the request"
 

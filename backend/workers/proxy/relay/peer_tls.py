@@ -19,8 +19,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from backend.components.cluster import tls
-from backend.components.identity.certificate import NodeCredentials, fingerprint_of
+from backend.common import tls
+from backend.common.certificates import NodeCredentials, fingerprint_of
 from backend.protocol.proxy import ProxyIdentity, ProxyTargets, RouteTarget
 
 log = logging.getLogger(__name__)
