@@ -1,5 +1,6 @@
-"""What a local engine's scheduler asks of the engine: its idle slots and erasing one (over
-HTTP, as the engine's slot API says), and a model switch (the broker relaunches it)."""
+"""What a local engine's scheduler asks of the engine (``EngineAccess``): its idle slots, and
+erasing, parking and restoring one (over HTTP, as the engine's slot API says), and a model
+switch (the broker relaunches it)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,12 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import msgspec
 
 from backend.protocol.proxy import PARKED_PREFIX, RouteTarget
-from backend.workers.proxy.scheduler.engine_scheduler import LoadFailed
 from backend.workers.proxy.scheduler.rules import SlotSample
 
 SLOTS_TIMEOUT_S = 2.0
@@ -23,6 +23,38 @@ PARK_TIMEOUT_S = 120.0
 MAX_SLOT_ROWS = 4096
 
 LoadModel = Callable[[str, str], Awaitable[int]]
+
+
+class LoadFailed(Exception):
+    """The engine would not load a model; the message is the engine's reason."""
+
+
+class EngineAccess(Protocol):
+    """What the scheduler asks of its engine (HTTP to the engine, RPC to the broker)."""
+
+    async def free_slots(self) -> SlotSample | None:
+        """The idle slots now, or None when they cannot be read (then the ceiling decides)."""
+        ...
+
+    async def erase(self, slot: int) -> None:
+        """Erase one slot's KV; raises when the engine did not."""
+        ...
+
+    async def load(self, model: str) -> int:
+        """Relaunch the drained engine with ``model``; its new instance, or ``LoadFailed``."""
+        ...
+
+    async def save(self, slot: int, filename: str) -> int:
+        """Park ``slot``'s KV in ``filename``; the bytes written (raises when it did not)."""
+        ...
+
+    async def restore(self, slot: int, filename: str) -> None:
+        """Load a parked KV into ``slot`` (raises when it did not)."""
+        ...
+
+    async def discard(self, filenames: list[str]) -> None:
+        """Delete parked files nobody needs any more."""
+        ...
 
 
 class LocalEngineAccess:

@@ -14,13 +14,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Protocol
 
 from backend.common.tasks import TaskSet
 from backend.core.clock import Clock
 from backend.protocol.types import SchedulerState
 from backend.workers.proxy.scheduler import rules
-from backend.workers.proxy.scheduler.kv_parking import Parking, parked_name
+from backend.workers.proxy.scheduler.engine_access import EngineAccess, LoadFailed
 from backend.workers.proxy.scheduler.report import scheduler_state
 from backend.workers.proxy.scheduler.rules import (
     MAX_CONCURRENCY,
@@ -28,7 +27,7 @@ from backend.workers.proxy.scheduler.rules import (
     Moment,
     SlotSample,
 )
-from backend.workers.proxy.scheduler.slot_book import SlotBook
+from backend.workers.proxy.scheduler.slot_keeper import SlotKeeper
 from backend.workers.proxy.scheduler.tickets import COMPLETION, RunningSet, Ticket
 
 __all__ = [
@@ -46,38 +45,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 SLOT_POLL_S = 0.5
-
-
-class LoadFailed(Exception):
-    """The engine would not load a model; the message is the engine's reason."""
-
-
-class EngineAccess(Protocol):
-    """What the scheduler asks of its engine (HTTP to the engine, RPC to the broker)."""
-
-    async def free_slots(self) -> SlotSample | None:
-        """The idle slots now, or None when they cannot be read (then the ceiling decides)."""
-        ...
-
-    async def erase(self, slot: int) -> None:
-        """Erase one slot's KV; raises when the engine did not."""
-        ...
-
-    async def load(self, model: str) -> int:
-        """Relaunch the drained engine with ``model``; its new instance, or ``LoadFailed``."""
-        ...
-
-    async def save(self, slot: int, filename: str) -> int:
-        """Park ``slot``'s KV in ``filename``; the bytes written (raises when it did not)."""
-        ...
-
-    async def restore(self, slot: int, filename: str) -> None:
-        """Load a parked KV into ``slot`` (raises when it did not)."""
-        ...
-
-    async def discard(self, filenames: list[str]) -> None:
-        """Delete parked files nobody needs any more."""
-        ...
 
 
 class EngineScheduler:
@@ -110,13 +77,14 @@ class EngineScheduler:
         self.resident: str | None = None
         self._instance = 0
         self._retired: set[int] = set()
-        self.slots = SlotBook(affinity=affinity)
-        self.parking = Parking()
         self._idle: int | None = None
         self._busy = False
         self._dirty = False
         self._polling = False
         self._tasks = TaskSet(f"scheduler:{engine}")
+        self._keeper = SlotKeeper(engine, access, self._tasks, affinity=affinity)
+        self.slots = self._keeper.book
+        self.parking = self._keeper.parking
         self._done: asyncio.Future[None] | None = None
 
     # What the routing table says.
@@ -424,68 +392,15 @@ class EngineScheduler:
         self._running.add(ticket)
         slot = self.slots.choose(ticket.session) if self._shape.pinning else None
         if slot is not None:
-            await self._hand_over(ticket, slot)
+            await self._keeper.give(ticket, slot, parking=self._shape.parking and self._affinity)
         if ticket.admitted.done():  # cancelled while its slot was being erased
             self._running.discard(ticket)
             return
         ticket.admitted.set_result(None)
         self._announce()
 
-    async def _hand_over(self, ticket: Ticket, slot: int) -> None:
-        """Give ``slot`` to ``ticket`` as ``rules.hand_over`` says (it stays unpinned when
-        the erase fails)."""
-        session = ticket.session
-        parking = self._shape.parking and self._affinity
-        plan = rules.hand_over(self.slots.owners, slot, session, parking=parking)
-        if plan.park is not None:
-            await self._park(slot, plan.park)
-        if plan.erase and not await self._erase(slot, session):
-            return
-        if plan.restore:
-            await self._unpark(slot, session)
-        self.slots.owned_by(slot, session)
-        ticket.slot = slot
-
-    async def _erase(self, slot: int, session: str | None) -> bool:
-        try:
-            await self._access.erase(slot)
-        except Exception as exc:
-            log.warning(
-                "erasing slot %d of %s failed (%s); running unpinned", slot, self.engine, exc
-            )
-            self.slots.unknown(slot)
-            return False
-        log.debug("erased slot %d of %s before handing it to %s", slot, self.engine, session)
-        return True
-
-    async def _park(self, slot: int, session: str) -> None:
-        """Save the KV of the session leaving ``slot``."""
-        try:
-            size = await self._access.save(slot, parked_name(session))
-        except Exception as exc:
-            log.info("parking slot %d of %s failed (%s): its KV is dropped", slot, self.engine, exc)
-            return
-        self._discard(self.parking.parked(session, size))
-
-    async def _unpark(self, slot: int, session: str | None) -> None:
-        """Load ``session``'s parked KV into ``slot`` (fresh or just erased) if it has one."""
-        name = self.parking.file_of(session)
-        if name is None or session is None:
-            return
-        try:
-            await self._access.restore(slot, name)
-        except Exception as exc:
-            log.info("restoring a parked KV into slot %d of %s failed (%s)", slot, self.engine, exc)
-        stale = self.parking.restored(session)
-        self._discard([stale] if stale else [])
-
-    def _discard(self, names: list[str]) -> None:
-        if names:
-            self._tasks.spawn(self._access.discard(names), name=f"scheduler:{self.engine}:discard")
-
     def _forget_slots(self) -> None:
-        self.slots.forget()
-        self._discard(self.parking.clear())
+        self._keeper.forget()
 
     # Reporting.
 
