@@ -11,11 +11,12 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import aiohttp
 
 from backend.components.engines.commands import CommandResult
+from backend.components.engines.component import EnginesComponent
 from backend.components.engines.controller import EngineController, EngineHooks
 from backend.components.engines.launch import LaunchSettings
 from backend.components.engines.manifest import (
@@ -27,8 +28,8 @@ from backend.components.engines.manifest import (
     merge_override,
 )
 from backend.components.engines.process import EngineLog
-from backend.components.engines.runner import EngineDrivers
-from backend.protocol.types import EngineName, EngineStatus
+from backend.components.engines.runner import REAL_DRIVERS, EngineDrivers
+from backend.protocol.types import EngineEvent, EngineModelsChanged, EngineName, EngineStatus
 from tests.fakes import FakeClock, RecordingErrors
 
 T0 = 1000.0
@@ -265,6 +266,46 @@ class FakeDaemonWorld(FakeWorld):
                 self.daemons.clear()
             return CommandResult(argv, self.stop_code, ["The server is not running."])
         return CommandResult(argv, 0)
+
+
+class RecordedEvents:
+    """Stands in for the numbered engine stream: keeps what was published."""
+
+    def __init__(self) -> None:
+        self.events: list[EngineEvent] = []
+
+    def publish(self, make_event: Callable[[int], EngineEvent]) -> None:
+        """Number and keep one event."""
+        self.events.append(make_event(len(self.events) + 1))
+
+    def models(self) -> list[EngineModelsChanged]:
+        """The model-list events, in order."""
+        return [event for event in self.events if isinstance(event, EngineModelsChanged)]
+
+
+def engines_over(
+    data_dir: Path,
+    rigs: dict[str, ControllerRig] | None = None,
+    *,
+    settings: FakeSettings | None = None,
+    ledger: object = None,
+    drivers: EngineDrivers = REAL_DRIVERS,
+) -> tuple[EnginesComponent, RecordedEvents]:
+    """The engines component over rigged controllers (or, without ``rigs``, the ones it builds
+    on ``drivers``), on a manual clock, with what it publishes."""
+    events = RecordedEvents()
+    engines = EnginesComponent(
+        data_dir=data_dir,
+        ledger=cast(Any, ledger),
+        errors_sink=RecordingErrors(),
+        clock=manual_clock(),
+        events=cast(Any, events),
+        settings=settings,
+        drivers=drivers,
+    )
+    if rigs is not None:
+        engines.controllers = {name: made.controller for name, made in rigs.items()}
+    return engines, events
 
 
 async def drive(clock: FakeClock, work: Awaitable[T], *, step: float = 0.5) -> T:

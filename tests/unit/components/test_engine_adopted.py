@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
 
 import aiohttp
 import pytest
@@ -16,13 +15,13 @@ from aiohttp.test_utils import TestServer
 
 from backend.components.engines.component import EnginesComponent
 from backend.components.proxy.component import local_engines
-from backend.protocol.types import EngineEvent, EngineModelsChanged, EngineStateChanged
-from tests.fakes import RecordingErrors
+from backend.protocol.types import EngineStateChanged
 from tests.unit.components.engine_fakes import (
     ControllerRig,
     FakeWorld,
+    RecordedEvents,
     bundled_manifest,
-    manual_clock,
+    engines_over,
     rig,
 )
 
@@ -56,17 +55,6 @@ class FakeEngine:
         return web.json_response({})
 
 
-class RecordedEvents:
-    def __init__(self) -> None:
-        self.events: list[EngineEvent] = []
-
-    def publish(self, make_event: Any) -> None:
-        self.events.append(make_event(len(self.events) + 1))
-
-    def models(self) -> list[EngineModelsChanged]:
-        return [e for e in self.events if isinstance(e, EngineModelsChanged)]
-
-
 @dataclass
 class Adopted:
     engines: EnginesComponent
@@ -85,15 +73,7 @@ async def adopted(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         world.answering.add(server.port)
         manifest = bundled_manifest(name, {"runtime": {"port": server.port}})
         made = rig(manifest, session, tmp_path, world=world)
-        events = RecordedEvents()
-        engines = EnginesComponent(
-            data_dir=tmp_path,
-            ledger=cast(Any, None),
-            errors_sink=RecordingErrors(),
-            clock=manual_clock(),
-            events=cast(Any, events),
-        )
-        engines.controllers = {name: made.controller}
+        engines, events = engines_over(tmp_path, {name: made})
         await made.controller.detect()
         await made.controller.start()
         assert made.controller.status().adopted

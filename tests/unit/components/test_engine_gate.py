@@ -11,10 +11,9 @@ import contextlib
 import hashlib
 import json
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
 
 import aiohttp
 import pytest
@@ -29,21 +28,21 @@ from backend.components.engines.launch import LaunchSettings
 from backend.protocol import errors
 from backend.protocol.types import (
     EngineActionName,
-    EngineEvent,
     EngineModelsChanged,
     InstallProgressed,
     ModelDetails,
     PullProgressed,
 )
-from tests.fakes import RecordingErrors, settle
+from tests.fakes import settle
 from tests.support.ports import free_port
 from tests.unit.components.engine_fakes import (
     ControllerRig,
     FakeSettings,
     FakeWorld,
+    RecordedEvents,
     bundled_manifest,
+    engines_over,
     eventually,
-    manual_clock,
     rig,
     write_gguf,
 )
@@ -67,16 +66,6 @@ class ClosedGate:
         await self.opened.wait()
         self.granted.append((engine, kind, model))
         yield
-
-
-class RecordedEvents:
-    """Stands in for the numbered engine stream: keeps what was published."""
-
-    def __init__(self) -> None:
-        self.events: list[EngineEvent] = []
-
-    def publish(self, make_event: Callable[[int], EngineEvent]) -> None:
-        self.events.append(make_event(len(self.events) + 1))
 
 
 @dataclass
@@ -136,18 +125,10 @@ async def rigged(tmp_path: Path) -> AsyncIterator[Rigged]:
         llama = rig(bundled_manifest("llamacpp"), session, tmp_path, settings, world)
         ollama_manifest = bundled_manifest("ollama", {"runtime": {"port": server.port}})
         ollama = rig(ollama_manifest, session, tmp_path, world=world)
-        events = RecordedEvents()
-        engines = EnginesComponent(
-            data_dir=tmp_path,
-            ledger=cast(Any, None),
-            errors_sink=RecordingErrors(),
-            clock=manual_clock(),
-            events=cast(Any, events),
-            settings=settings,
-        )
+        rigs = {"llamacpp": llama, "ollama": ollama}
+        engines, events = engines_over(tmp_path, rigs, settings=settings)
         gate = ClosedGate()
         engines.bind_gate(gate)
-        engines.controllers = {"llamacpp": llama.controller, "ollama": ollama.controller}
         for controller in engines.controllers.values():
             await controller.detect()
         yield Rigged(engines, gate, llama, ollama, events, settings, fake, store)

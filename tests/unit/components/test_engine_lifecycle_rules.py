@@ -24,16 +24,17 @@ from backend.components.engines.engine_run import ADOPTED_PORT_CHECK_S
 from backend.components.engines.manifest import Manifest
 from backend.components.nodeinfo.payload import last_engine_models
 from backend.protocol import errors
-from backend.protocol.types import EngineEvent, EngineModelsChanged
-from tests.fakes import FakeClock, RecordingErrors, settle
+from backend.protocol.types import EngineModelsChanged
+from tests.fakes import FakeClock, settle
 from tests.unit.components.engine_fakes import (
     ControllerRig,
     FakeDaemonWorld,
     FakeWorld,
+    RecordedEvents,
     bundled_manifest,
     drive,
+    engines_over,
     eventually,
-    manual_clock,
     rig,
 )
 
@@ -323,24 +324,8 @@ async def test_an_adopted_engine_whose_port_closed_once_is_kept(tmp_path: Path) 
 # -- 5. a shutdown sweep that failed is retried ------------------------------------------------
 
 
-class RecordedEvents:
-    def __init__(self) -> None:
-        self.events: list[EngineEvent] = []
-
-    def publish(self, make_event: Callable[[int], EngineEvent]) -> None:
-        self.events.append(make_event(len(self.events) + 1))
-
-
 def _component(tmp_path: Path, **controllers: ControllerRig) -> EnginesComponent:
-    engines = EnginesComponent(
-        data_dir=tmp_path,
-        ledger=cast(Any, None),
-        errors_sink=RecordingErrors(),
-        clock=manual_clock(),
-        events=cast(Any, RecordedEvents()),
-    )
-    engines.controllers = {name: made.controller for name, made in controllers.items()}
-    return engines
+    return engines_over(tmp_path, controllers)[0]
 
 
 async def test_a_failed_shutdown_sweep_is_retried_by_the_next_call(

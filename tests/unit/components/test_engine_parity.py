@@ -8,19 +8,22 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import aiohttp
 import pytest
 
 from app.models.models import restarts_after_delete
 from backend.components.engines import actions
-from backend.components.engines.component import EnginesComponent
 from backend.components.engines.manifest import bundled_documents
 from backend.protocol import errors
 from backend.protocol.types import InstallProgress, PullProgress
-from tests.fakes import RecordingErrors
-from tests.unit.components.engine_fakes import FakeWorld, bundled_manifest, manual_clock, rig
+from tests.unit.components.engine_fakes import (
+    FakeWorld,
+    bundled_manifest,
+    engines_over,
+    rig,
+)
 
 APP = Path(__file__).resolve().parents[3] / "app"
 
@@ -157,22 +160,11 @@ async def test_the_broker_start_starts_the_engines_installed_and_wanted(tmp_path
     for name, override in (("ollama", found), ("lmstudio", found), ("llamacpp", missing)):
         (overrides / f"{name}.json").write_text(json.dumps(override))
     world = FakeWorld()
-    engines = EnginesComponent(
-        data_dir=tmp_path,
-        ledger=cast(Any, FakeLedger({"ollama": True, "lmstudio": False, "llamacpp": True})),
-        errors_sink=RecordingErrors(),
-        clock=manual_clock(),
-        events=cast(Any, _Events()),
-        drivers=world.drivers(),
-    )
+    ledger = FakeLedger({"ollama": True, "lmstudio": False, "llamacpp": True})
+    engines, _ = engines_over(tmp_path, ledger=ledger, drivers=world.drivers())
     async with aiohttp.ClientSession() as session:
         await engines._build(session)
         states = {status.engine: status.state for status in engines.statuses()}
         assert states == {"ollama": "running", "lmstudio": "stopped", "llamacpp": "not-installed"}
         assert len(world.spawned) == 1
         await engines.prepare_shutdown()
-
-
-class _Events:
-    def publish(self, make_event: Any) -> None:
-        make_event(0)
