@@ -1,0 +1,255 @@
+"""Engines: status, commands, models, progress, logs, versions and events (``engine:*``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from backend.protocol.types.base import EngineName, NodeId, Wire
+from backend.protocol.types.scheduler import SchedulerStates
+
+EngineState = Literal["not-installed", "stopped", "starting", "running", "stopping", "error"]
+EngineActionName = Literal[
+    "list_models", "loaded_models", "pull_model", "load_model", "unload_model", "delete_model"
+]
+
+
+class EngineStatus(Wire, frozen=True, kw_only=True):
+    """One engine on this node: installation, process state, ports, intent and slots."""
+
+    engine: EngineName
+    display_name: str
+    front_door: str
+    mode: Literal["process", "command"]
+    installed: bool
+    binary: str | None = None
+    state: EngineState
+    adopted: bool = False
+    pid: int | None = None
+    port: int
+    default_port: int
+    desired: bool | None = None
+    revision: int = 0
+    error: str | None = None
+    slots: int | None = None
+
+
+class EngineRef(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """Parameters naming one engine; ``node`` is the member that runs it (absent: this node)."""
+
+    engine: EngineName
+    node: NodeId | None = None
+
+
+class NodeScope(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """Parameters naming the node a question is for (absent: this node)."""
+
+    node: NodeId | None = None
+
+
+class EngineSetPort(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """Parameters of ``engine:set-port``."""
+
+    engine: EngineName
+    port: int
+    node: NodeId | None = None
+
+
+class EngineActionParams(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """Parameters of ``engine:action``."""
+
+    engine: EngineName
+    action: EngineActionName
+    model: str | None = None
+    node: NodeId | None = None
+    # ``pull_model`` of an engine whose models are files (llama.cpp): where to download it
+    # from, and the SHA-256 (hex) it must have; ``model`` is the short name it is saved as.
+    url: str | None = None
+    sha256: str | None = None
+
+
+class EngineActionResult(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """Answer of ``engine:action``: ``names`` for the list actions, ``ok`` for the others, and
+    for a delete whether the engine was restarted to pick the change up."""
+
+    ok: bool
+    names: list[str] | None = None
+    restarted: bool | None = None
+
+
+class EngineModels(Wire, frozen=True, kw_only=True):
+    """Answer of ``engine:models`` and the ``engine:models-changed`` push.
+
+    ``sizes_by_engine`` maps engine -> model -> bytes; a model whose size its engine does not
+    report is absent (an older broker sends no sizes at all).
+    """
+
+    models: list[str]
+    by_engine: dict[EngineName, list[str]]
+    loaded_by_engine: dict[EngineName, list[str]]
+    slots_by_engine: dict[EngineName, dict[str, int]]
+    sizes_by_engine: dict[EngineName, dict[str, int]] = msgspec.field(default_factory=dict)
+    details_by_engine: dict[EngineName, dict[str, ModelDetails]] = msgspec.field(
+        default_factory=dict
+    )
+
+
+class ModelDetails(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """What a model file says about itself (llama.cpp's GGUF header); unknown values absent."""
+
+    file: str | None = None
+    architecture: str | None = None
+    quantization: str | None = None
+    context_length: int | None = None
+
+
+class PullProgress(Wire, frozen=True, kw_only=True):
+    """Pull progress (``engine:event`` ``pull_progress``): ``percent`` is absent for stages that
+    cannot be measured."""
+
+    engine: EngineName
+    model: str
+    stage: str
+    percent: float | None = None
+    completed: int | None = None
+    total: int | None = None
+    done: bool = False
+    error: str | None = None
+
+
+class InstallProgress(Wire, frozen=True, kw_only=True):
+    """Install progress (``engine:event`` ``install_progress``; same rules as pull progress)."""
+
+    engine: EngineName
+    stage: str
+    percent: float | None = None
+    done: bool = False
+    error: str | None = None
+
+
+class EngineLogs(Wire, frozen=True, kw_only=True):
+    """Answer of ``engine:logs``."""
+
+    engine: EngineName
+    lines: list[str]
+
+
+class EngineLogsQuery(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """Parameters of ``engine:logs``: the last ``lines`` lines of one engine's output."""
+
+    engine: EngineName
+    lines: int = 200
+    node: NodeId | None = None
+
+
+class EngineVersions(Wire, frozen=True, kw_only=True):
+    """Answer of ``engine:versions``: the installed and the latest version (None: not known),
+    whether the latest is newer, whether PAIR can update the engine, and why not (or why a
+    version is not known)."""
+
+    engine: EngineName
+    installed: str | None = None
+    latest: str | None = None
+    update_available: bool = False
+    can_update: bool = False
+    reason: str | None = None
+
+
+class MemberEngines(Wire, frozen=True, kw_only=True):
+    """Another member's engines as this node last heard them over the member link.
+
+    ``reachable`` is False while the link is down: the rest is then the last known state
+    (``engines`` empty before the link first came up).
+    """
+
+    node_id: NodeId
+    name: str
+    reachable: bool
+    engines: list[EngineStatus] = msgspec.field(default_factory=list)
+    models: EngineModels | None = None
+    pulls: list[PullProgress] = msgspec.field(default_factory=list)
+    installs: list[InstallProgress] = msgspec.field(default_factory=list)
+    error: str | None = None
+
+
+class EnginesSnapshot(Wire, frozen=True, kw_only=True):
+    """Answer to ``engine:subscribe``: this node's engines, their last known models and the pulls
+    and installs in progress, and every other member's (``members``); apply later
+    ``engine:event`` pushes whose ``seq`` is greater."""
+
+    seq: int
+    engines: list[EngineStatus]
+    models: EngineModels
+    pulls: list[PullProgress] = msgspec.field(default_factory=list)
+    installs: list[InstallProgress] = msgspec.field(default_factory=list)
+    members: list[MemberEngines] = msgspec.field(default_factory=list)
+    scheduler: SchedulerStates | None = None
+
+
+class EngineStateChanged(Wire, frozen=True, kw_only=True, tag_field="event", tag="state_changed"):
+    """An engine's state, port, intent or slots changed."""
+
+    seq: int
+    status: EngineStatus
+
+
+class EngineModelsChanged(Wire, frozen=True, kw_only=True, tag_field="event", tag="models_changed"):
+    """The models listed or loaded by the running engines changed (also from outside PAIR)."""
+
+    seq: int
+    models: EngineModels
+
+
+class PullProgressed(Wire, frozen=True, kw_only=True, tag_field="event", tag="pull_progressed"):
+    """A model download moved on; exactly one per pull has ``done``."""
+
+    seq: int
+    progress: PullProgress
+
+
+class InstallProgressed(
+    Wire, frozen=True, kw_only=True, tag_field="event", tag="install_progressed"
+):
+    """An engine install moved on; exactly one per install has ``done``."""
+
+    seq: int
+    progress: InstallProgress
+
+
+class MemberEnginesChanged(
+    Wire, frozen=True, kw_only=True, tag_field="event", tag="member_changed"
+):
+    """Another member's engines, models or progress changed, or its link went up or down: its
+    whole state (replace what you hold for ``node_id``)."""
+
+    seq: int
+    member: MemberEngines
+
+
+class MemberEnginesLeft(Wire, frozen=True, kw_only=True, tag_field="event", tag="member_left"):
+    """A node is no longer a member: forget its engines."""
+
+    seq: int
+    node_id: NodeId
+
+
+class EngineSchedulerChanged(
+    Wire, frozen=True, kw_only=True, tag_field="event", tag="scheduler_changed"
+):
+    """This node's engine schedulers changed (queues, turn, exclusive operation, slot owners);
+    pushed at most 4 times a second."""
+
+    seq: int
+    scheduler: SchedulerStates
+
+
+EngineEvent = (
+    EngineStateChanged
+    | EngineModelsChanged
+    | PullProgressed
+    | InstallProgressed
+    | MemberEnginesChanged
+    | MemberEnginesLeft
+    | EngineSchedulerChanged
+)

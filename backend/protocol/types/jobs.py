@@ -1,0 +1,99 @@
+"""Jobs: the proxy worker's job events and the jobs list (``workloads:*``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from backend.protocol.types.base import EngineName, JobKey, NodeId, Wire
+
+JobState = Literal["in_flight", "running", "completed", "failed", "cancelled"]
+JobEventKind = Literal["submitted", "started", "completed", "errored"]
+
+
+class JobEvent(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """One numbered event of a job, sent by the proxy worker to its broker (``proxy/jobs``).
+
+    ``key`` is ``<origin node id>/<run id>/<n>``: unique across nodes and proxy restarts.
+    Every event repeats the job's header (engine, model, origin, run id, created time) so a
+    broker that missed the first one can still show the job. ``seq`` counts from 1 per job.
+    ``target`` is where attempt ``attempt`` was sent (None between attempts); ``node`` is the
+    node whose engine started it. Times are Unix seconds.
+    """
+
+    key: JobKey
+    seq: int
+    kind: JobEventKind
+    attempt: int
+    at: float
+    engine: EngineName
+    model: str
+    origin: NodeId
+    run_id: str
+    created_at: float
+    path: str = ""
+    target: NodeId | None = None
+    node: NodeId | None = None
+    error: str | None = None
+    cancelled: bool = False
+
+
+class JobEvents(Wire, frozen=True, kw_only=True):
+    """Events of any jobs, in the order they happened (``proxy/jobs``: one per batch)."""
+
+    events: list[JobEvent]
+
+
+class Workload(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """One job as ``workloads:*`` and ``pair jobs`` show it (the reducer's state, stored)."""
+
+    key: JobKey
+    engine: EngineName
+    model: str
+    origin: NodeId
+    run_id: str
+    state: JobState
+    created_at: float
+    seq: int
+    attempt: int = 0
+    path: str = ""
+    target: NodeId | None = None
+    serving: NodeId | None = None
+    started_at: float | None = None
+    completed_at: float | None = None
+    error: str | None = None
+
+
+class WorkloadsSnapshot(Wire, frozen=True, kw_only=True):
+    """Answer to ``workloads:get-initial`` / ``workloads:subscribe``: newest first.
+
+    Apply later ``workloads:event`` pushes whose ``seq`` is greater.
+    """
+
+    seq: int
+    workloads: list[Workload]
+
+
+class WorkloadUpserted(Wire, frozen=True, kw_only=True, tag_field="event", tag="upsert"):
+    """A job appeared or changed: the whole job."""
+
+    seq: int
+    key: JobKey
+    workload: Workload
+
+
+class WorkloadRemoved(Wire, frozen=True, kw_only=True, tag_field="event", tag="remove"):
+    """A job left the history (cleared or trimmed)."""
+
+    seq: int
+    key: JobKey
+
+
+WorkloadsEvent = WorkloadUpserted | WorkloadRemoved
+
+
+class WorkloadsQuery(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """Parameters of ``workloads:get-initial``: at most ``limit`` jobs, newest first; with
+    ``origin``, only the jobs that node received (what a member mirrors)."""
+
+    limit: int = 200
+    origin: NodeId | None = None
