@@ -14,6 +14,7 @@ from typing import Any
 
 from backend.cli import exit_codes
 from backend.cli.dev_only import refuse_without_devtools
+from backend.cli.display import has_display
 
 
 def add_parser(commands: Any) -> None:
@@ -43,8 +44,6 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo until the app exits or Ctrl+C; the exit code says how it ended."""
-    from backend.cli.main import has_display
-
     if refuse_without_devtools("demo"):
         return exit_codes.ERROR
     from backend.devtools.demo import DemoError, DemoOptions, run_demo

@@ -20,13 +20,12 @@ from backend.cli import (
     node_commands,
     settings_command,
 )
+from backend.cli.display import has_display
 from backend.cli.version_option import ShowVersion
 from backend.protocol.types import LOG_LEVELS
 
 # The workers the broker starts as `pair worker NAME ...` (a frozen app has no `python -m`).
 WORKERS = ("proxy",)
-# Qt platforms that draw without a display server (QT_QPA_PLATFORM=offscreen in CI).
-HEADLESS_QT_PLATFORMS = ("offscreen", "minimal", "vnc")
 RunGui = Callable[[list[str]], int]
 
 EPILOG = """\
@@ -98,15 +97,6 @@ def _add_node_options(parser: argparse.ArgumentParser) -> None:
         "--log-level", choices=LOG_LEVELS, help="override the log_level setting for this run"
     )
     parser.add_argument("--json-logs", action="store_true", help="log JSON lines to stderr")
-
-
-def has_display() -> bool:
-    """Whether a GUI can open here."""
-    if sys.platform in ("win32", "darwin"):
-        return True
-    if os.environ.get("QT_QPA_PLATFORM") in HEADLESS_QT_PLATFORMS:
-        return True
-    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
 def main(argv: Sequence[str] | None = None, *, run_gui: RunGui | None = None) -> int:
