@@ -93,7 +93,7 @@ async def read_listing(engine: EngineController, name: str, timeout: float) -> M
     if action.http is None or action.result is None:
         raise errors.InvalidParams(f"{name} of {engine.name} is not an HTTP listing")
     document = await request_json(
-        engine, action.http.method, action.http.path, None, timeout=timeout
+        engine.endpoint(), action.http.method, action.http.path, None, timeout=timeout
     )
     return pick_listing(document, action.result)
 
@@ -150,7 +150,9 @@ async def _run_http(
         return await _stream_ollama_progress(engine, http, body, model, progress)
     if http.stream == "lmstudio-download":
         return await poll_lmstudio_download(engine, http, body, model, progress)
-    document = await request_json(engine, http.method, http.path, body, timeout=http.timeout_s)
+    document = await request_json(
+        engine.endpoint(), http.method, http.path, body, timeout=http.timeout_s
+    )
     if action.result is not None:
         return EngineActionResult(ok=True, names=pick_names(document, action.result))
     return await _done(engine, name, action, model)
@@ -307,7 +309,7 @@ async def poll_lmstudio_download(
     engine: EngineController, http: HttpAction, body: Any, model: str, progress: ProgressSink
 ) -> EngineActionResult:
     """LM Studio downloads are jobs: start one, then poll its status until it ends."""
-    job = await request_json(engine, http.method, http.path, body, timeout=60)
+    job = await request_json(engine.endpoint(), http.method, http.path, body, timeout=60)
     if not isinstance(job, dict):
         raise errors.InternalError(f"unexpected download answer from LM Studio: {job!r}")
     async with asyncio.timeout(http.timeout_s):
@@ -331,7 +333,7 @@ async def poll_lmstudio_download(
             progress(_download_progress(engine.name, model, job))
             await asyncio.sleep(0.5)
             job = await request_json(
-                engine, "GET", f"{http.path}/status/{job['job_id']}", None, timeout=30
+                engine.endpoint(), "GET", f"{http.path}/status/{job['job_id']}", None, timeout=30
             )
 
 

@@ -27,6 +27,7 @@ from backend.components.engines import launch, lifecycle
 from backend.components.engines import slots as slot_counts
 from backend.components.engines import versions as releases
 from backend.components.engines.detect import find_executable
+from backend.components.engines.http import EngineEndpoint
 from backend.components.engines.launch import EngineSettings, LaunchPlan, NoSettings
 from backend.components.engines.lifecycle import Command, Event, Lifecycle
 from backend.components.engines.manifest import Manifest
@@ -39,7 +40,7 @@ from backend.components.engines.runner import (
     EngineRunner,
     StartCommandFailed,
 )
-from backend.components.engines.templating import expand, expand_path
+from backend.components.engines.templating import expand, expand_all, expand_path
 from backend.core.clock import Clock
 from backend.core.supervisor import ErrorSink
 from backend.protocol import errors
@@ -179,6 +180,19 @@ class EngineRun:
         """``http://host:port`` of the engine."""
         return f"http://{url_host(self.host)}:{self.port}"
 
+    def endpoint(self) -> EngineEndpoint:
+        """Where the engine answers HTTP now (its port may change between calls)."""
+        display_name = self.manifest.display_name
+        return EngineEndpoint(self.name, display_name, self.base_url(), self.port, self._session)
+
+    def slot_source(self) -> slot_counts.SlotSource:
+        """What counting the engine's slots reads now."""
+        spec, runtime = self.manifest.slots, self.manifest.runtime
+        owned = self.owned
+        counts_args = owned and spec.source == "args"
+        argv = expand_all(runtime.args, self.placeholder_values()) if counts_args else None
+        return slot_counts.SlotSource(spec, runtime.env if owned else None, argv, self.endpoint())
+
     def status(self) -> EngineStatus:
         """A snapshot; never waits for a lifecycle operation."""
         return lifecycle.status_of(self.manifest, self._life)
@@ -250,7 +264,7 @@ class EngineRun:
         the remembered one)."""
         if await self._runner.answers(self.manifest.runtime, self.manifest.runtime.ready):
             log.info("%s already answers on port %d: adopting it", self.name, self.port)
-            slots = await slot_counts.engine_slots(self)
+            slots = await slot_counts.engine_slots(self.slot_source())
             self._apply(lifecycle.Adopted(at=self._clock.monotonic(), slots=slots))
         else:
             slots = await self._start_owned(model)
@@ -266,7 +280,7 @@ class EngineRun:
         try:
             await self._check_port_free()
             await self._launch(model)
-            return await slot_counts.engine_slots(self)
+            return await slot_counts.engine_slots(self.slot_source())
         except BaseException as exc:
             await asyncio.shield(self._abandon_start(exc))
             raise
@@ -458,7 +472,7 @@ class EngineRun:
             return False
         before = self._life.slots
         try:
-            slots = await slot_counts.engine_slots(self)
+            slots = await slot_counts.engine_slots(self.slot_source())
         except errors.RpcError as exc:
             log.debug("keeping the slot count of %s: %s", self.name, exc)
             return False

@@ -3,44 +3,55 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 
 from backend.protocol import errors
-
-if TYPE_CHECKING:
-    from backend.components.engines.engine_run import EngineRun
+from backend.protocol.types import EngineName
 
 
-async def get_json(engine: EngineRun, path: str, *, timeout: float) -> Any:
+@dataclass(frozen=True, slots=True)
+class EngineEndpoint:
+    """Where a running engine answers HTTP, the session to ask it through, and the names its
+    errors are reported under."""
+
+    engine: EngineName
+    display_name: str
+    base_url: str  # ``http://host:port``
+    port: int
+    session: aiohttp.ClientSession
+
+
+async def get_json(engine: EngineEndpoint, path: str, *, timeout: float) -> Any:
     """GET a JSON document from the engine, or raise ``Unavailable`` saying why."""
     return await request_json(engine, "GET", path, None, timeout=timeout)
 
 
 async def request_json(
-    engine: EngineRun, method: str, path: str, body: Any, *, timeout: float
+    engine: EngineEndpoint, method: str, path: str, body: Any, *, timeout: float
 ) -> Any:
     """One request; a non-2xx answer raises with the engine's own error text."""
-    url = engine.base_url() + path
+    url = engine.base_url + path
     try:
         async with asyncio.timeout(timeout):
             async with engine.session.request(method, url, json=body) as response:
                 text = await response.text()
                 if response.status >= 400:
                     raise errors.InternalError(
-                        f"{engine.manifest.display_name} answered {response.status}: "
+                        f"{engine.display_name} answered {response.status}: "
                         f"{engine_error_text(text)}",
-                        {"engine": engine.name, "status": response.status},
+                        {"engine": engine.engine, "status": response.status},
                     )
                 return _parse(text)
     except TimeoutError:
         raise errors.Unavailable(
-            f"{engine.manifest.display_name} did not answer {method} {path} within {timeout:g} s"
+            f"{engine.display_name} did not answer {method} {path} within {timeout:g} s"
         ) from None
     except aiohttp.ClientError as exc:
         raise errors.Unavailable(
-            f"{engine.manifest.display_name} is not reachable on port {engine.port}: {exc}"
+            f"{engine.display_name} is not reachable on port {engine.port}: {exc}"
         ) from None
 
 

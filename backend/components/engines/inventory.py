@@ -45,7 +45,9 @@ async def slots_per_model(controller: EngineController, loaded: list[str]) -> di
         return {}
     if controller.manifest.slots.source == "loaded_instances":
         try:
-            return await loaded_instance_slots(controller)
+            return await loaded_instance_slots(
+                controller.endpoint(), controller.manifest.slots.default
+            )
         except errors.RpcError:
             return {}
     total = controller.status().slots or controller.manifest.slots.default

@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from backend.components.engines.templating import expand_all
+from backend.components.engines.http import EngineEndpoint, get_json
 
 if TYPE_CHECKING:
-    from backend.components.engines.engine_run import EngineRun
     from backend.components.engines.manifest import SlotsSpec
+
+_TIMEOUT_S = 5.0  # each HTTP question about slots
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,41 +41,52 @@ def routing_slots(
     return RoutingSlots(running_slots if running_slots and running_slots > 0 else spec.default)
 
 
-async def engine_slots(engine: EngineRun) -> int:
+@dataclass(frozen=True, slots=True)
+class SlotSource:
+    """What counting a running engine's slots reads: its manifest's slot source, the
+    environment and arguments PAIR started it with (None when PAIR did not start it: what runs
+    then has an environment and arguments PAIR does not know), and where it answers HTTP."""
+
+    spec: SlotsSpec
+    env: Mapping[str, str] | None
+    argv: list[str] | None
+    endpoint: EngineEndpoint
+
+
+async def engine_slots(source: SlotSource) -> int:
     """The engine's total slot count right now."""
-    spec = engine.manifest.slots
+    spec = source.spec
     if spec.source == "env":
-        return _from_env(engine, spec.env, spec.default)
+        return _from_env(source.env, spec.env, spec.default)
     if spec.source == "args":
-        return await _from_args(engine, spec.flags, spec.props, spec.default)
-    per_model = await loaded_instance_slots(engine)
+        return await _from_args(source, spec.flags, spec.props, spec.default)
+    per_model = await loaded_instance_slots(source.endpoint, spec.default)
     return sum(per_model.values()) if per_model else spec.default
 
 
-def _from_env(engine: EngineRun, name: str | None, default: int) -> int:
-    # Only an engine PAIR started runs with an environment PAIR knows.
-    if name is None or not engine.owned:
+def _from_env(env: Mapping[str, str] | None, name: str | None, default: int) -> int:
+    if name is None or env is None:
         return default
-    configured = engine.manifest.runtime.env.get(name) or os.environ.get(name)
+    configured = env.get(name) or os.environ.get(name)
     return _positive(configured, default)
 
 
-async def _from_args(engine: EngineRun, flags: list[str], props: str | None, default: int) -> int:
-    if engine.owned:
-        argv = expand_all(engine.manifest.runtime.args, engine.placeholder_values())
-        for index, token in enumerate(argv[:-1]):
-            if token in flags:
-                return _positive(argv[index + 1], default)
+async def _from_args(source: SlotSource, flags: list[str], props: str | None, default: int) -> int:
+    argv = source.argv or []
+    for index, token in enumerate(argv[:-1]):
+        if token in flags:
+            return _positive(argv[index + 1], default)
     if props is not None:
-        document = await _get_json(engine, props)
+        document = await get_json(source.endpoint, props, timeout=_TIMEOUT_S)
         if isinstance(document, dict):
             return _positive(document.get("total_slots"), default)
     return default
 
 
-async def loaded_instance_slots(engine: EngineRun) -> dict[str, int]:
-    """LM Studio: each loaded instance's ``config.parallel`` (default 4), summed per model."""
-    document = await _get_json(engine, "/api/v1/models")
+async def loaded_instance_slots(endpoint: EngineEndpoint, default: int) -> dict[str, int]:
+    """LM Studio: each loaded instance's ``config.parallel`` (``default`` when absent), summed
+    per model."""
+    document = await get_json(endpoint, "/api/v1/models", timeout=_TIMEOUT_S)
     slots: dict[str, int] = {}
     models = document.get("models") if isinstance(document, dict) else None
     for model in models if isinstance(models, list) else []:
@@ -83,14 +95,8 @@ async def loaded_instance_slots(engine: EngineRun) -> dict[str, int]:
             config = instance.get("config") if isinstance(instance, dict) else None
             parallel = config.get("parallel") if isinstance(config, dict) else None
             key = str(model.get("key"))
-            slots[key] = slots.get(key, 0) + _positive(parallel, engine.manifest.slots.default)
+            slots[key] = slots.get(key, 0) + _positive(parallel, default)
     return slots
-
-
-async def _get_json(engine: EngineRun, path: str) -> Any:
-    from backend.components.engines.http import get_json
-
-    return await get_json(engine, path, timeout=5.0)
 
 
 def _positive(value: object, default: int) -> int:
