@@ -10,7 +10,7 @@ from typing import Any
 
 from backend.components.workloads.component import WorkloadsComponent
 from backend.protocol import methods
-from backend.protocol.types import WorkloadsEvent
+from backend.protocol.types import WorkloadsEvent, WorkloadUpserted
 
 
 class Subscriber:
@@ -27,7 +27,7 @@ class Subscriber:
     def states(self) -> list[tuple[str, str | None]]:
         """The (key, state) of every event, None for a removal."""
         return [
-            (event.key, event.workload.state if event.workload is not None else None)
+            (event.key, event.workload.state if isinstance(event, WorkloadUpserted) else None)
             for event in self.events
         ]
 
