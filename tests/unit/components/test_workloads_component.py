@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any, cast
 
 import msgspec
@@ -69,14 +68,6 @@ def report(
     header.update(fields)
     event = JobEvent(key=key, seq=seq, kind=kind, attempt=attempt, **header)
     return cast(dict[str, Any], msgspec.to_builtins(event))
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    store = Store(tmp_path / "pair.db")
-    await store.open()
-    yield store
-    await store.close()
 
 
 async def eventually(check: Callable[[], Any]) -> None:

@@ -7,12 +7,9 @@ reload without being marked interrupted."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any, cast
 
 import msgspec
-import pytest
 
 from backend.components.workloads.component import MAX_FIELD_CHARS, WorkloadsComponent, relay_base
 from backend.components.workloads.state import INTERRUPTED
@@ -128,14 +125,6 @@ def tag(event: WorkloadsEvent) -> str:
 def pushed(h: Harness, since: int = 0) -> list[tuple[str, str]]:
     """The (tag, key) of every event pushed after the first ``since``."""
     return [(tag(event), event.key) for event in h.subscriber.events[since:]]
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    store = Store(tmp_path / "pair.db")
-    await store.open()
-    yield store
-    await store.close()
 
 
 async def test_only_the_members_own_well_formed_jobs_are_taken(store: Store) -> None:
