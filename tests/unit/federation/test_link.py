@@ -69,6 +69,7 @@ def quick_clock() -> FakeClock:
 
 
 def status(engine: str = "ollama", state: str = "running", port: int = 11500) -> EngineStatus:
+    """An engine's status as a member's engines component would answer."""
     return EngineStatus(
         engine=EngineName(engine),
         display_name=engine.title(),

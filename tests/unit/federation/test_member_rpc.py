@@ -29,22 +29,9 @@ from tests.unit.federation.member_server import (
     open_link,
     until,
 )
+from tests.unit.federation.test_link import status
 
 LLAMACPP = EngineName("llamacpp")
-
-
-def status(engine: str = "ollama", port: int = 11500) -> EngineStatus:
-    """An engine's status as B's engines component would answer."""
-    return EngineStatus(
-        engine=EngineName(engine),
-        display_name=engine.title(),
-        front_door=engine,
-        mode="process",
-        installed=True,
-        state="running",
-        port=port,
-        default_port=port,
-    )
 
 
 class EngineHandlers:
@@ -61,7 +48,7 @@ class EngineHandlers:
 
     async def engine_list(self, params: NodeScope, peer: RpcPeer) -> list[EngineStatus]:
         self.lists.append(params)
-        return [status("ollama"), status("llamacpp", 11501)]
+        return [status("ollama"), status("llamacpp", port=11501)]
 
     async def engine_status(self, params: EngineRef, peer: RpcPeer) -> EngineStatus:
         self.statuses.append(params)
@@ -124,7 +111,7 @@ async def test_a_member_calls_an_allowed_method_and_gets_the_answer(server: Memb
     handlers = EngineHandlers(server)
     async with open_link(server, member_context(server.a.credentials, server.b)) as link:
         answer = await contract.call(link.peer, methods.ENGINE_LIST, NodeScope())
-    assert answer == [status("ollama"), status("llamacpp", 11501)]
+    assert answer == [status("ollama"), status("llamacpp", port=11501)]
     assert handlers.lists == [NodeScope()]
 
 
