@@ -15,9 +15,9 @@ from backend.cli import (
     emulate_command,
     endpoints_command,
     engine_commands,
+    foreground_command,
     jobs_command,
-    node_command,
-    node_commands,
+    node_list_commands,
     settings_command,
 )
 from backend.cli.display import has_display
@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     stop = commands.add_parser("stop", help="stop the local broker")
     _add_data_dir(stop)
     engine_commands.add_parsers(commands, _add_data_dir)
-    node_commands.add_parsers(commands, node, _add_data_dir)
+    node_list_commands.add_parsers(commands, node, _add_data_dir)
     jobs_command.add_parser(commands, _add_data_dir)
     endpoints_command.add_parser(commands, _add_data_dir)
     apikey_commands.add_parser(commands, _add_data_dir)
@@ -85,10 +85,10 @@ def _add_data_dir(parser: argparse.ArgumentParser) -> None:
 
 def _add_node_options(parser: argparse.ArgumentParser) -> None:
     _add_data_dir(parser)
-    for flag, default, what in node_command.PORT_FLAGS:
+    for flag, default, what in foreground_command.PORT_FLAGS:
         parser.add_argument(
             flag,
-            type=node_command.port_number,
+            type=foreground_command.port_number,
             default=default,
             metavar="PORT",
             help=f"{what} (default {default})",
@@ -121,7 +121,7 @@ def _dispatch(argv: Sequence[str] | None, run_gui: RunGui | None) -> int:
     handled = engine_commands.run(args)
     if handled is not None:
         return handled
-    handled = node_commands.run(args)
+    handled = node_list_commands.run(args)
     if handled is not None:
         return handled
     handled = jobs_command.run(args)
@@ -136,7 +136,7 @@ def _dispatch(argv: Sequence[str] | None, run_gui: RunGui | None) -> int:
     if handled is not None:
         return handled
     if args.command == "node":
-        return node_command.run(args)
+        return foreground_command.run(args)
     if args.command == "emulate":
         return emulate_command.run(args)
     if args.command == "demo":
@@ -149,7 +149,7 @@ def _dispatch(argv: Sequence[str] | None, run_gui: RunGui | None) -> int:
     )
     args.stdio = False
     args.test_worker = None
-    return node_command.run(args)
+    return foreground_command.run(args)
 
 
 def _run_worker(name: str, argv: list[str]) -> int:

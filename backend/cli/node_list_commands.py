@@ -1,5 +1,5 @@
 """``pair nodes``, ``pair node add ADDRESS`` and ``pair node remove ID``: the node list and
-manual nodes of the running broker (``pair node`` alone still runs the broker)."""
+manual nodes of the running broker (``pair node`` alone runs the broker: ``foreground_command``)."""
 
 from __future__ import annotations
 
