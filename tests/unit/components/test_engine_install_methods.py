@@ -19,7 +19,6 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestServer
 
 from backend.components.engines import install as installer
 from backend.components.engines import manifest as manifests
@@ -37,6 +36,7 @@ from backend.components.engines.process import EngineLog
 from backend.components.engines.templating import expand
 from backend.protocol import errors
 from backend.protocol.types import InstallProgress
+from tests.unit.components.local_server import served
 
 GITHUB = "https://github.com/ggml-org/llama.cpp/releases/download/b{version}/{asset}"
 RELEASE = "https://api.github.com/repos/ggml-org/llama.cpp/releases/tags/b{version}"
@@ -318,11 +318,8 @@ async def site(tmp_path: Path) -> AsyncIterator[tuple[str, aiohttp.ClientSession
     app.router.add_get("/latest", latest)
     app.router.add_get("/tags/b7", release)
     app.router.add_get("/b7/llama-b7-test.tgz", download)
-    server = TestServer(app, host="127.0.0.1", port=0)
-    await server.start_server()
-    async with aiohttp.ClientSession() as session:
-        yield f"http://127.0.0.1:{server.port}", session, state
-    await server.close()
+    async with served(app) as (url, session):
+        yield url, session, state
 
 
 def _site_manifest(url: str, assets: dict[str, str] | None = None) -> manifests.Manifest:

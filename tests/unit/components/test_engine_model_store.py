@@ -18,7 +18,6 @@ import aiohttp
 import gguf
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestServer
 
 from backend.components.engines.model_store import (
     PROGRESS_INTERVAL,
@@ -31,6 +30,7 @@ from backend.devtools.tiny_model import write_model
 from backend.protocol import errors
 from backend.protocol.types import EngineName, ModelDetails, PullProgress
 from tests.fakes import FakeClock
+from tests.unit.components.local_server import served
 
 ENGINE = EngineName("llamacpp")
 SERVED_CHUNK = 64 * 1024
@@ -334,12 +334,9 @@ async def server(model_bytes: bytes) -> AsyncIterator[Server]:
     app.router.add_get("/slow.gguf", slow)
     app.router.add_get("/missing.gguf", missing)
     app.router.add_get("/page.gguf", html)
-    test_server = TestServer(app, host="127.0.0.1", port=0)
-    await test_server.start_server()
-    async with aiohttp.ClientSession() as session:
-        yield Server(f"http://127.0.0.1:{test_server.port}", session, hits, started, release)
+    async with served(app) as (url, session):
+        yield Server(url, session, hits, started, release)
         release.set()
-    await test_server.close()
 
 
 def _files(root: Path) -> list[str]:

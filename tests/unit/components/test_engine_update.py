@@ -15,7 +15,6 @@ import aiohttp
 import msgspec
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestServer
 
 from backend.components.engines import manifest as manifests
 from backend.components.engines import updater
@@ -33,6 +32,7 @@ from backend.components.engines.process import EngineLog
 from backend.protocol import errors
 from backend.protocol.types import EngineName
 from tests.fakes import FakeClock
+from tests.unit.components.local_server import served
 
 OLLAMA_PATTERN = manifests.bundled_documents()["ollama"]["version"]["pattern"]
 
@@ -251,11 +251,8 @@ async def feed() -> AsyncIterator[tuple[str, aiohttp.ClientSession]]:
     app.router.add_get("/latest", latest)
     app.router.add_get("/slow", slow)
     app.router.add_get("/html", html)
-    server = TestServer(app, host="127.0.0.1", port=0)
-    await server.start_server()
-    async with aiohttp.ClientSession() as session:
-        yield f"http://127.0.0.1:{server.port}", session
-    await server.close()
+    async with served(app) as site:
+        yield site
 
 
 async def test_latest_version_reads_the_member_and_strips_the_v(
@@ -440,11 +437,8 @@ async def archives(tmp_path: Path) -> AsyncIterator[tuple[str, aiohttp.ClientSes
         bundle.addfile(tarfile.TarInfo("README"), io.BytesIO(b""))
     app = web.Application()
     app.router.add_static("/", www)
-    server = TestServer(app, host="127.0.0.1", port=0)
-    await server.start_server()
-    async with aiohttp.ClientSession() as session:
-        yield f"http://127.0.0.1:{server.port}", session
-    await server.close()
+    async with served(app) as site:
+        yield site
 
 
 async def _stage(
