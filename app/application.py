@@ -48,6 +48,7 @@ from app.stores.cluster import ClusterStore
 from app.stores.components import ComponentsStore
 from app.stores.discovery import DiscoveryStore
 from app.stores.engines import EnginesStore
+from app.stores.settings import SettingsStore
 from app.stores.workloads import WorkloadsStore
 from app.tray import Tray, tray_available
 from app.window.about_dialog import AboutDialog
@@ -68,8 +69,8 @@ log = logging.getLogger(__name__)
 
 
 class PairApplication:
-    """One GUI process: the broker connection, one store per numbered stream, models,
-    controllers, main window and tray.
+    """One GUI process: the broker connection, one store per numbered stream and one for the
+    settings, models, controllers, main window and tray.
 
     Owns all of them; ``shutdown`` stops a broker this app started and leaves an attached one.
     """
@@ -89,6 +90,7 @@ class PairApplication:
         self.workloads_store = workloads = WorkloadsStore(connection)
         self.components_store = ComponentsStore(connection)
         self.cluster_store = ClusterStore(connection)
+        self.settings_store = settings = SettingsStore(connection)
         self.components = ComponentsModel()
         self.errors = ErrorsModel()
         self.components_controller = ComponentsController(
@@ -101,13 +103,13 @@ class PairApplication:
             engines=engines,
             discovery=discovery,
         )
-        self.service = ServiceController(connection, options.data_dir, open_url)
+        self.service = ServiceController(connection, settings, options.data_dir, open_url)
         self.nodes = NodesModel()
         self.nodes_controller = NodesController(connection, self.nodes, discovery, engines)
         self.pending = PendingActions()
         self.engines = EnginesModel()
         self.engines_controller = EnginesController(
-            connection, self.engines, self.pending, engines, discovery
+            connection, self.engines, self.pending, engines, discovery, settings=settings
         )
         self.models_controller = ModelsController(connection, self.pending, engines, discovery)
         self.jobs = JobsModel()
@@ -117,14 +119,20 @@ class PairApplication:
         self.members = MembersModel()
         self.api_keys = ApiKeysModel()
         self.cluster_controller = ClusterPageController(
-            connection, self.members, self.api_keys, self.cluster_store, engines, discovery
+            connection,
+            self.members,
+            self.api_keys,
+            self.cluster_store,
+            engines,
+            discovery,
+            settings,
         )
         self.add_node = AddNodeController(connection, discovery, self.cluster_store)
         self.invitee = InviteeController(connection, self.cluster_store)
         self.settings = preferences()
         self.activity = ActivityController(connection, self.errors, workloads, engines)
-        self.endpoints = EndpointsController(connection, engines)
-        self.front_door_settings = FrontDoorSettingsController(self.connection)
+        self.endpoints = EndpointsController(connection, engines, settings)
+        self.front_door_settings = FrontDoorSettingsController(connection, settings)
         self.cluster_page = ClusterPage(connection, self.cluster_controller)
         with_tray = tray_available() if use_tray is None else use_tray
         self.tray = Tray(self.connection, self.service, self.activity) if with_tray else None
@@ -263,6 +271,7 @@ class PairApplication:
             await controller.close()
         for store in self._stores():
             await store.close()
+        await self.settings_store.close()
         await self.connection.stop()
 
     async def run(self) -> int:

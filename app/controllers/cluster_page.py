@@ -1,7 +1,7 @@
 """The Cluster page's controller: keeps ``MembersModel`` equal to the cluster, engines and
 discovery stores, and runs the page's commands: rename the cluster, remove a member, leave,
-the LAN API keys (``apikeys:*``) and the ``lan_access`` setting (``settings/get``,
-``settings/set``, ``settings:changed``)."""
+the LAN API keys (``apikeys:*``) and the ``lan_access`` setting (through the settings
+store)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ from urllib.parse import urlsplit
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.broker.connection import BrokerConnection
-from app.controllers.base import Controller, decode_push
+from app.controllers.base import Controller
 from app.models.members import ApiKeysModel, MemberRow, MembersModel, member_row
 from app.stores.cluster import ClusterStore
 from app.stores.discovery import DiscoveryStore, is_self
 from app.stores.engines import EnginesStore
+from app.stores.settings import SettingsStore
 from backend.common.hostport import url_host
 from backend.protocol import methods
 from backend.protocol.errors import InvalidParams, RpcError
@@ -35,8 +36,6 @@ from backend.protocol.types import (
     ClusterStatus,
     MemberRef,
     NodeId,
-    SettingsSnapshot,
-    SettingsUpdate,
 )
 
 log = logging.getLogger(__name__)
@@ -146,6 +145,7 @@ class ClusterPageController(Controller):
         cluster: ClusterStore,
         engines: EnginesStore,
         discovery: DiscoveryStore,
+        settings: SettingsStore,
         parent: QObject | None = None,
         *,
         clock: Callable[[], float] = time.time,
@@ -157,9 +157,8 @@ class ClusterPageController(Controller):
         self.cluster = cluster
         self.engines = engines
         self.discovery = discovery
+        self.settings = settings
         self._clock = clock
-        self._settings: SettingsSnapshot | None = None
-        self._pushes = 0  # settings:changed seen: a push newer than an in-flight read wins
         self._renaming = False
         self._timer = QTimer(self)
         self._timer.setInterval(refresh_ms)
@@ -178,6 +177,7 @@ class ClusterPageController(Controller):
         self.discovery.node_changed.connect(self._on_member_fact_changed)
         self.discovery.telemetry_changed.connect(self._on_member_fact_changed)
         self.discovery.node_removed.connect(self._on_member_fact_changed)
+        self.settings.changed.connect(self.changed)
 
     async def close(self) -> None:
         """Stop the refresh timer and cancel this controller's tasks (bounded)."""
@@ -199,9 +199,9 @@ class ClusterPageController(Controller):
     @property
     def lan_access(self) -> bool | None:
         """The ``lan_access`` setting; None until read (or when the broker has no such key)."""
-        if self._settings is None or not any(s.key == LAN_ACCESS for s in self._settings.schema):
+        if self.settings.spec(LAN_ACCESS) is None:
             return None
-        return self._settings.values.get(LAN_ACCESS) is True
+        return self.settings.value(LAN_ACCESS) is True
 
     @property
     def cluster_error(self) -> str | None:
@@ -355,24 +355,13 @@ class ClusterPageController(Controller):
         self.key_revoked.emit(key.name)
 
     async def _save_lan_access(self, on: bool) -> None:
-        update = SettingsUpdate(values={LAN_ACCESS: on})
         try:
-            self._settings = await self.connection.call(methods.SETTINGS_SET, update)
+            await self.settings.save({LAN_ACCESS: on})
         except RpcError as exc:
             log.info("settings/set lan_access failed: %s", exc)
             verb = "turn LAN access on" if on else "turn LAN access off"
             self.lan_access_failed.emit(f"Could not {verb}: {exc}")
-        self.changed.emit()
-
-    async def _read_settings(self, pushes_before: int) -> None:
-        try:
-            snapshot = await self.connection.call(methods.SETTINGS_GET)
-        except RpcError as exc:
-            log.info("settings/get failed: %s", exc)
-            return
-        if self._pushes == pushes_before:
-            self._settings = snapshot
-            self.changed.emit()
+            self.changed.emit()  # the switch shows the saved value again
 
     # Rows ------------------------------------------------------------------------------------
 
@@ -418,19 +407,9 @@ class ClusterPageController(Controller):
             self.members.upsert(self._row(member))
 
     def _on_connection_session_ready(self) -> None:
-        self._tasks.spawn(self._read_settings(self._pushes), name="settings")
         self.reload_keys()
 
     def _on_connection_session_changed(self) -> None:
         if self.connection.ownership is None:
-            self._settings = None
             self.keys.reset([])
             self.changed.emit()
-
-    def _on_connection_notification_received(self, method: str, params: object) -> None:
-        if method == methods.SETTINGS_CHANGED.name:
-            snapshot = decode_push(methods.SETTINGS_CHANGED, params)
-            if snapshot is not None:
-                self._pushes += 1
-                self._settings = snapshot
-                self.changed.emit()

@@ -1,7 +1,7 @@
 """The front doors as the GUI shows them: real URLs, moved ports, example requests (from
 ``status``, ``errors:update`` and the engines store's model lists), and the broker settings the
 General tab edits (the front doors' timeouts and pinned node, llama.cpp's slots and context,
-through ``settings/get`` / ``settings/set``)."""
+through the settings store)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from PySide6.QtCore import QObject, Signal
 from app.broker.connection import BrokerConnection
 from app.controllers.base import Controller, decode_push
 from app.stores.engines import EnginesStore
+from app.stores.settings import SettingsStore
 from backend.protocol import methods
 from backend.protocol.errors import RpcError
 from backend.protocol.types import (
@@ -24,8 +25,6 @@ from backend.protocol.types import (
     EngineName,
     ServiceError,
     SettingSpec,
-    SettingsSnapshot,
-    SettingsUpdate,
     SettingValue,
 )
 
@@ -163,14 +162,18 @@ def build_endpoints(
 
 
 class EndpointsController(Controller):
-    """Reads ``status`` per session, again on every ``errors:update`` and ``settings:changed``
-    (a door may have moved) and on ``refresh``; the examples' models come from the engines
-    store. Owns the read."""
+    """Reads ``status`` per session, again on every ``errors:update`` and settings push (a door
+    may have moved) and on ``refresh``; the examples' models come from the engines store. Owns
+    the read."""
 
     changed = Signal()
 
     def __init__(
-        self, connection: BrokerConnection, engines: EnginesStore, parent: QObject | None = None
+        self,
+        connection: BrokerConnection,
+        engines: EnginesStore,
+        settings: SettingsStore,
+        parent: QObject | None = None,
     ) -> None:
         super().__init__(connection, parent)
         self._engines = engines
@@ -180,6 +183,7 @@ class EndpointsController(Controller):
         self._read: asyncio.Task[None] | None = None
         engines.reset.connect(self.changed)
         engines.models_changed.connect(self.changed)
+        settings.pushed.connect(self.refresh)
 
     @property
     def endpoints(self) -> list[Endpoint]:
@@ -232,8 +236,6 @@ class EndpointsController(Controller):
                 self._errors = errors
                 self.changed.emit()
                 self.refresh()
-        elif method == methods.SETTINGS_CHANGED.name:
-            self.refresh()
 
 
 # Front-door settings.
@@ -296,28 +298,28 @@ def rejection_text(exc: RpcError, key: str) -> str:
 
 
 class FrontDoorSettingsController(Controller):
-    """Reads ``settings/get`` and ``discovery:get-nodes`` per session, follows
-    ``settings:changed``, and saves one setting at a time. Owns the read and save tasks."""
+    """Shows the settings store's values, reads ``discovery:get-nodes`` per session, and saves
+    one setting at a time. Owns the nodes read and the save tasks."""
 
     changed = Signal()
     value_saved = Signal(str)  # key
     value_rejected = Signal(str, str)  # key, reason for the user
 
-    def __init__(self, connection: BrokerConnection, parent: QObject | None = None) -> None:
+    def __init__(
+        self, connection: BrokerConnection, settings: SettingsStore, parent: QObject | None = None
+    ) -> None:
         super().__init__(connection, parent)
-        self._settings: SettingsSnapshot | None = None
+        self.settings = settings
         self._nodes: list[DiscoveredNode] = []
-        self._pushes = 0  # settings:changed seen: a push newer than an in-flight read wins
+        settings.changed.connect(self.changed)
 
     def spec(self, key: str) -> SettingSpec | None:
         """The schema entry for ``key`` (None until read)."""
-        if self._settings is None:
-            return None
-        return next((spec for spec in self._settings.schema if spec.key == key), None)
+        return self.settings.spec(key)
 
     def value(self, key: str) -> SettingValue | None:
         """The saved value of ``key`` (None until read)."""
-        return None if self._settings is None else self._settings.values.get(key)
+        return self.settings.value(key)
 
     def node_choices(self) -> list[NodeChoice]:
         """Choices for the pinned node."""
@@ -344,26 +346,14 @@ class FrontDoorSettingsController(Controller):
             self._tasks.spawn(self._read_nodes(), name="nodes")
 
     async def _save(self, key: str, value: SettingValue) -> None:
-        update = SettingsUpdate(values={key: value})
         try:
-            self._settings = await self.connection.call(methods.SETTINGS_SET, update)
+            await self.settings.save({key: value})
         except RpcError as exc:
             log.info("settings/set %s failed: %s", key, exc)
             self.value_rejected.emit(key, rejection_text(exc, key))
             self.changed.emit()  # the view shows the saved value again
             return
-        self.changed.emit()
-        self.value_saved.emit(key)
-
-    async def _read_settings(self, pushes_before: int) -> None:
-        try:
-            snapshot = await self.connection.call(methods.SETTINGS_GET)
-        except RpcError as exc:
-            log.info("settings/get failed: %s", exc)
-            return
-        if self._pushes == pushes_before:
-            self._settings = snapshot
-            self.changed.emit()
+        self.value_saved.emit(key)  # the store signalled the new value first
 
     async def _read_nodes(self) -> None:
         try:
@@ -374,19 +364,9 @@ class FrontDoorSettingsController(Controller):
         self.changed.emit()
 
     def _on_connection_session_ready(self) -> None:
-        self._tasks.spawn(self._read_settings(self._pushes), name="settings")
         self.refresh_nodes()
 
     def _on_connection_session_changed(self) -> None:
         if self.connection.ownership is None:
-            self._settings = None
             self._nodes = []
             self.changed.emit()
-
-    def _on_connection_notification_received(self, method: str, params: object) -> None:
-        if method == methods.SETTINGS_CHANGED.name:
-            snapshot = decode_push(methods.SETTINGS_CHANGED, params)
-            if snapshot is not None:
-                self._pushes += 1
-                self._settings = snapshot
-                self.changed.emit()

@@ -15,6 +15,7 @@ from PySide6.QtGui import QDesktopServices
 from app import versions
 from app.broker.connection import BrokerConnection
 from app.controllers.base import Controller, decode_push
+from app.stores.settings import SettingsStore
 from backend.protocol import methods
 from backend.protocol.contract import Method, NoParams
 from backend.protocol.endpoint import log_dir
@@ -53,14 +54,15 @@ def log_level_of(settings: SettingsSnapshot) -> LogLevel | None:
 
 
 class ServiceController(Controller):
-    """Reads ``version``, ``status`` and ``settings/get`` per session, follows ``app:ready`` and
-    ``settings:changed``, and runs the service commands. Owns the refresh and command tasks."""
+    """Reads ``version`` and ``status`` per session, follows ``app:ready`` and the settings
+    store's log level, and runs the service commands. Owns the refresh and command tasks."""
 
     info_changed = Signal()
 
     def __init__(
         self,
         connection: BrokerConnection,
+        settings: SettingsStore,
         data_dir: Path,
         open_url: UrlOpener = QDesktopServices.openUrl,
         parent: QObject | None = None,
@@ -69,7 +71,8 @@ class ServiceController(Controller):
         self.data_dir = data_dir
         self._open_url = open_url
         self._info = ServiceInfo()
-        self._settings_pushes = 0
+        self._settings = settings
+        settings.changed.connect(self._on_settings_changed)
 
     @property
     def info(self) -> ServiceInfo:
@@ -124,7 +127,7 @@ class ServiceController(Controller):
         self._set_info(replace(self._info, log_level=result.level))
 
     def _on_connection_session_ready(self) -> None:
-        self._tasks.spawn(self._refresh(self._settings_pushes), name="refresh")
+        self._tasks.spawn(self._refresh(), name="refresh")
 
     def _on_connection_session_changed(self) -> None:
         if self.connection.ownership is None:
@@ -139,13 +142,13 @@ class ServiceController(Controller):
                 self._set_info(
                     replace(self._info, broker_version=ready.version, node_name=ready.node_name)
                 )
-        elif method == methods.SETTINGS_CHANGED.name:
-            settings = decode_push(methods.SETTINGS_CHANGED, params)
-            if settings is not None:
-                self._settings_pushes += 1
-                self._set_info(replace(self._info, log_level=log_level_of(settings)))
 
-    async def _refresh(self, settings_pushes_before: int) -> None:
+    def _on_settings_changed(self) -> None:
+        snapshot = self._settings.snapshot
+        if snapshot is not None:  # the level stays shown while the service is away
+            self._set_info(replace(self._info, log_level=log_level_of(snapshot)))
+
+    async def _refresh(self) -> None:
         version = await self._read(methods.VERSION)
         if version is not None:
             self._set_info(
@@ -162,9 +165,6 @@ class ServiceController(Controller):
                     uptime_read_at=time.monotonic(),
                 )
             )
-        settings = await self._read(methods.SETTINGS_GET)
-        if settings is not None and self._settings_pushes == settings_pushes_before:
-            self._set_info(replace(self._info, log_level=log_level_of(settings)))
 
     async def _read(self, method: Method[NoParams, T]) -> T | None:
         try:

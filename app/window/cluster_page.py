@@ -5,7 +5,7 @@ For the composition root::
 
     members, keys = MembersModel(), ApiKeysModel()
     controller = ClusterPageController(connection, members, keys, cluster_store,
-                                       engines_store, discovery_store)
+                                       engines_store, discovery_store, settings_store)
     page = ClusterPage(connection, controller)
     page.add_node_requested.connect(...)  # open the Add node dialog
 

@@ -12,6 +12,7 @@ from app.stores.cluster import ClusterStore
 from app.stores.discovery import DiscoveryStore
 from backend.protocol import methods
 from backend.protocol.types import NodeId
+from tests.fakes import FakeClock
 from tests.gui.helpers import FakeConnection, wait_until
 
 SELF_ID = NodeId("00000000-0000-4000-8000-000000000001")
@@ -78,22 +79,12 @@ def node_info(node_id: str, name: str, system: str = "Linux", **extra: Any) -> d
 
 
 @dataclass
-class Clock:
-    """Wall time the test moves by hand."""
-
-    now: float = NOW
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@dataclass
 class Rig:
     connection: FakeConnection
     discovery: DiscoveryStore
     cluster: ClusterStore
     controller: AddNodeController
-    clock: Clock = field(default_factory=Clock)
+    clock: FakeClock = field(default_factory=lambda: FakeClock(NOW))
     seq: int = 1
 
     async def start(

@@ -10,7 +10,7 @@ import os
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before any QApplication exists
 
 import asyncio
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -18,6 +18,7 @@ import qasync
 from PySide6.QtCore import QSettings, QtMsgType
 from PySide6.QtWidgets import QApplication
 
+from tests.gui.helpers import FakeConnection
 from tests.support.ports import free_port
 
 # The offscreen platform reports what it cannot do; these are not bugs in the app.
@@ -71,3 +72,11 @@ def broker_args() -> tuple[str, ...]:
     """Port flags that keep a test broker off the default ports."""
     flags = ("--node-port", "--ollama-port", "--openai-port", "--llamacpp-port", "--relay-port")
     return tuple(item for flag in flags for item in (flag, str(free_port())))
+
+
+@pytest.fixture
+async def connection() -> AsyncIterator[FakeConnection]:
+    """A scripted broker connection, stopped after the test."""
+    fake = FakeConnection()
+    yield fake
+    await fake.stop()

@@ -25,6 +25,7 @@ from app.models.components import ComponentsModel
 from app.models.errors import ErrorsModel
 from app.options import AppOptions
 from app.stores.components import ComponentsStore
+from app.stores.settings import SettingsStore
 from app.tray import Tray
 from app.window.about_dialog import NOT_CONNECTED, AboutDialog
 from app.window.look import STATE_LOOKS
@@ -50,11 +51,13 @@ class AboutUi:
 @pytest.fixture
 async def about(qtbot: QtBot, tmp_path: Path) -> AsyncIterator[AboutUi]:
     connection = FakeConnection()
-    service = ServiceController(connection, tmp_path / "node", lambda _url: True)
+    settings = SettingsStore(connection)
+    service = ServiceController(connection, settings, tmp_path / "node", lambda _url: True)
     dialog = AboutDialog(connection, service, version="1.2.3", commit="1a2b3c4")
     qtbot.addWidget(dialog)
     yield AboutUi(connection, service, dialog)
     await service.close()
+    await settings.close()
     await connection.stop()
 
 
@@ -134,7 +137,7 @@ async def test_the_window_and_the_tray_open_about(
 
 async def test_the_tray_menu_has_about(qtbot: QtBot, tmp_path: Path) -> None:
     connection = FakeConnection()
-    service = ServiceController(connection, tmp_path, lambda _url: True)
+    service = ServiceController(connection, SettingsStore(connection), tmp_path, lambda _: True)
     tray = Tray(connection, service)
     assert tray.about_action in tray.menu.actions()
     assert tray.menu.actions().index(tray.about_action) < tray.menu.actions().index(
@@ -167,7 +170,7 @@ def test_the_app_icon_is_the_svg(size: int) -> None:
 
 async def test_the_window_icon_and_sidebar_mark_are_the_svg(qtbot: QtBot, tmp_path: Path) -> None:
     connection = FakeConnection()
-    service = ServiceController(connection, tmp_path, lambda _url: True)
+    service = ServiceController(connection, SettingsStore(connection), tmp_path, lambda _: True)
     store = ComponentsStore(connection)
     components = ComponentsController(connection, ComponentsModel(), store)
     errors = ErrorsController(connection, ErrorsModel(), components)
@@ -193,7 +196,7 @@ def test_state_icons_are_the_svg_in_the_state_colour() -> None:
 
 async def test_the_tray_icon_is_the_svg_with_a_status_dot(tmp_path: Path) -> None:
     connection = FakeConnection()
-    service = ServiceController(connection, tmp_path, lambda _url: True)
+    service = ServiceController(connection, SettingsStore(connection), tmp_path, lambda _: True)
     tray = Tray(connection, service)
     shown = image_of(tray.icon.icon(), 64)
     mark = rendered_svg(64, STATE_LOOKS[connection.state].colour.name())

@@ -27,11 +27,13 @@ from app.models.members import (
 from app.stores.cluster import ClusterStore
 from app.stores.discovery import DiscoveryStore
 from app.stores.engines import EnginesStore
+from app.stores.settings import SettingsStore
 from app.window.cluster_dialogs import Prompts
 from app.window.cluster_page import ClusterPage, group_fingerprint
 from backend.protocol import methods
 from backend.protocol.errors import InvalidParams, Unavailable
 from backend.protocol.types import ApiKeyInfo, ClusterMember, DiscoveredNode, MemberEngines, NodeId
+from tests.fakes import FakeClock
 from tests.gui.helpers import NO_MODELS, FakeConnection, settle, wait_until
 
 NOW = 1_750_000_000.0
@@ -119,21 +121,13 @@ class FakePrompts(Prompts):
         return self.names.pop(0)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = NOW
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @dataclass
 class Ui:
     connection: FakeConnection
     controller: ClusterPageController
     page: ClusterPage
     prompts: FakePrompts
-    clock: Clock
+    clock: FakeClock
     seq: int = 1
 
     def push_status(self, *members: dict[str, Any], **extra: Any) -> None:
@@ -153,16 +147,24 @@ async def ui(qtbot: QtBot) -> AsyncIterator[Ui]:
     cluster, engines, discovery = (
         ClusterStore(connection), EnginesStore(connection), DiscoveryStore(connection),
     )  # fmt: skip
-    clock = Clock()
+    settings = SettingsStore(connection)
+    clock = FakeClock(NOW)
     controller = ClusterPageController(
-        connection, MembersModel(), ApiKeysModel(), cluster, engines, discovery, clock=clock
+        connection,
+        MembersModel(),
+        ApiKeysModel(),
+        cluster,
+        engines,
+        discovery,
+        settings,
+        clock=clock,
     )
     prompts = FakePrompts()
     page = ClusterPage(connection, controller, prompts)
     qtbot.addWidget(page)
     page.resize(900, 1000)
     yield Ui(connection, controller, page, prompts, clock)
-    for closing in (controller, cluster, engines, discovery):
+    for closing in (controller, cluster, engines, discovery, settings):
         await closing.close()
     await connection.stop()
 

@@ -18,6 +18,7 @@ from app.controllers.service import ServiceController
 from app.models.components import ComponentsModel
 from app.models.errors import ErrorsModel
 from app.stores.components import ComponentsStore
+from app.stores.settings import SettingsStore
 from backend.protocol import methods
 from backend.protocol.errors import Unavailable
 from tests.gui.helpers import FakeConnection, settle, wait_until
@@ -36,13 +37,6 @@ def error(error_id: str, message: str = "broken", **extra: Any) -> dict[str, Any
 
 def event(seq: int, comp: dict[str, Any]) -> dict[str, Any]:
     return {"seq": seq, "event": "component_changed", "component": comp}
-
-
-@pytest.fixture
-async def connection() -> AsyncIterator[FakeConnection]:
-    fake = FakeConnection()
-    yield fake
-    await fake.stop()
 
 
 @pytest.fixture
@@ -172,7 +166,10 @@ async def test_service_controller_reads_facts_and_follows_pushes(
     qtbot: QtBot, connection: FakeConnection, tmp_path: Path
 ) -> None:
     opened: list[QUrl] = []
-    service = ServiceController(connection, tmp_path, lambda url: opened.append(url) or True)
+    settings = SettingsStore(connection)
+    service = ServiceController(
+        connection, settings, tmp_path, lambda url: opened.append(url) or True
+    )
     connection.script(methods.VERSION, {"version": "9.9", "protocol": 1, "python": "3",
                                         "platform": "x"})  # fmt: skip
     connection.script(methods.SETTINGS_GET, {"values": {"log_level": "info"}, "schema": []})
@@ -190,18 +187,21 @@ async def test_service_controller_reads_facts_and_follows_pushes(
     service.open_log_folder()
     assert opened == [QUrl.fromLocalFile(str(tmp_path / "logs"))]
     await service.close()
+    await settings.close()
 
 
 async def test_a_failed_command_is_reported(
     qtbot: QtBot, connection: FakeConnection, tmp_path: Path
 ) -> None:
-    service = ServiceController(connection, tmp_path)
+    settings = SettingsStore(connection)
+    service = ServiceController(connection, settings, tmp_path)
     connection.script(methods.LOG_SET_LEVEL, Unavailable("settings component is down"))
     with qtbot.waitSignal(service.command_failed) as failed:
         service.set_log_level("debug")
         await wait_until(lambda: not service._tasks)
     assert "settings component is down" in failed.args[0]
     await service.close()
+    await settings.close()
 
 
 async def test_fake_connection_states(connection: FakeConnection) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from app.controllers.endpoints import DOOR_PORTS, EndpointsController
 from app.stores.engines import EnginesStore
+from app.stores.settings import SettingsStore
 from backend.protocol import methods
 from backend.protocol.errors import Conflict
 from tests.gui.helpers import FakeConnection, settle, wait_until
@@ -62,8 +63,8 @@ async def test_an_older_broker_without_the_setting_leaves_the_port_off(tab: Tab)
 
 async def test_the_endpoints_are_read_again_when_a_setting_changes() -> None:
     connection = FakeConnection()
-    engines = EnginesStore(connection)
-    controller = EndpointsController(connection, engines)
+    engines, settings = EnginesStore(connection), SettingsStore(connection)
+    controller = EndpointsController(connection, engines, settings)
     connection.script(methods.STATUS, status({"ollama": "http://127.0.0.1:11434"}, []))
     connection.become_ready()
     await wait_until(lambda: controller.known, 5)
@@ -72,4 +73,5 @@ async def test_the_endpoints_are_read_again_when_a_setting_changes() -> None:
     await wait_until(lambda: controller.front_doors["ollama"].endswith(":11500"), 5)
     await controller.close()
     await engines.close()
+    await settings.close()
     await connection.stop()

@@ -22,6 +22,7 @@ from app.controllers.endpoints import (
     moved_notes,
 )
 from app.stores.engines import EnginesStore
+from app.stores.settings import SettingsStore
 from app.window.endpoints_window import NO_DOORS, NOT_CONNECTED, EndpointsWindow
 from backend.protocol import methods
 from backend.protocol.errors import Unavailable
@@ -121,21 +122,15 @@ def test_curl_examples_are_valid_shell_and_json(kind: Any) -> None:
 
 
 @pytest.fixture
-async def connection() -> AsyncIterator[FakeConnection]:
-    fake = FakeConnection()
-    yield fake
-    await fake.stop()
-
-
-@pytest.fixture
 async def window(qtbot: QtBot, connection: FakeConnection) -> AsyncIterator[EndpointsWindow]:
-    engines = EnginesStore(connection)
-    controller = EndpointsController(connection, engines)
+    engines, settings = EnginesStore(connection), SettingsStore(connection)
+    controller = EndpointsController(connection, engines, settings)
     shown = EndpointsWindow(controller)
     qtbot.addWidget(shown)
     yield shown
     await controller.close()
     await engines.close()
+    await settings.close()
 
 
 async def test_each_door_shows_its_real_url_and_copy_puts_it_on_the_clipboard(

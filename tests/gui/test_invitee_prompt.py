@@ -32,6 +32,7 @@ from app.window.invitee_prompt import (
 from backend.protocol import methods
 from backend.protocol.errors import CallTimeout, Conflict, InvalidParams, NotFound
 from backend.protocol.types import Invite, InviteId
+from tests.fakes import FakeClock
 from tests.gui.helpers import FakeConnection, settle, wait_until
 
 NOW = 1_700_000_000.0
@@ -75,14 +76,6 @@ class FakeTray:
 
 
 @dataclass
-class Clock:
-    now: float = NOW
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@dataclass
 class Ui:
     connection: FakeConnection
     cluster: ClusterStore
@@ -90,7 +83,7 @@ class Ui:
     prompts: InviteePrompts
     window: QWidget
     tray: FakeTray
-    clock: Clock
+    clock: FakeClock
     seq: int = 1
 
     async def ready(self, *invites: dict[str, Any]) -> None:
@@ -127,7 +120,7 @@ async def ui(qtbot: QtBot) -> AsyncIterator[Ui]:
     qtbot.addWidget(window)
     window.show()
     tray = FakeTray()
-    clock = Clock()
+    clock = FakeClock(NOW)
     prompts = InviteePrompts(controller, window, tray, clock)
     yield Ui(connection, cluster, controller, prompts, window, tray, clock)
     prompts.close_all()

@@ -82,13 +82,6 @@ def model() -> JobsModel:
 
 
 @pytest.fixture
-async def connection() -> AsyncIterator[FakeConnection]:
-    fake = FakeConnection()
-    yield fake
-    await fake.stop()
-
-
-@pytest.fixture
 async def controller(connection: FakeConnection, model: JobsModel) -> AsyncIterator[JobsController]:
     workloads, discovery = WorkloadsStore(connection), DiscoveryStore(connection)
     jobs = JobsController(connection, model, workloads, discovery)

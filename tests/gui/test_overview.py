@@ -91,13 +91,6 @@ def subscribe_calls(connection: FakeConnection) -> int:
 
 
 @pytest.fixture
-async def connection() -> AsyncIterator[FakeConnection]:
-    fake = FakeConnection()
-    yield fake
-    await fake.stop()
-
-
-@pytest.fixture
 async def controller(connection: FakeConnection) -> AsyncIterator[NodesController]:
     discovery, engines = DiscoveryStore(connection), EnginesStore(connection)
     nodes = NodesController(connection, NodesModel(), discovery, engines)

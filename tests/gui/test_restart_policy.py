@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 from app.broker.restart_policy import RestartPolicy, may_restart, recent_crashes
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.fakes import FakeClock
 
 
 def test_three_crashes_are_restarted_and_the_fourth_within_a_minute_fails() -> None:
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     policy = RestartPolicy(clock=clock)
     decisions = []
     for _ in range(4):
@@ -24,7 +17,7 @@ def test_three_crashes_are_restarted_and_the_fourth_within_a_minute_fails() -> N
 
 
 def test_the_window_slides_so_old_crashes_stop_counting() -> None:
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     policy = RestartPolicy(clock=clock)
     for _ in range(3):
         assert policy.record_crash()
@@ -37,7 +30,7 @@ def test_the_window_slides_so_old_crashes_stop_counting() -> None:
 
 
 def test_crashes_far_apart_never_exhaust_the_budget() -> None:
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     policy = RestartPolicy(clock=clock)
     for _ in range(20):
         assert policy.record_crash()
@@ -45,7 +38,7 @@ def test_crashes_far_apart_never_exhaust_the_budget() -> None:
 
 
 def test_reset_forgets_the_crashes() -> None:
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     policy = RestartPolicy(clock=clock)
     for _ in range(4):
         policy.record_crash()

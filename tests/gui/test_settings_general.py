@@ -24,6 +24,7 @@ from app.controllers.endpoints import (
     check_value,
     pinned_node_choices,
 )
+from app.stores.settings import SettingsStore
 from app.window.settings_general import MINIMISE_TO_TRAY_KEY, GeneralSettings, minimise_to_tray
 from backend.protocol import methods
 from backend.protocol.errors import InvalidParams
@@ -87,13 +88,15 @@ def preferences_file(tmp_path: Path) -> Path:
 @pytest.fixture
 async def tab(qtbot: QtBot, tmp_path: Path, preferences_file: Path) -> AsyncIterator[Tab]:
     connection = FakeConnection()
-    controller = FrontDoorSettingsController(connection)
+    settings = SettingsStore(connection)
+    controller = FrontDoorSettingsController(connection, settings)
     preferences = QSettings(str(preferences_file), QSettings.Format.IniFormat)
     autostart = xdg_autostart(tmp_path / "config", ["/usr/bin/pair-gui"])
     widget = GeneralSettings(controller, autostart, preferences, tray_available=True)
     qtbot.addWidget(widget)
     yield Tab(connection, controller, preferences, preferences_file, autostart, widget)
     await controller.close()
+    await settings.close()
     await connection.stop()
 
 

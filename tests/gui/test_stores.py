@@ -56,13 +56,6 @@ def pending() -> asyncio.Future[Any]:
 
 
 @pytest.fixture
-async def connection() -> AsyncIterator[FakeConnection]:
-    fake = FakeConnection()
-    yield fake
-    await fake.stop()
-
-
-@pytest.fixture
 async def stores(connection: FakeConnection) -> AsyncIterator[Stores]:
     built = Stores.build(connection)
     yield built

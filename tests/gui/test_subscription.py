@@ -52,13 +52,6 @@ class Stream:
 
 
 @pytest.fixture
-async def connection() -> AsyncIterator[FakeConnection]:
-    fake = FakeConnection()
-    yield fake
-    await fake.stop()
-
-
-@pytest.fixture
 async def stream(connection: FakeConnection) -> AsyncIterator[Stream]:
     tasks = TaskSet("test")
     yield Stream(connection, tasks)

@@ -19,6 +19,7 @@ from app.controllers.errors import ErrorsController
 from app.controllers.service import ServiceController
 from app.models.components import ComponentsModel
 from app.models.errors import ErrorsModel
+from app.stores.settings import SettingsStore
 from app.tray import Tray, engine_label, jobs_text, status_icon
 from backend.protocol import methods
 from backend.protocol.errors import Conflict
@@ -63,7 +64,8 @@ class TrayUi:
 async def ui(qtbot: QtBot, tmp_path: Path) -> AsyncIterator[TrayUi]:
     connection = FakeConnection()
     stores = Stores.build(connection)
-    service = ServiceController(connection, tmp_path, lambda _url: True)
+    settings = SettingsStore(connection)
+    service = ServiceController(connection, settings, tmp_path, lambda _url: True)
     components = ComponentsController(connection, ComponentsModel(), stores.components)
     errors = ErrorsController(connection, ErrorsModel(), components)
     activity = ActivityController(connection, errors.model, stores.workloads, stores.engines)
@@ -72,6 +74,7 @@ async def ui(qtbot: QtBot, tmp_path: Path) -> AsyncIterator[TrayUi]:
     for controller in (activity, errors, components, service):
         await controller.close()
     await stores.close()
+    await settings.close()
     await connection.stop()
 
 

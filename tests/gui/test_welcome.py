@@ -17,6 +17,7 @@ from pytestqt.qtbot import QtBot
 from app.controllers.activity import ActivityController
 from app.controllers.endpoints import EndpointsController
 from app.models.errors import ErrorsModel
+from app.stores.settings import SettingsStore
 from app.window.welcome import WELCOME_SHOWN_KEY, Welcome, endpoints_text, welcome_shown
 from backend.protocol import methods
 from backend.protocol.errors import InternalError
@@ -79,7 +80,8 @@ async def first_run(
     connection = FakeConnection()
     stores = Stores.build(connection)
     activity = ActivityController(connection, ErrorsModel(), stores.workloads, stores.engines)
-    endpoints = EndpointsController(connection, stores.engines)
+    settings = SettingsStore(connection)
+    endpoints = EndpointsController(connection, stores.engines, settings)
     preferences = QSettings(str(preferences_file), QSettings.Format.IniFormat)
     welcome = Welcome(connection, activity, endpoints, preferences)
     events = EngineEvents(connection)
@@ -90,6 +92,7 @@ async def first_run(
     for controller in (activity, endpoints):
         await controller.close()
     await stores.close()
+    await settings.close()
     await connection.stop()
     qapp.setQuitOnLastWindowClosed(quit_on_close)
 

@@ -19,6 +19,7 @@ from app.icons import app_icon, state_icon
 from app.models.components import ComponentsModel
 from app.models.errors import ErrorsModel
 from app.stores.components import ComponentsStore
+from app.stores.settings import SettingsStore
 from app.tray import Tray
 from app.window.empty_page import EmptyPage
 from app.window.main_window import EMPTY_PAGES, MainWindow
@@ -39,7 +40,8 @@ class Ui:
 @pytest.fixture
 async def ui(qtbot: QtBot, tmp_path: Path) -> AsyncIterator[Ui]:
     connection = FakeConnection()
-    service = ServiceController(connection, tmp_path, lambda _url: True)
+    settings = SettingsStore(connection)
+    service = ServiceController(connection, settings, tmp_path, lambda _url: True)
     store = ComponentsStore(connection)
     components = ComponentsController(connection, ComponentsModel(), store)
     errors = ErrorsController(connection, ErrorsModel(), components)
@@ -48,7 +50,7 @@ async def ui(qtbot: QtBot, tmp_path: Path) -> AsyncIterator[Ui]:
     )
     qtbot.addWidget(window)
     yield Ui(connection, service, errors, components, window)
-    for controller in (service, errors, components, store):
+    for controller in (service, errors, components, store, settings):
         await controller.close()
     await connection.stop()
 
