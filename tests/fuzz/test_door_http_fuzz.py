@@ -15,15 +15,14 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import given
 
-from backend.core.clock import SystemClock
 from backend.protocol.proxy import Door, ProxyTargets, RouteTarget
 from backend.workers.proxy.doors.app import DoorContext, build_app
-from backend.workers.proxy.routing.dispatch import RetryPolicy, Router
-from backend.workers.proxy.channels.jobs import JobLog
 from backend.workers.proxy.relay.serving import RelayBoard
+from backend.workers.proxy.routing.plan import RetryPolicy
 from tests.fuzz import strategies as fuzz
 from tests.fuzz.budget import HTTP_EXAMPLES, fuzz_settings, measured, timeout_for
 from tests.fuzz.test_door_parsing_fuzz import PATHS, make_body
+from tests.unit.proxy.scripted_door import make_router
 
 ENGINE_MODELS = ["llama3:latest", "Qwen"]
 statuses: Counter[int] = Counter()
@@ -52,13 +51,7 @@ class DoorRig:
         engine.router.add_route("*", "/{tail:.*}", _engine)
         self.engine = TestServer(engine)
         self.session = aiohttp.ClientSession()
-        self.router = Router(
-            self.session,
-            JobLog(lambda event: None),
-            clock=SystemClock(),
-            rng=random.Random(0),
-            policy=RetryPolicy(schedule=(0.01,)),
-        )
+        self.router = make_router(self.session, policy=RetryPolicy(schedule=(0.01,)))
         self.client: Client | None = None
 
     async def start(self) -> Client:

@@ -9,9 +9,9 @@ import aiohttp
 from aiohttp import web
 
 from backend.protocol.proxy import Door, ProxyTargets
-from backend.workers.proxy.routing.dispatch import Router
-from backend.workers.proxy.relay.serving import RelayBoard
 from backend.workers.proxy.doors.wire import Dialect
+from backend.workers.proxy.relay.serving import RelayBoard
+from backend.workers.proxy.routing.dispatch import Router
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,19 +35,22 @@ from backend.protocol.worker_methods import (
     PROXY_SCHEDULER,
     PROXY_TARGETS,
 )
-from backend.workers.proxy.doors.app import build_app
-from backend.workers.proxy.upstream.attempt import SentRequest
-from backend.workers.proxy.context import DoorContext
 from backend.workers.proxy.channels.custody import Custody, Primed
-from backend.workers.proxy.routing.dispatch import RetryPolicy, Router
 from backend.workers.proxy.channels.handover import open_channel, receive_door
 from backend.workers.proxy.channels.jobs import FLUSH_S as JOB_FLUSH_S
 from backend.workers.proxy.channels.jobs import JobLog
+from backend.workers.proxy.context import DoorContext
+from backend.workers.proxy.doors.app import build_app
+from backend.workers.proxy.relay.app import build_relay_app
 from backend.workers.proxy.relay.peer_tls import PeerTls, credentials_from
 from backend.workers.proxy.relay.serving import PeerStarted, RelayBoard
-from backend.workers.proxy.relay.app import build_relay_app
+from backend.workers.proxy.routing.dispatch import Router
+from backend.workers.proxy.routing.links import Links
+from backend.workers.proxy.routing.plan import RetryPolicy
 from backend.workers.proxy.routing.retry import RandomSource
 from backend.workers.proxy.scheduler.engine_scheduler import Ticket
+from backend.workers.proxy.upstream.attempt import SentRequest
+from backend.workers.proxy.upstream.engine_client import EngineClient
 
 log = logging.getLogger(__name__)
 
@@ -264,20 +267,24 @@ class ProxyService:
             aiohttp.ClientSession(connector=fresh, **options) as retry_session,
         ):
             board = RelayBoard()
+            links = Links(
+                session=session,
+                retry_session=retry_session,
+                engines=EngineClient(),
+                peer_tls=self._tls,
+                jobs=JobLog(self._send_jobs, flush_s=JOB_FLUSH_S),
+                custody=self._custody,
+                load_model=self._load_model,
+                on_started=board.started,
+                on_scheduler_change=self._scheduler_changed,
+                peer_started=PeerStarted(session, self._tls),
+            )
             router = Router(
-                session,
-                JobLog(self._send_jobs, flush_s=JOB_FLUSH_S),
+                links,
                 clock=self._clock,
                 rng=self._rng,
                 policy=retry_policy(os.environ),
-                on_started=board.started,
-                peer_started=PeerStarted(session, self._tls),
-                peer_tls=self._tls,
-                load_model=self._load_model,
-                on_scheduler_change=self._scheduler_changed,
                 affinity=os.environ.get(AFFINITY_ENV, "on") != "off",
-                custody=self._custody,
-                retry_session=retry_session,
             )
             self._custody.start(self._replay)
             self._router = router

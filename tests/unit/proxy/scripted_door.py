@@ -1,4 +1,5 @@
-"""An ollama door in-process over a router whose one local engine is a ``ScriptedEngine``."""
+"""An ollama door in-process over a router whose one local engine is a ``ScriptedEngine``; and
+``make_router``, the router every in-process door test builds."""
 
 from __future__ import annotations
 
@@ -10,15 +11,56 @@ import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from backend.core.clock import SystemClock
+from backend.core.clock import Clock, SystemClock
 from backend.protocol.proxy import ProxyTargets, RouteTarget
-from backend.workers.proxy.doors.app import DoorContext, build_app
-from backend.workers.proxy.routing.dispatch import Router
+from backend.workers.proxy.channels.custody import Custody
 from backend.workers.proxy.channels.jobs import JobLog
+from backend.workers.proxy.doors.app import DoorContext, build_app
+from backend.workers.proxy.relay.peer_tls import PeerTls
 from backend.workers.proxy.relay.serving import RelayBoard
+from backend.workers.proxy.routing.dispatch import Router
+from backend.workers.proxy.routing.links import Links
+from backend.workers.proxy.routing.plan import RetryPolicy
+from backend.workers.proxy.routing.retry import RandomSource
+from backend.workers.proxy.scheduler.engine_scheduler import LoadFailed
+from backend.workers.proxy.upstream.engine_client import EngineClient
 from tests.integration.proxy.scripted import ScriptedEngine, start_engine
 
 Door = TestClient[web.Request, web.Application]
+
+
+def make_router(
+    session: aiohttp.ClientSession,
+    jobs: JobLog | None = None,
+    *,
+    clock: Clock | None = None,
+    rng: RandomSource | None = None,
+    policy: RetryPolicy | None = None,
+    peer_tls: PeerTls | None = None,
+) -> Router:
+    """A router over ``session`` with no broker behind it (no custody, no model switches) and
+    no peer to ask; job events go to ``jobs`` (nowhere by default)."""
+    links = Links(
+        session=session,
+        retry_session=session,
+        engines=EngineClient(),
+        peer_tls=peer_tls if peer_tls is not None else PeerTls(),
+        jobs=jobs if jobs is not None else JobLog(lambda events: None),
+        custody=Custody(None),
+        load_model=_no_broker,
+        on_started=lambda key, attempt: None,
+        on_scheduler_change=lambda: None,
+    )
+    return Router(
+        links,
+        clock=clock if clock is not None else SystemClock(),
+        rng=rng if rng is not None else random.Random(0),
+        policy=policy if policy is not None else RetryPolicy(),
+    )
+
+
+async def _no_broker(engine: str, model: str) -> int:
+    raise LoadFailed(f"{engine} cannot switch to {model} here")
 
 
 @contextlib.asynccontextmanager
@@ -28,7 +70,7 @@ async def scripted_door(engine: ScriptedEngine, jobs: JobLog, *, slots: int) -> 
     await start_engine(engine)
     assert engine.server is not None
     session = aiohttp.ClientSession()
-    router = Router(session, jobs, clock=SystemClock(), rng=random.Random(0))
+    router = make_router(session, jobs)
     target = RouteTarget(
         node_id="self", kind="local", base_url=engine.url, models=["m:latest"], slots=slots
     )

@@ -19,15 +19,17 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from backend.protocol.proxy import AwayModels, ProxyTargets, RouteTarget, TargetKind
 from backend.protocol.types import JobEvent
-from backend.workers.proxy.doors.app import build_app
-from backend.workers.proxy.upstream.attempt import Commit, Failure, SentRequest
-from backend.workers.proxy.context import DoorContext
-from backend.workers.proxy.routing.departures import Departures, Gone, unless_gone
-from backend.workers.proxy.routing.dispatch import RetryPolicy, Router
 from backend.workers.proxy.channels.jobs import JobLog
+from backend.workers.proxy.context import DoorContext
+from backend.workers.proxy.doors.app import build_app
 from backend.workers.proxy.relay.serving import RelayBoard
+from backend.workers.proxy.routing.departures import Departures, Gone, unless_gone
+from backend.workers.proxy.routing.dispatch import Router
+from backend.workers.proxy.routing.plan import RetryPolicy
+from backend.workers.proxy.upstream.attempt import Commit, Failure, SentRequest
 from tests.fakes import FakeClock
 from tests.support.ports import refusing_port
+from tests.unit.proxy.scripted_door import make_router
 
 Behaviour = Literal["ok", "error", "busy", "hang"]
 LOCAL = "self"
@@ -129,12 +131,8 @@ async def _harness(jitter: ScriptedJitter, policy: RetryPolicy) -> Harness:
     clock = FakeClock()
     events: list[JobEvent] = []
     session = aiohttp.ClientSession(request_class=SentRequest)
-    router = Router(
-        session,
-        JobLog(events.extend, run_id="r"),
-        clock=clock,
-        rng=jitter,
-        policy=policy,
+    router = make_router(
+        session, JobLog(events.extend, run_id="r"), clock=clock, rng=jitter, policy=policy
     )
     client = TestClient(TestServer(build_app(DoorContext("ollama", router, RelayBoard()))))
     client.app.on_cleanup.append(lambda _: session.close())

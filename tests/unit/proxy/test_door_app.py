@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 from collections.abc import AsyncIterator
 from unittest import mock
 
@@ -14,10 +13,10 @@ from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
 from backend.protocol.proxy import Door, ProxyTargets, RouteTarget
 from backend.workers.proxy.doors import app as door_app
 from backend.workers.proxy.doors.app import CONTEXT_KEY, DoorContext, build_app, gate
-from backend.workers.proxy.routing.dispatch import RetryPolicy, Router
-from backend.workers.proxy.channels.jobs import JobLog
 from backend.workers.proxy.relay.serving import RelayBoard
+from backend.workers.proxy.routing.plan import RetryPolicy
 from tests.fakes import FakeClock
+from tests.unit.proxy.scripted_door import make_router
 
 # Nothing listens here: a request that reaches "the engine" fails with 502.
 DEAD_ENGINE = RouteTarget(
@@ -27,13 +26,7 @@ TARGETS = ProxyTargets(node_id="self", engines={"ollama": [DEAD_ENGINE], "lmstud
 
 
 def _context(door: Door, session: aiohttp.ClientSession) -> DoorContext:
-    router = Router(
-        session,
-        JobLog(lambda event: None),
-        clock=FakeClock(),
-        rng=random.Random(0),
-        policy=RetryPolicy(schedule=(0.01,)),
-    )
+    router = make_router(session, clock=FakeClock(), policy=RetryPolicy(schedule=(0.01,)))
     router.update(TARGETS)
     return DoorContext(door, router, RelayBoard())
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,22 +13,20 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from backend.protocol.proxy import DOOR_ENGINES
 from backend.devtools.emulators.generation import TimingModel
 from backend.devtools.emulators.lmstudio import build_lmstudio_app
 from backend.devtools.emulators.lmstudio_state import LmStudioConfig
 from backend.devtools.emulators.ollama import build_ollama_app
 from backend.devtools.emulators.ollama_state import OllamaConfig
 from backend.devtools.emulators.server import EmulatorServer
-from backend.protocol.proxy import Door, ProxyTargets, RouteTarget, TargetKind
-from backend.workers.proxy.doors import listing
+from backend.protocol.proxy import DOOR_ENGINES, Door, ProxyTargets, RouteTarget, TargetKind
 from backend.workers.proxy.context import DoorContext
-from backend.workers.proxy.routing.dispatch import Router
-from backend.workers.proxy.channels.jobs import JobLog
+from backend.workers.proxy.doors import listing
 from backend.workers.proxy.doors.listing import federated_list
 from backend.workers.proxy.relay.serving import RelayBoard
 from backend.workers.proxy.routing.candidates import RELAY_PREFIX
 from tests.fakes import FakeClock
+from tests.unit.proxy.scripted_door import make_router
 
 DoorClient = TestClient[web.Request, web.Application]
 # Nothing listens on the discard port: connecting to it is refused at once.
@@ -89,9 +86,7 @@ class Harness:
     async def door(self, door: Door, *targets: RouteTarget) -> DoorClient:
         """A door app whose list routes are ``federated_list``, over ``targets`` in table order."""
         table = ProxyTargets(node_id="self", engines={DOOR_ENGINES[door]: list(targets)})
-        router = Router(
-            self.session, JobLog(lambda event: None), clock=FakeClock(), rng=random.Random(0)
-        )
+        router = make_router(self.session, clock=FakeClock())
         router.update(table)
         context = DoorContext(door, router, RelayBoard())
 

@@ -18,14 +18,14 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from backend.workers.proxy.channels import jobs
-from backend.workers.proxy.routing import dispatch
-from backend.workers.proxy.scheduler import engine_scheduler as scheduler
 from backend.workers.proxy.channels.jobs import JobLog
+from backend.workers.proxy.routing import admission
+from backend.workers.proxy.scheduler import engine_scheduler as scheduler
 from tests.integration.proxy.scripted import ScriptedEngine
 from tests.unit.proxy.scripted_door import Door, scripted_door
 
 # What one request makes at the door (and its aiohttp request); none may outlive it.
-REQUEST_TYPES = (jobs.Job, dispatch._Dispatch, dispatch.Admission, scheduler.Ticket)
+REQUEST_TYPES = (jobs.Job, admission.Dispatch, admission.Admission, scheduler.Ticket)
 
 
 @pytest.fixture

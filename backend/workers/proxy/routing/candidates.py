@@ -14,8 +14,7 @@ from collections import OrderedDict
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from backend.protocol.proxy import DOOR_ENGINES
-from backend.protocol.proxy import AwayModels, Door, ProxyTargets, RouteTarget
+from backend.protocol.proxy import DOOR_ENGINES, AwayModels, Door, ProxyTargets, RouteTarget
 from backend.workers.proxy.routing.naming import has_model
 
 NodeId = str
@@ -212,6 +211,11 @@ def away_owner(targets: ProxyTargets, door: Door, model: str) -> AwayModels | No
         (a for a in targets.away if a.engine == engine and has_model(engine, a.models, model)),
         None,
     )
+
+
+def vanished(targets: ProxyTargets, door: Door, model: str) -> bool:
+    """Whether no node lists ``model`` behind ``door`` and no member that did is coming back."""
+    return not owners(targets, door, model) and away_owner(targets, door, model) is None
 
 
 def upstream_url(target: RouteTarget, path_and_query: str, door: Door) -> str:

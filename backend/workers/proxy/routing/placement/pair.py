@@ -36,8 +36,8 @@ from collections.abc import Sequence
 
 import msgspec
 
-from backend.workers.proxy.routing.placement.inputs import Candidate, NodeId, Pace
 from backend.workers.proxy.routing.candidates import AFFINITY_CREDIT as AFFINITY_CREDIT_JOBS
+from backend.workers.proxy.routing.placement.inputs import Candidate, NodeId, Pace
 
 DEFAULT_TOKENS_PER_S = 50.0
 DEFAULT_FIRST_TOKEN_S = 0.3

@@ -1,0 +1,83 @@
+"""What one request asks for (``Admission``) and one attempt to serve it (``Dispatch``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from backend.protocol.proxy import Door, RouteTarget
+from backend.protocol.types import JobKey, NodeId
+from backend.workers.proxy.channels.jobs import Job
+from backend.workers.proxy.routing.links import PeerStartedProbe
+from backend.workers.proxy.routing.placement.placer import Placed
+from backend.workers.proxy.scheduler.engine_scheduler import Ticket
+
+# What a request relayed to a peer says of itself: the node it came from, its job, which try.
+ORIGIN_HEADER = "X-PAIR-Origin"
+JOB_HEADER = "X-PAIR-Job"
+ATTEMPT_HEADER = "X-PAIR-Attempt"
+# Most requests commit sooner than this; only a slow start is worth asking the peer about.
+PEER_POLL_DELAY_S = 0.1
+
+
+@dataclass
+class Admission:
+    """What one request asks for and who asked."""
+
+    door: Door
+    model: str
+    body: bytes
+    path: str
+    inference: bool = True
+    origin: NodeId | None = None
+    job_key: JobKey | None = None
+    attempt: int | None = None
+    only: list[RouteTarget] | None = None
+    session: str | None = None
+    held: int | None = None  # its number with the broker while it waits (custody.py)
+
+
+@dataclass(eq=False)
+class Dispatch:
+    """One attempt: its admission by this node's scheduler (local only), whether the engine has
+    the request, who watches."""
+
+    job: Job
+    target: RouteTarget
+    attempt: int
+    on_running: Callable[[Dispatch], None]
+    placed: Placed | None = None
+    ticket: Ticket | None = None
+    sent: bool = False
+    running: bool = False  # reported Running (once per attempt)
+    watchers: list[asyncio.Task[None] | asyncio.TimerHandle] = field(default_factory=list)
+
+    def mark_sent(self) -> None:
+        """The request's headers reached the engine (aiohttp trace callback)."""
+        self.sent = True
+        self.check_running()
+
+    def check_running(self) -> None:
+        """Running here once the scheduler admitted it and the engine has the request."""
+        if self.sent and self.ticket is not None:
+            self.on_running(self)
+
+
+def watch_peer_start(dispatch: Dispatch, probe: PeerStartedProbe) -> None:
+    """Report the attempt Running once its peer says it holds a slot there (a local one is
+    Running once its scheduler admits it and the engine has it)."""
+    handle = asyncio.get_running_loop().call_later(PEER_POLL_DELAY_S, _poll_peer, dispatch, probe)
+    dispatch.watchers.append(handle)
+
+
+def _poll_peer(dispatch: Dispatch, probe: PeerStartedProbe) -> None:
+    task = probe(dispatch.target, dispatch.job.key, dispatch.attempt)
+    task.add_done_callback(
+        lambda done: (
+            dispatch.on_running(dispatch)
+            if not done.cancelled() and done.exception() is None
+            else None
+        )
+    )
+    dispatch.watchers.append(task)

@@ -1,0 +1,168 @@
+"""The failover decisions of one request, as pure functions over a frozen ``Failover`` state.
+
+Which candidates a round may still try, when placement has a choice to make, what follows a
+round that served nobody (back off, answer "model gone", give up) and which answer a request
+that gave up gets. The caller passes the time (``now``) and the jitter's random source; the
+I/O around it (``dispatch``) only observes and applies.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import msgspec
+
+from backend.protocol.proxy import RouteTarget
+from backend.workers.proxy.routing.retry import BACKOFF_S, Budget, RandomSource
+from backend.workers.proxy.upstream.attempt import Failure
+
+# A node that answered busy (429, 503) is not asked again for this long by new requests.
+BUSY_HOLD_S = 2.0
+BUSY_STATUSES = (429, 503)
+WRITE_DEADLINE_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Dispatch budget and backoff (the environment can shorten them for tests)."""
+
+    max_dispatches: int = 5
+    deadline_s: float = 600.0
+    schedule: tuple[float, ...] = BACKOFF_S
+    # A client that has not taken a chunk for this long is cut (a half-open "zombie").
+    write_deadline_s: float = WRITE_DEADLINE_S
+
+
+class Failover(msgspec.Struct, frozen=True, gc=False):
+    """Where one request's failover stands: its budget, the attempts numbered so far, the nodes
+    tried in this round and the last failure."""
+
+    budget: Budget
+    attempt: int = 0
+    tried: tuple[str, ...] = ()
+    last: Failure | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Wait this long, then start a new round over the table as it is then."""
+
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Vanished:
+    """No node lists the model and none is bringing it back: the door's unknown-model answer."""
+
+
+@dataclass(frozen=True, slots=True)
+class GiveUp:
+    """No round may start any more: answer with ``final_answer``."""
+
+
+RoundEnd = Backoff | Vanished | GiveUp
+
+
+@dataclass(frozen=True, slots=True)
+class Unreachable:
+    """No node that has the model could be reached in time (503, retry after 5 s)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Relayed:
+    """The last node's own error status, passed on to the client."""
+
+    failure: Failure
+
+
+@dataclass(frozen=True, slots=True)
+class BadGateway:
+    """The last node failed without a status of its own: 504 if it went silent, else 502."""
+
+    status: int
+    message: str
+
+
+FinalAnswer = Unreachable | Relayed | BadGateway
+
+
+def started(policy: RetryPolicy, now: float, resumed_attempt: int | None) -> Failover:
+    """A request's failover at its start; a resumed one goes on after its last attempt."""
+    budget = Budget(now, 0, policy.max_dispatches, policy.deadline_s, policy.schedule)
+    return Failover(budget, resumed_attempt - 1 if resumed_attempt else 0)
+
+
+def untried(state: Failover, found: Sequence[RouteTarget], now: float) -> list[RouteTarget]:
+    """The candidates this round may still try, in order; none once the budget is spent."""
+    if not state.budget.may_dispatch(now):
+        return []
+    tried = state.tried
+    return [target for target in found if target.node_id not in tried]
+
+
+def dispatched(state: Failover, node: str) -> Failover:
+    """``state`` after one more attempt was sent to ``node``."""
+    return Failover(state.budget.dispatched(), state.attempt + 1, (*state.tried, node), state.last)
+
+
+def failed(state: Failover, failure: Failure) -> Failover:
+    """``state`` after its latest attempt failed before the commit."""
+    return Failover(state.budget, state.attempt, state.tried, failure)
+
+
+def next_round(state: Failover) -> Failover:
+    """``state`` for a new round, after the backoff: every node may be tried again."""
+    return Failover(state.budget, state.attempt, (), state.last)
+
+
+def round_ended(
+    state: Failover, now: float, rng: RandomSource, *, pinned: bool, vanished: bool
+) -> RoundEnd:
+    """What follows a round that served nobody.
+
+    A request pinned to given targets (``pinned``) gets one round. A model that ``vanished``
+    from the table, with no member bringing it back, ends the request at once rather than
+    after minutes of waiting. Otherwise back off, unless no round could start in time.
+    """
+    if pinned:
+        return GiveUp()
+    if vanished:
+        return Vanished()
+    wait = state.budget.wait_before_next(now, rng)
+    return GiveUp() if wait is None else Backoff(wait)
+
+
+def final_answer(state: Failover, now: float) -> FinalAnswer:
+    """The answer of a request that gave up.
+
+    A node's own status is passed on once the budget is spent on it; a transport failure while
+    the budget still allowed more (the table had nobody left to try) reads as unreachable.
+    """
+    last = state.last
+    if last is None or (state.budget.may_dispatch(now) and last.kind != "status"):
+        return Unreachable()
+    if last.kind == "status" and last.status is not None:
+        return Relayed(last)
+    return BadGateway(504 if last.kind == "no-content" else 502, last.message)
+
+
+def placement_chooses(found: Sequence[RouteTarget], pin: str | None) -> bool:
+    """Whether placement picks among ``found``: more than one, and no pin leading them."""
+    return len(found) > 1 and found[0].node_id != pin
+
+
+def holds_busy(failure: Failure) -> bool:
+    """Whether the failure was the node saying it is busy (new requests skip it a while)."""
+    return failure.status in BUSY_STATUSES
+
+
+def busy_retry_after(
+    busy_until: Mapping[str, float], nodes: Iterable[str], now: float
+) -> int | None:
+    """Seconds a client should wait when every one of ``nodes`` is held busy; None otherwise."""
+    holds = [busy_until.get(node, 0.0) - now for node in nodes]
+    if not holds or min(holds) <= 0:
+        return None
+    return max(1, math.ceil(min(holds)))
