@@ -1,1 +1,1 @@
-"""The node's identity: a UUID minted on first run, kept with a fingerprint of where it lives."""
+"""The node's identity: a UUID minted on first run, kept with a record of where it lives."""

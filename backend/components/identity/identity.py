@@ -2,7 +2,7 @@
 
 What a user would expect, and what happens:
 
-- First run: a new UUID (v4) is minted and stored with the fingerprint (hashed machine id and
+- First run: a new UUID (v4) is minted and stored with its location (hashed machine id and
   the data dir's absolute path). The hostname is only a display name and plays no part.
 - Same computer, same directory: the UUID is kept.
 - Directory moved on the same computer (the original path no longer holds this node): the UUID
@@ -12,7 +12,7 @@ What a user would expect, and what happens:
   in ``node_identity_history``, and the warning ``identity:copied`` says so. The original keeps
   its UUID, so the two nodes never share one unnoticed. Moving a node to a new computer
   therefore makes it a new node, which pairs again.
-- A database written before fingerprints existed keeps its UUID (adopted) and gets one now.
+- A database written before locations were recorded keeps its UUID (adopted) and gets one now.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from backend.components.identity.fingerprint import (
-    Fingerprint,
-    current_fingerprint,
+from backend.components.identity.location import (
+    DataDirLocation,
+    data_dir_location,
     directory_holds_node,
     machine_id,
 )
@@ -54,10 +54,10 @@ HoldsNode = Callable[[Path, str], bool]
 
 @dataclass(frozen=True, slots=True)
 class RecordedIdentity:
-    """The identity the data dir holds; ``fingerprint`` is None if written before fingerprints."""
+    """The identity the data dir holds; ``location`` is None if written before locations were."""
 
     node_id: NodeId
-    fingerprint: Fingerprint | None
+    location: DataDirLocation | None
     created_at: float | None
 
 
@@ -71,12 +71,12 @@ class NodeIdentity:
 
 
 def judge(
-    recorded: RecordedIdentity | None, current: Fingerprint, original_holds_node: HoldsNode
+    recorded: RecordedIdentity | None, current: DataDirLocation, original_holds_node: HoldsNode
 ) -> Verdict:
     """Decide what the recorded identity means here (may call ``original_holds_node``)."""
     if recorded is None:
         return "first-run"
-    before = recorded.fingerprint
+    before = recorded.location
     if before is None:
         return "adopted"
     if before.machine and current.machine and before.machine != current.machine:
@@ -96,7 +96,7 @@ async def load_identity(
     read_machine_id: Callable[[], str | None] = machine_id,
 ) -> NodeIdentity:
     """This node's identity from ``store``, minted or replaced as ``judge`` decides."""
-    current = await asyncio.to_thread(current_fingerprint, data_dir, read_machine_id)
+    current = await asyncio.to_thread(data_dir_location, data_dir, read_machine_id)
     recorded = await _read(store)
 
     def holds(path: Path, node_id: str) -> bool:
@@ -111,7 +111,7 @@ async def load_identity(
         await _write(store, identity.node_id, current, now)
     else:
         identity = NodeIdentity(recorded.node_id, verdict)
-        if recorded.fingerprint != current:
+        if recorded.location != current:
             await _write(store, recorded.node_id, current, recorded.created_at or now)
     _log(identity, recorded)
     return identity
@@ -125,7 +125,7 @@ def report_identity(errors: ErrorSink, identity: NodeIdentity) -> None:
     where = (
         "from another computer"
         if identity.verdict == "copied-from-another-computer"
-        else f"from {old.fingerprint.data_dir if old.fingerprint else 'another directory'}, "
+        else f"from {old.location.data_dir if old.location else 'another directory'}, "
         "which still holds that node"
     )
     errors.raise_error(
@@ -147,16 +147,16 @@ async def _read(store: Store) -> RecordedIdentity | None:
         return None
     if "node_data_dir" not in values:
         return RecordedIdentity(NodeId(node_id), None, None)
-    fingerprint = Fingerprint(values.get("node_machine", ""), values["node_data_dir"])
+    location = DataDirLocation(values.get("node_machine", ""), values["node_data_dir"])
     try:
         created_at: float | None = float(values.get("node_created_at", ""))
     except ValueError:
         created_at = None
-    return RecordedIdentity(NodeId(node_id), fingerprint, created_at)
+    return RecordedIdentity(NodeId(node_id), location, created_at)
 
 
-async def _write(store: Store, node_id: NodeId, where: Fingerprint, created_at: float) -> None:
-    # One statement, so the id and its fingerprint change together or not at all.
+async def _write(store: Store, node_id: NodeId, where: DataDirLocation, created_at: float) -> None:
+    # One statement, so the id and its location change together or not at all.
     await store.execute(
         "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?), (?, ?), (?, ?), (?, ?)",
         (
@@ -172,7 +172,7 @@ async def _retire(
     store: Store, old: RecordedIdentity, verdict: Verdict, successor: str, now: float
 ) -> None:
     # Written before the new id, and replaced if a crash in between makes us mint again.
-    where = old.fingerprint or Fingerprint("", "")
+    where = old.location or DataDirLocation("", "")
     await store.execute(
         "INSERT OR REPLACE INTO node_identity_history "
         "(node_id, machine, data_dir, created_at, retired_at, reason, successor) "
@@ -192,10 +192,10 @@ async def _retire(
 def _log(identity: NodeIdentity, recorded: RecordedIdentity | None) -> None:
     if identity.verdict == "first-run":
         log.info("new node identity %s", identity.node_id)
-    elif identity.verdict == "moved" and recorded is not None and recorded.fingerprint:
+    elif identity.verdict == "moved" and recorded is not None and recorded.location:
         log.info(
             "data directory moved from %s; node identity %s kept",
-            recorded.fingerprint.data_dir,
+            recorded.location.data_dir,
             identity.node_id,
         )
     elif identity.replaced is not None:

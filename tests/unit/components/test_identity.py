@@ -10,13 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from backend.components.identity.fingerprint import (
-    Fingerprint,
-    current_fingerprint,
-    directory_holds_node,
-    hash_machine_id,
-    machine_id,
-)
 from backend.components.identity.identity import (
     COPIED_ERROR_ID,
     NodeIdentity,
@@ -24,6 +17,13 @@ from backend.components.identity.identity import (
     judge,
     load_identity,
     report_identity,
+)
+from backend.components.identity.location import (
+    DataDirLocation,
+    data_dir_location,
+    directory_holds_node,
+    hash_machine_id,
+    machine_id,
 )
 from backend.core.store import Store
 from tests.fakes import FakeClock, RecordingErrors
@@ -108,7 +108,7 @@ async def test_a_moved_directory_keeps_its_identity(tmp_path: Path) -> None:
     assert _history(tmp_path / "b") == []
 
 
-async def test_an_identity_from_before_fingerprints_is_adopted(tmp_path: Path) -> None:
+async def test_an_identity_from_before_locations_were_recorded_is_adopted(tmp_path: Path) -> None:
     store = Store(tmp_path / "node" / "pair.db")
     await store.open()
     await store.execute("INSERT INTO meta (key, value) VALUES ('node_id', 'legacy-id')")
@@ -132,7 +132,7 @@ async def test_the_raw_machine_id_is_never_stored(tmp_path: Path) -> None:
 
 
 def _recorded(machine: str, data_dir: str) -> RecordedIdentity:
-    return RecordedIdentity("n1", Fingerprint(machine, data_dir), 1.0)
+    return RecordedIdentity("n1", DataDirLocation(machine, data_dir), 1.0)
 
 
 def _never(_: Path, __: str) -> bool:
@@ -146,20 +146,20 @@ def _holds(answer: bool) -> Callable[[Path, str], bool]:
 @pytest.mark.parametrize(
     ("recorded", "current", "holds", "verdict"),
     [
-        (None, Fingerprint("m", "/d"), _never, "first-run"),
-        (RecordedIdentity("n1", None, None), Fingerprint("m", "/d"), _never, "adopted"),
-        (_recorded("m", "/d"), Fingerprint("m", "/d"), _never, "kept"),
-        (_recorded("m", "/d"), Fingerprint("x", "/d"), _never, "copied-from-another-computer"),
-        (_recorded("m", "/d"), Fingerprint("x", "/e"), _never, "copied-from-another-computer"),
-        (_recorded("m", "/d"), Fingerprint("m", "/e"), _holds(True), "copied-on-this-computer"),
-        (_recorded("m", "/d"), Fingerprint("m", "/e"), _holds(False), "moved"),
-        (_recorded("", "/d"), Fingerprint("x", "/d"), _never, "kept"),
-        (_recorded("m", "/d"), Fingerprint("", "/e"), _holds(False), "moved"),
+        (None, DataDirLocation("m", "/d"), _never, "first-run"),
+        (RecordedIdentity("n1", None, None), DataDirLocation("m", "/d"), _never, "adopted"),
+        (_recorded("m", "/d"), DataDirLocation("m", "/d"), _never, "kept"),
+        (_recorded("m", "/d"), DataDirLocation("x", "/d"), _never, "copied-from-another-computer"),
+        (_recorded("m", "/d"), DataDirLocation("x", "/e"), _never, "copied-from-another-computer"),
+        (_recorded("m", "/d"), DataDirLocation("m", "/e"), _holds(True), "copied-on-this-computer"),
+        (_recorded("m", "/d"), DataDirLocation("m", "/e"), _holds(False), "moved"),
+        (_recorded("", "/d"), DataDirLocation("x", "/d"), _never, "kept"),
+        (_recorded("m", "/d"), DataDirLocation("", "/e"), _holds(False), "moved"),
     ],
 )
 def test_judge(
     recorded: RecordedIdentity | None,
-    current: Fingerprint,
+    current: DataDirLocation,
     holds: Callable[[Path, str], bool],
     verdict: str,
 ) -> None:
@@ -182,8 +182,8 @@ def test_machine_id_comes_from_the_first_readable_file(tmp_path: Path) -> None:
     assert hash_machine_id("abc123") != hash_machine_id("abc124")
 
 
-def test_fingerprint_uses_the_resolved_directory(tmp_path: Path) -> None:
+def test_the_location_uses_the_resolved_directory(tmp_path: Path) -> None:
     (tmp_path / "real").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "real")
-    fingerprint = current_fingerprint(tmp_path / "link", lambda: "m")
-    assert fingerprint == Fingerprint(hash_machine_id("m"), str((tmp_path / "real").resolve()))
+    location = data_dir_location(tmp_path / "link", lambda: "m")
+    assert location == DataDirLocation(hash_machine_id("m"), str((tmp_path / "real").resolve()))

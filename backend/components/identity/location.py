@@ -17,7 +17,7 @@ _MAC_UUID = re.compile(r'"IOPlatformUUID"\s*=\s*"([^"]+)"')
 
 
 @dataclass(frozen=True, slots=True)
-class Fingerprint:
+class DataDirLocation:
     """A data directory's place: ``machine`` is a hash of the machine id, empty when unknown."""
 
     machine: str
@@ -47,11 +47,11 @@ def hash_machine_id(raw: str | None) -> str:
     return hashlib.sha256(b"pair-node-identity:" + raw.encode()).hexdigest()
 
 
-def current_fingerprint(
+def data_dir_location(
     data_dir: Path, read_machine_id: Callable[[], str | None] = machine_id
-) -> Fingerprint:
-    """The fingerprint of ``data_dir`` on this computer now (blocking: run it in a thread)."""
-    return Fingerprint(hash_machine_id(read_machine_id()), str(data_dir.resolve()))
+) -> DataDirLocation:
+    """Where ``data_dir`` is on this computer now (blocking: run it in a thread)."""
+    return DataDirLocation(hash_machine_id(read_machine_id()), str(data_dir.resolve()))
 
 
 def directory_holds_node(data_dir: Path, database_name: str, node_id: str) -> bool:
