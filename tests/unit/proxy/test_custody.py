@@ -20,7 +20,7 @@ from backend.protocol.types import JobEvent
 from backend.workers.proxy.channels.custody import Custody, Primed, raw_request
 from backend.workers.proxy.channels.jobs import JobLog
 from backend.workers.proxy.scheduler.engine_scheduler import EngineScheduler, Ticket
-from tests.unit.proxy.test_scheduler import FakeEngine, make, pinned, settle
+from tests.unit.proxy.scheduler_fakes import FakeEngine, make, pinned, settle
 
 pytestmark = pytest.mark.skipif(channel_pair() is None, reason="no descriptor passing here")
 

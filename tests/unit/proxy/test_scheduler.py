@@ -8,143 +8,30 @@ erases.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import pytest
 
-from backend.workers.proxy.scheduler.engine_scheduler import (
-    EngineScheduler,
-    EngineShape,
-    LoadFailed,
-    SlotSample,
-    Ticket,
-)
-from tests.fakes import FakeClock
+from backend.workers.proxy.scheduler.engine_scheduler import EngineShape, LoadFailed
+from tests.unit.proxy.scheduler_fakes import Schedulers, pinned, settle
 
 
-class FakeEngine:
-    """A llama-server-like engine: slots, some taken by traffic PAIR did not send, erases and
-    model loads, all recorded in ``log`` in the order the scheduler asked for them."""
-
-    def __init__(self, slots: int = 2, *, slot_ids: bool = True) -> None:
-        self.slots = slots
-        self.slot_ids = slot_ids
-        self.foreign: set[int] = set()
-        self.log: list[str] = []
-        self.samples = 0
-        self.erase_fails = False
-        self.park_fails = False
-        self.files: dict[str, int] = {}
-        self.load_fails: dict[str, str] = {}
-        self.load_gate: asyncio.Event | None = None
-        self.instance = 1
-
-    async def free_slots(self) -> SlotSample | None:
-        self.samples += 1
-        idle = tuple(i for i in range(self.slots) if i not in self.foreign)
-        return SlotSample(len(idle), idle if self.slot_ids else None)
-
-    async def erase(self, slot: int) -> None:
-        self.log.append(f"erase {slot}")
-        await asyncio.sleep(0)
-        if self.erase_fails:
-            raise RuntimeError("erase answered 501")
-
-    async def save(self, slot: int, filename: str) -> int:
-        self.log.append(f"save {slot}")
-        if self.park_fails:
-            raise RuntimeError("save answered 400")
-        self.files[filename] = slot
-        return 1000
-
-    async def restore(self, slot: int, filename: str) -> None:
-        self.log.append(f"restore {slot}")
-        if filename not in self.files:
-            raise RuntimeError("restore answered 400")
-
-    async def discard(self, filenames: list[str]) -> None:
-        for name in filenames:
-            self.files.pop(name, None)
-
-    async def load(self, model: str) -> int:
-        self.log.append(f"load {model}")
-        if self.load_gate is not None:
-            await self.load_gate.wait()
-        if model in self.load_fails:
-            raise LoadFailed(self.load_fails[model])
-        self.instance += 1
-        return self.instance
-
-
-def pinned(slots: int = 2, *, resident: str = "a", single: bool = True) -> EngineShape:
-    return EngineShape(
-        slots=slots, single_model=single, resident=(resident,), instance=1, pinning=True
-    )
-
-
-def make(
-    engine: FakeEngine, shape: EngineShape, *, changes: list[int] | None = None
-) -> EngineScheduler:
-    scheduler = EngineScheduler(
-        "llamacpp",
-        engine,
-        clock=FakeClock(),
-        on_change=(lambda: changes.append(1)) if changes is not None else (lambda: None),
-        poll_s=0.5,
-    )
-    scheduler.configure(shape)
-    return scheduler
-
-
-async def settle(rounds: int = 20) -> None:
-    for _ in range(rounds):
-        await asyncio.sleep(0)
-
-
-class Requests:
-    """Requests submitted to a scheduler as tasks; ``admitted`` in the order they got in."""
-
-    def __init__(self, scheduler: EngineScheduler, engine: FakeEngine) -> None:
-        self.scheduler = scheduler
-        self.engine = engine
-        self.tasks: dict[str, asyncio.Task[Ticket]] = {}
-        self.admitted: list[str] = []
-
-    def submit(self, name: str, model: str = "a", session: str | None = None) -> None:
-        async def run() -> Ticket:
-            ticket = await self.scheduler.admit(model, session=session)
-            self.admitted.append(name)
-            self.engine.log.append(f"run {name}@{ticket.slot}")
-            return ticket
-
-        self.tasks[name] = asyncio.get_running_loop().create_task(run())
-
-    def operation(self, name: str, kind: str, model: str = "") -> None:
-        async def run() -> Ticket:
-            ticket = await self.scheduler.admit(model, kind=kind)
-            self.admitted.append(name)
-            self.engine.log.append(f"op {name}")
-            return ticket
-
-        self.tasks[name] = asyncio.get_running_loop().create_task(run())
-
-    def finish(self, *names: str) -> None:
-        for name in names:
-            self.scheduler.release(self.tasks[name].result())
-
-    async def cleanup(self) -> None:
-        for task in self.tasks.values():
-            task.cancel()
-        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
-        await self.scheduler.aclose()
+@pytest.fixture
+async def scheduled() -> AsyncIterator[Schedulers]:
+    """Builds the requests of a scheduler for a shape; cleaned up after the test."""
+    schedulers = Schedulers()
+    yield schedulers
+    await schedulers.cleanup()
 
 
 # Capacity.
 
 
-async def test_at_most_the_ceiling_runs_and_the_next_starts_when_one_settles() -> None:
-    engine = FakeEngine(slots=4)
-    scheduler = make(engine, pinned(slots=2))
-    requests = Requests(scheduler, engine)
+async def test_at_most_the_ceiling_runs_and_the_next_starts_when_one_settles(
+    scheduled: Schedulers,
+) -> None:
+    requests = scheduled(pinned(slots=2), engine_slots=4)
+    scheduler = requests.scheduler
     for name in ("r1", "r2", "r3"):
         requests.submit(name)
     await settle()
@@ -153,30 +40,28 @@ async def test_at_most_the_ceiling_runs_and_the_next_starts_when_one_settles() -
     requests.finish("r1")
     await settle()
     assert requests.admitted == ["r1", "r2", "r3"]
-    await requests.cleanup()
 
 
 @pytest.mark.parametrize(("slots", "known", "ceiling"), [(100, True, 100), (100, False, 64)])
 async def test_the_ceiling_is_the_engines_own_slot_count_and_64_when_it_is_unknown(
-    slots: int, known: bool, ceiling: int
+    slots: int, known: bool, ceiling: int, scheduled: Schedulers
 ) -> None:
-    engine = FakeEngine(slots=slots)
     shape = EngineShape(slots=slots, resident=("a",), instance=1, slots_known=known)
-    scheduler = make(engine, shape)
-    requests = Requests(scheduler, engine)
+    requests = scheduled(shape)
+    scheduler = requests.scheduler
     for index in range(120):
         requests.submit(f"r{index}")
     await settle(50)
     assert len(requests.admitted) == ceiling
     assert scheduler.state().waiting == 120 - ceiling
-    await requests.cleanup()
 
 
-async def test_slots_taken_by_traffic_pair_did_not_send_are_noticed_and_polled() -> None:
-    engine = FakeEngine(slots=2)
+async def test_slots_taken_by_traffic_pair_did_not_send_are_noticed_and_polled(
+    scheduled: Schedulers,
+) -> None:
+    requests = scheduled(pinned(slots=2))
+    engine = requests.engine
     engine.foreign = {0, 1}
-    scheduler = make(engine, pinned(slots=2))
-    requests = Requests(scheduler, engine)
     requests.submit("r1")
     await settle()
     assert requests.admitted == [], "the engine reports no idle slot: nothing is admitted"
@@ -187,27 +72,24 @@ async def test_slots_taken_by_traffic_pair_did_not_send_are_noticed_and_polled()
     await settle(50)
     assert requests.admitted == ["r1"]
     assert requests.tasks["r1"].result().slot == 1, "pinned to the slot that is idle"
-    await requests.cleanup()
 
 
-async def test_the_measurement_bounds_but_never_adds_to_the_ceiling() -> None:
-    engine = FakeEngine(slots=8)
-    scheduler = make(engine, pinned(slots=3))
-    requests = Requests(scheduler, engine)
+async def test_the_measurement_bounds_but_never_adds_to_the_ceiling(scheduled: Schedulers) -> None:
+    requests = scheduled(pinned(slots=3), engine_slots=8)
     for index in range(5):
         requests.submit(f"r{index}")
     await settle()
     assert len(requests.admitted) == 3, "eight idle slots, but the ceiling is three"
-    await requests.cleanup()
 
 
 # Turns on a one-model engine.
 
 
-async def test_a_burst_shares_one_turn_and_another_model_waits_for_it_to_drain() -> None:
-    engine = FakeEngine(slots=4)
-    scheduler = make(engine, pinned(slots=4, resident="a"))
-    requests = Requests(scheduler, engine)
+async def test_a_burst_shares_one_turn_and_another_model_waits_for_it_to_drain(
+    scheduled: Schedulers,
+) -> None:
+    requests = scheduled(pinned(slots=4, resident="a"))
+    engine, scheduler = requests.engine, requests.scheduler
     requests.submit("a1", "a")
     requests.submit("b1", "b")
     requests.submit("a2", "a")
@@ -222,13 +104,13 @@ async def test_a_burst_shares_one_turn_and_another_model_waits_for_it_to_drain()
     await settle()
     assert engine.log[-2:] == ["load b", "run b1@0"]
     assert scheduler.resident == "b"
-    await requests.cleanup()
 
 
-async def test_the_turn_absorbs_its_model_at_the_head_but_not_past_another_model() -> None:
-    engine = FakeEngine(slots=1)
-    scheduler = make(engine, pinned(slots=1, resident="a"))
-    requests = Requests(scheduler, engine)
+async def test_the_turn_absorbs_its_model_at_the_head_but_not_past_another_model(
+    scheduled: Schedulers,
+) -> None:
+    requests = scheduled(pinned(slots=1, resident="a"))
+    engine = requests.engine
     requests.submit("a1", "a")
     await settle()
     requests.submit("a2", "a")  # the head of the queue: absorbed by a's turn
@@ -247,14 +129,14 @@ async def test_the_turn_absorbs_its_model_at_the_head_but_not_past_another_model
     await settle()
     assert requests.admitted[-1] == "a3"
     assert [line for line in engine.log if line.startswith("load")] == ["load b", "load a"]
-    await requests.cleanup()
 
 
-async def test_a_failed_load_rejects_only_that_models_requests_with_the_reason() -> None:
-    engine = FakeEngine(slots=2)
+async def test_a_failed_load_rejects_only_that_models_requests_with_the_reason(
+    scheduled: Schedulers,
+) -> None:
+    requests = scheduled(pinned(slots=2, resident="a"))
+    engine = requests.engine
     engine.load_fails["broken"] = "failed to load model: bad magic"
-    scheduler = make(engine, pinned(slots=2, resident="a"))
-    requests = Requests(scheduler, engine)
     requests.submit("x1", "broken")
     requests.submit("x2", "broken")
     requests.submit("a1", "a")
@@ -266,16 +148,16 @@ async def test_a_failed_load_rejects_only_that_models_requests_with_the_reason()
             await requests.tasks[name]
     await settle()
     assert requests.admitted == ["a1"], "the other model's request is served"
-    await requests.cleanup()
 
 
 # Exclusive operations.
 
 
-async def test_an_exclusive_operation_waits_for_running_requests_and_runs_alone() -> None:
-    engine = FakeEngine(slots=2)
-    scheduler = make(engine, pinned(slots=2))
-    requests = Requests(scheduler, engine)
+async def test_an_exclusive_operation_waits_for_running_requests_and_runs_alone(
+    scheduled: Schedulers,
+) -> None:
+    requests = scheduled(pinned(slots=2))
+    scheduler = requests.scheduler
     requests.submit("r1")
     await settle()
     requests.operation("delete", "delete", "a")
@@ -292,14 +174,13 @@ async def test_an_exclusive_operation_waits_for_running_requests_and_runs_alone(
     requests.finish("delete")
     await settle()
     assert requests.admitted == ["r1", "delete", "r2"]
-    await requests.cleanup()
 
 
-async def test_exclusive_operations_drain_an_engine_that_holds_many_models() -> None:
-    engine = FakeEngine(slots=2, slot_ids=False)
+async def test_exclusive_operations_drain_an_engine_that_holds_many_models(
+    scheduled: Schedulers,
+) -> None:
     shape = EngineShape(slots=1, single_model=False, resident=("a", "b"), instance=1)
-    scheduler = make(engine, shape)
-    requests = Requests(scheduler, engine)
+    requests = scheduled(shape, engine_slots=2, slot_ids=False)
     requests.submit("a1", "a")
     requests.submit("b1", "b")
     requests.submit("a2", "a")
@@ -317,16 +198,16 @@ async def test_exclusive_operations_drain_an_engine_that_holds_many_models() -> 
     requests.finish("load")
     await settle()
     assert requests.admitted[-1] == "b2"
-    await requests.cleanup()
 
 
 # Leaving.
 
 
-async def test_a_client_that_leaves_while_queued_leaves_the_queue_at_once() -> None:
-    engine = FakeEngine(slots=1)
-    scheduler = make(engine, pinned(slots=1))
-    requests = Requests(scheduler, engine)
+async def test_a_client_that_leaves_while_queued_leaves_the_queue_at_once(
+    scheduled: Schedulers,
+) -> None:
+    requests = scheduled(pinned(slots=1))
+    scheduler = requests.scheduler
     requests.submit("r1")
     requests.submit("r2")
     requests.submit("r3")
@@ -338,16 +219,14 @@ async def test_a_client_that_leaves_while_queued_leaves_the_queue_at_once() -> N
     requests.finish("r1")
     await settle()
     assert requests.admitted == ["r1", "r3"]
-    await requests.cleanup()
 
 
 # Slot ownership.
 
 
-async def test_two_requests_admitted_in_one_pass_never_share_a_slot() -> None:
-    engine = FakeEngine(slots=4)  # always reports every slot idle: it cannot see ours yet
-    scheduler = make(engine, pinned(slots=4))
-    requests = Requests(scheduler, engine)
+async def test_two_requests_admitted_in_one_pass_never_share_a_slot(scheduled: Schedulers) -> None:
+    # The engine always reports every slot idle: it cannot see ours yet.
+    requests = scheduled(pinned(slots=4))
     for index in range(4):
         requests.submit(f"r{index}", session=f"s{index}")
     await settle()
@@ -359,13 +238,13 @@ async def test_two_requests_admitted_in_one_pass_never_share_a_slot() -> None:
     # The engine still reports every slot idle (the others' requests may not have reached
     # it yet): only the released one may be handed out.
     assert requests.tasks["r4"].result().slot == slots[2]
-    await requests.cleanup()
 
 
-async def test_a_handoff_erases_before_the_request_and_the_same_session_keeps_its_kv() -> None:
-    engine = FakeEngine(slots=1)
-    scheduler = make(engine, pinned(slots=1))
-    requests = Requests(scheduler, engine)
+async def test_a_handoff_erases_before_the_request_and_the_same_session_keeps_its_kv(
+    scheduled: Schedulers,
+) -> None:
+    requests = scheduled(pinned(slots=1))
+    engine = requests.engine
     requests.submit("alice1", session="alice")
     await settle()
     requests.finish("alice1")
@@ -377,13 +256,13 @@ async def test_a_handoff_erases_before_the_request_and_the_same_session_keeps_it
     requests.submit("bob1", session="bob")
     await settle()
     assert engine.log == ["run alice1@0", "run alice2@0", "erase 0", "run bob1@0"]
-    await requests.cleanup()
 
 
-async def test_a_keyless_owner_is_nobody_so_whoever_comes_next_gets_an_erase() -> None:
-    engine = FakeEngine(slots=1)
-    scheduler = make(engine, pinned(slots=1))
-    requests = Requests(scheduler, engine)
+async def test_a_keyless_owner_is_nobody_so_whoever_comes_next_gets_an_erase(
+    scheduled: Schedulers,
+) -> None:
+    requests = scheduled(pinned(slots=1))
+    engine, scheduler = requests.engine, requests.scheduler
     requests.submit("anon1")
     await settle()
     requests.finish("anon1")
@@ -395,13 +274,13 @@ async def test_a_keyless_owner_is_nobody_so_whoever_comes_next_gets_an_erase() -
     assert engine.log == ["run anon1@0", "erase 0", "run anon2@0", "erase 0", "run carol@0"]
     assert scheduler.state().slot_owners is not None
     assert scheduler.state().slot_owners.sessions == 1
-    await requests.cleanup()
 
 
-async def test_an_erase_failure_runs_the_request_unpinned_instead_of_failing_it() -> None:
-    engine = FakeEngine(slots=1)
-    scheduler = make(engine, pinned(slots=1))
-    requests = Requests(scheduler, engine)
+async def test_an_erase_failure_runs_the_request_unpinned_instead_of_failing_it(
+    scheduled: Schedulers,
+) -> None:
+    requests = scheduled(pinned(slots=1))
+    engine = requests.engine
     requests.submit("a", session="a")
     await settle()
     requests.finish("a")
@@ -414,30 +293,26 @@ async def test_an_erase_failure_runs_the_request_unpinned_instead_of_failing_it(
     requests.submit("a2", session="a")
     await settle()
     assert engine.log[-2:] == ["erase 0", "run a2@0"], "the slot's owner became unknown"
-    await requests.cleanup()
 
 
-async def test_owners_are_forgotten_when_the_engine_relaunches() -> None:
-    engine = FakeEngine(slots=1)
-    scheduler = make(engine, pinned(slots=1))
-    requests = Requests(scheduler, engine)
+async def test_owners_are_forgotten_when_the_engine_relaunches(scheduled: Schedulers) -> None:
+    requests = scheduled(pinned(slots=1))
+    engine, scheduler = requests.engine, requests.scheduler
     requests.submit("a", session="a")
     await settle()
     requests.finish("a")
     await settle()
-    scheduler.configure(
-        EngineShape(slots=1, single_model=True, resident=("a",), instance=7, pinning=True)
-    )
+    scheduler.configure(pinned(slots=1, instance=7))
     requests.submit("b", session="b")
     await settle()
     assert engine.log == ["run a@0", "run b@0"], "a relaunched engine's slots are fresh"
-    await requests.cleanup()
 
 
-async def test_a_model_switch_forgets_owners_and_a_stale_table_does_not_undo_it() -> None:
-    engine = FakeEngine(slots=1)
-    scheduler = make(engine, pinned(slots=1, resident="a"))
-    requests = Requests(scheduler, engine)
+async def test_a_model_switch_forgets_owners_and_a_stale_table_does_not_undo_it(
+    scheduled: Schedulers,
+) -> None:
+    requests = scheduled(pinned(slots=1, resident="a"))
+    engine, scheduler = requests.engine, requests.scheduler
     requests.submit("a1", "a", session="s")
     await settle()
     requests.finish("a1")
@@ -447,13 +322,13 @@ async def test_a_model_switch_forgets_owners_and_a_stale_table_does_not_undo_it(
     # A table built before the switch (the old instance, model a) arrives late.
     scheduler.configure(pinned(slots=1, resident="a"))
     assert scheduler.resident == "b"
-    await requests.cleanup()
 
 
-async def test_the_session_whose_kv_an_idle_slot_holds_goes_first_and_gets_it() -> None:
-    engine = FakeEngine(slots=2)
-    scheduler = make(engine, pinned(slots=2))
-    requests = Requests(scheduler, engine)
+async def test_the_session_whose_kv_an_idle_slot_holds_goes_first_and_gets_it(
+    scheduled: Schedulers,
+) -> None:
+    requests = scheduled(pinned(slots=2))
+    engine = requests.engine
     requests.submit("x1", session="x")
     requests.submit("y1", session="y")
     await settle()
@@ -467,15 +342,13 @@ async def test_the_session_whose_kv_an_idle_slot_holds_goes_first_and_gets_it() 
     assert requests.admitted[-1] == "y2", "y's KV is in the idle slot: y goes first"
     assert requests.tasks["y2"].result().slot == slot_of_y
     assert "erase" not in " ".join(engine.log)
-    await requests.cleanup()
 
 
-async def test_state_reports_queues_turn_operation_and_owners() -> None:
-    engine = FakeEngine(slots=2)
+async def test_state_reports_queues_turn_operation_and_owners(scheduled: Schedulers) -> None:
     changes: list[int] = []
-    scheduler = make(engine, pinned(slots=2, resident="a"), changes=changes)
+    requests = scheduled(pinned(slots=2, resident="a"), changes=changes)
+    engine, scheduler = requests.engine, requests.scheduler
     engine.load_gate = asyncio.Event()
-    requests = Requests(scheduler, engine)
     requests.submit("a1", "a", session="s1")
     requests.submit("a2", "a")
     requests.submit("a3", "a")
@@ -500,15 +373,12 @@ async def test_state_reports_queues_turn_operation_and_owners() -> None:
     engine.load_gate.set()
     await settle()
     assert scheduler.state().resident == "b"
-    await requests.cleanup()
 
 
-async def test_without_affinity_slots_go_first_free_in_arrival_order() -> None:
+async def test_without_affinity_slots_go_first_free_in_arrival_order(scheduled: Schedulers) -> None:
     """The benchmark's baseline: ownership and erases stay, the preferences go."""
-    engine = FakeEngine(slots=2)
-    scheduler = EngineScheduler("llamacpp", engine, clock=FakeClock(), affinity=False)
-    scheduler.configure(pinned(slots=2))
-    requests = Requests(scheduler, engine)
+    requests = scheduled(pinned(slots=2), affinity=False)
+    engine = requests.engine
     requests.submit("x1", session="x")
     requests.submit("y1", session="y")
     await settle()
@@ -517,31 +387,24 @@ async def test_without_affinity_slots_go_first_free_in_arrival_order() -> None:
     requests.submit("y2", session="y")
     await settle()
     assert engine.log[-2:] == ["erase 0", "run y2@0"], "y's own slot 1 was not preferred"
-    await requests.cleanup()
 
 
-async def test_a_guessed_slot_count_does_not_limit_an_engine_pair_did_not_configure() -> None:
-    engine = FakeEngine(slots=1, slot_ids=False)
+async def test_a_guessed_slot_count_does_not_limit_an_engine_pair_did_not_configure(
+    scheduled: Schedulers,
+) -> None:
     shape = EngineShape(slots=1, single_model=False, instance=1, slots_known=False)
-    scheduler = make(engine, shape)
-    requests = Requests(scheduler, engine)
+    requests = scheduled(shape, slot_ids=False)
     for index in range(5):
         requests.submit(f"r{index}")
     await settle()
     assert len(requests.admitted) == 5, "the adopted engine queues what it cannot run itself"
-    await requests.cleanup()
 
 
-def parking(slots: int = 1) -> EngineShape:
-    return EngineShape(
-        slots=slots, single_model=True, resident=("a",), instance=1, pinning=True, parking=True
-    )
-
-
-async def test_a_handed_over_conversation_is_parked_and_restored_when_it_comes_back() -> None:
-    engine = FakeEngine(slots=1)
-    scheduler = make(engine, parking(slots=1))
-    requests = Requests(scheduler, engine)
+async def test_a_handed_over_conversation_is_parked_and_restored_when_it_comes_back(
+    scheduled: Schedulers,
+) -> None:
+    requests = scheduled(pinned(slots=1, parking=True))
+    engine, scheduler = requests.engine, requests.scheduler
     requests.submit("alice1", session="alice")
     await settle()
     requests.finish("alice1")
@@ -558,13 +421,13 @@ async def test_a_handed_over_conversation_is_parked_and_restored_when_it_comes_b
     assert len(engine.files) == 1, "alice's stale file was deleted"
     state = scheduler.state()
     assert state.slot_owners is not None and state.slot_owners.parked == 1
-    await requests.cleanup()
 
 
-async def test_a_keyless_owner_is_not_parked_and_a_failed_save_still_erases() -> None:
-    engine = FakeEngine(slots=1)
-    scheduler = make(engine, parking(slots=1))
-    requests = Requests(scheduler, engine)
+async def test_a_keyless_owner_is_not_parked_and_a_failed_save_still_erases(
+    scheduled: Schedulers,
+) -> None:
+    requests = scheduled(pinned(slots=1, parking=True))
+    engine, scheduler = requests.engine, requests.scheduler
     requests.submit("anon")
     await settle()
     requests.finish("anon")
@@ -577,13 +440,11 @@ async def test_a_keyless_owner_is_not_parked_and_a_failed_save_still_erases() ->
     await settle()
     assert engine.log[3:] == ["save 0", "erase 0", "run dave@0"]
     assert scheduler.parking.file_of("carol") is None
-    await requests.cleanup()
 
 
-async def test_a_relaunch_drops_every_parked_conversation() -> None:
-    engine = FakeEngine(slots=1)
-    scheduler = make(engine, parking(slots=1))
-    requests = Requests(scheduler, engine)
+async def test_a_relaunch_drops_every_parked_conversation(scheduled: Schedulers) -> None:
+    requests = scheduled(pinned(slots=1, parking=True))
+    engine, scheduler = requests.engine, requests.scheduler
     requests.submit("a1", session="a")
     await settle()
     requests.finish("a1")
@@ -591,23 +452,18 @@ async def test_a_relaunch_drops_every_parked_conversation() -> None:
     await settle()
     requests.finish("b1")
     assert len(engine.files) == 1
-    scheduler.configure(
-        EngineShape(
-            slots=1, single_model=True, resident=("a",), instance=9, pinning=True, parking=True
-        )
-    )
+    scheduler.configure(pinned(slots=1, instance=9, parking=True))
     await settle()
     assert engine.files == {} and len(scheduler.parking) == 0
     requests.submit("a2", session="a")
     await settle()
     assert engine.log[-1] == "run a2@0" and "restore 0" not in engine.log
-    await requests.cleanup()
 
 
-async def test_when_every_idle_slot_is_another_sessions_the_longest_unused_one_goes() -> None:
-    engine = FakeEngine(slots=2)
-    scheduler = make(engine, pinned(slots=2))
-    requests = Requests(scheduler, engine)
+async def test_when_every_idle_slot_is_another_sessions_the_longest_unused_one_goes(
+    scheduled: Schedulers,
+) -> None:
+    requests = scheduled(pinned(slots=2))
     requests.submit("x", session="x")
     requests.submit("y", session="y")
     await settle()
@@ -622,14 +478,15 @@ async def test_when_every_idle_slot_is_another_sessions_the_longest_unused_one_g
     requests.submit("w", session="w")
     await settle()
     assert requests.tasks["w"].result().slot == 1 - x_slot, "then y's, not z's again"
-    await requests.cleanup()
 
 
-async def test_a_request_with_room_is_admitted_at_once_and_one_without_waits_its_turn() -> None:
+async def test_a_request_with_room_is_admitted_at_once_and_one_without_waits_its_turn(
+    scheduled: Schedulers,
+) -> None:
     # An engine that holds many models and pins no slots (Ollama's shape): two slots for "a".
     changes: list[int] = []
     shape = EngineShape(slots=2, single_model=False, resident=("a",), instance=1)
-    scheduler = make(FakeEngine(), shape, changes=changes)
+    scheduler = scheduled(shape, changes=changes).scheduler
     first = scheduler.admit_now("a", session="s1")
     second = scheduler.admit_now("a")
     assert first is not None and second is not None
