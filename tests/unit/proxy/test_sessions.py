@@ -6,9 +6,14 @@ import json
 
 import pytest
 
+from backend.workers.proxy.routing.candidates import (
+    AFFINITY_CREDIT,
+    Affinity,
+    NodeLoad,
+    Reservations,
+)
 from backend.workers.proxy.scheduler.engine_access import idle_slots
-from backend.workers.proxy.routing.candidates import AFFINITY_CREDIT, Affinity, NodeLoad, Reservations
-from backend.workers.proxy.scheduler.engine_scheduler import SlotSample
+from backend.workers.proxy.scheduler.rules import SlotSample
 from backend.workers.proxy.scheduler.sessions import SESSION_HEADER, pin_slot, session_of
 
 

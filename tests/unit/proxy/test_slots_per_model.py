@@ -39,6 +39,7 @@ from tests.unit.components.engine_fakes import (
     bundled_manifest,
     rig,
 )
+from tests.unit.proxy.scheduler_fakes import settle
 
 SMALL, BIG = "qwen2.5-7b-instruct", "llama-3.2-3b-instruct"
 
@@ -167,8 +168,7 @@ async def test_the_scheduler_runs_each_model_up_to_its_own_count() -> None:
         return ticket
 
     tasks = [asyncio.create_task(request(m)) for m in [SMALL] * 2 + [BIG] * 4 + ["other"] * 5]
-    for _ in range(20):
-        await asyncio.sleep(0)
+    await settle()
     counts = {m: admitted.count(m) for m in (SMALL, BIG, "other")}
     assert counts == {SMALL: 1, BIG: 3, "other": 4}
     for task in tasks:
