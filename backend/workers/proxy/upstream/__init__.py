@@ -1,1 +1,1 @@
-"""Reaching an engine: the lean HTTP client, one attempt up to its commit, and the stream after it."""
+"""Reaching an engine: the lean HTTP client, one attempt up to its commit, then the stream."""
