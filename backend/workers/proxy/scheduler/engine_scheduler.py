@@ -21,19 +21,12 @@ from backend.protocol.types import SchedulerState
 from backend.workers.proxy.scheduler import rules
 from backend.workers.proxy.scheduler.engine_access import EngineAccess, LoadFailed
 from backend.workers.proxy.scheduler.report import scheduler_state
-from backend.workers.proxy.scheduler.rules import (
-    MAX_CONCURRENCY,
-    EngineShape,
-    Moment,
-    SlotSample,
-)
+from backend.workers.proxy.scheduler.rules import EngineShape, Moment, SlotSample
 from backend.workers.proxy.scheduler.slot_keeper import SlotKeeper
 from backend.workers.proxy.scheduler.tickets import COMPLETION, RunningSet, Ticket
 
 __all__ = [
     "COMPLETION",
-    "MAX_CONCURRENCY",
-    "SLOT_POLL_S",
     "EngineAccess",
     "EngineScheduler",
     "EngineShape",
