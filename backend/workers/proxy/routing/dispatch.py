@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 import aiohttp
 from aiohttp import web
@@ -24,6 +25,7 @@ from aiohttp import web
 from backend.core.clock import Clock
 from backend.protocol.proxy import DOOR_ENGINES, Door, ProxyTargets, RouteTarget
 from backend.protocol.types import JobKey, NodeId
+from backend.workers.proxy.channels.custody import Custody
 from backend.workers.proxy.channels.jobs import Job
 from backend.workers.proxy.doors.errors import ErrorReply
 from backend.workers.proxy.doors.missing import missing_model
@@ -37,20 +39,16 @@ from backend.workers.proxy.routing.admission import (
     watch_peer_start,
 )
 from backend.workers.proxy.routing.candidates import (
-    Affinity,
-    NodeLoad,
-    Reservations,
     candidates,
     owners,
     vanished,
 )
+from backend.workers.proxy.routing.choice import NodeChoice
 from backend.workers.proxy.routing.departures import Departures, unless_gone
 from backend.workers.proxy.routing.links import Links
 from backend.workers.proxy.routing.local import LocalSchedulers, shape_of
 from backend.workers.proxy.routing.naming import normalize
-from backend.workers.proxy.routing.placement.inputs import Candidate
 from backend.workers.proxy.routing.placement.measure import OutputMeter
-from backend.workers.proxy.routing.placement.placer import Placed, Placer
 from backend.workers.proxy.routing.plan import Failover, RetryPolicy
 from backend.workers.proxy.routing.replies import busy_reply, give_up_reply, load_failed
 from backend.workers.proxy.routing.retry import RandomSource
@@ -100,7 +98,6 @@ class Router:
         self._rng = rng
         self._targets = ProxyTargets()
         self._departures = Departures()
-        self._reservations = Reservations()
         self._busy_until: dict[str, float] = {}
         self._local = LocalSchedulers(
             links.session,
@@ -109,9 +106,7 @@ class Router:
             on_change=links.on_scheduler_change,
             affinity=affinity,
         )
-        self._affinity = Affinity()
-        self._placer = Placer(clock)
-        self._use_affinity = affinity
+        self._choice = NodeChoice(clock, affinity=affinity)
 
     # The table.
 
@@ -122,9 +117,7 @@ class Router:
     def update(self, targets: ProxyTargets) -> None:
         """Adopt a new table; signals the attempts whose node it no longer lists."""
         self._targets = targets
-        loads = {node: NodeLoad(pending=count) for node, count in targets.loads.items()}
-        self._reservations.apply_snapshot(targets.generation, loads)
-        self._placer.table_changed(targets)
+        self._choice.table_changed(targets)
         self._local.table_changed(targets)
         present = {t.node_id for found in targets.engines.values() for t in found}
         self._departures.table_changed(present)
@@ -182,28 +175,19 @@ class Router:
     ) -> web.StreamResponse:
         clock = self._clock
         state = plan.started(self.policy, clock.monotonic(), admission.attempt)
-        while True:
+        response: web.StreamResponse | None = None
+        while response is None:
             found = plan.untried(state, self._candidates(admission), clock.monotonic())
             if found:
-                target, generation, placed = self._reserve(admission, found)
-                state = plan.dispatched(state, target.node_id)
-                outcome = await self._dispatch(
-                    request, admission, job, (target, generation, placed), state.attempt
-                )
-                if isinstance(outcome, web.StreamResponse):
-                    return outcome
-                state = plan.failed(state, outcome)
+                state, response = await self._dispatch(request, admission, job, state, found)
                 continue
             end = self._round_ended(state, admission)
-            if isinstance(end, plan.Vanished):
-                reply = missing_model(self._targets, admission.door, admission.model, job.path)
-                job.failed(f"model '{admission.model}' is no longer on any node")
-                return reply
-            if isinstance(end, plan.GiveUp):
-                return self._give_up(job, state)
+            if not isinstance(end, plan.Backoff):
+                return self._final(job, admission, state, end)
             job.submitted(state.attempt + 1, None)
             await clock.sleep(end.seconds)
             state = plan.next_round(state)
+        return response
 
     def _round_ended(self, state: Failover, admission: Admission) -> plan.RoundEnd:
         pinned = admission.only is not None
@@ -217,44 +201,15 @@ class Router:
             return admission.only
         return candidates(self._targets, admission.door, admission.model)
 
-    def _reserve(
-        self, admission: Admission, found: list[RouteTarget]
-    ) -> tuple[RouteTarget, int, Placed | None]:
-        """Place the request by the table's policy (docs/PLACEMENT.md); a pin goes first.
-
-        The placement is returned only for a dispatch to learn from (``Placer.sampling``)."""
-        engine = DOOR_ENGINES[admission.door]
-        model = normalize(engine, admission.model)
-        placer = self._placer
-        placing: list[Candidate] | None = None
-        index = 0
-        if plan.placement_chooses(found, self._targets.pins.get(engine)):
-            placing = self._inputs(admission, found, affinity=self._use_affinity)
-            index = placer.choose(self._targets.placement, placing, model)
-        chosen = found[index]
-        placed = None
-        if placer.sampling(chosen.node_id, model):
-            # With nothing to choose, the node's inputs are gathered only to learn from it.
-            if placing is None:
-                placing, index = self._inputs(admission, [chosen], affinity=False), 0
-            placed = placer.placed(placing[index], engine, admission.model)
-        return chosen, self._reservations.take(chosen.node_id), placed
-
-    def _inputs(
-        self, admission: Admission, targets: list[RouteTarget], *, affinity: bool
-    ) -> list[Candidate]:
-        """What placement knows of each of ``targets`` for this request."""
-        reservations = self._reservations
-        return self._placer.candidates(
-            DOOR_ENGINES[admission.door],
-            admission.model,
-            targets,
-            loads=lambda node: (reservations.pending(node), reservations.held(node)),
-            affinity=self._affinity.node_for(admission.session) if affinity else None,
-        )
-
-    def _give_up(self, job: Job, state: Failover) -> web.StreamResponse:
-        return give_up_reply(job, plan.final_answer(state, self._clock.monotonic()))
+    def _final(
+        self, job: Job, admission: Admission, state: Failover, end: plan.Vanished | plan.GiveUp
+    ) -> web.StreamResponse:
+        """The answer of a request no round will serve."""
+        if isinstance(end, plan.GiveUp):
+            return give_up_reply(job, plan.final_answer(state, self._clock.monotonic()))
+        reply = missing_model(self._targets, admission.door, admission.model, job.path)
+        job.failed(f"model '{admission.model}' is no longer on any node")
+        return reply
 
     # One attempt.
 
@@ -263,19 +218,23 @@ class Router:
         request: web.Request,
         admission: Admission,
         job: Job,
-        placement: tuple[RouteTarget, int, Placed | None],
-        attempt: int,
-    ) -> web.StreamResponse | Failure:
-        target, generation, placed = placement
+        state: Failover,
+        found: list[RouteTarget],
+    ) -> tuple[Failover, web.StreamResponse | None]:
+        """Place and send the next attempt; the failover after it, and the response if served."""
+        target, generation, placed = self._choice.reserve(admission, found)
+        state = plan.dispatched(state, target.node_id)
+        attempt = state.attempt
         job.submitted(attempt, NodeId(target.node_id))
         dispatch = Dispatch(job, target, attempt, self._started, placed)
         try:
             outcome = await self._attempt(request, admission, dispatch)
         finally:
-            self._reservations.release(target.node_id, generation)
-        if isinstance(outcome, Failure):
-            log.info("attempt %d at %s failed: %s", attempt, target.node_id, outcome.message)
-        return outcome
+            self._choice.release(target.node_id, generation)
+        if isinstance(outcome, web.StreamResponse):
+            return state, outcome
+        log.info("attempt %d at %s failed: %s", attempt, target.node_id, outcome.message)
+        return plan.failed(state, outcome), None
 
     async def _attempt(
         self, request: web.Request, admission: Admission, dispatch: Dispatch
@@ -289,16 +248,11 @@ class Router:
                 work = self._precommit(request, admission, dispatch)
                 outcome = await unless_gone(work, gone, node)
             if isinstance(outcome, Failure):
-                if plan.holds_busy(outcome):
-                    self._busy_until[node] = self._clock.monotonic() + plan.BUSY_HOLD_S
+                self._failed_at(node, outcome)
                 return outcome
             self._busy_until.pop(node, None)
-            self._affinity.served(admission.session, node)
-            try:
-                await self._let_go(admission)
-            except BaseException:
-                outcome.discard()
-                raise
+            self._choice.served(admission.session, node)
+            await self._let_go(admission, outcome)
             return await self._stream(request, outcome, dispatch)
         finally:
             for watcher in dispatch.watchers:
@@ -306,15 +260,25 @@ class Router:
             if dispatch.ticket is not None:
                 self.scheduler(dispatch.job.engine).release(dispatch.ticket)
 
-    async def _let_go(self, admission: Admission) -> None:
+    def _failed_at(self, node: str, failure: Failure) -> None:
+        """A node that answered busy is held busy a while (``busy_reply``)."""
+        if plan.holds_busy(failure):
+            self._busy_until[node] = self._clock.monotonic() + plan.BUSY_HOLD_S
+
+    async def _let_go(self, admission: Admission, commit: Commit) -> None:
         """The answer is about to reach the client: a held request is released first, so it
         is never served twice (until now a worker crash gives it to the next worker, which
         sends it again; the engine dropped the first copy with its connection)."""
-        if admission.held is not None:
-            custody = self.links.custody
+        if admission.held is None:
+            return
+        custody = self.links.custody
+        try:
             custody.release(admission.held)
             admission.held = None
             await custody.released()
+        except BaseException:
+            commit.discard()
+            raise
 
     async def _stream(
         self, request: web.Request, commit: Commit, dispatch: Dispatch
@@ -323,7 +287,7 @@ class Router:
         placed = dispatch.placed if 200 <= commit.upstream.status < 300 else None
         meter = OutputMeter(self._clock.monotonic) if placed is not None else None
         if placed is not None:
-            self._placer.first_byte(placed)
+            self._choice.placer.first_byte(placed)
         response = await stream_commit(
             request,
             commit,
@@ -335,7 +299,7 @@ class Router:
             on_chunk=meter.feed if meter is not None else None,
         )
         if placed is not None and meter is not None and dispatch.job.outcome == "completed":
-            self._placer.completed(placed, meter)
+            self._choice.placer.completed(placed, meter)
         return response
 
     def _started(self, dispatch: Dispatch) -> None:
@@ -375,13 +339,7 @@ class Router:
         # Admitted at once in the common case, without a wait (or a coroutine) for it.
         dispatch.ticket = scheduler.admit_now(model, session=admission.session)
         if dispatch.ticket is None:
-            custody = self.links.custody
-
-            def hold() -> None:
-                if admission.origin is None and admission.held is None:
-                    job = dispatch.job
-                    admission.held = custody.hold(request, admission.door, admission.body, job)
-
+            hold = _holder(self.links.custody, request, admission, dispatch)
             try:
                 dispatch.ticket = await scheduler.admit(
                     model, session=admission.session, on_wait=hold
@@ -394,3 +352,16 @@ class Router:
         if slot is None or target.slot_api is None:
             return admission.body
         return pin_slot(admission.body, target.slot_api.field, slot)
+
+
+def _holder(
+    custody: Custody, request: web.Request, admission: Admission, dispatch: Dispatch
+) -> Callable[[], None]:
+    """What holds a front-door request with the broker once it has to wait for its turn."""
+
+    def hold() -> None:
+        if admission.origin is None and admission.held is None:
+            job = dispatch.job
+            admission.held = custody.hold(request, admission.door, admission.body, job)
+
+    return hold

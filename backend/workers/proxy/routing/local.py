@@ -35,10 +35,14 @@ class LocalSchedulers:
     def table_changed(self, targets: ProxyTargets) -> None:
         """Reshape the schedulers of this node's engines by their new table entries."""
         self._targets = targets
-        for engine, found in targets.engines.items():
-            for target in found:
-                if target.kind == "local":
-                    self.scheduler(engine).configure(shape_of(target))
+        local = [
+            (engine, target)
+            for engine, found in targets.engines.items()
+            for target in found
+            if target.kind == "local"
+        ]
+        for engine, target in local:
+            self.scheduler(engine).configure(shape_of(target))
 
     def scheduler(self, engine: str) -> EngineScheduler:
         """This node's scheduler for ``engine`` (made on first use)."""

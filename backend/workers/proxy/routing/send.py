@@ -31,13 +31,6 @@ async def send(
 ) -> Commit | Failure:
     """Forward the request to the attempt's node; its response once the first body byte came."""
     target = dispatch.target
-    # Only this node's own engine sees the client's credentials: a bare engine added by
-    # address has no key of its own here, and peers authenticate by mutual TLS.
-    headers = request_headers(request, credentials=target.kind == "local")
-    if target.kind == "peer":
-        headers[ORIGIN_HEADER] = dispatch.job.origin
-        headers[JOB_HEADER] = dispatch.job.key
-        headers[ATTEMPT_HEADER] = str(dispatch.attempt)
     try:
         tls = links.peer_tls.client_tls(target)
     except NoIdentity as exc:
@@ -46,7 +39,7 @@ async def send(
         links.session,
         request.method,
         upstream_url(target, admission.path, admission.door),
-        headers,
+        _headers(request, dispatch),
         body,
         timeouts,
         inference=admission.inference,
@@ -61,6 +54,19 @@ async def send(
         outcome.discard()
         return Failure("transport", f"node {target.node_id} refused this computer")
     return outcome
+
+
+def _headers(request: web.Request, dispatch: Dispatch) -> CIMultiDict[str]:
+    """The client's headers as the attempt's node gets them."""
+    target = dispatch.target
+    # Only this node's own engine sees the client's credentials: a bare engine added by
+    # address has no key of its own here, and peers authenticate by mutual TLS.
+    headers = request_headers(request, credentials=target.kind == "local")
+    if target.kind == "peer":
+        headers[ORIGIN_HEADER] = dispatch.job.origin
+        headers[JOB_HEADER] = dispatch.job.key
+        headers[ATTEMPT_HEADER] = str(dispatch.attempt)
+    return headers
 
 
 def refused_by_peer(target: RouteTarget, commit: Commit) -> bool:

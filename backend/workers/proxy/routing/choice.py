@@ -1,0 +1,77 @@
+"""Which candidate a request goes to: placement fed the reservations and conversation affinity."""
+
+from __future__ import annotations
+
+from backend.core.clock import Clock
+from backend.protocol.proxy import DOOR_ENGINES, ProxyTargets, RouteTarget
+from backend.workers.proxy.routing import plan
+from backend.workers.proxy.routing.admission import Admission
+from backend.workers.proxy.routing.candidates import Affinity, NodeLoad, Reservations
+from backend.workers.proxy.routing.naming import normalize
+from backend.workers.proxy.routing.placement.inputs import Candidate
+from backend.workers.proxy.routing.placement.placer import Placed, Placer
+
+
+class NodeChoice:
+    """The table's placement policy (docs/PLACEMENT.md) over the candidates of each request,
+    fed the reservations that spread bursts and the node that served each conversation last;
+    ``placer`` learns each node's pace from the dispatches it samples."""
+
+    def __init__(self, clock: Clock, *, affinity: bool) -> None:
+        self.placer = Placer(clock)
+        self._reservations = Reservations()
+        self._affinity = Affinity()
+        self._use_affinity = affinity
+        self._targets = ProxyTargets()
+
+    def table_changed(self, targets: ProxyTargets) -> None:
+        """Adopt a new table and the load snapshot it carries."""
+        self._targets = targets
+        loads = {node: NodeLoad(pending=count) for node, count in targets.loads.items()}
+        self._reservations.apply_snapshot(targets.generation, loads)
+        self.placer.table_changed(targets)
+
+    def reserve(
+        self, admission: Admission, found: list[RouteTarget]
+    ) -> tuple[RouteTarget, int, Placed | None]:
+        """Place the request among ``found`` (a pin goes first) and reserve the chosen node.
+
+        Returns the node, the reservation's generation (for ``release``) and the placement,
+        only when a dispatch is to learn from it (``Placer.sampling``)."""
+        engine = DOOR_ENGINES[admission.door]
+        model = normalize(engine, admission.model)
+        placer = self.placer
+        placing: list[Candidate] | None = None
+        index = 0
+        if plan.placement_chooses(found, self._targets.pins.get(engine)):
+            placing = self._inputs(admission, found, affinity=self._use_affinity)
+            index = placer.choose(self._targets.placement, placing, model)
+        chosen = found[index]
+        placed = None
+        if placer.sampling(chosen.node_id, model):
+            # With nothing to choose, the node's inputs are gathered only to learn from it.
+            if placing is None:
+                placing, index = self._inputs(admission, [chosen], affinity=False), 0
+            placed = placer.placed(placing[index], engine, admission.model)
+        return chosen, self._reservations.take(chosen.node_id), placed
+
+    def release(self, node: str, generation: int) -> None:
+        """The attempt at ``node`` ended: give its reservation back."""
+        self._reservations.release(node, generation)
+
+    def served(self, session: str | None, node: str) -> None:
+        """``node`` committed a response for the conversation ``session``."""
+        self._affinity.served(session, node)
+
+    def _inputs(
+        self, admission: Admission, targets: list[RouteTarget], *, affinity: bool
+    ) -> list[Candidate]:
+        """What placement knows of each of ``targets`` for this request."""
+        reservations = self._reservations
+        return self.placer.candidates(
+            DOOR_ENGINES[admission.door],
+            admission.model,
+            targets,
+            loads=lambda node: (reservations.pending(node), reservations.held(node)),
+            affinity=self._affinity.node_for(admission.session) if affinity else None,
+        )
