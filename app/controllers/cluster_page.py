@@ -358,7 +358,7 @@ class ClusterPageController(Controller):
         try:
             await self.settings.save({LAN_ACCESS: on})
         except RpcError as exc:
-            log.info("settings/set lan_access failed: %s", exc)
+            log.info("settings:set lan_access failed: %s", exc)
             verb = "turn LAN access on" if on else "turn LAN access off"
             self.lan_access_failed.emit(f"Could not {verb}: {exc}")
             self.changed.emit()  # the switch shows the saved value again

@@ -326,7 +326,7 @@ class FrontDoorSettingsController(Controller):
         return pinned_node_choices(self._nodes, str(self.value(PINNED_NODE) or ""))
 
     def set_value(self, key: str, value: SettingValue) -> None:
-        """Validate against the schema, then ``settings/set``; the outcome is a signal."""
+        """Validate against the schema, then ``settings:set``; the outcome is a signal."""
         spec = self.spec(key)
         if spec is None:
             self.value_rejected.emit(key, "The service is not connected.")
@@ -349,7 +349,7 @@ class FrontDoorSettingsController(Controller):
         try:
             await self.settings.save({key: value})
         except RpcError as exc:
-            log.info("settings/set %s failed: %s", key, exc)
+            log.info("settings:set %s failed: %s", key, exc)
             self.value_rejected.emit(key, rejection_text(exc, key))
             self.changed.emit()  # the view shows the saved value again
             return

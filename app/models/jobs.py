@@ -160,7 +160,7 @@ class JobsModel(QAbstractTableModel):
         return self._states[state]
 
     def finished_count(self) -> int:
-        """How many jobs are finished (the history ``workloads:clear`` deletes)."""
+        """How many jobs are finished (the history ``jobs:clear`` deletes)."""
         return sum(self._states[state] for state in TERMINAL)
 
     def engines(self) -> list[str]:

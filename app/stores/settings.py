@@ -1,4 +1,4 @@
-"""The broker's settings (``settings/get``, then ``settings:changed``), shared by every controller
+"""The broker's settings (``settings:get``, then ``settings:changed``), shared by every controller
 that reads a setting: one read per session and one follower of the pushes for the whole app.
 
 Each push carries the whole settings, so the pushes are the numbered events of this stream
@@ -73,7 +73,7 @@ class SettingsStore(QObject):
         self._reading = self._tasks.spawn_if_running(self._read(self._seq), name="read")
 
     async def save(self, values: dict[str, SettingValue]) -> SettingsSnapshot:
-        """``settings/set`` (all or nothing) and apply the answer; raises the broker's
+        """``settings:set`` (all or nothing) and apply the answer; raises the broker's
         ``RpcError`` on a refusal."""
         seq_before = self._seq
         snapshot = await self.connection.call(methods.SETTINGS_SET, SettingsUpdate(values=values))
@@ -89,7 +89,7 @@ class SettingsStore(QObject):
         try:
             snapshot = await self.connection.call(methods.SETTINGS_GET)
         except RpcError as exc:
-            log.info("settings/get failed: %s", exc)
+            log.info("settings:get failed: %s", exc)
             self.error = exc.message
             self.failed.emit(exc.message)
             return

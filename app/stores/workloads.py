@@ -1,4 +1,4 @@
-"""The jobs this node's front doors saw (``workloads:subscribe``), shared by the Jobs page and
+"""The jobs this node's front doors saw (``jobs:subscribe``), shared by the Jobs page and
 the tray's running count."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from backend.protocol.types import (
     WorkloadUpserted,
 )
 
-# The most ``workloads:subscribe`` returns; the broker keeps the 1000 newest finished jobs.
+# The most ``jobs:subscribe`` returns; the broker keeps the 1000 newest finished jobs.
 HISTORY_LIMIT = 1000
 
 

@@ -145,7 +145,7 @@ def follow_jobs(data_dir: str | None, *, limit: int, as_json: bool, cluster: boo
 
 
 class JobsFollower:
-    """Prints a ``workloads:subscribe`` snapshot, then the events after its ``seq``, of the jobs
+    """Prints a ``jobs:subscribe`` snapshot, then the events after its ``seq``, of the jobs
     its view shows (once shown, a job's later changes are shown too, wherever it goes).
 
     Pushes can arrive before the snapshot's answer is read; they wait for it.

@@ -1,5 +1,5 @@
 """Another computer's address as a person types it (``pair node add``, the app's add-node dialog)
-or a client sends it (``node/add``): an IPv4 or IPv6 address or a host name, with an optional
+or a client sends it (``nodes:add``): an IPv4 or IPv6 address or a host name, with an optional
 port, read into ``(host, port)`` or a short sentence saying what is wrong; and a host written
 into a URL.
 

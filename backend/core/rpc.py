@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -13,6 +14,11 @@ from backend.protocol.contract import Method, Push
 from backend.protocol.peer import RpcPeer
 
 log = logging.getLogger(__name__)
+# Set while a handler runs for a call made by a method's former name (``Method.former``): a
+# subscription made so gets its pushes by their former names too.
+_CALLED_BY_FORMER_NAME: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "called_by_former_name", default=False
+)
 P = TypeVar("P")
 R = TypeVar("R")
 E = TypeVar("E")
@@ -53,21 +59,33 @@ class Dispatcher:
         self._forwarder = forwarder
 
     def add(self, method: Method[P, R], handler: Callable[[P, RpcPeer], Awaitable[R]]) -> None:
-        """Route ``method`` to ``handler(params, peer)``; each method is routed once."""
-        if method.name in self._routes:
-            raise ValueError(f"method {method.name!r} is already routed")
-        self._routes[method.name] = _Route(method, handler)
+        """Route ``method`` (and its former name) to ``handler(params, peer)``, once each."""
+        names = (method.name,) if method.former is None else (method.name, method.former)
+        for name in names:
+            if name in self._routes:
+                raise ValueError(f"method {name!r} is already routed")
+        for name in names:
+            self._routes[name] = _Route(method, handler)
 
     def methods(self) -> list[str]:
-        """Every routed method name."""
-        return sorted(self._routes)
+        """Every routed method name (current names only)."""
+        return sorted(name for name, route in self._routes.items() if route.method.name == name)
 
     async def __call__(self, method: str, params: Any, peer: RpcPeer) -> Any:
         """Handle one request (the ``on_request`` hook of an ``RpcPeer``)."""
         route = self._routes.get(method)
         if route is None:
             raise errors.MethodNotFound(f"Method not found: {method}")
-        if self._forwarder is not None and method in self._forwarded:
+        if method != route.method.name:
+            token = _CALLED_BY_FORMER_NAME.set(True)
+            try:
+                return await self._handle(route, params, peer)
+            finally:
+                _CALLED_BY_FORMER_NAME.reset(token)
+        return await self._handle(route, params, peer)
+
+    async def _handle(self, route: _Route[Any, Any], params: Any, peer: RpcPeer) -> Any:
+        if self._forwarder is not None and route.method.name in self._forwarded:
             converted = route.method.convert_params(params)
             answer = await self._forwarder(route.method, converted)
             if answer is not NOT_FORWARDED:
@@ -123,17 +141,24 @@ class NumberedStream(Generic[E]):
     def __init__(self, push: Push[E], hub: ClientHub) -> None:
         self._push = push
         self._subscribers: set[RpcPeer] = set()
+        # Subscribers that asked by a method's former name: they get the push's former name.
+        self._by_former_name: set[RpcPeer] = set()
         self.seq = 0
-        hub.on_leave(self._subscribers.discard)
+        hub.on_leave(self.unsubscribe)
 
     def subscribe(self, peer: RpcPeer) -> int:
         """Add ``peer``; returns the ``seq`` its snapshot corresponds to."""
         self._subscribers.add(peer)
+        if _CALLED_BY_FORMER_NAME.get() and self._push.former is not None:
+            self._by_former_name.add(peer)
+        else:
+            self._by_former_name.discard(peer)
         return self.seq
 
     def unsubscribe(self, peer: RpcPeer) -> None:
         """Remove ``peer``."""
         self._subscribers.discard(peer)
+        self._by_former_name.discard(peer)
 
     def publish(self, make_event: Callable[[int], E]) -> None:
         """Number the next event and push it to every subscriber."""
@@ -141,5 +166,7 @@ class NumberedStream(Generic[E]):
         if not self._subscribers:
             return
         event = make_event(self.seq)
+        former = self._by_former_name
         for peer in list(self._subscribers):
-            peer.notify(self._push.name, event)
+            name = self._push.name if peer not in former else self._push.former
+            peer.notify(name or self._push.name, event)

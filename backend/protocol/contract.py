@@ -33,6 +33,8 @@ class Method(Generic[P, R]):
     params: type[P]
     result: type[R]  # a Struct, ``list[X]`` or ``type(None)``
     summary: str
+    # The name it had before a rename: still answered, so older clients and members keep working.
+    former: str | None = None
 
     def convert_params(self, raw: Any) -> P:
         """Wire params to ``P``; malformed params raise ``InvalidParams`` naming the field."""
@@ -66,6 +68,8 @@ class Push(Generic[E]):
     name: str
     payload: Any  # the msgspec type of E, often a tagged union (which is not a ``type[E]``)
     summary: str
+    # The name it had before a rename: what a client that subscribed by a former name receives.
+    former: str | None = None
 
     def decode(self, raw: Any) -> E:
         """A wire payload to ``E``; another shape raises ``BadResult``."""

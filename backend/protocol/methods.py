@@ -73,7 +73,11 @@ VERSION: Final = Method("version", NoParams, VersionInfo, "versions of PAIR, pro
 SHUTDOWN: Final = Method("shutdown", NoParams, Ok, "staged shutdown after the answer is sent")
 STATUS: Final = Method("status", NoParams, BrokerStatus, "what `pair status` prints")
 LOG_SET_LEVEL: Final = Method(
-    "log/set-level", LogLevelParams, LogLevelParams, "the log level, saved as a setting"
+    "log:set-level",
+    LogLevelParams,
+    LogLevelParams,
+    "the log level, saved as a setting",
+    former="log/set-level",
 )
 
 COMPONENTS_SUBSCRIBE: Final = Method(
@@ -93,9 +97,15 @@ ERRORS_GET_INITIAL: Final = Method(
 ERRORS_REPORT: Final = Method("errors:report", ErrorReport, type(None), "raise or update an error")
 ERRORS_CLEAR: Final = Method("errors:clear", ErrorClear, type(None), "dismiss an error")
 
-SETTINGS_GET: Final = Method("settings/get", NoParams, SettingsSnapshot, "values and schema")
+SETTINGS_GET: Final = Method(
+    "settings:get", NoParams, SettingsSnapshot, "values and schema", former="settings/get"
+)
 SETTINGS_SET: Final = Method(
-    "settings/set", SettingsUpdate, SettingsSnapshot, "change settings, all or nothing"
+    "settings:set",
+    SettingsUpdate,
+    SettingsSnapshot,
+    "change settings, all or nothing",
+    former="settings/set",
 )
 
 # Engines --------------------------------------------------------------------------------------
@@ -150,21 +160,41 @@ DISCOVERY_SUBSCRIBE: Final = Method(
 DISCOVERY_UNSUBSCRIBE: Final = Method(
     "discovery:unsubscribe", NoParams, Unsubscribed, "stop discovery:event pushes"
 )
-NODE_ADD: Final = Method("node/add", ManualNodeAdd, ManualNode, "add a node by address")
-NODE_REMOVE: Final = Method("node/remove", ManualNodeRef, Removed, "remove a manual node")
-NODES_LIST: Final = Method("nodes/list", NoParams, list[ManualNode], "manual nodes")
+NODE_ADD: Final = Method(
+    "nodes:add", ManualNodeAdd, ManualNode, "add a node by address", former="node/add"
+)
+NODE_REMOVE: Final = Method(
+    "nodes:remove", ManualNodeRef, Removed, "remove a manual node", former="node/remove"
+)
+NODES_LIST: Final = Method(
+    "nodes:list", NoParams, list[ManualNode], "manual nodes", former="nodes/list"
+)
 
 # Jobs (workloads) seen by this node's front doors ---------------------------------------------
 WORKLOADS_GET_INITIAL: Final = Method(
-    "workloads:get-initial", WorkloadsQuery, WorkloadsSnapshot, "newest jobs"
+    "jobs:get-initial",
+    WorkloadsQuery,
+    WorkloadsSnapshot,
+    "newest jobs",
+    former="workloads:get-initial",
 )
 WORKLOADS_SUBSCRIBE: Final = Method(
-    "workloads:subscribe", WorkloadsQuery, WorkloadsSnapshot, "jobs, then numbered events"
+    "jobs:subscribe",
+    WorkloadsQuery,
+    WorkloadsSnapshot,
+    "jobs, then numbered events",
+    former="workloads:subscribe",
 )
 WORKLOADS_UNSUBSCRIBE: Final = Method(
-    "workloads:unsubscribe", NoParams, Unsubscribed, "stop workloads:event pushes"
+    "jobs:unsubscribe",
+    NoParams,
+    Unsubscribed,
+    "stop jobs:event pushes",
+    former="workloads:unsubscribe",
 )
-WORKLOADS_CLEAR: Final = Method("workloads:clear", NoParams, Cleared, "drop finished jobs")
+WORKLOADS_CLEAR: Final = Method(
+    "jobs:clear", NoParams, Cleared, "drop finished jobs", former="workloads:clear"
+)
 
 # Cluster: pairing and membership ---------------------------------------------------------------
 CLUSTER_STATUS: Final = Method(
@@ -219,7 +249,7 @@ CLUSTER_EVENT: Final[Push[ClusterEvent]] = Push(
     "cluster:event", ClusterEvent, "numbered, subscribers"
 )
 WORKLOADS_EVENT: Final[Push[WorkloadsEvent]] = Push(
-    "workloads:event", WorkloadsEvent, "numbered, subscribers"
+    "jobs:event", WorkloadsEvent, "numbered, subscribers", former="workloads:event"
 )
 
 

@@ -152,8 +152,8 @@ class ProxyIdentity(Wire, frozen=True, kw_only=True):
 
 
 class ExclusiveLease(Wire, frozen=True, kw_only=True, omit_defaults=True):
-    """``proxy/exclusive``: run ``kind`` (about ``model``) alone on ``engine`` once drained;
-    ``lease`` names it until ``proxy/exclusive-end``."""
+    """``proxy:exclusive``: run ``kind`` (about ``model``) alone on ``engine`` once drained;
+    ``lease`` names it until ``proxy:exclusive-end``."""
 
     engine: str
     kind: str
@@ -162,13 +162,13 @@ class ExclusiveLease(Wire, frozen=True, kw_only=True, omit_defaults=True):
 
 
 class LeaseRef(Wire, frozen=True, kw_only=True):
-    """``proxy/exclusive-end``: the lease is over (granted or still waiting)."""
+    """``proxy:exclusive-end``: the lease is over (granted or still waiting)."""
 
     lease: str
 
 
 class ModelSwitch(Wire, frozen=True, kw_only=True):
-    """``proxy/load-model``: make ``model`` the one ``engine`` holds (the scheduler drained
+    """``proxy:load-model``: make ``model`` the one ``engine`` holds (the scheduler drained
     it first)."""
 
     engine: str
@@ -176,20 +176,20 @@ class ModelSwitch(Wire, frozen=True, kw_only=True):
 
 
 class ModelSwitched(Wire, frozen=True, kw_only=True):
-    """Answer of ``proxy/load-model``: the relaunched engine's ``instance``."""
+    """Answer of ``proxy:load-model``: the relaunched engine's ``instance``."""
 
     instance: int
 
 
 class DoorHandover(Wire, frozen=True, kw_only=True):
-    """``proxy/adopt-door``: serve ``door`` on the listening socket just sent, with ``door``
+    """``proxy:adopt-door``: serve ``door`` on the listening socket just sent, with ``door``
     as its message, over the worker's hand-over channel (a Unix socket: ``SCM_RIGHTS``)."""
 
     door: Door
 
 
 class DoorServed(Wire, frozen=True, kw_only=True):
-    """Answer of ``proxy/adopt-door``: the door now accepts on ``port`` only."""
+    """Answer of ``proxy:adopt-door``: the door now accepts on ``port`` only."""
 
     door: Door
     port: int

@@ -24,50 +24,50 @@ from backend.protocol.proxy import (
 from backend.protocol.types import JobEvents, Ok, SchedulerStates
 
 PROXY_IDENTITY: Final[Push[ProxyIdentity]] = Push(
-    "proxy/identity",
+    "proxy:identity",
     ProxyIdentity,
     "broker to worker: the node's certificate and key for the relay, once when it starts",
 )
 PROXY_TARGETS: Final[Push[ProxyTargets]] = Push(
-    "proxy/targets", ProxyTargets, "broker to worker: the routing table, whenever it changes"
+    "proxy:targets", ProxyTargets, "broker to worker: the routing table, whenever it changes"
 )
 PROXY_CLOSE_LISTENERS: Final[Push[None]] = Push(
-    "proxy/close-listeners",
+    "proxy:close-listeners",
     type(None),
     "broker to worker: stop accepting connections; requests in flight go on",
 )
 PROXY_JOBS: Final[Push[JobEvents]] = Push(
-    "proxy/jobs",
+    "proxy:jobs",
     JobEvents,
     "worker to broker: jobs' numbered events in the order they happened, applied in seq order",
 )
 PROXY_SCHEDULER: Final[Push[SchedulerStates]] = Push(
-    "proxy/scheduler",
+    "proxy:scheduler",
     SchedulerStates,
     "worker to broker: the local engines' schedulers, whenever they change (at most 4 a second)",
 )
 PROXY_EXCLUSIVE: Final = Method(
-    "proxy/exclusive",
+    "proxy:exclusive",
     ExclusiveLease,
     Ok,
     "broker to worker: answered once the operation may run alone on the drained engine",
 )
 PROXY_EXCLUSIVE_END: Final[Push[LeaseRef]] = Push(
-    "proxy/exclusive-end",
+    "proxy:exclusive-end",
     LeaseRef,
     "broker to worker: the exclusive operation ended (or its caller gave up waiting)",
 )
 PROXY_SCHEDULER_GET: Final = Method(
-    "proxy/scheduler-get", NoParams, SchedulerStates, "broker to worker: the schedulers now"
+    "proxy:scheduler-get", NoParams, SchedulerStates, "broker to worker: the schedulers now"
 )
 PROXY_LOAD_MODEL: Final = Method(
-    "proxy/load-model",
+    "proxy:load-model",
     ModelSwitch,
     ModelSwitched,
     "worker to broker: relaunch a one-model engine with another model (it is drained)",
 )
 PROXY_ADOPT_DOOR: Final = Method(
-    "proxy/adopt-door",
+    "proxy:adopt-door",
     DoorHandover,
     DoorServed,
     "broker to worker: serve the door on the socket just handed over, then stop accepting on"

@@ -27,7 +27,7 @@ async def serve_worker(
     notifications: Mapping[str, NotificationHandler] | None = None,
     on_peer: Callable[[RpcPeer], None] = lambda peer: None,
 ) -> None:
-    """Serve ``handlers``, ``notifications``, ping and log/set-level until stdin closes."""
+    """Serve ``handlers``, ``notifications``, ping and log:set-level until stdin closes."""
     logs.configure(f"worker-{name}", level=level, log_dir=None, json_logs=False, bare=True)
     started = time.monotonic()
 

@@ -58,20 +58,20 @@ def error_id(node_id: str) -> str:
 
 
 def validate(params: ManualNodeAdd) -> ManualNodeAdd:
-    """Normalised parameters of ``node/add`` (the host alone: an IPv4 or IPv6 address, with or
+    """Normalised parameters of ``nodes:add`` (the host alone: an IPv4 or IPv6 address, with or
     without brackets, or a host name), or ``InvalidParams`` saying what is wrong."""
     if not params.address.strip():
-        raise errors.InvalidParams("Invalid params for node/add: address must not be empty")
+        raise errors.InvalidParams("Invalid params for nodes:add: address must not be empty")
     try:
         address = parse_host(params.address)
     except AddressError as exc:
         shown = params.address.strip()[:_SHOWN_LENGTH]
         raise errors.InvalidParams(
-            f"Invalid params for node/add: address {shown!r}: {exc}"
+            f"Invalid params for nodes:add: address {shown!r}: {exc}"
         ) from None
     if not 1 <= params.port <= 65535:
         raise errors.InvalidParams(
-            f"Invalid params for node/add: port {params.port} is outside 1-65535"
+            f"Invalid params for nodes:add: port {params.port} is outside 1-65535"
         )
     name = params.name.strip() if params.name and params.name.strip() else None
     return ManualNodeAdd(address=address, port=params.port, name=name)

@@ -22,7 +22,7 @@ from backend.protocol.types import (
 def register(
     dispatcher: Dispatcher, discovery: DiscoveryComponent, events: NumberedStream[DiscoveryEvent]
 ) -> None:
-    """Route ``discovery:*``, ``node/add``, ``node/remove`` and ``nodes/list``."""
+    """Route ``discovery:*``, ``nodes:add``, ``nodes:remove`` and ``nodes:list``."""
 
     async def get_nodes(_: NoParams, __: RpcPeer) -> list[DiscoveredNode]:
         return discovery.nodes()

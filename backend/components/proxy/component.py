@@ -416,7 +416,7 @@ class ProxyComponent(Component):
 
 
 def identity_payload(credentials: NodeCredentials) -> ProxyIdentity:
-    """The ``proxy/identity`` payload: the certificate and the key in unencrypted PKCS8 PEM.
+    """The ``proxy:identity`` payload: the certificate and the key in unencrypted PKCS8 PEM.
 
     Sending the key in the clear is acceptable here: it travels only over the worker's private
     stdio pipe to our own child process, which runs as the same user and could read the key

@@ -1,6 +1,6 @@
 """The broker's side of exclusive operations: a lease on an engine from the proxy worker's
-scheduler (docs/SCHEDULER.md). The worker answers ``proxy/exclusive`` once the engine is drained
-and holds it until ``proxy/exclusive-end``; with no worker running nothing can be in flight, so
+scheduler (docs/SCHEDULER.md). The worker answers ``proxy:exclusive`` once the engine is drained
+and holds it until ``proxy:exclusive-end``; with no worker running nothing can be in flight, so
 the operation goes ahead at once."""
 
 from __future__ import annotations

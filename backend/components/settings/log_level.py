@@ -10,7 +10,7 @@ LEVEL_ENV = "PAIR_LOG_LEVEL"
 
 class LogLevels:
     """``pair node --log-level`` holds over the saved ``log_level`` setting for the whole run,
-    until ``log/set-level`` chooses a level explicitly (that one then holds and is saved);
+    until ``log:set-level`` chooses a level explicitly (that one then holds and is saved);
     without a command-line level the saved setting applies whenever it changes."""
 
     def __init__(self, *, command_line: LogLevel | None, saved: LogLevel) -> None:
@@ -30,7 +30,7 @@ class LogLevels:
         return self._new_since(before)
 
     def choose(self, level: LogLevel) -> LogLevel | None:
-        """``log/set-level`` chose ``level``: it holds from now on (over the command line's
+        """``log:set-level`` chose ``level``: it holds from now on (over the command line's
         level too); the level to apply, or None when it is the running one already."""
         before = self.current
         self._held = None

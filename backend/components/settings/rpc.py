@@ -20,7 +20,7 @@ def register(
     levels: LogLevels,
     apply_level: Callable[[LogLevel], None],
 ) -> None:
-    """Route ``settings/*`` and ``log/set-level`` (a level chosen explicitly, applied at once
+    """Route ``settings:*`` and ``log:set-level`` (a level chosen explicitly, applied at once
     and saved). A changed ``log_level`` setting is applied as ``levels`` decides."""
 
     def follow(level: LogLevel | None) -> None:

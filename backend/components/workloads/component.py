@@ -1,5 +1,5 @@
-"""The workloads component: every job's state from the proxy's ``proxy/jobs`` reports, kept in
-memory for snapshots, pushed as numbered ``workloads:event``s and written to the store."""
+"""The workloads component: every job's state from the proxy's ``proxy:jobs`` reports, kept in
+memory for snapshots, pushed as numbered ``jobs:event``s and written to the store."""
 
 from __future__ import annotations
 
@@ -122,7 +122,7 @@ class WorkloadsComponent(Component):
     # Reports ---------------------------------------------------------------------------------
 
     def on_job_event(self, params: Any) -> None:
-        """Apply one ``proxy/jobs`` report; a malformed one is logged and dropped."""
+        """Apply one ``proxy:jobs`` report; a malformed one is logged and dropped."""
         parsed = parse_report(params)
         if parsed is None:
             return
@@ -392,11 +392,11 @@ def parse_report(params: Any) -> tuple[JobEvent, Step] | None:
     try:
         report = msgspec.convert(params, JobEvent)
     except msgspec.ValidationError as exc:
-        log.warning("proxy/jobs: malformed report dropped: %s", exc)
+        log.warning("proxy:jobs: malformed report dropped: %s", exc)
         return None
     problem = _problem(report)
     if problem is not None:
-        log.warning("proxy/jobs: report for %r dropped: %s", report.key, problem)
+        log.warning("proxy:jobs: report for %r dropped: %s", report.key, problem)
         return None
     return report, _step(report)
 

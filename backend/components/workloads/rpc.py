@@ -22,8 +22,8 @@ MAX_LIMIT = 1000
 def register(
     dispatcher: Dispatcher, workloads: WorkloadsComponent, events: NumberedStream[WorkloadsEvent]
 ) -> None:
-    """Route ``workloads:get-initial``, ``workloads:subscribe``, ``workloads:unsubscribe`` and
-    ``workloads:clear``."""
+    """Route ``jobs:get-initial``, ``jobs:subscribe``, ``jobs:unsubscribe`` and
+    ``jobs:clear``."""
 
     async def get_initial(params: WorkloadsQuery, _: RpcPeer) -> WorkloadsSnapshot:
         limit = _limit(methods.WORKLOADS_GET_INITIAL, params)

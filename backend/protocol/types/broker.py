@@ -139,7 +139,7 @@ class BrokerStatus(Wire, frozen=True, kw_only=True):
 
 
 class LogLevelParams(Wire, frozen=True, kw_only=True):
-    """Parameters and answer of ``log/set-level``."""
+    """Parameters and answer of ``log:set-level``."""
 
     level: LogLevel
 

@@ -11,7 +11,7 @@ JobEventKind = Literal["submitted", "started", "completed", "errored"]
 
 
 class JobEvent(Wire, frozen=True, kw_only=True, omit_defaults=True):
-    """One numbered event of a job, sent by the proxy worker to its broker (``proxy/jobs``).
+    """One numbered event of a job, sent by the proxy worker to its broker (``proxy:jobs``).
 
     ``key`` is ``<origin node id>/<run id>/<n>``: unique across nodes and proxy restarts.
     Every event repeats the job's header (engine, model, origin, run id, created time) so a
@@ -38,7 +38,7 @@ class JobEvent(Wire, frozen=True, kw_only=True, omit_defaults=True):
 
 
 class JobEvents(Wire, frozen=True, kw_only=True):
-    """Events of any jobs, in the order they happened (``proxy/jobs``: one per batch)."""
+    """Events of any jobs, in the order they happened (``proxy:jobs``: one per batch)."""
 
     events: list[JobEvent]
 
@@ -64,9 +64,9 @@ class Workload(Wire, frozen=True, kw_only=True, omit_defaults=True):
 
 
 class WorkloadsSnapshot(Wire, frozen=True, kw_only=True):
-    """Answer to ``workloads:get-initial`` / ``workloads:subscribe``: newest first.
+    """Answer to ``jobs:get-initial`` / ``jobs:subscribe``: newest first.
 
-    Apply later ``workloads:event`` pushes whose ``seq`` is greater.
+    Apply later ``jobs:event`` pushes whose ``seq`` is greater.
     """
 
     seq: int
@@ -92,7 +92,7 @@ WorkloadsEvent = WorkloadUpserted | WorkloadRemoved
 
 
 class WorkloadsQuery(Wire, frozen=True, kw_only=True, omit_defaults=True):
-    """Parameters of ``workloads:get-initial``: at most ``limit`` jobs, newest first; with
+    """Parameters of ``jobs:get-initial``: at most ``limit`` jobs, newest first; with
     ``origin``, only the jobs that node received (what a member mirrors)."""
 
     limit: int = 200

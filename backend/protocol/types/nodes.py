@@ -167,7 +167,7 @@ DiscoveryEvent = NodeJoined | NodeUpdated | NodeLeft | NodeTelemetryChanged
 
 
 class ManualNodeAdd(Wire, frozen=True, kw_only=True):
-    """Parameters of ``node/add``: an address or hostname, the node API (or engine) port."""
+    """Parameters of ``nodes:add``: an address or hostname, the node API (or engine) port."""
 
     address: str
     port: int = 14320
@@ -175,7 +175,7 @@ class ManualNodeAdd(Wire, frozen=True, kw_only=True):
 
 
 class ManualNodeRef(Wire, frozen=True, kw_only=True):
-    """Parameters of ``node/remove``."""
+    """Parameters of ``nodes:remove``."""
 
     id: ManualNodeId
 

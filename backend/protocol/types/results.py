@@ -18,12 +18,12 @@ class Unsubscribed(Wire, frozen=True, kw_only=True):
 
 
 class Removed(Wire, frozen=True, kw_only=True):
-    """Answer to ``node/remove``."""
+    """Answer to ``nodes:remove``."""
 
     removed: bool = True
 
 
 class Cleared(Wire, frozen=True, kw_only=True):
-    """Answer to ``workloads:clear``: how many finished jobs were removed."""
+    """Answer to ``jobs:clear``: how many finished jobs were removed."""
 
     cleared: int

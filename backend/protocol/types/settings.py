@@ -23,13 +23,13 @@ class SettingSpec(Wire, frozen=True, kw_only=True):
 
 
 class SettingsSnapshot(Wire, frozen=True, kw_only=True):
-    """Answer to ``settings/get`` and ``settings/set``; also the ``settings:changed`` push."""
+    """Answer to ``settings:get`` and ``settings:set``; also the ``settings:changed`` push."""
 
     values: dict[str, SettingValue]
     schema: list[SettingSpec]
 
 
 class SettingsUpdate(Wire, frozen=True, kw_only=True):
-    """Parameters of ``settings/set``: only the keys to change."""
+    """Parameters of ``settings:set``: only the keys to change."""
 
     values: dict[str, SettingValue]

@@ -130,7 +130,7 @@ class ProxyService:
     # The engine schedulers, for the broker.
 
     async def exclusive(self, params: Any) -> Any:
-        """``proxy/exclusive``: answered once the operation holds the drained engine."""
+        """``proxy:exclusive``: answered once the operation holds the drained engine."""
         lease = PROXY_EXCLUSIVE.convert_params(params)
         router = await self._ready_router()
         task = asyncio.current_task()
@@ -144,7 +144,7 @@ class ProxyService:
         return msgspec.to_builtins(Ok(ok=True))
 
     def on_exclusive_end(self, params: Any) -> None:
-        """``proxy/exclusive-end``: release the engine (or stop waiting for it)."""
+        """``proxy:exclusive-end``: release the engine (or stop waiting for it)."""
         try:
             lease = PROXY_EXCLUSIVE_END.decode(params).lease
         except BadResult as exc:
@@ -165,7 +165,7 @@ class ProxyService:
         return SchedulerStates(engines=[s.state() for s in self._router.schedulers()])
 
     async def scheduler_get(self, _: Any) -> Any:
-        """``proxy/scheduler-get``."""
+        """``proxy:scheduler-get``."""
         return msgspec.to_builtins(self.scheduler_states())
 
     def _scheduler_changed(self) -> None:
@@ -197,7 +197,7 @@ class ProxyService:
         return self._router
 
     def on_identity(self, params: Any) -> None:
-        """``proxy/identity``: this node's certificate and key, for the relay both ways."""
+        """``proxy:identity``: this node's certificate and key, for the relay both ways."""
         try:
             credentials = credentials_from(PROXY_IDENTITY.decode(params))
         except (BadResult, ValueError) as exc:
@@ -208,7 +208,7 @@ class ProxyService:
         self._have_identity.set()
 
     def on_targets(self, params: Any) -> None:
-        """``proxy/targets``: adopt the broker's routing table (and its trusted members)."""
+        """``proxy:targets``: adopt the broker's routing table (and its trusted members)."""
         try:
             targets = PROXY_TARGETS.decode(params)
         except BadResult as exc:
@@ -222,7 +222,7 @@ class ProxyService:
         self._have_targets.set()
 
     async def adopt_door(self, params: Any) -> Any:
-        """``proxy/adopt-door``: serve a door on the socket the broker just handed over, then
+        """``proxy:adopt-door``: serve a door on the socket the broker just handed over, then
         stop accepting on its old one (requests in flight there go on)."""
         door = PROXY_ADOPT_DOOR.convert_params(params).door
         if self._handover is None or self._closing.is_set():
@@ -247,7 +247,7 @@ class ProxyService:
         return msgspec.to_builtins(DoorServed(door=door, port=port))
 
     def on_close_listeners(self, _: Any) -> None:
-        """``proxy/close-listeners``: stop accepting; requests in flight go on."""
+        """``proxy:close-listeners``: stop accepting; requests in flight go on."""
         self._closing.set()
 
     async def serve(self) -> None:

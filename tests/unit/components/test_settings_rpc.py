@@ -1,4 +1,4 @@
-"""``settings/set`` and ``log/set-level`` through the real dispatcher: which level is applied."""
+"""``settings:set`` and ``log:set-level`` through the real dispatcher: which level is applied."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ async def test_log_set_level_applies_saves_and_ends_the_command_line_level(
 ) -> None:
     path = tmp_path / "settings.json"
     routed = Routed(path, command_line="debug")
-    answer = await routed.call("log/set-level", {"level": "warning"})
+    answer = await routed.call("log:set-level", {"level": "warning"})
     assert answer == LogLevelParams(level="warning")
     assert routed.applied == ["warning"]
     assert json.loads(path.read_text())["log_level"] == "warning"

@@ -187,7 +187,7 @@ async def test_malformed_reports_are_logged_and_dropped(
         h.component.on_job_event(params)
     assert h.component.workloads(10) == []
     assert h.subscriber.events == []
-    assert "proxy/jobs" in caplog.text
+    assert "proxy:jobs" in caplog.text
 
 
 async def test_a_lost_report_does_not_leave_the_job_stuck(store: Store) -> None:

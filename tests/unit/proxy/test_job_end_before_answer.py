@@ -21,8 +21,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from backend.protocol.types import JobEvent
-from backend.workers.proxy.upstream import stream
 from backend.workers.proxy.channels.jobs import FLUSH_S, JobLog
+from backend.workers.proxy.upstream import stream
 from tests.integration.proxy.scripted import ScriptedEngine
 from tests.unit.proxy.scripted_door import Door, scripted_door
 

@@ -7,7 +7,12 @@ import pytest
 from backend.protocol.proxy import GpuSample, ProxyTargets, RouteTarget
 from backend.workers.proxy.routing.placement import pair, reference
 from backend.workers.proxy.routing.placement.inputs import NEUTRAL_PRESSURE, Candidate, Pace
-from backend.workers.proxy.routing.placement.placer import SAMPLE_EVERY_S, Placer, resident, slots_for
+from backend.workers.proxy.routing.placement.placer import (
+    SAMPLE_EVERY_S,
+    Placer,
+    resident,
+    slots_for,
+)
 from tests.fakes import FakeClock
 
 FAST, MID, SLOW = "fast", "mid", "slow"

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from backend.workers.proxy.channels.jobs import JobLog
 from backend.workers.proxy.upstream import stream
 from backend.workers.proxy.upstream.engine_client import EngineResponse
-from backend.workers.proxy.channels.jobs import JobLog
 from tests.integration.proxy.scripted import ScriptedEngine
 from tests.unit.proxy.scripted_door import scripted_door
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from backend.protocol.proxy import ProxyTargets, RouteTarget
-from backend.workers.proxy.routing.candidates import local_target, owners, upstream_url
 from backend.workers.proxy.doors.wire import BadRequest, read_model, unknown_model_body
+from backend.workers.proxy.routing.candidates import local_target, owners, upstream_url
 
 
 def test_model_is_read_and_other_fields_are_skipped() -> None:

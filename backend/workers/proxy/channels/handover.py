@@ -24,7 +24,7 @@ def open_channel(fd: int | None) -> socket.socket | None:
 def receive_door(channel: socket.socket, door: Door) -> socket.socket:
     """The listening socket the broker sent for ``door`` before it asked us to adopt it.
 
-    The broker writes the descriptor before its ``proxy/adopt-door`` request, so it is
+    The broker writes the descriptor before its ``proxy:adopt-door`` request, so it is
     already waiting here; anything else is refused (and any descriptor that came closed).
     """
     try:

@@ -1,4 +1,4 @@
-"""Numbered job events, sent to the broker in ``proxy/jobs`` notifications.
+"""Numbered job events, sent to the broker in ``proxy:jobs`` notifications.
 
 Each inference request is a job. Its events carry ``seq`` from 1, in the order they happen
 in this process; the broker applies them in that order whatever order they arrive in. Events

@@ -19,8 +19,18 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from backend.protocol.proxy import AwayModels, RouteTarget
 from backend.workers.proxy.context import CONTEXT_KEY, DoorContext
-from backend.workers.proxy.routing.dispatch import Admission
 from backend.workers.proxy.doors.errors import ErrorReply
+from backend.workers.proxy.doors.gate import Refusal, peer_allowed, refusal
+from backend.workers.proxy.doors.listing import federated_list, federated_model
+from backend.workers.proxy.doors.missing import missing_model
+from backend.workers.proxy.doors.wire import (
+    MAX_BODY_BYTES,
+    BadRequest,
+    read_model,
+)
+from backend.workers.proxy.relay.peer_tls import NoIdentity
+from backend.workers.proxy.routing.candidates import away_owner, owners, targets_for, upstream_url
+from backend.workers.proxy.routing.dispatch import Admission
 from backend.workers.proxy.upstream.forward import (
     LAN_CLIENT_KEY,
     PROXY_MS_HEADER,
@@ -31,16 +41,6 @@ from backend.workers.proxy.upstream.forward import (
     format_ms,
     forward,
     json_answer,
-)
-from backend.workers.proxy.doors.gate import Refusal, peer_allowed, refusal
-from backend.workers.proxy.doors.listing import federated_list, federated_model
-from backend.workers.proxy.doors.missing import missing_model
-from backend.workers.proxy.relay.peer_tls import NoIdentity
-from backend.workers.proxy.routing.candidates import away_owner, owners, targets_for, upstream_url
-from backend.workers.proxy.doors.wire import (
-    MAX_BODY_BYTES,
-    BadRequest,
-    read_model,
 )
 
 log = logging.getLogger(__name__)

@@ -21,13 +21,12 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from backend.protocol.proxy import DOOR_ENGINES
-from backend.protocol.proxy import RouteTarget
-from backend.workers.proxy.upstream.forward import request_headers
-from backend.workers.proxy.routing.naming import normalize
+from backend.protocol.proxy import DOOR_ENGINES, RouteTarget
+from backend.workers.proxy.doors.wire import error_body
 from backend.workers.proxy.relay.peer_tls import ClientTls
 from backend.workers.proxy.routing.candidates import targets_for, upstream_url
-from backend.workers.proxy.doors.wire import error_body
+from backend.workers.proxy.routing.naming import normalize
+from backend.workers.proxy.upstream.forward import request_headers
 
 if TYPE_CHECKING:
     # Only for annotations: app.py imports this module to route the list paths here.

@@ -6,8 +6,8 @@ from aiohttp import web
 
 from backend.protocol.proxy import Door, ProxyTargets
 from backend.workers.proxy.doors.errors import ErrorReply
-from backend.workers.proxy.routing.candidates import targets_for
 from backend.workers.proxy.doors.wire import dialect_for, unknown_model_body
+from backend.workers.proxy.routing.candidates import targets_for
 
 
 def missing_model(targets: ProxyTargets, door: Door, model: str, path: str) -> web.Response:

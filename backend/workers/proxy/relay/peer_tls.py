@@ -1,6 +1,6 @@
 """The proxy worker's side of trust: the relay's pinned listener and a client context per peer.
 
-The broker sends the node's identity once (``proxy/identity``) and the trusted members'
+The broker sends the node's identity once (``proxy:identity``) and the trusted members'
 certificates with every table (``ProxyTargets.trusted``). The relay listener is a
 ``PinnedServer`` whose pins follow those tables; its handshake requires a client certificate.
 Outgoing requests to a peer use a client context that shows our certificate and trusts only
@@ -33,7 +33,7 @@ class NoIdentity(aiohttp.ClientConnectionError):
 
 
 def credentials_from(identity: ProxyIdentity) -> NodeCredentials:
-    """The ``NodeCredentials`` in a ``proxy/identity`` payload; raises ``ValueError``."""
+    """The ``NodeCredentials`` in a ``proxy:identity`` payload; raises ``ValueError``."""
     certificate = x509.load_pem_x509_certificate(identity.cert_pem.encode())
     key = serialization.load_pem_private_key(identity.key_pem.encode(), password=None)
     if not isinstance(key, ec.EllipticCurvePrivateKey):

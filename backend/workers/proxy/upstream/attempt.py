@@ -25,6 +25,8 @@ from aiohttp.connector import Connection
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
+from backend.workers.proxy.routing.retry import retryable_status
+from backend.workers.proxy.upstream.answer import Upstream
 from backend.workers.proxy.upstream.engine_client import (
     CONNECT_TIMEOUT_S,
     EngineClient,
@@ -32,8 +34,6 @@ from backend.workers.proxy.upstream.engine_client import (
     StaleConnection,
 )
 from backend.workers.proxy.upstream.forward import without_credentials
-from backend.workers.proxy.routing.retry import retryable_status
-from backend.workers.proxy.upstream.answer import Upstream
 from backend.workers.proxy.upstream.watchdog import Watchdog
 
 FAILURE_BODY_LIMIT = 64 * 1024

@@ -23,6 +23,9 @@ import msgspec
 from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
 
+from backend.workers.proxy.channels.jobs import Job
+from backend.workers.proxy.doors.wire import dialect_for, error_body
+from backend.workers.proxy.upstream.answer import Upstream
 from backend.workers.proxy.upstream.attempt import FAILURE_BODY_LIMIT, Commit
 from backend.workers.proxy.upstream.engine_client import EngineResponse
 from backend.workers.proxy.upstream.forward import (
@@ -33,11 +36,8 @@ from backend.workers.proxy.upstream.forward import (
     format_ms,
     response_headers,
 )
-from backend.workers.proxy.channels.jobs import Job
 from backend.workers.proxy.upstream.markers import EndMarker
-from backend.workers.proxy.upstream.answer import Upstream
 from backend.workers.proxy.upstream.watchdog import Watchdog
-from backend.workers.proxy.doors.wire import dialect_for, error_body
 
 
 async def stream_commit(
