@@ -42,10 +42,6 @@ def manual_clock() -> FakeClock:
     return FakeClock(T0, on_sleep="wait")
 
 
-# The name tests elsewhere still import.
-ManualClock = manual_clock
-
-
 class FakeProcess:
     """An engine process that exits when told; like ``EngineProcess.wait`` it keeps waiting
     for its last output even when cancelled meanwhile."""

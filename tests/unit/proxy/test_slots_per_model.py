@@ -29,14 +29,14 @@ from backend.components.proxy.component import local_engines
 from backend.components.proxy.table import LocalEngine, build_table
 from backend.devtools.emulators.lmstudio import build_lmstudio_app
 from backend.devtools.emulators.lmstudio_state import LmStudioConfig
-from backend.workers.proxy.routing.dispatch import shape_of
+from backend.workers.proxy.routing.local import shape_of
 from backend.workers.proxy.scheduler.engine_scheduler import EngineScheduler, SlotSample, Ticket
 from tests.fakes import FakeClock, RecordingErrors
 from tests.unit.components.engine_fakes import (
     ControllerRig,
     FakeWorld,
-    ManualClock,
     bundled_manifest,
+    manual_clock,
     rig,
 )
 from tests.unit.proxy.scheduler_fakes import settle
@@ -73,7 +73,7 @@ def _engines(data_dir: Path) -> EnginesComponent:
         data_dir=data_dir,
         ledger=cast(Any, None),
         errors_sink=RecordingErrors(),
-        clock=ManualClock(),
+        clock=manual_clock(),
         events=cast(Any, Events()),
     )
 

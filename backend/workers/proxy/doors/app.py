@@ -29,8 +29,8 @@ from backend.workers.proxy.doors.wire import (
     read_model,
 )
 from backend.workers.proxy.relay.peer_tls import NoIdentity
+from backend.workers.proxy.routing.admission import Admission
 from backend.workers.proxy.routing.candidates import away_owner, owners, targets_for, upstream_url
-from backend.workers.proxy.routing.dispatch import Admission
 from backend.workers.proxy.upstream.forward import (
     LAN_CLIENT_KEY,
     PROXY_MS_HEADER,
