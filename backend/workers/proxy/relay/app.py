@@ -34,8 +34,8 @@ from backend.workers.proxy.relay.serving import (
     relay_key,
     started_handler,
 )
+from backend.workers.proxy.routing.admission import ATTEMPT_HEADER, JOB_HEADER, ORIGIN_HEADER
 from backend.workers.proxy.routing.candidates import RELAY_PREFIX, local_target
-from backend.workers.proxy.routing.dispatch import ATTEMPT_HEADER, JOB_HEADER, ORIGIN_HEADER
 from backend.workers.proxy.upstream.forward import (
     PROXY_MS_HEADER,
     STARTED_KEY,

@@ -31,9 +31,6 @@ from backend.workers.proxy.doors.errors import ErrorReply
 from backend.workers.proxy.doors.missing import missing_model
 from backend.workers.proxy.routing import plan
 from backend.workers.proxy.routing.admission import (
-    ATTEMPT_HEADER,
-    JOB_HEADER,
-    ORIGIN_HEADER,
     Admission,
     Dispatch,
     watch_peer_start,
@@ -46,7 +43,7 @@ from backend.workers.proxy.routing.candidates import (
 from backend.workers.proxy.routing.choice import NodeChoice
 from backend.workers.proxy.routing.departures import Departures, unless_gone
 from backend.workers.proxy.routing.links import Links
-from backend.workers.proxy.routing.local import LocalSchedulers, shape_of
+from backend.workers.proxy.routing.local import LocalSchedulers
 from backend.workers.proxy.routing.naming import normalize
 from backend.workers.proxy.routing.placement.measure import OutputMeter
 from backend.workers.proxy.routing.plan import Failover, RetryPolicy
@@ -57,17 +54,6 @@ from backend.workers.proxy.scheduler.engine_scheduler import EngineScheduler, Lo
 from backend.workers.proxy.scheduler.sessions import pin_slot, session_of
 from backend.workers.proxy.upstream.attempt import Commit, Failure, Timeouts
 from backend.workers.proxy.upstream.stream import stream_commit
-
-# Also the names the doors and the relay know this module by.
-__all__ = [
-    "ATTEMPT_HEADER",
-    "JOB_HEADER",
-    "ORIGIN_HEADER",
-    "Admission",
-    "RetryPolicy",
-    "Router",
-    "shape_of",
-]
 
 log = logging.getLogger(__name__)
 
