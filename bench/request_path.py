@@ -50,6 +50,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import CodeType, FrameType
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -61,6 +62,7 @@ from aiohttp.test_utils import TestServer  # noqa: E402
 from aiohttp.typedefs import Handler, Middleware  # noqa: E402
 
 import backend  # noqa: E402
+from backend.common.certificates import NodeCredentials  # noqa: E402
 from backend.components.identity.certificate import mint  # noqa: E402
 from backend.components.proxy.component import identity_payload  # noqa: E402
 from backend.core.clock import SystemClock  # noqa: E402
@@ -72,10 +74,11 @@ from backend.workers.proxy.context import DoorContext  # noqa: E402
 from backend.workers.proxy.doors.app import build_app  # noqa: E402
 from backend.workers.proxy.relay.app import build_relay_app  # noqa: E402
 from backend.workers.proxy.relay.peer_tls import PeerTls, credentials_from  # noqa: E402
-from backend.workers.proxy.relay.serving import RelayBoard  # noqa: E402
+from backend.workers.proxy.relay.serving import PeerStarted, RelayBoard  # noqa: E402
 from backend.workers.proxy.routing.dispatch import Router  # noqa: E402
 from backend.workers.proxy.routing.links import Links  # noqa: E402
-from backend.workers.proxy.routing.plan import RetryPolicy  # noqa: E402
+from backend.workers.proxy.service import retry_policy  # noqa: E402
+from backend.workers.proxy.upstream.attempt import SentRequest  # noqa: E402
 from backend.workers.proxy.upstream.engine_client import EngineClient  # noqa: E402
 from tests.integration.proxy.scripted import ScriptedEngine, start_engine  # noqa: E402
 
@@ -84,20 +87,35 @@ MODEL = "m:latest"
 NODE = contextvars.ContextVar("node", default="background")
 
 
-def make_router(session: aiohttp.ClientSession, peer_tls: PeerTls) -> Router:
-    """A worker's router over ``session`` with no broker behind it (job events dropped)."""
+async def worker(stack: contextlib.AsyncExitStack, node: NodeCredentials) -> DoorContext:
+    """One node's routing state as the worker's ``serve`` builds it (its sessions, its relay
+    board, its router, the started poll to peers), with ``node``'s identity and no broker
+    behind it: job events are dropped, models are never switched. Closed by ``stack``."""
+    peer_tls = PeerTls()
+    peer_tls.adopt_identity(credentials_from(identity_payload(node)))
+    options: dict[str, Any] = {"auto_decompress": False, "request_class": SentRequest}
+    pooled = aiohttp.TCPConnector(limit=0, keepalive_timeout=30)
+    session = aiohttp.ClientSession(connector=pooled, **options)
+    fresh = aiohttp.TCPConnector(limit=0, force_close=True)
+    retry_session = aiohttp.ClientSession(connector=fresh, **options)
+    stack.push_async_callback(session.close)
+    stack.push_async_callback(retry_session.close)
+    board = RelayBoard()
     links = Links(
         session=session,
-        retry_session=session,
+        retry_session=retry_session,
         engines=EngineClient(),
         peer_tls=peer_tls,
         jobs=JobLog(lambda events: None),
         custody=Custody(None),
         load_model=_no_switch,
-        on_started=lambda key, attempt: None,
+        on_started=board.started,
         on_scheduler_change=lambda: None,
+        peer_started=PeerStarted(session, peer_tls),
     )
-    return Router(links, clock=SystemClock(), rng=random.Random(0), policy=RetryPolicy())
+    router = Router(links, clock=SystemClock(), rng=random.Random(0), policy=retry_policy({}))
+    stack.push_async_callback(router.close)
+    return DoorContext("ollama", router, board)
 
 
 async def _no_switch(engine: str, model: str) -> int:
@@ -242,72 +260,63 @@ def _marked(app: web.Application, node: str) -> web.Application:
     return app
 
 
-@dataclass(frozen=True, slots=True)
-class Nodes:
-    """The running pair: A's door URL and a client session to send requests with."""
-
-    door_url: str
-    client: aiohttp.ClientSession
-
-
 @contextlib.asynccontextmanager
-async def two_nodes() -> AsyncIterator[Nodes]:
-    """Node B (relay over mutual TLS, scripted engine) and node A (door, B as its peer)."""
-    node_a, node_b = mint(NodeId("node-a")), mint(NodeId("node-b"))
-    engine = await start_engine(ScriptedEngine("b-engine"))
-    assert engine.server is not None
+async def two_nodes() -> AsyncIterator[str]:
+    """Node B (relay over mutual TLS, scripted engine) and node A (door, B as its peer): the
+    URL of A's door."""
     async with contextlib.AsyncExitStack() as stack:
-        session = await stack.enter_async_context(aiohttp.ClientSession())
-        tls_b = PeerTls()
-        tls_b.adopt_identity(credentials_from(identity_payload(node_b)))
-        router_b = make_router(session, tls_b)
-        stack.push_async_callback(router_b.close)
+        engine = await start_engine(ScriptedEngine("b-engine"))
+        assert engine.server is not None
+        stack.push_async_callback(engine.server.stop)
+        a, b = mint(NodeId("node-a")), mint(NodeId("node-b"))
+        node_a, node_b = await worker(stack, a), await worker(stack, b)
         local = RouteTarget(node_id="node-b", kind="local", base_url=engine.url, models=[MODEL])
-        table_b = ProxyTargets(
-            node_id="node-b", engines={"ollama": [local]}, trusted=[node_a.cert_der]
-        )
-        tls_b.follow(table_b)
-        router_b.update(table_b)
-        context_b = DoorContext("ollama", router_b, RelayBoard())
-        relay_app = build_relay_app({"ollama": context_b}, context_b.board, tls_b)
-        runner = web.AppRunner(_marked(relay_app, "peer"), handler_cancellation=True)
-        await runner.setup()
-        stack.push_async_callback(runner.cleanup)
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        await web.SockSite(runner, sock, ssl_context=tls_b.server_context()).start()
-        relay_url = f"https://127.0.0.1:{sock.getsockname()[1]}"
-
-        tls_a = PeerTls()
-        tls_a.adopt_identity(credentials_from(identity_payload(node_a)))
-        router_a = make_router(session, tls_a)
-        stack.push_async_callback(router_a.close)
+        relay_url = await serve_relay(stack, node_b)
         peer = RouteTarget(
-            node_id="node-b",
-            kind="peer",
-            base_url=relay_url,
-            models=[MODEL],
-            cert_der=node_b.cert_der,
+            node_id="node-b", kind="peer", base_url=relay_url, models=[MODEL], cert_der=b.cert_der
         )
-        table_a = ProxyTargets(
-            node_id="node-a", engines={"ollama": [peer]}, trusted=[node_b.cert_der]
+        adopt(
+            node_b,
+            ProxyTargets(node_id="node-b", engines={"ollama": [local]}, trusted=[a.cert_der]),
         )
-        tls_a.follow(table_a)
-        router_a.update(table_a)
-        door_app = build_app(DoorContext("ollama", router_a, RelayBoard()))
-        door = TestServer(_marked(door_app, "sender"))
+        adopt(
+            node_a, ProxyTargets(node_id="node-a", engines={"ollama": [peer]}, trusted=[b.cert_der])
+        )
+        door = TestServer(_marked(build_app(node_a), "sender"))
         await door.start_server()
         stack.push_async_callback(door.close)
-        stack.push_async_callback(engine.server.stop)
-        yield Nodes(str(door.make_url("")), session)
+        yield str(door.make_url(""))
 
 
-async def chat(nodes: Nodes, tag: str) -> None:
+def adopt(node: DoorContext, table: ProxyTargets) -> None:
+    """What the worker does with each table the broker sends: pins, then routes."""
+    tls_of(node).follow(table)
+    node.router.update(table)
+
+
+def tls_of(node: DoorContext) -> PeerTls:
+    """The node's pinned TLS (the relay's listener and its client contexts)."""
+    return node.router.links.peer_tls
+
+
+async def serve_relay(stack: contextlib.AsyncExitStack, node: DoorContext) -> str:
+    """Serve ``node``'s relay app over its pinned TLS on a free port; its URL."""
+    peer_tls = tls_of(node)
+    relay_app = build_relay_app({"ollama": node}, node.board, peer_tls)
+    runner = web.AppRunner(_marked(relay_app, "peer"), handler_cancellation=True)
+    await runner.setup()
+    stack.push_async_callback(runner.cleanup)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    await web.SockSite(runner, sock, ssl_context=peer_tls.server_context()).start()
+    return f"https://127.0.0.1:{sock.getsockname()[1]}"
+
+
+async def chat(client: aiohttp.ClientSession, door_url: str, tag: str) -> None:
     """One non-streaming chat through A's door; raises unless B's engine answered it."""
     body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": False}
     body["tag"] = tag
-    url = f"{nodes.door_url}/api/chat"
-    async with nodes.client.post(url, json=body) as response:
+    async with client.post(f"{door_url}/api/chat", json=body) as response:
         answer = await response.json()
         if response.status != 200 or answer.get("done") is not True:
             raise RuntimeError(f"the request failed: {response.status} {answer}")
@@ -315,12 +324,12 @@ async def chat(nodes: Nodes, tag: str) -> None:
 
 async def trace(*, resumes: bool) -> list[Call]:
     """Warm up with one request, then record the worker's calls during a second one."""
-    async with two_nodes() as nodes:
-        await chat(nodes, "warm-up")
+    async with two_nodes() as door_url, aiohttp.ClientSession() as client:
+        await chat(client, door_url, "warm-up")
         recorder = Recorder(resumes=resumes)
         sys.setprofile(recorder)
         try:
-            await chat(nodes, "traced")
+            await chat(client, door_url, "traced")
         finally:
             sys.setprofile(None)
         await asyncio.sleep(0.1)  # lets job events and kept connections settle before closing
