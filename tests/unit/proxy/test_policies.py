@@ -7,7 +7,17 @@ import random
 import pytest
 
 from backend.workers.proxy.routing import naming, retry
-from backend.workers.proxy.routing.candidates import NodeLoad, Reservations, eligible, order
+from backend.workers.proxy.routing.candidates import (
+    NodeLoad,
+    Reservations,
+    eligible,
+    least_loaded,
+    order,
+    released,
+    reserved,
+    score,
+    with_snapshot,
+)
 
 
 @pytest.mark.parametrize(
@@ -54,32 +64,38 @@ def test_order_is_pin_then_priority_then_stable() -> None:
 
 
 def test_reservations_spread_a_burst_over_equally_idle_nodes() -> None:
-    reservations = Reservations()
-    reservations.apply_snapshot(1, {"a": NodeLoad(), "b": NodeLoad()})
-    picks = [reservations.pick(["a", "b"])[0] for _ in range(4)]
+    reservations = with_snapshot(Reservations(), 1, {"a": NodeLoad(), "b": NodeLoad()})
+    picks = []
+    for _ in range(4):
+        picks.append(least_loaded(reservations, ["a", "b"]))
+        reservations = reserved(reservations, picks[-1])
     assert picks == ["a", "b", "a", "b"]
 
 
 def test_a_busy_node_is_passed_over_and_a_pin_is_honoured() -> None:
-    reservations = Reservations()
-    reservations.apply_snapshot(1, {"a": NodeLoad(pending=3), "b": NodeLoad(gpu_pressure=1)})
-    assert reservations.pick(["a", "b"])[0] == "b"
-    assert reservations.pick(["a", "b"], pinned=True)[0] == "a"
+    loads = {"a": NodeLoad(pending=3), "b": NodeLoad(gpu_pressure=1)}
+    reservations = with_snapshot(Reservations(), 1, loads)
+    assert least_loaded(reservations, ["a", "b"]) == "b"
+    assert least_loaded(reserved(reservations, "b"), ["a", "b"], pinned=True) == "a"
 
 
 def test_late_releases_never_make_a_node_look_idler_than_it_is() -> None:
-    reservations = Reservations()
-    reservations.apply_snapshot(1, {"a": NodeLoad(), "b": NodeLoad()})
-    node, generation = reservations.pick(["a", "b"])
-    assert reservations.apply_snapshot(2, {"a": NodeLoad(pending=1), "b": NodeLoad()})
-    reservations.release(node, generation)  # counted in snapshot 2 already: dropped
-    assert reservations.score("a") == 1
-    assert not reservations.apply_snapshot(2, {"a": NodeLoad()}), "same generation is ignored"
-    node, generation = reservations.pick(["a", "b"])
+    reservations = with_snapshot(Reservations(), 1, {"a": NodeLoad(), "b": NodeLoad()})
+    node, generation = least_loaded(reservations, ["a", "b"]), reservations.generation
+    reservations = reserved(reservations, node)
+    newer = with_snapshot(reservations, 2, {"a": NodeLoad(pending=1), "b": NodeLoad()})
+    assert newer is not reservations
+    reservations = released(newer, node, generation)  # counted in snapshot 2 already: dropped
+    assert score(reservations, "a") == 1
+    assert with_snapshot(reservations, 2, {"a": NodeLoad()}) is reservations, (
+        "same generation is ignored"
+    )
+    node, generation = least_loaded(reservations, ["a", "b"]), reservations.generation
+    reservations = reserved(reservations, node)
     assert node == "b"
-    reservations.release(node, generation)
-    reservations.release(node, generation)
-    assert reservations.score("b") == 0, "a double release cannot go below zero"
+    reservations = released(reservations, node, generation)
+    reservations = released(reservations, node, generation)
+    assert score(reservations, "b") == 0, "a double release cannot go below zero"
 
 
 @pytest.mark.parametrize(

@@ -148,6 +148,17 @@ def test_busy_reply_only_when_every_owner_is_held() -> None:
     assert plan.busy_retry_after(until, [], 10.0) is None
 
 
+def test_a_busy_hold_is_a_new_mapping_and_a_commit_frees_the_node() -> None:
+    free: dict[str, float] = {}
+    held = plan.busy_held(free, "a", 10.0)
+    assert held == {"a": 10.0 + plan.BUSY_HOLD_S} and free == {}, "the old one is unchanged"
+    both = plan.busy_held(held, "b", 11.0)
+    assert plan.busy_retry_after(both, ["a", "b"], 11.0) == 1
+    assert plan.busy_freed(both, "a") == {"b": 11.0 + plan.BUSY_HOLD_S}
+    assert both == {"a": 12.0, "b": 13.0}, "freeing does not change it either"
+    assert plan.busy_freed(held, "b") is held, "a node that was not held: nothing to copy"
+
+
 def test_a_model_vanished_when_no_owner_lists_it_and_no_member_brings_it_back() -> None:
     table = ProxyTargets(node_id="c", engines={"ollama": [C]})
     assert not vanished(table, "ollama", "m")

@@ -11,6 +11,8 @@ from backend.workers.proxy.routing.candidates import (
     Affinity,
     NodeLoad,
     Reservations,
+    least_loaded,
+    with_snapshot,
 )
 from backend.workers.proxy.scheduler.engine_access import idle_slots
 from backend.workers.proxy.scheduler.rules import SlotSample
@@ -133,17 +135,16 @@ def test_affinity_credits_the_node_that_served_the_chat_unless_it_is_clearly_bus
     affinity.served("chat", "b")
     credit = affinity.credit("chat", {"a", "b"})
     assert credit == {"b": AFFINITY_CREDIT}
-    reservations = Reservations()
-    reservations.apply_snapshot(1, {})
-    assert reservations.pick(["a", "b"], credit=credit)[0] == "b", "a tie goes to the chat's node"
-    reservations.release("b", 1)
-    busy = Reservations()
-
-    busy.apply_snapshot(1, {"b": NodeLoad(pending=1)})
-    assert busy.pick(["a", "b"], credit=credit)[0] == "b", "one more job is not clearly busier"
-    busier = Reservations()
-    busier.apply_snapshot(1, {"b": NodeLoad(pending=2)})
-    assert busier.pick(["a", "b"], credit=credit)[0] == "a", "two more jobs is"
+    reservations = with_snapshot(Reservations(), 1, {})
+    assert least_loaded(reservations, ["a", "b"], credit=credit) == "b", (
+        "a tie goes to the chat's node"
+    )
+    busy = with_snapshot(Reservations(), 1, {"b": NodeLoad(pending=1)})
+    assert least_loaded(busy, ["a", "b"], credit=credit) == "b", (
+        "one more job is not clearly busier"
+    )
+    busier = with_snapshot(Reservations(), 1, {"b": NodeLoad(pending=2)})
+    assert least_loaded(busier, ["a", "b"], credit=credit) == "a", "two more jobs is"
     assert affinity.credit("chat", {"a"}) == {}, "a node that is not a candidate gets nothing"
     assert affinity.credit(None, {"a", "b"}) == {}
 

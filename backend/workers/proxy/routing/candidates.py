@@ -3,9 +3,9 @@
 Owners: the targets behind a door whose inventory lists the model (by the engine's naming rule).
 Order: a manual pin (if eligible), then the scheduler's priority list, then a stable order.
 Which of them goes first is placement's choice (``placement/``, docs/PLACEMENT.md), fed the
-pending work and reservations kept here. Reservations carry the generation of the load
-snapshot they were counted against, so a release that arrives after a newer snapshot cannot
-drive a node's load below zero.
+pending work and the reservations kept here: a frozen ``Reservations`` value and pure functions
+over it. Reservations carry the generation of the load snapshot they were counted against, so a
+release that arrives after a newer snapshot cannot drive a node's load below zero.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
+
+import msgspec
 
 from backend.protocol.proxy import DOOR_ENGINES, AwayModels, Door, ProxyTargets, RouteTarget
 from backend.workers.proxy.routing.naming import has_model
@@ -31,6 +33,10 @@ class NodeLoad:
 
     pending: int = 0
     gpu_pressure: int = 0
+
+
+# A node the snapshot does not list.
+_IDLE = NodeLoad()
 
 
 def eligible(
@@ -63,73 +69,76 @@ def order(
     return ordered
 
 
-@dataclass
-class Reservations:
-    """In-flight dispatches per node since the last load snapshot."""
+class Reservations(msgspec.Struct, frozen=True, gc=False):
+    """In-flight dispatches per node since the last load snapshot: a value, replaced (never
+    changed) by ``with_snapshot``, ``reserved`` and ``released``."""
 
     generation: int = 0
-    loads: dict[NodeId, NodeLoad] = field(default_factory=dict)
-    _held: dict[NodeId, int] = field(default_factory=dict)
+    loads: Mapping[NodeId, NodeLoad] = msgspec.field(default_factory=dict)
+    held: Mapping[NodeId, int] = msgspec.field(default_factory=dict)
 
-    def apply_snapshot(self, generation: int, loads: Mapping[NodeId, NodeLoad]) -> bool:
-        """Adopt a newer snapshot (it already counts earlier dispatches); older ones are ignored."""
-        if generation <= self.generation:
-            return False
-        self.generation = generation
-        self.loads = dict(loads)
-        self._held.clear()
-        return True
 
-    def pending(self, node: NodeId) -> int:
-        """The node's pending jobs at the snapshot."""
-        return self.loads.get(node, NodeLoad()).pending
+def with_snapshot(
+    table: Reservations, generation: int, loads: Mapping[NodeId, NodeLoad]
+) -> Reservations:
+    """A newer snapshot, with no reservations (it already counts earlier dispatches); an older
+    or equal one leaves ``table`` as it is."""
+    if generation <= table.generation:
+        return table
+    return Reservations(generation, dict(loads))
 
-    def held(self, node: NodeId) -> int:
-        """Dispatches to the node reserved since the snapshot."""
-        return self._held.get(node, 0)
 
-    def take(self, node: NodeId) -> int:
-        """Reserve ``node``; the reservation's generation, to hand back to ``release``."""
-        self._held[node] = self._held.get(node, 0) + 1
-        return self.generation
+def pending_and_held(table: Reservations, node: NodeId) -> tuple[int, int]:
+    """The node's pending jobs at the snapshot, and the dispatches reserved to it since."""
+    return table.loads.get(node, _IDLE).pending, table.held.get(node, 0)
 
-    def score(self, node: NodeId) -> int:
-        """The node's load as the router sees it now."""
-        load = self.loads.get(node, NodeLoad())
-        return load.pending + load.gpu_pressure + self._held.get(node, 0)
 
-    def pick(
-        self,
-        ordered: Sequence[NodeId],
-        *,
-        pinned: bool = False,
-        credit: Mapping[NodeId, float] | None = None,
-    ) -> tuple[NodeId, int]:
-        """Reserve the least loaded node (ties keep ``ordered``'s order); a pin is honoured.
+def score(table: Reservations, node: NodeId) -> int:
+    """The node's load as the router sees it now."""
+    load = table.loads.get(node, _IDLE)
+    return load.pending + load.gpu_pressure + table.held.get(node, 0)
 
-        ``credit`` is subtracted from a node's load before comparing (conversation affinity:
-        the node that holds the chat's KV wins unless it is clearly busier).
-        Returns the node and the reservation's generation, to hand back to ``release``.
-        """
-        if not ordered:
-            raise ValueError("no candidate to reserve")
-        bonus = credit or {}
-        chosen = (
-            ordered[0]
-            if pinned
-            else min(ordered, key=lambda node: self.score(node) - bonus.get(node, 0.0))
-        )
-        return chosen, self.take(chosen)
 
-    def release(self, node: NodeId, generation: int) -> None:
-        """Give back a reservation; one taken under an older snapshot is already forgotten."""
-        if generation != self.generation:
-            return
-        held = self._held.get(node, 0)
-        if held > 1:
-            self._held[node] = held - 1
-        else:
-            self._held.pop(node, None)
+def reserved(table: Reservations, node: NodeId) -> Reservations:
+    """``table`` with one more dispatch reserved to ``node``, under the same generation (the
+    one to hand back to ``released``)."""
+    held = dict(table.held)
+    held[node] = held.get(node, 0) + 1
+    return Reservations(table.generation, table.loads, held)
+
+
+def released(table: Reservations, node: NodeId, generation: int) -> Reservations:
+    """``table`` with a reservation given back; one taken under an older snapshot is already
+    forgotten, and a node holds never fewer than none."""
+    count = table.held.get(node, 0)
+    if generation != table.generation or count == 0:
+        return table
+    held = dict(table.held)
+    if count > 1:
+        held[node] = count - 1
+    else:
+        del held[node]
+    return Reservations(table.generation, table.loads, held)
+
+
+def least_loaded(
+    table: Reservations,
+    ordered: Sequence[NodeId],
+    *,
+    pinned: bool = False,
+    credit: Mapping[NodeId, float] | None = None,
+) -> NodeId:
+    """The least loaded of ``ordered`` (ties keep its order); a pin (the first) is honoured.
+
+    ``credit`` is subtracted from a node's load before comparing (conversation affinity:
+    the node that holds the chat's KV wins unless it is clearly busier).
+    """
+    if not ordered:
+        raise ValueError("no candidate to reserve")
+    if pinned:
+        return ordered[0]
+    bonus = credit or {}
+    return min(ordered, key=lambda node: score(table, node) - bonus.get(node, 0.0))
 
 
 class Affinity:
@@ -138,7 +147,7 @@ class Affinity:
     Its term in placement (``placement.pair``): that node's expected completion counts
     ``AFFINITY_CREDIT`` times its time to first token less, so the next turn of a chat goes
     back to the node whose engine holds its KV unless another finishes it clearly sooner (not
-    a hard pin). ``credit`` is the same term in jobs, for ``Reservations.pick``.
+    a hard pin). ``credit`` is the same term in jobs, for ``least_loaded``.
     """
 
     def __init__(self, capacity: int = AFFINITY_CAPACITY) -> None:

@@ -6,7 +6,15 @@ from backend.core.clock import Clock
 from backend.protocol.proxy import DOOR_ENGINES, ProxyTargets, RouteTarget
 from backend.workers.proxy.routing import plan
 from backend.workers.proxy.routing.admission import Admission
-from backend.workers.proxy.routing.candidates import Affinity, NodeLoad, Reservations
+from backend.workers.proxy.routing.candidates import (
+    Affinity,
+    NodeLoad,
+    Reservations,
+    pending_and_held,
+    released,
+    reserved,
+    with_snapshot,
+)
 from backend.workers.proxy.routing.naming import normalize
 from backend.workers.proxy.routing.placement.inputs import Candidate
 from backend.workers.proxy.routing.placement.placer import Placed, Placer
@@ -15,7 +23,8 @@ from backend.workers.proxy.routing.placement.placer import Placed, Placer
 class NodeChoice:
     """The table's placement policy (docs/PLACEMENT.md) over the candidates of each request,
     fed the reservations that spread bursts and the node that served each conversation last;
-    ``placer`` learns each node's pace from the dispatches it samples."""
+    ``placer`` learns each node's pace from the dispatches it samples. The reservations are a
+    frozen value, replaced by each reserve, release and snapshot."""
 
     def __init__(self, clock: Clock, *, affinity: bool) -> None:
         self.placer = Placer(clock)
@@ -28,7 +37,7 @@ class NodeChoice:
         """Adopt a new table and the load snapshot it carries."""
         self._targets = targets
         loads = {node: NodeLoad(pending=count) for node, count in targets.loads.items()}
-        self._reservations.apply_snapshot(targets.generation, loads)
+        self._reservations = with_snapshot(self._reservations, targets.generation, loads)
         self.placer.table_changed(targets)
 
     def reserve(
@@ -53,11 +62,13 @@ class NodeChoice:
             if placing is None:
                 placing, index = self._inputs(admission, [chosen], affinity=False), 0
             placed = placer.placed(placing[index], engine, admission.model)
-        return chosen, self._reservations.take(chosen.node_id), placed
+        table = self._reservations
+        self._reservations = reserved(table, chosen.node_id)
+        return chosen, table.generation, placed
 
     def release(self, node: str, generation: int) -> None:
         """The attempt at ``node`` ended: give its reservation back."""
-        self._reservations.release(node, generation)
+        self._reservations = released(self._reservations, node, generation)
 
     def served(self, session: str | None, node: str) -> None:
         """``node`` committed a response for the conversation ``session``."""
@@ -72,6 +83,6 @@ class NodeChoice:
             DOOR_ENGINES[admission.door],
             admission.model,
             targets,
-            loads=lambda node: (reservations.pending(node), reservations.held(node)),
+            loads=lambda node: pending_and_held(reservations, node),
             affinity=self._affinity.node_for(admission.session) if affinity else None,
         )

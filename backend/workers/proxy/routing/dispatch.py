@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import aiohttp
 from aiohttp import web
@@ -84,7 +84,8 @@ class Router:
         self._rng = rng
         self._targets = ProxyTargets()
         self._departures = Departures()
-        self._busy_until: dict[str, float] = {}
+        # Replaced, never changed: each attempt's outcome makes the next (``plan.busy_*``).
+        self._busy_until: Mapping[str, float] = {}
         self._local = LocalSchedulers(
             links.session,
             links.load_model,
@@ -236,7 +237,7 @@ class Router:
             if isinstance(outcome, Failure):
                 self._failed_at(node, outcome)
                 return outcome
-            self._busy_until.pop(node, None)
+            self._busy_until = plan.busy_freed(self._busy_until, node)
             self._choice.served(admission.session, node)
             await self._let_go(admission, outcome)
             return await self._stream(request, outcome, dispatch)
@@ -249,7 +250,7 @@ class Router:
     def _failed_at(self, node: str, failure: Failure) -> None:
         """A node that answered busy is held busy a while (``busy_reply``)."""
         if plan.holds_busy(failure):
-            self._busy_until[node] = self._clock.monotonic() + plan.BUSY_HOLD_S
+            self._busy_until = plan.busy_held(self._busy_until, node, self._clock.monotonic())
 
     async def _let_go(self, admission: Admission, commit: Commit) -> None:
         """The answer is about to reach the client: a held request is released first, so it

@@ -166,3 +166,15 @@ def busy_retry_after(
     if not holds or min(holds) <= 0:
         return None
     return max(1, math.ceil(min(holds)))
+
+
+def busy_held(busy_until: Mapping[str, float], node: str, now: float) -> Mapping[str, float]:
+    """``busy_until`` with ``node`` held busy for ``BUSY_HOLD_S`` from ``now`` (a new mapping)."""
+    return {**busy_until, node: now + BUSY_HOLD_S}
+
+
+def busy_freed(busy_until: Mapping[str, float], node: str) -> Mapping[str, float]:
+    """``busy_until`` without ``node``'s hold: it committed a response (unchanged if none)."""
+    if node not in busy_until:
+        return busy_until
+    return {other: until for other, until in busy_until.items() if other != node}
