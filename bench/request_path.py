@@ -237,13 +237,14 @@ def report(calls: Sequence[Call], *, resumes: bool) -> str:
 
 
 def _commit() -> str:
-    result = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return result.stdout.strip() or "an unknown commit"
+    def git(*argv: str) -> str:
+        run = subprocess.run(["git", "-C", str(ROOT), *argv], capture_output=True, text=True)
+        return run.stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD") or "an unknown commit"
+    if git("status", "--porcelain", "--", str(PROXY)):
+        return f"{commit} (with uncommitted changes to the worker)"
+    return commit
 
 
 def _marking(node: str) -> Middleware:
