@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
 
-from backend.protocol.proxy import Door, ProxyTargets
+from backend.protocol.proxy import Door
 from backend.workers.proxy.doors.wire import Dialect
 from backend.workers.proxy.relay.serving import RelayBoard
 from backend.workers.proxy.routing.dispatch import Router
@@ -26,11 +25,6 @@ class DoorContext:
     def session(self) -> aiohttp.ClientSession:
         """The pooled upstream session shared by every door."""
         return self.router.session
-
-    @property
-    def targets(self) -> Callable[[], ProxyTargets]:
-        """The routing table as last sent by the broker."""
-        return self.router.targets
 
     @property
     def dialect(self) -> Dialect:

@@ -23,6 +23,7 @@ from backend.workers.proxy.channels.jobs import JobLog
 from backend.workers.proxy.context import DoorContext
 from backend.workers.proxy.doors.app import build_app
 from backend.workers.proxy.relay.serving import RelayBoard
+from backend.workers.proxy.routing.candidates import owners
 from backend.workers.proxy.routing.departures import Departures, Gone, unless_gone
 from backend.workers.proxy.routing.dispatch import Router
 from backend.workers.proxy.routing.plan import RetryPolicy
@@ -252,7 +253,7 @@ async def test_an_owner_that_answered_busy_is_held_off_by_the_clock(harness: Har
     assert len(harness.events) == jobs and busy.received == 1, "no job, nothing sent"
 
     harness.clock.now += 2.0
-    assert harness.router.busy_reply("ollama", "m") is None
+    assert harness.router.busy_reply(owners(harness.router.table, "ollama", "m")) is None
 
 
 async def test_an_attempt_whose_target_leaves_the_table_ends_itself_and_fails_over(

@@ -108,7 +108,7 @@ async def gate(request: web.Request, handler: Handler) -> web.StreamResponse:
     peer = request.transport.get_extra_info("peername") if request.transport else None
     peer_address = peer[0] if peer else None
     origin = request.headers.get("Origin")
-    table = request.app[CONTEXT_KEY].targets()
+    table = request.app[CONTEXT_KEY].router.table
     refused = refusal(
         peer_address,
         request.headers.get("Host"),
@@ -142,12 +142,14 @@ async def _inference(request: web.Request) -> web.StreamResponse:
     admission = await admit(request, context, request.raw_path)
     if isinstance(admission, web.StreamResponse):
         return admission
-    if not owners(context.targets(), context.door, admission.model):
-        away = away_owner(context.targets(), context.door, admission.model)
+    table = context.router.table
+    found = owners(table, context.door, admission.model)
+    if not found:
+        away = away_owner(table, context.door, admission.model)
         if away is not None:
             return _away_reply(away, admission.model).response(request.path)
-        return missing_model(context.targets(), context.door, admission.model, request.path)
-    busy = context.router.busy_reply(context.door, admission.model)
+        return missing_model(table, context.door, admission.model, request.path)
+    busy = context.router.busy_reply(found)
     if busy is not None:
         return busy.response(request.path)
     return await context.router.route(request, admission)
@@ -182,7 +184,7 @@ async def _lookup(request: web.Request) -> web.StreamResponse:
     admission = await admit(request, context, request.raw_path)
     if isinstance(admission, web.StreamResponse):
         return admission
-    found = owners(context.targets(), context.door, admission.model)
+    found = owners(context.router.table, context.door, admission.model)
     if not found:
         return json_answer(404, {"error": f"model '{admission.model}' not found"})
     return await forward_or_502(request, context, found[0], admission.body)
@@ -207,7 +209,7 @@ async def _model(request: web.Request) -> web.StreamResponse:
 
 async def _pass_through(request: web.Request) -> web.StreamResponse:
     context = request.app[CONTEXT_KEY]
-    targets = targets_for(context.targets(), context.door)
+    targets = targets_for(context.router.table, context.door)
     if not targets:
         message = f"no engine is running behind the {context.door} front door"
         return ErrorReply(503, message, "service_unavailable").response(request.path)

@@ -93,7 +93,7 @@ async def federated_model(
 
     With no engine behind the door at all the answer is 503 (retryable), not "no such model".
     """
-    if not targets_for(context.targets(), context.door):
+    if not targets_for(context.router.table, context.door):
         message = f"no engine is running behind the {context.door} front door"
         body = error_body(context.dialect, message, kind="service_unavailable", code=None)
         return _json_response(503, body)
@@ -115,7 +115,7 @@ async def _merged(
     request: web.Request, context: DoorContext, kind: ListKind, path: str
 ) -> list[msgspec.Raw] | None:
     """Every target's entries merged, or None when targets exist and none answered."""
-    targets = targets_for(context.targets(), context.door)
+    targets = targets_for(context.router.table, context.door)
     if not targets:
         return []
     async with asyncio.TaskGroup() as group:

@@ -97,7 +97,7 @@ async def _relay(request: web.Request) -> web.StreamResponse:
         return ErrorReply(404, message, "not_found_error").response(request.path)
     path = request.raw_path[len(prefix) :]
     api_path = path.split("?", 1)[0]
-    local = local_target(context.targets(), context.door)
+    local = local_target(context.router.table, context.door)
     if local is None:
         message = f"no engine is running behind this node's {context.door} front door"
         return ErrorReply(503, message, "service_unavailable").response(api_path)

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import aiohttp
 from aiohttp import web
 
 from backend.core.clock import Clock
-from backend.protocol.proxy import DOOR_ENGINES, Door, ProxyTargets, RouteTarget
+from backend.protocol.proxy import DOOR_ENGINES, ProxyTargets, RouteTarget
 from backend.protocol.types import JobKey, NodeId
 from backend.workers.proxy.channels.custody import Custody
 from backend.workers.proxy.channels.jobs import Job
@@ -35,11 +35,7 @@ from backend.workers.proxy.routing.admission import (
     Dispatch,
     watch_peer_start,
 )
-from backend.workers.proxy.routing.candidates import (
-    candidates,
-    owners,
-    vanished,
-)
+from backend.workers.proxy.routing.candidates import candidates, vanished
 from backend.workers.proxy.routing.choice import NodeChoice
 from backend.workers.proxy.routing.departures import Departures, unless_gone
 from backend.workers.proxy.routing.links import Links
@@ -64,6 +60,8 @@ class Router:
     Each attempt waiting for its commit watches its node's "gone" event (``Departures``); a new
     table sets the events of the nodes it no longer lists, and those attempts end themselves.
     Owns the local engines' schedulers; ``close`` ends them and the engines' connections.
+    ``table`` is the routing table as last sent by the broker: replaced by ``update``, never
+    changed, so a reader holds one consistent table for as long as it keeps it.
     """
 
     def __init__(
@@ -82,7 +80,7 @@ class Router:
         self.policy = policy
         self._clock = clock
         self._rng = rng
-        self._targets = ProxyTargets()
+        self.table = ProxyTargets()
         self._departures = Departures()
         # Replaced, never changed: each attempt's outcome makes the next (``plan.busy_*``).
         self._busy_until: Mapping[str, float] = {}
@@ -97,13 +95,9 @@ class Router:
 
     # The table.
 
-    def targets(self) -> ProxyTargets:
-        """The routing table as last sent by the broker."""
-        return self._targets
-
     def update(self, targets: ProxyTargets) -> None:
         """Adopt a new table; signals the attempts whose node it no longer lists."""
-        self._targets = targets
+        self.table = targets
         self._choice.table_changed(targets)
         self._local.table_changed(targets)
         present = {t.node_id for found in targets.engines.values() for t in found}
@@ -124,9 +118,10 @@ class Router:
 
     # Admission.
 
-    def busy_reply(self, door: Door, model: str) -> ErrorReply | None:
-        """503 when every owner has just answered busy (no job is created)."""
-        nodes = [t.node_id for t in owners(self._targets, door, model)]
+    def busy_reply(self, owners: Sequence[RouteTarget]) -> ErrorReply | None:
+        """503 when every one of the model's ``owners`` has just answered busy (no job is
+        created)."""
+        nodes = [target.node_id for target in owners]
         retry_after = plan.busy_retry_after(self._busy_until, nodes, self._clock.monotonic())
         return busy_reply(retry_after) if retry_after is not None else None
 
@@ -139,7 +134,7 @@ class Router:
         if held is not None:
             admission.job_key, admission.attempt = JobKey(held.job), held.attempt + 1
         job = self.jobs.new(
-            origin=admission.origin or NodeId(self._targets.node_id),
+            origin=admission.origin or NodeId(self.table.node_id),
             engine=DOOR_ENGINES[admission.door],
             model=admission.model,
             path=admission.path.split("?", 1)[0],
@@ -178,7 +173,7 @@ class Router:
 
     def _round_ended(self, state: Failover, admission: Admission) -> plan.RoundEnd:
         pinned = admission.only is not None
-        gone = not pinned and vanished(self._targets, admission.door, admission.model)
+        gone = not pinned and vanished(self.table, admission.door, admission.model)
         return plan.round_ended(
             state, self._clock.monotonic(), self._rng, pinned=pinned, vanished=gone
         )
@@ -186,7 +181,7 @@ class Router:
     def _candidates(self, admission: Admission) -> list[RouteTarget]:
         if admission.only is not None:
             return admission.only
-        return candidates(self._targets, admission.door, admission.model)
+        return candidates(self.table, admission.door, admission.model)
 
     def _final(
         self, job: Job, admission: Admission, state: Failover, end: plan.Vanished | plan.GiveUp
@@ -194,7 +189,7 @@ class Router:
         """The answer of a request no round will serve."""
         if isinstance(end, plan.GiveUp):
             return give_up_reply(job, plan.final_answer(state, self._clock.monotonic()))
-        reply = missing_model(self._targets, admission.door, admission.model, job.path)
+        reply = missing_model(self.table, admission.door, admission.model, job.path)
         job.failed(f"model '{admission.model}' is no longer on any node")
         return reply
 
@@ -281,7 +276,7 @@ class Router:
             dispatch.job,
             write_deadline_s=self.policy.write_deadline_s,
             # Silence after the first byte is bounded like silence before it.
-            idle_s=self._targets.first_content_timeout_s,
+            idle_s=self.table.first_content_timeout_s,
             on_output=lambda: self._output(dispatch),
             on_chunk=meter.feed if meter is not None else None,
         )
@@ -309,7 +304,7 @@ class Router:
             if isinstance(admitted, Failure):
                 return admitted
             body = admitted
-        targets = self._targets
+        targets = self.table
         timeouts = Timeouts(targets.header_timeout_s, targets.first_content_timeout_s)
         return await send(self.links, request, admission, dispatch, body, timeouts)
 
