@@ -18,7 +18,7 @@ from hypothesis import given
 from backend.protocol.proxy import Door, ProxyTargets, RouteTarget
 from backend.workers.proxy.doors.app import DoorContext, build_app
 from backend.workers.proxy.relay.serving import RelayBoard
-from backend.workers.proxy.routing.plan import RetryPolicy
+from backend.workers.proxy.routing.failover import RetryPolicy
 from tests.fuzz import strategies as fuzz
 from tests.fuzz.budget import HTTP_EXAMPLES, fuzz_settings, measured, timeout_for
 from tests.fuzz.test_door_parsing_fuzz import PATHS, make_body

@@ -45,9 +45,8 @@ from backend.workers.proxy.relay.app import build_relay_app
 from backend.workers.proxy.relay.peer_tls import PeerTls, credentials_from
 from backend.workers.proxy.relay.serving import PeerStarted, RelayBoard
 from backend.workers.proxy.routing.dispatch import Router
+from backend.workers.proxy.routing.failover import RandomSource, RetryPolicy
 from backend.workers.proxy.routing.links import Links
-from backend.workers.proxy.routing.plan import RetryPolicy
-from backend.workers.proxy.routing.retry import RandomSource
 from backend.workers.proxy.scheduler.engine_scheduler import Ticket
 from backend.workers.proxy.upstream.attempt import SentRequest
 from backend.workers.proxy.upstream.engine_client import EngineClient

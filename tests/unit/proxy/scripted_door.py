@@ -19,9 +19,8 @@ from backend.workers.proxy.doors.app import DoorContext, build_app
 from backend.workers.proxy.relay.peer_tls import PeerTls
 from backend.workers.proxy.relay.serving import RelayBoard
 from backend.workers.proxy.routing.dispatch import Router
+from backend.workers.proxy.routing.failover import RandomSource, RetryPolicy
 from backend.workers.proxy.routing.links import Links
-from backend.workers.proxy.routing.plan import RetryPolicy
-from backend.workers.proxy.routing.retry import RandomSource
 from backend.workers.proxy.scheduler.engine_scheduler import LoadFailed
 from backend.workers.proxy.upstream.engine_client import EngineClient
 from tests.integration.proxy.scripted import ScriptedEngine, start_engine

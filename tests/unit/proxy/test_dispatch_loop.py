@@ -26,7 +26,7 @@ from backend.workers.proxy.relay.serving import RelayBoard
 from backend.workers.proxy.routing.candidates import owners
 from backend.workers.proxy.routing.departures import Departures, Gone, unless_gone
 from backend.workers.proxy.routing.dispatch import Router
-from backend.workers.proxy.routing.plan import RetryPolicy
+from backend.workers.proxy.routing.failover import RetryPolicy
 from backend.workers.proxy.upstream.attempt import Commit, Failure, SentRequest
 from tests.fakes import FakeClock
 from tests.support.ports import refusing_port

@@ -14,7 +14,7 @@ from backend.protocol.proxy import Door, ProxyTargets, RouteTarget
 from backend.workers.proxy.doors import app as door_app
 from backend.workers.proxy.doors.app import CONTEXT_KEY, DoorContext, build_app, gate
 from backend.workers.proxy.relay.serving import RelayBoard
-from backend.workers.proxy.routing.plan import RetryPolicy
+from backend.workers.proxy.routing.failover import RetryPolicy
 from tests.fakes import FakeClock
 from tests.unit.proxy.scripted_door import make_router
 

@@ -1,12 +1,10 @@
-"""Front-door policies: model naming, eligibility and order, reservations, retry budget."""
+"""Front-door policies: model naming, eligibility and order, reservations, retried statuses."""
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
-from backend.workers.proxy.routing import naming, retry
+from backend.workers.proxy.routing import naming
 from backend.workers.proxy.routing.candidates import (
     NodeLoad,
     Reservations,
@@ -18,6 +16,7 @@ from backend.workers.proxy.routing.candidates import (
     score,
     with_snapshot,
 )
+from backend.workers.proxy.upstream.attempt import retryable_status
 
 
 @pytest.mark.parametrize(
@@ -114,24 +113,4 @@ def test_late_releases_never_make_a_node_look_idler_than_it_is() -> None:
     ],
 )
 def test_retryable_statuses(status: int, inference: bool, expected: bool) -> None:
-    assert retry.retryable_status(status, inference=inference) is expected
-
-
-def test_backoff_doubles_to_eight_seconds_with_bounded_jitter() -> None:
-    rng = random.Random(7)
-    for dispatches, base in [(1, 1.0), (2, 2.0), (3, 4.0), (4, 8.0), (9, 8.0)]:
-        for _ in range(50):
-            assert 0.75 * base <= retry.backoff(dispatches, rng) <= 1.25 * base
-
-
-def test_budget_allows_five_dispatches_and_nothing_after_the_deadline() -> None:
-    rng = random.Random(1)
-    budget = retry.Budget(created_at=0.0)
-    for _ in range(5):
-        assert budget.may_dispatch(1.0)
-        budget = budget.dispatched()
-    assert not budget.may_dispatch(1.0)
-    assert budget.wait_before_next(1.0, rng) is None
-    fresh = retry.Budget(created_at=0.0).dispatched()
-    assert fresh.wait_before_next(599.5, rng) is None, "no round may end past the deadline"
-    assert fresh.wait_before_next(10.0, rng) is not None
+    assert retryable_status(status, inference=inference) is expected

@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from backend.workers.proxy.relay.serving import RelayBoard, relay_key
-from backend.workers.proxy.routing.plan import RetryPolicy
+from backend.workers.proxy.routing.failover import RetryPolicy
 from backend.workers.proxy.service import retry_policy
 
 BACKOFF = "PAIR_PROXY_RETRY_BACKOFF_S"

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from backend.core.clock import Clock
 from backend.protocol.proxy import DOOR_ENGINES, ProxyTargets, RouteTarget
-from backend.workers.proxy.routing import plan
 from backend.workers.proxy.routing.admission import Admission
 from backend.workers.proxy.routing.candidates import (
     Affinity,
@@ -52,7 +53,7 @@ class NodeChoice:
         placer = self.placer
         placing: list[Candidate] | None = None
         index = 0
-        if plan.placement_chooses(found, self._targets.pins.get(engine)):
+        if placement_chooses(found, self._targets.pins.get(engine)):
             placing = self._inputs(admission, found, affinity=self._use_affinity)
             index = placer.choose(self._targets.placement, placing, model)
         chosen = found[index]
@@ -86,3 +87,8 @@ class NodeChoice:
             loads=lambda node: pending_and_held(reservations, node),
             affinity=self._affinity.node_for(admission.session) if affinity else None,
         )
+
+
+def placement_chooses(found: Sequence[RouteTarget], pin: str | None) -> bool:
+    """Whether placement picks among ``found``: more than one, and no pin leading them."""
+    return len(found) > 1 and found[0].node_id != pin

@@ -8,7 +8,7 @@ within 10 minutes. A round that leaves no node listing the model, and no member 
 with it, ends the request with the door's own answer for an unknown model. The first body
 byte commits: from then on the response streams to the client and is never retried.
 
-Every choice of that loop is a pure function of ``plan``; the router does the I/O and applies
+Every choice of that loop is a pure function in ``failover.py``; the router does the I/O and applies
 them. Time and the backoff's jitter come from the ``Clock`` and ``RandomSource`` the worker's
 composition passes in, so a test can drive the budget and the backoff exactly.
 """
@@ -29,7 +29,7 @@ from backend.workers.proxy.channels.custody import Custody
 from backend.workers.proxy.channels.jobs import Job
 from backend.workers.proxy.doors.errors import ErrorReply
 from backend.workers.proxy.doors.missing import missing_model
-from backend.workers.proxy.routing import plan
+from backend.workers.proxy.routing import failover
 from backend.workers.proxy.routing.admission import (
     Admission,
     Dispatch,
@@ -38,13 +38,12 @@ from backend.workers.proxy.routing.admission import (
 from backend.workers.proxy.routing.candidates import candidates, vanished
 from backend.workers.proxy.routing.choice import NodeChoice
 from backend.workers.proxy.routing.departures import Departures, unless_gone
+from backend.workers.proxy.routing.failover import Failover, RandomSource, RetryPolicy
 from backend.workers.proxy.routing.links import Links
 from backend.workers.proxy.routing.local import LocalSchedulers
 from backend.workers.proxy.routing.naming import normalize
 from backend.workers.proxy.routing.placement.measure import OutputMeter
-from backend.workers.proxy.routing.plan import Failover, RetryPolicy
 from backend.workers.proxy.routing.replies import busy_reply, give_up_reply, load_failed
-from backend.workers.proxy.routing.retry import RandomSource
 from backend.workers.proxy.routing.send import send
 from backend.workers.proxy.scheduler.engine_scheduler import EngineScheduler, LoadFailed
 from backend.workers.proxy.scheduler.sessions import pin_slot, session_of
@@ -82,7 +81,7 @@ class Router:
         self._rng = rng
         self.table = ProxyTargets()
         self._departures = Departures()
-        # Replaced, never changed: each attempt's outcome makes the next (``plan.busy_*``).
+        # Replaced, never changed: each attempt's outcome makes the next (``failover.busy_*``).
         self._busy_until: Mapping[str, float] = {}
         self._local = LocalSchedulers(
             links.session,
@@ -122,7 +121,7 @@ class Router:
         """503 when every one of the model's ``owners`` has just answered busy (no job is
         created)."""
         nodes = [target.node_id for target in owners]
-        retry_after = plan.busy_retry_after(self._busy_until, nodes, self._clock.monotonic())
+        retry_after = failover.busy_retry_after(self._busy_until, nodes, self._clock.monotonic())
         return busy_reply(retry_after) if retry_after is not None else None
 
     async def route(self, request: web.Request, admission: Admission) -> web.StreamResponse:
@@ -156,25 +155,25 @@ class Router:
         self, request: web.Request, admission: Admission, job: Job
     ) -> web.StreamResponse:
         clock = self._clock
-        state = plan.started(self.policy, clock.monotonic(), admission.attempt)
+        state = failover.started(self.policy, clock.monotonic(), admission.attempt)
         response: web.StreamResponse | None = None
         while response is None:
-            found = plan.untried(state, self._candidates(admission), clock.monotonic())
+            found = failover.untried(state, self._candidates(admission), clock.monotonic())
             if found:
                 state, response = await self._dispatch(request, admission, job, state, found)
                 continue
             end = self._round_ended(state, admission)
-            if not isinstance(end, plan.Backoff):
+            if not isinstance(end, failover.Backoff):
                 return self._final(job, admission, state, end)
             job.submitted(state.attempt + 1, None)
             await clock.sleep(end.seconds)
-            state = plan.next_round(state)
+            state = failover.next_round(state)
         return response
 
-    def _round_ended(self, state: Failover, admission: Admission) -> plan.RoundEnd:
+    def _round_ended(self, state: Failover, admission: Admission) -> failover.RoundEnd:
         pinned = admission.only is not None
         gone = not pinned and vanished(self.table, admission.door, admission.model)
-        return plan.round_ended(
+        return failover.round_ended(
             state, self._clock.monotonic(), self._rng, pinned=pinned, vanished=gone
         )
 
@@ -184,11 +183,15 @@ class Router:
         return candidates(self.table, admission.door, admission.model)
 
     def _final(
-        self, job: Job, admission: Admission, state: Failover, end: plan.Vanished | plan.GiveUp
+        self,
+        job: Job,
+        admission: Admission,
+        state: Failover,
+        end: failover.Vanished | failover.GiveUp,
     ) -> web.StreamResponse:
         """The answer of a request no round will serve."""
-        if isinstance(end, plan.GiveUp):
-            return give_up_reply(job, plan.final_answer(state, self._clock.monotonic()))
+        if isinstance(end, failover.GiveUp):
+            return give_up_reply(job, failover.final_answer(state, self._clock.monotonic()))
         reply = missing_model(self.table, admission.door, admission.model, job.path)
         job.failed(f"model '{admission.model}' is no longer on any node")
         return reply
@@ -205,7 +208,7 @@ class Router:
     ) -> tuple[Failover, web.StreamResponse | None]:
         """Place and send the next attempt; the failover after it, and the response if served."""
         target, generation, placed = self._choice.reserve(admission, found)
-        state = plan.dispatched(state, target.node_id)
+        state = failover.dispatched(state, target.node_id)
         attempt = state.attempt
         job.submitted(attempt, NodeId(target.node_id))
         dispatch = Dispatch(job, target, attempt, self._started, placed)
@@ -216,7 +219,7 @@ class Router:
         if isinstance(outcome, web.StreamResponse):
             return state, outcome
         log.info("attempt %d at %s failed: %s", attempt, target.node_id, outcome.message)
-        return plan.failed(state, outcome), None
+        return failover.failed(state, outcome), None
 
     async def _attempt(
         self, request: web.Request, admission: Admission, dispatch: Dispatch
@@ -232,7 +235,7 @@ class Router:
             if isinstance(outcome, Failure):
                 self._failed_at(node, outcome)
                 return outcome
-            self._busy_until = plan.busy_freed(self._busy_until, node)
+            self._busy_until = failover.busy_freed(self._busy_until, node)
             self._choice.served(admission.session, node)
             await self._let_go(admission, outcome)
             return await self._stream(request, outcome, dispatch)
@@ -244,8 +247,8 @@ class Router:
 
     def _failed_at(self, node: str, failure: Failure) -> None:
         """A node that answered busy is held busy a while (``busy_reply``)."""
-        if plan.holds_busy(failure):
-            self._busy_until = plan.busy_held(self._busy_until, node, self._clock.monotonic())
+        if failover.holds_busy(failure):
+            self._busy_until = failover.busy_held(self._busy_until, node, self._clock.monotonic())
 
     async def _let_go(self, admission: Admission, commit: Commit) -> None:
         """The answer is about to reach the client: a held request is released first, so it

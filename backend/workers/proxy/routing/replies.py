@@ -8,7 +8,7 @@ from aiohttp import web
 from backend.workers.proxy.channels.jobs import Job
 from backend.workers.proxy.doors.errors import ErrorReply
 from backend.workers.proxy.doors.wire import dialect_for
-from backend.workers.proxy.routing import plan
+from backend.workers.proxy.routing import failover
 from backend.workers.proxy.routing.send import reply_headers
 from backend.workers.proxy.scheduler.engine_scheduler import LoadFailed
 from backend.workers.proxy.upstream.attempt import Failure
@@ -25,9 +25,9 @@ def busy_reply(retry_after: int) -> ErrorReply:
     )
 
 
-def give_up_reply(job: Job, answer: plan.FinalAnswer) -> web.StreamResponse:
-    """The response of a request that gave up (``plan.final_answer``); its job fails."""
-    if isinstance(answer, plan.Unreachable):
+def give_up_reply(job: Job, answer: failover.FinalAnswer) -> web.StreamResponse:
+    """The response of a request that gave up (``failover.final_answer``); its job fails."""
+    if isinstance(answer, failover.Unreachable):
         reply = ErrorReply(
             503,
             "no node that has the requested model could be reached in time",
@@ -36,7 +36,7 @@ def give_up_reply(job: Job, answer: plan.FinalAnswer) -> web.StreamResponse:
         )
         job.failed(reply.message)
         return reply.response(job.path)
-    if isinstance(answer, plan.BadGateway):
+    if isinstance(answer, failover.BadGateway):
         job.failed(answer.message)
         return ErrorReply(answer.status, answer.message, "bad_gateway").response(job.path)
     return _relayed(job, answer.failure)

@@ -25,7 +25,6 @@ from aiohttp.connector import Connection
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from backend.workers.proxy.routing.retry import retryable_status
 from backend.workers.proxy.upstream.answer import Upstream
 from backend.workers.proxy.upstream.engine_client import (
     CONNECT_TIMEOUT_S,
@@ -67,6 +66,16 @@ class Commit:
         self.upstream.close()
         if self.watchdog is not None:
             self.watchdog.close()
+
+
+def retryable_status(status: int, *, inference: bool) -> bool:
+    """Before the first body byte: retry 408, 429, 5xx, and 404 on inference routes only.
+
+    A 404 from an engine whose inventory said it had the model means the inventory was stale.
+    """
+    if status in (408, 429) or status >= 500:
+        return True
+    return status == 404 and inference
 
 
 class Timeouts(msgspec.Struct, frozen=True, gc=False):

@@ -1,9 +1,11 @@
-"""The failover decisions of one request, as pure functions over a frozen ``Failover`` state.
+"""The front door's failover policy, as pure functions over a frozen ``Failover``.
 
-Which candidates a round may still try, when placement has a choice to make, what follows a
-round that served nobody (back off, answer "model gone", give up) and which answer a request
-that gave up gets. The caller passes the time (``now``) and the jitter's random source; the
-I/O around it (``dispatch``) only observes and applies.
+One request's budget (at most 5 dispatches within 10 minutes) and the backoff between rounds
+(1, 2, 4, 8 s ±25 %); which candidates a round may still try; what follows a round that served
+nobody (back off, answer "model gone", give up) and which answer a request that gave up gets;
+which nodes new requests skip a while because they answered busy. The caller passes the time
+(``now``) and the jitter's random source, so a test can fix both; the I/O around it
+(``dispatch``) only observes and applies.
 """
 
 from __future__ import annotations
@@ -11,25 +13,74 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import msgspec
 
 from backend.protocol.proxy import RouteTarget
-from backend.workers.proxy.routing.retry import BACKOFF_S, Budget, RandomSource
 from backend.workers.proxy.upstream.attempt import Failure
 
+MAX_DISPATCHES = 5
+DEADLINE_S = 600.0
+BACKOFF_S = (1.0, 2.0, 4.0, 8.0)
+JITTER = 0.25
 # A node that answered busy (429, 503) is not asked again for this long by new requests.
 BUSY_HOLD_S = 2.0
 BUSY_STATUSES = (429, 503)
 WRITE_DEADLINE_S = 30.0
 
 
+class RandomSource(Protocol):
+    """Where the jitter comes from (``random.Random`` in the worker)."""
+
+    def uniform(self, a: float, b: float, /) -> float:
+        """A number between ``a`` and ``b``."""
+        ...
+
+
+def backoff(dispatches: int, rng: RandomSource, schedule: tuple[float, ...] = BACKOFF_S) -> float:
+    """Seconds before the next round: 1, 2, 4, 8 (clamped) after that many dispatches, ±25 %."""
+    base = schedule[min(max(dispatches - 1, 0), len(schedule) - 1)]
+    return base * (1 + rng.uniform(-JITTER, JITTER))
+
+
+class Budget(msgspec.Struct, frozen=True, gc=False):
+    """A request's dispatch budget: at most ``max_dispatches``, none after the deadline."""
+
+    created_at: float
+    dispatches: int = 0
+    max_dispatches: int = MAX_DISPATCHES
+    deadline_s: float = DEADLINE_S
+    schedule: tuple[float, ...] = BACKOFF_S
+
+    def may_dispatch(self, now: float) -> bool:
+        """Whether another attempt may start now."""
+        return self.dispatches < self.max_dispatches and now < self.created_at + self.deadline_s
+
+    def dispatched(self) -> Budget:
+        """The budget after one more dispatch."""
+        return Budget(
+            self.created_at,
+            self.dispatches + 1,
+            self.max_dispatches,
+            self.deadline_s,
+            self.schedule,
+        )
+
+    def wait_before_next(self, now: float, rng: RandomSource) -> float | None:
+        """The backoff before the next round, or None when no round may start in time."""
+        if not self.may_dispatch(now):
+            return None
+        delay = backoff(self.dispatches, rng, self.schedule)
+        return delay if now + delay < self.created_at + self.deadline_s else None
+
+
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
     """Dispatch budget and backoff (the environment can shorten them for tests)."""
 
-    max_dispatches: int = 5
-    deadline_s: float = 600.0
+    max_dispatches: int = MAX_DISPATCHES
+    deadline_s: float = DEADLINE_S
     schedule: tuple[float, ...] = BACKOFF_S
     # A client that has not taken a chunk for this long is cut (a half-open "zombie").
     write_deadline_s: float = WRITE_DEADLINE_S
@@ -146,11 +197,6 @@ def final_answer(state: Failover, now: float) -> FinalAnswer:
     if last.kind == "status" and last.status is not None:
         return Relayed(last)
     return BadGateway(504 if last.kind == "no-content" else 502, last.message)
-
-
-def placement_chooses(found: Sequence[RouteTarget], pin: str | None) -> bool:
-    """Whether placement picks among ``found``: more than one, and no pin leading them."""
-    return len(found) > 1 and found[0].node_id != pin
 
 
 def holds_busy(failure: Failure) -> bool:
