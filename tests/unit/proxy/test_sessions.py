@@ -8,12 +8,12 @@ import pytest
 
 from backend.workers.proxy.routing.candidates import (
     AFFINITY_CREDIT,
-    Affinity,
     NodeLoad,
     Reservations,
     least_loaded,
     with_snapshot,
 )
+from backend.workers.proxy.routing.choice import Affinity
 from backend.workers.proxy.scheduler.engine_access import idle_slots
 from backend.workers.proxy.scheduler.rules import SlotSample
 from backend.workers.proxy.scheduler.sessions import SESSION_HEADER, pin_slot, session_of

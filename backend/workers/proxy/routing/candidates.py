@@ -10,8 +10,7 @@ release that arrives after a newer snapshot cannot drive a node's load below zer
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
@@ -24,7 +23,6 @@ NodeId = str
 # engine only (no second routing hop): ``/_pair/relay/ollama/api/chat``.
 RELAY_PREFIX = "/_pair/relay"
 AFFINITY_CREDIT = 1.5
-AFFINITY_CAPACITY = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,38 +137,6 @@ def least_loaded(
         return ordered[0]
     bonus = credit or {}
     return min(ordered, key=lambda node: score(table, node) - bonus.get(node, 0.0))
-
-
-class Affinity:
-    """Which node served each conversation last (bounded, oldest forgotten first).
-
-    Its term in placement (``placement.pair``): that node's expected completion counts
-    ``AFFINITY_CREDIT`` times its time to first token less, so the next turn of a chat goes
-    back to the node whose engine holds its KV unless another finishes it clearly sooner (not
-    a hard pin). ``credit`` is the same term in jobs, for ``least_loaded``.
-    """
-
-    def __init__(self, capacity: int = AFFINITY_CAPACITY) -> None:
-        self._capacity = capacity
-        self._last: OrderedDict[str, NodeId] = OrderedDict()
-
-    def served(self, session: str | None, node: NodeId) -> None:
-        """``node`` committed a response for ``session``."""
-        if session is None:
-            return
-        self._last[session] = node
-        self._last.move_to_end(session)
-        while len(self._last) > self._capacity:
-            self._last.popitem(last=False)
-
-    def node_for(self, session: str | None) -> NodeId | None:
-        """The node that served ``session`` last, if remembered."""
-        return self._last.get(session) if session is not None else None
-
-    def credit(self, session: str | None, candidates: Container[NodeId]) -> dict[NodeId, float]:
-        """The affinity term for ``session`` among ``candidates``."""
-        node = self.node_for(session)
-        return {node: AFFINITY_CREDIT} if node is not None and node in candidates else {}
 
 
 def targets_for(targets: ProxyTargets, door: Door) -> list[RouteTarget]:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Container, Sequence
 
 from backend.core.clock import Clock
 from backend.protocol.proxy import DOOR_ENGINES, ProxyTargets, RouteTarget
 from backend.workers.proxy.routing.admission import Admission
 from backend.workers.proxy.routing.candidates import (
-    Affinity,
+    AFFINITY_CREDIT,
+    NodeId,
     NodeLoad,
     Reservations,
     pending_and_held,
@@ -19,6 +21,8 @@ from backend.workers.proxy.routing.candidates import (
 from backend.workers.proxy.routing.naming import normalize
 from backend.workers.proxy.routing.placement.inputs import Candidate
 from backend.workers.proxy.routing.placement.placer import Placed, Placer
+
+AFFINITY_CAPACITY = 10_000
 
 
 class NodeChoice:
@@ -92,3 +96,35 @@ class NodeChoice:
 def placement_chooses(found: Sequence[RouteTarget], pin: str | None) -> bool:
     """Whether placement picks among ``found``: more than one, and no pin leading them."""
     return len(found) > 1 and found[0].node_id != pin
+
+
+class Affinity:
+    """Which node served each conversation last (bounded, oldest forgotten first).
+
+    Its term in placement (``placement.pair``): that node's expected completion counts
+    ``AFFINITY_CREDIT`` times its time to first token less, so the next turn of a chat goes
+    back to the node whose engine holds its KV unless another finishes it clearly sooner (not
+    a hard pin). ``credit`` is the same term in jobs, for ``least_loaded``.
+    """
+
+    def __init__(self, capacity: int = AFFINITY_CAPACITY) -> None:
+        self._capacity = capacity
+        self._last: OrderedDict[str, NodeId] = OrderedDict()
+
+    def served(self, session: str | None, node: NodeId) -> None:
+        """``node`` committed a response for ``session``."""
+        if session is None:
+            return
+        self._last[session] = node
+        self._last.move_to_end(session)
+        while len(self._last) > self._capacity:
+            self._last.popitem(last=False)
+
+    def node_for(self, session: str | None) -> NodeId | None:
+        """The node that served ``session`` last, if remembered."""
+        return self._last.get(session) if session is not None else None
+
+    def credit(self, session: str | None, candidates: Container[NodeId]) -> dict[NodeId, float]:
+        """The affinity term for ``session`` among ``candidates``."""
+        node = self.node_for(session)
+        return {node: AFFINITY_CREDIT} if node is not None and node in candidates else {}
