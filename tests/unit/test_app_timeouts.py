@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.controllers import activity, add_node, engines, errors, invitee, models
+from app.controllers import activity, add_node, engine_ops, errors, invitee, models
 from app.models.engines import EngineCommand
 from app.pending import BACKEND, BackendDeadlines
 from backend.components.cluster.peer_client import TIMEOUT_S as PEER_HOP_S
@@ -91,7 +91,7 @@ def safety_nets() -> list[tuple[str, float, float]]:
     """(what, the app's timeout, the backend deadline it must outlast)."""
     restart = BACKEND.engine_restart
     delete = max(BACKEND.model_delete, BACKEND.delete_and_restart)
-    pending = engines.PENDING_TIMEOUTS_S
+    pending = engine_ops.PENDING_TIMEOUTS_S
     nets = [
         ("load RPC", models.RPC_TIMEOUTS_S["load_model"], BACKEND.model_load),
         ("unload RPC", models.RPC_TIMEOUTS_S["unload_model"], BACKEND.model_unload),
@@ -102,11 +102,11 @@ def safety_nets() -> list[tuple[str, float, float]]:
         ("unload spinner", models.PendingTimeouts().default, BACKEND.model_unload),
         ("delete spinner", models.PendingTimeouts().default, BACKEND.model_delete),
         ("pull silence", models.PendingTimeouts().default, BACKEND.pull_silence),
-        ("engine command RPC", engines.COMMAND_CALL_TIMEOUT_S, restart),
+        ("engine command RPC", engine_ops.COMMAND_CALL_TIMEOUT_S, restart),
         ("start spinner", pending[EngineCommand.START], BACKEND.engine_start),
         ("stop spinner", pending[EngineCommand.STOP], BACKEND.engine_stop),
-        ("restart spinner", pending[EngineCommand.RESTART], engines.COMMAND_CALL_TIMEOUT_S),
-        ("port move spinner", pending[EngineCommand.SET_PORT], engines.COMMAND_CALL_TIMEOUT_S),
+        ("restart spinner", pending[EngineCommand.RESTART], engine_ops.COMMAND_CALL_TIMEOUT_S),
+        ("port move spinner", pending[EngineCommand.SET_PORT], engine_ops.COMMAND_CALL_TIMEOUT_S),
         ("update silence", pending[EngineCommand.UPDATE], restart),
         ("install silence", pending[EngineCommand.INSTALL], restart),
         ("tray start/stop RPC", activity.START_TIMEOUT_S, BACKEND.engine_start),
@@ -135,4 +135,4 @@ def test_a_pending_mark_outlasts_the_rpc_it_waits_for() -> None:
     assert timeouts.load > rpc["load_model"]
     assert timeouts.lmstudio_delete > rpc["delete_model"]
     assert timeouts.default > rpc["unload_model"]
-    assert engines.PENDING_TIMEOUTS_S[EngineCommand.START] > activity.START_TIMEOUT_S
+    assert engine_ops.PENDING_TIMEOUTS_S[EngineCommand.START] > activity.START_TIMEOUT_S
