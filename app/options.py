@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend.protocol.endpoint import resolve_data_dir
-from backend.protocol.types import LOG_LEVELS, LogLevel
+from backend.protocol.types.broker import LOG_LEVELS, LogLevel
 
 ENV_QUIT_WHEN_READY = "PAIR_QUIT_WHEN_READY"
 PASS_THROUGH_PORTS = (

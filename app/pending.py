@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from backend.protocol.types import EngineName, NodeId
+from backend.protocol.types.base import EngineName, NodeId
 
 DEFAULT_TIMEOUT_S = 60.0
 

@@ -13,7 +13,8 @@ from app.controllers.activity import ActivityController, OverallStatus, is_on, o
 from app.controllers.service import ServiceController
 from app.icons import state_icon
 from app.window.look import STATE_LOOKS
-from backend.protocol.types import EngineName, EngineStatus
+from backend.protocol.types.base import EngineName
+from backend.protocol.types.engines import EngineStatus
 
 ICON_SIZES = (16, 22, 24, 32, 48, 64)
 DOT_COLOURS: dict[OverallStatus, QColor] = {

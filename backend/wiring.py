@@ -72,7 +72,7 @@ from backend.core.store import Store
 from backend.core.supervisor import Supervisor
 from backend.core.worker import WorkerProcess
 from backend.protocol import methods
-from backend.protocol.types import LogLevel, LogLevelParams, Ports
+from backend.protocol.types.broker import LogLevel, LogLevelParams, Ports
 
 PROXY_GONE = "interrupted: the proxy worker stopped"
 

@@ -34,7 +34,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from backend.common import tls
 from backend.components.identity.certificate import mint
-from backend.protocol.types import NodeId
+from backend.protocol.types.base import NodeId
 
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "host", "content-length"})
 

@@ -28,7 +28,8 @@ from backend.components.proxy import component as component_module
 from backend.components.proxy.component import ProxyComponent
 from backend.core.clock import SystemClock
 from backend.protocol.proxy import ProxyTargets
-from backend.protocol.types import ErrorAction, NodeId, Ports, Severity
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.broker import ErrorAction, Ports, Severity
 
 TARGETS_INTERVAL_S = 0.05
 # A command put before the worker's (``bench/instructions.py`` runs it under callgrind).

@@ -25,7 +25,8 @@ from typing import Final
 import psutil
 
 from backend.protocol import methods
-from backend.protocol.types import NodeId, WorkloadsQuery
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.jobs import WorkloadsQuery
 from bench._soak_cluster import Cluster, SoakNode, call
 
 # The last line of a traceback a worker wrote to its stderr: ``[proxy] ImportError: ...``.

@@ -39,15 +39,11 @@ from backend.devtools.demo import (
 )
 from backend.protocol import contract, methods
 from backend.protocol.contract import Method, NoParams
-from backend.protocol.types import (
-    BrokerStatus,
-    EngineName,
-    EngineRef,
-    EngineStatus,
-    InviteAnswer,
-    InviteParams,
-    ManualNodeAdd,
-)
+from backend.protocol.types.base import EngineName
+from backend.protocol.types.broker import BrokerStatus
+from backend.protocol.types.cluster import InviteAnswer, InviteParams
+from backend.protocol.types.engines import EngineRef, EngineStatus
+from backend.protocol.types.nodes import ManualNodeAdd
 
 P = TypeVar("P")
 R = TypeVar("R")

@@ -29,7 +29,7 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from app.models.jobs import JobFilter, JobsFilterModel, JobsModel  # noqa: E402
 from app.window.jobs_page import jobs_table  # noqa: E402
-from backend.protocol.types import JobState, Workload  # noqa: E402
+from backend.protocol.types.jobs import JobState, Workload  # noqa: E402
 
 FRAME_MS = 16.0
 Burst = Workload | str  # an upsert, or the key of a removed job

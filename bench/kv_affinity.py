@@ -86,7 +86,8 @@ from backend.devtools.llama_server import search_llama_server
 from backend.protocol import contract, methods
 from backend.protocol.endpoint import control_address, open_control_connection
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import EngineName, EngineRef, NodeScope
+from backend.protocol.types.base import EngineName
+from backend.protocol.types.engines import EngineRef, NodeScope
 from tests.engines.fixtures import cached_model
 
 MODEL = "busy"

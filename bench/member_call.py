@@ -24,7 +24,9 @@ sys.path.insert(0, str(ROOT))
 
 from backend.protocol import contract, methods  # noqa: E402
 from backend.protocol.peer import RpcPeer  # noqa: E402
-from backend.protocol.types import InviteAnswer, InviteParams, NodeId, NodeScope  # noqa: E402
+from backend.protocol.types.base import NodeId  # noqa: E402
+from backend.protocol.types.cluster import InviteAnswer, InviteParams  # noqa: E402
+from backend.protocol.types.engines import NodeScope  # noqa: E402
 from bench.pairing import _connect, _start  # noqa: E402
 
 

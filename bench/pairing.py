@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from backend.protocol import contract, methods  # noqa: E402
 from backend.protocol.endpoint import control_address, open_control_connection  # noqa: E402
 from backend.protocol.peer import RpcPeer  # noqa: E402
-from backend.protocol.types import InviteAnswer, InviteParams  # noqa: E402
+from backend.protocol.types.cluster import InviteAnswer, InviteParams  # noqa: E402
 
 
 def _free_port() -> int:

@@ -28,7 +28,8 @@ from _common import ROOT, free_port, percentile, run_load
 from backend.protocol import contract, methods
 from backend.protocol.endpoint import control_address, open_control_connection
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import EngineName, EngineRef
+from backend.protocol.types.base import EngineName
+from backend.protocol.types.engines import EngineRef
 
 MODEL = "tinyllama:latest"
 

@@ -67,7 +67,7 @@ from backend.components.identity.certificate import mint  # noqa: E402
 from backend.components.proxy.component import identity_payload  # noqa: E402
 from backend.core.clock import SystemClock  # noqa: E402
 from backend.protocol.proxy import ProxyTargets, RouteTarget  # noqa: E402
-from backend.protocol.types import NodeId  # noqa: E402
+from backend.protocol.types.base import NodeId  # noqa: E402
 from backend.workers.proxy.channels.custody import Custody  # noqa: E402
 from backend.workers.proxy.channels.jobs import JobLog  # noqa: E402
 from backend.workers.proxy.context import DoorContext  # noqa: E402

@@ -35,7 +35,8 @@ from app.options import AppOptions  # noqa: E402
 from backend.devtools.demo import Demo  # noqa: E402
 from backend.devtools.demo_trickle import Trickle  # noqa: E402
 from backend.protocol import methods  # noqa: E402
-from backend.protocol.types import InviteCreated, ManualNodeAdd  # noqa: E402
+from backend.protocol.types.cluster import InviteCreated  # noqa: E402
+from backend.protocol.types.nodes import ManualNodeAdd  # noqa: E402
 
 WINDOW_SIZE = (1100, 720)
 READY_TIMEOUT_S = 90.0

@@ -40,7 +40,7 @@ from app.stores.engines import EnginesStore  # noqa: E402
 from app.window.engines_page import EnginesPage  # noqa: E402
 from backend.protocol import methods  # noqa: E402
 from backend.protocol.contract import Method  # noqa: E402
-from backend.protocol.types import EngineRef  # noqa: E402
+from backend.protocol.types.engines import EngineRef  # noqa: E402
 
 P = TypeVar("P")
 R = TypeVar("R")

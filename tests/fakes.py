@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Literal
 
-from backend.protocol.types import ErrorAction, Severity
+from backend.protocol.types.broker import ErrorAction, Severity
 
 SleepMode = Literal["jump", "brief", "wait"]
 

@@ -20,13 +20,9 @@ from app.stores.workloads import WorkloadsStore
 from backend.protocol import methods
 from backend.protocol.contract import Method
 from backend.protocol.errors import RpcError
-from backend.protocol.types import (
-    EngineName,
-    EngineRef,
-    EngineStatus,
-    InstallProgress,
-    JobState,
-)
+from backend.protocol.types.base import EngineName
+from backend.protocol.types.engines import EngineRef, EngineStatus, InstallProgress
+from backend.protocol.types.jobs import JobState
 
 log = logging.getLogger(__name__)
 

@@ -24,17 +24,9 @@ from app.stores.cluster import ClusterStore
 from app.stores.discovery import DiscoveryStore, is_self
 from backend.protocol import methods
 from backend.protocol.errors import CallTimeout, Conflict, InvalidParams, RpcError, Unavailable
-from backend.protocol.types import (
-    DiscoveredNode,
-    Invite,
-    InviteId,
-    InviteParams,
-    InviteRef,
-    NodeId,
-    NodeOs,
-    NodeProbe,
-    NodeTelemetry,
-)
+from backend.protocol.types.base import InviteId, NodeId
+from backend.protocol.types.cluster import Invite, InviteParams, InviteRef, NodeProbe
+from backend.protocol.types.nodes import DiscoveredNode, NodeOs, NodeTelemetry
 
 log = logging.getLogger(__name__)
 

@@ -24,18 +24,15 @@ from app.stores.settings import SettingsStore
 from backend.common.hostport import url_host
 from backend.protocol import methods
 from backend.protocol.errors import InvalidParams, RpcError
-from backend.protocol.types import (
-    ApiKeyCreate,
-    ApiKeyId,
-    ApiKeyInfo,
-    ApiKeyRef,
-    BrokerStatus,
+from backend.protocol.types.apikeys import ApiKeyCreate, ApiKeyId, ApiKeyInfo, ApiKeyRef
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.broker import BrokerStatus
+from backend.protocol.types.cluster import (
     ClusterLeft,
     ClusterMember,
     ClusterRename,
     ClusterStatus,
     MemberRef,
-    NodeId,
 )
 
 log = logging.getLogger(__name__)

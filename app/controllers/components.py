@@ -9,7 +9,7 @@ from app.controllers.base import Controller
 from app.models.components import ComponentsModel
 from app.stores.components import ComponentsStore
 from backend.protocol import methods
-from backend.protocol.types import ComponentRef
+from backend.protocol.types.broker import ComponentRef
 
 
 class ComponentsController(Controller):

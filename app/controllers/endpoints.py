@@ -19,14 +19,11 @@ from app.stores.engines import EnginesStore
 from app.stores.settings import SettingsStore
 from backend.protocol import methods
 from backend.protocol.errors import RpcError
-from backend.protocol.types import (
-    DiscoveredNode,
-    EngineModels,
-    EngineName,
-    ServiceError,
-    SettingSpec,
-    SettingValue,
-)
+from backend.protocol.types.base import EngineName
+from backend.protocol.types.broker import ServiceError
+from backend.protocol.types.engines import EngineModels
+from backend.protocol.types.nodes import DiscoveredNode
+from backend.protocol.types.settings import SettingSpec, SettingValue
 
 log = logging.getLogger(__name__)
 

@@ -32,15 +32,14 @@ from app.models.engines import (
 from app.pending import PendingActions, PendingKey
 from app.stores.discovery import DiscoveryStore
 from app.stores.engines import EnginesStore
-from backend.protocol.types import (
-    BrokerStatus,
-    EngineName,
+from backend.protocol.types.base import EngineName, NodeId
+from backend.protocol.types.broker import BrokerStatus
+from backend.protocol.types.engines import (
     EngineState,
     EngineStatus,
     EngineVersions,
     InstallProgress,
     MemberEngines,
-    NodeId,
 )
 
 MemberView = tuple[str, bool, str | None, bool]  # name, reachable, error, has engines

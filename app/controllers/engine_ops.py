@@ -16,13 +16,13 @@ from backend.common.tasks import TaskSet
 from backend.protocol import methods
 from backend.protocol.contract import Method
 from backend.protocol.errors import RpcError
-from backend.protocol.types import (
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.engines import (
     EngineLogsQuery,
     EngineRef,
     EngineSetPort,
     EngineStatus,
     EngineVersions,
-    NodeId,
 )
 
 log = logging.getLogger(__name__)

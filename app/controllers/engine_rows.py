@@ -18,7 +18,8 @@ from app.models.engines import (
 from app.pending import PendingActions, PendingKey
 from app.stores.discovery import DiscoveryStore, is_self
 from app.stores.engines import EnginesStore
-from backend.protocol.types import EngineStatus, EngineVersions, InstallProgress, NodeId
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.engines import EngineStatus, EngineVersions, InstallProgress
 
 
 class RowSources:

@@ -28,7 +28,8 @@ from app.stores.engines import EnginesStore
 from app.stores.settings import SettingsStore
 from backend.protocol import methods
 from backend.protocol.errors import RpcError
-from backend.protocol.types import EngineName, EngineStatus, MemberEngines, NodeId
+from backend.protocol.types.base import EngineName, NodeId
+from backend.protocol.types.engines import EngineStatus, MemberEngines
 
 log = logging.getLogger(__name__)
 

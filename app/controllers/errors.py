@@ -17,7 +17,9 @@ from app.stores.discovery import DiscoveryStore
 from app.stores.engines import EnginesStore
 from backend.protocol import methods
 from backend.protocol.errors import RpcError
-from backend.protocol.types import EngineName, EngineRef, ErrorClear, NodeId, ServiceError
+from backend.protocol.types.base import EngineName, NodeId
+from backend.protocol.types.broker import ErrorClear, ServiceError
+from backend.protocol.types.engines import EngineRef
 
 log = logging.getLogger(__name__)
 ENGINE_START_TIMEOUT_S = call_timeout(BACKEND.engine_start)  # readiness can take minutes

@@ -23,7 +23,8 @@ from app.fingerprint import SHORT_DIGITS, grouped
 from app.stores.cluster import ClusterStore
 from backend.protocol import methods
 from backend.protocol.errors import CallTimeout, Conflict, InvalidParams, NotFound, RpcError
-from backend.protocol.types import Invite, InviteAnswer, InviteId, InviteRef
+from backend.protocol.types.base import InviteId
+from backend.protocol.types.cluster import Invite, InviteAnswer, InviteRef
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,8 @@ from app.stores.discovery import DiscoveryStore, is_self
 from app.stores.engines import EnginesStore
 from app.stores.workloads import WorkloadsStore
 from backend.protocol import methods
-from backend.protocol.types import DiscoveredNode, JobKey, NodeId
+from backend.protocol.types.base import JobKey, NodeId
+from backend.protocol.types.nodes import DiscoveredNode
 
 
 class JobsController(Controller):

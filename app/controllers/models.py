@@ -53,14 +53,9 @@ from app.stores.discovery import DiscoveryStore, is_self
 from app.stores.engines import EnginesStore
 from backend.protocol import methods
 from backend.protocol.errors import RpcError
-from backend.protocol.types import (
-    DiscoveredNode,
-    EngineActionParams,
-    EngineName,
-    MemberEngines,
-    NodeId,
-    PullProgress,
-)
+from backend.protocol.types.base import EngineName, NodeId
+from backend.protocol.types.engines import EngineActionParams, MemberEngines, PullProgress
+from backend.protocol.types.nodes import DiscoveredNode
 
 log = logging.getLogger(__name__)
 

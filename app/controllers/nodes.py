@@ -14,7 +14,7 @@ from app.stores.discovery import DiscoveryStore
 from app.stores.engines import EnginesStore
 from backend.protocol import methods
 from backend.protocol.errors import RpcError
-from backend.protocol.types import EngineName, NodeId
+from backend.protocol.types.base import EngineName, NodeId
 
 log = logging.getLogger(__name__)
 

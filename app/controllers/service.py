@@ -20,7 +20,8 @@ from backend.protocol import methods
 from backend.protocol.contract import Method, NoParams
 from backend.protocol.endpoint import log_dir
 from backend.protocol.errors import RpcError
-from backend.protocol.types import LOG_LEVELS, LogLevel, LogLevelParams, SettingsSnapshot
+from backend.protocol.types.broker import LOG_LEVELS, LogLevel, LogLevelParams
+from backend.protocol.types.settings import SettingsSnapshot
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -6,7 +6,7 @@ from PySide6.QtCore import QObject
 from PySide6.QtGui import QColor
 
 from app.models.keyed_table import Column, KeyedTableModel
-from backend.protocol.types import ComponentInfo, ComponentStatus
+from backend.protocol.types.broker import ComponentInfo, ComponentStatus
 
 _STATUS_COLOURS: dict[ComponentStatus, QColor] = {
     "failed": QColor("#c62828"),

@@ -21,16 +21,15 @@ from PySide6.QtGui import QColor
 
 from app.models.keyed_table import ROW_ROLE, Column, KeyedTableModel, Role
 from app.models.scheduler_text import scheduler_line
-from backend.protocol.types import (
-    DiscoveredNode,
-    EngineName,
+from backend.protocol.types.base import EngineName, NodeId
+from backend.protocol.types.engines import (
     EngineState,
     EngineStatus,
     EngineVersions,
     InstallProgress,
-    NodeId,
-    SchedulerState,
 )
+from backend.protocol.types.nodes import DiscoveredNode
+from backend.protocol.types.scheduler import SchedulerState
 
 RowState = EngineState | Literal["unreachable"]
 EngineKey = tuple[NodeId, EngineName]

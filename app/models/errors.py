@@ -9,7 +9,8 @@ from PySide6.QtCore import QObject
 from PySide6.QtGui import QColor
 
 from app.models.keyed_table import Column, KeyedTableModel
-from backend.protocol.types import NodeId, ServiceError, Severity
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.broker import ServiceError, Severity
 
 ErrorKey = tuple[str, str]
 # The one entry the broker keeps for a member whose link is down (instead of its own errors).

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from enum import IntEnum
 from typing import get_args
 
-from backend.protocol.types import JobState, Workload
+from backend.protocol.types.jobs import JobState, Workload
 
 ALL_STATES: tuple[JobState, ...] = get_args(JobState)
 TERMINAL: frozenset[JobState] = frozenset({"completed", "failed", "cancelled"})

@@ -24,7 +24,7 @@ from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPainter, QPalette, QP
 
 from app.models.job_text import TERMINAL, TITLES, JobColumn, cell_text, cell_tooltip
 from app.models.keyed_table import ROW_ROLE
-from backend.protocol.types import JobState, Workload
+from backend.protocol.types.jobs import JobState, Workload
 
 TICK_MS = 1000
 _NO_PARENT = QModelIndex()

@@ -19,14 +19,11 @@ from PySide6.QtGui import QColor
 
 from app.models.engines import STATE_LABELS
 from app.models.keyed_table import ROW_ROLE, Column, KeyedTableModel, Role
-from backend.protocol.types import (
-    ApiKeyId,
-    ApiKeyInfo,
-    ClusterMember,
-    DiscoveredNode,
-    MemberEngines,
-    NodeId,
-)
+from backend.protocol.types.apikeys import ApiKeyId, ApiKeyInfo
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.cluster import ClusterMember
+from backend.protocol.types.engines import MemberEngines
+from backend.protocol.types.nodes import DiscoveredNode
 
 MemberState = Literal["online", "offline", "unreachable", "provisional"]
 NOT_SEEN = "—"

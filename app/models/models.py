@@ -18,15 +18,9 @@ from PySide6.QtGui import QColor
 from app.catalog import CatalogEntry, format_size, matches
 from app.models.keyed_table import ROW_ROLE, Column, KeyedTableModel, ModelIndex
 from app.pending import PendingActions, PendingKey
-from backend.protocol.types import (
-    DiscoveredNode,
-    EngineModels,
-    EngineName,
-    EngineStatus,
-    MemberEngines,
-    ModelDetails,
-    NodeId,
-)
+from backend.protocol.types.base import EngineName, NodeId
+from backend.protocol.types.engines import EngineModels, EngineStatus, MemberEngines, ModelDetails
+from backend.protocol.types.nodes import DiscoveredNode
 
 ModelAction = Literal["load_model", "unload_model", "delete_model", "pull_model"]
 MODEL_ACTIONS: frozenset[ModelAction] = frozenset(

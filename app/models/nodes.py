@@ -12,13 +12,8 @@ import msgspec
 from PySide6.QtCore import QAbstractListModel, QByteArray, QModelIndex, QObject, Qt
 
 from app.models.keyed_table import ModelIndex
-from backend.protocol.types import (
-    DiscoveredNode,
-    EngineStatus,
-    NodeInfo,
-    NodeKind,
-    NodeTelemetry,
-)
+from backend.protocol.types.engines import EngineStatus
+from backend.protocol.types.nodes import DiscoveredNode, NodeInfo, NodeKind, NodeTelemetry
 
 HISTORY_LENGTH = 150  # samples kept per node: 5 minutes at the 2 s telemetry interval
 ENGINE_NAMES = {

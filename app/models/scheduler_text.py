@@ -7,7 +7,7 @@ rest (slots, each model's queue, what is loaded), for instance:
 
 from __future__ import annotations
 
-from backend.protocol.types import SchedulerState, SlotOwners
+from backend.protocol.types.scheduler import SchedulerState, SlotOwners
 
 # What an exclusive operation's kind reads as while it runs (or waits for the engine to drain).
 EXCLUSIVE_VERBS: dict[str, str] = {

@@ -12,16 +12,15 @@ from app.broker.connection import BrokerConnection
 from app.stores.base import StreamStore
 from backend.protocol import methods
 from backend.protocol.contract import NoParams
-from backend.protocol.types import (
+from backend.protocol.types.base import InviteId, NodeId
+from backend.protocol.types.cluster import (
     ClusterEvent,
     ClusterMember,
     ClusterSnapshot,
     ClusterStatus,
     Invite,
     InviteChanged,
-    InviteId,
     MembershipChanged,
-    NodeId,
 )
 
 

@@ -10,7 +10,7 @@ from app.broker.connection import BrokerConnection
 from app.stores.base import StreamStore
 from backend.protocol import methods
 from backend.protocol.contract import NoParams
-from backend.protocol.types import (
+from backend.protocol.types.broker import (
     ComponentChanged,
     ComponentInfo,
     ComponentsEvent,

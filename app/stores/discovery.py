@@ -12,11 +12,11 @@ from app.broker.connection import BrokerConnection
 from app.stores.base import StreamStore
 from backend.protocol import methods
 from backend.protocol.contract import NoParams
-from backend.protocol.types import (
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.nodes import (
     DiscoveredNode,
     DiscoveryEvent,
     DiscoverySnapshot,
-    NodeId,
     NodeJoined,
     NodeLeft,
     NodeTelemetryChanged,

@@ -12,11 +12,11 @@ from app.broker.connection import BrokerConnection
 from app.stores.base import StreamStore
 from backend.protocol import methods
 from backend.protocol.contract import NoParams
-from backend.protocol.types import (
+from backend.protocol.types.base import EngineName, NodeId
+from backend.protocol.types.engines import (
     EngineEvent,
     EngineModels,
     EngineModelsChanged,
-    EngineName,
     EngineSchedulerChanged,
     EnginesSnapshot,
     EngineStateChanged,
@@ -26,12 +26,10 @@ from backend.protocol.types import (
     MemberEngines,
     MemberEnginesChanged,
     MemberEnginesLeft,
-    NodeId,
     PullProgress,
     PullProgressed,
-    SchedulerState,
-    SchedulerStates,
 )
+from backend.protocol.types.scheduler import SchedulerState, SchedulerStates
 
 PullKey = tuple[EngineName, str]  # (engine, model)
 

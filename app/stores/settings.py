@@ -17,7 +17,12 @@ from app.broker.connection import BrokerConnection
 from backend.common.tasks import TaskSet
 from backend.protocol import methods
 from backend.protocol.errors import BadResult, RpcError
-from backend.protocol.types import SettingSpec, SettingsSnapshot, SettingsUpdate, SettingValue
+from backend.protocol.types.settings import (
+    SettingSpec,
+    SettingsSnapshot,
+    SettingsUpdate,
+    SettingValue,
+)
 
 log = logging.getLogger(__name__)
 

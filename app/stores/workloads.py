@@ -10,8 +10,8 @@ from PySide6.QtCore import QObject, Signal
 from app.broker.connection import BrokerConnection
 from app.stores.base import StreamStore
 from backend.protocol import methods
-from backend.protocol.types import (
-    JobKey,
+from backend.protocol.types.base import JobKey
+from backend.protocol.types.jobs import (
     Workload,
     WorkloadRemoved,
     WorkloadsEvent,

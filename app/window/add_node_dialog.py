@@ -38,7 +38,8 @@ from app.controllers.add_node import AddNodeController, Candidate, ProbeResult
 from app.models.errors import SEVERITY_COLOURS
 from app.window.pin_panel import TONE_COLOURS, PinPanel
 from app.window.widgets import muted_label, page_title
-from backend.protocol.types import InviteCreated, NodeId
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.cluster import InviteCreated
 
 INTRO = (
     "Invite another computer that runs PAIR. This window then shows a six-digit PIN, and "

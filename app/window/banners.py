@@ -12,7 +12,7 @@ from app.broker.state import ServiceState
 from app.controllers.errors import ErrorsController
 from app.controllers.service import ServiceController
 from app.models.errors import SEVERITY_COLOURS, ErrorsModel
-from backend.protocol.types import ServiceError
+from backend.protocol.types.broker import ServiceError
 
 MAX_BANNERS = 4
 MESSAGE_MIN_WIDTH = 280

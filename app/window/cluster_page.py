@@ -45,7 +45,8 @@ from app.models.members import MemberRow, day_text
 from app.window.cluster_dialogs import Prompts, SecretDialog
 from app.window.settings_general import error_label, show_error
 from app.window.widgets import FittedTable, copy_to_clipboard, fixed_font, muted_label, page_title
-from backend.protocol.types import ApiKeyInfo, ClusterStatus
+from backend.protocol.types.apikeys import ApiKeyInfo
+from backend.protocol.types.cluster import ClusterStatus
 
 INTRO = (
     "Computers in one cluster share their engines and models: a request sent to any of them "

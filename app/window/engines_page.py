@@ -20,7 +20,8 @@ from app.controllers.engines import EnginesController
 from app.models.engines import EngineKey, EngineRow, EnginesModel
 from app.window.engine_card import EngineCard
 from app.window.widgets import muted_label, page_title
-from backend.protocol.types import EngineName, MemberEngines, NodeId
+from backend.protocol.types.base import EngineName, NodeId
+from backend.protocol.types.engines import MemberEngines
 
 INTRO = (
     "Start, stop and set up the engines that run models on this computer and on the computers "

@@ -55,7 +55,8 @@ from app.models.errors import SEVERITY_COLOURS
 from app.window.look import STATE_LOOKS
 from app.window.pin_boxes import PinBoxes
 from app.window.widgets import fixed_font, muted_label
-from backend.protocol.types import Invite, InviteId
+from backend.protocol.types.base import InviteId
+from backend.protocol.types.cluster import Invite
 
 TICK_MS = 250
 Clock = Callable[[], float]  # Unix seconds, like an invite's expires_at

@@ -29,7 +29,7 @@ from app.controllers.jobs import JobsController
 from app.models.job_text import ALL_STATES, STATE_LABELS, TITLES, JobColumn, engine_label
 from app.models.jobs import JobFilter, JobsFilterModel, JobsModel, state_dot
 from app.window.widgets import muted_label, page_title
-from backend.protocol.types import JobState
+from backend.protocol.types.jobs import JobState
 
 CHIP_STYLE = """
 QPushButton {

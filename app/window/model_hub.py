@@ -22,7 +22,7 @@ from app.controllers.models import ModelsController
 from app.models.keyed_table import ROW_ROLE
 from app.models.models import CatalogFilter, CatalogModel, engine_title, on_any_change
 from app.window.widgets import muted_label
-from backend.protocol.types import EngineName
+from backend.protocol.types.base import EngineName
 
 _ERROR = QColor("#c62828")
 ROW_HEIGHT = 34

@@ -45,7 +45,7 @@ from app.pending import PendingKey
 from app.window.banners import Banner
 from app.window.model_hub import ModelHub
 from app.window.widgets import muted_label, page_title
-from backend.protocol.types import EngineName, NodeId
+from backend.protocol.types.base import EngineName, NodeId
 
 _ERROR = QColor("#c62828")
 ROW_HEIGHT = 34

@@ -19,7 +19,8 @@ from app.controllers.add_node import AddNodeController
 from app.fingerprint import SHORT_DIGITS, grouped
 from app.models.errors import SEVERITY_COLOURS
 from app.window.widgets import fixed_font, muted_label, page_title
-from backend.protocol.types import Invite, InviteCreated, InviteId, InviteState
+from backend.protocol.types.base import InviteId
+from backend.protocol.types.cluster import Invite, InviteCreated, InviteState
 
 Tone = Literal["good", "bad", "neutral"]
 TONE_COLOURS = {"good": "#2e7d32", "bad": SEVERITY_COLOURS["error"].name()}

@@ -25,7 +25,7 @@ from app.controllers.service import ServiceController
 from app.models.components import ComponentsModel
 from app.window.service_status import ServiceStatusBox
 from app.window.widgets import muted_label
-from backend.protocol.types import LOG_LEVELS, LogLevel
+from backend.protocol.types.broker import LOG_LEVELS, LogLevel
 
 
 class LoggingBox(QGroupBox):

@@ -25,7 +25,7 @@ from app.controllers.endpoints import EndpointsController
 from app.models.errors import SEVERITY_COLOURS
 from app.window.look import STATE_LOOKS
 from app.window.widgets import muted_label, page_title
-from backend.protocol.types import EngineStatus
+from backend.protocol.types.engines import EngineStatus
 
 WELCOME_SHOWN_KEY = "welcome/shown"
 INTRO = (

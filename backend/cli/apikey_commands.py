@@ -22,16 +22,16 @@ from backend.common.hostport import url_host
 from backend.components.discovery.records import rank_addresses
 from backend.protocol import contract, methods
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import (
+from backend.protocol.types.apikeys import (
     ApiKeyCreate,
     ApiKeyCreated,
     ApiKeyId,
     ApiKeyInfo,
     ApiKeyRef,
-    BrokerStatus,
-    DiscoveredNode,
-    SettingsUpdate,
 )
+from backend.protocol.types.broker import BrokerStatus
+from backend.protocol.types.nodes import DiscoveredNode
+from backend.protocol.types.settings import SettingsUpdate
 
 COMMAND = "api-key"
 NO_ADDRESS = "<this computer's address>"

@@ -15,7 +15,7 @@ from backend.cli import exit_codes
 from backend.protocol import contract, errors, methods
 from backend.protocol.endpoint import control_address, open_control_connection, resolve_data_dir
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import BrokerStatus
+from backend.protocol.types.broker import BrokerStatus
 
 T = TypeVar("T")
 

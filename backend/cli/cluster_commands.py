@@ -46,7 +46,8 @@ from backend.cli.confirm import agreed
 from backend.common.tasks import wait_first
 from backend.protocol import contract, errors, methods
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import (
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.cluster import (
     ClusterRename,
     ClusterStatus,
     Invite,
@@ -57,7 +58,6 @@ from backend.protocol.types import (
     InviteParams,
     InviteRef,
     MemberRef,
-    NodeId,
 )
 
 # The broker asks the other node for its node-info, its certificate and the offer, each bounded

@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from backend.protocol.types import (
+from backend.protocol.types.cluster import (
     ClusterLeft,
     ClusterMember,
     ClusterStatus,

@@ -13,7 +13,7 @@ from backend.cli import exit_codes
 from backend.cli.client_commands import run_with_broker
 from backend.protocol import contract, methods
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import BrokerStatus
+from backend.protocol.types.broker import BrokerStatus
 
 DOOR_APIS = {
     "ollama": ("Ollama API (+ OpenAI /v1, Anthropic /v1/messages)", "OLLAMA_HOST={hostport}"),

@@ -41,16 +41,16 @@ from backend.cli.scheduler_format import scheduler_lines
 from backend.protocol import contract, errors, methods
 from backend.protocol.contract import Method
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import (
+from backend.protocol.types.base import EngineName
+from backend.protocol.types.engines import (
     EngineActionParams,
     EngineLogsQuery,
-    EngineName,
     EngineRef,
     EngineSetPort,
     EngineStatus,
     NodeScope,
-    SchedulerState,
 )
+from backend.protocol.types.scheduler import SchedulerState
 
 T = TypeVar("T")
 URL_SCHEMES = ("http://", "https://")

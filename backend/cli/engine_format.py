@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from backend.cli.node_ref import SHORT_ID, KnownNode, on_node
-from backend.protocol.types import (
+from backend.protocol.types.engines import (
     EngineActionName,
     EngineActionParams,
     EngineActionResult,

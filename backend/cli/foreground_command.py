@@ -18,7 +18,7 @@ from backend.core import logs
 from backend.core.instance import AlreadyRunning
 from backend.core.store import StoreError
 from backend.protocol.endpoint import log_dir, resolve_data_dir
-from backend.protocol.types import Ports
+from backend.protocol.types.broker import Ports
 from backend.wiring import BrokerConfig, WorkerSpec
 
 PORT_FLAGS: tuple[tuple[str, int, str], ...] = (

@@ -18,10 +18,9 @@ from backend.cli.client_commands import run_with_broker
 from backend.cli.node_ref import fetch_directory
 from backend.protocol import contract, methods
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import (
-    JobKey,
+from backend.protocol.types.base import JobKey, NodeId
+from backend.protocol.types.jobs import (
     JobState,
-    NodeId,
     Workload,
     WorkloadsEvent,
     WorkloadsQuery,

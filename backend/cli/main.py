@@ -22,7 +22,7 @@ from backend.cli import (
 )
 from backend.cli.display import has_display
 from backend.cli.version_option import ShowVersion
-from backend.protocol.types import LOG_LEVELS
+from backend.protocol.types.broker import LOG_LEVELS
 
 # The workers the broker starts as `pair worker NAME ...` (a frozen app has no `python -m`).
 WORKERS = ("proxy",)

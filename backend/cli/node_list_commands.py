@@ -16,13 +16,8 @@ from backend.cli.client_commands import run_with_broker
 from backend.common.hostport import DEFAULT_PORT, AddressError, parse_host_port, parse_port
 from backend.protocol import contract, methods
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import (
-    DiscoveredNode,
-    ManualNode,
-    ManualNodeAdd,
-    ManualNodeId,
-    ManualNodeRef,
-)
+from backend.protocol.types.base import ManualNodeId
+from backend.protocol.types.nodes import DiscoveredNode, ManualNode, ManualNodeAdd, ManualNodeRef
 
 
 def add_parsers(

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from backend.cli import exit_codes
 from backend.protocol import contract, errors, methods
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import BrokerStatus, ClusterStatus, NodeId
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.broker import BrokerStatus
+from backend.protocol.types.cluster import ClusterStatus
 
 MIN_PREFIX = 4
 SHORT_ID = 8

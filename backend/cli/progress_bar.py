@@ -9,13 +9,12 @@ import sys
 from typing import Any, TextIO
 
 from backend.protocol import methods
-from backend.protocol.types import (
+from backend.protocol.types.base import EngineName, NodeId
+from backend.protocol.types.engines import (
     EngineEvent,
-    EngineName,
     InstallProgress,
     InstallProgressed,
     MemberEnginesChanged,
-    NodeId,
     PullProgress,
     PullProgressed,
 )

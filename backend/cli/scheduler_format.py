@@ -3,7 +3,7 @@ labelled lines under the engine's row, each left out when it has nothing to say.
 
 from __future__ import annotations
 
-from backend.protocol.types import SchedulerState, SlotOwners
+from backend.protocol.types.scheduler import SchedulerState, SlotOwners
 
 INDENT = "  "
 LABEL_WIDTH = 11

@@ -12,7 +12,12 @@ from backend.cli import exit_codes
 from backend.cli.client_commands import run_with_broker
 from backend.protocol import contract, errors, methods
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import SettingSpec, SettingsSnapshot, SettingsUpdate, SettingValue
+from backend.protocol.types.settings import (
+    SettingSpec,
+    SettingsSnapshot,
+    SettingsUpdate,
+    SettingValue,
+)
 
 
 def add_parser(commands: Any, add_data_dir: Callable[[argparse.ArgumentParser], None]) -> None:

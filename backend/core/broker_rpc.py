@@ -17,7 +17,8 @@ from backend.core.supervisor import Supervisor
 from backend.protocol import PROTOCOL_VERSION, errors, methods
 from backend.protocol.contract import NoParams
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import (
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.broker import (
     AppReady,
     BrokerStatus,
     ComponentChanged,
@@ -25,14 +26,12 @@ from backend.protocol.types import (
     ComponentRef,
     ComponentsEvent,
     ComponentsSnapshot,
-    NodeId,
-    Ok,
     PingResult,
     Ports,
     ServiceError,
-    Unsubscribed,
     VersionInfo,
 )
+from backend.protocol.types.results import Ok, Unsubscribed
 
 log = logging.getLogger(__name__)
 

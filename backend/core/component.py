@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable
 
-from backend.protocol.types import ComponentKind
+from backend.protocol.types.broker import ComponentKind
 
 
 class FatalError(Exception):

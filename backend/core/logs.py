@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from backend.common.files import ensure_private_dir
-from backend.protocol.types import LogLevel
+from backend.protocol.types.broker import LogLevel
 
 _LEVELS: dict[LogLevel, int] = {
     "debug": logging.DEBUG,

@@ -19,7 +19,7 @@ from backend.core.restart_policy import (
     decide_after_exit,
     not_ready_delay,
 )
-from backend.protocol.types import ComponentInfo, ComponentStatus, ErrorAction, Severity
+from backend.protocol.types.broker import ComponentInfo, ComponentStatus, ErrorAction, Severity
 
 log = logging.getLogger(__name__)
 

@@ -38,15 +38,11 @@ from backend.devtools.demo_trickle import Trickle
 from backend.protocol import contract, errors, methods
 from backend.protocol.endpoint import control_address, open_control_connection
 from backend.protocol.peer import NotificationHandler, RpcPeer
-from backend.protocol.types import (
-    EngineName,
-    EngineRef,
-    InviteAnswer,
-    InviteParams,
-    ManualNodeAdd,
-    ManualNodeRef,
-    SettingsUpdate,
-)
+from backend.protocol.types.base import EngineName
+from backend.protocol.types.cluster import InviteAnswer, InviteParams
+from backend.protocol.types.engines import EngineRef
+from backend.protocol.types.nodes import ManualNodeAdd, ManualNodeRef
+from backend.protocol.types.settings import SettingsUpdate
 
 PROJECT_ROOT: Final = Path(__file__).resolve().parents[2]
 # PAIR's default ports and the engines' own: a demo node never takes one.

@@ -6,26 +6,37 @@ from __future__ import annotations
 from typing import Any, Final
 
 from backend.protocol.contract import Method, NoParams, Push
-from backend.protocol.types import (
-    ApiKeyCreate,
-    ApiKeyCreated,
-    ApiKeyInfo,
-    ApiKeyRef,
+from backend.protocol.types.apikeys import ApiKeyCreate, ApiKeyCreated, ApiKeyInfo, ApiKeyRef
+from backend.protocol.types.broker import (
     AppReady,
     BrokerStatus,
-    Cleared,
+    ComponentInfo,
+    ComponentRef,
+    ComponentsEvent,
+    ComponentsSnapshot,
+    ErrorClear,
+    ErrorReport,
+    LogLevelParams,
+    PingResult,
+    ServiceError,
+    VersionInfo,
+)
+from backend.protocol.types.cluster import (
     ClusterEvent,
     ClusterLeft,
     ClusterRename,
     ClusterSnapshot,
     ClusterStatus,
-    ComponentInfo,
-    ComponentRef,
-    ComponentsEvent,
-    ComponentsSnapshot,
-    DiscoveredNode,
-    DiscoveryEvent,
-    DiscoverySnapshot,
+    Invite,
+    InviteAnswer,
+    InviteCreated,
+    InviteParams,
+    InviteRef,
+    MemberRef,
+    MemberRemoved,
+    NodeProbe,
+)
+from backend.protocol.types.engines import (
     EngineActionParams,
     EngineActionResult,
     EngineEvent,
@@ -37,35 +48,21 @@ from backend.protocol.types import (
     EnginesSnapshot,
     EngineStatus,
     EngineVersions,
-    ErrorClear,
-    ErrorReport,
-    Invite,
-    InviteAnswer,
-    InviteCreated,
-    InviteParams,
-    InviteRef,
-    LogLevelParams,
+    NodeScope,
+)
+from backend.protocol.types.jobs import WorkloadsEvent, WorkloadsQuery, WorkloadsSnapshot
+from backend.protocol.types.nodes import (
+    DiscoveredNode,
+    DiscoveryEvent,
+    DiscoverySnapshot,
     ManualNode,
     ManualNodeAdd,
     ManualNodeRef,
-    MemberRef,
-    MemberRemoved,
     NodeInfo,
-    NodeProbe,
-    NodeScope,
-    Ok,
-    PingResult,
-    Removed,
-    SchedulerStates,
-    ServiceError,
-    SettingsSnapshot,
-    SettingsUpdate,
-    Unsubscribed,
-    VersionInfo,
-    WorkloadsEvent,
-    WorkloadsQuery,
-    WorkloadsSnapshot,
 )
+from backend.protocol.types.results import Cleared, Ok, Removed, Unsubscribed
+from backend.protocol.types.scheduler import SchedulerStates
+from backend.protocol.types.settings import SettingsSnapshot, SettingsUpdate
 
 # Broker ---------------------------------------------------------------------------------------
 PING: Final = Method("ping", NoParams, PingResult, "liveness and uptime")

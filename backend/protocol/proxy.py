@@ -13,7 +13,7 @@ from typing import Literal
 
 import msgspec
 
-from backend.protocol.types import EngineName, Wire
+from backend.protocol.types.base import EngineName, Wire
 
 Door = Literal["ollama", "openai", "llamacpp"]
 # Which engine's models each front door serves (the broker's table and the worker agree on it).

@@ -21,7 +21,9 @@ from backend.protocol.proxy import (
     ProxyIdentity,
     ProxyTargets,
 )
-from backend.protocol.types import JobEvents, Ok, SchedulerStates
+from backend.protocol.types.jobs import JobEvents
+from backend.protocol.types.results import Ok
+from backend.protocol.types.scheduler import SchedulerStates
 
 PROXY_IDENTITY: Final[Push[ProxyIdentity]] = Push(
     "proxy:identity",

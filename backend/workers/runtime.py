@@ -14,7 +14,7 @@ from backend.core import logs
 from backend.core.stdio import open_stdio_channel
 from backend.protocol import errors, methods
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import LOG_LEVELS, LogLevel
+from backend.protocol.types.broker import LOG_LEVELS, LogLevel
 
 Handler = Callable[[Any], Awaitable[Any]]
 NotificationHandler = Callable[[Any], None]

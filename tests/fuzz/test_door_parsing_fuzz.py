@@ -12,19 +12,19 @@ import msgspec
 import pytest
 from hypothesis import given
 
-from backend.workers.proxy.routing import naming
-from backend.workers.proxy.scheduler.sessions import (
-    MAX_SESSION_CHARS,
-    SESSION_HEADER,
-    pin_slot,
-    session_of,
-)
 from backend.workers.proxy.doors.wire import (
     BadRequest,
     dialect_for,
     error_body,
     read_model,
     unknown_model_body,
+)
+from backend.workers.proxy.routing import naming
+from backend.workers.proxy.scheduler.sessions import (
+    MAX_SESSION_CHARS,
+    SESSION_HEADER,
+    pin_slot,
+    session_of,
 )
 from tests.fuzz import strategies as fuzz
 from tests.fuzz.budget import EXAMPLES, fuzz_settings, measured, timeout_for

@@ -16,7 +16,7 @@ from backend.components.discovery.records import (
     parse_properties,
     service_properties,
 )
-from backend.protocol.types import Ports
+from backend.protocol.types.broker import Ports
 from tests.fuzz import strategies as fuzz
 from tests.fuzz.budget import EXAMPLES, fuzz_settings, measured, timeout_for
 

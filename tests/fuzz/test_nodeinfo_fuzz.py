@@ -19,15 +19,15 @@ from hypothesis import given
 from backend.components.cluster import peer_client
 from backend.components.discovery import probe
 from backend.components.discovery.state import reduce_telemetry
-from backend.protocol.types import (
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.broker import Ports
+from backend.protocol.types.nodes import (
     NodeCpu,
     NodeEngineModels,
     NodeGpu,
-    NodeId,
     NodeInfo,
     NodeMemory,
     NodeOs,
-    Ports,
 )
 from tests.fuzz import strategies as fuzz
 from tests.fuzz.budget import EXAMPLES, fuzz_settings, measured, timeout_for

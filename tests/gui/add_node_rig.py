@@ -11,7 +11,7 @@ from app.controllers.add_node import AddNodeController
 from app.stores.cluster import ClusterStore
 from app.stores.discovery import DiscoveryStore
 from backend.protocol import methods
-from backend.protocol.types import NodeId
+from backend.protocol.types.base import NodeId
 from tests.fakes import FakeClock
 from tests.gui.helpers import FakeConnection, wait_until
 

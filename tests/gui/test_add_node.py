@@ -16,7 +16,8 @@ from app.controllers.add_node import candidates
 from app.window.add_node_dialog import AddNodeDialog
 from backend.protocol import methods
 from backend.protocol.errors import Conflict, InvalidParams, Unavailable
-from backend.protocol.types import DiscoveredNode, NodeId
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.nodes import DiscoveredNode
 from tests.gui.add_node_rig import (
     DESKTOP,
     LAPTOP,

@@ -32,7 +32,11 @@ from app.window.cluster_dialogs import Prompts
 from app.window.cluster_page import ClusterPage, group_fingerprint
 from backend.protocol import methods
 from backend.protocol.errors import InvalidParams, Unavailable
-from backend.protocol.types import ApiKeyInfo, ClusterMember, DiscoveredNode, MemberEngines, NodeId
+from backend.protocol.types.apikeys import ApiKeyInfo
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.cluster import ClusterMember
+from backend.protocol.types.engines import MemberEngines
+from backend.protocol.types.nodes import DiscoveredNode
 from tests.fakes import FakeClock
 from tests.gui.helpers import NO_MODELS, FakeConnection, settle, wait_until
 

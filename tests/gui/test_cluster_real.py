@@ -22,7 +22,9 @@ from app.broker.state import ServiceState
 from app.options import AppOptions
 from app.window.engine_card import EngineCard
 from backend.protocol import methods
-from backend.protocol.types import EngineName, EngineRef, EngineStatus, InviteCreated
+from backend.protocol.types.base import EngineName
+from backend.protocol.types.cluster import InviteCreated
+from backend.protocol.types.engines import EngineRef, EngineStatus
 from tests.gui.conftest import free_port
 from tests.gui.helpers import wait_until
 from tests.integration.engines.conftest import OLLAMA_SHIM, write_override, write_script

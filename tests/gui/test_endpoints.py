@@ -26,7 +26,8 @@ from app.stores.settings import SettingsStore
 from app.window.endpoints_window import NO_DOORS, NOT_CONNECTED, EndpointsWindow
 from backend.protocol import methods
 from backend.protocol.errors import Unavailable
-from backend.protocol.types import EngineModels, ServiceError
+from backend.protocol.types.broker import ServiceError
+from backend.protocol.types.engines import EngineModels
 from tests.gui.helpers import EngineEvents, FakeConnection, settle, wait_until
 
 DOORS = {

@@ -15,8 +15,8 @@ from pytestqt.qtbot import QtBot
 from app.models.engines import SCHEDULER_ROLE
 from app.models.scheduler_text import has_news, scheduler_line, scheduler_tip
 from backend.protocol import methods
-from backend.protocol.types import (
-    EngineName,
+from backend.protocol.types.base import EngineName
+from backend.protocol.types.scheduler import (
     ExclusiveOperation,
     ModelQueue,
     SchedulerState,

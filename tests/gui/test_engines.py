@@ -33,7 +33,7 @@ from app.window.engines_page import EnginesPage, NodeHeader
 from backend.protocol import methods
 from backend.protocol.contract import Method
 from backend.protocol.errors import Conflict, InternalError
-from backend.protocol.types import EngineStatus
+from backend.protocol.types.engines import EngineStatus
 from tests.gui.helpers import EngineEvents, FakeConnection, settle, wait_until
 
 SELF = "self-node"

@@ -31,7 +31,8 @@ from app.window.invitee_prompt import (
 )
 from backend.protocol import methods
 from backend.protocol.errors import CallTimeout, Conflict, InvalidParams, NotFound
-from backend.protocol.types import Invite, InviteId
+from backend.protocol.types.base import InviteId
+from backend.protocol.types.cluster import Invite
 from tests.fakes import FakeClock
 from tests.gui.helpers import FakeConnection, settle, wait_until
 

@@ -24,7 +24,7 @@ from app.stores.engines import EnginesStore
 from app.stores.workloads import WorkloadsStore
 from app.window.jobs_page import JobsPage, load_filter
 from backend.protocol import methods
-from backend.protocol.types import Workload
+from backend.protocol.types.jobs import Workload
 from tests.gui.helpers import EngineEvents, FakeConnection, settle, wait_until
 
 NOW = 1_750_000_000.0

@@ -19,7 +19,8 @@ from app.window.node_card import NodeCardWidget, format_used, subtitle
 from app.window.overview_page import OverviewPage, column_count
 from app.window.sparkline import segments
 from backend.protocol import methods
-from backend.protocol.types import DiscoveredNode, EngineStatus, NodeInfo
+from backend.protocol.types.engines import EngineStatus
+from backend.protocol.types.nodes import DiscoveredNode, NodeInfo
 from tests.gui.helpers import EngineEvents, FakeConnection, settle, wait_until
 
 GIB = 1024**3

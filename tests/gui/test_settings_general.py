@@ -28,7 +28,8 @@ from app.stores.settings import SettingsStore
 from app.window.settings_general import MINIMISE_TO_TRAY_KEY, GeneralSettings, minimise_to_tray
 from backend.protocol import methods
 from backend.protocol.errors import InvalidParams
-from backend.protocol.types import DiscoveredNode, SettingSpec
+from backend.protocol.types.nodes import DiscoveredNode
+from backend.protocol.types.settings import SettingSpec
 from tests.gui.helpers import FakeConnection, settle, wait_until
 
 SCHEMA = [

@@ -22,7 +22,7 @@ from app.models.nodes import NodesModel
 from app.pending import PendingActions
 from backend.protocol import methods
 from backend.protocol.errors import Unavailable
-from backend.protocol.types import EngineName, JobKey, NodeId
+from backend.protocol.types.base import EngineName, JobKey, NodeId
 from tests.gui.helpers import NO_MODELS, EngineEvents, FakeConnection, Stores, settle, wait_until
 
 

@@ -23,7 +23,7 @@ from app.stores.settings import SettingsStore
 from app.tray import Tray, engine_label, jobs_text, status_icon
 from backend.protocol import methods
 from backend.protocol.errors import Conflict
-from backend.protocol.types import EngineStatus
+from backend.protocol.types.engines import EngineStatus
 from tests.gui.helpers import EngineEvents, FakeConnection, Stores, settle, wait_until
 
 

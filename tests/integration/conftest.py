@@ -23,7 +23,7 @@ from backend.protocol import contract, methods
 from backend.protocol.contract import Method, Push
 from backend.protocol.endpoint import control_address, open_control_connection
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import InviteAnswer, InviteParams
+from backend.protocol.types.cluster import InviteAnswer, InviteParams
 from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,7 +19,8 @@ import pytest
 from backend.devtools.demo import connect
 from backend.protocol import contract, methods
 from backend.protocol.contract import Method
-from backend.protocol.types import DiscoveredNode, WorkloadsQuery
+from backend.protocol.types.jobs import WorkloadsQuery
+from backend.protocol.types.nodes import DiscoveredNode
 from tests.integration.conftest import ROOT
 
 P = TypeVar("P")

@@ -7,7 +7,7 @@ from backend.core.rpc import Dispatcher
 from backend.protocol import methods
 from backend.protocol.contract import NoParams
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import ApiKeyCreate, ApiKeyCreated, ApiKeyInfo, ApiKeyRef
+from backend.protocol.types.apikeys import ApiKeyCreate, ApiKeyCreated, ApiKeyInfo, ApiKeyRef
 
 
 def register(dispatcher: Dispatcher, service: ApiKeysService) -> None:

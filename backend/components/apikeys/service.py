@@ -18,7 +18,7 @@ from backend.components.apikeys.secret import key_name, new_key_id, new_secret, 
 from backend.components.apikeys.store import ApiKeyStore, StoredKey
 from backend.core.clock import Clock
 from backend.protocol import errors
-from backend.protocol.types import ApiKeyCreated, ApiKeyId, ApiKeyInfo
+from backend.protocol.types.apikeys import ApiKeyCreated, ApiKeyId, ApiKeyInfo
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from backend.core.store import Row, Store
-from backend.protocol.types import ApiKeyId, ApiKeyInfo
+from backend.protocol.types.apikeys import ApiKeyId, ApiKeyInfo
 
 _COLUMNS = "id, name, prefix, hash, created_at, last_used_at"
 

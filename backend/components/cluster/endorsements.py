@@ -32,7 +32,7 @@ from cryptography.x509.oid import NameOID
 from backend.common.certificates import NodeCredentials
 from backend.components.cluster.messages import Cert, Message, Name
 from backend.components.cluster.pake import lv_cat
-from backend.protocol.types import NodeId
+from backend.protocol.types.base import NodeId
 
 ENDORSEMENT_LABEL = b"pair-endorsement-v1"
 REMOVAL_LABEL = b"pair-removal-v1"

@@ -15,7 +15,8 @@ from backend.components.cluster import messages as m
 from backend.components.cluster.members import Membership
 from backend.core.clock import Clock
 from backend.protocol import errors
-from backend.protocol.types import Invite, InviteId, InviteState, NodeId
+from backend.protocol.types.base import InviteId, NodeId
+from backend.protocol.types.cluster import Invite, InviteState
 
 # An ended invite is forgotten this long after its expiry time (screens show how it ended).
 KEEP_S = 600.0

@@ -13,7 +13,7 @@ from backend.common.certificates import NodeCredentials, fingerprint_of
 from backend.components.cluster import messages as m
 from backend.components.cluster import pairing_crypto as pc
 from backend.components.cluster.pake import CPaceError, CPaceRun, Role
-from backend.protocol.types import Invite
+from backend.protocol.types.cluster import Invite
 
 
 @dataclass(slots=True)

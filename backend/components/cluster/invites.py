@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from backend.protocol.types import Invite, InviteState
+from backend.protocol.types.cluster import Invite, InviteState
 
 INVITE_TTL_S = 300.0
 # Repeated wrong PINs suggest someone is guessing: refuse new pairings for a while.

@@ -17,7 +17,7 @@ from backend.components.cluster import messages as m
 from backend.components.cluster import pairing_crypto as pc
 from backend.components.cluster import peer_client
 from backend.components.cluster.pake import CPaceError, CPaceRun, Role
-from backend.protocol.types import InviteState
+from backend.protocol.types.cluster import InviteState
 
 
 @dataclass(frozen=True, slots=True)

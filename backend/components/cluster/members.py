@@ -19,7 +19,8 @@ import msgspec
 
 from backend.components.cluster.endorsements import Endorsement, RemovalProof, Tombstone, Voucher
 from backend.core.store import Store
-from backend.protocol.types import NodeId, RemovedFromCluster
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.cluster import RemovedFromCluster
 
 CLUSTER_ID_KEY = "cluster_id"
 CLUSTER_NAME_KEY = "cluster_name"

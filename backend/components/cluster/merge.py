@@ -34,7 +34,7 @@ from backend.components.cluster.endorsements import (
 )
 from backend.components.cluster.members import Changes, Member, Membership
 from backend.components.cluster.roster import Roster, RosterEntry, Self, cluster_name
-from backend.protocol.types import NodeId
+from backend.protocol.types.base import NodeId
 
 Blocks = dict[str, float | None]  # tombstoned fingerprint → None (for good) or its leave's time
 

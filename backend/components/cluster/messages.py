@@ -11,7 +11,8 @@ from typing import Annotated
 
 import msgspec
 
-from backend.protocol.types import InviteState, NodeId
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.cluster import InviteState
 
 INVITE_PATH = "/v1/pairing/invite"
 START_PATH = "/v1/pairing/start"

@@ -14,7 +14,7 @@ import msgspec
 from backend.common import tls
 from backend.common.certificates import NodeCredentials
 from backend.common.hostport import url_host
-from backend.protocol.types import NodeInfo
+from backend.protocol.types.nodes import NodeInfo
 
 T = TypeVar("T")
 TIMEOUT_S = 10.0

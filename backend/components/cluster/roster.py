@@ -21,7 +21,7 @@ from backend.components.cluster.endorsements import (
 )
 from backend.components.cluster.members import Membership
 from backend.components.cluster.messages import Cert, Message, Name, Port
-from backend.protocol.types import NodeId
+from backend.protocol.types.base import NodeId
 
 ROSTER_PATH = "/v1/cluster/roster"
 REMOVE_PATH = "/v1/cluster/members/remove"

@@ -31,7 +31,8 @@ from backend.components.cluster.endorsements import (
 from backend.components.cluster.members import Changes, Member, Members
 from backend.core.clock import Clock
 from backend.protocol import errors
-from backend.protocol.types import ClusterLeft, MemberRemoved, NodeId, RemovedFromCluster
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.cluster import ClusterLeft, MemberRemoved, RemovedFromCluster
 
 log = logging.getLogger(__name__)
 

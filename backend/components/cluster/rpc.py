@@ -8,7 +8,7 @@ from backend.core.rpc import Dispatcher, NumberedStream
 from backend.protocol import methods
 from backend.protocol.contract import NoParams
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import (
+from backend.protocol.types.cluster import (
     ClusterEvent,
     ClusterLeft,
     ClusterRename,
@@ -22,8 +22,8 @@ from backend.protocol.types import (
     MemberRef,
     MemberRemoved,
     NodeProbe,
-    Unsubscribed,
 )
+from backend.protocol.types.results import Unsubscribed
 
 
 def register(

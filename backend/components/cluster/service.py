@@ -42,19 +42,18 @@ from backend.components.cluster.status import cluster_status
 from backend.core.clock import Clock
 from backend.core.rpc import NumberedStream
 from backend.protocol import errors
-from backend.protocol.types import (
+from backend.protocol.types.base import InviteId, NodeId
+from backend.protocol.types.cluster import (
     ClusterEvent,
     ClusterStatus,
     Invite,
     InviteChanged,
     InviteCreated,
-    InviteId,
     InviteState,
     MembershipChanged,
-    NodeId,
-    NodeInfo,
     NodeProbe,
 )
+from backend.protocol.types.nodes import NodeInfo
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from backend.components.cluster.members import Member, Membership
-from backend.protocol.types import ClusterMember, ClusterStatus, Invite, NodeId
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.cluster import ClusterMember, ClusterStatus, Invite
 
 
 def cluster_status(

@@ -41,15 +41,10 @@ from backend.core.clock import Clock
 from backend.core.component import Component
 from backend.core.rpc import NumberedStream
 from backend.protocol import errors
-from backend.protocol import types as wire
-from backend.protocol.types import (
-    DiscoveredNode,
-    DiscoveryEvent,
-    ManualNode,
-    ManualNodeAdd,
-    NodeId,
-    Ports,
-)
+from backend.protocol.types import nodes as wire
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.broker import Ports
+from backend.protocol.types.nodes import DiscoveredNode, DiscoveryEvent, ManualNode, ManualNodeAdd
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,8 @@ import msgspec
 from backend.common.hostport import AddressError, parse_host
 from backend.core.store import Store
 from backend.protocol import errors
-from backend.protocol.types import ManualNode, ManualNodeAdd, ManualNodeId
+from backend.protocol.types.base import ManualNodeId
+from backend.protocol.types.nodes import ManualNode, ManualNodeAdd
 
 FAILURES_TO_REPORT = 3
 ERROR_PREFIX = "discovery:manual-unreachable:"

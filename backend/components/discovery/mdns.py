@@ -24,7 +24,7 @@ from backend.components.discovery.records import (
     rank_addresses,
     service_properties,
 )
-from backend.protocol.types import Ports
+from backend.protocol.types.broker import Ports
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,8 @@ from backend.common import tls
 from backend.common.certificates import NodeCredentials
 from backend.components.cluster.members import Member
 from backend.components.discovery import probe
-from backend.protocol.types import NodeId, NodeInfo
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.nodes import NodeInfo
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ import msgspec
 
 from backend.common import tls
 from backend.common.hostport import url_host
-from backend.protocol.types import NodeEngineModels, NodeInfo
+from backend.protocol.types.nodes import NodeEngineModels, NodeInfo
 
 NODE_INFO_PATH = "/v1/node-info"
 MAX_BODY_BYTES = 1024 * 1024

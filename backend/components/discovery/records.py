@@ -14,7 +14,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from backend.protocol.types import NodeId, Ports
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.broker import Ports
 
 SERVICE_TYPE = "_pair-node._tcp.local."
 TXT_VERSION = "1"

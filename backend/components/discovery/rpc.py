@@ -7,16 +7,15 @@ from backend.core.rpc import Dispatcher, NumberedStream
 from backend.protocol import methods
 from backend.protocol.contract import NoParams
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import (
+from backend.protocol.types.nodes import (
     DiscoveredNode,
     DiscoveryEvent,
     DiscoverySnapshot,
     ManualNode,
     ManualNodeAdd,
     ManualNodeRef,
-    Removed,
-    Unsubscribed,
 )
+from backend.protocol.types.results import Removed, Unsubscribed
 
 
 def register(

@@ -15,11 +15,10 @@ from dataclasses import dataclass, field, replace
 
 import msgspec
 
-from backend.protocol.types import (
+from backend.protocol.types.base import ManualNodeId, NodeId
+from backend.protocol.types.nodes import (
     DiscoveredNode,
-    ManualNodeId,
     NodeEngineModels,
-    NodeId,
     NodeInfo,
     NodeSource,
     NodeTelemetry,

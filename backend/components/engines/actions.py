@@ -19,7 +19,8 @@ from backend.components.engines.http import engine_error_text, request_json
 from backend.components.engines.manifest import Action, HttpAction, ResultSpec
 from backend.components.engines.templating import expand, expand_all, expand_json
 from backend.protocol import errors
-from backend.protocol.types import EngineActionResult, EngineName, ModelDetails, PullProgress
+from backend.protocol.types.base import EngineName
+from backend.protocol.types.engines import EngineActionResult, ModelDetails, PullProgress
 
 if TYPE_CHECKING:
     from backend.components.engines.controller import EngineController

@@ -29,13 +29,13 @@ from backend.core.component import Component
 from backend.core.rpc import NumberedStream
 from backend.core.supervisor import ErrorSink
 from backend.protocol import errors
-from backend.protocol.types import (
+from backend.protocol.types.base import EngineName
+from backend.protocol.types.engines import (
     EngineActionName,
     EngineActionResult,
     EngineEvent,
     EngineModels,
     EngineModelsChanged,
-    EngineName,
     EnginesSnapshot,
     EngineStateChanged,
     EngineStatus,
@@ -45,8 +45,8 @@ from backend.protocol.types import (
     ModelDetails,
     PullProgress,
     PullProgressed,
-    SchedulerStates,
 )
+from backend.protocol.types.scheduler import SchedulerStates
 
 log = logging.getLogger(__name__)
 

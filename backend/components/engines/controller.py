@@ -18,11 +18,7 @@ from backend.components.engines.detect import installed_by_pair
 from backend.components.engines.engine_run import EngineHooks, EngineRun
 from backend.components.engines.manifest import Manifest
 from backend.protocol import errors
-from backend.protocol.types import (
-    EngineStatus,
-    EngineVersions,
-    InstallProgress,
-)
+from backend.protocol.types.engines import EngineStatus, EngineVersions, InstallProgress
 
 __all__ = ["EngineController", "EngineHooks"]
 

@@ -45,11 +45,9 @@ from backend.core.clock import Clock
 from backend.core.supervisor import ErrorSink
 from backend.protocol import errors
 from backend.protocol.proxy import PARKED_PREFIX, PARKED_SUFFIX
-from backend.protocol.types import (
-    EngineName,
-    EngineStatus,
-    ErrorAction,
-)
+from backend.protocol.types.base import EngineName
+from backend.protocol.types.broker import ErrorAction
+from backend.protocol.types.engines import EngineStatus
 
 log = logging.getLogger(__name__)
 

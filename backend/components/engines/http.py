@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 
 from backend.protocol import errors
-from backend.protocol.types import EngineName
+from backend.protocol.types.base import EngineName
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,8 @@ from backend.components.engines.process import EngineLog
 from backend.components.engines.templating import expand, expand_all
 from backend.components.engines.versions import VersionUnknown, fetch_text, latest_version
 from backend.protocol import errors
-from backend.protocol.types import EngineName, InstallProgress
+from backend.protocol.types.base import EngineName
+from backend.protocol.types.engines import InstallProgress
 
 ProgressSink = Callable[[InstallProgress], None]
 CHUNK = 256 * 1024

@@ -17,7 +17,8 @@ from typing import Protocol
 
 from backend.components.engines.model_store import ModelStore, StoredModel
 from backend.protocol import errors
-from backend.protocol.types import EngineName, SettingValue
+from backend.protocol.types.base import EngineName
+from backend.protocol.types.settings import SettingValue
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,8 @@ from typing import Literal, assert_never
 
 from backend.components.engines.manifest import Manifest
 from backend.core.restart_policy import Restart, RestartPolicy, Streak, decide_after_exit
-from backend.protocol.types import EngineName, EngineState, EngineStatus
+from backend.protocol.types.base import EngineName
+from backend.protocol.types.engines import EngineState, EngineStatus
 
 Owner = Literal["nobody", "adopted", "process", "daemon"]
 Command = Literal["start", "stop", "restart", "shutdown", "install", "uninstall", "update"]

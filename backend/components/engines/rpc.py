@@ -7,7 +7,7 @@ from backend.core.rpc import Dispatcher, NumberedStream
 from backend.protocol import methods
 from backend.protocol.contract import NoParams
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import (
+from backend.protocol.types.engines import (
     EngineActionParams,
     EngineActionResult,
     EngineEvent,
@@ -20,9 +20,8 @@ from backend.protocol.types import (
     EngineStatus,
     EngineVersions,
     NodeScope,
-    Ok,
-    Unsubscribed,
 )
+from backend.protocol.types.results import Ok, Unsubscribed
 
 
 def register(

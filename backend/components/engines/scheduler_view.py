@@ -14,12 +14,8 @@ from functools import partial
 from backend.core.rpc import Dispatcher, NumberedStream
 from backend.protocol import methods
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import (
-    EngineEvent,
-    EngineSchedulerChanged,
-    NodeScope,
-    SchedulerStates,
-)
+from backend.protocol.types.engines import EngineEvent, EngineSchedulerChanged, NodeScope
+from backend.protocol.types.scheduler import SchedulerStates
 
 NO_SCHEDULERS = SchedulerStates(engines=[])
 

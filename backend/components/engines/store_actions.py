@@ -16,7 +16,7 @@ from backend.components.engines.actions import ModelListing, ProgressSink
 from backend.components.engines.exclusive import ExclusiveGate
 from backend.components.engines.model_store import ModelStore, name_from_url, valid_name
 from backend.protocol import errors
-from backend.protocol.types import EngineActionName, EngineActionResult
+from backend.protocol.types.engines import EngineActionName, EngineActionResult
 
 if TYPE_CHECKING:
     from backend.components.engines.controller import EngineController

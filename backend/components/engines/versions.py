@@ -24,7 +24,8 @@ from backend.components.engines.commands import run_command
 from backend.components.engines.manifest import LatestSpec, VersionSpec
 from backend.components.engines.templating import expand, expand_all
 from backend.core.clock import Clock
-from backend.protocol.types import EngineName, EngineVersions
+from backend.protocol.types.base import EngineName
+from backend.protocol.types.engines import EngineVersions
 
 log = logging.getLogger(__name__)
 

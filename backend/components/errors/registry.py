@@ -7,11 +7,11 @@ from collections.abc import Callable
 from backend.components.errors import state as error_state
 from backend.core.clock import Clock
 from backend.protocol import errors
-from backend.protocol.types import (
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.broker import (
     ErrorAction,
     ErrorClear,
     ErrorReport,
-    NodeId,
     ServiceError,
     Severity,
 )

@@ -7,7 +7,7 @@ from backend.core.rpc import Dispatcher
 from backend.protocol import methods
 from backend.protocol.contract import NoParams
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import ErrorClear, ErrorReport, ServiceError
+from backend.protocol.types.broker import ErrorClear, ErrorReport, ServiceError
 
 
 def register(dispatcher: Dispatcher, registry: ErrorsRegistry) -> None:

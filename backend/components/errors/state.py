@@ -6,7 +6,8 @@ from collections.abc import Iterable, Mapping
 
 import msgspec
 
-from backend.protocol.types import ErrorReport, NodeId, ServiceError
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.broker import ErrorReport, ServiceError
 
 ErrorKey = tuple[NodeId, str]  # (node_id, id)
 ErrorState = Mapping[ErrorKey, ServiceError]

@@ -26,12 +26,12 @@ from backend.core.component import Component
 from backend.core.rpc import NOT_FORWARDED, NumberedStream
 from backend.protocol import errors, methods
 from backend.protocol.contract import Method
-from backend.protocol.types import (
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.engines import (
     EngineEvent,
     MemberEngines,
     MemberEnginesChanged,
     MemberEnginesLeft,
-    NodeId,
 )
 
 log = logging.getLogger(__name__)

@@ -39,7 +39,9 @@ from backend.core.clock import Clock
 from backend.protocol import contract, errors, methods
 from backend.protocol.contract import Method
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import (
+from backend.protocol.types.base import JobKey, NodeId
+from backend.protocol.types.broker import ServiceError
+from backend.protocol.types.engines import (
     EngineEvent,
     EngineModelsChanged,
     EngineSchedulerChanged,
@@ -47,12 +49,11 @@ from backend.protocol.types import (
     EngineStateChanged,
     InstallProgress,
     InstallProgressed,
-    JobKey,
     MemberEngines,
-    NodeId,
     PullProgress,
     PullProgressed,
-    ServiceError,
+)
+from backend.protocol.types.jobs import (
     Workload,
     WorkloadRemoved,
     WorkloadsEvent,

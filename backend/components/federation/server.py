@@ -23,7 +23,7 @@ from backend.components.federation import websocket
 from backend.core.rpc import ClientHub, Dispatcher
 from backend.protocol import errors, methods
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import NodeId
+from backend.protocol.types.base import NodeId
 
 log = logging.getLogger(__name__)
 

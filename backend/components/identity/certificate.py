@@ -42,7 +42,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from backend.common.certificates import NodeCredentials, fingerprint_of
 from backend.common.files import ensure_private_dir, fsync_dir, set_aside, write_private_atomic
-from backend.protocol.types import NodeId
+from backend.protocol.types.base import NodeId
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from backend.components.identity.location import (
 from backend.core.clock import Clock
 from backend.core.store import Store
 from backend.core.supervisor import ErrorSink
-from backend.protocol.types import NodeId
+from backend.protocol.types.base import NodeId
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from backend.protocol.types import NodeGpu
+from backend.protocol.types.nodes import NodeGpu
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import psutil
 
-from backend.protocol.types import NodeCpu, NodeMemory, NodeOs
+from backend.protocol.types.nodes import NodeCpu, NodeMemory, NodeOs
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING
 from backend.components.engines.slots import routing_slots
 from backend.components.nodeinfo.host import read_os
 from backend.components.nodeinfo.telemetry import TelemetryView
-from backend.protocol.types import NodeEngineModels, NodeId, NodeInfo, NodeOs, Ports
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.broker import Ports
+from backend.protocol.types.nodes import NodeEngineModels, NodeInfo, NodeOs
 
 if TYPE_CHECKING:
     from backend.components.engines.component import EnginesComponent

@@ -7,7 +7,7 @@ from backend.core.rpc import Dispatcher
 from backend.protocol import methods
 from backend.protocol.contract import NoParams
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import NodeInfo
+from backend.protocol.types.nodes import NodeInfo
 
 
 def register(dispatcher: Dispatcher, source: NodeInfoSource) -> None:

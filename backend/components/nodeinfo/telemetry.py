@@ -13,7 +13,7 @@ from backend.components.nodeinfo.gpus import DRM_ROOT, NvidiaReader, read_amd_gp
 from backend.components.nodeinfo.host import HostReader, cpu_name
 from backend.core.clock import Clock
 from backend.core.component import Component
-from backend.protocol.types import NodeCpu, NodeGpu, NodeMemory
+from backend.protocol.types.nodes import NodeCpu, NodeGpu, NodeMemory
 
 log = logging.getLogger(__name__)
 

@@ -47,7 +47,8 @@ from backend.protocol.proxy import (
     ProxyTargets,
     SlotApi,
 )
-from backend.protocol.types import Ports, SchedulerStates
+from backend.protocol.types.broker import Ports
+from backend.protocol.types.scheduler import SchedulerStates
 from backend.protocol.worker_methods import (
     PROXY_ADOPT_DOOR,
     PROXY_CLOSE_LISTENERS,

@@ -32,7 +32,8 @@ from backend.protocol.proxy import (
     RouteTarget,
     SlotApi,
 )
-from backend.protocol.types import DiscoveredNode, NodeEngineModels, Ports
+from backend.protocol.types.broker import Ports
+from backend.protocol.types.nodes import DiscoveredNode, NodeEngineModels
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from backend.protocol.proxy import DEFAULT_TIMEOUT_S as DEFAULT_TIMEOUT_S
 from backend.protocol.proxy import DOOR_ENGINES as DOOR_ENGINES
 from backend.protocol.proxy import Door
-from backend.protocol.types import SettingValue
+from backend.protocol.types.settings import SettingValue
 
 ENGINE_DOORS: Mapping[str, Door] = {engine: door for door, engine in DOOR_ENGINES.items()}
 # The settings that move a door at run time (0: the port the node was started with).

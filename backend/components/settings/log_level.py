@@ -3,7 +3,7 @@ choice. A pure decision: the caller applies the level it returns."""
 
 from __future__ import annotations
 
-from backend.protocol.types import LogLevel
+from backend.protocol.types.broker import LogLevel
 
 LEVEL_ENV = "PAIR_LOG_LEVEL"
 

@@ -10,7 +10,8 @@ from backend.core.rpc import Dispatcher
 from backend.protocol import methods
 from backend.protocol.contract import NoParams
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import LogLevel, LogLevelParams, SettingsSnapshot, SettingsUpdate
+from backend.protocol.types.broker import LogLevel, LogLevelParams
+from backend.protocol.types.settings import SettingsSnapshot, SettingsUpdate
 
 
 def register(

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from backend.protocol.types import LOG_LEVELS, SettingSpec, SettingValue
+from backend.protocol.types.broker import LOG_LEVELS
+from backend.protocol.types.settings import SettingSpec, SettingValue
 
 SCHEMA: tuple[SettingSpec, ...] = (
     SettingSpec(

@@ -15,7 +15,7 @@ from backend.components.settings import schema
 from backend.components.settings.view import SettingsView
 from backend.core.clock import Clock
 from backend.protocol import errors
-from backend.protocol.types import SettingsSnapshot, SettingValue
+from backend.protocol.types.settings import SettingsSnapshot, SettingValue
 
 log = logging.getLogger(__name__)
 

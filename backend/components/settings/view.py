@@ -6,7 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from backend.protocol.proxy import PlacementPolicy
-from backend.protocol.types import LOG_LEVELS, LogLevel, NodeId, SettingValue
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.broker import LOG_LEVELS, LogLevel
+from backend.protocol.types.settings import SettingValue
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,10 +29,9 @@ from backend.core.clock import Clock
 from backend.core.component import Component
 from backend.core.rpc import NumberedStream
 from backend.protocol import errors
-from backend.protocol.types import (
+from backend.protocol.types.base import JobKey, NodeId
+from backend.protocol.types.jobs import (
     JobEvent,
-    JobKey,
-    NodeId,
     Workload,
     WorkloadRemoved,
     WorkloadsEvent,

@@ -8,13 +8,8 @@ from backend.core.rpc import Dispatcher, NumberedStream
 from backend.protocol import errors, methods
 from backend.protocol.contract import Method, NoParams
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import (
-    Cleared,
-    Unsubscribed,
-    WorkloadsEvent,
-    WorkloadsQuery,
-    WorkloadsSnapshot,
-)
+from backend.protocol.types.jobs import WorkloadsEvent, WorkloadsQuery, WorkloadsSnapshot
+from backend.protocol.types.results import Cleared, Unsubscribed
 
 MAX_LIMIT = 1000
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from backend.protocol.types import EngineName, JobKey, NodeId
+from backend.protocol.types.base import EngineName, JobKey, NodeId
 
 JobState = Literal["in_flight", "running", "completed", "failed", "cancelled"]
 TERMINAL: frozenset[JobState] = frozenset({"completed", "failed", "cancelled"})

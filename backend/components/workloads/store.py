@@ -7,7 +7,7 @@ from typing import Any, get_args
 
 from backend.components.workloads.state import TERMINAL, Job, JobState
 from backend.core.store import Row, Store
-from backend.protocol.types import EngineName, JobKey, NodeId
+from backend.protocol.types.base import EngineName, JobKey, NodeId
 
 DEFAULT_KEEP_FINISHED = 1000
 COLUMNS = (

@@ -24,7 +24,9 @@ from backend.protocol.custody import Held
 from backend.protocol.errors import BadResult
 from backend.protocol.peer import RpcPeer
 from backend.protocol.proxy import Door, DoorServed, ProxyTargets
-from backend.protocol.types import JobEvent, JobEvents, Ok, SchedulerStates
+from backend.protocol.types.jobs import JobEvent, JobEvents
+from backend.protocol.types.results import Ok
+from backend.protocol.types.scheduler import SchedulerStates
 from backend.protocol.worker_methods import (
     PROXY_ADOPT_DOOR,
     PROXY_EXCLUSIVE,

@@ -25,14 +25,9 @@ from typing import Any
 import pytest
 
 from backend.protocol import errors, methods
-from backend.protocol.types import (
-    EngineActionParams,
-    EngineRef,
-    EngineSetPort,
-    NodeId,
-    NodeScope,
-    ServiceError,
-)
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.broker import ServiceError
+from backend.protocol.types.engines import EngineActionParams, EngineRef, EngineSetPort, NodeScope
 from tests.integration.cluster.test_three_nodes import (
     Host,
     Node,

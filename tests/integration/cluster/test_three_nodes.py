@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from backend.protocol import methods
-from backend.protocol.types import InviteAnswer, InviteParams
+from backend.protocol.types.cluster import InviteAnswer, InviteParams
 from tests.integration.conftest import ROOT, Broker, Client, node_argv, wait_until_serving
 from tests.integration.discovery.test_manual_nodes import FAST
 from tests.integration.discovery.test_multicast_netns import _ip, _netns_available

@@ -16,7 +16,7 @@ from aiohttp import web
 from backend.common import tls
 from backend.components.identity.certificate import mint
 from backend.protocol import errors
-from backend.protocol.types import NodeId
+from backend.protocol.types.base import NodeId
 from tests.integration.conftest import ROOT, Broker, Client, free_port
 
 StartBroker = Callable[..., Broker]

@@ -14,7 +14,7 @@ from backend.components.workloads.state import Job
 from backend.components.workloads.store import WorkloadStore
 from backend.core.clock import SystemClock
 from backend.core.store import Store
-from backend.protocol.types import ManualNode
+from backend.protocol.types.nodes import ManualNode
 from tests.integration.conftest import free_port
 from tests.integration.durability import records
 from tests.integration.engines.conftest import write_override, write_script

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from backend.components.discovery.manual import manual_id
 from backend.components.workloads.state import Job, JobState
-from backend.protocol.types import EngineName, JobKey, ManualNode, NodeId
+from backend.protocol.types.base import EngineName, JobKey, NodeId
+from backend.protocol.types.nodes import ManualNode
 
 SETTINGS_FILE = "settings.json"
 DATABASE_FILE = "pair.db"

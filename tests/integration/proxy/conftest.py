@@ -21,7 +21,8 @@ from backend.devtools.emulators.ollama import build_ollama_app
 from backend.devtools.emulators.ollama_state import OllamaConfig
 from backend.devtools.emulators.server import EmulatorServer
 from backend.protocol.proxy import ProxyTargets, RouteTarget
-from backend.protocol.types import NodeId, Ports
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.broker import Ports
 from backend.workers.proxy.service import BACKOFF_ENV
 from tests.fakes import RecordingErrors
 from tests.support.ports import free_port

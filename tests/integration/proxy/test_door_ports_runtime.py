@@ -14,7 +14,7 @@ import pytest
 
 from backend.components.proxy.listeners import listen_tcp
 from backend.protocol import errors, methods
-from backend.protocol.types import BrokerStatus
+from backend.protocol.types.broker import BrokerStatus
 from tests.integration.conftest import Broker
 from tests.integration.proxy.conftest import StartProxy, free_port, local
 

@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 from backend.protocol import methods
-from backend.protocol.types import ApiKeyCreate, ApiKeyRef
+from backend.protocol.types.apikeys import ApiKeyCreate, ApiKeyRef
 from tests.integration.conftest import ROOT, Broker, Client, free_port
 from tests.integration.engines.conftest import OLLAMA_SHIM, write_override, write_script
 

@@ -21,7 +21,7 @@ from backend.common import tls
 from backend.common.certificates import NodeCredentials
 from backend.components.identity.certificate import mint
 from backend.protocol.proxy import ProxyTargets, RouteTarget
-from backend.protocol.types import NodeId
+from backend.protocol.types.base import NodeId
 from tests.integration.proxy.conftest import LOCAL_NODE, RunningProxy, StartProxy, credentials_for
 from tests.integration.proxy.scripted import ScriptedEngine, start_engine
 

@@ -6,16 +6,10 @@ import pytest
 
 from backend.cli.apikey_commands import NO_ADDRESS, format_created, format_keys, lan_address
 from backend.cli.main import build_parser
-from backend.protocol.types import (
-    ApiKeyCreated,
-    ApiKeyId,
-    ApiKeyInfo,
-    BrokerStatus,
-    DiscoveredNode,
-    NodeId,
-    NodeSource,
-    Ports,
-)
+from backend.protocol.types.apikeys import ApiKeyCreated, ApiKeyId, ApiKeyInfo
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.broker import BrokerStatus, Ports
+from backend.protocol.types.nodes import DiscoveredNode, NodeSource
 
 KEY = ApiKeyInfo(id=ApiKeyId("1a2b3c4d"), name="laptop", prefix="pair-AbCd", created_at=100.0)
 CREATED = ApiKeyCreated(key=KEY, secret="pair-AbCdSECRET")

@@ -19,7 +19,7 @@ from backend.components.apikeys.service import ApiKeysService
 from backend.components.apikeys.store import ApiKeyStore
 from backend.core.store import Store
 from backend.protocol import errors
-from backend.protocol.types import ApiKeyId
+from backend.protocol.types.apikeys import ApiKeyId
 from tests.fakes import FakeClock
 
 

@@ -16,19 +16,16 @@ import pytest
 from backend.cli import client_commands
 from backend.protocol import errors, methods
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import (
-    BrokerStatus,
-    ClusterMember,
-    ClusterStatus,
+from backend.protocol.types.base import EngineName, NodeId
+from backend.protocol.types.broker import BrokerStatus, Ports
+from backend.protocol.types.cluster import ClusterMember, ClusterStatus
+from backend.protocol.types.engines import (
     EngineEvent,
     EngineModels,
-    EngineName,
     EnginesSnapshot,
     InstallProgress,
     MemberEngines,
     MemberEnginesChanged,
-    NodeId,
-    Ports,
     PullProgress,
 )
 

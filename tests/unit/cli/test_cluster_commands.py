@@ -39,22 +39,19 @@ from backend.cli.cluster_format import (
 from backend.cli.main import build_parser, main
 from backend.protocol import methods
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import (
-    BrokerStatus,
+from backend.protocol.types.base import InviteId, NodeId
+from backend.protocol.types.broker import BrokerStatus, Ports, ServiceError
+from backend.protocol.types.cluster import (
     ClusterLeft,
     ClusterMember,
     ClusterStatus,
     Invite,
     InviteChanged,
     InviteDirection,
-    InviteId,
     InviteState,
     MemberRemoved,
     MembershipChanged,
-    NodeId,
-    Ports,
     RemovedFromCluster,
-    ServiceError,
 )
 
 NOW = 1_700_000_000.0

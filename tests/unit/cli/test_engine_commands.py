@@ -18,13 +18,13 @@ from backend.cli.node_ref import KnownNode, with_node
 from backend.cli.progress_bar import ProgressBar, progress_line
 from backend.components.federation import link
 from backend.protocol import errors, methods
-from backend.protocol.types import (
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.engines import (
     EngineActionResult,
     EngineLogs,
     EngineStatus,
     EngineVersions,
     InstallProgressed,
-    NodeId,
     PullProgressed,
 )
 from tests.unit.cli.scripted import (

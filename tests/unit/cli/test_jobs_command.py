@@ -21,9 +21,8 @@ from backend.cli.jobs_command import (
 )
 from backend.cli.main import build_parser
 from backend.protocol import errors, methods
-from backend.protocol.types import (
-    JobKey,
-    NodeId,
+from backend.protocol.types.base import JobKey, NodeId
+from backend.protocol.types.jobs import (
     Workload,
     WorkloadRemoved,
     WorkloadsEvent,

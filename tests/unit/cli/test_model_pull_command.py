@@ -14,10 +14,10 @@ from backend.cli import engine_commands, exit_codes
 from backend.cli.engine_format import describe_model_facts, describe_size
 from backend.cli.main import main
 from backend.protocol import methods
-from backend.protocol.types import (
+from backend.protocol.types.base import EngineName
+from backend.protocol.types.engines import (
     EngineActionResult,
     EngineModels,
-    EngineName,
     ModelDetails,
     PullProgress,
     PullProgressed,

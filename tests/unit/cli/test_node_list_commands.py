@@ -12,7 +12,8 @@ import pytest
 from backend.cli import exit_codes
 from backend.cli.main import main
 from backend.protocol import methods
-from backend.protocol.types import ManualNode, ManualNodeId
+from backend.protocol.types.base import ManualNodeId
+from backend.protocol.types.nodes import ManualNode
 from tests.unit.cli.scripted import StreamingBroker
 
 

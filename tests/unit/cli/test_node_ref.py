@@ -17,7 +17,7 @@ from backend.cli.node_ref import (
 )
 from backend.protocol import errors, methods
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import NodeId
+from backend.protocol.types.base import NodeId
 from tests.unit.cli.scripted import (
     ALICE,
     BOB,

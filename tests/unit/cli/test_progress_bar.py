@@ -10,10 +10,10 @@ import msgspec
 
 from backend.cli.progress_bar import ProgressBar, progress_line
 from backend.protocol import methods
-from backend.protocol.types import (
+from backend.protocol.types.base import EngineName
+from backend.protocol.types.engines import (
     EngineEvent,
     EngineModelsChanged,
-    EngineName,
     InstallProgressed,
     MemberEnginesLeft,
     PullProgressed,

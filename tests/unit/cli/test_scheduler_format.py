@@ -14,9 +14,9 @@ from backend.cli import exit_codes
 from backend.cli.main import main
 from backend.cli.scheduler_format import scheduler_lines
 from backend.protocol import errors, methods
-from backend.protocol.types import (
-    EngineName,
-    EngineStatus,
+from backend.protocol.types.base import EngineName
+from backend.protocol.types.engines import EngineStatus
+from backend.protocol.types.scheduler import (
     ExclusiveOperation,
     ModelQueue,
     SchedulerState,

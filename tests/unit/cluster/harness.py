@@ -32,7 +32,10 @@ from backend.core.clock import SystemClock
 from backend.core.rpc import ClientHub, NumberedStream
 from backend.core.store import Store
 from backend.protocol import methods
-from backend.protocol.types import InviteChanged, NodeEngineModels, NodeId, NodeInfo, NodeOs, Ports
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.broker import Ports
+from backend.protocol.types.cluster import InviteChanged
+from backend.protocol.types.nodes import NodeEngineModels, NodeInfo, NodeOs
 from tests.fakes import FakeClock
 from tests.support.ports import free_port
 

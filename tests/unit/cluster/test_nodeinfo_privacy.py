@@ -13,7 +13,7 @@ import pytest
 
 from backend.common import tls
 from backend.components.nodeinfo.server import is_loopback
-from backend.protocol.types import NodeEngineModels, NodeInfo
+from backend.protocol.types.nodes import NodeEngineModels, NodeInfo
 from tests.fakes import FakeClock
 from tests.unit.cluster.harness import (
     A_ID,

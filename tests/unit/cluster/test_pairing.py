@@ -17,7 +17,7 @@ from backend.components.cluster import peer_client
 from backend.components.cluster.members import Members, MemberStore
 from backend.components.identity.certificate import mint
 from backend.protocol import errors
-from backend.protocol.types import NodeId
+from backend.protocol.types.base import NodeId
 from tests.fakes import FakeClock
 from tests.unit.cluster.harness import Node, free_port, start_node, stop_node
 

@@ -12,7 +12,7 @@ import msgspec
 
 from backend.components.cluster import messages as m
 from backend.components.cluster import peer_client
-from backend.protocol.types import NodeId
+from backend.protocol.types.base import NodeId
 from tests.fakes import FakeClock
 from tests.unit.cluster.harness import Node, start_node, stop_node
 

@@ -15,7 +15,7 @@ from backend.components.cluster.endorsements import Tombstone, prove_removal
 from backend.components.cluster.members import MemberStore
 from backend.components.identity.certificate import mint
 from backend.protocol import errors
-from backend.protocol.types import NodeId
+from backend.protocol.types.base import NodeId
 from tests.fakes import FakeClock
 from tests.unit.cluster.harness import (
     A_ID,

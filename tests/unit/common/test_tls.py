@@ -21,7 +21,7 @@ from backend.common.tls import (
     unverified_client_context,
 )
 from backend.components.identity.certificate import issue, mint
-from backend.protocol.types import NodeId
+from backend.protocol.types.base import NodeId
 
 REFUSED = b""  # the first read after a refused TLS 1.3 client certificate: EOF
 

@@ -29,7 +29,8 @@ from backend.components.engines.manifest import (
 )
 from backend.components.engines.process import EngineLog
 from backend.components.engines.runner import REAL_DRIVERS, EngineDrivers
-from backend.protocol.types import EngineEvent, EngineModelsChanged, EngineName, EngineStatus
+from backend.protocol.types.base import EngineName
+from backend.protocol.types.engines import EngineEvent, EngineModelsChanged, EngineStatus
 from tests.fakes import FakeClock, RecordingErrors
 
 T0 = 1000.0

@@ -38,7 +38,7 @@ from backend.components.identity.certificate import (
     load_or_mint,
     mint,
 )
-from backend.protocol.types import NodeId
+from backend.protocol.types.base import NodeId
 
 
 class FakeVault:

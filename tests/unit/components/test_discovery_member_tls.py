@@ -29,7 +29,9 @@ from backend.core.clock import SystemClock
 from backend.core.rpc import ClientHub, NumberedStream
 from backend.core.store import Store
 from backend.protocol import methods
-from backend.protocol.types import DiscoveredNode, ManualNodeAdd, NodeEngineModels, NodeId, Ports
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.broker import Ports
+from backend.protocol.types.nodes import DiscoveredNode, ManualNodeAdd, NodeEngineModels
 from tests.fakes import FakeClock
 from tests.unit.cluster.harness import (
     A_ID,

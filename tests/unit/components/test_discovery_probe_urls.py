@@ -14,7 +14,7 @@ from aiohttp import web
 from backend.common import tls
 from backend.components.discovery import probe
 from backend.components.identity.certificate import mint
-from backend.protocol.types import NodeId
+from backend.protocol.types.base import NodeId
 
 
 def _has_ipv6_loopback() -> bool:

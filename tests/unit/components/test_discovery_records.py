@@ -18,7 +18,8 @@ from backend.components.discovery.records import (
     service_properties,
 )
 from backend.protocol import errors
-from backend.protocol.types import ManualNode, ManualNodeAdd, Ports
+from backend.protocol.types.broker import Ports
+from backend.protocol.types.nodes import ManualNode, ManualNodeAdd
 
 NODE = "11111111-1111-4111-8111-111111111111"
 PORTS = Ports(node=14320, ollama=11434, openai=1234, llamacpp=8080)

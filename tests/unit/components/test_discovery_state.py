@@ -22,7 +22,8 @@ from backend.components.discovery.state import (
     reduce_telemetry,
 )
 from backend.components.discovery.timing import DiscoveryTiming, telemetry_delay
-from backend.protocol.types import (
+from backend.protocol.types.broker import Ports
+from backend.protocol.types.nodes import (
     NodeCpu,
     NodeEngineModels,
     NodeGpu,
@@ -30,7 +31,6 @@ from backend.protocol.types import (
     NodeMemory,
     NodeOs,
     NodeSource,
-    Ports,
 )
 
 A = "11111111-1111-4111-8111-111111111111"

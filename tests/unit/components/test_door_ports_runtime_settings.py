@@ -11,7 +11,7 @@ import pytest
 from backend.components.proxy.targets import DOOR_PORT_SETTINGS, door_ports
 from backend.components.settings.service import SettingsService
 from backend.protocol import errors
-from backend.protocol.types import SettingsSnapshot, SettingValue
+from backend.protocol.types.settings import SettingsSnapshot, SettingValue
 from tests.fakes import FakeClock
 
 

@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestServer
 
 from backend.components.engines.component import EnginesComponent
 from backend.components.proxy.component import local_engines
-from backend.protocol.types import EngineStateChanged
+from backend.protocol.types.engines import EngineStateChanged
 from tests.unit.components.engine_fakes import (
     ControllerRig,
     FakeWorld,

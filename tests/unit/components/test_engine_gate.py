@@ -26,7 +26,7 @@ from backend.components.engines.component import EnginesComponent
 from backend.components.engines.exclusive import ExclusiveKind
 from backend.components.engines.launch import LaunchSettings
 from backend.protocol import errors
-from backend.protocol.types import (
+from backend.protocol.types.engines import (
     EngineActionName,
     EngineModelsChanged,
     InstallProgressed,

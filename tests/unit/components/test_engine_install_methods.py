@@ -35,7 +35,7 @@ from backend.components.engines.manifest import (
 from backend.components.engines.process import EngineLog
 from backend.components.engines.templating import expand
 from backend.protocol import errors
-from backend.protocol.types import InstallProgress
+from backend.protocol.types.engines import InstallProgress
 from tests.unit.components.local_server import served
 
 GITHUB = "https://github.com/ggml-org/llama.cpp/releases/download/b{version}/{asset}"

@@ -42,7 +42,7 @@ from backend.components.engines.manifest import (
 )
 from backend.core.restart_policy import Streak
 from backend.protocol import errors
-from backend.protocol.types import EngineStatus
+from backend.protocol.types.engines import EngineStatus
 from tests.fakes import RecordingErrors, settle
 from tests.unit.components.engine_fakes import T0, FakeWorld, manual_clock
 

@@ -24,7 +24,7 @@ from backend.components.engines.engine_run import ADOPTED_PORT_CHECK_S
 from backend.components.engines.manifest import Manifest
 from backend.components.nodeinfo.payload import last_engine_models
 from backend.protocol import errors
-from backend.protocol.types import EngineModelsChanged
+from backend.protocol.types.engines import EngineModelsChanged
 from tests.fakes import FakeClock, settle
 from tests.unit.components.engine_fakes import (
     ControllerRig,

@@ -28,7 +28,8 @@ from backend.components.engines.model_store import (
 )
 from backend.devtools.tiny_model import write_model
 from backend.protocol import errors
-from backend.protocol.types import EngineName, ModelDetails, PullProgress
+from backend.protocol.types.base import EngineName
+from backend.protocol.types.engines import ModelDetails, PullProgress
 from tests.fakes import FakeClock
 from tests.unit.components.local_server import served
 

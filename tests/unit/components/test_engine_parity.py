@@ -17,7 +17,7 @@ from app.models.models import restarts_after_delete
 from backend.components.engines import actions
 from backend.components.engines.manifest import bundled_documents
 from backend.protocol import errors
-from backend.protocol.types import InstallProgress, PullProgress
+from backend.protocol.types.engines import InstallProgress, PullProgress
 from tests.unit.components.engine_fakes import (
     FakeWorld,
     bundled_manifest,

@@ -28,7 +28,7 @@ from backend.components.engines.model_store import ModelStore
 from backend.components.settings import schema
 from backend.components.settings.service import SettingsService
 from backend.protocol import errors
-from backend.protocol.types import EngineName
+from backend.protocol.types.base import EngineName
 from tests.fakes import FakeClock, settle
 from tests.unit.components.engine_fakes import (
     ControllerRig,

@@ -30,7 +30,7 @@ from backend.components.engines.manifest import (
 )
 from backend.components.engines.process import EngineLog
 from backend.protocol import errors
-from backend.protocol.types import EngineName
+from backend.protocol.types.base import EngineName
 from tests.fakes import FakeClock
 from tests.unit.components.local_server import served
 

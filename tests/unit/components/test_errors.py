@@ -7,7 +7,7 @@ import pytest
 from backend.components.errors import state
 from backend.components.errors.registry import ErrorsRegistry
 from backend.protocol import errors
-from backend.protocol.types import ErrorAction, ErrorClear, ErrorReport, ServiceError
+from backend.protocol.types.broker import ErrorAction, ErrorClear, ErrorReport, ServiceError
 from tests.fakes import FakeClock
 
 

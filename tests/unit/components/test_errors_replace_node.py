@@ -9,7 +9,8 @@ import pytest
 
 from backend.components.errors import state
 from backend.components.errors.registry import ErrorsRegistry
-from backend.protocol.types import ErrorReport, NodeId, ServiceError
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.broker import ErrorReport, ServiceError
 from tests.fakes import FakeClock
 
 SELF = NodeId("self")

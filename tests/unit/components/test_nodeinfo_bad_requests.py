@@ -22,7 +22,9 @@ from backend.components.nodeinfo.payload import NodeInfoSource
 from backend.components.nodeinfo.server import NODE_INFO_PATH, NodeApiServer
 from backend.components.nodeinfo.telemetry import TelemetryView
 from backend.core.bad_requests import PEER_INTERVAL_S
-from backend.protocol.types import NodeId, NodeOs, Ports
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.broker import Ports
+from backend.protocol.types.nodes import NodeOs
 
 MARK = b"JUNK-7f3a"
 JUNK = [

@@ -23,7 +23,8 @@ from backend.components.nodeinfo.telemetry import (
 )
 from backend.core.rpc import ClientHub, NumberedStream
 from backend.protocol import methods
-from backend.protocol.types import NodeCpu, NodeEngineModels, NodeGpu, NodeMemory, NodeOs, Ports
+from backend.protocol.types.broker import Ports
+from backend.protocol.types.nodes import NodeCpu, NodeEngineModels, NodeGpu, NodeMemory, NodeOs
 from tests.fakes import FakeClock
 
 PORTS = Ports(node=1, ollama=2, openai=3, llamacpp=4)

@@ -16,7 +16,7 @@ import pytest
 from backend.components.nodeinfo.gpus import NvidiaReader, read_amd_gpus
 from backend.components.nodeinfo.host import HostReader, busy_percent, parse_cpuinfo_name
 from backend.components.nodeinfo.telemetry import Collector
-from backend.protocol.types import NodeGpu
+from backend.protocol.types.nodes import NodeGpu
 
 CpuTimes = namedtuple("CpuTimes", "user nice system idle iowait guest guest_nice")
 

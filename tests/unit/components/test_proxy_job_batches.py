@@ -12,7 +12,9 @@ import pytest
 from backend.components.identity.certificate import mint
 from backend.components.proxy.component import ProxyComponent
 from backend.protocol.proxy import ProxyTargets
-from backend.protocol.types import JobEvent, JobEvents, NodeId, Ports
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.broker import Ports
+from backend.protocol.types.jobs import JobEvent, JobEvents
 from backend.protocol.worker_methods import PROXY_JOBS
 from tests.fakes import FakeClock, RecordingErrors
 

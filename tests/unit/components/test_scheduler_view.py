@@ -14,12 +14,14 @@ from backend.components.engines.scheduler_view import NO_SCHEDULERS, SchedulerVi
 from backend.core.rpc import ClientHub, Dispatcher, NumberedStream
 from backend.protocol import methods
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import (
+from backend.protocol.types.base import EngineName
+from backend.protocol.types.engines import (
     EngineEvent,
     EngineModels,
     EngineModelsChanged,
-    EngineName,
     EngineSchedulerChanged,
+)
+from backend.protocol.types.scheduler import (
     ExclusiveOperation,
     ModelQueue,
     SchedulerState,

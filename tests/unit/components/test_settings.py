@@ -13,7 +13,7 @@ from backend.components.settings import schema
 from backend.components.settings.service import SettingsService
 from backend.components.settings.view import SettingsView
 from backend.protocol import errors
-from backend.protocol.types import SettingsSnapshot
+from backend.protocol.types.settings import SettingsSnapshot
 from tests.fakes import FakeClock
 
 

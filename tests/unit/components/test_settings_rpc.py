@@ -11,7 +11,8 @@ from backend.components.settings.log_level import LogLevels
 from backend.components.settings.service import SettingsService
 from backend.core.rpc import Dispatcher
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import LogLevel, LogLevelParams, SettingsSnapshot
+from backend.protocol.types.broker import LogLevel, LogLevelParams
+from backend.protocol.types.settings import SettingsSnapshot
 from tests.fakes import FakeClock
 
 NO_PEER = cast(RpcPeer, None)  # the settings handlers never look at the caller

@@ -18,7 +18,7 @@ from backend.core.rpc import ClientHub, NumberedStream
 from backend.core.store import Store
 from backend.protocol import errors, methods
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import JobEvent, JobEventKind, Workload
+from backend.protocol.types.jobs import JobEvent, JobEventKind, Workload
 from tests.fakes import FakeClock
 from tests.unit.components.workloads_rig import Subscriber, running
 

@@ -18,16 +18,8 @@ from backend.core.rpc import ClientHub, NumberedStream
 from backend.core.store import Store
 from backend.protocol import methods
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import (
-    EngineName,
-    JobEvent,
-    JobEventKind,
-    JobKey,
-    JobState,
-    NodeId,
-    Workload,
-    WorkloadsEvent,
-)
+from backend.protocol.types.base import EngineName, JobKey, NodeId
+from backend.protocol.types.jobs import JobEvent, JobEventKind, JobState, Workload, WorkloadsEvent
 from tests.fakes import FakeClock
 from tests.unit.components.workloads_rig import Subscriber, running
 

@@ -20,7 +20,7 @@ from backend.core.rpc import ClientHub, Dispatcher, NumberedStream
 from backend.core.store import Store
 from backend.protocol import errors, methods
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import WorkloadsEvent, WorkloadsSnapshot
+from backend.protocol.types.jobs import WorkloadsEvent, WorkloadsSnapshot
 from tests.fakes import FakeClock
 from tests.unit.components.workloads_rig import running
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from backend.components.workloads.component import WorkloadsComponent
 from backend.protocol import methods
-from backend.protocol.types import WorkloadsEvent, WorkloadUpserted
+from backend.protocol.types.jobs import WorkloadsEvent, WorkloadUpserted
 
 
 class Subscriber:

@@ -14,7 +14,8 @@ from backend.core.rpc import ClientHub, Dispatcher, NumberedStream
 from backend.core.supervisor import Supervisor
 from backend.protocol import errors, methods
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import ComponentsEvent, NodeId, Ports
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.broker import ComponentsEvent, Ports
 from tests.fakes import FakeClock, RecordingErrors
 
 PORTS = Ports(node=1, ollama=2, openai=3, llamacpp=4)

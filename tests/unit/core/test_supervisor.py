@@ -9,7 +9,7 @@ import pytest
 
 from backend.core.component import Component, FatalError, NotReadyError
 from backend.core.supervisor import Supervisor, crash_error_id
-from backend.protocol.types import ComponentInfo
+from backend.protocol.types.broker import ComponentInfo
 from tests.fakes import FakeClock, RecordingErrors
 
 

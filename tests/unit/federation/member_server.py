@@ -23,7 +23,8 @@ from backend.components.nodeinfo.server import build_app
 from backend.components.nodeinfo.telemetry import TelemetryView
 from backend.core.rpc import ClientHub, Dispatcher
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import NodeOs, Ports
+from backend.protocol.types.broker import Ports
+from backend.protocol.types.nodes import NodeOs
 from tests.fakes import FakeClock
 from tests.unit.cluster.harness import A_ID, B_ID, Node, free_port, pair, start_node, stop_node
 

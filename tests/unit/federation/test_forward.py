@@ -20,15 +20,15 @@ from backend.core.rpc import NOT_FORWARDED, ClientHub, Dispatcher, NumberedStrea
 from backend.protocol import errors, methods
 from backend.protocol.contract import Method
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import (
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.broker import ErrorClear
+from backend.protocol.types.engines import (
     EngineEvent,
     EngineRef,
     EngineSetPort,
     EngineStatus,
-    ErrorClear,
     MemberEnginesChanged,
     MemberEnginesLeft,
-    NodeId,
     NodeScope,
 )
 from tests.unit.cluster.harness import A_ID, B_ID, C_ID

@@ -23,30 +23,26 @@ from backend.core.rpc import NumberedStream
 from backend.protocol import errors, methods
 from backend.protocol.contract import NoParams
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import (
+from backend.protocol.types.base import EngineName, JobKey, NodeId
+from backend.protocol.types.broker import ErrorClear, ServiceError
+from backend.protocol.types.engines import (
     EngineEvent,
     EngineLogs,
     EngineLogsQuery,
     EngineModels,
-    EngineName,
     EngineRef,
     EngineSchedulerChanged,
     EngineSetPort,
     EnginesSnapshot,
     EngineStateChanged,
     EngineStatus,
-    ErrorClear,
-    JobKey,
     MemberEngines,
     MemberEnginesChanged,
-    ModelQueue,
-    NodeId,
     NodeScope,
     PullProgress,
     PullProgressed,
-    SchedulerState,
-    SchedulerStates,
-    ServiceError,
+)
+from backend.protocol.types.jobs import (
     Workload,
     WorkloadRemoved,
     WorkloadsEvent,
@@ -54,6 +50,7 @@ from backend.protocol.types import (
     WorkloadsSnapshot,
     WorkloadUpserted,
 )
+from backend.protocol.types.scheduler import ModelQueue, SchedulerState, SchedulerStates
 from tests.fakes import FakeClock
 from tests.unit.cluster.harness import A_ID, B_ID, C_ID, free_port
 from tests.unit.federation.member_server import MemberServer, member_server, until

@@ -20,7 +20,8 @@ from backend.components.cluster import peer_client
 from backend.components.identity.certificate import mint
 from backend.protocol import contract, errors, jsonrpc, methods
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types import EngineName, EngineRef, EngineStatus, NodeId, NodeScope
+from backend.protocol.types.base import EngineName, NodeId
+from backend.protocol.types.engines import EngineRef, EngineStatus, NodeScope
 from tests.unit.cluster.harness import A_ID, B_ID, C_ID, free_port
 from tests.unit.federation.member_server import (
     MemberServer,

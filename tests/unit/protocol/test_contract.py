@@ -12,16 +12,11 @@ import pytest
 from backend.core.broker_rpc import Uptime
 from backend.protocol import errors, methods
 from backend.protocol.contract import NO_PARAMS, NoParams
-from backend.protocol.types import (
-    EngineName,
-    EngineRef,
-    EngineStatus,
-    NodeId,
-    NodeLeft,
-    NodeTelemetryChanged,
-    Ports,
-    WorkloadRemoved,
-)
+from backend.protocol.types.base import EngineName, NodeId
+from backend.protocol.types.broker import Ports
+from backend.protocol.types.engines import EngineRef, EngineStatus
+from backend.protocol.types.jobs import WorkloadRemoved
+from backend.protocol.types.nodes import NodeLeft, NodeTelemetryChanged
 
 ROOT = Path(__file__).resolve().parents[3]
 RPC_DOC = ROOT / "docs" / "RPC.md"

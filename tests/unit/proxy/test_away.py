@@ -10,7 +10,8 @@ from backend.components.cluster.members import Member, Membership
 from backend.components.proxy.away import AWAY_FOR_S, AwayMemory, local_away
 from backend.components.proxy.table import LocalEngine, TableSource
 from backend.protocol.proxy import AwayModels, ProxyTargets, RouteTarget
-from backend.protocol.types import DiscoveredNode, NodeEngineModels, NodeId
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.nodes import DiscoveredNode, NodeEngineModels
 from backend.workers.proxy.doors.app import CONTEXT_KEY, build_app
 from backend.workers.proxy.routing.candidates import away_owner
 from tests.unit.proxy.test_door_app import _context

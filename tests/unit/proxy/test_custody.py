@@ -16,7 +16,7 @@ from backend.components.proxy.custody import CustodyDesk
 from backend.core.fd_channel import FdChannel, channel_pair
 from backend.protocol import custody
 from backend.protocol.custody import Held, Released
-from backend.protocol.types import JobEvent
+from backend.protocol.types.jobs import JobEvent
 from backend.workers.proxy.channels.custody import Custody, Primed, raw_request
 from backend.workers.proxy.channels.jobs import JobLog
 from backend.workers.proxy.scheduler.engine_scheduler import EngineScheduler, Ticket

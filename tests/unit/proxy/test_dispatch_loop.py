@@ -18,7 +18,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from backend.protocol.proxy import AwayModels, ProxyTargets, RouteTarget, TargetKind
-from backend.protocol.types import JobEvent
+from backend.protocol.types.jobs import JobEvent
 from backend.workers.proxy.channels.jobs import JobLog
 from backend.workers.proxy.context import DoorContext
 from backend.workers.proxy.doors.app import build_app

@@ -20,7 +20,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from backend.protocol.types import JobEvent
+from backend.protocol.types.jobs import JobEvent
 from backend.workers.proxy.channels.jobs import FLUSH_S, JobLog
 from backend.workers.proxy.upstream import stream
 from tests.integration.proxy.scripted import ScriptedEngine

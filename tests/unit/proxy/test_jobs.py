@@ -11,7 +11,8 @@ import msgspec
 from backend.components.workloads.component import parse_report
 from backend.components.workloads.state import Job as WorkloadJob
 from backend.components.workloads.state import apply_in_order
-from backend.protocol.types import JobEvent, JobEvents, NodeId
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.jobs import JobEvent, JobEvents
 from backend.workers.proxy.channels.jobs import Job, JobLog
 
 

@@ -26,7 +26,8 @@ from backend.devtools.emulators.ollama import build_ollama_app
 from backend.devtools.emulators.ollama_state import OllamaConfig
 from backend.devtools.emulators.server import EmulatorServer
 from backend.protocol.proxy import ProxyIdentity, ProxyTargets, RouteTarget
-from backend.protocol.types import JobEvent, NodeId
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.jobs import JobEvent
 from backend.workers.proxy.channels.jobs import JobLog
 from backend.workers.proxy.context import DoorContext
 from backend.workers.proxy.doors.app import build_app

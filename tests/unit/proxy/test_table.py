@@ -18,10 +18,10 @@ from backend.components.proxy.table import (
     timeout_from,
 )
 from backend.protocol.proxy import RouteTarget
-from backend.protocol.types import (
+from backend.protocol.types.base import NodeId
+from backend.protocol.types.nodes import (
     DiscoveredNode,
     NodeEngineModels,
-    NodeId,
     NodeKind,
     NodeSource,
     NodeTelemetry,

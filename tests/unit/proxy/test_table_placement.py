@@ -9,7 +9,7 @@ from backend.components.proxy.table import TableSource, build_table, gpu_samples
 from backend.components.settings.schema import defaults, validate
 from backend.components.settings.view import SettingsView
 from backend.protocol.proxy import GpuSample
-from backend.protocol.types import DiscoveredNode, NodeEngineModels, NodeTelemetry
+from backend.protocol.types.nodes import DiscoveredNode, NodeEngineModels, NodeTelemetry
 from tests.unit.proxy.test_table import TRUSTED, _node
 
 

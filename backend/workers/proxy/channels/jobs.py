@@ -17,7 +17,8 @@ import secrets
 import time
 from collections.abc import Callable
 
-from backend.protocol.types import EngineName, JobEvent, JobEventKind, JobKey, NodeId
+from backend.protocol.types.base import EngineName, JobKey, NodeId
+from backend.protocol.types.jobs import JobEvent, JobEventKind
 
 # Hands the broker events in the order they happened (one notification).
 Notify = Callable[[list[JobEvent]], None]

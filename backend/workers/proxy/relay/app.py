@@ -21,7 +21,7 @@ from aiohttp.typedefs import Handler
 
 from backend.common.tls import peer_certificate
 from backend.protocol.proxy import RouteTarget
-from backend.protocol.types import NodeId
+from backend.protocol.types.base import NodeId
 from backend.workers.proxy.context import DoorContext
 from backend.workers.proxy.doors.app import admit, forward_or_502, inference_paths
 from backend.workers.proxy.doors.errors import ErrorReply

@@ -18,7 +18,7 @@ import aiohttp
 from aiohttp import web
 
 from backend.protocol.proxy import RouteTarget
-from backend.protocol.types import JobKey
+from backend.protocol.types.base import JobKey
 from backend.workers.proxy.relay.peer_tls import PeerTls
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from backend.protocol.proxy import Door, RouteTarget
-from backend.protocol.types import JobKey, NodeId
+from backend.protocol.types.base import JobKey, NodeId
 from backend.workers.proxy.channels.jobs import Job
 from backend.workers.proxy.routing.links import PeerStartedProbe
 from backend.workers.proxy.routing.placement.placer import Placed

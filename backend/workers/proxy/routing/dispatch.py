@@ -24,7 +24,7 @@ from aiohttp import web
 
 from backend.core.clock import Clock
 from backend.protocol.proxy import DOOR_ENGINES, ProxyTargets, RouteTarget
-from backend.protocol.types import JobKey, NodeId
+from backend.protocol.types.base import JobKey, NodeId
 from backend.workers.proxy.channels.custody import Custody
 from backend.workers.proxy.channels.jobs import Job
 from backend.workers.proxy.doors.errors import ErrorReply

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from backend.common.tasks import TaskSet
 from backend.core.clock import Clock
-from backend.protocol.types import SchedulerState
+from backend.protocol.types.scheduler import SchedulerState
 from backend.workers.proxy.scheduler import rules
 from backend.workers.proxy.scheduler.engine_access import EngineAccess, LoadFailed
 from backend.workers.proxy.scheduler.report import scheduler_state

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from itertools import chain
 
-from backend.protocol.types import (
-    EngineName,
+from backend.protocol.types.base import EngineName
+from backend.protocol.types.scheduler import (
     ExclusiveOperation,
     ModelQueue,
     SchedulerState,

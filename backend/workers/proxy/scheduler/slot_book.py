@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from backend.protocol.types import SlotOwners
+from backend.protocol.types.scheduler import SlotOwners
 from backend.workers.proxy.scheduler.rules import choose_slot
 
 
