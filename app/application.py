@@ -48,8 +48,8 @@ from app.stores.cluster import ClusterStore
 from app.stores.components import ComponentsStore
 from app.stores.discovery import DiscoveryStore
 from app.stores.engines import EnginesStore
+from app.stores.jobs import JobsStore
 from app.stores.settings import SettingsStore
-from app.stores.workloads import WorkloadsStore
 from app.tray import Tray, tray_available
 from app.window.about_dialog import AboutDialog
 from app.window.add_node_dialog import AddNodeDialog
@@ -87,7 +87,7 @@ class PairApplication:
         self.connection = connection = BrokerConnection(launch, restart_policy)
         self.discovery_store = discovery = DiscoveryStore(connection)
         self.engines_store = engines = EnginesStore(connection)
-        self.workloads_store = workloads = WorkloadsStore(connection)
+        self.jobs_store = jobs_store = JobsStore(connection)
         self.components_store = ComponentsStore(connection)
         self.cluster_store = ClusterStore(connection)
         self.settings_store = settings = SettingsStore(connection)
@@ -114,7 +114,7 @@ class PairApplication:
         self.models_controller = ModelsController(connection, self.pending, engines, discovery)
         self.jobs = JobsModel()
         self.jobs_controller = JobsController(
-            connection, self.jobs, workloads, discovery, engines=engines
+            connection, self.jobs, jobs_store, discovery, engines=engines
         )
         self.members = MembersModel()
         self.api_keys = ApiKeysModel()
@@ -130,7 +130,7 @@ class PairApplication:
         self.add_node = AddNodeController(connection, discovery, self.cluster_store)
         self.invitee = InviteeController(connection, self.cluster_store)
         self.settings = preferences()
-        self.activity = ActivityController(connection, self.errors, workloads, engines)
+        self.activity = ActivityController(connection, self.errors, jobs_store, engines)
         self.endpoints = EndpointsController(connection, engines, settings)
         self.front_door_settings = FrontDoorSettingsController(connection, settings)
         self.cluster_page = ClusterPage(connection, self.cluster_controller)
@@ -215,7 +215,7 @@ class PairApplication:
         return (
             self.discovery_store,
             self.engines_store,
-            self.workloads_store,
+            self.jobs_store,
             self.components_store,
             self.cluster_store,
         )

@@ -41,6 +41,9 @@ from backend.components.federation.link import LinkSinks
 from backend.components.federation.server import MemberRpc
 from backend.components.identity.certificate import StoredIdentity
 from backend.components.identity.identity import NodeIdentity, report_identity
+from backend.components.jobs import rpc as jobs_rpc
+from backend.components.jobs.component import JobsComponent
+from backend.components.jobs.store import JobRecordStore
 from backend.components.nodeinfo import rpc as nodeinfo_rpc
 from backend.components.nodeinfo.payload import NodeInfoSource, last_engine_models
 from backend.components.nodeinfo.server import NodeApiServer
@@ -59,9 +62,6 @@ from backend.components.proxy.targets import DOOR_PORT_SETTINGS, door_ports
 from backend.components.settings import rpc as settings_rpc
 from backend.components.settings.log_level import LogLevels
 from backend.components.settings.service import CORRUPT_ERROR_ID, SettingsService
-from backend.components.workloads import rpc as workloads_rpc
-from backend.components.workloads.component import WorkloadsComponent
-from backend.components.workloads.store import WorkloadStore
 from backend.core import broker_rpc, logs
 from backend.core.broker_rpc import Readiness, StatusSource, Uptime
 from backend.core.clock import Clock
@@ -155,28 +155,24 @@ def build_node(base: Foundation) -> Node:
     board = MemberEnginesBoard(NumberedStream(methods.ENGINE_EVENT, services.hub))
     schedulers = SchedulerView(board.events)
     engines = _engines(base, services, board, schedulers)
-    workloads = _workloads(base, services)
+    jobs = _jobs(base, services)
     discovery = _discovery(base, services)
     cluster = _cluster(base, services, board)
     apikeys = _apikeys(base, services)
-    proxy = _proxy(
-        base, services, engines, workloads, discovery, cluster.service, apikeys, schedulers
-    )
+    proxy = _proxy(base, services, engines, jobs, discovery, cluster.service, apikeys, schedulers)
     # Exclusive operations on an engine wait for its scheduler in the proxy worker to drain it.
     engines.bind_gate(proxy.gate)
-    federation, member_rpc = _federation(
-        base, services, cluster.service, discovery, workloads, board
-    )
+    federation, member_rpc = _federation(base, services, cluster.service, discovery, jobs, board)
     telemetry, node_api = _node_api(
-        base, services, engines, workloads, proxy, cluster.service, member_rpc
+        base, services, engines, jobs, proxy, cluster.service, member_rpc
     )
     _register_broker(base, services, proxy)
-    # Start order; stop is the reverse. Workloads before the proxy, so the proxy's last job
+    # Start order; stop is the reverse. Jobs before the proxy, so the proxy's last job
     # reports are written; discovery after the node API, so the node is announced once it serves.
     started: list[Component] = [
         control,
         engines,
-        workloads,
+        jobs,
         proxy,
         cluster,
         telemetry,
@@ -303,16 +299,16 @@ def _engines(
     return engines
 
 
-def _workloads(base: Foundation, services: _Services) -> WorkloadsComponent:
-    events = NumberedStream(methods.WORKLOADS_EVENT, services.hub)
-    workloads = WorkloadsComponent(
-        store=WorkloadStore(base.store),
+def _jobs(base: Foundation, services: _Services) -> JobsComponent:
+    events = NumberedStream(methods.JOBS_EVENT, services.hub)
+    jobs = JobsComponent(
+        store=JobRecordStore(base.store),
         clock=base.clock,
         node_id=base.identity.node_id,
         events=events,
     )
-    workloads_rpc.register(services.dispatcher, workloads, events)
-    return workloads
+    jobs_rpc.register(services.dispatcher, jobs, events)
+    return jobs
 
 
 def _discovery(base: Foundation, services: _Services) -> DiscoveryComponent:
@@ -339,7 +335,7 @@ def _proxy(
     base: Foundation,
     services: _Services,
     engines: EnginesComponent,
-    workloads: WorkloadsComponent,
+    jobs: JobsComponent,
     discovery: DiscoveryComponent,
     cluster: ClusterService,
     apikeys: ApiKeysService,
@@ -353,7 +349,7 @@ def _proxy(
         node_id=lambda: node_id,
         local=lambda: local_engines(engines),
         nodes=discovery.nodes,
-        loads=lambda: merged_loads(workloads.pending_by_node(), discovery.nodes()),
+        loads=lambda: merged_loads(jobs.pending_by_node(), discovery.nodes()),
         timeouts=_proxy_timeouts(settings),
         pinned=lambda: settings.view().proxy_pinned_node or "",
         members=lambda: cluster.membership,
@@ -368,9 +364,9 @@ def _proxy(
         targets=table,
         credentials=base.credentials.credentials,
         environment=services.levels.worker_environment,
-        on_job=workloads.on_job_event,
-        on_worker_exit=lambda kept: workloads.fail_unfinished(PROXY_GONE, keep=kept),
-        job_progress=workloads.progress,
+        on_job=jobs.on_job_event,
+        on_worker_exit=lambda kept: jobs.fail_unfinished(PROXY_GONE, keep=kept),
+        job_progress=jobs.progress,
         on_scheduler=schedulers.changed,  # also the empty state once the worker is gone
         load_model=engines.switch_model,
         door_ports=lambda: door_ports(settings.snapshot().values),
@@ -423,7 +419,7 @@ def _federation(
     services: _Services,
     cluster: ClusterService,
     discovery: DiscoveryComponent,
-    workloads: WorkloadsComponent,
+    jobs: JobsComponent,
     board: MemberEnginesBoard,
 ) -> tuple[FederationComponent, MemberRpc]:
     """The member links: this node's calls to other members and the mirrors of their engines,
@@ -444,8 +440,8 @@ def _federation(
     sinks = LinkSinks(
         engines=board.changed,
         errors=services.errors.replace_node,
-        jobs=workloads.mirror_jobs,
-        job_removed=workloads.mirror_removed,
+        jobs=jobs.mirror_jobs,
+        job_removed=jobs.mirror_removed,
     )
     federation = FederationComponent(
         node_id=node_id,
@@ -473,7 +469,7 @@ def _node_api(
     base: Foundation,
     services: _Services,
     engines: EnginesComponent,
-    workloads: WorkloadsComponent,
+    jobs: JobsComponent,
     proxy: ProxyComponent,
     cluster: ClusterService,
     member_rpc: MemberRpc,
@@ -487,7 +483,7 @@ def _node_api(
         name=services.node_name,
         telemetry=telemetry.view,
         engine_models=lambda: last_engine_models(engines),
-        pending_jobs=lambda: workloads.pending_by_node().get(node_id, 0),
+        pending_jobs=lambda: jobs.pending_by_node().get(node_id, 0),
         fingerprint=base.credentials.credentials.fingerprint,
     )
     nodeinfo_rpc.register(services.dispatcher, source)

@@ -26,14 +26,14 @@ import psutil
 
 from backend.protocol import methods
 from backend.protocol.types.base import NodeId
-from backend.protocol.types.jobs import WorkloadsQuery
+from backend.protocol.types.jobs import JobsQuery
 from bench._soak_cluster import Cluster, SoakNode, call
 
 # The last line of a traceback a worker wrote to its stderr: ``[proxy] ImportError: ...``.
 _WORKER_EXCEPTION: Final = re.compile(r"^\[[\w-]+\] [\w.]+(Error|Exception|Exit): ")
 TERMINAL: Final = frozenset({"completed", "failed", "cancelled"})
 JOBS_LIMIT: Final = 1000
-VIEWS_SETTLE_S: Final = 15.0  # the most ``workloads:get-initial`` answers with
+VIEWS_SETTLE_S: Final = 15.0  # the most ``jobs:get-initial`` answers with
 # Below these, growth is noise: a worker's descriptors follow its kept-alive connections (clients,
 # its engine, the other nodes' relays), which come and go with the traffic.
 FLOORS: Final = {"rss": 8 * 1024 * 1024, "fds": 20}
@@ -138,7 +138,7 @@ class JobsAudit:
 async def audit_jobs(cluster: Cluster, settle: float) -> list[JobsAudit]:
     """Each broker's jobs (its RPC), given ``settle`` seconds to finish the last ones.
 
-    ``workloads:get-initial`` answers with the newest 1,000 jobs; the unfinished ones are never
+    ``jobs:get-initial`` answers with the newest 1,000 jobs; the unfinished ones are never
     trimmed from ``pair.db``, so a job left unfinished earlier than those (or a copy this node
     kept of a job it served for another, which the RPC folds into the other's record) is read
     from there (read only) and reported unless the RPC shows it terminal.
@@ -155,20 +155,20 @@ async def audit_jobs(cluster: Cluster, settle: float) -> list[JobsAudit]:
 
 
 async def _audit_node(cluster: Cluster, node: SoakNode) -> JobsAudit:
-    snapshot = await call(node, methods.WORKLOADS_GET_INITIAL, WorkloadsQuery(limit=JOBS_LIMIT))
-    states: Counter[str] = Counter(job.state for job in snapshot.workloads)
-    known = {job.key: job.state for job in snapshot.workloads}
+    snapshot = await call(node, methods.JOBS_GET_INITIAL, JobsQuery(limit=JOBS_LIMIT))
+    states: Counter[str] = Counter(job.state for job in snapshot.jobs)
+    known = {job.key: job.state for job in snapshot.jobs}
     open_keys = [f"{key} {state}" for key, state in known.items() if state not in TERMINAL]
     for key, state in _open_in_store(node.data_dir / "pair.db"):
         if key not in known:  # when it is, the RPC is newer than the last write
             open_keys.append(f"{key} {state} (in pair.db only)")
     views: dict[str, dict[str, tuple[str, float]]] = {}
     for origin in cluster.nodes:
-        query = WorkloadsQuery(limit=JOBS_LIMIT, origin=NodeId(origin.node_id))
-        answer = await call(node, methods.WORKLOADS_GET_INITIAL, query)
-        views[origin.name] = {job.key: (job.state, job.created_at) for job in answer.workloads}
-    horizon = min((job.created_at for job in snapshot.workloads), default=0.0)
-    return JobsAudit(node.name, states, open_keys, len(snapshot.workloads), views, horizon)
+        query = JobsQuery(limit=JOBS_LIMIT, origin=NodeId(origin.node_id))
+        answer = await call(node, methods.JOBS_GET_INITIAL, query)
+        views[origin.name] = {job.key: (job.state, job.created_at) for job in answer.jobs}
+    horizon = min((job.created_at for job in snapshot.jobs), default=0.0)
+    return JobsAudit(node.name, states, open_keys, len(snapshot.jobs), views, horizon)
 
 
 def view_differences(audits: list[JobsAudit]) -> list[str]:

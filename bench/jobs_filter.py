@@ -29,10 +29,10 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from app.models.jobs import JobFilter, JobsFilterModel, JobsModel  # noqa: E402
 from app.window.jobs_page import jobs_table  # noqa: E402
-from backend.protocol.types.jobs import JobState, Workload  # noqa: E402
+from backend.protocol.types.jobs import JobRecord, JobState  # noqa: E402
 
 FRAME_MS = 16.0
-Burst = Workload | str  # an upsert, or the key of a removed job
+Burst = JobRecord | str  # an upsert, or the key of a removed job
 NODES = [f"{n:08x}-0000-4000-8000-000000000000" for n in range(1, 7)]
 MODELS = ["llama3.1:8b", "qwen2.5-coder:14b", "gemma3:12b", "nomic-embed-text", "qwen3-30b-a3b"]
 ENGINES = ["ollama", "lmstudio", "llamacpp"]
@@ -40,14 +40,14 @@ ERRORS = ["out of memory", "the stream ended before the final chunk", "no respon
 NOW = time.time()
 
 
-def make_job(n: int, rng: random.Random, state: JobState | None = None) -> Workload:
+def make_job(n: int, rng: random.Random, state: JobState | None = None) -> JobRecord:
     """Job ``n`` (a higher ``n`` is newer); without ``state``, a finished one (the history)."""
     state = state or rng.choices(("completed", "failed", "cancelled"), weights=(85, 10, 5))[0]
     created = NOW - 100_000 + n * 10
     node = rng.choice(NODES)
     started = created + rng.uniform(0.05, 2) if state != "in_flight" else None
     finished = state not in ("in_flight", "running")
-    return Workload(
+    return JobRecord(
         key=f"{NODES[0]}/bench/{n}", engine=rng.choice(ENGINES), model=rng.choice(MODELS),
         origin=rng.choice(NODES[:2]), run_id="bench", state=state, created_at=created, seq=3,
         attempt=1, path="/api/chat", target=node, serving=node if started else None,
@@ -155,7 +155,7 @@ class Traffic:
         self._model = model
         self._rng = rng
         self._next = first
-        self._unfinished: deque[Workload] = deque(
+        self._unfinished: deque[JobRecord] = deque(
             job for job in reversed(model.rows()) if job.state in ("in_flight", "running")
         )
 

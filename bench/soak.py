@@ -14,7 +14,7 @@ broker restarts it), or node b or c stopped and started again.
 
 Then it audits and prints (``bench/_soak_audit.py``): requests sent, answered OK, failed with a
 clear error, unanswered or hung (must be 0), answered with an unclear error (must be 0); every
-job each broker keeps is terminal (``workloads:get-initial``); the RSS and open descriptors of
+job each broker keeps is terminal (``jobs:get-initial``); the RSS and open descriptors of
 each broker and worker, first-quarter vs last-quarter medians (flagged above ``--max-growth``);
 chaos the product did not recover from; brokers that exited on their own. The last line is
 ``SOAK-AUDIT {json}``. Exit status 0 when every check passed, 1 when one failed, 2 when the
@@ -275,7 +275,7 @@ def _chaos_lines(events: list[ChaosEvent]) -> list[str]:
 
 
 def _jobs_lines(jobs: list[JobsAudit]) -> list[str]:
-    lines = ["", "jobs (each broker's workloads:get-initial, newest 1000):"]
+    lines = ["", "jobs (each broker's jobs:get-initial, newest 1000):"]
     for audit in jobs:
         states = "  ".join(f"{state} {count}" for state, count in sorted(audit.states.items()))
         lines.append(f"  {audit.node}  {states}  not terminal {len(audit.open_keys)}")

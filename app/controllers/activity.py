@@ -16,7 +16,7 @@ from app.controllers.base import Controller
 from app.models.errors import ErrorsModel
 from app.pending import BACKEND, call_timeout
 from app.stores.engines import EnginesStore
-from app.stores.workloads import WorkloadsStore
+from app.stores.jobs import JobsStore
 from backend.protocol import methods
 from backend.protocol.contract import Method
 from backend.protocol.errors import RpcError
@@ -85,7 +85,7 @@ def is_on(engine: EngineStatus) -> bool:
 
 
 class ActivityController(Controller):
-    """Reads the running jobs from the workloads store, this computer's engines from the engines
+    """Reads the running jobs from the jobs store, this computer's engines from the engines
     store, and error severities from the errors model; runs engine switches and installs.
     Owns the command and detection tasks."""
 
@@ -95,13 +95,13 @@ class ActivityController(Controller):
         self,
         connection: BrokerConnection,
         errors: ErrorsModel,
-        workloads: WorkloadsStore,
+        jobs: JobsStore,
         engines: EnginesStore,
         parent: QObject | None = None,
     ) -> None:
         super().__init__(connection, parent)
         self._errors = errors
-        self._workloads = workloads
+        self._jobs = jobs
         self._engines = engines
         self._busy: set[EngineName] = set()  # engines with a command in flight
         self.install_progress: dict[EngineName, str] = {}  # engine -> what its install does
@@ -111,10 +111,10 @@ class ActivityController(Controller):
             signal.connect(self._on_errors_changed)
         errors.dataChanged.connect(self._on_errors_changed)
         for store_signal in (
-            workloads.reset,
-            workloads.cleared,
-            workloads.job_changed,
-            workloads.job_removed,
+            jobs.reset,
+            jobs.cleared,
+            jobs.job_changed,
+            jobs.job_removed,
             engines.reset,
             engines.cleared,
             engines.engine_changed,
@@ -125,12 +125,12 @@ class ActivityController(Controller):
     @property
     def running_jobs(self) -> int:
         """Jobs in flight or running right now."""
-        return sum(job.state in ACTIVE_JOB_STATES for job in self._workloads.jobs.values())
+        return sum(job.state in ACTIVE_JOB_STATES for job in self._jobs.jobs.values())
 
     @property
     def jobs_known(self) -> bool:
         """Whether a jobs snapshot was read in this session."""
-        return self._workloads.loaded
+        return self._jobs.loaded
 
     @property
     def has_error(self) -> bool:

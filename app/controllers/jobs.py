@@ -1,4 +1,4 @@
-"""Keeps ``JobsModel`` equal to the workloads store (every member's jobs) and the names of the
+"""Keeps ``JobsModel`` equal to the jobs store (every member's jobs) and the names of the
 nodes its jobs mention (from the discovery store, and the cluster's members from the engines
 store); clears the history of finished jobs on request."""
 
@@ -13,14 +13,14 @@ from app.controllers.base import Controller
 from app.models.jobs import JobsModel
 from app.stores.discovery import DiscoveryStore, is_self
 from app.stores.engines import EnginesStore
-from app.stores.workloads import WorkloadsStore
+from app.stores.jobs import JobsStore
 from backend.protocol import methods
 from backend.protocol.types.base import JobKey, NodeId
 from backend.protocol.types.nodes import DiscoveredNode
 
 
 class JobsController(Controller):
-    """Shows the workloads store's jobs: the session's first snapshot as one reset, a later one
+    """Shows the jobs store's jobs: the session's first snapshot as one reset, a later one
     (after a gap) as row changes so the selection stays, each event as a row change. Node names
     follow the discovery store's snapshots and changed nodes (names of nodes that left stay).
     The other members (names and the list the node filter offers) follow ``engines``, when
@@ -30,7 +30,7 @@ class JobsController(Controller):
         self,
         connection: BrokerConnection,
         model: JobsModel,
-        workloads: WorkloadsStore,
+        jobs: JobsStore,
         discovery: DiscoveryStore,
         parent: QObject | None = None,
         *,
@@ -38,14 +38,14 @@ class JobsController(Controller):
     ) -> None:
         super().__init__(connection, parent)
         self.model = model
-        self.workloads = workloads
+        self.jobs = jobs
         self.discovery = discovery
         self.engines = engines
         self._session_shown = False  # whether this session's first jobs snapshot is shown
-        workloads.reset.connect(self._on_workloads_reset)
-        workloads.cleared.connect(self._on_workloads_cleared)
-        workloads.job_changed.connect(self._on_workloads_job_changed)
-        workloads.job_removed.connect(self._on_workloads_job_removed)
+        jobs.reset.connect(self._on_jobs_reset)
+        jobs.cleared.connect(self._on_jobs_cleared)
+        jobs.job_changed.connect(self._on_jobs_job_changed)
+        jobs.job_removed.connect(self._on_jobs_job_removed)
         discovery.reset.connect(self._on_discovery_reset)
         discovery.node_changed.connect(self._on_discovery_node_changed)
         if engines is not None:
@@ -54,27 +54,27 @@ class JobsController(Controller):
 
     def clear_history(self) -> None:
         """Ask the broker to delete the finished jobs; their removals come back as events."""
-        call = self.connection.call(methods.WORKLOADS_CLEAR)
+        call = self.connection.call(methods.JOBS_CLEAR)
         self.run_command(call, what="clear the jobs history")
 
-    def _on_workloads_reset(self) -> None:
-        jobs = self.workloads.jobs.values()
+    def _on_jobs_reset(self) -> None:
+        jobs = self.jobs.jobs.values()
         if self._session_shown:  # after a gap the rows shown are comparable: keep the selection
             self.model.sync(jobs)
         else:
             self.model.reset(jobs)
             self._session_shown = True
 
-    def _on_workloads_cleared(self) -> None:
+    def _on_jobs_cleared(self) -> None:
         self._session_shown = False
         self.model.clear()
 
-    def _on_workloads_job_changed(self, key: JobKey) -> None:
-        job = self.workloads.job(key)
+    def _on_jobs_job_changed(self, key: JobKey) -> None:
+        job = self.jobs.job(key)
         if job is not None:
             self.model.upsert(job)
 
-    def _on_workloads_job_removed(self, key: JobKey) -> None:
+    def _on_jobs_job_removed(self, key: JobKey) -> None:
         self.model.remove(key)
 
     def _on_discovery_reset(self) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from enum import IntEnum
 from typing import get_args
 
-from backend.protocol.types.jobs import JobState, Workload
+from backend.protocol.types.jobs import JobRecord, JobState
 
 ALL_STATES: tuple[JobState, ...] = get_args(JobState)
 TERMINAL: frozenset[JobState] = frozenset({"completed", "failed", "cancelled"})
@@ -73,7 +73,7 @@ def format_job_duration(seconds: float, *, live: bool = False) -> str:
     return f"{hours} h {minutes:02d} min"
 
 
-def time_text(job: Workload, now: float) -> str:
+def time_text(job: JobRecord, now: float) -> str:
     """When the job ran (where it ran is the Computer column's): In flight since …, Running
     since …, Ended …."""
     if job.state == "in_flight":
@@ -85,12 +85,12 @@ def time_text(job: Workload, now: float) -> str:
     return ended if ran_on(job) is not None else f"{ended} before reaching a computer"
 
 
-def ran_on(job: Workload) -> str | None:
+def ran_on(job: JobRecord) -> str | None:
     """The node that serves or served the job, else the one it was sent to (None: neither)."""
     return job.serving or job.target
 
 
-def computer_text(job: Workload, label: NodeLabel) -> str:
+def computer_text(job: JobRecord, label: NodeLabel) -> str:
     """Where the job was asked and where it ran: ``desk → laptop``; one name when the same."""
     ran = ran_on(job)
     if ran is None or ran == job.origin:
@@ -98,7 +98,7 @@ def computer_text(job: Workload, label: NodeLabel) -> str:
     return f"{label(job.origin)} → {label(ran)}"
 
 
-def computer_tooltip(job: Workload, label: NodeLabel) -> str:
+def computer_tooltip(job: JobRecord, label: NodeLabel) -> str:
     """The node names and ids behind the Computer cell."""
     lines = [f"Asked on {label(job.origin)} ({job.origin})"]
     ran = ran_on(job)
@@ -108,7 +108,7 @@ def computer_tooltip(job: Workload, label: NodeLabel) -> str:
     return "\n".join(lines)
 
 
-def cell_text(job: Workload, column: int, label: NodeLabel, now: float) -> str:
+def cell_text(job: JobRecord, column: int, label: NodeLabel, now: float) -> str:
     """What one cell shows."""
     match column:
         case JobColumn.STATE:
@@ -127,7 +127,7 @@ def cell_text(job: Workload, column: int, label: NodeLabel, now: float) -> str:
     return " ".join((job.error or "").split())  # one line in the table
 
 
-def cell_tooltip(job: Workload, column: int, label: NodeLabel, now: float) -> str | None:
+def cell_tooltip(job: JobRecord, column: int, label: NodeLabel, now: float) -> str | None:
     """The details behind a cell: timings, node ids, the path, the whole error."""
     match column:
         case JobColumn.MODEL:
@@ -141,7 +141,7 @@ def cell_tooltip(job: Workload, column: int, label: NodeLabel, now: float) -> st
     return None
 
 
-def _timeline(job: Workload, label: NodeLabel, now: float) -> str:
+def _timeline(job: JobRecord, label: NodeLabel, now: float) -> str:
     lines = [f"Received {clock_time(job.created_at, now)} from {label(job.origin)}"]
     if job.target is not None:
         attempt = f" (attempt {job.attempt})" if job.attempt > 1 else ""

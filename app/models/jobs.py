@@ -24,7 +24,7 @@ from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPainter, QPalette, QP
 
 from app.models.job_text import TERMINAL, TITLES, JobColumn, cell_text, cell_tooltip
 from app.models.keyed_table import ROW_ROLE
-from backend.protocol.types.jobs import JobState, Workload
+from backend.protocol.types.jobs import JobRecord, JobState
 
 TICK_MS = 1000
 _NO_PARENT = QModelIndex()
@@ -77,7 +77,7 @@ class JobsModel(QAbstractTableModel):
         super().__init__(parent)
         self._now = now
         self._order: list[SortKey] = []  # oldest first, parallel to _rows
-        self._rows: list[Workload] = []
+        self._rows: list[JobRecord] = []
         self._sort_keys: dict[str, SortKey] = {}
         self._live: set[str] = set()  # unfinished jobs
         self._states: Counter[str] = Counter()
@@ -135,15 +135,15 @@ class JobsModel(QAbstractTableModel):
 
     # Reading ----------------------------------------------------------------------------------
 
-    def row_at(self, row: int) -> Workload:
+    def row_at(self, row: int) -> JobRecord:
         """The job shown at ``row`` (0 is the newest)."""
         return self._rows[len(self._rows) - 1 - row]
 
-    def rows(self) -> list[Workload]:
+    def rows(self) -> list[JobRecord]:
         """Every job, newest first."""
         return self._rows[::-1]
 
-    def get(self, key: str) -> Workload | None:
+    def get(self, key: str) -> JobRecord | None:
         """The job with ``key``, if shown."""
         position = self.position(key)
         return None if position is None else self.row_at(position)
@@ -203,7 +203,7 @@ class JobsModel(QAbstractTableModel):
 
     # Changes ----------------------------------------------------------------------------------
 
-    def upsert(self, job: Workload) -> None:
+    def upsert(self, job: JobRecord) -> None:
         """Insert a new job at its place, or replace a known one (``dataChanged`` if it differs)."""
         known = self._sort_keys.get(job.key)
         if known is not None and known != _sort_key(job):
@@ -231,7 +231,7 @@ class JobsModel(QAbstractTableModel):
         self._after_change(choices)
         return True
 
-    def reset(self, jobs: Iterable[Workload]) -> None:
+    def reset(self, jobs: Iterable[JobRecord]) -> None:
         """Replace every job at once (a new snapshot: one model reset)."""
         unique = sorted({job.key: job for job in jobs}.values(), key=_sort_key)
         before = (set(self._engines), set(self._nodes))
@@ -249,7 +249,7 @@ class JobsModel(QAbstractTableModel):
         self.endResetModel()
         self._after_change(before != (set(self._engines), set(self._nodes)))
 
-    def sync(self, jobs: Iterable[Workload]) -> None:
+    def sync(self, jobs: Iterable[JobRecord]) -> None:
         """Make the table equal a snapshot with row-level changes only (no reset)."""
         wanted = {job.key: job for job in jobs}
         for key in [key for key in self._sort_keys if key not in wanted]:
@@ -294,7 +294,7 @@ class JobsModel(QAbstractTableModel):
 
     # Internals --------------------------------------------------------------------------------
 
-    def _insert(self, job: Workload) -> None:
+    def _insert(self, job: JobRecord) -> None:
         sort_key = _sort_key(job)
         position = bisect_left(self._order, sort_key)
         row = len(self._rows) - position
@@ -307,7 +307,7 @@ class JobsModel(QAbstractTableModel):
         if choices:
             self.choices_changed.emit()
 
-    def _replace(self, position: int, job: Workload) -> None:
+    def _replace(self, position: int, job: JobRecord) -> None:
         old = self._rows[position]
         if old == job:
             return
@@ -318,7 +318,7 @@ class JobsModel(QAbstractTableModel):
         if choices:
             self.choices_changed.emit()
 
-    def _count(self, job: Workload, delta: int) -> bool:
+    def _count(self, job: JobRecord, delta: int) -> bool:
         """Update the tallies for ``job``; True when an engine or node appeared or went."""
         self._states[job.state] += delta
         if delta > 0 and job.state not in TERMINAL:
@@ -349,7 +349,7 @@ class JobsModel(QAbstractTableModel):
         self.names_changed.emit()
 
 
-def _sort_key(job: Workload) -> SortKey:
+def _sort_key(job: JobRecord) -> SortKey:
     return job.created_at, job.key
 
 
@@ -387,7 +387,7 @@ def state_dot(state: JobState) -> QIcon:
     return QIcon(pixmap)
 
 
-def _foreground(job: Workload, column: int) -> QColor | None:
+def _foreground(job: JobRecord, column: int) -> QColor | None:
     if job.state not in TERMINAL:
         return None
     if job.state == "failed" and column in (JobColumn.STATE, JobColumn.ERROR):
@@ -411,12 +411,12 @@ class JobFilter:
         """Whether anything is filtered out."""
         return bool(self.states or self.node or self.engine or self.text.strip())
 
-    def predicate(self) -> Callable[[Workload], bool]:
+    def predicate(self) -> Callable[[JobRecord], bool]:
         """A fast test for one job (checks only what is set)."""
         states, node, engine = self.states, self.node, self.engine
         needle = self.text.strip().casefold()
 
-        def accepts(job: Workload) -> bool:
+        def accepts(job: JobRecord) -> bool:
             if states and job.state not in states:
                 return False
             if engine is not None and job.engine != engine:

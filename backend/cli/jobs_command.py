@@ -20,12 +20,12 @@ from backend.protocol import contract, methods
 from backend.protocol.peer import RpcPeer
 from backend.protocol.types.base import JobKey, NodeId
 from backend.protocol.types.jobs import (
+    JobRecord,
+    JobsEvent,
+    JobsQuery,
+    JobsSnapshot,
     JobState,
-    Workload,
-    WorkloadsEvent,
-    WorkloadsQuery,
-    WorkloadsSnapshot,
-    WorkloadUpserted,
+    JobUpserted,
 )
 
 DEFAULT_LIMIT = 50
@@ -85,20 +85,20 @@ class JobsView:
     only: NodeId | None = None  # show only the jobs this node took part in; None: every job
     names: Mapping[NodeId, str] = field(default_factory=dict)
 
-    def shows(self, workload: Workload) -> bool:
-        """Whether ``workload`` is one to show: ``only`` received, sent or served it."""
+    def shows(self, job: JobRecord) -> bool:
+        """Whether ``job`` is one to show: ``only`` received, sent or served it."""
         if self.only is None:
             return True
-        return self.only in (workload.origin, workload.target, workload.serving)
+        return self.only in (job.origin, job.target, job.serving)
 
-    def query(self, limit: int) -> WorkloadsQuery:
+    def query(self, limit: int) -> JobsQuery:
         """What to ask the broker for: when filtering, as many as it gives, then cut."""
-        return WorkloadsQuery(limit=limit if self.only is None else MAX_LIMIT)
+        return JobsQuery(limit=limit if self.only is None else MAX_LIMIT)
 
-    def select(self, snapshot: WorkloadsSnapshot, limit: int) -> WorkloadsSnapshot:
+    def select(self, snapshot: JobsSnapshot, limit: int) -> JobsSnapshot:
         """The snapshot with only the jobs to show, at most ``limit``, newest first."""
-        shown = [workload for workload in snapshot.workloads if self.shows(workload)]
-        return WorkloadsSnapshot(seq=snapshot.seq, workloads=shown[:limit])
+        shown = [job for job in snapshot.jobs if self.shows(job)]
+        return JobsSnapshot(seq=snapshot.seq, jobs=shown[:limit])
 
 
 async def _view(peer: RpcPeer, *, cluster: bool) -> JobsView:
@@ -116,12 +116,12 @@ def list_jobs(data_dir: str | None, *, limit: int, as_json: bool, cluster: bool 
 async def show_jobs(peer: RpcPeer, *, limit: int, as_json: bool, cluster: bool) -> int:
     """Print the newest jobs (this node's, or with ``cluster`` every one) as a table or JSON."""
     view = await _view(peer, cluster=cluster)
-    raw = await contract.call(peer, methods.WORKLOADS_GET_INITIAL, view.query(limit))
+    raw = await contract.call(peer, methods.JOBS_GET_INITIAL, view.query(limit))
     snapshot = view.select(raw, limit)
     if as_json:
         print(msgspec.json.format(msgspec.json.encode(snapshot)).decode())
     else:
-        print(format_jobs(snapshot.workloads, time.time(), view.names))
+        print(format_jobs(snapshot.jobs, time.time(), view.names))
     return exit_codes.OK
 
 
@@ -131,7 +131,7 @@ def follow_jobs(data_dir: str | None, *, limit: int, as_json: bool, cluster: boo
 
     async def work(peer: RpcPeer) -> int:
         view = await _view(peer, cluster=cluster)
-        snapshot = await contract.call(peer, methods.WORKLOADS_SUBSCRIBE, view.query(limit))
+        snapshot = await contract.call(peer, methods.JOBS_SUBSCRIBE, view.query(limit))
         follower.start(snapshot, view, limit)
         await peer.wait_closed()
         print("pair: the broker stopped", file=sys.stderr)
@@ -161,22 +161,22 @@ class JobsFollower:
         self._as_json = as_json
         self._now = now
         self._seq: int | None = None
-        self._early: list[WorkloadsEvent] = []
+        self._early: list[JobsEvent] = []
         self._view = JobsView()
         self._shown: set[JobKey] = set()
 
     def start(
-        self, snapshot: WorkloadsSnapshot, view: JobsView | None = None, limit: int = MAX_LIMIT
+        self, snapshot: JobsSnapshot, view: JobsView | None = None, limit: int = MAX_LIMIT
     ) -> None:
         """Print the snapshot (what ``view`` shows of it), then any event that came before it."""
         self._seq = snapshot.seq
         self._view = view or JobsView()
-        self._shown = {w.key for w in snapshot.workloads if self._view.shows(w)}
+        self._shown = {w.key for w in snapshot.jobs if self._view.shows(w)}
         selected = self._view.select(snapshot, limit)
         if self._as_json:
             self._out(msgspec.json.encode(selected).decode())
         else:
-            newest_last = list(reversed(selected.workloads))
+            newest_last = list(reversed(selected.jobs))
             self._out(format_jobs(newest_last, self._now(), self._view.names))
         early, self._early = self._early, []
         for event in early:
@@ -184,21 +184,21 @@ class JobsFollower:
 
     def on_push(self, method: str, params: Any) -> None:
         """Handle one push (the CLI connection's notification hook)."""
-        if method != methods.WORKLOADS_EVENT.name:
+        if method != methods.JOBS_EVENT.name:
             return
-        event = methods.WORKLOADS_EVENT.decode(params)
+        event = methods.JOBS_EVENT.decode(params)
         if self._seq is None:
             self._early.append(event)
         else:
             self._show(event)
 
-    def _show(self, event: WorkloadsEvent) -> None:
+    def _show(self, event: JobsEvent) -> None:
         assert self._seq is not None
         if event.seq <= self._seq:
             return  # already in the snapshot
         self._seq = event.seq
-        if isinstance(event, WorkloadUpserted):
-            if event.key not in self._shown and not self._view.shows(event.workload):
+        if isinstance(event, JobUpserted):
+            if event.key not in self._shown and not self._view.shows(event.job):
                 return
             self._shown.add(event.key)
         elif event.key in self._shown:
@@ -207,30 +207,30 @@ class JobsFollower:
             return  # a job this view never showed left the history
         if self._as_json:
             self._out(msgspec.json.encode(event).decode())
-        elif isinstance(event, WorkloadUpserted):
-            self._out(format_job(event.workload, self._now(), self._view.names))
+        elif isinstance(event, JobUpserted):
+            self._out(format_job(event.job, self._now(), self._view.names))
 
 
 def format_jobs(
-    workloads: list[Workload], now: float, names: Mapping[NodeId, str] | None = None
+    jobs: list[JobRecord], now: float, names: Mapping[NodeId, str] | None = None
 ) -> str:
     """The jobs table, in the order given; ``names`` names the nodes it knows."""
-    lines = [HEADER, *(format_job(workload, now, names) for workload in workloads)]
-    if not workloads:
+    lines = [HEADER, *(format_job(job, now, names) for job in jobs)]
+    if not jobs:
         lines.append("no jobs yet")
     return "\n".join(lines)
 
 
-def format_job(workload: Workload, now: float, names: Mapping[NodeId, str] | None = None) -> str:
+def format_job(job: JobRecord, now: float, names: Mapping[NodeId, str] | None = None) -> str:
     """One row of the jobs table: nodes by name where ``names`` knows them, else 8-char ids."""
     known = names or {}
-    serving = workload.serving or workload.target
-    route = f"{_node(workload.origin, known)}→{_node(serving, known)}"
-    error = " ".join((workload.error or "").split())
+    serving = job.serving or job.target
+    route = f"{_node(job.origin, known)}→{_node(serving, known)}"
+    error = " ".join((job.error or "").split())
     return (
-        f"{STATE_LABELS[workload.state]:<11}{_fit(workload.model, MODEL_WIDTH - 1):<{MODEL_WIDTH}}"
-        f"{_fit(workload.engine, 9):<10}{route:<{ROUTE_WIDTH}}{_age(now - workload.created_at):<6}"
-        f"{_duration(workload, now):<10}{error}"
+        f"{STATE_LABELS[job.state]:<11}{_fit(job.model, MODEL_WIDTH - 1):<{MODEL_WIDTH}}"
+        f"{_fit(job.engine, 9):<10}{route:<{ROUTE_WIDTH}}{_age(now - job.created_at):<6}"
+        f"{_duration(job, now):<10}{error}"
     ).rstrip()
 
 
@@ -257,9 +257,9 @@ def _age(seconds: float) -> str:
     return f"{int(seconds)}s"
 
 
-def _duration(workload: Workload, now: float) -> str:
-    end = workload.completed_at if workload.completed_at is not None else now
-    seconds = max(0.0, end - workload.created_at)
+def _duration(job: JobRecord, now: float) -> str:
+    end = job.completed_at if job.completed_at is not None else now
+    seconds = max(0.0, end - job.created_at)
     if seconds < 60:
         return f"{seconds:.1f}s"
     minutes, secs = divmod(int(seconds), 60)

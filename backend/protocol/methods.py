@@ -50,7 +50,7 @@ from backend.protocol.types.engines import (
     EngineVersions,
     NodeScope,
 )
-from backend.protocol.types.jobs import WorkloadsEvent, WorkloadsQuery, WorkloadsSnapshot
+from backend.protocol.types.jobs import JobsEvent, JobsQuery, JobsSnapshot
 from backend.protocol.types.nodes import (
     DiscoveredNode,
     DiscoveryEvent,
@@ -167,29 +167,29 @@ NODES_LIST: Final = Method(
     "nodes:list", NoParams, list[ManualNode], "manual nodes", former="nodes/list"
 )
 
-# Jobs (workloads) seen by this node's front doors ---------------------------------------------
-WORKLOADS_GET_INITIAL: Final = Method(
+# Jobs seen by this node's front doors ---------------------------------------------------------
+JOBS_GET_INITIAL: Final = Method(
     "jobs:get-initial",
-    WorkloadsQuery,
-    WorkloadsSnapshot,
+    JobsQuery,
+    JobsSnapshot,
     "newest jobs",
     former="workloads:get-initial",
 )
-WORKLOADS_SUBSCRIBE: Final = Method(
+JOBS_SUBSCRIBE: Final = Method(
     "jobs:subscribe",
-    WorkloadsQuery,
-    WorkloadsSnapshot,
+    JobsQuery,
+    JobsSnapshot,
     "jobs, then numbered events",
     former="workloads:subscribe",
 )
-WORKLOADS_UNSUBSCRIBE: Final = Method(
+JOBS_UNSUBSCRIBE: Final = Method(
     "jobs:unsubscribe",
     NoParams,
     Unsubscribed,
     "stop jobs:event pushes",
     former="workloads:unsubscribe",
 )
-WORKLOADS_CLEAR: Final = Method(
+JOBS_CLEAR: Final = Method(
     "jobs:clear", NoParams, Cleared, "drop finished jobs", former="workloads:clear"
 )
 
@@ -245,8 +245,8 @@ DISCOVERY_EVENT: Final[Push[DiscoveryEvent]] = Push(
 CLUSTER_EVENT: Final[Push[ClusterEvent]] = Push(
     "cluster:event", ClusterEvent, "numbered, subscribers"
 )
-WORKLOADS_EVENT: Final[Push[WorkloadsEvent]] = Push(
-    "jobs:event", WorkloadsEvent, "numbered, subscribers", former="workloads:event"
+JOBS_EVENT: Final[Push[JobsEvent]] = Push(
+    "jobs:event", JobsEvent, "numbered, subscribers", former="workloads:event"
 )
 
 
@@ -283,9 +283,9 @@ MEMBER_METHODS: Final[frozenset[str]] = frozenset(
         ENGINE_UNSUBSCRIBE,
         ERRORS_GET_INITIAL,
         ERRORS_CLEAR,
-        WORKLOADS_GET_INITIAL,
-        WORKLOADS_SUBSCRIBE,
-        WORKLOADS_UNSUBSCRIBE,
+        JOBS_GET_INITIAL,
+        JOBS_SUBSCRIBE,
+        JOBS_UNSUBSCRIBE,
     )
 )
 

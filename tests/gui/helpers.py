@@ -15,7 +15,7 @@ from app.stores.cluster import ClusterStore
 from app.stores.components import ComponentsStore
 from app.stores.discovery import DiscoveryStore
 from app.stores.engines import EnginesStore
-from app.stores.workloads import WorkloadsStore
+from app.stores.jobs import JobsStore
 from backend.protocol import methods
 from backend.protocol.contract import Method, Push
 
@@ -108,7 +108,7 @@ class Stores:
 
     discovery: DiscoveryStore
     engines: EnginesStore
-    workloads: WorkloadsStore
+    jobs: JobsStore
     components: ComponentsStore
     cluster: ClusterStore
 
@@ -117,13 +117,13 @@ class Stores:
         return cls(
             DiscoveryStore(connection),
             EnginesStore(connection),
-            WorkloadsStore(connection),
+            JobsStore(connection),
             ComponentsStore(connection),
             ClusterStore(connection),
         )
 
     async def close(self) -> None:
-        for store in (self.discovery, self.engines, self.workloads, self.components, self.cluster):
+        for store in (self.discovery, self.engines, self.jobs, self.components, self.cluster):
             await store.close()
 
 

@@ -21,10 +21,10 @@ from app.models.jobs import JobFilter, JobsFilterModel, JobsModel
 from app.models.keyed_table import ROW_ROLE
 from app.stores.discovery import DiscoveryStore
 from app.stores.engines import EnginesStore
-from app.stores.workloads import WorkloadsStore
+from app.stores.jobs import JobsStore
 from app.window.jobs_page import JobsPage, load_filter
 from backend.protocol import methods
-from backend.protocol.types.jobs import Workload
+from backend.protocol.types.jobs import JobRecord
 from tests.gui.helpers import EngineEvents, FakeConnection, settle, wait_until
 
 NOW = 1_750_000_000.0
@@ -51,8 +51,8 @@ def job(n: int, state: str = "completed", **extra: Any) -> dict[str, Any]:
     return fields
 
 
-def workload(n: int, state: str = "completed", **extra: Any) -> Workload:
-    return msgspec.convert(job(n, state, **extra), Workload)
+def record(n: int, state: str = "completed", **extra: Any) -> JobRecord:
+    return msgspec.convert(job(n, state, **extra), JobRecord)
 
 
 def upsert(seq: int, payload: dict[str, Any]) -> dict[str, Any]:
@@ -83,10 +83,10 @@ def model() -> JobsModel:
 
 @pytest.fixture
 async def controller(connection: FakeConnection, model: JobsModel) -> AsyncIterator[JobsController]:
-    workloads, discovery = WorkloadsStore(connection), DiscoveryStore(connection)
-    jobs = JobsController(connection, model, workloads, discovery)
+    jobs_store, discovery = JobsStore(connection), DiscoveryStore(connection)
+    jobs = JobsController(connection, model, jobs_store, discovery)
     yield jobs
-    for closing in (jobs, workloads, discovery):
+    for closing in (jobs, jobs_store, discovery):
         await closing.close()
 
 
@@ -101,7 +101,7 @@ def settings(tmp_path: Path) -> Iterator[QSettings]:
 async def ready_with(
     connection: FakeConnection, model: JobsModel, *jobs: dict[str, Any], seq: int = 10
 ) -> None:
-    connection.script(methods.WORKLOADS_SUBSCRIBE, {"seq": seq, "workloads": list(jobs)})
+    connection.script(methods.JOBS_SUBSCRIBE, {"seq": seq, "workloads": list(jobs)})
     connection.script(
         methods.DISCOVERY_SUBSCRIBE,
         {"seq": 4, "nodes": [node(SELF, "workstation", "self"), node(GPU, "gpu-box")]},
@@ -117,13 +117,13 @@ def test_the_model_keeps_qts_contract_empty_filled_and_through_changes(
     qtmodeltester: ModelTester, model: JobsModel
 ) -> None:
     qtmodeltester.check(model)
-    model.reset([workload(n, state) for n, state in enumerate(["completed", "running", "failed"])])
+    model.reset([record(n, state) for n, state in enumerate(["completed", "running", "failed"])])
     qtmodeltester.check(model)
-    model.upsert(workload(7, "in_flight"))
-    model.upsert(workload(1, "completed"))
-    model.upsert(workload(-5, "cancelled"))  # older than every row: inserted at the bottom
+    model.upsert(record(7, "in_flight"))
+    model.upsert(record(1, "completed"))
+    model.upsert(record(-5, "cancelled"))  # older than every row: inserted at the bottom
     model.remove(f"{SELF}/run1/0")
-    model.sync([workload(7, "running"), workload(9, "in_flight")])
+    model.sync([record(7, "running"), record(9, "in_flight")])
     model.tick()
     model.set_node_names({GPU: "gpu-box"}, SELF)
     model.set_members({LAPTOP: "laptop", GPU: "gpu-box"})
@@ -134,26 +134,26 @@ def test_the_model_keeps_qts_contract_empty_filled_and_through_changes(
 
 def test_the_filter_proxy_keeps_qts_contract(qtmodeltester: ModelTester, model: JobsModel) -> None:
     shown = JobsFilterModel(model)
-    model.reset([workload(n, state) for n, state in enumerate(["completed", "running", "failed"])])
+    model.reset([record(n, state) for n, state in enumerate(["completed", "running", "failed"])])
     qtmodeltester.check(shown)
     shown.set_filter(JobFilter(states=frozenset({"running", "in_flight"})))
-    model.upsert(workload(5, "in_flight"))
-    model.upsert(workload(1, "completed"))
+    model.upsert(record(5, "in_flight"))
+    model.upsert(record(1, "completed"))
     shown.set_filter(JobFilter(text="LLAMA"))
     qtmodeltester.check(shown, force_py=True)
 
 
 def test_rows_are_newest_first_and_change_one_row_at_a_time(qtbot: QtBot, model: JobsModel) -> None:
-    model.reset([workload(2), workload(5, "running"), workload(1)])
+    model.reset([record(2), record(5, "running"), record(1)])
     assert keys(model) == [5, 2, 1]
     with qtbot.assertNotEmitted(model.modelReset), qtbot.waitSignal(model.rowsInserted) as added:
-        model.upsert(workload(9, "in_flight"))
+        model.upsert(record(9, "in_flight"))
     assert added.args[1:] == [0, 0]
     with qtbot.assertNotEmitted(model.modelReset), qtbot.waitSignal(model.dataChanged) as changed:
-        model.upsert(workload(5, "completed"))
+        model.upsert(record(5, "completed"))
     assert (changed.args[0].row(), changed.args[1].column()) == (1, len(JobColumn) - 1)
     with qtbot.assertNotEmitted(model.dataChanged):
-        model.upsert(workload(5, "completed"))  # the same job again
+        model.upsert(record(5, "completed"))  # the same job again
     with qtbot.waitSignal(model.rowsRemoved) as removed:
         assert model.remove(f"{SELF}/run1/2")
     assert removed.args[1:] == [2, 2]
@@ -165,10 +165,10 @@ def test_rows_are_newest_first_and_change_one_row_at_a_time(qtbot: QtBot, model:
 def test_cells_read_as_sentences_with_node_names(model: JobsModel) -> None:
     model.set_node_names({SELF: "workstation", GPU: "gpu-box"}, SELF)
     model.reset([
-        workload(1, "in_flight", serving=None, started_at=None, completed_at=None, attempt=2),
-        workload(2, "running", model="lmstudio-community/qwen3-30b-a3b", engine="lmstudio"),
-        workload(3, "failed", target=LAPTOP, serving=None, started_at=None, error="boom\n  bad"),
-        workload(4, "completed"),
+        record(1, "in_flight", serving=None, started_at=None, completed_at=None, attempt=2),
+        record(2, "running", model="lmstudio-community/qwen3-30b-a3b", engine="lmstudio"),
+        record(3, "failed", target=LAPTOP, serving=None, started_at=None, error="boom\n  bad"),
+        record(4, "completed"),
     ])  # fmt: skip
 
     def cell(n: int, column: JobColumn, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
@@ -196,9 +196,9 @@ def test_cells_read_as_sentences_with_node_names(model: JobsModel) -> None:
     assert cell(4, JobColumn.COMPUTER, Qt.ItemDataRole.ToolTipRole) == (
         f"Asked on workstation ({SELF})\nRan on gpu-box ({GPU})"
     )
-    model.upsert(workload(5, origin=GPU))
+    model.upsert(record(5, origin=GPU))
     assert cell(5, JobColumn.COMPUTER) == "gpu-box"  # asked and ran on one computer
-    model.upsert(workload(6, "cancelled", target=None, serving=None, started_at=None))
+    model.upsert(record(6, "cancelled", target=None, serving=None, started_at=None))
     assert cell(6, JobColumn.COMPUTER) == "workstation"
     assert (
         cell(6, JobColumn.TIME)
@@ -218,7 +218,7 @@ def test_durations_read_compactly() -> None:
 
 
 def test_finished_rows_are_dimmed_and_failures_stay_red(model: JobsModel) -> None:
-    model.reset([workload(1, "running"), workload(2, "completed"), workload(3, "failed")])
+    model.reset([record(1, "running"), record(2, "completed"), record(3, "failed")])
 
     def colour(n: int, column: JobColumn) -> QColor | None:
         row = model.position(f"{SELF}/run1/{n}")
@@ -240,7 +240,7 @@ def test_the_duration_of_unfinished_jobs_ticks_alone(qtbot: QtBot) -> None:
     clock = [NOW]
     model = JobsModel(now=lambda: clock[0], tick_ms=20)
     live = {40: "running", 39: "in_flight", 37: "running", 1: "running"}
-    model.reset([workload(n, live.get(n, "completed")) for n in range(1, 41)])
+    model.reset([record(n, live.get(n, "completed")) for n in range(1, 41)])
     assert model.data(model.index(0, JobColumn.DURATION)) == "16 min 00 s"
     clock[0] += 10
     changes: list[tuple[int, int, int, int]] = []
@@ -254,14 +254,14 @@ def test_the_duration_of_unfinished_jobs_ticks_alone(qtbot: QtBot) -> None:
     assert model.data(model.index(0, JobColumn.DURATION)) == "16 min 10 s"
     assert model.data(model.index(2, JobColumn.DURATION)) == "2.5 s", "finished: fixed"
     for n, state in ((40, "completed"), (39, "failed"), (37, "cancelled"), (1, "completed")):
-        model.upsert(workload(n, state))
+        model.upsert(record(n, state))
     assert not model.ticking, "no unfinished job: no timer"
 
 
 def test_engines_and_nodes_are_tallied_for_the_filter_choices(
     qtbot: QtBot, model: JobsModel
 ) -> None:
-    model.reset([workload(1), workload(2, engine="lmstudio", origin=LAPTOP)])
+    model.reset([record(1), record(2, engine="lmstudio", origin=LAPTOP)])
     assert model.engines() == ["lmstudio", "ollama"]
     assert sorted(model.nodes()) == sorted([SELF, GPU, LAPTOP])
     assert model.finished_count() == 2
@@ -270,17 +270,17 @@ def test_engines_and_nodes_are_tallied_for_the_filter_choices(
     assert model.engines() == ["ollama"]
     assert LAPTOP not in model.nodes()
     with qtbot.assertNotEmitted(model.choices_changed):
-        model.upsert(workload(3))
+        model.upsert(record(3))
 
 
 # Filters --------------------------------------------------------------------------------------
 
 
-def mixed(count: int) -> list[Workload]:
+def mixed(count: int) -> list[JobRecord]:
     states = ["in_flight", "running", "completed", "failed", "cancelled"]
     engines = ["ollama", "lmstudio", "llamacpp"]
     return [
-        workload(
+        record(
             n,
             states[n % 5],
             engine=engines[n % 3],
@@ -326,12 +326,12 @@ def test_the_filter_follows_changes_and_ignores_a_same_filter(
     qtbot: QtBot, model: JobsModel
 ) -> None:
     shown = JobsFilterModel(model)
-    model.reset([workload(1, "running"), workload(2)])
+    model.reset([record(1, "running"), record(2)])
     shown.set_filter(JobFilter(states=frozenset({"running"})))
     assert keys(shown) == [1]
-    model.upsert(workload(1, "completed"))
+    model.upsert(record(1, "completed"))
     assert keys(shown) == []
-    model.upsert(workload(3, "running"))
+    model.upsert(record(3, "running"))
     assert keys(shown) == [3]
     with qtbot.assertNotEmitted(shown.filter_changed):
         shown.set_filter(JobFilter(states=frozenset({"running"})))
@@ -348,7 +348,7 @@ def test_filtering_ten_thousand_jobs(model: JobsModel) -> None:
     shown.set_filter(JobFilter(text="memory"))
     assert shown.rowCount() == sum(w.error is not None for w in jobs)
     for n in range(10_000, 10_100):
-        model.upsert(workload(n, "failed", error="out of memory"))
+        model.upsert(record(n, "failed", error="out of memory"))
     assert shown.rowCount() == sum(w.error is not None for w in jobs) + 100
     assert keys(shown)[0] == 10_099
     shown.set_filter(JobFilter())
@@ -362,17 +362,17 @@ async def test_a_snapshot_then_pushes_change_rows_without_a_reset(
     qtbot: QtBot, connection: FakeConnection, model: JobsModel, controller: JobsController
 ) -> None:
     await ready_with(connection, model, job(2, "running"), job(1), seq=10)
-    assert (methods.WORKLOADS_SUBSCRIBE.name, {"limit": 1000}) in connection.calls
+    assert (methods.JOBS_SUBSCRIBE.name, {"limit": 1000}) in connection.calls
     assert model.data(model.index(0, JobColumn.COMPUTER)) == "workstation → gpu-box"
     assert model.data(model.index(0, JobColumn.TIME)).startswith("Running since")
     with qtbot.assertNotEmitted(model.modelReset):
         with qtbot.waitSignal(model.rowsInserted):
-            connection.push(methods.WORKLOADS_EVENT, upsert(11, job(3, "in_flight")))
+            connection.push(methods.JOBS_EVENT, upsert(11, job(3, "in_flight")))
         with qtbot.waitSignal(model.dataChanged):
-            connection.push(methods.WORKLOADS_EVENT, upsert(12, job(2, "completed")))
+            connection.push(methods.JOBS_EVENT, upsert(12, job(2, "completed")))
         with qtbot.waitSignal(model.rowsRemoved):
-            connection.push(methods.WORKLOADS_EVENT, remove(13, 1))
-        connection.push(methods.WORKLOADS_EVENT, upsert(12, job(2, "failed")))  # already had
+            connection.push(methods.JOBS_EVENT, remove(13, 1))
+        connection.push(methods.JOBS_EVENT, upsert(12, job(2, "failed")))  # already had
     assert keys(model) == [3, 2]
     assert model.row_at(1).state == "completed"
 
@@ -382,24 +382,24 @@ async def test_a_gap_subscribes_again_and_applies_the_snapshot_as_row_changes(
 ) -> None:
     await ready_with(connection, model, job(2, "running"), job(1), seq=10)
     connection.script(
-        methods.WORKLOADS_SUBSCRIBE, {"seq": 20, "workloads": [job(4), job(2, "completed")]}
+        methods.JOBS_SUBSCRIBE, {"seq": 20, "workloads": [job(4), job(2, "completed")]}
     )
     with qtbot.assertNotEmitted(model.modelReset):
-        connection.push(methods.WORKLOADS_EVENT, upsert(15, job(4)))
+        connection.push(methods.JOBS_EVENT, upsert(15, job(4)))
         await wait_until(lambda: keys(model) == [4, 2])
-    assert [call[0] for call in connection.calls].count(methods.WORKLOADS_SUBSCRIBE.name) == 2
+    assert [call[0] for call in connection.calls].count(methods.JOBS_SUBSCRIBE.name) == 2
     assert model.row_at(1).state == "completed"
-    connection.push(methods.WORKLOADS_EVENT, upsert(21, job(5)))
+    connection.push(methods.JOBS_EVENT, upsert(21, job(5)))
     assert keys(model) == [5, 4, 2]
 
 
 async def test_events_that_overtake_the_snapshot_apply_after_it(
     connection: FakeConnection, model: JobsModel, controller: JobsController
 ) -> None:
-    connection.script(methods.WORKLOADS_SUBSCRIBE, {"seq": 10, "workloads": [job(1, "running")]})
+    connection.script(methods.JOBS_SUBSCRIBE, {"seq": 10, "workloads": [job(1, "running")]})
     connection.become_ready()
-    connection.push(methods.WORKLOADS_EVENT, upsert(11, job(1, "completed")))
-    connection.push(methods.WORKLOADS_EVENT, upsert(10, job(1, "failed")))  # in the snapshot
+    connection.push(methods.JOBS_EVENT, upsert(11, job(1, "completed")))
+    connection.push(methods.JOBS_EVENT, upsert(10, job(1, "failed")))  # in the snapshot
     await wait_until(lambda: model.rowCount() == 1)
     await settle()
     assert model.row_at(0).state == "completed"
@@ -411,7 +411,7 @@ async def test_the_session_ending_clears_the_jobs(
     await ready_with(connection, model, job(1), job(2, "running"))
     connection.lose_session(ServiceState.DISCONNECTED)
     assert model.rowCount() == 0
-    connection.push(methods.WORKLOADS_EVENT, upsert(11, job(3)))
+    connection.push(methods.JOBS_EVENT, upsert(11, job(3)))
     await settle()
     assert model.rowCount() == 0, "no subscription until the next session"
 
@@ -498,7 +498,7 @@ async def test_empty_states_say_why_and_show_all_resets_the_filters(
     await ready_with(connection, model)
     assert page.empty_state.headline.text() == "No jobs yet"
     assert page.empty_state.show_all_button.isHidden()
-    connection.push(methods.WORKLOADS_EVENT, upsert(11, job(1)))
+    connection.push(methods.JOBS_EVENT, upsert(11, job(1)))
     assert page.body.currentWidget() is page.table
     page.filter_bar.search_field.setText("no such model")
     assert page.body.currentWidget() is page.empty_state
@@ -527,13 +527,13 @@ async def test_clear_history_asks_then_calls_the_broker_and_the_removals_drop_ro
     assert page.clear_button.isEnabled()
     page.clear_button.click()  # declined
     await settle()
-    assert methods.WORKLOADS_CLEAR.name not in [call[0] for call in connection.calls]
-    connection.script(methods.WORKLOADS_CLEAR, {"cleared": 2})
+    assert methods.JOBS_CLEAR.name not in [call[0] for call in connection.calls]
+    connection.script(methods.JOBS_CLEAR, {"cleared": 2})
     page.clear_button.click()
-    await wait_until(lambda: methods.WORKLOADS_CLEAR.name in [call[0] for call in connection.calls])
+    await wait_until(lambda: methods.JOBS_CLEAR.name in [call[0] for call in connection.calls])
     assert answers == [2, 2]
-    connection.push(methods.WORKLOADS_EVENT, remove(11, 1))
-    connection.push(methods.WORKLOADS_EVENT, remove(12, 3))
+    connection.push(methods.JOBS_EVENT, remove(11, 1))
+    connection.push(methods.JOBS_EVENT, remove(12, 3))
     assert keys(model) == [2]
     assert not page.clear_button.isEnabled(), "nothing finished left to clear"
 
@@ -557,9 +557,9 @@ async def test_columns_fit_their_titles_and_the_newest_job_is_on_top(
 async def test_the_computer_column_and_filter_cover_every_member(
     qtbot: QtBot, connection: FakeConnection, model: JobsModel, settings: QSettings
 ) -> None:
-    workloads, discovery = WorkloadsStore(connection), DiscoveryStore(connection)
+    jobs_store, discovery = JobsStore(connection), DiscoveryStore(connection)
     engines = EnginesStore(connection)
-    jobs = JobsController(connection, model, workloads, discovery, engines=engines)
+    jobs = JobsController(connection, model, jobs_store, discovery, engines=engines)
     members = [
         {"node_id": LAPTOP, "name": "laptop", "reachable": True},  # not on the network list
         {"node_id": GPU, "name": "gpu-box", "reachable": False},
@@ -605,5 +605,5 @@ async def test_the_computer_column_and_filter_cover_every_member(
         combo.activated.emit(0)
         assert keys(page.filter_model) == [4, 3, 2, 1]
     finally:
-        for closing in (jobs, workloads, discovery, engines):
+        for closing in (jobs, jobs_store, discovery, engines):
             await closing.close()

@@ -175,24 +175,24 @@ async def test_other_members_engines_follow_their_events_beside_this_nodes(
 async def test_a_gap_subscribes_again_and_keeps_the_state_until_the_new_snapshot(
     connection: FakeConnection, stores: Stores
 ) -> None:
-    store = stores.workloads
+    store = stores.jobs
     second = pending()
-    connection.script(methods.WORKLOADS_SUBSCRIBE, {"seq": 10, "workloads": [job(1)]}, second)
+    connection.script(methods.JOBS_SUBSCRIBE, {"seq": 10, "workloads": [job(1)]}, second)
     connection.become_ready()
     await wait_until(lambda: store.loaded)
-    connection.push(methods.WORKLOADS_EVENT, upsert(11, 2))
-    connection.push(methods.WORKLOADS_EVENT, upsert(14, 3))  # 12 and 13 went missing
+    connection.push(methods.JOBS_EVENT, upsert(11, 2))
+    connection.push(methods.JOBS_EVENT, upsert(14, 3))  # 12 and 13 went missing
     await settle()
-    assert len(connection.called(methods.WORKLOADS_SUBSCRIBE)) == 2
+    assert len(connection.called(methods.JOBS_SUBSCRIBE)) == 2
     assert list(store.jobs) == ["o/r/1", "o/r/2"]  # shown until the fresh snapshot
-    connection.push(methods.WORKLOADS_EVENT, upsert(21, 4))  # overtakes it
+    connection.push(methods.JOBS_EVENT, upsert(21, 4))  # overtakes it
     resets = Recorder(reset=store.reset)
     second.set_result({"seq": 20, "workloads": [job(3), job(2, "completed")]})
     await wait_until(lambda: resets.seen == [("reset",)])
     assert list(store.jobs) == ["o/r/3", "o/r/2", "o/r/4"]
     done = store.job(JobKey("o/r/2"))
     assert done is not None and done.state == "completed"
-    assert connection.called(methods.WORKLOADS_SUBSCRIBE)[0] == {"limit": 1000}
+    assert connection.called(methods.JOBS_SUBSCRIBE)[0] == {"limit": 1000}
 
 
 async def test_a_lost_session_clears_every_store(
@@ -200,21 +200,21 @@ async def test_a_lost_session_clears_every_store(
 ) -> None:
     connection.script(methods.DISCOVERY_SUBSCRIBE, {"seq": 1, "nodes": [node("a", "alpha")]})
     EngineEvents(connection).script(engine("ollama"), models=NO_MODELS)
-    connection.script(methods.WORKLOADS_SUBSCRIBE, {"seq": 1, "workloads": [job(1)]})
+    connection.script(methods.JOBS_SUBSCRIBE, {"seq": 1, "workloads": [job(1)]})
     component = {"name": "proxy", "kind": "task", "status": "running", "since": 1.0}
     connection.script(methods.COMPONENTS_SUBSCRIBE, {"seq": 1, "components": [component]})
     connection.become_ready()
-    everything = (stores.discovery, stores.engines, stores.workloads, stores.components)
+    everything = (stores.discovery, stores.engines, stores.jobs, stores.components)
     await wait_until(lambda: all(store.loaded for store in everything))
     with qtbot.waitSignals([store.cleared for store in everything]):
         connection.lose_session()
     assert not any(store.loaded for store in everything)
-    assert stores.discovery.nodes == {} and stores.workloads.jobs == {}
+    assert stores.discovery.nodes == {} and stores.jobs.jobs == {}
     assert stores.engines.statuses == {} and stores.engines.models is None
     assert stores.components.components == {}
-    connection.push(methods.WORKLOADS_EVENT, upsert(2, 5))  # from the session that ended
+    connection.push(methods.JOBS_EVENT, upsert(2, 5))  # from the session that ended
     await settle()
-    assert stores.workloads.jobs == {}
+    assert stores.jobs.jobs == {}
 
 
 async def test_a_failed_subscribe_says_why_and_can_be_retried(
@@ -240,17 +240,17 @@ async def test_controllers_reading_one_store_cause_one_subscribe_per_stream(
     pending_actions = PendingActions()
     controllers = [
         NodesController(connection, NodesModel(), stores.discovery, stores.engines),
-        JobsController(connection, JobsModel(), stores.workloads, stores.discovery),
+        JobsController(connection, JobsModel(), stores.jobs, stores.discovery),
         EnginesController(
             connection, EnginesModel(), pending_actions, stores.engines, stores.discovery
         ),
         ModelsController(connection, pending_actions, stores.engines, stores.discovery),
-        ActivityController(connection, ErrorsModel(), stores.workloads, stores.engines),
+        ActivityController(connection, ErrorsModel(), stores.jobs, stores.engines),
     ]
     peer = node("p", "peer", engines={"ollama": {"models": ["x:1b"]}})
     connection.script(methods.DISCOVERY_SUBSCRIBE, {"seq": 3, "nodes": [peer]})
     EngineEvents(connection).script(engine("ollama", "running"))
-    connection.script(methods.WORKLOADS_SUBSCRIBE, {"seq": 1, "workloads": [job(1)]})
+    connection.script(methods.JOBS_SUBSCRIBE, {"seq": 1, "workloads": [job(1)]})
     connection.become_ready()
     nodes, jobs, engines, models, activity = controllers
     await wait_until(lambda: engines.model.get((NodeId("p"), EngineName("ollama"))) is not None)
@@ -259,6 +259,6 @@ async def test_controllers_reading_one_store_cause_one_subscribe_per_stream(
     assert isinstance(models, ModelsController) and "p" in models.models.nodes()
     for method in (methods.DISCOVERY_SUBSCRIBE, methods.ENGINE_SUBSCRIBE):
         assert len(connection.called(method)) == 1, method.name
-    assert len(connection.called(methods.WORKLOADS_SUBSCRIBE)) == 1
+    assert len(connection.called(methods.JOBS_SUBSCRIBE)) == 1
     for controller in controllers:
         await controller.close()

@@ -68,7 +68,7 @@ async def ui(qtbot: QtBot, tmp_path: Path) -> AsyncIterator[TrayUi]:
     service = ServiceController(connection, settings, tmp_path, lambda _url: True)
     components = ComponentsController(connection, ComponentsModel(), stores.components)
     errors = ErrorsController(connection, ErrorsModel(), components)
-    activity = ActivityController(connection, errors.model, stores.workloads, stores.engines)
+    activity = ActivityController(connection, errors.model, stores.jobs, stores.engines)
     tray = Tray(connection, service, activity)
     yield TrayUi(connection, activity, tray, EngineEvents(connection))
     for controller in (activity, errors, components, service):
@@ -79,7 +79,7 @@ async def ui(qtbot: QtBot, tmp_path: Path) -> AsyncIterator[TrayUi]:
 
 
 async def ready(ui: TrayUi, jobs: list[dict[str, Any]], engines: list[dict[str, Any]]) -> None:
-    ui.connection.script(methods.WORKLOADS_SUBSCRIBE, {"seq": 10, "workloads": jobs})
+    ui.connection.script(methods.JOBS_SUBSCRIBE, {"seq": 10, "workloads": jobs})
     ui.engines.script(*engines)
     ui.connection.become_ready()
     await wait_until(lambda: ui.activity.jobs_known, 5, "the jobs snapshot")
@@ -139,25 +139,23 @@ async def test_icon_and_running_count_follow_job_pushes(ui: TrayUi) -> None:
     assert tray.jobs_action.text() == "1 job running"
     assert tray.icon.toolTip() == "PAIR service: Ready\n1 job running"
     working_icon = tray.icon.icon().cacheKey()
-    ui.connection.push(methods.WORKLOADS_EVENT, upsert(11, "b", "in_flight"))
+    ui.connection.push(methods.JOBS_EVENT, upsert(11, "b", "in_flight"))
     assert tray.jobs_action.text() == "2 jobs running"
-    ui.connection.push(methods.WORKLOADS_EVENT, upsert(12, "a", "completed"))
-    ui.connection.push(methods.WORKLOADS_EVENT, {"seq": 13, "event": "remove", "key": "b"})
+    ui.connection.push(methods.JOBS_EVENT, upsert(12, "a", "completed"))
+    ui.connection.push(methods.JOBS_EVENT, {"seq": 13, "event": "remove", "key": "b"})
     assert tray.jobs_action.text() == "No jobs running"
     assert tray.status is OverallStatus.READY
     assert tray.icon.icon().cacheKey() != working_icon
-    ui.connection.push(methods.WORKLOADS_EVENT, upsert(13, "c", "running"))  # already applied
+    ui.connection.push(methods.JOBS_EVENT, upsert(13, "c", "running"))  # already applied
     assert tray.jobs_action.text() == "No jobs running"
 
 
 async def test_a_gap_in_job_events_subscribes_again(ui: TrayUi) -> None:
     await ready(ui, [], [])
-    ui.connection.script(
-        methods.WORKLOADS_SUBSCRIBE, {"seq": 20, "workloads": [job("x", "running")]}
-    )
-    ui.connection.push(methods.WORKLOADS_EVENT, upsert(15, "lost", "running"))
+    ui.connection.script(methods.JOBS_SUBSCRIBE, {"seq": 20, "workloads": [job("x", "running")]})
+    ui.connection.push(methods.JOBS_EVENT, upsert(15, "lost", "running"))
     await wait_until(lambda: ui.tray.jobs_action.text() == "1 job running", 5, "the new snapshot")
-    subscribes = [m for m, _ in ui.connection.calls if m == methods.WORKLOADS_SUBSCRIBE.name]
+    subscribes = [m for m, _ in ui.connection.calls if m == methods.JOBS_SUBSCRIBE.name]
     assert len(subscribes) == 2
 
 

@@ -79,7 +79,7 @@ async def first_run(
     qapp.setQuitOnLastWindowClosed(False)
     connection = FakeConnection()
     stores = Stores.build(connection)
-    activity = ActivityController(connection, ErrorsModel(), stores.workloads, stores.engines)
+    activity = ActivityController(connection, ErrorsModel(), stores.jobs, stores.engines)
     settings = SettingsStore(connection)
     endpoints = EndpointsController(connection, stores.engines, settings)
     preferences = QSettings(str(preferences_file), QSettings.Format.IniFormat)

@@ -19,7 +19,7 @@ import pytest
 from backend.devtools.demo import connect
 from backend.protocol import contract, methods
 from backend.protocol.contract import Method
-from backend.protocol.types.jobs import WorkloadsQuery
+from backend.protocol.types.jobs import JobsQuery
 from backend.protocol.types.nodes import DiscoveredNode
 from tests.integration.conftest import ROOT
 
@@ -121,13 +121,13 @@ async def test_demo_runs_three_nodes_fills_jobs_and_stops_every_process(
     cluster = await _until(entry, methods.CLUSTER_STATUS, None, lambda s: len(s.members) == 2)
     assert sorted(member.name for member in cluster.members) == ["gpu-box", "laptop"]
     assert "laptop paired" in demo.text()
-    jobs = await _until(
+    snapshot = await _until(
         entry,
-        methods.WORKLOADS_GET_INITIAL,
-        WorkloadsQuery(limit=50),
-        lambda s: any(job.state == "completed" for job in s.workloads),
+        methods.JOBS_GET_INITIAL,
+        JobsQuery(limit=50),
+        lambda s: any(job.state == "completed" for job in s.jobs),
     )
-    assert all(job.origin == statuses[0].node_id for job in jobs.workloads)
+    assert all(job.origin == statuses[0].node_id for job in snapshot.jobs)
     output = demo.text()
     gpu_box = next(line for line in output.splitlines() if line.startswith("  gpu-box"))
     assert "llama-server (real" in gpu_box or "llama-server not installed; skipping" in output

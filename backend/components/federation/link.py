@@ -4,7 +4,7 @@ broker over mutual TLS (a WebSocket on its node API, ``server.LINK_PATH``).
 While the link is up it mirrors three things of the member's own (never what the member itself
 mirrors of others): its engines, models and progress (the numbered ``engine`` stream), its open
 errors (``errors:update`` is only a signal: the list is fetched again, so answers cannot
-overtake each other) and the jobs its front doors received (the numbered ``workloads`` stream,
+overtake each other) and the jobs its front doors received (the numbered ``jobs`` stream,
 ``origin`` = the member). A gap in a numbered stream, or anything malformed, closes the link;
 the next one starts from fresh snapshots, so what was missed is backfilled. An engine event of
 a kind this node does not know (a newer member's) only counts in its stream. The member's
@@ -54,11 +54,11 @@ from backend.protocol.types.engines import (
     PullProgressed,
 )
 from backend.protocol.types.jobs import (
-    Workload,
-    WorkloadRemoved,
-    WorkloadsEvent,
-    WorkloadsQuery,
-    WorkloadUpserted,
+    JobRecord,
+    JobRemoved,
+    JobsEvent,
+    JobsQuery,
+    JobUpserted,
 )
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ class LinkSinks:
 
     engines: Callable[[MemberEngines], None]
     errors: Callable[[NodeId, list[ServiceError]], None]
-    jobs: Callable[[NodeId, Sequence[Workload], bool], None]
+    jobs: Callable[[NodeId, Sequence[JobRecord], bool], None]
     job_removed: Callable[[NodeId, JobKey], None]
 
 
@@ -260,17 +260,17 @@ class MemberLink:
         self._peer = peer
         async with asyncio.timeout(SYNC_TIMEOUT_S):
             engines = await contract.call(peer, methods.ENGINE_SUBSCRIBE)
-            query = WorkloadsQuery(limit=MIRRORED_JOBS, origin=self.node_id)
-            jobs = await contract.call(peer, methods.WORKLOADS_SUBSCRIBE, query)
+            query = JobsQuery(limit=MIRRORED_JOBS, origin=self.node_id)
+            records = await contract.call(peer, methods.JOBS_SUBSCRIBE, query)
         self._unreachable = False
         self._failures = 0
         self._reason = ""
         self._engine_seq = engines.seq
         self._publish(_member_state(self._state, engines))
-        self._jobs_seq = jobs.seq
+        self._jobs_seq = records.seq
         # A full page may leave older unfinished jobs out: only a shorter one lists them all.
-        complete = len(jobs.workloads) < MIRRORED_JOBS
-        self._sinks.jobs(self.node_id, jobs.workloads, complete)
+        complete = len(records.jobs) < MIRRORED_JOBS
+        self._sinks.jobs(self.node_id, records.jobs, complete)
         held, self._held = self._held, []
         for method, params in held:
             self._apply_push(method, params)
@@ -314,7 +314,7 @@ class MemberLink:
         if method == methods.ERRORS_UPDATE.name:
             self._errors_wanted.set()
             return
-        if method not in (methods.ENGINE_EVENT.name, methods.WORKLOADS_EVENT.name):
+        if method not in (methods.ENGINE_EVENT.name, methods.JOBS_EVENT.name):
             return  # settings and the like are the member's own business
         if self._engine_seq is None or self._jobs_seq is None:
             if len(self._held) >= MAX_HELD_EVENTS:
@@ -335,7 +335,7 @@ class MemberLink:
                 newer = _NewerEvent(seq=seq) if seq is not None else None
                 self._engine_event(newer or methods.ENGINE_EVENT.decode(params))
             else:
-                self._jobs_event(methods.WORKLOADS_EVENT.decode(params))
+                self._jobs_event(methods.JOBS_EVENT.decode(params))
         except errors.BadResult as exc:
             raise _Resync(f"malformed push: {exc}") from None
 
@@ -374,7 +374,7 @@ class MemberLink:
             case _:
                 pass  # what the member mirrors of others is theirs to tell
 
-    def _jobs_event(self, event: WorkloadsEvent) -> None:
+    def _jobs_event(self, event: JobsEvent) -> None:
         assert self._jobs_seq is not None
         if event.seq <= self._jobs_seq:
             return
@@ -382,9 +382,9 @@ class MemberLink:
             raise _Resync(f"job events {self._jobs_seq + 1}-{event.seq - 1} are missing")
         self._jobs_seq = event.seq
         match event:
-            case WorkloadUpserted(workload=workload) if workload.origin == self.node_id:
-                self._sinks.jobs(self.node_id, [workload], False)
-            case WorkloadRemoved(key=key):
+            case JobUpserted(job=record) if record.origin == self.node_id:
+                self._sinks.jobs(self.node_id, [record], False)
+            case JobRemoved(key=key):
                 self._sinks.job_removed(self.node_id, key)
             case _:
                 pass

@@ -1,8 +1,10 @@
-"""Jobs: the proxy worker's job events and the jobs list (``workloads:*``)."""
+"""Jobs: the proxy worker's job events and the jobs list (``jobs:*``)."""
 
 from __future__ import annotations
 
 from typing import Literal
+
+import msgspec
 
 from backend.protocol.types.base import EngineName, JobKey, NodeId, Wire
 
@@ -43,8 +45,8 @@ class JobEvents(Wire, frozen=True, kw_only=True):
     events: list[JobEvent]
 
 
-class Workload(Wire, frozen=True, kw_only=True, omit_defaults=True):
-    """One job as ``workloads:*`` and ``pair jobs`` show it (the reducer's state, stored)."""
+class JobRecord(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """One job as ``jobs:*`` and ``pair jobs`` show it (the reducer's state, stored)."""
 
     key: JobKey
     engine: EngineName
@@ -63,35 +65,37 @@ class Workload(Wire, frozen=True, kw_only=True, omit_defaults=True):
     error: str | None = None
 
 
-class WorkloadsSnapshot(Wire, frozen=True, kw_only=True):
+class JobsSnapshot(Wire, frozen=True, kw_only=True):
     """Answer to ``jobs:get-initial`` / ``jobs:subscribe``: newest first.
 
-    Apply later ``jobs:event`` pushes whose ``seq`` is greater.
+    Apply later ``jobs:event`` pushes whose ``seq`` is greater. ``jobs`` keeps its former wire
+    name, ``workloads``, so earlier members and clients still read it.
     """
 
     seq: int
-    workloads: list[Workload]
+    jobs: list[JobRecord] = msgspec.field(name="workloads")
 
 
-class WorkloadUpserted(Wire, frozen=True, kw_only=True, tag_field="event", tag="upsert"):
-    """A job appeared or changed: the whole job."""
+class JobUpserted(Wire, frozen=True, kw_only=True, tag_field="event", tag="upsert"):
+    """A job appeared or changed: the whole job (``job`` keeps its former wire name,
+    ``workload``)."""
 
     seq: int
     key: JobKey
-    workload: Workload
+    job: JobRecord = msgspec.field(name="workload")
 
 
-class WorkloadRemoved(Wire, frozen=True, kw_only=True, tag_field="event", tag="remove"):
+class JobRemoved(Wire, frozen=True, kw_only=True, tag_field="event", tag="remove"):
     """A job left the history (cleared or trimmed)."""
 
     seq: int
     key: JobKey
 
 
-WorkloadsEvent = WorkloadUpserted | WorkloadRemoved
+JobsEvent = JobUpserted | JobRemoved
 
 
-class WorkloadsQuery(Wire, frozen=True, kw_only=True, omit_defaults=True):
+class JobsQuery(Wire, frozen=True, kw_only=True, omit_defaults=True):
     """Parameters of ``jobs:get-initial``: at most ``limit`` jobs, newest first; with
     ``origin``, only the jobs that node received (what a member mirrors)."""
 

@@ -290,23 +290,23 @@ async def test_one_job_history_for_the_cluster_with_backfill(
         await _chat(c.host, doors[2], "on-b:latest")  # asked at C, served by B over the relay
         await _chat(a.host, doors[0], "on-b:latest")  # asked at A, served by B
 
-        def origins(jobs: Any) -> list[str]:
-            return sorted(w.origin for w in jobs.workloads)
+        def origins(snapshot: Any) -> list[str]:
+            return sorted(job.origin for job in snapshot.jobs)
 
-        jobs = await _until(
+        listed = await _until(
             ca,
-            methods.WORKLOADS_GET_INITIAL,
+            methods.JOBS_GET_INITIAL,
             lambda j: (
                 origins(j) == sorted([a_id, b_id, c_id])
-                and all(w.state == "completed" for w in j.workloads)
+                and all(job.state == "completed" for job in j.jobs)
             ),
         )
-        assert len({w.key for w in jobs.workloads}) == 3, "one row per request"
-        assert all(w.serving == b_id for w in jobs.workloads)
+        assert len({job.key for job in listed.jobs}) == 3, "one row per request"
+        assert all(job.serving == b_id for job in listed.jobs)
         # B served all three; still one row each at B (its relay copies are folded in).
         await _until(
             cb,
-            methods.WORKLOADS_GET_INITIAL,
+            methods.JOBS_GET_INITIAL,
             lambda j: origins(j) == sorted([a_id, b_id, c_id]),
         )
 
@@ -314,7 +314,7 @@ async def test_one_job_history_for_the_cluster_with_backfill(
     a.broker.stop()
     async with b.broker.connect() as cb:
         await _chat(b.host, doors[1], "on-b:latest")
-        missed = (await cb.typed(methods.WORKLOADS_GET_INITIAL, {"limit": 1})).workloads[0]
+        missed = (await cb.typed(methods.JOBS_GET_INITIAL, {"limit": 1})).jobs[0]
         assert missed.origin == b_id
     b.broker.stop()
     a2 = start_node(a.host, "a", "", again=a)
@@ -322,15 +322,15 @@ async def test_one_job_history_for_the_cluster_with_backfill(
         await _until(
             ca, methods.ERRORS_GET_INITIAL, lambda e: _errors_of(e, b_id) == ["cluster:unreachable"]
         )
-        held = await ca.typed(methods.WORKLOADS_GET_INITIAL)
-        assert missed.key not in [w.key for w in held.workloads]
-        assert len([w for w in held.workloads if w.origin == b_id]) == 1, "kept across restarts"
+        held = await ca.typed(methods.JOBS_GET_INITIAL)
+        assert missed.key not in [job.key for job in held.jobs]
+        assert len([job for job in held.jobs if job.origin == b_id]) == 1, "kept across restarts"
         start_node(b.host, "b", "", again=b)
         backfilled = await _until(
             ca,
-            methods.WORKLOADS_GET_INITIAL,
-            lambda j: missed.key in [w.key for w in j.workloads],
+            methods.JOBS_GET_INITIAL,
+            lambda j: missed.key in [job.key for job in j.jobs],
             timeout=40,
         )
-        assert [w.state for w in backfilled.workloads if w.key == missed.key] == ["completed"]
+        assert [job.state for job in backfilled.jobs if job.key == missed.key] == ["completed"]
         await _until(ca, methods.ERRORS_GET_INITIAL, lambda e: _errors_of(e, b_id) == [])

@@ -279,8 +279,8 @@ async def _chat_until_served(host: Host, door: str) -> None:
 
 
 async def _last_serving(client: Client) -> str | None:
-    jobs = await client.typed(methods.WORKLOADS_GET_INITIAL, {"limit": 5})
-    return jobs.workloads[0].serving
+    snapshot = await client.typed(methods.JOBS_GET_INITIAL, {"limit": 5})
+    return snapshot.jobs[0].serving
 
 
 async def test_a_non_member_gets_403_on_member_routes_and_no_requests(

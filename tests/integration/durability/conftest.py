@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from backend.components.discovery.manual import ManualNodeStore
+from backend.components.jobs.state import Job
+from backend.components.jobs.store import JobRecordStore
 from backend.components.settings.service import SettingsService
-from backend.components.workloads.state import Job
-from backend.components.workloads.store import WorkloadStore
 from backend.core.clock import SystemClock
 from backend.core.store import Store
 from backend.protocol.types.nodes import ManualNode
@@ -47,7 +47,7 @@ async def reopen(data_dir: Path) -> Reopened:
     store = Store(data_dir / records.DATABASE_FILE)
     await store.open()
     try:
-        jobs = await WorkloadStore(store, keep_finished=records.KEEP_FINISHED).load()
+        jobs = await JobRecordStore(store, keep_finished=records.KEEP_FINISHED).load()
         nodes = await ManualNodeStore(store).load()
         quick_check = (await store.fetch_all("PRAGMA quick_check"))[0][0]
     finally:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from backend.components.discovery.manual import manual_id
-from backend.components.workloads.state import Job, JobState
+from backend.components.jobs.state import Job, JobState
 from backend.protocol.types.base import EngineName, JobKey, NodeId
 from backend.protocol.types.nodes import ManualNode
 

@@ -3,7 +3,7 @@
 ``python -m tests.integration.durability.store_writer DATA_DIR CYCLE FIRST_SETTING SEED``
 opens ``pair.db`` and ``settings.json`` in DATA_DIR the way the broker does, prints ``ready``,
 then runs three writers at once, as the broker would: jobs (batches of new and advancing
-jobs through ``WorkloadStore.save``), manual nodes (``ManualNodeStore`` inserts and deletes)
+jobs through ``JobRecordStore.save``), manual nodes (``ManualNodeStore`` inserts and deletes)
 and settings (``SettingsService.update``, which blocks the loop as in the broker). Each line
 is printed only after its commit returned (``J key seq``, ``M+ n``, ``M- id``, ``S n``); an
 operation that may be cut is announced first (``M?+ n``, ``M?- id``, ``S? n``). The contents
@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 
 from backend.components.discovery.manual import ManualNodeStore
+from backend.components.jobs.store import JobRecordStore
 from backend.components.settings.service import SettingsService
-from backend.components.workloads.store import WorkloadStore
 from backend.core.clock import SystemClock
 from backend.core.store import Store
 from tests.integration.durability import records
@@ -33,7 +33,7 @@ def _say(text: str) -> None:
     sys.stdout.flush()
 
 
-async def write_jobs(jobs: WorkloadStore, cycle: int, rng: random.Random) -> None:
+async def write_jobs(jobs: JobRecordStore, cycle: int, rng: random.Random) -> None:
     """New jobs and later events of open ones, saved in batches."""
     open_jobs: dict[str, int] = {}
     number = 0
@@ -99,7 +99,7 @@ async def main(data_dir: Path, cycle: int, first_setting: int, seed: int) -> Non
         on_corrupt=lambda message: _say(f"corrupt {message}"),
     )
     settings.load()
-    jobs = WorkloadStore(store, keep_finished=records.KEEP_FINISHED)
+    jobs = JobRecordStore(store, keep_finished=records.KEEP_FINISHED)
     await jobs.load()  # what the broker does at start (prunes, reads every row)
     _say("ready")
     async with asyncio.TaskGroup() as group:

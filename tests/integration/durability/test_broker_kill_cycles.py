@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from backend.components.workloads.store import DEFAULT_KEEP_FINISHED
+from backend.components.jobs.store import DEFAULT_KEEP_FINISHED
 from backend.protocol.errors import RpcError
 from tests.integration.conftest import Broker, Client
 from tests.integration.durability import records
@@ -112,7 +112,7 @@ async def _check(client: Client, acked: Acknowledged) -> list[str]:
             problems.append(f"manual node {node}: found {found}")
     for node_id in listed.keys() - acked.nodes.keys() - acked.nodes_uncertain:
         problems.append(f"manual node {node_id} was never added")
-    snapshot = await client.call("workloads:get-initial", {"limit": 1000})
+    snapshot = await client.call("jobs:get-initial", {"limit": 1000})
     jobs = {job["key"]: job for job in snapshot["workloads"]}
     for key, (seq, _) in _newest(acked.jobs):
         if key not in jobs or jobs[key]["seq"] < seq:

@@ -96,7 +96,7 @@ def _proxy_pid(status: dict[str, Any]) -> int | None:
 
 
 async def _open_jobs(client: Client) -> list[dict[str, Any]]:
-    snapshot = await client.call("workloads:get-initial", {"limit": 1000})
+    snapshot = await client.call("jobs:get-initial", {"limit": 1000})
     return [job for job in snapshot["workloads"] if job["state"] in ("in_flight", "running")]
 
 
@@ -122,7 +122,7 @@ async def test_a_killed_worker_loses_no_waiting_request_and_leaves_no_job_open(
             sent_after = await asyncio.gather(*after)
         restarted = _proxy_pid(await client.call("status"))
         open_jobs = await _wait_no_open_jobs(client)
-        jobs = (await client.call("workloads:get-initial", {"limit": 1000}))["workloads"]
+        jobs = (await client.call("jobs:get-initial", {"limit": 1000}))["workloads"]
     # Jobs the kill failed before the engine had them: queued in the old worker's scheduler.
     queued = [j for j in jobs if j["state"] == "failed" and j.get("started_at") is None]
     given = _given_back(broker)

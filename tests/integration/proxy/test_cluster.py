@@ -66,6 +66,8 @@ def _proxy_pid(status: dict[str, Any]) -> int | None:
     return proxy.get("pid") if proxy["status"] == "running" else None
 
 
+# Calls the jobs methods by their former names (``workloads:get-initial``, ``workloads:subscribe``
+# and the ``workloads:event`` pushes): the one test that checks older clients are still answered.
 async def test_two_nodes_route_keep_jobs_and_survive_a_killed_proxy_worker(
     start_broker: Callable[..., Broker], tmp_path: Path, monkeypatch: Any
 ) -> None:

@@ -23,11 +23,11 @@ from backend.cli.main import build_parser
 from backend.protocol import errors, methods
 from backend.protocol.types.base import JobKey, NodeId
 from backend.protocol.types.jobs import (
-    Workload,
-    WorkloadRemoved,
-    WorkloadsEvent,
-    WorkloadsSnapshot,
-    WorkloadUpserted,
+    JobRecord,
+    JobRemoved,
+    JobsEvent,
+    JobsSnapshot,
+    JobUpserted,
 )
 from tests.unit.cli.scripted import ALICE, BOB, CAROL, ScriptedBroker
 
@@ -36,7 +36,7 @@ ORIGIN = "0f3c2a9e-1111-4222-8333-944455556666"
 PEER = "7b1d00c4-aaaa-4bbb-8ccc-9ddddeeeefff"
 
 
-def _workload(**fields: Any) -> Workload:
+def _record(**fields: Any) -> JobRecord:
     base: dict[str, Any] = {
         "key": f"{ORIGIN}/run1/1",
         "engine": "ollama",
@@ -52,11 +52,11 @@ def _workload(**fields: Any) -> Workload:
         "completed_at": NOW - 122.6,
     }
     base.update(fields)
-    return Workload(**base)
+    return JobRecord(**base)
 
 
 def test_a_row_shows_state_model_engine_short_route_age_duration_and_error() -> None:
-    row = format_job(_workload(), NOW)
+    row = format_job(_record(), NOW)
     assert row.split() == ["Completed", "llama3.2:3b", "ollama", "0f3c2a9e→7b1d00c4", "2m", "2.4s"]
     assert row.index("ollama") == HEADER.index("ENGINE")
     assert row.index("0f3c2a9e") == HEADER.index("ORIGIN→NODE")
@@ -109,14 +109,14 @@ def test_a_row_shows_state_model_engine_short_route_age_duration_and_error() -> 
 def test_rows_in_every_state(
     fields: dict[str, Any], state: str, route: str, age: str, duration: str
 ) -> None:
-    columns = format_job(_workload(**fields), NOW).split()
+    columns = format_job(_record(**fields), NOW).split()
     assert columns[: len(state.split())] == state.split()
     assert columns[-3:] == [route, age, duration]
 
 
 def test_long_models_are_cut_and_errors_stay_on_one_line() -> None:
     row = format_job(
-        _workload(
+        _record(
             model="hf.co/bartowski/Llama-3.2-3B-Instruct-GGUF:Q4_K_M",
             state="failed",
             error="engine said:\n  out of memory",
@@ -136,23 +136,23 @@ def test_an_empty_list_says_so() -> None:
 def test_follow_prints_the_snapshot_oldest_first_then_only_later_events() -> None:
     lines: list[str] = []
     follower = JobsFollower(lines.append, now=lambda: NOW)
-    newer = _workload(key="k2", model="qwen", created_at=NOW - 5)
-    older = _workload(key="k1", model="llama", created_at=NOW - 50)
+    newer = _record(key="k2", model="qwen", created_at=NOW - 5)
+    older = _record(key="k1", model="llama", created_at=NOW - 50)
 
-    def push(seq: int, workload: Workload | None) -> None:
-        params: WorkloadsEvent = (
-            WorkloadRemoved(seq=seq, key=JobKey("k"))
-            if workload is None
-            else WorkloadUpserted(seq=seq, key=JobKey("k"), workload=workload)
+    def push(seq: int, record: JobRecord | None) -> None:
+        params: JobsEvent = (
+            JobRemoved(seq=seq, key=JobKey("k"))
+            if record is None
+            else JobUpserted(seq=seq, key=JobKey("k"), job=record)
         )
-        follower.on_push(methods.WORKLOADS_EVENT.name, msgspec.to_builtins(params))
+        follower.on_push(methods.JOBS_EVENT.name, msgspec.to_builtins(params))
 
-    push(7, _workload(key="k3", model="early"))  # came before the snapshot's answer
-    push(6, _workload(key="k2", model="stale"))  # already in the snapshot
+    push(7, _record(key="k3", model="early"))  # came before the snapshot's answer
+    push(6, _record(key="k2", model="stale"))  # already in the snapshot
     follower.on_push(methods.ERRORS_UPDATE.name, [])
-    follower.start(WorkloadsSnapshot(seq=6, workloads=[newer, older]))
+    follower.start(JobsSnapshot(seq=6, jobs=[newer, older]))
     push(8, None)
-    push(9, _workload(key="k4", model="late"))
+    push(9, _record(key="k4", model="late"))
     table, *events = lines
     assert [line.split()[1] for line in table.splitlines()[1:]] == ["llama", "qwen"]
     assert [line.split()[1] for line in events] == ["early", "late"]
@@ -173,8 +173,8 @@ def test_the_command_line() -> None:
 DAVE = NodeId("d4e5f6a7-3333-4444-8555-966677778888")  # neither this node nor a member
 
 
-def _job(key: str, origin: NodeId, target: NodeId | None, serving: NodeId | None) -> Workload:
-    return _workload(
+def _job(key: str, origin: NodeId, target: NodeId | None, serving: NodeId | None) -> JobRecord:
+    return _record(
         key=key, origin=origin, target=target, serving=serving, model=key, created_at=NOW - 10
     )
 
@@ -195,12 +195,12 @@ def test_this_nodes_jobs_are_those_it_received_was_sent_or_served() -> None:
 
 
 def test_filtering_asks_for_every_job_then_keeps_the_newest_shown_ones() -> None:
-    snapshot = WorkloadsSnapshot(seq=4, workloads=[ELSEWHERE, SENT, FOREIGN, SERVED, TRIED])
+    snapshot = JobsSnapshot(seq=4, jobs=[ELSEWHERE, SENT, FOREIGN, SERVED, TRIED])
     assert JobsView(only=ALICE).query(5).limit == MAX_LIMIT
     assert JobsView().query(5).limit == 5
     selected = JobsView(only=ALICE).select(snapshot, 2)
-    assert (selected.seq, selected.workloads) == (4, [SENT, SERVED])
-    assert JobsView().select(snapshot, 2).workloads == [ELSEWHERE, SENT]
+    assert (selected.seq, selected.jobs) == (4, [SENT, SERVED])
+    assert JobsView().select(snapshot, 2).jobs == [ELSEWHERE, SENT]
 
 
 def test_the_route_names_known_nodes_and_shortens_the_others() -> None:
@@ -215,10 +215,10 @@ def test_the_route_names_known_nodes_and_shortens_the_others() -> None:
     assert spaced.index("10s") == HEADER.index("AGE")
 
 
-def _broker_with(*workloads: Workload) -> ScriptedBroker:
+def _broker_with(*records: JobRecord) -> ScriptedBroker:
     broker = ScriptedBroker()
-    snapshot = WorkloadsSnapshot(seq=9, workloads=list(workloads))
-    broker.answer(methods.WORKLOADS_GET_INITIAL.name, snapshot)
+    snapshot = JobsSnapshot(seq=9, jobs=list(records))
+    broker.answer(methods.JOBS_GET_INITIAL.name, snapshot)
     return broker
 
 
@@ -227,7 +227,7 @@ async def test_pair_jobs_shows_only_this_nodes_jobs_with_names(
 ) -> None:
     broker = _broker_with(ELSEWHERE, SENT, FOREIGN, SERVED, TRIED)
     assert await show_jobs(broker.peer, limit=2, as_json=False, cluster=False) == exit_codes.OK
-    assert broker.calls[-1] == (methods.WORKLOADS_GET_INITIAL.name, {"limit": MAX_LIMIT})
+    assert broker.calls[-1] == (methods.JOBS_GET_INITIAL.name, {"limit": MAX_LIMIT})
     rows = capsys.readouterr().out.splitlines()[1:]
     assert [row.split()[1:4:2] for row in rows] == [["sent", "alice→bob"], ["served", "bob→alice"]]
 
@@ -235,7 +235,7 @@ async def test_pair_jobs_shows_only_this_nodes_jobs_with_names(
 async def test_pair_jobs_cluster_shows_every_job(capsys: pytest.CaptureFixture[str]) -> None:
     broker = _broker_with(ELSEWHERE, SENT, FOREIGN)
     assert await show_jobs(broker.peer, limit=7, as_json=False, cluster=True) == exit_codes.OK
-    assert broker.calls[-1] == (methods.WORKLOADS_GET_INITIAL.name, {"limit": 7})
+    assert broker.calls[-1] == (methods.JOBS_GET_INITIAL.name, {"limit": 7})
     rows = capsys.readouterr().out.splitlines()[1:]
     assert [row.split()[1] for row in rows] == ["elsewhere", "sent", "foreign"]
 
@@ -243,8 +243,8 @@ async def test_pair_jobs_cluster_shows_every_job(capsys: pytest.CaptureFixture[s
 async def test_pair_jobs_json_is_the_filtered_snapshot(capsys: pytest.CaptureFixture[str]) -> None:
     broker = _broker_with(ELSEWHERE, SENT, FOREIGN, SERVED)
     assert await show_jobs(broker.peer, limit=50, as_json=True, cluster=False) == exit_codes.OK
-    printed = msgspec.json.decode(capsys.readouterr().out, type=WorkloadsSnapshot)
-    assert printed == WorkloadsSnapshot(seq=9, workloads=[SENT, SERVED])
+    printed = msgspec.json.decode(capsys.readouterr().out, type=JobsSnapshot)
+    assert printed == JobsSnapshot(seq=9, jobs=[SENT, SERVED])
 
 
 async def test_without_cluster_status_the_ids_stand_in_for_member_names(
@@ -256,22 +256,22 @@ async def test_without_cluster_status_the_ids_stand_in_for_member_names(
     assert "7b1d00c4→alice" in capsys.readouterr().out
 
 
-def _pushed(follower: JobsFollower, event: WorkloadsEvent) -> None:
-    follower.on_push(methods.WORKLOADS_EVENT.name, msgspec.to_builtins(event))
+def _pushed(follower: JobsFollower, event: JobsEvent) -> None:
+    follower.on_push(methods.JOBS_EVENT.name, msgspec.to_builtins(event))
 
 
-def _upsert(seq: int, workload: Workload) -> WorkloadUpserted:
-    return WorkloadUpserted(seq=seq, key=workload.key, workload=workload)
+def _upsert(seq: int, record: JobRecord) -> JobUpserted:
+    return JobUpserted(seq=seq, key=record.key, job=record)
 
 
 def test_follow_shows_this_nodes_jobs_and_keeps_showing_one_it_took_part_in() -> None:
     lines: list[str] = []
     follower = JobsFollower(lines.append, now=lambda: NOW)
     view = JobsView(only=ALICE, names={ALICE: "alice", BOB: "bob"})
-    follower.start(WorkloadsSnapshot(seq=1, workloads=[ELSEWHERE, SENT]), view, 50)
+    follower.start(JobsSnapshot(seq=1, jobs=[ELSEWHERE, SENT]), view, 50)
     failed_over = msgspec.structs.replace(TRIED, target=CAROL, serving=CAROL, attempt=2)
-    for seq, workload in enumerate([FOREIGN, TRIED, ELSEWHERE, failed_over, SERVED], 2):
-        _pushed(follower, _upsert(seq, workload))
+    for seq, record in enumerate([FOREIGN, TRIED, ELSEWHERE, failed_over, SERVED], 2):
+        _pushed(follower, _upsert(seq, record))
     table, *events = lines
     assert [row.split()[1] for row in table.splitlines()[1:]] == ["sent"]
     assert [row.split()[1:4:2] for row in events] == [
@@ -286,27 +286,27 @@ def test_follow_json_leaves_out_other_nodes_jobs_and_their_removals() -> None:
     follower = JobsFollower(lines.append, as_json=True)
     _pushed(follower, _upsert(5, SERVED))  # before the snapshot's answer
     _pushed(follower, _upsert(6, FOREIGN))
-    snapshot = WorkloadsSnapshot(seq=4, workloads=[SENT, ELSEWHERE])
+    snapshot = JobsSnapshot(seq=4, jobs=[SENT, ELSEWHERE])
     follower.start(snapshot, JobsView(only=ALICE), 50)
-    later: list[WorkloadsEvent] = [
-        WorkloadRemoved(seq=7, key=ELSEWHERE.key),
-        WorkloadRemoved(seq=8, key=SENT.key),
-        WorkloadRemoved(seq=9, key=SENT.key),  # gone already
+    later: list[JobsEvent] = [
+        JobRemoved(seq=7, key=ELSEWHERE.key),
+        JobRemoved(seq=8, key=SENT.key),
+        JobRemoved(seq=9, key=SENT.key),  # gone already
         _upsert(10, ELSEWHERE),
     ]
     for event in later:
         _pushed(follower, event)
     first, *rest = lines
-    shown = msgspec.json.decode(first, type=WorkloadsSnapshot)
-    assert shown == WorkloadsSnapshot(seq=4, workloads=[SENT])
-    decoded = [msgspec.json.decode(line, type=WorkloadsEvent) for line in rest]
+    shown = msgspec.json.decode(first, type=JobsSnapshot)
+    assert shown == JobsSnapshot(seq=4, jobs=[SENT])
+    decoded = [msgspec.json.decode(line, type=JobsEvent) for line in rest]
     assert [(event.seq, event.key) for event in decoded] == [(5, SERVED.key), (8, SENT.key)]
 
 
 def test_follow_cluster_shows_everything() -> None:
     lines: list[str] = []
     follower = JobsFollower(lines.append, as_json=True)
-    follower.start(WorkloadsSnapshot(seq=0, workloads=[ELSEWHERE]), JobsView(), 50)
+    follower.start(JobsSnapshot(seq=0, jobs=[ELSEWHERE]), JobsView(), 50)
     _pushed(follower, _upsert(1, FOREIGN))
-    _pushed(follower, WorkloadRemoved(seq=2, key=ELSEWHERE.key))
+    _pushed(follower, JobRemoved(seq=2, key=ELSEWHERE.key))
     assert len(lines) == 3

@@ -43,12 +43,12 @@ from backend.protocol.types.engines import (
     PullProgressed,
 )
 from backend.protocol.types.jobs import (
-    Workload,
-    WorkloadRemoved,
-    WorkloadsEvent,
-    WorkloadsQuery,
-    WorkloadsSnapshot,
-    WorkloadUpserted,
+    JobRecord,
+    JobRemoved,
+    JobsEvent,
+    JobsQuery,
+    JobsSnapshot,
+    JobUpserted,
 )
 from backend.protocol.types.scheduler import ModelQueue, SchedulerState, SchedulerStates
 from tests.fakes import FakeClock
@@ -88,8 +88,8 @@ def models(*names: str) -> EngineModels:
     )
 
 
-def job(key: str, origin: NodeId = B_ID, state: str = "in_flight", seq: int = 1) -> Workload:
-    return Workload(
+def job(key: str, origin: NodeId = B_ID, state: str = "in_flight", seq: int = 1) -> JobRecord:
+    return JobRecord(
         key=JobKey(key),
         engine=OLLAMA,
         model="llama3",
@@ -106,27 +106,25 @@ def error(error_id: str, node: NodeId = B_ID, message: str = "disk full") -> Ser
 
 
 class ScriptedMember:
-    """B's streams as its engines, workloads and errors components would serve them."""
+    """B's streams as its engines, jobs and errors components would serve them."""
 
     def __init__(self, server: MemberServer) -> None:
         self.hub = server.hub
         self.engine_events: NumberedStream[EngineEvent] = NumberedStream(
             methods.ENGINE_EVENT, server.hub
         )
-        self.job_events: NumberedStream[WorkloadsEvent] = NumberedStream(
-            methods.WORKLOADS_EVENT, server.hub
-        )
+        self.job_events: NumberedStream[JobsEvent] = NumberedStream(methods.JOBS_EVENT, server.hub)
         self.engines = [status("ollama")]
         self.models = models("llama3")
-        self.jobs: list[Workload] = []
+        self.jobs: list[JobRecord] = []
         self.errors: list[ServiceError] = []
         self.engine_subscribes = 0
-        self.job_queries: list[WorkloadsQuery] = []
+        self.job_queries: list[JobsQuery] = []
         self.error_fetches = 0
         self.calls: list[EngineRef] = []
         dispatcher = server.dispatcher
         dispatcher.add(methods.ENGINE_SUBSCRIBE, self._engine_subscribe)
-        dispatcher.add(methods.WORKLOADS_SUBSCRIBE, self._jobs_subscribe)
+        dispatcher.add(methods.JOBS_SUBSCRIBE, self._jobs_subscribe)
         dispatcher.add(methods.ERRORS_GET_INITIAL, self._errors)
         dispatcher.add(methods.ENGINE_STATUS, self._status)
         dispatcher.add(methods.ENGINE_LIST, self._list)
@@ -139,10 +137,10 @@ class ScriptedMember:
         seq = self.engine_events.subscribe(peer)
         return EnginesSnapshot(seq=seq, engines=list(self.engines), models=self.models)
 
-    async def _jobs_subscribe(self, params: WorkloadsQuery, peer: RpcPeer) -> WorkloadsSnapshot:
+    async def _jobs_subscribe(self, params: JobsQuery, peer: RpcPeer) -> JobsSnapshot:
         self.job_queries.append(params)
         seq = self.job_events.subscribe(peer)
-        return WorkloadsSnapshot(seq=seq, workloads=list(self.jobs))
+        return JobsSnapshot(seq=seq, jobs=list(self.jobs))
 
     async def _errors(self, params: NoParams, peer: RpcPeer) -> list[ServiceError]:
         self.error_fetches += 1
@@ -167,13 +165,11 @@ class ScriptedMember:
     def engine(self, engine: EngineStatus) -> None:
         self.engine_events.publish(lambda seq: EngineStateChanged(seq=seq, status=engine))
 
-    def upsert(self, workload: Workload) -> None:
-        self.job_events.publish(
-            lambda seq: WorkloadUpserted(seq=seq, key=workload.key, workload=workload)
-        )
+    def upsert(self, record: JobRecord) -> None:
+        self.job_events.publish(lambda seq: JobUpserted(seq=seq, key=record.key, job=record))
 
     def remove(self, key: str) -> None:
-        self.job_events.publish(lambda seq: WorkloadRemoved(seq=seq, key=JobKey(key)))
+        self.job_events.publish(lambda seq: JobRemoved(seq=seq, key=JobKey(key)))
 
 
 class Sinks:
@@ -182,7 +178,7 @@ class Sinks:
     def __init__(self) -> None:
         self.engines: list[MemberEngines] = []
         self.errors: list[tuple[NodeId, list[ServiceError]]] = []
-        self.jobs: list[tuple[NodeId, list[Workload], bool]] = []
+        self.jobs: list[tuple[NodeId, list[JobRecord], bool]] = []
         self.removed: list[tuple[NodeId, JobKey]] = []
 
     def link_sinks(self, also: Callable[[MemberEngines], None] | None = None) -> LinkSinks:
@@ -255,7 +251,7 @@ async def test_the_link_publishes_the_members_engines_as_reachable(
             models=models("llama3"),
         )
         assert link.state == published
-        assert member.job_queries == [WorkloadsQuery(limit=MIRRORED_JOBS, origin=B_ID)]
+        assert member.job_queries == [JobsQuery(limit=MIRRORED_JOBS, origin=B_ID)]
         member.engine(status("ollama", "stopping"))
         await until(lambda: sinks.last().engines[1].state == "stopping")
         assert sinks.last().reachable

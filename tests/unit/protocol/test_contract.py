@@ -15,7 +15,7 @@ from backend.protocol.contract import NO_PARAMS, NoParams
 from backend.protocol.types.base import EngineName, NodeId
 from backend.protocol.types.broker import Ports
 from backend.protocol.types.engines import EngineRef, EngineStatus
-from backend.protocol.types.jobs import WorkloadRemoved
+from backend.protocol.types.jobs import JobRemoved
 from backend.protocol.types.nodes import NodeLeft, NodeTelemetryChanged
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -71,8 +71,8 @@ def test_push_events_are_tagged_unions_on_the_wire() -> None:
         {"event": "node_telemetry", "seq": 5, "node_id": "n"}
     )
     assert isinstance(telemetry, NodeTelemetryChanged)
-    removed = methods.WORKLOADS_EVENT.decode({"event": "remove", "seq": 1, "key": "a/b/1"})
-    assert isinstance(removed, WorkloadRemoved)
+    removed = methods.JOBS_EVENT.decode({"event": "remove", "seq": 1, "key": "a/b/1"})
+    assert isinstance(removed, JobRemoved)
     with pytest.raises(errors.BadResult, match="engine:event"):
         methods.ENGINE_EVENT.decode({"event": "exploded", "seq": 1})
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import msgspec
 
-from backend.components.workloads.component import parse_report
-from backend.components.workloads.state import Job as WorkloadJob
-from backend.components.workloads.state import apply_in_order
+from backend.components.jobs.component import parse_report
+from backend.components.jobs.state import Job as ReducerJob
+from backend.components.jobs.state import apply_in_order
 from backend.protocol.types.base import NodeId
 from backend.protocol.types.jobs import JobEvent, JobEvents
 from backend.workers.proxy.channels.jobs import Job, JobLog
@@ -150,13 +150,13 @@ def test_cancelled_is_an_error_marked_cancelled() -> None:
     )
 
 
-def _reduce(raw: list[Any]) -> WorkloadJob:
+def _reduce(raw: list[Any]) -> ReducerJob:
     """The broker's state for one job from its reports, in the order they arrive."""
     parsed = [parse_report(params) for params in raw]
     assert all(item is not None for item in parsed)
     reports = [item for item in parsed if item is not None]
     first = reports[0][0]
-    job = WorkloadJob(
+    job = ReducerJob(
         id=first.key,
         engine=first.engine,
         model=first.model,

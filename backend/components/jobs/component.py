@@ -1,4 +1,4 @@
-"""The workloads component: every job's state from the proxy's ``proxy:jobs`` reports, kept in
+"""The jobs component: every job's state from the proxy's ``proxy:jobs`` reports, kept in
 memory for snapshots, pushed as numbered ``jobs:event``s and written to the store."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from backend.components.workloads.state import (
+from backend.components.jobs.state import (
     TERMINAL,
     Completed,
     Errored,
@@ -23,8 +23,8 @@ from backend.components.workloads.state import (
     apply_in_order,
     interrupted,
 )
-from backend.components.workloads.state import JobEvent as Step
-from backend.components.workloads.store import WorkloadStore
+from backend.components.jobs.state import JobEvent as Step
+from backend.components.jobs.store import JobRecordStore
 from backend.core.clock import Clock
 from backend.core.component import Component
 from backend.core.rpc import NumberedStream
@@ -32,10 +32,10 @@ from backend.protocol import errors
 from backend.protocol.types.base import JobKey, NodeId
 from backend.protocol.types.jobs import (
     JobEvent,
-    Workload,
-    WorkloadRemoved,
-    WorkloadsEvent,
-    WorkloadUpserted,
+    JobRecord,
+    JobRemoved,
+    JobsEvent,
+    JobUpserted,
 )
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ GAP_TIMEOUT_S = 3.0
 MAX_WAITING = 64
 
 
-class WorkloadsComponent(Component):
+class JobsComponent(Component):
     """Owns the jobs in memory (every unfinished one and the newest finished ones, the same set
     the ``jobs`` table keeps), the events waiting for a gap in a job's ``seq`` to fill, and one
     task that writes changes to the store every ``write_interval`` seconds and skips stale gaps.
@@ -60,14 +60,14 @@ class WorkloadsComponent(Component):
     def __init__(
         self,
         *,
-        store: WorkloadStore,
+        store: JobRecordStore,
         clock: Clock,
         node_id: str,
-        events: NumberedStream[WorkloadsEvent],
+        events: NumberedStream[JobsEvent],
         write_interval: float = WRITE_INTERVAL_S,
         gap_timeout: float = GAP_TIMEOUT_S,
     ) -> None:
-        super().__init__("workloads")
+        super().__init__("jobs")
         self.node_id = node_id
         self._store = store
         self._clock = clock
@@ -90,7 +90,7 @@ class WorkloadsComponent(Component):
 
     # Queries ---------------------------------------------------------------------------------
 
-    def workloads(self, limit: int, origin: NodeId | None = None) -> list[Workload]:
+    def records(self, limit: int, origin: NodeId | None = None) -> list[JobRecord]:
         """At most ``limit`` jobs, newest first (only those ``origin`` received, if given).
 
         A job served here for another member is one row with that member's own record of it:
@@ -101,7 +101,7 @@ class WorkloadsComponent(Component):
             for job in self._jobs.values()
             if self._visible(job.id) and (origin is None or job.origin == origin)
         )
-        return [to_workload(job) for job in heapq.nlargest(limit, jobs, key=_age)]
+        return [to_record(job) for job in heapq.nlargest(limit, jobs, key=_age)]
 
     def pending_by_node(self) -> dict[str, int]:
         """Unfinished jobs per node they are at: the serving node once running, else the target.
@@ -147,7 +147,7 @@ class WorkloadsComponent(Component):
         self._trim_forgotten()
         # Deleted under the write lock, so a write already under way cannot put one back.
         await self.write_pending()
-        log.info("workloads: %d finished jobs cleared", len(finished))
+        log.info("jobs: %d finished jobs cleared", len(finished))
         return len(finished)
 
     def progress(self, key: str) -> tuple[int, int] | None:
@@ -170,7 +170,7 @@ class WorkloadsComponent(Component):
 
     # Other members' jobs -----------------------------------------------------------------------
 
-    def mirror(self, member: NodeId, workloads: Sequence[Workload], *, complete: bool) -> int:
+    def mirror(self, member: NodeId, records: Sequence[JobRecord], *, complete: bool) -> int:
         """Take ``member``'s own record of the jobs it received (from its snapshot or events).
 
         Only jobs whose origin is ``member`` are accepted (a member speaks for its own front
@@ -180,16 +180,16 @@ class WorkloadsComponent(Component):
         """
         changed = 0
         seen: set[str] = set()
-        for workload in workloads:
-            problem = _mirror_problem(member, workload)
+        for record in records:
+            problem = _mirror_problem(member, record)
             if problem is not None:
-                log.warning("jobs from %s: %r dropped: %s", member, workload.key, problem)
+                log.warning("jobs from %s: %r dropped: %s", member, record.key, problem)
                 continue
-            seen.add(workload.key)
-            known = self._jobs.get(workload.key)
-            if workload.key in self._forgotten or (known is not None and known.seq > workload.seq):
+            seen.add(record.key)
+            known = self._jobs.get(record.key)
+            if record.key in self._forgotten or (known is not None and known.seq > record.seq):
                 continue
-            job = from_workload(workload)
+            job = from_record(record)
             if job != known:
                 self._commit(job)
                 changed += 1
@@ -202,9 +202,9 @@ class WorkloadsComponent(Component):
                     changed += 1
         return changed
 
-    def mirror_jobs(self, member: NodeId, workloads: Sequence[Workload], complete: bool) -> None:
+    def mirror_jobs(self, member: NodeId, records: Sequence[JobRecord], complete: bool) -> None:
         """``mirror`` as a member link's sink."""
-        self.mirror(member, workloads, complete=complete)
+        self.mirror(member, records, complete=complete)
 
     def mirror_removed(self, member: NodeId, key: JobKey) -> None:
         """``member`` dropped one of its own jobs from its history: drop it here too."""
@@ -221,7 +221,7 @@ class WorkloadsComponent(Component):
         self.announce_ready()
         try:
             async with asyncio.TaskGroup() as group:
-                group.create_task(self._write_loop(), name="workloads:write")
+                group.create_task(self._write_loop(), name="jobs:write")
                 await self._stopped.wait()
                 raise _Stopped
         except* _Stopped:
@@ -261,7 +261,7 @@ class WorkloadsComponent(Component):
         try:
             await self.write_pending()
         except Exception:
-            log.exception("workloads: the last job changes could not be written")
+            log.exception("jobs: the last job changes could not be written")
 
     async def _load_once(self) -> None:
         if self._loaded:
@@ -278,7 +278,7 @@ class WorkloadsComponent(Component):
             self._commit(after, persist=after is not job)
         self._loaded = True
         log.info(
-            "workloads of node %s: %d stored jobs, %d marked interrupted",
+            "jobs of node %s: %d stored jobs, %d marked interrupted",
             self.node_id,
             len(stored),
             marked,
@@ -435,37 +435,37 @@ def relay_base(key: str) -> str | None:
 MAX_FIELD_CHARS = 4096
 
 
-def _mirror_problem(member: NodeId, workload: Workload) -> str | None:
-    if workload.origin != member:
-        return f"its origin is {workload.origin}, not the member that sent it"
-    if not workload.key.startswith(f"{member}/") or relay_base(workload.key) is not None:
+def _mirror_problem(member: NodeId, record: JobRecord) -> str | None:
+    if record.origin != member:
+        return f"its origin is {record.origin}, not the member that sent it"
+    if not record.key.startswith(f"{member}/") or relay_base(record.key) is not None:
         return "its key is not one of the member's own"
-    if workload.seq < 0 or workload.attempt < 0:
+    if record.seq < 0 or record.attempt < 0:
         return "negative seq or attempt"
-    texts = (workload.key, workload.model, workload.engine, workload.path, workload.error or "")
+    texts = (record.key, record.model, record.engine, record.path, record.error or "")
     if any(len(text) > MAX_FIELD_CHARS for text in texts):
         return "a field is too long"
     return None
 
 
-def from_workload(workload: Workload) -> Job:
+def from_record(record: JobRecord) -> Job:
     """A job from its wire form (another member's record)."""
     return Job(
-        id=workload.key,
-        engine=workload.engine,
-        model=workload.model,
-        origin=workload.origin,
-        created_at=workload.created_at,
-        state=workload.state,
-        attempt=workload.attempt,
-        target=workload.target,
-        serving=workload.serving,
-        started_at=workload.started_at,
-        completed_at=workload.completed_at,
-        error=workload.error,
-        seq=workload.seq,
-        run_id=workload.run_id,
-        path=workload.path,
+        id=record.key,
+        engine=record.engine,
+        model=record.model,
+        origin=record.origin,
+        created_at=record.created_at,
+        state=record.state,
+        attempt=record.attempt,
+        target=record.target,
+        serving=record.serving,
+        started_at=record.started_at,
+        completed_at=record.completed_at,
+        error=record.error,
+        seq=record.seq,
+        run_id=record.run_id,
+        path=record.path,
     )
 
 
@@ -481,9 +481,9 @@ def _new_job(report: JobEvent) -> Job:
     )
 
 
-def to_workload(job: Job) -> Workload:
+def to_record(job: Job) -> JobRecord:
     """The wire form of a job."""
-    return Workload(
+    return JobRecord(
         key=job.id,
         engine=job.engine,
         model=job.model,
@@ -506,9 +506,9 @@ def _age(job: Job) -> tuple[float, str]:
     return job.created_at, job.id
 
 
-def _upsert(job: Job, seq: int) -> WorkloadsEvent:
-    return WorkloadUpserted(seq=seq, key=job.id, workload=to_workload(job))
+def _upsert(job: Job, seq: int) -> JobsEvent:
+    return JobUpserted(seq=seq, key=job.id, job=to_record(job))
 
 
-def _remove(key: JobKey, seq: int) -> WorkloadsEvent:
-    return WorkloadRemoved(seq=seq, key=key)
+def _remove(key: JobKey, seq: int) -> JobsEvent:
+    return JobRemoved(seq=seq, key=key)

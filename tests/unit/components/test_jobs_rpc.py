@@ -1,4 +1,4 @@
-"""``workloads:*`` through the real dispatcher and a real connection: snapshots newest first,
+"""``jobs:*`` through the real dispatcher and a real connection: snapshots newest first,
 limits checked, pushes only to subscribers and numbered after their snapshot."""
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ from typing import Any
 import msgspec
 import pytest
 
-from backend.components.workloads import rpc
-from backend.components.workloads.component import WorkloadsComponent
-from backend.components.workloads.store import WorkloadStore
+from backend.components.jobs import rpc
+from backend.components.jobs.component import JobsComponent
+from backend.components.jobs.store import JobRecordStore
 from backend.core.rpc import ClientHub, Dispatcher, NumberedStream
 from backend.core.store import Store
 from backend.protocol import errors, methods
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types.jobs import WorkloadsEvent, WorkloadsSnapshot
+from backend.protocol.types.jobs import JobsEvent, JobsSnapshot
 from tests.fakes import FakeClock
-from tests.unit.components.workloads_rig import running
+from tests.unit.components.jobs_rig import running
 
 
 @dataclass
@@ -30,11 +30,11 @@ class Connected:
     client: RpcPeer
     server: RpcPeer
     hub: ClientHub
-    workloads: WorkloadsComponent
-    pushes: asyncio.Queue[WorkloadsEvent]
+    jobs: JobsComponent
+    pushes: asyncio.Queue[JobsEvent]
 
     def report(self, n: int, seq: int = 1) -> None:
-        self.workloads.on_job_event(
+        self.jobs.on_job_event(
             {
                 "key": f"me/run1/{n}",
                 "seq": seq,
@@ -50,8 +50,8 @@ class Connected:
             }
         )
 
-    async def snapshot(self, method: str, params: Any = None) -> WorkloadsSnapshot:
-        return msgspec.convert(await self.client.call(method, params), WorkloadsSnapshot)
+    async def snapshot(self, method: str, params: Any = None) -> JobsSnapshot:
+        return msgspec.convert(await self.client.call(method, params), JobsSnapshot)
 
 
 @pytest.fixture
@@ -59,17 +59,17 @@ async def connected(tmp_path: Path) -> AsyncIterator[Connected]:
     store = Store(tmp_path / "pair.db")
     await store.open()
     hub = ClientHub()
-    events = NumberedStream(methods.WORKLOADS_EVENT, hub)
-    workloads = WorkloadsComponent(
-        store=WorkloadStore(store), clock=FakeClock(), node_id="me", events=events
+    events = NumberedStream(methods.JOBS_EVENT, hub)
+    jobs = JobsComponent(
+        store=JobRecordStore(store), clock=FakeClock(), node_id="me", events=events
     )
     dispatcher = Dispatcher()
-    rpc.register(dispatcher, workloads, events)
-    pushes: asyncio.Queue[WorkloadsEvent] = asyncio.Queue()
+    rpc.register(dispatcher, jobs, events)
+    pushes: asyncio.Queue[JobsEvent] = asyncio.Queue()
 
     def on_push(method: str, params: Any, _: RpcPeer) -> None:
-        assert method == methods.WORKLOADS_EVENT.name
-        pushes.put_nowait(msgspec.convert(params, WorkloadsEvent))
+        assert method == methods.JOBS_EVENT.name
+        pushes.put_nowait(msgspec.convert(params, JobsEvent))
 
     left, right = socket.socketpair()
     server_reader, server_writer = await asyncio.open_connection(sock=left)
@@ -79,7 +79,7 @@ async def connected(tmp_path: Path) -> AsyncIterator[Connected]:
     hub.add(server)
     tasks = [asyncio.create_task(server.run()), asyncio.create_task(client.run())]
     try:
-        yield Connected(client, server, hub, workloads, pushes)
+        yield Connected(client, server, hub, jobs, pushes)
     finally:
         client.close()
         server.close()
@@ -90,53 +90,53 @@ async def connected(tmp_path: Path) -> AsyncIterator[Connected]:
 async def test_get_initial_is_newest_first_and_limited(connected: Connected) -> None:
     for n in (1, 3, 2):
         connected.report(n)
-    snapshot = await connected.snapshot(methods.WORKLOADS_GET_INITIAL)
-    assert [w.key for w in snapshot.workloads] == ["me/run1/3", "me/run1/2", "me/run1/1"]
+    snapshot = await connected.snapshot(methods.JOBS_GET_INITIAL)
+    assert [w.key for w in snapshot.jobs] == ["me/run1/3", "me/run1/2", "me/run1/1"]
     assert snapshot.seq == 3
-    limited = await connected.snapshot(methods.WORKLOADS_GET_INITIAL, {"limit": 1})
-    assert [w.key for w in limited.workloads] == ["me/run1/3"]
+    limited = await connected.snapshot(methods.JOBS_GET_INITIAL, {"limit": 1})
+    assert [w.key for w in limited.jobs] == ["me/run1/3"]
 
 
 @pytest.mark.parametrize("limit", [0, 1001, -5])
 async def test_a_limit_outside_1_to_1000_is_invalid(connected: Connected, limit: int) -> None:
-    for method in (methods.WORKLOADS_GET_INITIAL, methods.WORKLOADS_SUBSCRIBE):
+    for method in (methods.JOBS_GET_INITIAL, methods.JOBS_SUBSCRIBE):
         with pytest.raises(errors.InvalidParams, match=f"limit must be 1-1000, got {limit}"):
             await connected.client.call(method, {"limit": limit})
 
 
 async def test_a_limit_of_the_wrong_type_is_invalid(connected: Connected) -> None:
     with pytest.raises(errors.InvalidParams, match="limit"):
-        await connected.client.call(methods.WORKLOADS_GET_INITIAL, {"limit": "all"})
+        await connected.client.call(methods.JOBS_GET_INITIAL, {"limit": "all"})
 
 
 async def test_get_initial_alone_does_not_subscribe(connected: Connected) -> None:
-    await connected.snapshot(methods.WORKLOADS_GET_INITIAL)
+    await connected.snapshot(methods.JOBS_GET_INITIAL)
     connected.report(1)
-    await connected.snapshot(methods.WORKLOADS_GET_INITIAL)  # a round trip after the report
+    await connected.snapshot(methods.JOBS_GET_INITIAL)  # a round trip after the report
     assert connected.pushes.empty()
 
 
 async def test_subscribers_get_events_numbered_after_their_snapshot(connected: Connected) -> None:
     connected.report(1)
-    snapshot = await connected.snapshot(methods.WORKLOADS_SUBSCRIBE, {"limit": 10})
-    assert ([w.key for w in snapshot.workloads], snapshot.seq) == (["me/run1/1"], 1)
+    snapshot = await connected.snapshot(methods.JOBS_SUBSCRIBE, {"limit": 10})
+    assert ([w.key for w in snapshot.jobs], snapshot.seq) == (["me/run1/1"], 1)
     connected.report(1, seq=2)
     connected.report(2)
     first = await asyncio.wait_for(connected.pushes.get(), 5)
     second = await asyncio.wait_for(connected.pushes.get(), 5)
     assert (first.seq, _tag(first), first.key) == (2, "upsert", "me/run1/1")
-    assert first.workload is not None and first.workload.state == "completed"
+    assert first.job is not None and first.job.state == "completed"
     assert (second.seq, second.key) == (3, "me/run1/2")
 
 
 async def test_unsubscribe_and_leaving_stop_the_pushes(connected: Connected) -> None:
-    await connected.snapshot(methods.WORKLOADS_SUBSCRIBE)
-    assert await connected.client.call(methods.WORKLOADS_UNSUBSCRIBE) == {"subscribed": False}
+    await connected.snapshot(methods.JOBS_SUBSCRIBE)
+    assert await connected.client.call(methods.JOBS_UNSUBSCRIBE) == {"subscribed": False}
     connected.report(1)
-    await connected.snapshot(methods.WORKLOADS_SUBSCRIBE)
+    await connected.snapshot(methods.JOBS_SUBSCRIBE)
     connected.hub.remove(connected.server)
     connected.report(2)
-    await connected.snapshot(methods.WORKLOADS_GET_INITIAL)  # a round trip after the reports
+    await connected.snapshot(methods.JOBS_GET_INITIAL)  # a round trip after the reports
     assert connected.pushes.empty()
 
 
@@ -145,22 +145,22 @@ async def test_clear_deletes_finished_jobs_and_pushes_their_removal(connected: C
         connected.report(n)
     connected.report(1, seq=2)
     connected.report(3, seq=2)
-    async with running(connected.workloads):
-        snapshot = await connected.snapshot(methods.WORKLOADS_SUBSCRIBE)
-        assert await connected.client.call(methods.WORKLOADS_CLEAR) == {"cleared": 2}
+    async with running(connected.jobs):
+        snapshot = await connected.snapshot(methods.JOBS_SUBSCRIBE)
+        assert await connected.client.call(methods.JOBS_CLEAR) == {"cleared": 2}
         first = await asyncio.wait_for(connected.pushes.get(), 5)
         second = await asyncio.wait_for(connected.pushes.get(), 5)
         assert [(p.seq, _tag(p), p.key) for p in (first, second)] == [
             (snapshot.seq + 1, "remove", "me/run1/1"),
             (snapshot.seq + 2, "remove", "me/run1/3"),
         ]
-        after = await connected.snapshot(methods.WORKLOADS_GET_INITIAL)
-        assert [w.key for w in after.workloads] == ["me/run1/2"]
+        after = await connected.snapshot(methods.JOBS_GET_INITIAL)
+        assert [w.key for w in after.jobs] == ["me/run1/2"]
 
 
 async def test_clear_while_the_history_is_loading_is_unavailable(connected: Connected) -> None:
     with pytest.raises(errors.Unavailable, match="still loading"):
-        await connected.client.call(methods.WORKLOADS_CLEAR)
+        await connected.client.call(methods.JOBS_CLEAR)
 
 
 def _tag(event: object) -> str:

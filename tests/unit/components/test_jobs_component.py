@@ -1,4 +1,4 @@
-"""The workloads component on a real store: reports in and out of order, pushes, persistence,
+"""The jobs component on a real store: reports in and out of order, pushes, persistence,
 restart, the proxy exiting, the bounded history and the load per node."""
 
 from __future__ import annotations
@@ -11,16 +11,16 @@ from typing import Any, cast
 import msgspec
 import pytest
 
-from backend.components.workloads.component import WorkloadsComponent
-from backend.components.workloads.state import INTERRUPTED, Job
-from backend.components.workloads.store import WorkloadStore
+from backend.components.jobs.component import JobsComponent
+from backend.components.jobs.state import INTERRUPTED, Job
+from backend.components.jobs.store import JobRecordStore
 from backend.core.rpc import ClientHub, NumberedStream
 from backend.core.store import Store
 from backend.protocol import errors, methods
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types.jobs import JobEvent, JobEventKind, Workload
+from backend.protocol.types.jobs import JobEvent, JobEventKind, JobRecord
 from tests.fakes import FakeClock
-from tests.unit.components.workloads_rig import Subscriber, running
+from tests.unit.components.jobs_rig import Subscriber, running
 
 KEY = "me/run1/1"
 
@@ -30,11 +30,11 @@ class Harness:
         self, store: Store, *, keep_finished: int = 1000, gap_timeout: float = 3.0
     ) -> None:
         self.clock = FakeClock(1_000.0, on_sleep="brief")  # time moves only when set
-        self.events = NumberedStream(methods.WORKLOADS_EVENT, ClientHub())
+        self.events = NumberedStream(methods.JOBS_EVENT, ClientHub())
         self.subscriber = Subscriber()
         self.events.subscribe(cast(RpcPeer, self.subscriber))
-        self.table = WorkloadStore(store, keep_finished=keep_finished)
-        self.component = WorkloadsComponent(
+        self.table = JobRecordStore(store, keep_finished=keep_finished)
+        self.component = JobsComponent(
             store=self.table,
             clock=self.clock,
             node_id="me",
@@ -45,11 +45,11 @@ class Harness:
     def send(self, seq: int, kind: JobEventKind, **fields: Any) -> None:
         self.component.on_job_event(report(seq, kind, **fields))
 
-    def job(self, key: str = KEY) -> Workload:
-        return next(w for w in self.component.workloads(1000) if w.key == key)
+    def job(self, key: str = KEY) -> JobRecord:
+        return next(w for w in self.component.records(1000) if w.key == key)
 
     def listed(self) -> list[str]:
-        return [w.key for w in self.component.workloads(1000)]
+        return [w.key for w in self.component.records(1000)]
 
 
 def report(
@@ -92,13 +92,13 @@ async def test_reports_in_order_push_one_upsert_each_with_the_stream_seq(store: 
     assert h.subscriber.states() == [(KEY, "in_flight"), (KEY, "running"), (KEY, "completed")]
     last = h.subscriber.events[-1]
     assert (_tag(last), last.key) == ("upsert", KEY)
-    assert last.workload is not None
-    assert (last.workload.serving, last.workload.started_at, last.workload.completed_at) == (
+    assert last.job is not None
+    assert (last.job.serving, last.job.started_at, last.job.completed_at) == (
         "gpu-box",
         102.0,
         103.0,
     )
-    assert (last.workload.run_id, last.workload.path, last.workload.model) == (
+    assert (last.job.run_id, last.job.path, last.job.model) == (
         "run1",
         "/api/chat",
         "llama3",
@@ -185,7 +185,7 @@ async def test_malformed_reports_are_logged_and_dropped(
     h = Harness(store)
     with caplog.at_level(logging.WARNING):
         h.component.on_job_event(params)
-    assert h.component.workloads(10) == []
+    assert h.component.records(10) == []
     assert h.subscriber.events == []
     assert "proxy:jobs" in caplog.text
 
@@ -332,11 +332,11 @@ async def test_snapshots_are_newest_first_and_limited(store: Store) -> None:
     h = Harness(store)
     for n in (2, 1, 3):
         h.send(1, "submitted", key=f"me/run1/{n}", target="a")
-    assert [w.key for w in h.component.workloads(2)] == ["me/run1/3", "me/run1/2"]
+    assert [w.key for w in h.component.records(2)] == ["me/run1/3", "me/run1/2"]
 
 
 async def test_the_store_round_trips_every_field_and_prunes_on_load(store: Store) -> None:
-    table = WorkloadStore(store, keep_finished=2)
+    table = JobRecordStore(store, keep_finished=2)
     full = Job(
         id="me/run1/9",
         engine="lmstudio",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from backend.components.workloads.state import (
+from backend.components.jobs.state import (
     Completed,
     Errored,
     Job,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, get_args
 
-from backend.components.workloads.state import TERMINAL, Job, JobState
+from backend.components.jobs.state import TERMINAL, Job, JobState
 from backend.core.store import Row, Store
 from backend.protocol.types.base import EngineName, JobKey, NodeId
 
@@ -36,7 +36,7 @@ _FINISHED = ", ".join(f"'{state}'" for state in sorted(TERMINAL))
 _UPDATE = ", ".join(f"{column} = excluded.{column}" for column in COLUMNS[1:])
 
 
-class WorkloadStore:
+class JobRecordStore:
     """Reads and writes the ``jobs`` table; keeps at most ``keep_finished`` finished jobs.
 
     Unfinished jobs are never pruned. Every call runs on the store's own thread.

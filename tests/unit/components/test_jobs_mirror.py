@@ -1,4 +1,4 @@
-"""Other members' jobs in the workloads component: ``mirror`` takes only a member's own jobs
+"""Other members' jobs in the jobs component: ``mirror`` takes only a member's own jobs
 (and never an older record over a newer one), a complete snapshot fails what the member no
 longer knows, ``mirror_removed`` drops only that member's jobs, a relay copy (``<key>@<n>``,
 served here for a member) is one row with the member's own record once that is known, and
@@ -11,17 +11,17 @@ from typing import Any, cast
 
 import msgspec
 
-from backend.components.workloads.component import MAX_FIELD_CHARS, WorkloadsComponent, relay_base
-from backend.components.workloads.state import INTERRUPTED
-from backend.components.workloads.store import WorkloadStore
+from backend.components.jobs.component import MAX_FIELD_CHARS, JobsComponent, relay_base
+from backend.components.jobs.state import INTERRUPTED
+from backend.components.jobs.store import JobRecordStore
 from backend.core.rpc import ClientHub, NumberedStream
 from backend.core.store import Store
 from backend.protocol import methods
 from backend.protocol.peer import RpcPeer
 from backend.protocol.types.base import EngineName, JobKey, NodeId
-from backend.protocol.types.jobs import JobEvent, JobEventKind, JobState, Workload, WorkloadsEvent
+from backend.protocol.types.jobs import JobEvent, JobEventKind, JobRecord, JobsEvent, JobState
 from tests.fakes import FakeClock
-from tests.unit.components.workloads_rig import Subscriber, running
+from tests.unit.components.jobs_rig import Subscriber, running
 
 ME = NodeId("me")
 PEER = NodeId("peer")
@@ -30,17 +30,15 @@ OLLAMA = EngineName("ollama")
 
 
 class Harness:
-    """The workloads component of node ``me`` on a real store, with a subscriber."""
+    """The jobs component of node ``me`` on a real store, with a subscriber."""
 
     def __init__(self, store: Store) -> None:
         self.clock = FakeClock(1_000.0, on_sleep="brief")  # time moves only when set
-        self.events: NumberedStream[WorkloadsEvent] = NumberedStream(
-            methods.WORKLOADS_EVENT, ClientHub()
-        )
+        self.events: NumberedStream[JobsEvent] = NumberedStream(methods.JOBS_EVENT, ClientHub())
         self.subscriber = Subscriber()
         self.events.subscribe(cast(RpcPeer, self.subscriber))
-        self.component = WorkloadsComponent(
-            store=WorkloadStore(store, keep_finished=1000),
+        self.component = JobsComponent(
+            store=JobRecordStore(store, keep_finished=1000),
             clock=self.clock,
             node_id=ME,
             events=self.events,
@@ -52,11 +50,11 @@ class Harness:
             job_report(seq, kind, key=key, origin=ME, created_at=101.0, **fields)
         )
 
-    def job(self, key: str) -> Workload:
-        return next(w for w in self.component.workloads(1000) if w.key == key)
+    def job(self, key: str) -> JobRecord:
+        return next(w for w in self.component.records(1000) if w.key == key)
 
     def listed(self) -> list[str]:
-        return [w.key for w in self.component.workloads(1000)]
+        return [w.key for w in self.component.records(1000)]
 
 
 def job_report(seq: int, kind: JobEventKind, *, key: str, **fields: Any) -> dict[str, Any]:
@@ -85,7 +83,7 @@ def theirs(
     member: NodeId = PEER,
     key: str | None = None,
     **fields: Any,
-) -> Workload:
+) -> JobRecord:
     """Job ``n`` as ``member`` itself records it (its key starts with its node id)."""
     values: dict[str, Any] = {
         "key": JobKey(key if key is not None else f"{member}/run9/{n}"),
@@ -98,7 +96,7 @@ def theirs(
         "seq": seq,
     }
     values.update(fields)
-    return Workload(**values)
+    return JobRecord(**values)
 
 
 def relay_report(
@@ -110,7 +108,7 @@ def relay_report(
     return job_report(seq, kind, key=key, **values)
 
 
-def tag(event: WorkloadsEvent) -> str:
+def tag(event: JobsEvent) -> str:
     return str(type(event).__struct_config__.tag)
 
 
@@ -225,8 +223,8 @@ async def test_a_relay_copy_is_one_row_with_the_members_own_record(store: Store)
     record = theirs(1, "running", 3, target="me", serving="me", started_at=302.0)
     h.component.mirror(PEER, [record], complete=False)
     assert pushed(h, before) == [("upsert", key), ("remove", relay)]
-    assert [w.key for w in h.component.workloads(10)] == [key], "one row"
-    assert h.component.workloads(10, origin=PEER) == [record]
+    assert [w.key for w in h.component.records(10)] == [key], "one row"
+    assert h.component.records(10, origin=PEER) == [record]
 
     before = len(h.subscriber.events)
     h.component.on_job_event(relay_report(3, "completed"))  # this node's copy still changes
@@ -271,24 +269,24 @@ async def test_the_proxy_exiting_leaves_mirrored_jobs_alone(store: Store) -> Non
     assert (relay.state, relay.error) == ("failed", "proxy exited"), "served here: it died here"
 
 
-async def test_workloads_filters_by_origin_and_limits(store: Store) -> None:
+async def test_records_filter_by_origin_and_limits(store: Store) -> None:
     h = Harness(store)
     h.send(1, "submitted", key="me/run1/1", target="a")  # created at 101
     h.component.mirror(PEER, [theirs(1), theirs(2), theirs(3)], complete=False)
     h.component.mirror(OTHER, [theirs(4, member=OTHER)], complete=False)
-    assert [w.key for w in h.component.workloads(10, origin=PEER)] == [
+    assert [w.key for w in h.component.records(10, origin=PEER)] == [
         f"{PEER}/run9/3",
         f"{PEER}/run9/2",
         f"{PEER}/run9/1",
     ]
-    assert [w.key for w in h.component.workloads(2, origin=PEER)] == [
+    assert [w.key for w in h.component.records(2, origin=PEER)] == [
         f"{PEER}/run9/3",
         f"{PEER}/run9/2",
     ]
-    assert [w.key for w in h.component.workloads(10, origin=OTHER)] == [f"{OTHER}/run9/4"]
-    assert [w.key for w in h.component.workloads(10, origin=ME)] == ["me/run1/1"]
-    assert h.component.workloads(10, origin=NodeId("nobody")) == []
-    assert len(h.component.workloads(10)) == 5
+    assert [w.key for w in h.component.records(10, origin=OTHER)] == [f"{OTHER}/run9/4"]
+    assert [w.key for w in h.component.records(10, origin=ME)] == ["me/run1/1"]
+    assert h.component.records(10, origin=NodeId("nobody")) == []
+    assert len(h.component.records(10)) == 5
 
 
 async def test_mirrored_jobs_survive_a_reload_without_being_interrupted(store: Store) -> None:

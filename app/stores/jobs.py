@@ -12,19 +12,19 @@ from app.stores.base import StreamStore
 from backend.protocol import methods
 from backend.protocol.types.base import JobKey
 from backend.protocol.types.jobs import (
-    Workload,
-    WorkloadRemoved,
-    WorkloadsEvent,
-    WorkloadsQuery,
-    WorkloadsSnapshot,
-    WorkloadUpserted,
+    JobRecord,
+    JobRemoved,
+    JobsEvent,
+    JobsQuery,
+    JobsSnapshot,
+    JobUpserted,
 )
 
 # The most ``jobs:subscribe`` returns; the broker keeps the 1000 newest finished jobs.
 HISTORY_LIMIT = 1000
 
 
-class WorkloadsStore(StreamStore[WorkloadsQuery, WorkloadsSnapshot, WorkloadsEvent]):
+class JobsStore(StreamStore[JobsQuery, JobsSnapshot, JobsEvent]):
     """Jobs by key, at most ``limit`` from the snapshot (newest first) plus every later one.
     ``job_changed`` names a job that appeared or changed, ``job_removed`` one that left the
     history; ``reset`` after every snapshot."""
@@ -39,30 +39,28 @@ class WorkloadsStore(StreamStore[WorkloadsQuery, WorkloadsSnapshot, WorkloadsEve
         *,
         limit: int = HISTORY_LIMIT,
     ) -> None:
-        query = WorkloadsQuery(limit=limit)
-        super().__init__(
-            connection, methods.WORKLOADS_SUBSCRIBE, methods.WORKLOADS_EVENT, query, parent
-        )
-        self._jobs: dict[JobKey, Workload] = {}
+        query = JobsQuery(limit=limit)
+        super().__init__(connection, methods.JOBS_SUBSCRIBE, methods.JOBS_EVENT, query, parent)
+        self._jobs: dict[JobKey, JobRecord] = {}
 
     @property
-    def jobs(self) -> Mapping[JobKey, Workload]:
+    def jobs(self) -> Mapping[JobKey, JobRecord]:
         """Every known job (read-only), newest first as far as the snapshot goes."""
         return self._jobs
 
-    def job(self, key: JobKey) -> Workload | None:
+    def job(self, key: JobKey) -> JobRecord | None:
         """One job, if known."""
         return self._jobs.get(key)
 
-    def _load(self, snapshot: WorkloadsSnapshot) -> None:
-        self._jobs = {job.key: job for job in snapshot.workloads}
+    def _load(self, snapshot: JobsSnapshot) -> None:
+        self._jobs = {job.key: job for job in snapshot.jobs}
 
-    def _apply(self, event: WorkloadsEvent) -> None:
+    def _apply(self, event: JobsEvent) -> None:
         match event:
-            case WorkloadUpserted(key=key, workload=job):
+            case JobUpserted(key=key, job=job):
                 self._jobs[key] = job
                 self.job_changed.emit(key)
-            case WorkloadRemoved(key=key):
+            case JobRemoved(key=key):
                 if self._jobs.pop(key, None) is not None:
                     self.job_removed.emit(key)
 
