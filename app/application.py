@@ -109,7 +109,7 @@ class PairApplication:
         self.pending = PendingActions()
         self.engines = EnginesModel()
         self.engines_controller = EnginesController(
-            connection, self.engines, self.pending, engines, discovery, settings=settings
+            connection, self.engines, self.pending, engines, discovery, settings
         )
         self.models_controller = ModelsController(connection, self.pending, engines, discovery)
         self.jobs = JobsModel()

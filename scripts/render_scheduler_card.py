@@ -37,6 +37,7 @@ from app.models.engines import EnginesModel  # noqa: E402
 from app.pending import PendingActions  # noqa: E402
 from app.stores.discovery import DiscoveryStore  # noqa: E402
 from app.stores.engines import EnginesStore  # noqa: E402
+from app.stores.settings import SettingsStore  # noqa: E402
 from app.window.engines_page import EnginesPage  # noqa: E402
 from backend.protocol import methods  # noqa: E402
 from backend.protocol.contract import Method  # noqa: E402
@@ -162,7 +163,9 @@ async def render(out: Path) -> None:
     connection = ScriptedConnection(answers())
     engines, discovery = EnginesStore(connection), DiscoveryStore(connection)
     model = EnginesModel()
-    controller = EnginesController(connection, model, PendingActions(), engines, discovery)
+    controller = EnginesController(
+        connection, model, PendingActions(), engines, discovery, SettingsStore(connection)
+    )
     page = EnginesPage(connection, model, controller)
     page.resize(*PAGE_SIZE)
     page.show()

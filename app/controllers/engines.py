@@ -53,9 +53,9 @@ class EnginesController(Controller):
         pending: PendingActions,
         engines: EnginesStore,
         discovery: DiscoveryStore,
+        settings: SettingsStore,
         parent: QObject | None = None,
         *,
-        settings: SettingsStore | None = None,
         timeout_s: float | None = None,
     ) -> None:
         super().__init__(connection, parent)
@@ -75,8 +75,7 @@ class EnginesController(Controller):
         )
         self.display.problem_changed.connect(self.problem_changed)
         self.display.nodes_changed.connect(self.nodes_changed)
-        if settings is not None:
-            settings.pushed.connect(self._on_settings_pushed)
+        settings.pushed.connect(self._on_settings_pushed)
         self._session = 0  # answers from an older session are dropped
         self._reading: asyncio.Task[None] | None = None
         self._reading_doors: asyncio.Task[None] | None = None

@@ -28,6 +28,7 @@ from app.models.engines import (
 from app.pending import PendingActions, PendingKey
 from app.stores.discovery import DiscoveryStore
 from app.stores.engines import EnginesStore
+from app.stores.settings import SettingsStore
 from app.window.engine_card import EngineCard, switch_on
 from app.window.engines_page import EnginesPage, NodeHeader
 from backend.protocol import methods
@@ -120,7 +121,7 @@ def make_ui(qtbot: QtBot, timeout_s: float = 60.0) -> Ui:
     model = EnginesModel()
     engines, discovery = EnginesStore(connection), DiscoveryStore(connection)
     controller = EnginesController(
-        connection, model, store, engines, discovery, timeout_s=timeout_s
+        connection, model, store, engines, discovery, SettingsStore(connection), timeout_s=timeout_s
     )
     page = EnginesPage(connection, model, controller)
     qtbot.addWidget(page)

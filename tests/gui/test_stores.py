@@ -20,6 +20,7 @@ from app.models.errors import ErrorsModel
 from app.models.jobs import JobsModel
 from app.models.nodes import NodesModel
 from app.pending import PendingActions
+from app.stores.settings import SettingsStore
 from backend.protocol import methods
 from backend.protocol.errors import Unavailable
 from backend.protocol.types.base import EngineName, JobKey, NodeId
@@ -242,7 +243,12 @@ async def test_controllers_reading_one_store_cause_one_subscribe_per_stream(
         NodesController(connection, NodesModel(), stores.discovery, stores.engines),
         JobsController(connection, JobsModel(), stores.jobs, stores.discovery),
         EnginesController(
-            connection, EnginesModel(), pending_actions, stores.engines, stores.discovery
+            connection,
+            EnginesModel(),
+            pending_actions,
+            stores.engines,
+            stores.discovery,
+            SettingsStore(connection),
         ),
         ModelsController(connection, pending_actions, stores.engines, stores.discovery),
         ActivityController(connection, ErrorsModel(), stores.jobs, stores.engines),
