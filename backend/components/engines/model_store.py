@@ -25,7 +25,7 @@ from urllib.parse import unquote, urlsplit
 import aiohttp
 
 from backend.common.files import ensure_private_dir, fsync_dir
-from backend.components.engines.gguf import GgufError, GgufInfo, read_file
+from backend.common.gguf import GgufError, GgufInfo, read_file
 from backend.protocol import errors
 from backend.protocol.types.base import EngineName
 from backend.protocol.types.engines import ModelDetails, PullProgress

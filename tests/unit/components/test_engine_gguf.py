@@ -13,7 +13,7 @@ from pathlib import Path
 import gguf
 import pytest
 
-from backend.components.engines.gguf import (
+from backend.common.gguf import (
     FILE_TYPES,
     MAX_ARRAY_ITEMS,
     MAX_KEY_BYTES,
