@@ -4,6 +4,14 @@ An engine with a ``model_store`` (llama.cpp) serves exactly one of the store's f
 store's short name. The settings ``<engine>_parallel``, ``<engine>_context`` and
 ``<engine>_model`` say with how many slots, how much context and which model it starts; a
 model loaded through PAIR becomes the ``<engine>_model`` setting, so the next start uses it.
+
+llama-server runs with ``--embeddings`` so that one server answers chat and embeddings alike
+(it switches embedding output on per request, so chat is unchanged). Its ``/v1/embeddings``
+needs one vector per input, which pooling ``none`` (every generative model's default) refuses:
+a model that declares its pooling (``<arch>.pooling_type``, embedding models) keeps it, any
+other gets the manifest's ``pooling`` parameter, ``last``: what decoder-only embedding models
+use, and the one pooling llama-server splits over several batches (``mean`` refuses an input
+longer than one batch, 512 tokens).
 """
 
 from __future__ import annotations
@@ -39,11 +47,14 @@ class LaunchPlan:
     model: str
     path: Path
     settings: LaunchSettings | None
+    pooling: str | None = None  # the model's own; None: the manifest's
 
     def values(self) -> dict[str, str]:
-        """The placeholders this launch fills: ``{model}``, ``{model_path}`` and, when the
-        settings say, ``{parallel}`` and ``{context}``."""
+        """The placeholders this launch fills: ``{model}``, ``{model_path}``, when the model
+        declares it ``{pooling}`` and, when the settings say, ``{parallel}`` and ``{context}``."""
         values = {"model": self.model, "model_path": str(self.path)}
+        if self.pooling is not None:
+            values["pooling"] = self.pooling
         if self.settings is not None:
             values["parallel"] = str(self.settings.parallel)
             values["context"] = str(self.settings.context)
@@ -137,17 +148,18 @@ async def plan(
         )
     if model is not None:
         chosen = await asyncio.to_thread(store.get, model)
-        return LaunchPlan(chosen.name, chosen.path, settings)
-    return LaunchPlan(*_remembered_or_first(stored, settings, engine), settings)
+        return LaunchPlan(chosen.name, chosen.path, settings, chosen.pooling)
+    chosen = _remembered_or_first(stored, settings, engine)
+    return LaunchPlan(chosen.name, chosen.path, settings, chosen.pooling)
 
 
 def _remembered_or_first(
     stored: list[StoredModel], settings: LaunchSettings | None, engine: EngineName
-) -> tuple[str, Path]:
+) -> StoredModel:
     wanted = settings.model if settings is not None else ""
     for candidate in stored:
         if candidate.name == wanted:
-            return candidate.name, candidate.path
+            return candidate
     if wanted:
         log.warning(
             "%s: the model %r to start with is not in the store; starting %s",
@@ -155,4 +167,4 @@ def _remembered_or_first(
             wanted,
             stored[0].name,
         )
-    return stored[0].name, stored[0].path
+    return stored[0]

@@ -38,6 +38,8 @@ CHUNK = 256 * 1024
 PROGRESS_INTERVAL = 0.1  # seconds: at most ~10 progress pushes a second
 _NAME = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+# llama.cpp's ``llama_pooling_type`` numbers; 0 (none) is absent: it yields no vector per input.
+_POOLING_NAMES = {1: "mean", 2: "cls", 3: "last", 4: "rank"}
 _TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=20, sock_read=60)
 
 
@@ -49,6 +51,7 @@ class StoredModel:
     path: Path
     size: int  # bytes
     details: ModelDetails
+    pooling: str | None = None  # the pooling the file declares (``pooling_name``)
 
 
 def valid_name(name: str) -> str:
@@ -387,7 +390,19 @@ def _stored(path: Path, size: int, info: GgufInfo, *, name: str | None = None) -
         quantization=info.quantization,
         context_length=info.context_length,
     )
-    return StoredModel(name=name or path.stem, path=path, size=size, details=details)
+    pooling = pooling_name(info)
+    return StoredModel(name or path.stem, path, size, details, pooling)
+
+
+def pooling_name(info: GgufInfo) -> str | None:
+    """llama-server's ``--pooling`` name for the pooling the file declares; None when it declares
+    none (a generative model), so the launch chooses."""
+    if info.architecture is None:
+        return None
+    declared = info.metadata.get(f"{info.architecture}.pooling_type")
+    if isinstance(declared, bool) or not isinstance(declared, int):
+        return None
+    return _POOLING_NAMES.get(declared)
 
 
 def _reason(exc: Exception) -> str:

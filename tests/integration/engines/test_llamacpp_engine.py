@@ -156,6 +156,33 @@ async def test_llama_server_lifecycle_slots_models_restart_and_port_move(
         assert stopped["state"] == "stopped" and not _alive(moved["pid"])
 
 
+async def test_the_llama_server_pair_starts_answers_chat_and_embeddings(
+    start_broker: StartBroker, tmp_path: Path, llama_server_binary: Path, tiny_model_path: Path
+) -> None:
+    data_dir = tmp_path / "node"
+    port = free_port()
+    _node(data_dir, llama_server_binary, port, {"tiny": tiny_model_path})
+    settings = {"llamacpp_context": 2048, "llamacpp_parallel": 1}  # room for the long input
+    (data_dir / "settings.json").write_text(json.dumps(settings))
+    broker = start_broker(data_dir=data_dir)
+    async with broker.connect() as client:
+        await client.call("engine:start", {"engine": "llamacpp"}, timeout=120)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
+            # Longer than one 512-token batch: refused by every pooling but ``last``.
+            long_text = " ".join(["hello world"] * 70)
+            request = {"model": "tiny", "input": ["hello", long_text]}
+            embedded = await http.post("/v1/embeddings", json=request)
+            assert embedded.status_code == 200, embedded.text
+            vectors = [entry["embedding"] for entry in embedded.json()["data"]]
+            assert len(vectors) == 2 and len(vectors[0]) == len(vectors[1]) > 0
+            messages = [{"role": "user", "content": "hello"}]
+            chat = {"model": "tiny", "messages": messages, "max_tokens": 4}
+            answer = await http.post("/v1/chat/completions", json=chat)
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["usage"]["completion_tokens"] == 4
+        await client.call("engine:stop", {"engine": "llamacpp"}, timeout=60)
+
+
 async def test_store_models_by_short_name_switch_pull_and_delete(
     start_broker: StartBroker,
     tmp_path: Path,

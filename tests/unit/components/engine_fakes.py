@@ -134,13 +134,22 @@ class FakeWorld:
         return CommandResult(argv, 0)
 
 
-def write_gguf(path: Path, *, architecture: str = "llama", context_length: int = 2048) -> Path:
-    """A metadata-only GGUF file (no tensors): enough for the model store to list it."""
+def write_gguf(
+    path: Path,
+    *,
+    architecture: str = "llama",
+    context_length: int = 2048,
+    pooling: int | None = None,
+) -> Path:
+    """A metadata-only GGUF file (no tensors): enough for the model store to list it;
+    ``pooling``: the ``<arch>.pooling_type`` it declares (an embedding model's)."""
     import gguf
 
     writer = gguf.GGUFWriter(path, arch=architecture)
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
     writer.add_context_length(context_length)
+    if pooling is not None:
+        writer.add_pooling_type(gguf.PoolingType(pooling))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.close()

@@ -261,6 +261,19 @@ async def test_switching_relaunches_on_the_other_model_and_remembers_it(
     assert restarted.pid != status.pid
 
 
+async def test_llama_server_answers_embeddings_pooled_as_its_model_declares(
+    llama: ControllerRig, store_dir: Path
+) -> None:
+    write_gguf(store_dir / "embedder.gguf", architecture="bert", pooling=2)  # 2: cls
+    controller, world = llama.controller, llama.world
+    await controller.start()
+    assert "--embeddings" in world.argvs[0], "else /v1/embeddings answers 501"
+    assert _flag(world.argvs[0], "--pooling") == "last", "a generative model declares none"
+    await controller.switch_model("embedder")
+    assert "--embeddings" in world.argvs[1]
+    assert _flag(world.argvs[1], "--pooling") == "cls", "an embedding model keeps its own"
+
+
 async def test_a_switch_to_a_missing_model_changes_nothing(llama: ControllerRig) -> None:
     status = await llama.controller.start()
     with pytest.raises(errors.NotFound, match="no model 'gamma'"):
