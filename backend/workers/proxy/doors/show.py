@@ -1,0 +1,97 @@
+"""``POST /api/show`` for a model of any engine, answered in Ollama's shape.
+
+Ollama answers for its own models (forwarded as is); a peer's relay answers for the engine it
+runs there (forwarded too); for another engine of this node or one added by address the answer
+is made here from what the model is (``engine_models.details_of``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+import aiohttp
+import msgspec
+from aiohttp import web
+
+from backend.protocol.proxy import RouteTarget
+from backend.workers.proxy.doors.details import show_body
+from backend.workers.proxy.doors.engine_models import details_of
+from backend.workers.proxy.doors.errors import ErrorReply
+from backend.workers.proxy.doors.list_fetch import Skipped
+from backend.workers.proxy.relay.peer_tls import NoIdentity
+from backend.workers.proxy.routing.candidates import upstream_url
+from backend.workers.proxy.upstream.forward import forward, json_answer
+
+if TYPE_CHECKING:
+    from backend.workers.proxy.context import DoorContext
+
+log = logging.getLogger(__name__)
+
+SHOW_PATH = "/api/show"
+SHOW_TIMEOUT_S = 10.0
+MAX_DETAILS_BYTES = 4 * 1024 * 1024
+
+
+class _ShowRequest(msgspec.Struct):
+    """The model asked about: ``model``, or ``name`` as older Ollama clients send it."""
+
+    model: str | None = None
+    name: str | None = None
+
+
+_show_request = msgspec.json.Decoder(_ShowRequest)
+_encoder = msgspec.json.Encoder()
+
+
+async def show_model(
+    request: web.Request, context: DoorContext, target: RouteTarget, body: bytes
+) -> web.StreamResponse:
+    """Ollama's ``/api/show`` answer for the model named in ``body``, which ``target`` has."""
+    if target.kind == "peer" or target.engine == "ollama":
+        return await _forwarded(request, context, target, body)
+    model = _model_named(body)
+    if model is None:
+        return json_answer(400, {"error": "model is required"})
+    try:
+        async with asyncio.timeout(SHOW_TIMEOUT_S):
+            details = await details_of(request, context, target, model, MAX_DETAILS_BYTES)
+    except (Skipped, TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
+        log.warning("%s: no details of %r from %s: %s", context.door, model, target.base_url, exc)
+        message = f"the engine at {target.base_url} did not describe model '{model}'"
+        return ErrorReply(502, message, "bad_gateway").response(SHOW_PATH)
+    if details is None:
+        return json_answer(404, {"error": f"model '{model}' not found"})
+    return web.Response(
+        body=_encoder.encode(show_body(details)), content_type="application/json", charset="utf-8"
+    )
+
+
+async def _forwarded(
+    request: web.Request, context: DoorContext, target: RouteTarget, body: bytes
+) -> web.StreamResponse:
+    """The request sent on once (to Ollama, or to the peer's relay) and its answer streamed."""
+    base = upstream_url(target, SHOW_PATH).removesuffix(SHOW_PATH)
+    try:
+        tls = context.router.peer_tls.client_tls(target)
+        # The client's credentials are meant for this computer's own engine only.
+        credentials = target.kind == "local"
+        return await forward(
+            request, context.session, base, body, SHOW_PATH, tls=tls, credentials=credentials
+        )
+    except (aiohttp.ClientConnectorError, NoIdentity) as exc:
+        log.warning("%s door: %s unreachable: %s", context.door, target.base_url, exc)
+        message = f"the engine at {target.base_url} is unreachable"
+        return ErrorReply(502, message, "bad_gateway").response(SHOW_PATH)
+
+
+def _model_named(body: bytes) -> str | None:
+    try:
+        asked = _show_request.decode(body)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    for name in (asked.model, asked.name):
+        if name and name.strip():
+            return name
+    return None
