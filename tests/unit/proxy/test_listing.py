@@ -2,140 +2,31 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import AsyncIterator
 
-import aiohttp
 import msgspec
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
 
-from backend.devtools.emulators.generation import TimingModel
-from backend.devtools.emulators.lmstudio import build_lmstudio_app
-from backend.devtools.emulators.lmstudio_state import LmStudioConfig
-from backend.devtools.emulators.ollama import build_ollama_app
-from backend.devtools.emulators.ollama_state import OllamaConfig
-from backend.devtools.emulators.server import EmulatorServer
-from backend.protocol.proxy import DOOR_ENGINES, Door, ProxyTargets, RouteTarget, TargetKind
-from backend.workers.proxy.context import DoorContext
 from backend.workers.proxy.doors import listing
-from backend.workers.proxy.doors.listing import federated_list
-from backend.workers.proxy.relay.serving import RelayBoard
 from backend.workers.proxy.routing.candidates import RELAY_PREFIX
-from tests.fakes import FakeClock
-from tests.unit.proxy.scripted_door import make_router
+from tests.unit.proxy.listing_harness import (
+    DEAD_URL,
+    Harness,
+    get_json,
+    json_answer,
+    running_harness,
+    tag,
+    target,
+)
 
-DoorClient = TestClient[web.Request, web.Application]
-# Nothing listens on the discard port: connecting to it is refused at once.
-DEAD_URL = "http://127.0.0.1:9"
-QUICK = TimingModel(load_delay=0.01, token_delay=0.002)
 SECRET_HEADERS = {"Authorization": "Bearer local-secret", "Cookie": "session=1"}
-
-
-@dataclass
-class StandIn:
-    """A tiny HTTP server answering every GET with ``answer``; it records what it was sent."""
-
-    answer: Callable[[], web.StreamResponse | Awaitable[web.StreamResponse]]
-    seen: list[tuple[str, dict[str, str]]] = field(default_factory=list)
-    release: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def app(self) -> web.Application:
-        async def handle(request: web.Request) -> web.StreamResponse:
-            self.seen.append((request.path_qs, dict(request.headers)))
-            answer = self.answer()
-            return await answer if isinstance(answer, Awaitable) else answer
-
-        app = web.Application()
-        app.router.add_get("/{tail:.*}", handle, allow_head=False)
-        return app
-
-
-@dataclass
-class Harness:
-    """Starts servers and door clients for one test and stops them all afterwards."""
-
-    session: aiohttp.ClientSession
-    servers: list[EmulatorServer] = field(default_factory=list)
-    clients: list[DoorClient] = field(default_factory=list)
-    stand_ins: list[StandIn] = field(default_factory=list)
-
-    async def serve(self, app: web.Application) -> str:
-        """Serve ``app`` on a free loopback port; its base URL."""
-        server = EmulatorServer(app)
-        self.servers.append(server)
-        await server.start()
-        return server.url
-
-    async def ollama(self, *models: str) -> str:
-        return await self.serve(build_ollama_app(OllamaConfig(models=models, timing=QUICK)))
-
-    async def lmstudio(self, *models: str) -> str:
-        return await self.serve(build_lmstudio_app(LmStudioConfig(models=models, timing=QUICK)))
-
-    async def stand_in(
-        self, answer: Callable[[], web.StreamResponse | Awaitable[web.StreamResponse]]
-    ) -> tuple[str, StandIn]:
-        stand_in = StandIn(answer)
-        self.stand_ins.append(stand_in)
-        return await self.serve(stand_in.app()), stand_in
-
-    async def door(self, door: Door, *targets: RouteTarget) -> DoorClient:
-        """A door app whose list routes are ``federated_list``, over ``targets`` in table order."""
-        table = ProxyTargets(node_id="self", engines={DOOR_ENGINES[door]: list(targets)})
-        router = make_router(self.session, clock=FakeClock())
-        router.update(table)
-        context = DoorContext(door, router, RelayBoard())
-
-        async def tags(request: web.Request) -> web.StreamResponse:
-            return await federated_list(request, context, "tags")
-
-        async def models(request: web.Request) -> web.StreamResponse:
-            return await federated_list(request, context, "models")
-
-        app = web.Application()
-        app.router.add_get("/api/tags", tags, allow_head=False)
-        app.router.add_get("/v1/models", models, allow_head=False)
-        client: DoorClient = TestClient(TestServer(app))
-        self.clients.append(client)
-        await client.start_server()
-        return client
 
 
 @pytest.fixture
 async def harness() -> AsyncIterator[Harness]:
-    async with aiohttp.ClientSession() as session:
-        running = Harness(session)
-        try:
-            yield running
-        finally:
-            for stand_in in running.stand_ins:
-                stand_in.release.set()
-            for client in running.clients:
-                await client.close()
-            for server in running.servers:
-                await server.stop()
-
-
-def target(kind: TargetKind, base_url: str, node_id: str = "") -> RouteTarget:
-    return RouteTarget(node_id=node_id or f"{kind}-node", kind=kind, base_url=base_url)
-
-
-def json_answer(body: Any) -> Callable[[], web.StreamResponse]:
-    return lambda: web.json_response(body)
-
-
-def tag(name: str, **extra: Any) -> dict[str, Any]:
-    """An ``/api/tags`` entry as a peer would send it."""
-    return {"name": name, "model": name, "size": 1, **extra}
-
-
-async def get_json(client: DoorClient, path: str, **kwargs: Any) -> tuple[int, Any]:
-    response = await client.get(path, **kwargs)
-    return response.status, await response.json()
+    async with running_harness() as running:
+        yield running
 
 
 async def test_ollama_tags_merge_local_first_and_dedupe_by_ollama_names(harness: Harness) -> None:
