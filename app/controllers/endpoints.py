@@ -1,14 +1,15 @@
-"""The front doors as the GUI shows them: real URLs, moved ports, example requests (from
-``status``, ``errors:update`` and the engines store's model lists), and the broker settings the
-General tab edits (the front doors' timeouts and pinned node, llama.cpp's slots and context,
-through the settings store)."""
+"""The front doors as the GUI shows them: one address, client setting and example request per
+client API (every door speaks all three and reaches every model of every computer in the
+cluster), then the doors' real ports with moved-port notes (from ``status``, ``errors:update``
+and the engines store's model lists); and the broker settings the General tab edits (the front
+doors' timeouts and pinned node, llama.cpp's slots and context, through the settings store)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, Signal
@@ -19,7 +20,6 @@ from app.stores.engines import EnginesStore
 from app.stores.settings import SettingsStore
 from backend.protocol import methods
 from backend.protocol.errors import RpcError
-from backend.protocol.types.base import EngineName
 from backend.protocol.types.broker import ServiceError
 from backend.protocol.types.engines import EngineModels
 from backend.protocol.types.nodes import DiscoveredNode
@@ -37,86 +37,111 @@ LLAMACPP_PARALLEL = "llamacpp_parallel"
 LLAMACPP_CONTEXT = "llamacpp_context"
 # The doors' ports (0: the one the service was started with); a change moves the door at once.
 DOOR_PORTS = {"ollama": "ollama_door_port", "openai": "openai_door_port"}
+ANTHROPIC_VERSION = "2023-06-01"  # the Messages API refuses a request without this header
+EXAMPLE_MAX_TOKENS = 256  # the Messages API requires max_tokens
 
 
 @dataclass(frozen=True, slots=True)
 class DoorKind:
-    """What a front door speaks: its title, the engine behind it, the example's path."""
+    """A front door and the program whose usual port it takes, where apps look for it."""
 
     door: str
-    title: str
-    engine: EngineName  # the bundled manifests' engine for this door
-    chat_path: str
-    openai: bool
+    usual_port_of: str
 
 
 DOOR_KINDS: tuple[DoorKind, ...] = (
-    DoorKind("ollama", "Ollama API", EngineName("ollama"), "/api/chat", openai=False),
-    DoorKind(
-        "openai",
-        "OpenAI API · LM Studio models",
-        EngineName("lmstudio"),
-        "/v1/chat/completions",
-        openai=True,
-    ),
-    DoorKind(
-        "llamacpp",
-        "OpenAI API · llama.cpp models",
-        EngineName("llamacpp"),
-        "/v1/chat/completions",
-        openai=True,
-    ),
+    DoorKind("ollama", "Ollama"),
+    DoorKind("openai", "LM Studio"),
+    DoorKind("llamacpp", "llama-server"),
 )
-_KINDS = {kind.door: kind for kind in DOOR_KINDS}
+_DOOR_ORDER = tuple(kind.door for kind in DOOR_KINDS)
+_USUAL_PORT_OF = {kind.door: kind.usual_port_of for kind in DOOR_KINDS}
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKind:
+    """A client API: its title, the example's path, and the doors to name for it, best first
+    (every door speaks it; the one at the port its apps expect comes first)."""
+
+    api: str
+    title: str
+    chat_path: str
+    doors: tuple[str, ...]
+
+
+API_KINDS: tuple[ApiKind, ...] = (
+    ApiKind("ollama", "Ollama API", "/api/chat", ("ollama", "openai", "llamacpp")),
+    ApiKind("openai", "OpenAI API", "/v1/chat/completions", ("openai", "llamacpp", "ollama")),
+    # Ollama takes Anthropic clients on its own port, so guides point them at 11434.
+    ApiKind("anthropic", "Anthropic API", "/v1/messages", ("ollama", "openai", "llamacpp")),
+)
 
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    """One front door as shown: URL, the client setting that uses it, a note, an example."""
+    """One client API as shown: the address a client takes, its setting, an example request."""
 
-    door: str
+    api: str
     title: str
     url: str
     client_setting: str
-    moved_note: str | None
     model: str | None
     example: str
+
+
+@dataclass(frozen=True, slots=True)
+class Door:
+    """One front door as shown: its real URL, whose usual port it is, a moved-port note."""
+
+    door: str
+    usual_port_of: str
+    url: str
+    moved_note: str | None
 
 
 def _shell_quote(text: str) -> str:
     return "'" + text.replace("'", "'\\''") + "'"
 
 
-def curl_example(kind: DoorKind, url: str, model: str | None) -> str:
-    """A ``curl`` chat request in the door's own API (POSIX shell quoting), a few short lines."""
-    fields = [
-        f'"model": {json.dumps(model or MODEL_PLACEHOLDER)}',
-        '"messages": [{"role": "user", "content": "Hello!"}]',
-    ]
-    if not kind.openai:
+def curl_example(kind: ApiKind, door_url: str, model: str | None) -> str:
+    """A ``curl`` chat request in the API's own shape (POSIX shell quoting), a few short lines."""
+    fields = [f'"model": {json.dumps(model or MODEL_PLACEHOLDER)}']
+    if kind.api == "anthropic":
+        fields.append(f'"max_tokens": {EXAMPLE_MAX_TOKENS}')
+    fields.append('"messages": [{"role": "user", "content": "Hello!"}]')
+    if kind.api == "ollama":
         fields.append('"stream": false')  # one JSON answer instead of a stream of lines
     body = "{\n" + ",\n".join(f"  {field}" for field in fields) + "\n}"
-    if kind.openai:
-        head = f'curl {url}{kind.chat_path} \\\n  -H "Content-Type: application/json"'
-    else:
-        head = f"curl {url}{kind.chat_path}"
-    return f"{head} -d {_shell_quote(body)}"
+    head = [f"curl {door_url}{kind.chat_path}"]
+    if kind.api != "ollama":
+        head.append('  -H "Content-Type: application/json"')
+    if kind.api == "anthropic":
+        head.append(f'  -H "anthropic-version: {ANTHROPIC_VERSION}"')
+    return " \\\n".join(head) + f" -d {_shell_quote(body)}"
 
 
-def client_setting(kind: DoorKind, url: str) -> str:
-    """The usual way to point a client at the door."""
-    if kind.openai:
-        return f"OPENAI_BASE_URL={url}/v1"
-    return f"OLLAMA_HOST={url.removeprefix('http://')}"
+def base_url(kind: ApiKind, door_url: str) -> str:
+    """The address the API's clients take (OpenAI's SDKs want the ``/v1`` in it; Anthropic's
+    SDK adds ``/v1/messages`` itself)."""
+    return f"{door_url}/v1" if kind.api == "openai" else door_url
 
 
-def example_model(engine: EngineName, models: EngineModels | None) -> str | None:
-    """A model of ``engine`` for the example: a loaded one first, else the first listed."""
-    if models is None:
-        return None
-    loaded = models.loaded_by_engine.get(engine, [])
-    listed = models.by_engine.get(engine, [])
-    return next(iter(loaded), None) or next(iter(listed), None)
+def client_setting(kind: ApiKind, door_url: str) -> str:
+    """The usual way to point the API's clients at the door."""
+    if kind.api == "ollama":
+        return f"OLLAMA_HOST={door_url.removeprefix('http://')}"
+    if kind.api == "anthropic":
+        return f"ANTHROPIC_BASE_URL={base_url(kind, door_url)}"
+    return f"OPENAI_BASE_URL={base_url(kind, door_url)}"
+
+
+def example_model(listings: Iterable[EngineModels | None]) -> str | None:
+    """A model of the cluster for the examples, whatever its engine: a loaded one first, else
+    the first listed (``listings``: this computer's, then the other members')."""
+    present = [listing for listing in listings if listing is not None]
+    loaded = (n for m in present for names in m.loaded_by_engine.values() for n in names)
+    listed = (n for m in present for names in m.by_engine.values() for n in names)
+    return next(loaded, None) or next(listed, None)
 
 
 def moved_notes(errors: Sequence[ServiceError]) -> dict[str, str]:
@@ -128,29 +153,39 @@ def moved_notes(errors: Sequence[ServiceError]) -> dict[str, str]:
     }
 
 
-def build_endpoints(
-    front_doors: Mapping[str, str],
-    errors: Sequence[ServiceError],
-    models: EngineModels | None,
-) -> list[Endpoint]:
-    """The open doors in a fixed order (Ollama, OpenAI, llama.cpp, then any other by name)."""
+def door_order(front_doors: Iterable[str]) -> list[str]:
+    """The doors in a fixed order (Ollama, OpenAI, llama.cpp, then any other by name)."""
+    last = len(_DOOR_ORDER)
+    return sorted(
+        front_doors, key=lambda d: (_DOOR_ORDER.index(d) if d in _DOOR_ORDER else last, d)
+    )
+
+
+def build_doors(front_doors: Mapping[str, str], errors: Sequence[ServiceError]) -> list[Door]:
+    """The open doors in order, each with its real URL and its moved-port note."""
     notes = moved_notes(errors)
-    order = [kind.door for kind in DOOR_KINDS]
-    doors = sorted(front_doors, key=lambda d: (order.index(d) if d in order else len(order), d))
+    return [
+        Door(door, _USUAL_PORT_OF.get(door, door), front_doors[door], notes.get(door))
+        for door in door_order(front_doors)
+    ]
+
+
+def build_endpoints(front_doors: Mapping[str, str], model: str | None) -> list[Endpoint]:
+    """One entry per client API, naming its preferred open door (else the first open one);
+    none while no door is open."""
+    if not front_doors:
+        return []
+    fallback = door_order(front_doors)[0]
     endpoints = []
-    for door in doors:
+    for kind in API_KINDS:
+        door = next((d for d in kind.doors if d in front_doors), fallback)
         url = front_doors[door]
-        kind = _KINDS.get(
-            door, DoorKind(door, door, EngineName(door), "/v1/chat/completions", openai=True)
-        )
-        model = example_model(kind.engine, models)
         endpoints.append(
             Endpoint(
-                door=door,
+                api=kind.api,
                 title=kind.title,
-                url=url,
+                url=base_url(kind, url),
                 client_setting=client_setting(kind, url),
-                moved_note=notes.get(door),
                 model=model,
                 example=curl_example(kind, url, model),
             )
@@ -160,8 +195,8 @@ def build_endpoints(
 
 class EndpointsController(Controller):
     """Reads ``status`` per session, again on every ``errors:update`` and settings push (a door
-    may have moved) and on ``refresh``; the examples' models come from the engines store. Owns
-    the read."""
+    may have moved) and on ``refresh``; the examples' model comes from the engines store (this
+    computer's models and the other members'). Owns the read."""
 
     changed = Signal()
 
@@ -180,12 +215,25 @@ class EndpointsController(Controller):
         self._read: asyncio.Task[None] | None = None
         engines.reset.connect(self.changed)
         engines.models_changed.connect(self.changed)
+        engines.member_changed.connect(self._on_engines_member_changed)
         settings.pushed.connect(self.refresh)
 
     @property
     def endpoints(self) -> list[Endpoint]:
+        """One entry per client API (none while no door is open)."""
+        return build_endpoints(self._front_doors, self.example_model)
+
+    @property
+    def doors(self) -> list[Door]:
         """The open front doors."""
-        return build_endpoints(self._front_doors, self._errors, self._engines.models)
+        return build_doors(self._front_doors, self._errors)
+
+    @property
+    def example_model(self) -> str | None:
+        """A model of the cluster for the examples (members that are out of reach left out)."""
+        members = self._engines.members.values()
+        others = (member.models for member in members if member.reachable)
+        return example_model([self._engines.models, *others])
 
     @property
     def front_doors(self) -> dict[str, str]:
@@ -214,6 +262,9 @@ class EndpointsController(Controller):
         self._front_doors = dict(status.front_doors)
         self._errors = list(status.errors)
         self._known = True
+        self.changed.emit()
+
+    def _on_engines_member_changed(self, _node_id: str) -> None:
         self.changed.emit()
 
     def _on_connection_session_ready(self) -> None:

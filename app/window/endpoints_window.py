@@ -1,7 +1,10 @@
-"""The API endpoints window: each front door's real URL with a Copy button, a note when its
-port had to move, and an example request."""
+"""The API endpoints window: one card per client API (the address with a Copy button, the
+client setting, an example request), then the front doors' real ports with a note when one
+had to move."""
 
 from __future__ import annotations
+
+from typing import TypeVar
 
 from PySide6.QtCore import QSize, Qt, QTimer
 from PySide6.QtGui import QFontDatabase, QGuiApplication, QPalette, QShowEvent
@@ -18,16 +21,21 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.controllers.endpoints import Endpoint, EndpointsController
+from app.controllers.endpoints import Door, Endpoint, EndpointsController
 from app.models.errors import SEVERITY_COLOURS
 from app.window.banners import Banner
 from app.window.widgets import muted_label, page_title
 
 COPIED_FEEDBACK_MS = 1500
 INTRO = (
-    "Point any app that speaks one of these APIs at its address: Open WebUI, Continue, or a "
-    "script using the ollama or openai package. PAIR sends each request to a computer that "
-    "has the model."
+    "Every address below reaches every model of every computer in your cluster: each front "
+    "door speaks the Ollama, OpenAI and Anthropic APIs, and PAIR translates when the engine "
+    "that has the model speaks another one. Point Open WebUI, Continue, Claude Code or a "
+    "script using the ollama, openai or anthropic package at the address of its API."
+)
+PORTS_TEXT = (
+    "All ports are equal; there are three so that apps looking for Ollama, LM Studio or "
+    "llama-server at their usual port find PAIR there."
 )
 NOT_CONNECTED = "The addresses appear once the PAIR service is running."
 NO_DOORS = "The front doors are not open yet; they open a moment after the service starts."
@@ -74,20 +82,32 @@ def _code_label() -> QLabel:
     return label
 
 
+def _url_field() -> QLineEdit:
+    field = QLineEdit()
+    field.setReadOnly(True)
+    field.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+    return field
+
+
+def _show_url(field: QLineEdit, url: str) -> None:
+    """Change the text only when it changed, so a refresh does not disturb a selection."""
+    if field.text() != url:
+        field.setText(url)
+        field.setCursorPosition(0)
+
+
 class EndpointCard(QFrame):
-    """One front door: title, URL + Copy, client setting, moved-port note, example + Copy."""
+    """One client API: title, address + Copy, client setting, example request + Copy."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
         self.title = QLabel()
-        self.url = QLineEdit()
-        self.url.setReadOnly(True)
-        self.url.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        self.url = _url_field()
         self.copy_url = CopyButton("Copy this address")
         self.setting = muted_label()
         self.setting.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.note = Banner(SEVERITY_COLOURS["warning"], "Port moved", "")
         self.example = _code_label()
         self.copy_example = CopyButton("Copy this example command")
         grid = QGridLayout(self)
@@ -99,39 +119,69 @@ class EndpointCard(QFrame):
         grid.addWidget(self.url, 1, 0)
         grid.addWidget(self.copy_url, 1, 1)
         grid.addWidget(self.setting, 2, 0, 1, 2)
-        grid.addWidget(self.note, 3, 0, 1, 2)
-        grid.addWidget(muted_label("Example request"), 4, 0, 1, 2)
-        grid.addWidget(self.example, 5, 0)
-        grid.addWidget(self.copy_example, 5, 1, Qt.AlignmentFlag.AlignTop)
+        grid.addWidget(muted_label("Example request"), 3, 0, 1, 2)
+        grid.addWidget(self.example, 4, 0)
+        grid.addWidget(self.copy_example, 4, 1, Qt.AlignmentFlag.AlignTop)
 
     def show_endpoint(self, endpoint: Endpoint) -> None:
         """Show ``endpoint`` (in place, so a refresh does not disturb a selection)."""
         self.title.setText(f"<b>{endpoint.title}</b>")
-        if self.url.text() != endpoint.url:
-            self.url.setText(endpoint.url)
-            self.url.setCursorPosition(0)
+        _show_url(self.url, endpoint.url)
         self.copy_url.text_to_copy = endpoint.url
         setting = f"Client setting: {endpoint.client_setting}"
         if endpoint.model is None:
             setting += " · no model known yet"
         self.setting.setText(setting)
-        self.note.message.setText(endpoint.moved_note or "")
-        self.note.setVisible(endpoint.moved_note is not None)
         self.example.setText(endpoint.example)
         self.copy_example.text_to_copy = endpoint.example
 
 
+class DoorRow(QWidget):
+    """One front door: whose usual port it takes, its real URL + Copy, a moved-port note."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
+        self.label = QLabel()
+        self.label.setMinimumWidth(130)
+        self.url = _url_field()
+        self.copy_url = CopyButton("Copy this address")
+        self.note = Banner(SEVERITY_COLOURS["warning"], "Port moved", "")
+        grid = QGridLayout(self)
+        grid.setContentsMargins(0, 0, 0, 0)
+        grid.setHorizontalSpacing(8)
+        grid.setColumnStretch(1, 1)
+        grid.addWidget(self.label, 0, 0)
+        grid.addWidget(self.url, 0, 1)
+        grid.addWidget(self.copy_url, 0, 2)
+        grid.addWidget(self.note, 1, 0, 1, 3)
+
+    def show_door(self, door: Door) -> None:
+        """Show ``door`` (in place)."""
+        self.label.setText(f"{door.usual_port_of}'s port")
+        _show_url(self.url, door.url)
+        self.copy_url.text_to_copy = door.url
+        self.note.message.setText(door.moved_note or "")
+        self.note.setVisible(door.moved_note is not None)
+
+
 class EndpointsWindow(QWidget):
-    """A separate window listing the front doors; refreshed whenever it is shown."""
+    """A separate window listing the client APIs and the doors; refreshed whenever shown."""
 
     def __init__(self, controller: EndpointsController, parent: QWidget | None = None) -> None:
         super().__init__(parent, Qt.WindowType.Window)
         self.setWindowTitle("PAIR – API endpoints")
         self._controller = controller
-        self.cards: dict[str, EndpointCard] = {}
+        self.cards: dict[str, EndpointCard] = {}  # by API
+        self.doors: dict[str, DoorRow] = {}  # by door
         self.empty_note = muted_label()
         self._cards_layout = QVBoxLayout()
         self._cards_layout.setSpacing(10)
+        self.ports = QWidget()
+        self._doors_layout = QVBoxLayout(self.ports)
+        self._doors_layout.setContentsMargins(0, 6, 0, 0)
+        self._doors_layout.addWidget(QLabel("<b>Ports</b>"))
+        self._doors_layout.addWidget(muted_label(PORTS_TEXT))
         close_button = QPushButton("Close")
         close_button.clicked.connect(self.close)
         self._lay_out(close_button)
@@ -140,7 +190,7 @@ class EndpointsWindow(QWidget):
 
     def sizeHint(self) -> QSize:
         """Wide enough for a curl example without scrolling."""
-        return QSize(720, 790)
+        return QSize(720, 1040)
 
     def show_and_raise(self) -> None:
         """Show the window (re-reading the doors) and bring it to the front."""
@@ -164,6 +214,7 @@ class EndpointsWindow(QWidget):
         body_layout.addWidget(muted_label(INTRO))
         body_layout.addWidget(self.empty_note)
         body_layout.addLayout(self._cards_layout)
+        body_layout.addWidget(self.ports)
         body_layout.addStretch(1)
         scroll = QScrollArea()
         scroll.setWidget(body)
@@ -180,18 +231,33 @@ class EndpointsWindow(QWidget):
 
     def _on_controller_changed(self) -> None:
         endpoints = self._controller.endpoints
-        doors = {endpoint.door for endpoint in endpoints}
-        for door in [door for door in self.cards if door not in doors]:
-            self.cards.pop(door).deleteLater()
-        for position, endpoint in enumerate(endpoints):
-            card = self.cards.get(endpoint.door)
-            if card is None:
-                card = self.cards[endpoint.door] = EndpointCard()
-                card.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
-            self._cards_layout.insertWidget(position, card)
-            card.show_endpoint(endpoint)
+        _sync(self.cards, [e.api for e in endpoints], EndpointCard, self._cards_layout, 0)
+        for endpoint in endpoints:
+            self.cards[endpoint.api].show_endpoint(endpoint)
+        doors = self._controller.doors
+        _sync(self.doors, [d.door for d in doors], DoorRow, self._doors_layout, 2)
+        for door in doors:
+            self.doors[door.door].show_door(door)
+        self.ports.setVisible(bool(doors))
         if endpoints:
             self.empty_note.hide()
         else:
             self.empty_note.setText(NO_DOORS if self._controller.known else NOT_CONNECTED)
             self.empty_note.show()
+
+
+W = TypeVar("W", bound=QWidget)
+
+
+def _sync(
+    widgets: dict[str, W], keys: list[str], make: type[W], layout: QVBoxLayout, at: int
+) -> None:
+    """Make ``widgets`` hold one widget per key, in the keys' order, from ``at`` on in
+    ``layout`` (kept widgets are moved, not rebuilt)."""
+    for key in [key for key in widgets if key not in keys]:
+        widgets.pop(key).deleteLater()
+    for position, key in enumerate(keys):
+        widget = widgets.get(key)
+        if widget is None:
+            widget = widgets[key] = make()
+        layout.insertWidget(at + position, widget)

@@ -1,4 +1,5 @@
-"""The endpoints window: real URLs, Copy, moved-port notes and curl examples from a scripted
+"""The endpoints window: one card per client API (every door reaches every model of the
+cluster), the doors' real URLs, Copy, moved-port notes and curl examples from a scripted
 connection; the pure builders behind it."""
 
 from __future__ import annotations
@@ -8,17 +9,20 @@ import shlex
 from collections.abc import AsyncIterator
 from typing import Any
 
+import msgspec
 import pytest
 from PySide6.QtGui import QGuiApplication
 from pytestqt.qtbot import QtBot
 
 from app.broker.state import ServiceState
 from app.controllers.endpoints import (
-    DOOR_KINDS,
+    API_KINDS,
     MODEL_PLACEHOLDER,
     EndpointsController,
+    build_doors,
     build_endpoints,
     curl_example,
+    example_model,
     moved_notes,
 )
 from app.stores.engines import EnginesStore
@@ -74,13 +78,39 @@ def run_curl_body(example: str) -> tuple[str, dict[str, Any]]:
 
 # Pure builders.
 
+LLAMACPP_LISTING = EngineModels(
+    models=["gpu-model"], by_engine={"llamacpp": ["gpu-model"]}, loaded_by_engine={},
+    slots_by_engine={},
+)  # fmt: skip
 
-def test_doors_come_in_a_fixed_order_with_client_settings() -> None:
-    endpoints = build_endpoints(DOORS, [], None)
-    assert [e.door for e in endpoints] == ["ollama", "openai", "llamacpp"]
-    assert endpoints[0].client_setting == "OLLAMA_HOST=127.0.0.1:11434"
-    assert endpoints[1].client_setting == "OPENAI_BASE_URL=http://127.0.0.1:41873/v1"
-    assert all(e.moved_note is None and e.model is None for e in endpoints)
+
+def test_doors_come_in_a_fixed_order_and_each_api_has_its_client_setting() -> None:
+    assert [d.door for d in build_doors(DOORS, [])] == ["ollama", "openai", "llamacpp"]
+    endpoints = build_endpoints(DOORS, None)
+    assert [e.api for e in endpoints] == ["ollama", "openai", "anthropic"]
+    assert [e.client_setting for e in endpoints] == [
+        "OLLAMA_HOST=127.0.0.1:11434",
+        "OPENAI_BASE_URL=http://127.0.0.1:41873/v1",
+        "ANTHROPIC_BASE_URL=http://127.0.0.1:11434",  # the SDK adds /v1/messages itself
+    ]
+    assert [e.url for e in endpoints] == [
+        "http://127.0.0.1:11434", "http://127.0.0.1:41873/v1", "http://127.0.0.1:11434"
+    ]  # fmt: skip
+    assert all(e.model is None for e in endpoints)
+    assert all(d.moved_note is None for d in build_doors(DOORS, []))
+
+
+def test_every_api_names_another_open_door_when_its_own_is_closed() -> None:
+    only_llamacpp = {"llamacpp": "http://127.0.0.1:8080"}
+    assert [e.client_setting for e in build_endpoints(only_llamacpp, None)] == [
+        "OLLAMA_HOST=127.0.0.1:8080",
+        "OPENAI_BASE_URL=http://127.0.0.1:8080/v1",
+        "ANTHROPIC_BASE_URL=http://127.0.0.1:8080",
+    ]
+    without_openai = {"ollama": DOORS["ollama"], "llamacpp": DOORS["llamacpp"]}
+    openai = build_endpoints(without_openai, None)[1]
+    assert openai.client_setting == "OPENAI_BASE_URL=http://127.0.0.1:8080/v1"
+    assert build_endpoints({}, None) == []
 
 
 def test_moved_notes_come_from_port_taken_errors_only() -> None:
@@ -91,32 +121,51 @@ def test_moved_notes_come_from_port_taken_errors_only() -> None:
                      updated_at=1),
     ]  # fmt: skip
     assert moved_notes(errors) == {"openai": "moved"}
-    endpoints = build_endpoints(DOORS, errors, None)
-    assert [e.moved_note for e in endpoints] == [None, "moved", None]
+    doors = build_doors(DOORS, errors)
+    assert [d.moved_note for d in doors] == [None, "moved", None]
+    assert [d.usual_port_of for d in doors] == ["Ollama", "LM Studio", "llama-server"]
 
 
-def test_example_model_prefers_a_loaded_one() -> None:
+def test_the_example_model_is_any_model_of_the_cluster_a_loaded_one_first() -> None:
     listed = EngineModels(
         models=["a", "b", "q"],
         by_engine={"ollama": ["a", "b"], "lmstudio": ["q"]},
         loaded_by_engine={"ollama": ["b"]},
         slots_by_engine={},
     )
-    endpoints = build_endpoints(DOORS, [], listed)
-    assert [e.model for e in endpoints] == ["b", "q", None]
+    assert example_model([listed]) == "b"
+    assert example_model([None, LLAMACPP_LISTING]) == "gpu-model"  # another member's only
+    loaded_elsewhere = msgspec.structs.replace(
+        LLAMACPP_LISTING, loaded_by_engine={"llamacpp": ["gpu-model"]}
+    )
+    assert example_model([listed, loaded_elsewhere]) == "b"
+    assert example_model([msgspec.structs.replace(listed, loaded_by_engine={}),
+                          loaded_elsewhere]) == "gpu-model"  # fmt: skip
+    assert example_model([None]) is None
+    # Every API's example names it, whatever engine serves it.
+    endpoints = build_endpoints(DOORS, "a")
+    assert [run_curl_body(e.example)[1]["model"] for e in endpoints] == ["a", "a", "a"]
 
 
-@pytest.mark.parametrize("kind", DOOR_KINDS, ids=lambda kind: kind.door)
+@pytest.mark.parametrize("kind", API_KINDS, ids=lambda kind: kind.api)
 def test_curl_examples_are_valid_shell_and_json(kind: Any) -> None:
     example = curl_example(kind, "http://127.0.0.1:9", 'it\'s "odd"')
     url, body = run_curl_body(example)
     assert url == f"http://127.0.0.1:9{kind.chat_path}"
     assert body["model"] == 'it\'s "odd"'
     assert body["messages"] == [{"role": "user", "content": "Hello!"}]
-    assert ("stream" in body) is (kind.door == "ollama")
-    assert ("Content-Type: application/json" in example) is kind.openai
+    assert ("stream" in body) is (kind.api == "ollama")
+    assert ("Content-Type: application/json" in example) is (kind.api != "ollama")
     _, body = run_curl_body(curl_example(kind, "http://127.0.0.1:9", None))
     assert body["model"] == MODEL_PLACEHOLDER
+
+
+def test_the_anthropic_example_carries_what_the_messages_api_requires() -> None:
+    example = curl_example(API_KINDS[2], "http://127.0.0.1:9", "m")
+    url, body = run_curl_body(example)
+    assert url == "http://127.0.0.1:9/v1/messages"
+    assert "anthropic-version: 2023-06-01" in shlex.split(example.replace(" \\\n", " "))
+    assert body["max_tokens"] > 0
 
 
 # The window against a scripted connection.
@@ -134,21 +183,26 @@ async def window(qtbot: QtBot, connection: FakeConnection) -> AsyncIterator[Endp
     await settings.close()
 
 
-async def test_each_door_shows_its_real_url_and_copy_puts_it_on_the_clipboard(
+async def test_each_door_and_api_shows_its_real_url_and_copy_puts_it_on_the_clipboard(
     connection: FakeConnection, window: EndpointsWindow
 ) -> None:
     connection.script(methods.STATUS, status(DOORS, [MOVED]))
     EngineEvents(connection).script(models=models(ollama=["llama3.2:3b"]))
     connection.become_ready()
-    await wait_until(lambda: len(window.cards) == 3, 5, "three doors")
+    await wait_until(lambda: len(window.cards) == 3 and len(window.doors) == 3, 5, "the doors")
     await wait_until(lambda: window.cards["ollama"].copy_example.text_to_copy.count("llama3.2"))
-    assert window.empty_note.isHidden()
+    assert window.empty_note.isHidden() and not window.ports.isHidden()
     for door, url in DOORS.items():
-        card = window.cards[door]
-        assert card.url.text() == url
-        card.copy_url.click()
+        row = window.doors[door]
+        assert row.url.text() == url
+        row.copy_url.click()
         assert QGuiApplication.clipboard().text() == url
-        assert card.copy_url.text() == "Copied"
+        assert row.copy_url.text() == "Copied"
+    addresses = {"ollama": DOORS["ollama"], "openai": DOORS["openai"] + "/v1",
+                 "anthropic": DOORS["ollama"]}  # fmt: skip
+    for api, url in addresses.items():
+        window.cards[api].copy_url.click()
+        assert QGuiApplication.clipboard().text() == url
     ollama = window.cards["ollama"]
     ollama.copy_example.click()
     copied = QGuiApplication.clipboard().text()
@@ -158,10 +212,14 @@ async def test_each_door_shows_its_real_url_and_copy_puts_it_on_the_clipboard(
         {"model": "llama3.2:3b", "messages": [{"role": "user", "content": "Hello!"}],
          "stream": False},
     )  # fmt: skip
+    # An Ollama model through the OpenAI and Anthropic APIs: every door reaches every model.
     url, body = run_curl_body(window.cards["openai"].example.text())
-    assert url == "http://127.0.0.1:41873/v1/chat/completions"
-    assert body["model"] == MODEL_PLACEHOLDER
-    assert "no model known yet" in window.cards["openai"].setting.text()
+    assert (url, body["model"]) == ("http://127.0.0.1:41873/v1/chat/completions", "llama3.2:3b")
+    anthropic = window.cards["anthropic"]
+    assert "ANTHROPIC_BASE_URL=http://127.0.0.1:11434" in anthropic.setting.text()
+    url, body = run_curl_body(anthropic.example.text())
+    assert (url, body["model"]) == ("http://127.0.0.1:11434/v1/messages", "llama3.2:3b")
+    assert all("no model known yet" not in card.setting.text() for card in window.cards.values())
 
 
 async def test_a_moved_port_shows_the_brokers_note_on_that_door(
@@ -169,35 +227,56 @@ async def test_a_moved_port_shows_the_brokers_note_on_that_door(
 ) -> None:
     connection.script(methods.STATUS, status(DOORS, []))
     connection.become_ready()
-    await wait_until(lambda: len(window.cards) == 3, 5, "three doors")
-    assert all(card.note.isHidden() for card in window.cards.values())
+    await wait_until(lambda: len(window.doors) == 3, 5, "three doors")
+    assert all(row.note.isHidden() for row in window.doors.values())
     # The door moves (the proxy restarted while another program held 1234).
     moved_doors = {**DOORS, "openai": "http://127.0.0.1:41999"}
     message = MOVED_MESSAGE.replace("41873", "41999")
     connection.script(methods.STATUS, status(moved_doors, [MOVED | {"message": message}]))
     connection.push(methods.ERRORS_UPDATE, [MOVED | {"message": message}])
-    card = window.cards["openai"]
-    assert not card.note.isHidden()
-    assert card.note.message.text() == message
-    await wait_until(lambda: card.url.text() == "http://127.0.0.1:41999", 5, "the new URL")
+    row = window.doors["openai"]
+    assert not row.note.isHidden()
+    assert row.note.message.text() == message
+    await wait_until(lambda: row.url.text() == "http://127.0.0.1:41999", 5, "the new URL")
+    assert window.cards["openai"].url.text() == "http://127.0.0.1:41999/v1"
     assert [call for call, _ in connection.calls].count(methods.STATUS.name) == 2
-    assert window.cards["ollama"].note.isHidden()
+    assert window.doors["ollama"].note.isHidden()
     connection.push(methods.ERRORS_UPDATE, [])
-    assert card.note.isHidden()
+    assert row.note.isHidden()
 
 
-async def test_models_changed_updates_the_example(
+async def test_models_changed_updates_every_example(
     connection: FakeConnection, window: EndpointsWindow
 ) -> None:
     events = EngineEvents(connection, seq=3)
     connection.script(methods.STATUS, status(DOORS, []))
     events.script()  # no engine has listed its models yet
     connection.become_ready()
-    await wait_until(lambda: len(window.cards) == 3, 5, "three doors")
+    await wait_until(lambda: len(window.cards) == 3, 5, "three APIs")
     await settle()
     events.models(models(lmstudio=["qwen2.5-7b-instruct"]))
-    _, body = run_curl_body(window.cards["openai"].example.text())
-    assert body["model"] == "qwen2.5-7b-instruct"
+    for card in window.cards.values():
+        _, body = run_curl_body(card.example.text())
+        assert body["model"] == "qwen2.5-7b-instruct"
+
+
+async def test_another_members_model_is_the_example_when_this_computer_has_none(
+    connection: FakeConnection, window: EndpointsWindow
+) -> None:
+    events = EngineEvents(connection, seq=3)
+    connection.script(methods.STATUS, status(DOORS, []))
+    events.script()
+    connection.become_ready()
+    await wait_until(lambda: len(window.cards) == 3, 5, "three APIs")
+    await settle()
+    gpu_box = {"node_id": "n2", "name": "gpu-box", "reachable": True,
+               "models": models(llamacpp=["qwen3-8b-q4"])}  # fmt: skip
+    events.member(gpu_box)
+    _, body = run_curl_body(window.cards["ollama"].example.text())
+    assert body["model"] == "qwen3-8b-q4"
+    events.member(gpu_box | {"reachable": False})
+    _, body = run_curl_body(window.cards["ollama"].example.text())
+    assert body["model"] == MODEL_PLACEHOLDER
 
 
 async def test_a_failed_engines_subscribe_leaves_placeholders(
@@ -206,10 +285,12 @@ async def test_a_failed_engines_subscribe_leaves_placeholders(
     connection.script(methods.STATUS, status(DOORS, []))
     connection.script(methods.ENGINE_SUBSCRIBE, Unavailable("engines are starting"))
     connection.become_ready()
-    await wait_until(lambda: len(window.cards) == 3, 5, "three doors")
+    await wait_until(lambda: len(window.cards) == 3, 5, "three APIs")
     await settle()
-    _, body = run_curl_body(window.cards["ollama"].example.text())
-    assert body["model"] == MODEL_PLACEHOLDER
+    for card in window.cards.values():
+        _, body = run_curl_body(card.example.text())
+        assert body["model"] == MODEL_PLACEHOLDER
+        assert "no model known yet" in card.setting.text()
 
 
 async def test_without_a_service_the_window_says_why_it_is_empty(
@@ -220,10 +301,12 @@ async def test_without_a_service_the_window_says_why_it_is_empty(
     connection.become_ready()
     await wait_until(lambda: window.empty_note.text() == NO_DOORS, 5, "no doors yet")
     connection.script(methods.STATUS, status(DOORS, []))
+    assert window.ports.isHidden()
     window.show_and_raise()  # showing the window reads the doors again
-    await wait_until(lambda: len(window.cards) == 3, 5, "three doors")
+    await wait_until(lambda: len(window.cards) == 3, 5, "three APIs")
     connection.lose_session(ServiceState.DISCONNECTED)
     await settle()
-    assert window.cards == {}
+    assert window.cards == {} and window.doors == {}
+    assert window.ports.isHidden()
     assert window.empty_note.text() == NOT_CONNECTED
     assert not window.empty_note.isHidden()
