@@ -77,6 +77,10 @@ def engine_request(request: dict[str, object]) -> tuple[dict[str, object], tuple
             _FIELDS[key](value, body)
         elif key not in ("system", "messages"):
             raise Unhonoured(key, "not supported by this engine")
+    thinking = request.get("thinking")
+    if isinstance(thinking, dict) and "budget_tokens" in thinking:
+        # The engine thinks as long as its model does, within max_tokens (as Anthropic counts).
+        _note(ignored, "thinking.budget_tokens")
     messages = message_list(request["messages"], ignored)
     if "system" in request:
         messages.insert(0, {"role": "system", "content": system_text(request["system"], ignored)})
@@ -199,8 +203,7 @@ def _thinking(value: object, body: dict[str, object]) -> None:
         raise Malformed("thinking.type: must be one of enabled, adaptive, disabled")
     if value.get("display") == "omitted":
         raise Unhonoured("thinking.display", "the engine always returns its thinking")
-    # The engine's chat template switches thinking on or off; its length is the model's own,
-    # bounded by max_tokens like the answer (Anthropic counts thinking there too).
+    # The engine's chat template switches thinking on or off.
     body["chat_template_kwargs"] = {"enable_thinking": kind != "disabled"}
 
 

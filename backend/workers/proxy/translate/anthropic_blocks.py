@@ -21,6 +21,7 @@ _BLOCK_KEYS: dict[str, frozenset[str]] = {
     "thinking": frozenset({"type", "thinking", "signature"}),
     "redacted_thinking": frozenset({"type", "data"}),
 }
+_TEXT_ONLY = frozenset({"text"})
 _USER_BLOCKS = frozenset({"text", "image", "tool_result"})
 _ASSISTANT_BLOCKS = frozenset({"text", "tool_use", "thinking", "redacted_thinking"})
 # Anthropic block types that need its servers (documents, server tools, containers).
@@ -108,7 +109,11 @@ def _block_type(
 
 
 def _text(where: str, block: object, ignored: list[str]) -> str:
-    _, block = _block_type(where, block, frozenset({"text"}))
+    _, checked = _block_type(where, block, _TEXT_ONLY)
+    return _text_value(where, checked, ignored)
+
+
+def _text_value(where: str, block: dict[str, object], ignored: list[str]) -> str:
     text = block.get("text")
     if not isinstance(text, str):
         raise Malformed(f"{where}.text: must be a string")
@@ -129,7 +134,7 @@ def _user(where: str, blocks: list[object], ignored: list[str]) -> list[dict[str
         if "cache_control" in block and "cache_control" not in ignored:
             ignored.append("cache_control")
         if kind == "text":
-            parts.append({"type": "text", "text": _text(here, block, ignored)})
+            parts.append({"type": "text", "text": _text_value(here, block, ignored)})
         elif kind == "image":
             parts.append(_image(here, block))
         else:
@@ -183,7 +188,7 @@ def _assistant(where: str, blocks: list[object], ignored: list[str]) -> dict[str
         here = f"{where}.content[{index}]"
         kind, block = _block_type(here, raw, _ASSISTANT_BLOCKS)
         if kind == "text":
-            texts.append(_text(here, block, ignored))
+            texts.append(_text_value(here, block, ignored))
         elif kind == "tool_use":
             calls.append(_tool_call(here, block))
         # thinking and redacted_thinking: past turns' thinking is not shown to the model again.

@@ -214,6 +214,12 @@ REQUEST_TABLE = [
         id="thinking enabled",
     ),
     pytest.param(
+        {"thinking": {"type": "enabled", "budget_tokens": 1024}},
+        ignored_fields,
+        ("thinking.budget_tokens",),
+        id="thinking.budget_tokens (ignored)",
+    ),
+    pytest.param(
         {"thinking": {"type": "disabled"}},
         body_at("chat_template_kwargs"),
         {"enable_thinking": False},

@@ -174,8 +174,9 @@ def test_server_tools_are_refused() -> None:
 
 
 def test_thinking_switches_the_chat_template() -> None:
-    enabled = engine_body(thinking={"type": "enabled", "budget_tokens": 2048})
-    assert enabled["chat_template_kwargs"] == {"enable_thinking": True}
+    enabled = translated(thinking={"type": "enabled", "budget_tokens": 2048}).request
+    assert msgspec.json.decode(enabled.body)["chat_template_kwargs"] == {"enable_thinking": True}
+    assert enabled.ignored == ("thinking.budget_tokens",)
     disabled = engine_body(thinking={"type": "disabled"})
     assert disabled["chat_template_kwargs"] == {"enable_thinking": False}
 
