@@ -15,11 +15,18 @@ from backend.protocol import contract, methods
 from backend.protocol.peer import RpcPeer
 from backend.protocol.types.broker import BrokerStatus
 
-DOOR_APIS = {
-    "ollama": ("Ollama API (+ OpenAI /v1, Anthropic /v1/messages)", "OLLAMA_HOST={hostport}"),
-    "openai": ("OpenAI API, LM Studio's models", "OPENAI_BASE_URL={url}/v1"),
-    "llamacpp": ("OpenAI API, llama-server's models", "OPENAI_BASE_URL={url}/v1"),
-}
+EVERY_MODEL = "Every door reaches every model of every computer in the cluster, in all three APIs."
+# API title, its doors best first (every door speaks it; the port its apps expect comes first),
+# its client setting and the URL its clients take (Anthropic's SDK adds /v1/messages itself).
+API_SETTINGS = (
+    ("Ollama API", ("ollama", "openai", "llamacpp"), "OLLAMA_HOST={hostport}", "{url}"),
+    ("OpenAI API", ("openai", "llamacpp", "ollama"), "OPENAI_BASE_URL={url}/v1", "{url}/v1"),
+    ("Anthropic API", ("ollama", "openai", "llamacpp"), "ANTHROPIC_BASE_URL={url}", "{url}"),
+)
+USUAL_PORT_OF = {"ollama": "Ollama", "openai": "LM Studio", "llamacpp": "llama-server"}
+EQUAL_DOORS = (
+    "The doors are equal; each sits where apps look for Ollama, LM Studio or llama-server."
+)
 
 
 def add_parser(commands: Any, add_data_dir: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -50,16 +57,31 @@ def endpoints(data_dir: str | None, *, as_json: bool) -> int:
     return run_with_broker(data_dir, work)
 
 
+def _door_rank(door: str) -> tuple[int, str]:
+    """Ollama's, LM Studio's and llama-server's doors in that order, then any other by name."""
+    known = list(USUAL_PORT_OF)
+    return (known.index(door) if door in known else len(known), door)
+
+
 def format_endpoints(status: BrokerStatus) -> str:
-    """One line per open door: URL, API, and the client setting that uses it."""
-    if not status.front_doors:
+    """What every door reaches, one line per client API (URL and client setting), the doors and
+    their ports, moved-port notes and the node API."""
+    doors = status.front_doors
+    if not doors:
         return "The front doors are not open yet; try again in a moment."
-    lines = [f"{'DOOR':<10}{'URL':<26}{'SPEAKS':<50}CLIENT SETTING"]
-    for door, url in sorted(status.front_doors.items()):
-        speaks, setting = DOOR_APIS.get(door, ("", ""))
-        hostport = url.removeprefix("http://")
-        lines.append(f"{door:<10}{url:<26}{speaks:<50}{setting.format(url=url, hostport=hostport)}")
+    order = sorted(doors, key=_door_rank)
+    apis = []
+    for title, preferred, setting, address in API_SETTINGS:
+        url = doors[next((door for door in preferred if door in doors), order[0])]
+        values = {"url": url, "hostport": url.removeprefix("http://")}
+        apis.append((title, address.format(**values), setting.format(**values)))
+    width = max(len(url) for _, url, _ in apis) + 2
+    lines = [EVERY_MODEL, "", f"{'API':<15}{'URL':<{width}}CLIENT SETTING"]
+    lines += [f"{title:<15}{url:<{width}}{setting}" for title, url, setting in apis]
+    lines += ["", f"{'DOOR':<10}{'URL':<{width}}THE USUAL PORT OF"]
+    lines += [f"{door:<10}{doors[door]:<{width}}{USUAL_PORT_OF.get(door, '')}" for door in order]
+    lines += [EQUAL_DOORS, ""]
     moved = [e for e in status.errors if e.id.startswith("proxy:port-taken:")]
-    lines += ["", *(f"note: {entry.message}" for entry in moved)]
+    lines += [f"note: {entry.message}" for entry in moved]
     lines.append(f"node API  http://0.0.0.0:{status.ports.node}/v1/node-info (other PAIR nodes)")
-    return "\n".join(line for line in lines if line or moved)
+    return "\n".join(line.rstrip() for line in lines)
