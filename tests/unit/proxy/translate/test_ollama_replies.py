@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+from ollama import ChatResponse, EmbeddingsResponse, EmbedResponse, GenerateResponse
 
 from backend.workers.proxy.translate.ollama_api import translate
 from backend.workers.proxy.translate.ollama_replies import EngineAnswerInvalid, created_at
@@ -333,3 +334,20 @@ def test_unreadable_whole_answer_raises(body: bytes) -> None:
 )
 def test_created_at_is_go_rfc3339_nano(ns: int, stamp: str) -> None:
     assert created_at(ns) == stamp
+
+
+def test_the_official_ollama_client_reads_every_answer() -> None:
+    """The ``ollama`` package's own response models accept what the translation writes."""
+    call = {"id": "c9", "type": "function", "function": {"name": "f", "arguments": '{"n": 1}'}}
+    answer = chat_answer({"role": "assistant", "content": "x", "tool_calls": [call]})
+    chat = ChatResponse.model_validate(whole("/api/chat", answer))
+    assert chat.message.tool_calls is not None
+    assert chat.message.tool_calls[0].function.arguments == {"n": 1}
+    for record in ndjson(reply().chunk(LLAMA_SERVER_STREAM)):
+        ChatResponse.model_validate(record)
+    for record in ndjson(reply("/api/generate").chunk(LLAMA_SERVER_STREAM)):
+        GenerateResponse.model_validate(record)
+    assert GenerateResponse.model_validate(whole("/api/generate", answer)).response == "x"
+    vectors = {"data": [{"index": 0, "embedding": [0.5]}], "usage": {"prompt_tokens": 1}}
+    assert EmbedResponse.model_validate(whole("/api/embed", vectors)).embeddings == [[0.5]]
+    assert EmbeddingsResponse.model_validate(whole("/api/embeddings", vectors)).embedding == [0.5]
