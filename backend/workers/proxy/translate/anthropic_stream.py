@@ -90,6 +90,7 @@ class AnthropicEventStream:
         self._block = _NO_BLOCK  # _THINKING, _TEXT or the open tool call's OpenAI index
         self._blocks = 0
         self._used_tools = False
+        self._call_id = ""
         self._last_choice: dict[str, object] = {}
         self._usage: object = None
 
@@ -173,21 +174,24 @@ class AnthropicEventStream:
         return out
 
     def _tool_call(self, call: dict[str, object]) -> bytes:
-        index = call.get("index")
+        index, call_id = call.get("index"), call.get("id")
         position = index if isinstance(index, int) and index >= 0 else 0
         function = call.get("function")
         function = function if isinstance(function, dict) else {}
         out = b""
+        # A new id starts a new call even at the same index (engines that send no index).
+        if position == self._block and isinstance(call_id, str) and call_id != self._call_id:
+            out = self._close()
         if position != self._block:
-            call_id = call.get("id")
             name = function.get("name")
+            self._call_id = call_id if isinstance(call_id, str) and call_id else self._tool_id()
             block: dict[str, object] = {
                 "type": "tool_use",
-                "id": call_id if isinstance(call_id, str) and call_id else self._tool_id(),
+                "id": self._call_id,
                 "name": name if isinstance(name, str) else "",
                 "input": {},
             }
-            out = self._open(position, block)
+            out += self._open(position, block)
             self._used_tools = True
         arguments = function.get("arguments")
         if isinstance(arguments, dict):  # an engine that sends the whole call as an object

@@ -178,6 +178,22 @@ def test_blocks_change_with_the_kind_of_delta() -> None:
     assert stops == [0, 1, 2, 3]
 
 
+def test_whole_tool_calls_without_an_index_are_separate_blocks() -> None:
+    calls = [
+        {"id": "call_a", "function": {"name": "first", "arguments": {"n": 1}}},
+        {"id": "call_b", "function": {"name": "second", "arguments": "{}"}},
+    ]
+    received = stream_events(chunk({"tool_calls": calls}) + chunk({}, finish="stop") + DONE)
+    starts = [data["content_block"] for name, data in received if name == "content_block_start"]
+    assert [(block["id"], block["name"]) for block in starts] == [
+        ("call_a", "first"),
+        ("call_b", "second"),
+    ]
+    deltas = [data["delta"] for name, data in received if name == "content_block_delta"]
+    assert [delta["partial_json"] for delta in deltas] == ['{"n":1}', "{}"]
+    assert received[-2][1]["delta"]["stop_reason"] == "tool_use"
+
+
 def test_the_message_ends_only_on_the_engines_done() -> None:
     without_done = TEXT_STREAM.removesuffix(DONE)
     names = [name for name, _ in stream_events(without_done)]
