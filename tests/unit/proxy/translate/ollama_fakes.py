@@ -124,3 +124,72 @@ def merged(records: list[dict[str, Any]]) -> dict[str, Any]:
     if "message" in view:
         view["message"] = target
     return view
+
+
+def answer_body(spec: dict[str, Any]) -> bytes:
+    """The engine's non-streamed OpenAI answer for ``spec``."""
+    if "vectors" in spec:
+        data = [
+            {"object": "embedding", "index": i, "embedding": v}
+            for i, v in enumerate(spec["vectors"])
+        ]
+        usage = {"prompt_tokens": spec.get("prompt_tokens", 1), "total_tokens": 1}
+        return json.dumps({"object": "list", "data": data, "model": "e", "usage": usage}).encode()
+    choice: dict[str, Any] = {"index": 0, "finish_reason": spec.get("finish_reason", "stop")}
+    if "text" in spec:
+        choice["text"] = spec["text"]
+    else:
+        message = {"role": "assistant", "content": spec.get("content", "Hello")}
+        for key in ("reasoning_content", "reasoning"):
+            if key in spec:
+                message[key] = spec[key]
+        if "tool_calls" in spec:
+            message["tool_calls"] = [openai_call(call) for call in spec["tool_calls"]]
+        choice["message"] = message
+    if "logprobs" in spec:
+        choice["logprobs"] = {"content": spec["logprobs"]}
+    answer = {"model": spec.get("model", "engine-side-name"), "choices": [choice]}
+    answer["usage"] = spec.get("usage", {"prompt_tokens": 5, "completion_tokens": 2})
+    if "timings" in spec:
+        answer["timings"] = spec["timings"]
+    return json.dumps(answer).encode()
+
+
+def openai_call(call: tuple[str, str, str], index: int = 0) -> dict[str, Any]:
+    call_id, name, arguments = call
+    function = {"name": name, "arguments": arguments}
+    return {"index": index, "id": call_id, "type": "function", "function": function}
+
+
+def stream_body(spec: dict[str, Any]) -> bytes:
+    """The same answer as ``answer_body(spec)``, streamed the way llama-server streams it,
+    every text in two pieces."""
+    records: list[dict[str, Any] | str] = [chunk({"role": "assistant", "content": None})]
+    if "text" in spec:
+        text = spec["text"]
+        records += [{"choices": [{"index": 0, "text": piece}]} for piece in halves(text)]
+    for key in ("reasoning_content", "reasoning"):
+        records += [chunk({key: piece}) for piece in halves(spec.get(key, ""))]
+    logprobs = spec.get("logprobs", [])
+    content = "" if "text" in spec else spec.get("content", "Hello")
+    for number, piece in enumerate(halves(content)):
+        record = chunk({"content": piece})
+        if logprobs and number == 0:
+            record["choices"][0]["logprobs"] = {"content": logprobs}
+        records.append(record)
+    for call in spec.get("tool_calls", []):
+        call_id, name, arguments = call
+        first, second = halves(arguments)
+        records.append(chunk({"tool_calls": [openai_call((call_id, name, first))]}))
+        records.append(chunk({"tool_calls": [{"index": 0, "function": {"arguments": second}}]}))
+    records.append(chunk({}, spec.get("finish_reason", "stop")))
+    usage = spec.get("usage", {"prompt_tokens": 5, "completion_tokens": 2})
+    final: dict[str, Any] = {"choices": [], "usage": usage}
+    if "timings" in spec:
+        final["timings"] = spec["timings"]
+    return sse(*records, final, "[DONE]")
+
+
+def halves(text: str) -> list[str]:
+    middle = len(text) // 2
+    return [piece for piece in (text[:middle], text[middle:]) if piece]
