@@ -228,3 +228,8 @@ def test_a_cut_stream_ends_with_the_error_record() -> None:
 def test_an_empty_stream_still_starts_and_ends_the_message() -> None:
     names = [name for name, _ in stream_events(DONE)]
     assert names == ["message_start", "message_delta", "message_stop"]
+
+
+def test_an_unreadable_whole_answer_is_a_value_error() -> None:
+    with pytest.raises(ValueError):
+        translated().reply.whole(b"<html>busy</html>")
