@@ -231,5 +231,5 @@ def test_an_empty_stream_still_starts_and_ends_the_message() -> None:
 
 
 def test_an_unreadable_whole_answer_is_a_value_error() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="JSON"):
         translated().reply.whole(b"<html>busy</html>")
