@@ -169,6 +169,10 @@ def _tool_result(where: str, block: dict[str, object], ignored: list[str]) -> di
         raise Malformed(f"{where}.tool_use_id: must be a string")
     content = block.get("content", "")
     if isinstance(content, list):
+        for index, item in enumerate(content):
+            if isinstance(item, dict) and item.get("type") == "image":
+                # OpenAI tool messages carry text only.
+                raise Unhonoured(f"{where}.content[{index}]", "images in tool results")
         text = "\n".join(
             _text(f"{where}.content[{index}]", item, ignored) for index, item in enumerate(content)
         )

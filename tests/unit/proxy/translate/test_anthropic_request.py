@@ -12,6 +12,10 @@ from backend.workers.proxy.translate.base import Malformed, Unhonoured
 from tests.unit.proxy.translate.anthropic_fakes import engine_body, translated
 
 IMAGE_DATA = "iVBORw0KGgo="
+IMAGE = {
+    "type": "image",
+    "source": {"type": "base64", "media_type": "image/png", "data": IMAGE_DATA},
+}
 
 
 def user(*blocks: dict[str, Any]) -> list[dict[str, Any]]:
@@ -224,6 +228,10 @@ def test_a_missing_required_field_is_malformed() -> None:
         ({"max_tokens": 0}, "max_tokens"),
         ({"messages": user({"type": "document", "source": {}})}, "messages[0].content[0].type"),
         ({"thinking": {"type": "adaptive", "display": "omitted"}}, "thinking.display"),
+        (
+            {"messages": user({"type": "tool_result", "tool_use_id": "t", "content": [IMAGE]})},
+            "messages[0].content[0].content[0]",
+        ),
     ],
 )
 def test_unhonoured_fields_are_named_as_the_client_wrote_them(
