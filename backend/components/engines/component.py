@@ -204,13 +204,21 @@ class EnginesComponent(Component):
         return found
 
     def last_models(self) -> dict[str, tuple[list[str] | None, list[str] | None]]:
-        """Each running (or being relaunched) engine's last good (listed, loaded) models,
+        """Each running (or being relaunched) engine's last good (routable, loaded) models,
         without asking the engines."""
         return {
-            name: (_names_of(self._listed.get(name)), self._loaded.get(name))
+            name: (self._routable(name, controller), self._loaded.get(name))
             for name, controller in self.controllers.items()
             if controller.running or controller.relaunching
         }
+
+    def _routable(self, name: str, controller: EngineController) -> list[str] | None:
+        """The models requests may name: those listed, but for an adopted engine with a model
+        store only what it serves, since PAIR's store is not what that engine loads from and
+        PAIR may not relaunch it on another model."""
+        if controller.store is not None and controller.status().adopted:
+            return self._loaded.get(name)
+        return _names_of(self._listed.get(name))
 
     def returning_models(self) -> dict[str, list[str]]:
         """The last listed models of each engine that is down only while PAIR brings it back

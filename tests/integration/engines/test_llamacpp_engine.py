@@ -368,3 +368,33 @@ async def test_a_running_llama_server_is_adopted_not_owned(
             await client.call("engine:stop", {"engine": "llamacpp"})
     broker.stop()
     assert outsider.process.poll() is None, "PAIR never stops an engine it did not start"
+
+
+async def test_the_model_an_adopted_llama_server_serves_is_routed_to_it(
+    start_broker: StartBroker,
+    tmp_path: Path,
+    llama_server_binary: Path,
+    tiny_model_path: Path,
+    start_llama_server: Any,
+) -> None:
+    # The user's own server, serving a model PAIR's store does not hold.
+    outsider = start_llama_server(tiny_model_path, extra_args=("--alias", "users-model"))
+    data_dir = tmp_path / "node"
+    _node(data_dir, llama_server_binary, outsider.port, {"stored": tiny_model_path})
+    door_port = free_port()
+    broker = start_broker("--llamacpp-port", str(door_port), data_dir=data_dir)
+    async with broker.connect() as client:
+        status = await client.call("engine:start", {"engine": "llamacpp"}, timeout=60)
+        assert status["adopted"] is True
+        messages = [{"role": "user", "content": "hi"}]
+        chat = {"model": "users-model", "messages": messages, "max_tokens": 4}
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{door_port}") as http:
+            async with asyncio.timeout(20):  # until the worker has the table with the engine
+                while (answer := await http.post("/v1/chat/completions", json=chat)).is_error:
+                    assert answer.status_code in (404, 503), answer.text
+                    await asyncio.sleep(0.1)
+            assert answer.json()["model"] == "users-model"
+            stored = await http.post("/v1/chat/completions", json={**chat, "model": "stored"})
+            assert stored.status_code == 404, "the store is not what the adopted server serves"
+    broker.stop()
+    assert outsider.process.poll() is None

@@ -14,6 +14,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from backend.components.engines.component import EnginesComponent
+from backend.components.nodeinfo.payload import last_engine_models
 from backend.components.proxy.component import local_engines
 from backend.protocol.types.engines import EngineStateChanged
 from tests.unit.components.engine_fakes import (
@@ -23,6 +24,7 @@ from tests.unit.components.engine_fakes import (
     bundled_manifest,
     engines_over,
     rig,
+    write_gguf,
 )
 
 
@@ -123,3 +125,21 @@ async def test_another_ollama_on_the_port_brings_its_model_list(adopted: Adopted
     await engines._check_models(force=False)
     assert adopted.events.models()[-1].models.by_engine["ollama"] == ["m", "n"]
     assert local_engines(engines)["ollama"].models == ["m", "n"]
+
+
+@pytest.mark.parametrize("adopted", ["llamacpp"], indirect=True)
+async def test_an_adopted_llama_server_is_routed_the_model_it_serves_not_the_store(
+    adopted: Adopted,
+) -> None:
+    engines = adopted.engines
+    store = adopted.rig.controller.store
+    assert store is not None
+    store.root.mkdir(parents=True)
+    write_gguf(store.root / "alpha.gguf")  # PAIR's store, which the user's server never loads
+    models = await engines.models()
+    assert models.by_engine["llamacpp"] == ["alpha"], "the store is still shown as the store"
+    assert local_engines(engines)["llamacpp"].models == ["big"], "what the engine serves"
+    assert last_engine_models(engines)["llamacpp"].models == ["big"], "and so peers see it"
+    adopted.engine.model = "small"
+    await engines._check_models(force=False)
+    assert local_engines(engines)["llamacpp"].models == ["small"]

@@ -172,6 +172,7 @@ class _Controller:
     relaunching: bool = False
     slots: int | None = None
     manifest: Any = _Manifest()
+    store: Any = None  # an engine without a model store
 
     def status(self) -> Any:
         return _Status(self.slots)
