@@ -16,7 +16,8 @@ import msgspec
 from backend.protocol.types.base import EngineName, Wire
 
 Door = Literal["ollama", "openai", "llamacpp"]
-# Which engine's models each front door serves (the broker's table and the worker agree on it).
+# Every door reaches every model of every engine; this is the engine a door's other paths
+# (``/api/version``, ``/props``, ``/api/pull``...) go to, and what its port is named after.
 DOOR_ENGINES: Mapping[Door, EngineName] = {
     "ollama": EngineName("ollama"),
     "openai": EngineName("lmstudio"),
@@ -90,6 +91,7 @@ class RouteTarget(Wire, frozen=True, kw_only=True):
     slot_api: SlotApi | None = None
     slots_known: bool = True
     resident_known: bool = False
+    engine: str = ""
 
 
 class GpuSample(Wire, frozen=True, kw_only=True):

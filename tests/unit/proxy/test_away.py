@@ -87,8 +87,8 @@ def test_the_table_source_remembers_a_member_through_its_restart() -> None:
     nodes.clear()  # its broker restarts: discovery drops it
     now[0] = 5.0
     table = source()
-    assert away_owner(table, "ollama", "qwen:7b") is not None
-    assert away_owner(table, "ollama", "llama3") is None
+    assert away_owner(table, "qwen:7b") is not None
+    assert away_owner(table, "llama3") is None
 
 
 async def test_the_door_answers_503_naming_the_member_and_404_for_a_model_nobody_had() -> None:
@@ -122,10 +122,10 @@ def test_this_nodes_engine_coming_back_after_a_crash_is_away_until_it_serves_aga
     local.clear()  # it crashed: out of the table, and PAIR restarts it
     returning["ollama"] = ["llama3"]
     table = source()
-    found = away_owner(table, "ollama", "llama3")
+    found = away_owner(table, "llama3")
     assert found == AwayModels(node_id="me", name="gaming-pc", engine="ollama", models=["llama3"])
     returning.clear()  # stopped on purpose, or given up on: not found
-    assert away_owner(source(), "ollama", "llama3") is None
+    assert away_owner(source(), "llama3") is None
 
 
 def test_an_engine_coming_back_with_no_models_listed_is_not_away() -> None:

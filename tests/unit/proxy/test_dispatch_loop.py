@@ -253,7 +253,7 @@ async def test_an_owner_that_answered_busy_is_held_off_by_the_clock(harness: Har
     assert len(harness.events) == jobs and busy.received == 1, "no job, nothing sent"
 
     harness.clock.now += 2.0
-    assert harness.router.busy_reply(owners(harness.router.table, "ollama", "m")) is None
+    assert harness.router.busy_reply(owners(harness.router.table, "m")) is None
 
 
 async def test_an_attempt_whose_target_leaves_the_table_ends_itself_and_fails_over(
@@ -371,8 +371,8 @@ async def test_a_model_that_leaves_every_node_mid_request_is_answered_at_once(
         _table_changes_while_waiting(harness)  # the stop is done: no engine listed
         status, body = await harness.chat()
 
-    assert status == 503, "no engine behind the door any more"
-    assert "no engine is running" in json.loads(body)["error"]
+    assert status == 404, "no engine has it any more: not found, on every door"
+    assert json.loads(body)["error"] == "model 'm' not found"
     assert harness.events[-1].kind == "errored"
     assert len(harness.clock.sleeps) == 1, "it did not wait round after round"
 

@@ -86,9 +86,12 @@ async def test_unknown_model_is_404_in_each_dialect_and_known_ones_go_to_the_eng
         404,
         {"error": "model 'mistral' not found"},
     )
-    openai_unknown = await openai_door.post("/v1/chat/completions", json={"model": "qwen"})
+    openai_unknown = await openai_door.post("/v1/chat/completions", json={"model": "mistral"})
     assert openai_unknown.status == 404
     assert (await openai_unknown.json())["error"]["code"] == "model_not_found"
+    # Ollama's "qwen" is a model of this node (its engine lists "Qwen"), reached from any door.
+    other_engines = await openai_door.post("/v1/chat/completions", json={"model": "qwen"})
+    assert other_engines.status == 502  # it was sent on, to the dead engine
     forwarded = await ollama_door.post("/api/chat", json={"model": "llama3"})
     assert forwarded.status == 502  # it was sent on, to the dead engine
     assert "X-PAIR-Proxy-Ms" in forwarded.headers

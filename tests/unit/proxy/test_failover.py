@@ -187,8 +187,8 @@ def test_a_busy_hold_is_a_new_mapping_and_a_commit_frees_the_node() -> None:
 
 def test_a_model_vanished_when_no_owner_lists_it_and_no_member_brings_it_back() -> None:
     table = ProxyTargets(node_id="c", engines={"ollama": [C]})
-    assert not vanished(table, "ollama", "m")
-    assert vanished(table, "ollama", "other")
+    assert not vanished(table, "m")
+    assert vanished(table, "other")
     away = AwayModels(node_id="a", name="A", engine="ollama", models=["other"])
     coming_back = ProxyTargets(node_id="c", engines={"ollama": [C]}, away=[away])
-    assert not vanished(coming_back, "ollama", "other")
+    assert not vanished(coming_back, "other")

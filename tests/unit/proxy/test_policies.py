@@ -102,6 +102,10 @@ def test_late_releases_never_make_a_node_look_idler_than_it_is() -> None:
     [
         (500, False, True),
         (503, True, True),
+        # An engine's deterministic "not supported" (llama-server without embeddings) would
+        # only come back again: it goes to the client at once.
+        (501, True, False),
+        (505, True, False),
         (429, False, True),
         (408, True, True),
         (404, True, True),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from backend.protocol.proxy import ProxyTargets, RouteTarget
@@ -41,34 +42,61 @@ def _target(node: str, kind: str, url: str, models: list[str]) -> RouteTarget:
     return RouteTarget(node_id=node, kind=kind, base_url=url, models=models)  # type: ignore[arg-type]
 
 
-def test_doors_serve_their_engines_models_by_the_engines_naming_rule() -> None:
+def test_every_engine_serves_its_models_by_its_own_naming_rule_one_engine_per_node() -> None:
     targets = ProxyTargets(
         engines={
             "ollama": [
                 _target("b", "peer", "http://127.0.0.1:3", ["llama3"]),
-                _target("a", "local", "http://127.0.0.1:1", ["llama3:latest"]),
+                _target("a", "local", "http://127.0.0.1:1", ["llama3:latest", "Qwen"]),
                 _target("c", "engine", "http://127.0.0.1:4", ["qwen"]),
             ],
             "lmstudio": [_target("a", "local", "http://127.0.0.1:2", ["Qwen"])],
         }
     )
-    assert [t.node_id for t in owners(targets, "ollama", "LLAMA3")] == ["a", "b"]
-    assert owners(targets, "openai", "qwen") == []  # LM Studio names compare exactly
-    assert [t.node_id for t in owners(targets, "openai", "Qwen")] == ["a"]
-    assert owners(targets, "llamacpp", "anything") == []
+    assert [t.node_id for t in owners(targets, "LLAMA3")] == ["a", "b"]
+    # Ollama's rule matches any case; LM Studio's compares exactly.
+    assert [(t.node_id, t.engine) for t in owners(targets, "qwen")] == [
+        ("a", "ollama"),
+        ("c", "ollama"),
+    ]
+    # Node a has Qwen in two engines: one entry, the engine that speaks the client's API.
+    assert [(t.node_id, t.engine) for t in owners(targets, "Qwen", "openai")] == [
+        ("a", "ollama"),
+        ("c", "ollama"),
+    ]
+    assert [(t.node_id, t.engine) for t in owners(targets, "Qwen", "ollama")] == [
+        ("a", "ollama"),
+        ("c", "ollama"),
+    ]
+    assert owners(targets, "anything") == []
     assert local_target(targets, "llamacpp") is None
-    assert local_target(targets, "ollama") is targets.engines["ollama"][1]
+    assert local_target(targets, "ollama") == msgspec.structs.replace(
+        targets.engines["ollama"][1], engine="ollama"
+    )
+
+
+def test_a_node_with_a_model_in_two_engines_serves_it_with_the_one_speaking_the_api() -> None:
+    targets = ProxyTargets(
+        engines={
+            "ollama": [_target("a", "local", "http://127.0.0.1:1", ["tiny"])],
+            "llamacpp": [_target("a", "local", "http://127.0.0.1:2", ["tiny"])],
+        }
+    )
+    assert [t.engine for t in owners(targets, "tiny", "ollama")] == ["ollama"]
+    assert [t.engine for t in owners(targets, "tiny", "anthropic")] == ["llamacpp"]
+    # Both speak OpenAI's: the engine order decides.
+    assert [t.engine for t in owners(targets, "tiny", "openai")] == ["llamacpp"]
 
 
 def test_a_peer_is_reached_through_its_relay_and_others_directly() -> None:
     peer = _target("b", "peer", "http://127.0.0.1:3/", [])
     engine = _target("c", "engine", "http://127.0.0.1:4", [])
     assert (
-        upstream_url(peer, "/api/chat?x=1", "ollama")
+        upstream_url(msgspec.structs.replace(peer, engine="ollama"), "/api/chat?x=1")
         == "http://127.0.0.1:3/_pair/relay/ollama/api/chat?x=1"
     )
     assert (
-        upstream_url(peer, "/v1/models", "openai")
-        == "http://127.0.0.1:3/_pair/relay/openai/v1/models"
+        upstream_url(msgspec.structs.replace(peer, engine="lmstudio"), "/v1/models")
+        == "http://127.0.0.1:3/_pair/relay/lmstudio/v1/models"
     )
-    assert upstream_url(engine, "/api/chat", "ollama") == "http://127.0.0.1:4/api/chat"
+    assert upstream_url(engine, "/api/chat") == "http://127.0.0.1:4/api/chat"

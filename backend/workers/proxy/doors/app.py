@@ -1,8 +1,11 @@
 """One front door's aiohttp application: the gate, then the routes.
 
-Inference routes become jobs and are routed across the nodes that have the model; model lists
-are federated; anything else goes to one node (this one's engine when it runs). Peers' relayed
-requests are not served here: only the relay listener (``relay_app.py``, mutual TLS) takes them.
+Every door serves every client API (Ollama's, OpenAI's, Anthropic's Messages) for every model
+of the cluster, whatever engine has it. Inference routes become jobs and are routed across the
+nodes that have the model (translated where the engine does not speak the client's API); model
+lists are federated across every engine; anything else goes to one node running the door's own
+engine (this one's when it runs). Peers' relayed requests are not served here: only the relay
+listener (``relay_app.py``, mutual TLS) takes them.
 """
 
 from __future__ import annotations
@@ -17,20 +20,23 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from aiohttp.web_protocol import RequestPayloadError
 
-from backend.protocol.proxy import AwayModels, RouteTarget
+from backend.protocol.proxy import DOOR_ENGINES, AwayModels, RouteTarget
 from backend.workers.proxy.context import CONTEXT_KEY, DoorContext
 from backend.workers.proxy.doors.errors import ErrorReply
 from backend.workers.proxy.doors.gate import Refusal, peer_allowed, refusal
-from backend.workers.proxy.doors.listing import federated_list, federated_model
+from backend.workers.proxy.doors.listing import federated_list, federated_model, show_model
 from backend.workers.proxy.doors.missing import missing_model
 from backend.workers.proxy.doors.wire import (
     MAX_BODY_BYTES,
     BadRequest,
+    dialect_for,
     read_model,
 )
 from backend.workers.proxy.relay.peer_tls import NoIdentity
 from backend.workers.proxy.routing.admission import Admission
 from backend.workers.proxy.routing.candidates import away_owner, owners, targets_for, upstream_url
+from backend.workers.proxy.routing.pins import pinned
+from backend.workers.proxy.translate.native import speaks
 from backend.workers.proxy.upstream.forward import (
     LAN_CLIENT_KEY,
     PROXY_MS_HEADER,
@@ -47,8 +53,14 @@ log = logging.getLogger(__name__)
 
 OPENAI_INFERENCE = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/messages")
 OLLAMA_INFERENCE = ("/api/chat", "/api/generate", "/api/embed", "/api/embeddings")
-# Name a model but are not inference: sent once to a node that has it, no job.
-MODEL_LOOKUPS = ("/api/show",)
+INFERENCE_PATHS = OLLAMA_INFERENCE + OPENAI_INFERENCE
+# Names a model but is not inference, and only an engine that speaks Messages can answer it:
+# sent once to a node that has the model with such an engine, no job.
+COUNT_TOKENS = "/v1/messages/count_tokens"
+# What Ollama's clients ask to see that a server is there, answered by PAIR when no Ollama runs
+# behind the door (the API version is the Ollama API the translation follows).
+OLLAMA_GREETING = "Ollama is running"
+OLLAMA_API_VERSION = "0.12.0"
 # PAIR's own paths (the relay among them) are never passed to an engine from a front door.
 PAIR_PATHS = "/_pair/{tail:.*}"
 # A member restarting is routable again within seconds (its broker, then its node-info).
@@ -66,10 +78,8 @@ __all__ = [
 
 
 def inference_paths(context: DoorContext) -> tuple[str, ...]:
-    """The routes of this door that are jobs."""
-    if context.door == "ollama":
-        return OLLAMA_INFERENCE + OPENAI_INFERENCE
-    return OPENAI_INFERENCE
+    """The routes of a door that are jobs (every door has all of them)."""
+    return INFERENCE_PATHS
 
 
 def build_app(context: DoorContext) -> web.Application:
@@ -81,13 +91,12 @@ def build_app(context: DoorContext) -> web.Application:
     app = web.Application()
     app[CONTEXT_KEY] = context
     router = app.router
-    for path in inference_paths(context):
+    for path in INFERENCE_PATHS:
         router.add_post(path, _gated(_inference))
-    if context.door == "ollama":
-        for path in MODEL_LOOKUPS:
-            router.add_post(path, _gated(_lookup))
-        router.add_get("/api/tags", _gated(_tags), allow_head=True)
-        router.add_get("/api/ps", _gated(_loaded), allow_head=False)
+    router.add_post("/api/show", _gated(_show))
+    router.add_post(COUNT_TOKENS, _gated(_count_tokens))
+    router.add_get("/api/tags", _gated(_tags), allow_head=True)
+    router.add_get("/api/ps", _gated(_loaded), allow_head=False)
     router.add_get("/v1/models", _gated(_models), allow_head=False)
     router.add_get("/v1/models/{model_id:.+}", _gated(_model), allow_head=False)
     router.add_route("*", PAIR_PATHS, _gated(_not_here))
@@ -143,12 +152,16 @@ async def _inference(request: web.Request) -> web.StreamResponse:
     if isinstance(admission, web.StreamResponse):
         return admission
     table = context.router.table
-    found = owners(table, context.door, admission.model)
+    found = owners(table, admission.model, admission.dialect)
     if not found:
-        away = away_owner(table, context.door, admission.model)
-        if away is not None:
-            return _away_reply(away, admission.model).response(request.path)
-        return missing_model(table, context.door, admission.model, request.path)
+        pin = pinned(table, admission.model, admission.dialect)
+        if pin is None:
+            away = away_owner(table, admission.model)
+            if away is not None:
+                return _away_reply(away, admission.model).response(request.path)
+            return missing_model(admission.model, request.path)
+        admission.repin(pin.model, pin.only)
+        found = pin.only
     busy = context.router.busy_reply(found)
     if busy is not None:
         return busy.response(request.path)
@@ -175,19 +188,41 @@ async def admit(
         model = read_model(body)
     except BadRequest as exc:
         return ErrorReply(400, str(exc), "invalid_request_error").response(api_path)
-    return Admission(context.door, model, body, path)
+    return Admission(context.door, model, body, path, dialect=dialect_for(api_path))
 
 
-async def _lookup(request: web.Request) -> web.StreamResponse:
-    """``/api/show``: sent once to the first node that has the model (this one first)."""
+async def _show(request: web.Request) -> web.StreamResponse:
+    """``/api/show``: answered by the first node that has the model (this one first), in
+    Ollama's shape whatever its engine."""
     context = request.app[CONTEXT_KEY]
     admission = await admit(request, context, request.raw_path)
     if isinstance(admission, web.StreamResponse):
         return admission
-    found = owners(context.router.table, context.door, admission.model)
+    found = owners(context.router.table, admission.model, "ollama")
     if not found:
         return json_answer(404, {"error": f"model '{admission.model}' not found"})
-    return await forward_or_502(request, context, found[0], admission.body)
+    return await show_model(request, context, found[0], admission.body)
+
+
+async def _count_tokens(request: web.Request) -> web.StreamResponse:
+    """``/v1/messages/count_tokens``: sent once to a node whose engine can count the model's
+    tokens (one that speaks Messages); a clear 400 when only other engines have it."""
+    context = request.app[CONTEXT_KEY]
+    admission = await admit(request, context, request.raw_path)
+    if isinstance(admission, web.StreamResponse):
+        return admission
+    everywhere = owners(context.router.table, admission.model, "anthropic")
+    if not everywhere:
+        return missing_model(admission.model, COUNT_TOKENS)
+    counting = [t for t in everywhere if speaks(t.engine, "anthropic")]
+    if not counting:
+        engines = ", ".join(sorted({t.engine for t in everywhere}))
+        message = (
+            f"count_tokens is not available for model '{admission.model}': its engine "
+            f"({engines}) cannot count tokens; only llama-server can"
+        )
+        return ErrorReply(400, message, "invalid_request_error").response(COUNT_TOKENS)
+    return await forward_or_502(request, context, counting[0], admission.body)
 
 
 async def _tags(request: web.Request) -> web.StreamResponse:
@@ -211,9 +246,28 @@ async def _pass_through(request: web.Request) -> web.StreamResponse:
     context = request.app[CONTEXT_KEY]
     targets = targets_for(context.router.table, context.door)
     if not targets:
-        message = f"no engine is running behind the {context.door} front door"
+        greeting = _ollama_greeting(context, request)
+        if greeting is not None:
+            return greeting
+        engine = DOOR_ENGINES[context.door]
+        message = (
+            f"{request.path} is {engine}'s own path, and {engine} runs on no computer of the "
+            "cluster (models of every engine are served on every door)"
+        )
         return ErrorReply(503, message, "service_unavailable").response(request.path)
     return await forward_or_502(request, context, targets[0], body_stream(request))
+
+
+def _ollama_greeting(context: DoorContext, request: web.Request) -> web.Response | None:
+    """What Ollama's clients probe before they list models (``/``, ``/api/version``), on the
+    Ollama door with no Ollama to ask."""
+    if context.door != "ollama" or request.method not in ("GET", "HEAD"):
+        return None
+    if request.path == "/":
+        return web.Response(text=OLLAMA_GREETING)
+    if request.path == "/api/version":
+        return json_answer(200, {"version": OLLAMA_API_VERSION})
+    return None
 
 
 async def _not_here(request: web.Request) -> web.StreamResponse:
@@ -232,7 +286,7 @@ async def forward_or_502(
 ) -> web.StreamResponse:
     """Send the request to ``target`` once and stream its answer; 502 if it cannot be reached."""
     relative = path or request.raw_path
-    url = upstream_url(target, relative, context.door)
+    url = upstream_url(target, relative)
     base = url[: len(url) - len(relative)]
     try:
         tls = context.router.peer_tls.client_tls(target)

@@ -5,9 +5,9 @@ pairing (``peer_tls.py``). The handshake's verdict is not enough on its own: a m
 after the handshake of a kept-alive connection would keep its connection, so every request's
 certificate is checked again against the pins of the latest table (403 otherwise).
 
-``/_pair/relay/<door>/<path>`` is served by that door's engine on this node only, as one
-attempt (no second hop); ``/_pair/relay-started`` is the long poll saying when such a request
-holds a slot here.
+``/_pair/relay/<engine>/<path>`` is served by that engine on this node only, as one attempt
+(no second hop), translated here where the engine does not speak the path's API;
+``/_pair/relay-started`` is the long poll saying when such a request holds a slot here.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from backend.common.tls import peer_certificate
-from backend.protocol.proxy import RouteTarget
+from backend.protocol.proxy import DOOR_ENGINES, DOORS, RouteTarget
 from backend.protocol.types.base import NodeId
 from backend.workers.proxy.context import DoorContext
-from backend.workers.proxy.doors.app import admit, forward_or_502, inference_paths
+from backend.workers.proxy.doors.app import INFERENCE_PATHS, admit, forward_or_502
 from backend.workers.proxy.doors.errors import ErrorReply
-from backend.workers.proxy.doors.listing import local_model_list
+from backend.workers.proxy.doors.listing import ListKind, engine_list, show_model
 from backend.workers.proxy.relay.peer_tls import PeerTls
 from backend.workers.proxy.relay.serving import (
     REFUSED_HEADER,
@@ -35,7 +35,7 @@ from backend.workers.proxy.relay.serving import (
     started_handler,
 )
 from backend.workers.proxy.routing.admission import ATTEMPT_HEADER, JOB_HEADER, ORIGIN_HEADER
-from backend.workers.proxy.routing.candidates import RELAY_PREFIX, local_target
+from backend.workers.proxy.routing.candidates import ENGINE_ORDER, RELAY_PREFIX, local_target
 from backend.workers.proxy.upstream.forward import (
     PROXY_MS_HEADER,
     STARTED_KEY,
@@ -55,6 +55,10 @@ class RelayContext:
     board: RelayBoard
     tls: PeerTls
 
+    def context(self) -> DoorContext | None:
+        """A door's routing state to serve with (every door shares one router)."""
+        return next(iter(self.doors.values()), None)
+
 
 RELAY_KEY = web.AppKey("relay_context", RelayContext)
 
@@ -66,7 +70,7 @@ def build_relay_app(
     app = web.Application(middlewares=[pinned_gate])
     app[RELAY_KEY] = RelayContext(dict(doors), board, tls)
     app.router.add_get(RELAY_STARTED_PATH, _relay_started, allow_head=False)
-    app.router.add_route("*", RELAY_PREFIX + "/{door}/{tail:.*}", _relay)
+    app.router.add_route("*", RELAY_PREFIX + "/{engine}/{tail:.*}", _relay)
     return app
 
 
@@ -89,23 +93,39 @@ async def pinned_gate(request: web.Request, handler: Handler) -> web.StreamRespo
 async def _relay(request: web.Request) -> web.StreamResponse:
     """A peer's request, served by this node's engine only (one attempt, no second hop)."""
     relay = request.app[RELAY_KEY]
-    door = request.match_info["door"]
-    prefix = f"{RELAY_PREFIX}/{door}"
-    context = relay.doors.get(door)
-    if context is None or not request.raw_path.startswith(prefix + "/"):
-        message = f"this node has no front door named {door!r}"
+    name = request.match_info["engine"]
+    prefix = f"{RELAY_PREFIX}/{name}"
+    engine = relay_engine(name)
+    context = relay.context()
+    if engine is None or context is None or not request.raw_path.startswith(prefix + "/"):
+        message = f"this node has no engine named {name!r}"
         return ErrorReply(404, message, "not_found_error").response(request.path)
     path = request.raw_path[len(prefix) :]
     api_path = path.split("?", 1)[0]
-    local = local_target(context.router.table, context.door)
+    local = local_target(context.router.table, engine)
     if local is None:
-        message = f"no engine is running behind this node's {context.door} front door"
+        message = f"{engine} is not running on this node"
         return ErrorReply(503, message, "service_unavailable").response(api_path)
-    if request.method == "GET" and api_path == "/v1/models" and local.single_model:
-        return await local_model_list(request, context, local, path)
-    if request.method != "POST" or api_path not in inference_paths(context):
+    if request.method == "GET" and api_path in _LISTS:
+        return await engine_list(request, context, local, _LISTS[api_path])
+    if request.method == "POST" and api_path == "/api/show":
+        admission = await admit(request, context, path)
+        if isinstance(admission, web.StreamResponse):
+            return admission
+        return await show_model(request, context, local, admission.body)
+    if request.method != "POST" or api_path not in INFERENCE_PATHS:
         return await forward_or_502(request, context, local, body_stream(request), path)
     return await _relay_inference(request, context, relay.board, local, path)
+
+
+_LISTS: Mapping[str, ListKind] = {"/api/tags": "tags", "/api/ps": "ps", "/v1/models": "models"}
+
+
+def relay_engine(name: str) -> str | None:
+    """The engine a relay path names: an engine's name, or (as older nodes send) a door's."""
+    if name in ENGINE_ORDER:
+        return name
+    return DOOR_ENGINES.get(name) if name in DOORS else None
 
 
 async def _relay_inference(

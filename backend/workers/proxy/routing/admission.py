@@ -6,12 +6,19 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import msgspec
+from aiohttp import web
+
 from backend.protocol.proxy import Door, RouteTarget
 from backend.protocol.types.base import JobKey, NodeId
 from backend.workers.proxy.channels.jobs import Job
+from backend.workers.proxy.doors.errors import ErrorReply
+from backend.workers.proxy.doors.wire import Dialect
 from backend.workers.proxy.routing.links import PeerStartedProbe
 from backend.workers.proxy.routing.placement.placer import Placed
 from backend.workers.proxy.scheduler.engine_scheduler import Ticket
+from backend.workers.proxy.translate.base import Malformed, Translation, Unhonoured
+from backend.workers.proxy.translate.plan import translation_for
 
 # What a request relayed to a peer says of itself: the node it came from, its job, which try.
 ORIGIN_HEADER = "X-PAIR-Origin"
@@ -36,6 +43,14 @@ class Admission:
     only: list[RouteTarget] | None = None
     session: str | None = None
     held: int | None = None  # its number with the broker while it waits (custody.py)
+    dialect: Dialect = "openai"  # the client's API (its path's)
+
+    def repin(self, model: str, only: list[RouteTarget]) -> None:
+        """Serve the bare ``model`` of a pinned name, with ``only`` these targets; the body
+        names it so too (rare: decoded and encoded once)."""
+        body = msgspec.json.decode(self.body)
+        body["model"] = model
+        self.body, self.model, self.only = msgspec.json.encode(body), model, only
 
 
 @dataclass(eq=False)
@@ -52,6 +67,17 @@ class Dispatch:
     sent: bool = False
     running: bool = False  # reported Running (once per attempt)
     watchers: list[asyncio.Task[None] | asyncio.TimerHandle] = field(default_factory=list)
+    translation: Translation | None = None  # where the engine does not speak the client's API
+
+    def body(self, admission: Admission) -> bytes:
+        """The body the engine gets (translated or the client's own)."""
+        translation = self.translation
+        return admission.body if translation is None else translation.request.body
+
+    def path(self, admission: Admission) -> str:
+        """The path (and query) the engine gets."""
+        translation = self.translation
+        return admission.path if translation is None else translation.request.path
 
     def mark_sent(self) -> None:
         """The request's headers reached the engine (aiohttp trace callback)."""
@@ -81,3 +107,16 @@ def _poll_peer(dispatch: Dispatch, probe: PeerStartedProbe) -> None:
         )
     )
     dispatch.watchers.append(task)
+
+
+def translate(admission: Admission, dispatch: Dispatch) -> web.Response | None:
+    """Translate the request for the attempt's engine (this node's, or one added by address)
+    where it does not speak the client's API; the client's 400 naming the field when it
+    cannot be. A peer's request goes as the client sent it: the peer translates for its own."""
+    try:
+        dispatch.translation = translation_for(
+            dispatch.target.engine, admission.path, admission.body
+        )
+    except (Unhonoured, Malformed) as exc:
+        return ErrorReply(400, str(exc), "invalid_request_error").response(admission.path)
+    return None

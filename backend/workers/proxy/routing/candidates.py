@@ -1,6 +1,7 @@
 """Which nodes may serve a request and in what order; reservations that spread bursts.
 
-Owners: the targets behind a door whose inventory lists the model (by the engine's naming rule).
+Owners: every node whose inventory lists the model, whatever its engine (by that engine's naming
+rule); one engine per node.
 Order: a manual pin (if eligible), then the scheduler's priority list, then a stable order.
 Which of them goes first is placement's choice (``placement/``, docs/PLACEMENT.md), fed the
 pending work and the reservations kept here: a frozen ``Reservations`` value and pure functions
@@ -16,13 +17,17 @@ from dataclasses import dataclass, field
 import msgspec
 
 from backend.protocol.proxy import DOOR_ENGINES, AwayModels, Door, ProxyTargets, RouteTarget
+from backend.workers.proxy.doors.wire import Dialect
 from backend.workers.proxy.routing.naming import has_model
+from backend.workers.proxy.translate.native import speaks
 
 NodeId = str
 # A peer's relay listener serves requests under this prefix and the door's name with its own
 # engine only (no second routing hop): ``/_pair/relay/ollama/api/chat``.
 RELAY_PREFIX = "/_pair/relay"
 AFFINITY_CREDIT = 1.5
+# Which engine serves a name two engines of one node list, all else equal.
+ENGINE_ORDER: tuple[str, ...] = ("llamacpp", "ollama", "lmstudio")
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,30 +144,75 @@ def least_loaded(
     return min(ordered, key=lambda node: score(table, node) - bonus.get(node, 0.0))
 
 
+def engine_targets(targets: ProxyTargets) -> list[RouteTarget]:
+    """Every engine of every node in the table, each with its ``engine`` named (local first,
+    then the table's order; kept for the table's life)."""
+    _renew(targets)
+    return _owners.flat
+
+
 def targets_for(targets: ProxyTargets, door: Door) -> list[RouteTarget]:
-    """Every node running the engine behind ``door`` (local first, then the table's order)."""
-    found = targets.engines.get(DOOR_ENGINES[door], [])
-    return sorted(found, key=lambda target: target.kind != "local")
+    """Every node running the engine a door's non-inference paths go to (local first)."""
+    return targets_of(targets, DOOR_ENGINES[door])
 
 
-def local_target(targets: ProxyTargets, door: Door) -> RouteTarget | None:
-    """This node's own engine behind ``door``, if it runs."""
-    return next((t for t in targets_for(targets, door) if t.kind == "local"), None)
+def targets_of(targets: ProxyTargets, engine: str) -> list[RouteTarget]:
+    """Every node running ``engine`` (local first, then the table's order)."""
+    return [t for t in engine_targets(targets) if t.engine == engine]
 
 
-def owners(targets: ProxyTargets, door: Door, model: str) -> list[RouteTarget]:
-    """The nodes whose inventory for the door's engine has ``model`` (by its naming rule).
+def local_target(targets: ProxyTargets, engine: str) -> RouteTarget | None:
+    """This node's own ``engine``, if it runs."""
+    return next((t for t in targets_of(targets, engine) if t.kind == "local"), None)
+
+
+def owners(targets: ProxyTargets, model: str, dialect: Dialect = "openai") -> list[RouteTarget]:
+    """The nodes whose inventory has ``model`` (by each engine's naming rule), whatever the
+    engine: one entry per node, where a node has the model in two engines the one that
+    speaks ``dialect`` natively (no translation), then ``ENGINE_ORDER``.
 
     Asked several times per request of the same (immutable) table: answered from a cache
     that lives as long as the table does."""
-    if _owners.table is not targets or len(_owners.found) >= _OWNERS_CACHE:
-        _owners.table, _owners.found, _owners.ordered = targets, {}, {}
-    found = _owners.found.get((door, model))
+    _renew(targets)
+    found = _owners.found.get((dialect, model))
     if found is None:
-        engine = DOOR_ENGINES[door]
-        found = [t for t in targets_for(targets, door) if has_model(engine, t.models, model)]
-        _owners.found[(door, model)] = found
+        found = _owners.found[(dialect, model)] = _owners_of(_owners.flat, model, dialect)
     return list(found)
+
+
+def _owners_of(flat: list[RouteTarget], model: str, dialect: Dialect) -> list[RouteTarget]:
+    by_node: dict[str, RouteTarget] = {}
+    for target in flat:
+        if not has_model(target.engine, target.models, model):
+            continue
+        kept = by_node.get(target.node_id)
+        if kept is None or _preference(target, dialect) < _preference(kept, dialect):
+            by_node[target.node_id] = target
+    return [t for t in flat if by_node.get(t.node_id) is t]
+
+
+def _preference(target: RouteTarget, dialect: Dialect) -> tuple[int, int]:
+    native = 0 if speaks(target.engine, dialect) else 1
+    rank = ENGINE_ORDER.index(target.engine) if target.engine in ENGINE_ORDER else len(ENGINE_ORDER)
+    return native, rank
+
+
+def _renew(targets: ProxyTargets) -> None:
+    """Start the caches over for a table not seen last."""
+    if _owners.table is targets and len(_owners.found) < _OWNERS_CACHE:
+        return
+    if _owners.table is not targets:
+        _owners.flat = _flatten(targets)
+    _owners.table, _owners.found, _owners.ordered = targets, {}, {}
+
+
+def _flatten(targets: ProxyTargets) -> list[RouteTarget]:
+    flat = [
+        target if target.engine == engine else msgspec.structs.replace(target, engine=engine)
+        for engine, found in targets.engines.items()
+        for target in found
+    ]
+    return sorted(flat, key=lambda target: target.kind != "local")
 
 
 # Answers of ``owners`` for the last table (bounded: clients name any model they like).
@@ -172,58 +222,54 @@ _OWNERS_CACHE = 1024
 @dataclass
 class _Owners:
     table: ProxyTargets | None = None
-    found: dict[tuple[Door, str], list[RouteTarget]] = field(default_factory=dict)
-    ordered: dict[tuple[Door, str], list[RouteTarget]] = field(default_factory=dict)
+    flat: list[RouteTarget] = field(default_factory=list)
+    found: dict[tuple[Dialect, str], list[RouteTarget]] = field(default_factory=dict)
+    ordered: dict[tuple[Dialect, str], list[RouteTarget]] = field(default_factory=dict)
 
 
 _owners = _Owners()
 
 
-def away_owner(targets: ProxyTargets, door: Door, model: str) -> AwayModels | None:
-    """A member that served ``model`` behind ``door`` a short while ago and does not now."""
-    engine = DOOR_ENGINES[door]
-    return next(
-        (a for a in targets.away if a.engine == engine and has_model(engine, a.models, model)),
-        None,
-    )
+def away_owner(targets: ProxyTargets, model: str) -> AwayModels | None:
+    """A member that served ``model`` (with any engine) a short while ago and does not now."""
+    return next((a for a in targets.away if has_model(a.engine, a.models, model)), None)
 
 
-def vanished(targets: ProxyTargets, door: Door, model: str) -> bool:
-    """Whether no node lists ``model`` behind ``door`` and no member that did is coming back."""
-    return not owners(targets, door, model) and away_owner(targets, door, model) is None
+def vanished(targets: ProxyTargets, model: str) -> bool:
+    """Whether no node lists ``model`` and no member that did is coming back."""
+    return not owners(targets, model) and away_owner(targets, model) is None
 
 
-def upstream_url(target: RouteTarget, path_and_query: str, door: Door) -> str:
-    """The URL that serves ``path_and_query`` of ``door`` on ``target`` (a peer's relay)."""
+def upstream_url(target: RouteTarget, path_and_query: str) -> str:
+    """The URL that serves ``path_and_query`` with ``target``'s engine (a peer's relay)."""
     base = target.base_url.rstrip("/")
     if target.kind == "peer":
-        return f"{base}{relay_path(door, path_and_query)}"
+        return f"{base}{relay_path(target.engine, path_and_query)}"
     return f"{base}{path_and_query}"
 
 
-def relay_path(door: Door, path_and_query: str) -> str:
-    """Where a peer's relay serves ``path_and_query`` of ``door``."""
-    return f"{RELAY_PREFIX}/{door}{path_and_query}"
+def relay_path(engine: str, path_and_query: str) -> str:
+    """Where a peer's relay serves ``path_and_query`` with its ``engine``."""
+    return f"{RELAY_PREFIX}/{engine}{path_and_query}"
 
 
-def candidates(targets: ProxyTargets, door: Door, model: str) -> list[RouteTarget]:
+def candidates(targets: ProxyTargets, model: str, dialect: Dialect = "openai") -> list[RouteTarget]:
     """The owners of ``model`` in the order they are tried: pin, priority, this node, node id
     (kept with ``owners``' answers for the table's life)."""
-    found = owners(targets, door, model)  # first: it starts a new cache for a new table
-    ordered = _owners.ordered.get((door, model))
+    found = owners(targets, model, dialect)  # first: it starts a new cache for a new table
+    ordered = _owners.ordered.get((dialect, model))
     if ordered is None:
-        ordered = _owners.ordered[(door, model)] = _ordered(targets, door, found)
+        ordered = _owners.ordered[(dialect, model)] = _ordered(targets, found)
     return list(ordered)
 
 
-def _ordered(targets: ProxyTargets, door: Door, found: list[RouteTarget]) -> list[RouteTarget]:
-    engine = DOOR_ENGINES[door]
-    pin = targets.pins.get(engine)
+def _ordered(targets: ProxyTargets, found: list[RouteTarget]) -> list[RouteTarget]:
+    pins = targets.pins
     rank = {node: index for index, node in enumerate(targets.priority)}
 
     def key(target: RouteTarget) -> tuple[int, int, int, str]:
         return (
-            0 if target.node_id == pin else 1,
+            0 if target.node_id == pins.get(target.engine) else 1,
             rank.get(target.node_id, len(rank)),
             0 if target.kind == "local" else 1,
             target.node_id,

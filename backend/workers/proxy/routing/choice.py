@@ -6,7 +6,7 @@ from collections import OrderedDict
 from collections.abc import Container, Sequence
 
 from backend.core.clock import Clock
-from backend.protocol.proxy import DOOR_ENGINES, ProxyTargets, RouteTarget
+from backend.protocol.proxy import ProxyTargets, RouteTarget
 from backend.workers.proxy.routing.admission import Admission
 from backend.workers.proxy.routing.candidates import (
     AFFINITY_CREDIT,
@@ -52,7 +52,7 @@ class NodeChoice:
 
         Returns the node, the reservation's generation (for ``release``) and the placement,
         only when a dispatch is to learn from it (``Placer.sampling``)."""
-        engine = DOOR_ENGINES[admission.door]
+        engine = found[0].engine
         model = normalize(engine, admission.model)
         placer = self.placer
         placing: list[Candidate] | None = None
@@ -85,7 +85,7 @@ class NodeChoice:
         """What placement knows of each of ``targets`` for this request."""
         reservations = self._reservations
         return self.placer.candidates(
-            DOOR_ENGINES[admission.door],
+            targets[0].engine,
             admission.model,
             targets,
             loads=lambda node: pending_and_held(reservations, node),

@@ -23,8 +23,8 @@ import aiohttp
 from aiohttp import web
 
 from backend.core.clock import Clock
-from backend.protocol.proxy import DOOR_ENGINES, ProxyTargets, RouteTarget
-from backend.protocol.types.base import JobKey, NodeId
+from backend.protocol.proxy import ProxyTargets, RouteTarget
+from backend.protocol.types.base import EngineName, JobKey, NodeId
 from backend.workers.proxy.channels.custody import Custody
 from backend.workers.proxy.channels.jobs import Job
 from backend.workers.proxy.doors.errors import ErrorReply
@@ -33,6 +33,7 @@ from backend.workers.proxy.routing import failover
 from backend.workers.proxy.routing.admission import (
     Admission,
     Dispatch,
+    translate,
     watch_peer_start,
 )
 from backend.workers.proxy.routing.candidates import candidates, vanished
@@ -134,7 +135,7 @@ class Router:
             admission.job_key, admission.attempt = JobKey(held.job), held.attempt + 1
         job = self.jobs.new(
             origin=admission.origin or NodeId(self.table.node_id),
-            engine=DOOR_ENGINES[admission.door],
+            engine=self._first_engine(admission),
             model=admission.model,
             path=admission.path.split("?", 1)[0],
             key=admission.job_key,
@@ -172,7 +173,7 @@ class Router:
 
     def _round_ended(self, state: Failover, admission: Admission) -> failover.RoundEnd:
         pinned = admission.only is not None
-        gone = not pinned and vanished(self.table, admission.door, admission.model)
+        gone = not pinned and vanished(self.table, admission.model)
         return failover.round_ended(
             state, self._clock.monotonic(), self._rng, pinned=pinned, vanished=gone
         )
@@ -180,7 +181,12 @@ class Router:
     def _candidates(self, admission: Admission) -> list[RouteTarget]:
         if admission.only is not None:
             return admission.only
-        return candidates(self.table, admission.door, admission.model)
+        return candidates(self.table, admission.model, admission.dialect)
+
+    def _first_engine(self, admission: Admission) -> EngineName:
+        """The engine the job starts with (a failover may change it)."""
+        found = self._candidates(admission)
+        return EngineName(found[0].engine if found else "")
 
     def _final(
         self,
@@ -192,7 +198,7 @@ class Router:
         """The answer of a request no round will serve."""
         if isinstance(end, failover.GiveUp):
             return give_up_reply(job, failover.final_answer(state, self._clock.monotonic()))
-        reply = missing_model(self.table, admission.door, admission.model, job.path)
+        reply = missing_model(admission.model, job.path)
         job.failed(f"model '{admission.model}' is no longer on any node")
         return reply
 
@@ -210,6 +216,7 @@ class Router:
         target, generation, placed = self._choice.reserve(admission, found)
         state = failover.dispatched(state, target.node_id)
         attempt = state.attempt
+        job.engine = EngineName(target.engine)
         job.submitted(attempt, NodeId(target.node_id))
         dispatch = Dispatch(job, target, attempt, self._started, placed)
         try:
@@ -228,6 +235,11 @@ class Router:
         peer_started = self.links.peer_started
         if dispatch.target.kind == "peer" and peer_started is not None:
             watch_peer_start(dispatch, peer_started)
+        else:
+            refused = translate(admission, dispatch)
+            if refused is not None:
+                dispatch.job.failed(f"the request cannot be put to {dispatch.target.engine}")
+                return refused
         try:
             with self._departures.watch(node) as gone:
                 work = self._precommit(request, admission, dispatch)
@@ -243,7 +255,7 @@ class Router:
             for watcher in dispatch.watchers:
                 watcher.cancel()
             if dispatch.ticket is not None:
-                self.scheduler(dispatch.job.engine).release(dispatch.ticket)
+                self.scheduler(dispatch.target.engine).release(dispatch.ticket)
 
     def _failed_at(self, node: str, failure: Failure) -> None:
         """A node that answered busy is held busy a while (``busy_reply``)."""
@@ -282,6 +294,7 @@ class Router:
             idle_s=self.table.first_content_timeout_s,
             on_output=lambda: self._output(dispatch),
             on_chunk=meter.feed if meter is not None else None,
+            translation=dispatch.translation,
         )
         if placed is not None and meter is not None and dispatch.job.outcome == "completed":
             self._choice.placer.completed(placed, meter)
@@ -301,7 +314,7 @@ class Router:
     async def _precommit(
         self, request: web.Request, admission: Admission, dispatch: Dispatch
     ) -> Commit | Failure:
-        body = admission.body
+        body = dispatch.body(admission)
         if dispatch.target.kind == "local":
             admitted = await self._admit_local(request, admission, dispatch)
             if isinstance(admitted, Failure):
@@ -318,7 +331,7 @@ class Router:
 
         A front-door request left waiting is held with the broker from then until its answer
         starts (``custody.py``), so a worker crash does not lose it."""
-        engine = dispatch.job.engine
+        engine = dispatch.target.engine
         scheduler = self.scheduler(engine)
         model = normalize(engine, admission.model)
         # Admitted at once in the common case, without a wait (or a coroutine) for it.
@@ -335,8 +348,8 @@ class Router:
         slot = dispatch.ticket.slot
         target = dispatch.target
         if slot is None or target.slot_api is None:
-            return admission.body
-        return pin_slot(admission.body, target.slot_api.field, slot)
+            return dispatch.body(admission)
+        return pin_slot(dispatch.body(admission), target.slot_api.field, slot)
 
 
 def _holder(

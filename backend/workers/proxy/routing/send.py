@@ -38,7 +38,7 @@ async def send(
     outcome = await precommit(
         links.session,
         request.method,
-        upstream_url(target, admission.path, admission.door),
+        upstream_url(target, dispatch.path(admission)),
         _headers(request, dispatch),
         body,
         timeouts,

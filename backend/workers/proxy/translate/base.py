@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Protocol
 
-Dialect = Literal["ollama", "openai", "anthropic"]
+from backend.workers.proxy.doors.wire import Dialect as Dialect
 
 
 class Unhonoured(ValueError):

@@ -69,10 +69,15 @@ class Commit:
 
 
 def retryable_status(status: int, *, inference: bool) -> bool:
-    """Before the first body byte: retry 408, 429, 5xx, and 404 on inference routes only.
+    """Before the first body byte: retry 408, 429, 5xx but 501 and 505, and 404 on inference
+    routes only.
 
     A 404 from an engine whose inventory said it had the model means the inventory was stale.
+    501 ("not supported": llama-server without embeddings, say) and 505 are the engine's
+    deterministic answer to this request: another try gets the same, only later.
     """
+    if status in (501, 505):
+        return False
     if status in (408, 429) or status >= 500:
         return True
     return status == 404 and inference

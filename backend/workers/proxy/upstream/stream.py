@@ -25,6 +25,7 @@ from aiohttp.abc import AbstractStreamWriter
 
 from backend.workers.proxy.channels.jobs import Job
 from backend.workers.proxy.doors.wire import dialect_for, error_body
+from backend.workers.proxy.translate.base import ReplyTranslator, Translation
 from backend.workers.proxy.upstream.answer import Upstream
 from backend.workers.proxy.upstream.attempt import FAILURE_BODY_LIMIT, Commit
 from backend.workers.proxy.upstream.engine_client import EngineResponse
@@ -37,6 +38,7 @@ from backend.workers.proxy.upstream.forward import (
     response_headers,
 )
 from backend.workers.proxy.upstream.markers import EndMarker
+from backend.workers.proxy.upstream.translated import is_stream, stream_headers, translated_whole
 from backend.workers.proxy.upstream.watchdog import Watchdog
 
 
@@ -49,15 +51,20 @@ async def stream_commit(
     idle_s: float,
     on_output: Callable[[], None],
     on_chunk: Callable[[bytes], None] | None = None,
+    translation: Translation | None = None,
 ) -> web.StreamResponse:
     """Answer the client with the committed response; ``on_output`` once a 2xx one starts,
-    ``on_chunk`` with each chunk of its body.
+    ``on_chunk`` with each chunk of its body (the engine's, before any translation).
 
-    ``idle_s`` bounds the wait for each next chunk of the engine's (0: no bound).
+    ``idle_s`` bounds the wait for each next chunk of the engine's (0: no bound). With a
+    ``translation`` the client gets the answer in its own API: a whole one translated at once,
+    a stream record by record as it comes.
     """
     upstream = commit.upstream
     try:
         success = 200 <= upstream.status < 300
+        if translation is not None and not is_stream(upstream, success):
+            return await translated_whole(upstream, commit.first, translation, job, on_output)
         if not success and dialect_for(job.path) == "openai":
             reshaped = await _openai_error(upstream, commit.first)
             if reshaped is not None:
@@ -66,6 +73,10 @@ async def stream_commit(
         if success:
             on_output()
         response = _prepared_headers(request, upstream)
+        translator = None
+        if translation is not None:
+            translator = translation.reply
+            stream_headers(response, translation)
         writer = await response.prepare(request)
         marker = EndMarker(upstream.headers.get("Content-Type", ""))
         # A success is ended early by the relay (see the module): a whole body by its length
@@ -83,6 +94,7 @@ async def stream_commit(
             success,
             left,
             writer,
+            translator,
         )
         if not await relay.body(commit):
             return response
@@ -140,13 +152,16 @@ class _Relay:
     success: bool
     left: int  # bytes of a counted 2xx body still to come; -1 when not counted
     writer: AbstractStreamWriter | None  # the response's, once prepared
+    translator: ReplyTranslator | None = None  # the engine's records into the client's API
 
     async def body(self, commit: Commit) -> bool:
         """Copy the body; False when it was cut (the job already says why)."""
         upstream = commit.upstream
         watchdog = commit.watchdog or Watchdog()
         try:
-            if isinstance(upstream, EngineResponse) and self.writer is not None:
+            if self.translator is not None:
+                await self._translate(commit.first, upstream, self.translator, watchdog)
+            elif isinstance(upstream, EngineResponse) and self.writer is not None:
                 await self._pump(commit.first, upstream, self.writer, watchdog)
             else:
                 await self._copy(commit.first, upstream, watchdog)
@@ -178,6 +193,19 @@ class _Relay:
             self._take(chunk)
             watchdog.begin(_WRITING, self.write_deadline_s)
             await self.response.write(chunk)
+            watchdog.begin(_READING, self.idle_s)
+            chunk = await upstream.content.readany()
+
+    async def _translate(
+        self, chunk: bytes, upstream: Upstream, translator: ReplyTranslator, watchdog: Watchdog
+    ) -> None:
+        """As ``_copy``, each chunk translated: only the client's whole records go out."""
+        while chunk:
+            self._take(chunk)
+            out = translator.chunk(chunk)
+            if out:
+                watchdog.begin(_WRITING, self.write_deadline_s)
+                await self.response.write(out)
             watchdog.begin(_READING, self.idle_s)
             chunk = await upstream.content.readany()
 
@@ -271,6 +299,8 @@ class _Relay:
             return None  # the client has its whole answer, final marker and all
         if marker.ended_in_error():
             return None  # a peer relaying its engine's break has said so already
+        if self.translator is not None:
+            return self.translator.error_record(reason)
         dialect = dialect_for(self.job.path)
         kind = "api_error" if dialect == "anthropic" else "server_error"
         record = msgspec.json.encode(error_body(dialect, reason, kind=kind, code=None))
