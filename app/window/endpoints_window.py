@@ -28,15 +28,11 @@ from app.window.widgets import muted_label, page_title
 
 COPIED_FEEDBACK_MS = 1500
 INTRO = (
-    "Every address below reaches every model of every computer in your cluster: each front "
-    "door speaks the Ollama, OpenAI and Anthropic APIs, and PAIR translates when the engine "
-    "that has the model speaks another one. Point Open WebUI, Continue, Claude Code or a "
-    "script using the ollama, openai or anthropic package at the address of its API."
+    "Every address reaches every model of every computer in your cluster, in all three APIs "
+    "(PAIR translates where the model's engine speaks another). Point Open WebUI, Continue, "
+    "Claude Code or a script using the ollama, openai or anthropic package at its API's address."
 )
-PORTS_TEXT = (
-    "All ports are equal; there are three so that apps looking for Ollama, LM Studio or "
-    "llama-server at their usual port find PAIR there."
-)
+PORTS_TEXT = "The doors are equal; each sits where apps look for Ollama, LM Studio or llama-server."
 NOT_CONNECTED = "The addresses appear once the PAIR service is running."
 NO_DOORS = "The front doors are not open yet; they open a moment after the service starts."
 
@@ -97,31 +93,34 @@ def _show_url(field: QLineEdit, url: str) -> None:
 
 
 class EndpointCard(QFrame):
-    """One client API: title, address + Copy, client setting, example request + Copy."""
+    """One client API: title and client setting, address + Copy, example request + Copy."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
         self.title = QLabel()
-        self.url = _url_field()
-        self.copy_url = CopyButton("Copy this address")
         self.setting = muted_label()
         self.setting.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.setting.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        self.url = _url_field()
+        self.copy_url = CopyButton("Copy this address")
         self.example = _code_label()
+        self.example.setToolTip("An example request")
         self.copy_example = CopyButton("Copy this example command")
+        heading = QHBoxLayout()
+        heading.addWidget(self.title)
+        heading.addWidget(self.setting, 1)
         grid = QGridLayout(self)
-        grid.setContentsMargins(14, 10, 14, 10)
+        grid.setContentsMargins(14, 8, 14, 8)
         grid.setHorizontalSpacing(8)
         grid.setVerticalSpacing(6)
         grid.setColumnStretch(0, 1)
-        grid.addWidget(self.title, 0, 0, 1, 2)
+        grid.addLayout(heading, 0, 0, 1, 2)
         grid.addWidget(self.url, 1, 0)
         grid.addWidget(self.copy_url, 1, 1)
-        grid.addWidget(self.setting, 2, 0, 1, 2)
-        grid.addWidget(muted_label("Example request"), 3, 0, 1, 2)
-        grid.addWidget(self.example, 4, 0)
-        grid.addWidget(self.copy_example, 4, 1, Qt.AlignmentFlag.AlignTop)
+        grid.addWidget(self.example, 2, 0)
+        grid.addWidget(self.copy_example, 2, 1, Qt.AlignmentFlag.AlignBottom)
 
     def show_endpoint(self, endpoint: Endpoint) -> None:
         """Show ``endpoint`` (in place, so a refresh does not disturb a selection)."""
@@ -179,7 +178,8 @@ class EndpointsWindow(QWidget):
         self._cards_layout.setSpacing(10)
         self.ports = QWidget()
         self._doors_layout = QVBoxLayout(self.ports)
-        self._doors_layout.setContentsMargins(0, 6, 0, 0)
+        self._doors_layout.setContentsMargins(0, 4, 14, 0)  # the Copy buttons line up
+        self._doors_layout.setSpacing(4)
         self._doors_layout.addWidget(QLabel("<b>Ports</b>"))
         self._doors_layout.addWidget(muted_label(PORTS_TEXT))
         close_button = QPushButton("Close")
@@ -190,7 +190,7 @@ class EndpointsWindow(QWidget):
 
     def sizeHint(self) -> QSize:
         """Wide enough for a curl example without scrolling."""
-        return QSize(720, 1040)
+        return QSize(720, 820)
 
     def show_and_raise(self) -> None:
         """Show the window (re-reading the doors) and bring it to the front."""
