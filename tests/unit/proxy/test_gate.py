@@ -175,6 +175,34 @@ def test_lan_with_a_good_key_passes_with_its_network_host_but_not_a_foreign_orig
     assert no_keys == Refusal(401, KEY_INVALID), "no key is valid before one is created"
 
 
+def test_an_anthropic_clients_x_api_key_is_a_lan_key_too() -> None:
+    def lan(api_key: str | None, authorization: str | None = None) -> Refusal | None:
+        return refusal(
+            LAN_PEER,
+            LAN_HOST,
+            None,
+            authorization=authorization,
+            api_key=api_key,
+            lan_access=True,
+            key_hashes=HASHES,
+        )
+
+    assert lan(SECRET) is None
+    assert lan(f" {SECRET} ") is None
+    assert lan(SECRET[:-1]) == Refusal(401, KEY_INVALID)
+    assert lan("") == Refusal(401, KEY_MISSING)
+    assert lan(new_secret(), authorization=f"Bearer {SECRET}") is None, "the bearer token first"
+    assert "x-api-key" in KEY_MISSING
+
+
+async def test_a_lan_clients_x_api_key_goes_to_no_engine() -> None:
+    open_door = _door(ProxyTargets(lan_access=True, api_key_hashes=HASHES))
+    headers = {"Host": LAN_HOST, "x-api-key": SECRET}
+    served, reached = await _through_gate(open_door, LAN_PEER, headers)
+    assert served.status == 200 and len(reached) == 1
+    assert "x-api-key" not in request_headers(reached[0], credentials=True)
+
+
 def test_bearer_tokens_and_key_checks() -> None:
     assert bearer_token("Bearer abc") == "abc"
     assert bearer_token("BEARER abc") == "abc"

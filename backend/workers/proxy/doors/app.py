@@ -123,6 +123,7 @@ async def gate(request: web.Request, handler: Handler) -> web.StreamResponse:
         request.headers.get("Host"),
         origin,
         authorization=request.headers.get("Authorization"),
+        api_key=request.headers.get("x-api-key"),
         lan_access=table.lan_access,
         key_hashes=table.api_key_hashes,
     )

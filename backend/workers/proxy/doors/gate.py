@@ -4,8 +4,8 @@ This computer (a loopback peer) needs no key, but a loopback Host and, from a br
 Origin: the Host check defeats DNS rebinding (a web page whose name resolves to 127.0.0.1 still
 sends its own name as Host); the Origin check stops other web pages from driving the API from a
 browser. Another computer passes only while the ``lan_access`` setting is on (403 otherwise) and
-with ``Authorization: Bearer <a PAIR API key>`` whose hash the broker sent in the routing table
-(401 otherwise); its Host names this computer on the network, so only its Origin is checked.
+with ``Authorization: Bearer <a PAIR API key>`` (or, as Anthropic's clients send it,
+``x-api-key: <key>``) whose hash the broker sent in the routing table (401 otherwise); its Host names this computer on the network, so only its Origin is checked.
 
 The broker binds the doors on every address (0.0.0.0) whatever the setting, and this gate is
 the one place that decides: turning LAN access on or off, or revoking a key, takes effect with
@@ -28,7 +28,8 @@ from backend.common.secret_hash import hash_secret
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 HOW_TO_GET_A_KEY = (
     "create one on the computer running PAIR with `pair api-key create NAME` and send it as "
-    "`Authorization: Bearer <key>` (OPENAI_API_KEY for OpenAI clients)"
+    "`Authorization: Bearer <key>` (OPENAI_API_KEY for OpenAI clients) or `x-api-key: <key>` "
+    "(ANTHROPIC_API_KEY for Anthropic clients)"
 )
 LAN_ACCESS_OFF = (
     "plaintext access is only allowed from this computer (loopback); to let other computers in,"
@@ -136,12 +137,15 @@ def refusal(
     origin: str | None,
     *,
     authorization: str | None = None,
+    api_key: str | None = None,
     lan_access: bool = False,
     key_hashes: Iterable[str] = (),
 ) -> Refusal | None:
     """Why a request must be refused, or None when it may pass (the rules are the module's)."""
     if not peer_allowed(peer_address):
-        refused = lan_refusal(authorization, lan_access=lan_access, key_hashes=key_hashes)
+        refused = lan_refusal(
+            authorization, lan_access=lan_access, key_hashes=key_hashes, api_key=api_key
+        )
         if refused is not None:
             return refused
     elif not host_allowed(host_header):
@@ -152,12 +156,17 @@ def refusal(
 
 
 def lan_refusal(
-    authorization: str | None, *, lan_access: bool, key_hashes: Iterable[str]
+    authorization: str | None,
+    *,
+    lan_access: bool,
+    key_hashes: Iterable[str],
+    api_key: str | None = None,
 ) -> Refusal | None:
-    """Why another computer's request must be refused, or None when its key is valid."""
+    """Why another computer's request must be refused, or None when its key is valid (as a
+    bearer token, else as ``x-api-key``)."""
     if not lan_access:
         return Refusal(403, LAN_ACCESS_OFF)
-    token = bearer_token(authorization)
+    token = bearer_token(authorization) or (api_key.strip() if api_key else None) or None
     if token is None:
         return Refusal(401, KEY_MISSING)
     if not key_accepted(token, key_hashes):

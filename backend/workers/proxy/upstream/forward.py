@@ -60,7 +60,7 @@ def request_headers(request: web.Request, *, credentials: bool = True) -> CIMult
     ``credentials``, and minus the PAIR API key of another computer in any case."""
     dropped = _HOP_BY_HOP if credentials else _HOP_BY_HOP | CREDENTIAL_HEADERS
     if request.get(LAN_CLIENT_KEY, False):
-        dropped = dropped | {"authorization"}
+        dropped = dropped | {"authorization", "x-api-key"}
     return CIMultiDict(
         [(name, value) for name, value in request.headers.items() if name.lower() not in dropped]
     )
