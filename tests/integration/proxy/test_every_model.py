@@ -98,6 +98,8 @@ async def test_the_ollama_client_chats_generates_and_embeds_with_llama_servers_m
     parts = [part async for part in await client.chat(tiny, HELLO, stream=True, options=options)]
     assert parts[-1].done and not any(part.done for part in parts[:-1])
     assert "".join(part.message.content or "" for part in parts) == whole.message.content
+    loaded = await client.generate(model=tiny)  # what ``ollama run`` sends first
+    assert loaded.done and loaded.done_reason == "load"
     generated = await client.generate(model=tiny, prompt="hello", options=options)
     assert generated.done and isinstance(generated.response, str)
     as_json = await client.chat(tiny, HELLO, format="json", options={"num_predict": 4})

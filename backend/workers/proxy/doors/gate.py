@@ -5,7 +5,8 @@ Origin: the Host check defeats DNS rebinding (a web page whose name resolves to 
 sends its own name as Host); the Origin check stops other web pages from driving the API from a
 browser. Another computer passes only while the ``lan_access`` setting is on (403 otherwise) and
 with ``Authorization: Bearer <a PAIR API key>`` (or, as Anthropic's clients send it,
-``x-api-key: <key>``) whose hash the broker sent in the routing table (401 otherwise); its Host names this computer on the network, so only its Origin is checked.
+``x-api-key: <key>``) whose hash the broker sent in the routing table (401 otherwise); its
+Host names this computer on the network, so only its Origin is checked.
 
 The broker binds the doors on every address (0.0.0.0) whatever the setting, and this gate is
 the one place that decides: turning LAN access on or off, or revoking a key, takes effect with

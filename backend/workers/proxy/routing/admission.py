@@ -17,7 +17,7 @@ from backend.workers.proxy.doors.wire import Dialect
 from backend.workers.proxy.routing.links import PeerStartedProbe
 from backend.workers.proxy.routing.placement.placer import Placed
 from backend.workers.proxy.scheduler.engine_scheduler import Ticket
-from backend.workers.proxy.translate.base import Malformed, Translation, Unhonoured
+from backend.workers.proxy.translate.base import LoadRequest, Malformed, Translation, Unhonoured
 from backend.workers.proxy.translate.plan import translation_for
 
 # What a request relayed to a peer says of itself: the node it came from, its job, which try.
@@ -119,4 +119,7 @@ def translate(admission: Admission, dispatch: Dispatch) -> web.Response | None:
         )
     except (Unhonoured, Malformed) as exc:
         return ErrorReply(400, str(exc), "invalid_request_error").response(admission.path)
+    except LoadRequest as load:
+        dispatch.job.completed()
+        return web.Response(body=load.body, content_type="application/json")
     return None

@@ -238,7 +238,8 @@ class Router:
         else:
             refused = translate(admission, dispatch)
             if refused is not None:
-                dispatch.job.failed(f"the request cannot be put to {dispatch.target.engine}")
+                if not dispatch.job.finished:
+                    dispatch.job.failed(f"the request cannot be put to {dispatch.target.engine}")
                 return refused
         try:
             with self._departures.watch(node) as gone:

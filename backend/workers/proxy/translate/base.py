@@ -17,6 +17,16 @@ class Unhonoured(ValueError):
         self.reason = reason
 
 
+class LoadRequest(Exception):
+    """Ollama's request to load (or, with ``keep_alive`` 0, unload) a model: empty messages or
+    prompt. An engine PAIR translates for has no such request (it holds its model while it
+    runs), so the door answers it as Ollama does, with ``body``."""
+
+    def __init__(self, body: bytes) -> None:
+        super().__init__("a load request")
+        self.body = body
+
+
 class Malformed(ValueError):
     """The client's request is not valid in its own API (answered 400 with this message)."""
 

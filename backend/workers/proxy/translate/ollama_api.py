@@ -9,7 +9,13 @@ from typing import TypeVar
 
 import msgspec
 
-from backend.workers.proxy.translate.base import EngineRequest, Malformed, Translation, Unhonoured
+from backend.workers.proxy.translate.base import (
+    EngineRequest,
+    LoadRequest,
+    Malformed,
+    Translation,
+    Unhonoured,
+)
 from backend.workers.proxy.translate.ollama_messages import (
     Message,
     checked_tools,
@@ -17,7 +23,7 @@ from backend.workers.proxy.translate.ollama_messages import (
     user_message,
 )
 from backend.workers.proxy.translate.ollama_options import sampling_options
-from backend.workers.proxy.translate.ollama_replies import Endpoint
+from backend.workers.proxy.translate.ollama_replies import Endpoint, created_at
 from backend.workers.proxy.translate.ollama_stream import OllamaReply
 
 OLLAMA_PATHS: tuple[str, ...] = ("/api/chat", "/api/generate", "/api/embed", "/api/embeddings")
@@ -81,7 +87,7 @@ def _chat(body: bytes) -> _Built:
     request = _decode(body, _ChatRequest)
     model = _model(request)
     if not request.messages:
-        raise Unhonoured("messages", _LOAD_REQUEST)
+        raise load_request(request, model, chat=True)
     out: dict[str, object] = {"model": model, "messages": openai_messages(request.messages)}
     if request.tools:
         out["tools"] = checked_tools(request.tools)
@@ -101,7 +107,7 @@ def _generate(body: bytes) -> _Built:
         if value:
             raise Unhonoured(field, "an OpenAI engine applies its own chat template, unseen here")
     if not request.prompt and not request.images:
-        raise Unhonoured("prompt", _LOAD_REQUEST)
+        raise load_request(request, model, chat=False)
     prompt = request.prompt or ""
     if request.raw:
         return _raw_generate(request, model, prompt)
@@ -236,3 +242,16 @@ _BUILDERS: dict[str, Callable[[bytes], _Built]] = {
     "/api/embed": _embed,
     "/api/embeddings": _embeddings,
 }
+
+
+def load_request(request: _GeneratingRequest, model: str, *, chat: bool) -> LoadRequest:
+    """Ollama's answer to its load request (``done_reason`` "unload" with ``keep_alive`` 0)."""
+    unload = request.keep_alive in (0, "0", "0s", "0m")
+    answer: dict[str, object] = {"model": model, "created_at": created_at(time.time_ns())}
+    if chat:
+        answer["message"] = {"role": "assistant", "content": ""}
+    else:
+        answer["response"] = ""
+    answer["done"] = True
+    answer["done_reason"] = "unload" if unload else "load"
+    return LoadRequest(msgspec.json.encode(answer))

@@ -5,9 +5,10 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+import msgspec
 import pytest
 
-from backend.workers.proxy.translate.base import Malformed, Unhonoured
+from backend.workers.proxy.translate.base import LoadRequest, Malformed, Unhonoured
 from backend.workers.proxy.translate.ollama_api import OLLAMA_PATHS, translate
 from backend.workers.proxy.translate.ollama_stream import OllamaReply
 from tests.unit.proxy.translate.ollama_fakes import (
@@ -290,14 +291,37 @@ def test_top_logprobs_out_of_range_is_malformed() -> None:
 @pytest.mark.parametrize(
     ("path", "fields", "field"),
     [
-        ("/api/chat", {"messages": []}, "messages"),
-        ("/api/generate", {"prompt": ""}, "prompt"),
         ("/api/embed", {"input": []}, "input"),
         ("/api/embeddings", {"prompt": ""}, "prompt"),
     ],
 )
-def test_load_requests_are_unhonoured(path: str, fields: dict[str, Any], field: str) -> None:
+def test_empty_embedding_requests_are_unhonoured(
+    path: str, fields: dict[str, Any], field: str
+) -> None:
     assert unhonoured(path, **fields) == field
+
+
+@pytest.mark.parametrize(
+    ("path", "fields", "reason"),
+    [
+        ("/api/chat", {"messages": []}, "load"),
+        ("/api/generate", {"prompt": ""}, "load"),
+        ("/api/generate", {"prompt": "", "keep_alive": 0}, "unload"),
+        ("/api/chat", {"messages": [], "keep_alive": "0s"}, "unload"),
+    ],
+)
+def test_load_requests_are_answered_as_ollama_does(
+    path: str, fields: dict[str, Any], reason: str
+) -> None:
+    # ``ollama run`` loads the model first: an engine PAIR translates for holds its model
+    # while it runs, so the door answers the load itself.
+    body = msgspec.json.encode({"model": MODEL, **fields})
+    with pytest.raises(LoadRequest) as load:
+        translate(path, body, now_ns=now_ns)
+    answer = msgspec.json.decode(load.value.body)
+    assert (answer["model"], answer["done"], answer["done_reason"]) == (MODEL, True, reason)
+    assert ("message" in answer) == (path == "/api/chat")
+    assert answer["created_at"].endswith("Z")
 
 
 @pytest.mark.parametrize(
