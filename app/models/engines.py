@@ -37,7 +37,7 @@ EngineKey = tuple[NodeId, EngineName]
 MIN_PORT = 1024
 MAX_PORT = 65535
 
-# Which front door serves which engine (LM Studio's models go through the OpenAI door).
+# Which front door takes each engine's usual port (every door serves every engine's models).
 ENGINE_DOORS: dict[str, str] = {"ollama": "ollama", "lmstudio": "openai", "llamacpp": "llamacpp"}
 DOOR_NAMES: dict[str, str] = {
     "ollama": "Ollama API",

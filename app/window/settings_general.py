@@ -56,7 +56,7 @@ PORT_LABELS = {DOOR_PORTS["ollama"]: "Ollama port", DOOR_PORTS["openai"]: "OpenA
 PORT_TIPS = {
     DOOR_PORTS["ollama"]: "The port of the Ollama API door (11434 unless the service was started"
     " with another). Changing it moves the door at once: clients use the new port.",
-    DOOR_PORTS["openai"]: "The port of the OpenAI API door for LM Studio models (1234 unless the"
+    DOOR_PORTS["openai"]: "The port of the door where apps look for LM Studio (1234 unless the"
     " service was started with another). Changing it moves the door at once.",
 }
 PORTS_NOTE = "A new port is used at once; a port another program uses is refused."

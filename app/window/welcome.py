@@ -44,25 +44,22 @@ def endpoints_text(front_doors: Mapping[str, str], url: Callable[[str], str] = s
     """Two sentences on where apps connect, with the real URLs (each passed through ``url``)
     when the doors are open."""
     ollama = url(front_doors["ollama"]) if "ollama" in front_doors else None
-    openai = [
-        f"{url(front_doors[door] + '/v1')} ({what})"
-        for door, what in (("openai", "LM Studio models"), ("llamacpp", "llama.cpp models"))
-        if door in front_doors
-    ]
+    door = next((d for d in ("openai", "llamacpp", "ollama") if d in front_doors), None)
+    openai = url(front_doors[door] + "/v1") if door is not None else None
     parts = []
     if ollama:
         parts.append(f"apps that speak the Ollama API connect to {ollama}")
     if openai:
-        parts.append(f"apps that speak the OpenAI API to {' or '.join(openai)}")
+        parts.append(f"apps that speak the OpenAI API to {openai}")
     if not parts:
         first = "Apps connect to PAIR the way they connect to Ollama or LM Studio, once it runs."
     else:
         first = ", and ".join(parts) + "."
         first = first[0].upper() + first[1:]
     return (
-        f"{first} PAIR hands each request to an engine that has the model; API endpoints… "
-        "(in the window's sidebar and the tray menu) shows these addresses again, with example "
-        "requests."
+        f"{first} Every address reaches every model of every computer, whatever engine runs "
+        "it; API endpoints… (in the window's sidebar and the tray menu) shows them again, with "
+        "the Anthropic API and example requests."
     )
 
 

@@ -152,7 +152,9 @@ def format_created(
         f"                   with the header  Authorization: Bearer {secret}",
         f"  OpenAI clients   OPENAI_BASE_URL=http://{host}:{status.ports.openai}/v1"
         f"  OPENAI_API_KEY={secret}",
-        f"                   (llama.cpp models: port {status.ports.llamacpp})",
+        f"  Anthropic clients  ANTHROPIC_BASE_URL=http://{host}:{status.ports.ollama}"
+        f"  ANTHROPIC_API_KEY={secret}",
+        "  (every door reaches every model of every computer, in all three APIs)",
     ]
     if not lan_access:
         lines += [

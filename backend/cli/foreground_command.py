@@ -24,8 +24,8 @@ from backend.wiring import BrokerConfig, WorkerSpec
 PORT_FLAGS: tuple[tuple[str, int, str], ...] = (
     ("--node-port", 14320, "node API port (node info, pairing, cluster)"),
     ("--ollama-port", 11434, "Ollama-compatible front door"),
-    ("--openai-port", 1234, "OpenAI-compatible front door for LM Studio models"),
-    ("--llamacpp-port", 8080, "front door for llama.cpp models"),
+    ("--openai-port", 1234, "front door at LM Studio's usual port (every model, every API)"),
+    ("--llamacpp-port", 8080, "front door at llama-server's usual port (every model, every API)"),
     ("--relay-port", 14321, "relay between paired computers (mutual TLS)"),
 )
 

@@ -107,11 +107,11 @@ def script_session(connection: FakeConnection, engines: list[dict[str, Any]]) ->
 def test_endpoints_text_names_the_real_urls_in_two_sentences() -> None:
     text = endpoints_text({**DOORS, "openai": "http://127.0.0.1:41873"})
     assert "http://127.0.0.1:11434" in text
-    assert "http://127.0.0.1:41873/v1 (LM Studio models)" in text
-    assert "http://127.0.0.1:8080/v1 (llama.cpp models)" in text
+    assert "OpenAI API to http://127.0.0.1:41873/v1." in text
+    assert "every model of every computer" in text and "LM Studio models" not in text
     assert text.count(". ") + 1 == 2 and text.endswith(".")
     only_ollama = endpoints_text({"ollama": "http://127.0.0.1:11434"})
-    assert "OpenAI" not in only_ollama
+    assert "OpenAI API to http://127.0.0.1:11434/v1" in only_ollama, "any door serves it"
     assert only_ollama.startswith("Apps that speak the Ollama API connect to http://127.0.0.1")
     closed = endpoints_text({})
     assert "http" not in closed

@@ -46,13 +46,14 @@ def _node(sources: list[NodeSource], addresses: list[str]) -> DiscoveredNode:
     )
 
 
-def test_create_prints_the_secret_and_both_client_settings() -> None:
+def test_create_prints_the_secret_and_every_apis_client_settings() -> None:
     text = format_created(CREATED, _status(), "192.168.1.5", lan_access=True)
-    assert text.count("pair-AbCdSECRET") == 3
+    assert text.count("pair-AbCdSECRET") == 4
     assert "OLLAMA_HOST=http://192.168.1.5:11434" in text
     assert "Authorization: Bearer pair-AbCdSECRET" in text
     assert "OPENAI_BASE_URL=http://192.168.1.5:1234/v1" in text
     assert "OPENAI_API_KEY=pair-AbCdSECRET" in text
+    assert "ANTHROPIC_BASE_URL=http://192.168.1.5:11434  ANTHROPIC_API_KEY=pair-AbCdSECRET" in text
     assert "pair api-key lan on" not in text
     off = format_created(CREATED, _status(), None, lan_access=False)
     assert f"OLLAMA_HOST=http://{NO_ADDRESS}:11434" in off and "pair api-key lan on" in off
