@@ -30,8 +30,8 @@ TABLE = ProxyTargets(
 )
 
 
-def _where(name: str, dialect: str = "openai") -> list[tuple[str, str]] | None:
-    pin = pinned(TABLE, name, dialect)
+def _where(name: str) -> list[tuple[str, str]] | None:
+    pin = pinned(TABLE, name, "openai")
     return None if pin is None else [(t.node_id, t.engine) for t in pin.only]
 
 
