@@ -25,7 +25,9 @@ from backend.devtools.emulators.lmstudio_state import LmStudioConfig
 from backend.devtools.emulators.ollama import build_ollama_app
 from backend.devtools.emulators.ollama_state import OllamaConfig
 from backend.devtools.emulators.server import EmulatorServer
+from backend.protocol.proxy import ProxyTargets, RouteTarget
 from tests.integration.proxy.conftest import RunningProxy, StartProxy, local
+from tests.support.ports import refusing_port
 
 if TYPE_CHECKING:
     from tests.engines.fixtures import StartLlamaServer
@@ -155,3 +157,32 @@ async def test_the_anthropic_client_is_served_natively_by_llama_server_and_trans
     with pytest.raises(anthropic.NotFoundError):
         await client.messages.create(model="no-such-model", max_tokens=5, messages=HELLO)
     await client.close()
+
+
+async def test_a_failover_to_another_engine_family_translates_for_the_new_one(
+    start_proxy: StartProxy, ollama_emulator: str
+) -> None:
+    # "llama3.2" is on this node's llama-server, which is down (nothing listens), and on an
+    # Ollama added by address. The Ollama client's request goes to llama-server first (pinned),
+    # translated, fails before its commit, and is served by Ollama as is.
+    with refusing_port() as dead:
+        first = local(f"http://127.0.0.1:{dead}", ["llama3.2"])
+        proxy = await start_proxy(llamacpp=first)
+        other = RouteTarget(
+            node_id="ollama-box", kind="engine", base_url=ollama_emulator, models=[OLLAMA_MODEL]
+        )
+        proxy.targets = ProxyTargets(
+            node_id=proxy.targets.node_id,
+            engines={"llamacpp": [first], "ollama": [other]},
+            pins={"llamacpp": first.node_id},
+        )
+        await proxy.wait_table()
+        client = ollama.AsyncClient(host=proxy.url("ollama"))
+        answer = await client.chat(model="llama3.2", messages=HELLO, options={"num_predict": 3})
+    assert answer.done and answer.message.content
+    submitted = [e for e in proxy.events() if e["kind"] == "submitted" and e.get("target")]
+    assert [(e["engine"], e["target"]) for e in submitted] == [
+        ("llamacpp", first.node_id),
+        ("ollama", "ollama-box"),
+    ]
+    assert proxy.events()[-1]["kind"] == "completed"
