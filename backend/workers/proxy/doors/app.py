@@ -13,16 +13,15 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator
 
-import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Handler
 from aiohttp.web_protocol import RequestPayloadError
 
-from backend.protocol.proxy import DOOR_ENGINES, AwayModels, RouteTarget
+from backend.protocol.proxy import DOOR_ENGINES, AwayModels
 from backend.workers.proxy.context import CONTEXT_KEY, DoorContext
 from backend.workers.proxy.doors.errors import ErrorReply
+from backend.workers.proxy.doors.forwarding import forward_or_502
 from backend.workers.proxy.doors.gate import Refusal, peer_allowed, refusal
 from backend.workers.proxy.doors.listing import federated_list, federated_model, show_model
 from backend.workers.proxy.doors.missing import missing_model
@@ -32,9 +31,8 @@ from backend.workers.proxy.doors.wire import (
     dialect_for,
     read_model,
 )
-from backend.workers.proxy.relay.peer_tls import NoIdentity
 from backend.workers.proxy.routing.admission import Admission
-from backend.workers.proxy.routing.candidates import away_owner, owners, targets_for, upstream_url
+from backend.workers.proxy.routing.candidates import away_owner, owners, targets_for
 from backend.workers.proxy.routing.pins import pinned
 from backend.workers.proxy.translate.native import speaks
 from backend.workers.proxy.upstream.forward import (
@@ -45,7 +43,6 @@ from backend.workers.proxy.upstream.forward import (
     cors_headers,
     elapsed_ms,
     format_ms,
-    forward,
     json_answer,
 )
 
@@ -276,32 +273,6 @@ async def _not_here(request: web.Request) -> web.StreamResponse:
         "PAIR's own paths are served only on the relay port, over mutual TLS, to paired computers"
     )
     return ErrorReply(404, message, "not_found_error").response(request.path)
-
-
-async def forward_or_502(
-    request: web.Request,
-    context: DoorContext,
-    target: RouteTarget,
-    body: bytes | AsyncIterator[bytes] | None,
-    path: str | None = None,
-) -> web.StreamResponse:
-    """Send the request to ``target`` once and stream its answer; 502 if it cannot be reached."""
-    relative = path or request.raw_path
-    url = upstream_url(target, relative)
-    base = url[: len(url) - len(relative)]
-    try:
-        tls = context.router.peer_tls.client_tls(target)
-        # The client's credentials are meant for this computer: its own engine gets them, a
-        # peer (it trusts us by mutual TLS) or an engine added by address does not. Engine
-        # entries have no key of their own to send instead.
-        credentials = target.kind == "local"
-        return await forward(
-            request, context.session, base, body, relative, tls=tls, credentials=credentials
-        )
-    except (aiohttp.ClientConnectorError, NoIdentity) as exc:
-        log.warning("%s door: %s unreachable: %s", context.door, target.base_url, exc)
-        message = f"the engine at {target.base_url} is unreachable"
-        return ErrorReply(502, message, "bad_gateway").response(request.path)
 
 
 def _away_reply(away: AwayModels, model: str) -> ErrorReply:

@@ -19,10 +19,9 @@ from backend.protocol.proxy import RouteTarget
 from backend.workers.proxy.doors.details import show_body
 from backend.workers.proxy.doors.engine_models import details_of
 from backend.workers.proxy.doors.errors import ErrorReply
+from backend.workers.proxy.doors.forwarding import forward_or_502
 from backend.workers.proxy.doors.list_fetch import Skipped
-from backend.workers.proxy.relay.peer_tls import NoIdentity
-from backend.workers.proxy.routing.candidates import upstream_url
-from backend.workers.proxy.upstream.forward import forward, json_answer
+from backend.workers.proxy.upstream.forward import json_answer
 
 if TYPE_CHECKING:
     from backend.workers.proxy.context import DoorContext
@@ -50,7 +49,7 @@ async def show_model(
 ) -> web.StreamResponse:
     """Ollama's ``/api/show`` answer for the model named in ``body``, which ``target`` has."""
     if target.kind == "peer" or target.engine == "ollama":
-        return await _forwarded(request, context, target, body)
+        return await forward_or_502(request, context, target, body, SHOW_PATH)
     model = _model_named(body)
     if model is None:
         return json_answer(400, {"error": "model is required"})
@@ -66,24 +65,6 @@ async def show_model(
     return web.Response(
         body=_encoder.encode(show_body(details)), content_type="application/json", charset="utf-8"
     )
-
-
-async def _forwarded(
-    request: web.Request, context: DoorContext, target: RouteTarget, body: bytes
-) -> web.StreamResponse:
-    """The request sent on once (to Ollama, or to the peer's relay) and its answer streamed."""
-    base = upstream_url(target, SHOW_PATH).removesuffix(SHOW_PATH)
-    try:
-        tls = context.router.peer_tls.client_tls(target)
-        # The client's credentials are meant for this computer's own engine only.
-        credentials = target.kind == "local"
-        return await forward(
-            request, context.session, base, body, SHOW_PATH, tls=tls, credentials=credentials
-        )
-    except (aiohttp.ClientConnectorError, NoIdentity) as exc:
-        log.warning("%s door: %s unreachable: %s", context.door, target.base_url, exc)
-        message = f"the engine at {target.base_url} is unreachable"
-        return ErrorReply(502, message, "bad_gateway").response(SHOW_PATH)
 
 
 def _model_named(body: bytes) -> str | None:
