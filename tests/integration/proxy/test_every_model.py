@@ -113,6 +113,15 @@ async def test_the_ollama_client_chats_generates_and_embeds_with_llama_servers_m
     with pytest.raises(ollama.ResponseError) as unknown:
         await client.chat(model="no-such-model", messages=HELLO)
     assert unknown.value.status_code == 404
+    with pytest.raises(ollama.ResponseError) as refused:
+        await client.chat(model=tiny, messages=HELLO, options={"tfs_z": 0.5})
+    assert refused.value.status_code == 400 and "options.tfs_z" in refused.value.error
+    async with httpx.AsyncClient(base_url=proxy.url("ollama")) as raw:
+        body = {"model": tiny, "messages": HELLO, "stream": False, "keep_alive": "1h"}
+        body["options"] = {"num_ctx": 8192, "num_predict": 2}
+        answered = await raw.post("/api/chat", json=body)
+    assert answered.status_code == 200
+    assert answered.headers["X-PAIR-Ignored"] == "options.num_ctx, keep_alive"
 
 
 async def test_the_openai_client_reaches_every_engines_model_from_every_door(
