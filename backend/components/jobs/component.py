@@ -415,10 +415,10 @@ def _problem(report: JobEvent) -> str | None:
 def _step(report: JobEvent) -> Step:
     match report.kind:
         case "submitted":
-            return Submitted(report.seq, report.attempt, report.target, report.at)
+            return Submitted(report.seq, report.attempt, report.target, report.at, report.engine)
         case "started":
             assert report.node is not None  # checked by _problem
-            return Started(report.seq, report.attempt, report.node, report.at)
+            return Started(report.seq, report.attempt, report.node, report.at, report.engine)
         case "completed":
             return Completed(report.seq, report.attempt, report.at)
         case "errored":

@@ -48,6 +48,7 @@ class Submitted:
     attempt: int
     target: NodeId | None
     at: float
+    engine: EngineName = EngineName("")  # the attempt's (a failover may change it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +59,7 @@ class Started:
     attempt: int
     node: NodeId
     at: float
+    engine: EngineName = EngineName("")
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +97,12 @@ def apply(job: Job, event: JobEvent) -> Job:
     if isinstance(event, Started):
         started_at = job.started_at if job.state == "running" else event.at
         return replace(
-            job, state="running", serving=event.node, target=event.node, started_at=started_at
+            job,
+            state="running",
+            serving=event.node,
+            target=event.node,
+            started_at=started_at,
+            engine=event.engine or job.engine,
         )
     if isinstance(event, Completed):
         return replace(job, state="completed", completed_at=event.at)
@@ -105,6 +112,7 @@ def apply(job: Job, event: JobEvent) -> Job:
 
 def _submitted(job: Job, event: Submitted) -> Job:
     if event.attempt > job.attempt:  # a new dispatch: failover returns the job to In flight
+        # A failover may go to another engine family (every door reaches every engine).
         return replace(
             job,
             state="in_flight",
@@ -112,10 +120,11 @@ def _submitted(job: Job, event: Submitted) -> Job:
             target=event.target,
             serving=None,
             started_at=None,
+            engine=event.engine or job.engine,
         )
     if job.state == "running":
         return job  # same attempt: a running request never goes back to waiting
-    return replace(job, target=event.target)
+    return replace(job, target=event.target, engine=event.engine or job.engine)
 
 
 def apply_in_order(job: Job, events: Iterable[JobEvent]) -> tuple[Job, list[JobEvent]]:

@@ -152,6 +152,20 @@ async def test_failover_returns_to_in_flight_and_late_reports_of_the_left_attemp
     assert (h.job().state, h.job().serving) == ("completed", "b")
 
 
+async def test_a_failover_to_another_engine_family_shows_the_engine_serving_it(
+    store: Store,
+) -> None:
+    h = Harness(store)
+    h.send(1, "submitted", engine="llamacpp", target="a")
+    assert h.job().engine == "llamacpp"
+    h.send(2, "submitted", attempt=2, engine="ollama", target="b")
+    assert (h.job().engine, h.job().target) == ("ollama", "b")
+    h.send(3, "errored", attempt=1, engine="llamacpp", error="a died")
+    h.send(4, "started", attempt=2, engine="ollama", node="b")
+    h.send(5, "completed", attempt=2, engine="ollama")
+    assert (h.job().state, h.job().engine) == ("completed", "ollama")
+
+
 async def test_a_finished_job_never_moves_back(store: Store) -> None:
     h = Harness(store)
     h.send(1, "submitted", target="a")
