@@ -40,6 +40,10 @@ class Job:
     path: str = ""
 
 
+# An event that does not say (older workers): the job keeps the engine it has.
+NO_ENGINE = EngineName("")
+
+
 @dataclass(frozen=True, slots=True)
 class Submitted:
     """Attempt ``attempt`` was dispatched to ``target`` (None: waiting between attempts)."""
@@ -48,7 +52,7 @@ class Submitted:
     attempt: int
     target: NodeId | None
     at: float
-    engine: EngineName = EngineName("")  # the attempt's (a failover may change it)
+    engine: EngineName = NO_ENGINE  # the attempt's (a failover may change it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +63,7 @@ class Started:
     attempt: int
     node: NodeId
     at: float
-    engine: EngineName = EngineName("")
+    engine: EngineName = NO_ENGINE
 
 
 @dataclass(frozen=True, slots=True)
