@@ -10,7 +10,7 @@ import os
 import time
 from typing import Any
 
-from _common import LoadResult, cpu_seconds
+from _common import LoadResult
 
 # Its cost map is otherwise fetched from GitHub at import (retried for seconds offline).
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -52,14 +52,12 @@ async def one(base_url: str, model: str, stream: bool, result: LoadResult | None
 
 
 async def litellm_load(
-    base_url: str, model: str, stream: bool, total: int, warmup: int, worker_pid: int
+    base_url: str, model: str, stream: bool, total: int, warmup: int
 ) -> LoadResult:
-    """``total`` chats one after another (after ``warmup``): latencies, first chunks, the
-    worker's CPU (``cpu_s``) and this process's (``side_cpu_s``) over the measured ones."""
+    """``total`` chats one after another (after ``warmup``): latencies and first chunks."""
     result = LoadResult()
     for _ in range(warmup):
         await one(base_url, model, stream, None)
-    cpu_before, worker_before = time.process_time(), cpu_seconds(worker_pid)
     begin = time.perf_counter()
     for _ in range(total):
         try:
@@ -68,7 +66,5 @@ async def litellm_load(
             result.errors += 1
             result.error_sample = result.error_sample or repr(error)
     elapsed = time.perf_counter() - begin
-    result.cpu_s = cpu_seconds(worker_pid) - worker_before
-    result.side_cpu_s = time.process_time() - cpu_before
     result.rate = len(result.latencies) / elapsed if elapsed > 0 else 0.0
     return result

@@ -52,6 +52,9 @@ request of each path.
 llama-server closes its connection after every streamed response without saying so, so its
 streamed runs open one client connection per request, on every path alike.
 
+Requests PAIR translates (an Ollama or Anthropic client reaching an engine that does not speak
+its API) against this pass-through, and LiteLLM doing the same, are ``translation.py``'s rows.
+
 ``--twin`` calibrates the verdicts: a second bare pass-through (a process of its own, like the
 first) takes PAIR's place in every run, so each "PAIR/bare" ratio compares two identical paths
 and whatever it reads beyond 1x is the bench's own noise on that row.
