@@ -247,7 +247,7 @@ def table_row(kind: str, path: str, row: Row, runs: Rounds) -> str:
     base = row[baseline_of(path)]
     pooled_added = f"{added(result, base, 0.5)} / {added(result, base, 0.99)}"
     middle, low, high = paired(runs, path)
-    extra = worker_us(result) - worker_us(row[OPENAI])
+    extra = worker_us(result) - worker_us(base)
     verdict = ""
     if path in (OLLAMA, ANTHROPIC):
         verdict = "ok" if middle <= P50_TARGET_MS else "**over**"
