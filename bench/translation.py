@@ -341,6 +341,27 @@ def llama_server(logs: Path) -> Iterator[str]:
         stop_llama_server(server)
 
 
+def report(
+    measured: dict[str, tuple[Row, Rounds]], micro: list[str], began: float, load_before: float
+) -> None:
+    print(
+        f"Translation at PAIR's door vs the pass-through: {platform.python_implementation()} "
+        f"{platform.python_version()}, {os.cpu_count()} CPUs, load average {load_before:.1f} "
+        f"before and {os.getloadavg()[0]:.1f} after, {time.monotonic() - began:.0f} s. "
+        f"llama-server, tiny model, {REPLY_TOKENS} tokens, c=1; latencies in ms; {ROUNDS} "
+        "rounds, every other reversed, pooled. Baseline: the OpenAI pass-through (for litellm: "
+        "the same Ollama request sent to PAIR's Ollama door by aiohttp)."
+    )
+    if LITELLM_MISSING:
+        print(f"litellm: skipped ({LITELLM_MISSING}).")
+    for lines in (table(measured), per_chunk(*measured[STREAM]), micro):
+        print()
+        print("\n".join(lines))
+    failures = sum(r.errors for row, _ in measured.values() for r in row.values())
+    if failures:
+        print(f"\n{failures} requests failed (see stderr); they are not in the figures.")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -366,25 +387,7 @@ def main() -> int:
             measured[kind] = asyncio.run(
                 measure(paths, kind == STREAM, args.requests, engine_url, proxy)
             )
-    print(
-        f"Translation at PAIR's door vs the pass-through: {platform.python_implementation()} "
-        f"{platform.python_version()}, {os.cpu_count()} CPUs, load average {load_before:.1f} "
-        f"before and {os.getloadavg()[0]:.1f} after, {time.monotonic() - began:.0f} s. "
-        f"llama-server, tiny model, {REPLY_TOKENS} tokens, c=1; latencies in ms; {ROUNDS} "
-        "rounds, every other reversed, pooled. Baseline: the OpenAI pass-through (for litellm: "
-        "the same Ollama request sent to PAIR's Ollama door by aiohttp)."
-    )
-    if LITELLM_MISSING:
-        print(f"litellm: skipped ({LITELLM_MISSING}).")
-    print()
-    print("\n".join(table(measured)))
-    print()
-    print("\n".join(per_chunk(*measured[STREAM])))
-    print()
-    print("\n".join(micro))
-    failures = sum(r.errors for row, _ in measured.values() for r in row.values())
-    if failures:
-        print(f"\n{failures} requests failed (see stderr); they are not in the figures.")
+    report(measured, micro, began, load_before)
     return 0
 
 
