@@ -159,10 +159,10 @@ class _Relay:
         upstream = commit.upstream
         watchdog = commit.watchdog or Watchdog()
         try:
-            if self.translator is not None:
-                await self._translate(commit.first, upstream, self.translator, watchdog)
-            elif isinstance(upstream, EngineResponse) and self.writer is not None:
+            if isinstance(upstream, EngineResponse) and self.writer is not None:
                 await self._pump(commit.first, upstream, self.writer, watchdog)
+            elif self.translator is not None:
+                await self._translate(commit.first, upstream, self.translator, watchdog)
             else:
                 await self._copy(commit.first, upstream, watchdog)
             watchdog.end()
@@ -221,12 +221,19 @@ class _Relay:
         connection's callback as it comes, with no task woken for it. The task wakes only at
         the end, at a break, or when the client's connection has more than ``_WRITE_HIGH``
         unsent: then the engine is not read until that is written (within the write deadline).
+        A translated answer is translated in that same callback, its records written as they
+        complete.
         """
-        if not first:
-            return
-        self._take(first)
+        translator = self.translator
+        out = self._out(first, translator)
+        while not out:  # a translation may hold the first chunks back: the headers wait
+            if not first:
+                return
+            watchdog.begin(_READING, self.idle_s)
+            first = await upstream.content.readany()
+            out = self._out(first, translator)
         watchdog.begin(_WRITING, self.write_deadline_s)
-        await self.response.write(first)
+        await self.response.write(out)
         transport = self.request.transport
         if transport is None or transport.is_closing():
             raise ConnectionResetError("the client has gone")
@@ -238,7 +245,9 @@ class _Relay:
             take(chunk)
             if transport.is_closing():
                 return  # the client left: its handler is being cancelled
-            send_now(transport, chunked, chunk)
+            out = chunk if translator is None else translator.chunk(chunk)
+            if out:
+                send_now(transport, chunked, out)
             if upstream.paused:
                 return
             if transport.get_write_buffer_size() > _WRITE_HIGH:
@@ -263,6 +272,14 @@ class _Relay:
                     upstream.resume()
         finally:
             upstream.relay(None)
+
+    def _out(self, chunk: bytes, translator: ReplyTranslator | None) -> bytes:
+        """Account for ``chunk``; what of it goes to the client (all of it, or its whole
+        records translated)."""
+        if not chunk:
+            return chunk
+        self._take(chunk)
+        return chunk if translator is None else translator.chunk(chunk)
 
     def _take(self, chunk: bytes) -> None:
         """Account for a chunk about to go to the client (its answer's job ends first if it
