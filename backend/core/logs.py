@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import logging.handlers
@@ -76,7 +77,7 @@ def configure(
     log_file = None
     if log_dir is not None:
         log_file = ensure_private_dir(log_dir) / f"{process_name}.log"
-        rotating = logging.handlers.RotatingFileHandler(
+        rotating = PrivateRotatingFileHandler(
             log_file, maxBytes=5 * 1024 * 1024, backupCount=3, encoding="utf-8"
         )
         rotating.setFormatter(_human_formatter())
@@ -85,6 +86,16 @@ def configure(
         os.chmod(log_file, 0o600)
     set_level(level)
     return log_file
+
+
+class PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
+    """A rotating log file that only its owner can read: each file it opens, the fresh one
+    after every rotation included, is created 0600 (the default mode, 0644 under the usual
+    umask, would show other users what PAIR logs)."""
+
+    def _open(self) -> io.TextIOWrapper:
+        descriptor = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        return open(descriptor, "a", encoding=self.encoding, errors=self.errors)
 
 
 def set_level(level: LogLevel) -> None:
