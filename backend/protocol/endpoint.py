@@ -46,22 +46,33 @@ def control_address(data_dir: Path) -> str:
 
 
 def runtime_dir() -> Path:
-    """A private (0700) per-user directory for sockets; created on demand."""
+    """A private (0700) per-user directory for sockets; created on demand.
+
+    Without an XDG runtime dir (containers, su sessions, cron) it is ``/tmp/pair-<uid>``; as
+    /tmp is shared and sticky, another user can make that name first, so a name this user does
+    not own falls back to a folder in the user's own cache dir (every PAIR process of the user
+    makes the same choice)."""
     if sys.platform == "darwin":
-        candidate = platformdirs.user_runtime_path(APP_NAME, appauthor=False)
-    else:
-        xdg = os.environ.get("XDG_RUNTIME_DIR", "")
-        # Containers, su sessions and cron have no XDG runtime dir: use a private tmp dir.
-        if xdg and Path(xdg).is_dir():
-            candidate = Path(xdg) / APP_NAME
-        else:
-            candidate = Path(tempfile.gettempdir()) / f"{APP_NAME}-{os.getuid()}"
+        return _private_dir(platformdirs.user_runtime_path(APP_NAME, appauthor=False))
+    xdg = os.environ.get("XDG_RUNTIME_DIR", "")
+    if xdg and Path(xdg).is_dir():
+        return _private_dir(Path(xdg) / APP_NAME)
+    shared = Path(tempfile.gettempdir()) / f"{APP_NAME}-{os.getuid()}"
+    try:
+        return _private_dir(shared)
+    except PermissionError:
+        return _private_dir(platformdirs.user_cache_path(APP_NAME, appauthor=False) / "run")
+
+
+def _private_dir(candidate: Path) -> Path:
+    """``candidate``, made if missing and tightened to 0700 if this user owns it; raises
+    ``PermissionError`` when it is another user's, or a link."""
     candidate.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = candidate.stat()
-    if info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077:
-        raise PermissionError(
-            f"{candidate} must be owned by this user with mode 0700; fix or remove it"
-        )
+    info = candidate.lstat()  # a link someone left there is not this user's folder
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise PermissionError(f"{candidate} is not a folder of this user's")
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        candidate.chmod(0o700)
     return candidate
 
 
