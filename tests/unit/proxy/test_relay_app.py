@@ -10,6 +10,7 @@ import socket
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from unittest import mock
 
 import aiohttp
 import msgspec
@@ -160,6 +161,48 @@ async def test_a_member_removed_after_the_handshake_is_refused_on_its_kept_conne
     # A new handshake is refused by TLS itself.
     with pytest.raises(aiohttp.ClientConnectionError):
         await _get(url, _client_of(NODE_A))
+
+
+async def test_a_member_gets_inference_and_lists_only_never_engine_admin(relay: Relay) -> None:
+    # A client's key on the member opens that member's doors, not this computer's engine.
+    base = f"{relay.url}/_pair/relay/ollama"
+    async with aiohttp.ClientSession() as session:
+        asked: tuple[tuple[str, str, dict[str, str] | None], ...] = (
+            ("DELETE", "/api/delete", {"model": "llama3.2"}),
+            ("POST", "/api/pull", {"model": "qwen2.5"}),
+            ("POST", "/api/copy", {"source": "llama3.2", "destination": "x"}),
+            ("GET", "/api/version", None),
+        )
+        for method, path, payload in asked:
+            async with session.request(
+                method, base + path, json=payload, ssl=_client_of(NODE_A)
+            ) as response:
+                assert response.status == 403, path
+                assert "inference and model lists" in (await response.json())["error"]
+    status, _, body = await _get(f"{base}/api/tags", _client_of(NODE_A))
+    assert status == 200 and b"llama3.2" in body, "the model is still there"
+
+
+async def test_a_doors_other_paths_never_go_to_a_member(relay: Relay) -> None:
+    member = RouteTarget(
+        node_id="node-b",
+        kind="peer",
+        base_url=relay.url,
+        models=["llama3.2:latest"],
+        cert_der=NODE_B.cert_der,
+    )
+    router = make_router(mock.Mock(), clock=FakeClock())
+    router.update(ProxyTargets(node_id="node-a", engines={"ollama": [member]}))
+    client = TestClient(TestServer(build_app(DoorContext("ollama", router, RelayBoard()))))
+    await client.start_server()
+    try:
+        deleted = await client.delete("/api/delete", json={"model": "llama3.2"})
+        assert deleted.status == 503
+        assert "does not run on this computer" in (await deleted.json())["error"]
+    finally:
+        await client.close()
+    status, _, body = await _get(f"{relay.url}/_pair/relay/ollama/api/tags", _client_of(NODE_A))
+    assert status == 200 and b"llama3.2" in body
 
 
 async def test_the_relay_serves_only_its_own_paths(relay: Relay) -> None:

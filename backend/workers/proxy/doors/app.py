@@ -241,16 +241,22 @@ async def _model(request: web.Request) -> web.StreamResponse:
 
 
 async def _pass_through(request: web.Request) -> web.StreamResponse:
+    """A path about no model (``/api/version``, ``/api/pull``, ``/slots``...) to this node's
+    engine of the door's family, or one added by address. Never to a member: a client's key
+    opens this computer's doors, not the engines of the cluster (a member's relay serves only
+    inference and model lists)."""
     context = request.app[CONTEXT_KEY]
-    targets = targets_for(context.router.table, context.door)
+    table = context.router.table
+    targets = [t for t in targets_for(table, context.door) if t.kind != "peer"]
     if not targets:
         greeting = _ollama_greeting(context, request)
         if greeting is not None:
             return greeting
         engine = DOOR_ENGINES[context.door]
         message = (
-            f"{request.path} is {engine}'s own path, and {engine} runs on no computer of the "
-            "cluster (models of every engine are served on every door)"
+            f"{request.path} is {engine}'s own path, and {engine} does not run on this "
+            "computer (models of every engine of the cluster are served on every door; "
+            "other paths only by this computer's own engines)"
         )
         return ErrorReply(503, message, "service_unavailable").response(request.path)
     return await forward_or_502(request, context, targets[0], body_stream(request))

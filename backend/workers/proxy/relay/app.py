@@ -6,7 +6,9 @@ after the handshake of a kept-alive connection would keep its connection, so eve
 certificate is checked again against the pins of the latest table (403 otherwise).
 
 ``/_pair/relay/<engine>/<path>`` is served by that engine on this node only, as one attempt
-(no second hop), translated here where the engine does not speak the path's API;
+(no second hop), translated here where the engine does not speak the path's API. Only
+inference, the model lists, ``/api/show`` and token counts are served: an engine's other paths
+(pull, delete, slots...) are this computer's owner's, never a member's client's (403);
 ``/_pair/relay-started`` is the long poll saying when such a request holds a slot here.
 """
 
@@ -23,7 +25,7 @@ from backend.common.tls import peer_certificate
 from backend.protocol.proxy import DOOR_ENGINES, DOORS, RouteTarget
 from backend.protocol.types.base import NodeId
 from backend.workers.proxy.context import DoorContext
-from backend.workers.proxy.doors.app import INFERENCE_PATHS, admit, forward_or_502
+from backend.workers.proxy.doors.app import COUNT_TOKENS, INFERENCE_PATHS, admit, forward_or_502
 from backend.workers.proxy.doors.errors import ErrorReply
 from backend.workers.proxy.doors.listing import ListKind, engine_list, show_model
 from backend.workers.proxy.relay.peer_tls import PeerTls
@@ -113,8 +115,14 @@ async def _relay(request: web.Request) -> web.StreamResponse:
         if isinstance(admission, web.StreamResponse):
             return admission
         return await show_model(request, context, local, admission.body)
-    if request.method != "POST" or api_path not in INFERENCE_PATHS:
+    if request.method == "POST" and api_path == COUNT_TOKENS:
         return await forward_or_502(request, context, local, body_stream(request), path)
+    if request.method != "POST" or api_path not in INFERENCE_PATHS:
+        message = (
+            f"{request.method} {api_path} is not served for another computer: a member's relay "
+            "serves inference and model lists only"
+        )
+        return ErrorReply(403, message, "forbidden").response(api_path)
     return await _relay_inference(request, context, relay.board, local, path)
 
 
