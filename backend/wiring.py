@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,6 +62,7 @@ from backend.components.proxy.targets import DOOR_PORT_SETTINGS, door_ports
 from backend.components.settings import rpc as settings_rpc
 from backend.components.settings.log_level import LogLevels
 from backend.components.settings.service import CORRUPT_ERROR_ID, SettingsService
+from backend.components.settings.view import SettingsView
 from backend.core import broker_rpc, logs
 from backend.core.broker_rpc import Readiness, StatusSource, Uptime
 from backend.core.clock import Clock
@@ -254,6 +255,11 @@ def _report_start_problems(base: Foundation, registry: ErrorsRegistry) -> None:
     report_identity(registry, base.identity)
 
 
+def _lan_access(view: SettingsView, key_hashes: Collection[str]) -> LanAccess:
+    """Who besides this computer's own programs may use the front doors, from the settings."""
+    return LanAccess(view.lan_access, key_hashes, view.allowed_origins)
+
+
 def _node_name(settings: SettingsService) -> Callable[[], str]:
     def name() -> str:
         return settings.view().node_name or socket.gethostname()
@@ -353,7 +359,7 @@ def _proxy(
         timeouts=_proxy_timeouts(settings),
         pinned=lambda: settings.view().proxy_pinned_node or "",
         members=lambda: cluster.membership,
-        lan=lambda: LanAccess(settings.view().lan_access, apikeys.hashes()),
+        lan=lambda: _lan_access(settings.view(), apikeys.hashes()),
         placement=lambda: settings.view().placement_policy,
         local_away=lambda: local_away(engines.returning_models(), node_id, services.node_name()),
     )

@@ -121,6 +121,7 @@ class ProxyTargets(Wire, frozen=True, kw_only=True):
     byte after them. ``trusted`` holds the certificates (DER) of the paired members: the only
     clients the relay listener lets in. ``lan_access`` lets other computers use the front doors
     with a LAN API key whose SHA-256 (hex) is in ``api_key_hashes`` (sent only while it is on).
+    ``allowed_origins`` are browser origins (``*`` a wildcard) the doors accept beyond loopback.
     ``placement`` is the ranking rule among owners (the setting), ``gpu`` each node's last GPU
     utilisation sample (the reference rule's pressure). ``away`` lists what members served a
     short while ago and do not now.
@@ -137,6 +138,7 @@ class ProxyTargets(Wire, frozen=True, kw_only=True):
     trusted: list[bytes] = msgspec.field(default_factory=list)
     lan_access: bool = False
     api_key_hashes: list[str] = msgspec.field(default_factory=list)
+    allowed_origins: list[str] = msgspec.field(default_factory=list)
     placement: PlacementPolicy = DEFAULT_PLACEMENT
     gpu: dict[str, GpuSample] = msgspec.field(default_factory=dict)
     away: list[AwayModels] = msgspec.field(default_factory=list)

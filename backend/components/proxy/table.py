@@ -49,6 +49,7 @@ class LanAccess:
 
     enabled: bool = False
     key_hashes: Collection[str] = ()
+    origins: Collection[str] = ()  # browser origins allowed beyond loopback (a setting)
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +205,7 @@ def build_table(
         trusted=sorted(member.cert_der for member in trusted),
         lan_access=lan.enabled,
         api_key_hashes=sorted(lan.key_hashes) if lan.enabled else [],
+        allowed_origins=list(lan.origins),
         placement=placement,
         gpu=gpu_samples(nodes),
     )

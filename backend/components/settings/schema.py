@@ -61,6 +61,14 @@ SCHEMA: tuple[SettingSpec, ...] = (
         description="let computers on the network use the front doors with an API key",
     ),
     SettingSpec(
+        key="allowed_origins",
+        type="string",
+        default="",
+        description="Browser origins besides this computer's pages that may use the front"
+        " doors, comma-separated; * matches any part (e.g. chrome-extension://*,"
+        " app://obsidian.md), as Ollama's OLLAMA_ORIGINS.",
+    ),
+    SettingSpec(
         key="ollama_door_port",
         type="int",
         default=0,

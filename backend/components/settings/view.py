@@ -22,6 +22,7 @@ class SettingsView:
     proxy_pinned_node: NodeId | None  # None: the setting is empty
     placement_policy: PlacementPolicy = "pair"  # docs/PLACEMENT.md
     lan_access: bool = False  # other computers may use the front doors, with an API key
+    allowed_origins: tuple[str, ...] = ()  # browser origins the doors accept beyond loopback
     ollama_door_port: int = 0  # 0: the port the node was started with
     openai_door_port: int = 0
     llamacpp_parallel: int = 2  # llama-server's -np
@@ -40,6 +41,7 @@ class SettingsView:
             proxy_pinned_node=NodeId(pinned) if pinned else None,
             placement_policy=_placement(values["placement_policy"]),
             lan_access=_flag(values, "lan_access"),
+            allowed_origins=_listed(values, "allowed_origins"),
             ollama_door_port=_whole(values, "ollama_door_port"),
             openai_door_port=_whole(values, "openai_door_port"),
             llamacpp_parallel=_whole(values, "llamacpp_parallel"),
@@ -53,6 +55,11 @@ def _text(values: Mapping[str, SettingValue], key: str) -> str:
     if not isinstance(value, str):
         raise TypeError(f"setting {key!r} holds {value!r}, not a string")
     return value
+
+
+def _listed(values: Mapping[str, SettingValue], key: str) -> tuple[str, ...]:
+    """A comma-separated setting's entries, trimmed, empty ones left out."""
+    return tuple(part.strip() for part in _text(values, key).split(",") if part.strip())
 
 
 def _flag(values: Mapping[str, SettingValue], key: str) -> bool:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from backend.components.proxy.table import LanAccess, TableSource, build_table
+from backend.components.settings.schema import defaults
+from backend.components.settings.view import SettingsView
 from backend.protocol.proxy import ProxyTargets
 
 
@@ -39,3 +41,11 @@ def test_the_table_source_reads_the_lan_access_each_time() -> None:
         node_id=lambda: "self", local=dict, nodes=list, loads=dict, timeouts=lambda: (1.0, 1.0)
     )
     assert (plain().lan_access, plain().api_key_hashes) == (False, [])
+
+
+def test_the_allowed_origins_setting_reaches_the_worker_whatever_lan_access_says() -> None:
+    origins = ("chrome-extension://*", "app://obsidian.md")
+    assert _table(LanAccess(origins=origins)).allowed_origins == list(origins)
+    assert _table(None).allowed_origins == []
+    view = SettingsView.of({**defaults(), "allowed_origins": " chrome-extension://* ,, app://x "})
+    assert view.allowed_origins == ("chrome-extension://*", "app://x")

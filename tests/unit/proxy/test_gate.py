@@ -19,6 +19,7 @@ from backend.protocol.proxy import ProxyTargets
 from backend.workers.proxy.context import DoorContext
 from backend.workers.proxy.doors.app import CONTEXT_KEY, build_app, gate
 from backend.workers.proxy.doors.gate import (
+    FOREIGN_ORIGIN,
     KEY_INVALID,
     KEY_MISSING,
     LAN_ACCESS_OFF,
@@ -201,6 +202,21 @@ async def test_a_lan_clients_x_api_key_goes_to_no_engine() -> None:
     served, reached = await _through_gate(open_door, LAN_PEER, headers)
     assert served.status == 200 and len(reached) == 1
     assert "x-api-key" not in request_headers(reached[0], credentials=True)
+
+
+def test_origins_of_the_allowed_origins_setting_pass_and_others_stay_refused() -> None:
+    extension = "chrome-extension://abcdefghijklmnop"
+    assert not origin_allowed(extension), "refused unless allowed"
+    allowed = ["chrome-extension://*", "app://obsidian.md"]
+    assert origin_allowed(extension, allowed)
+    assert origin_allowed("APP://Obsidian.md", allowed), "any case"
+    assert not origin_allowed("moz-extension://x", allowed)
+    assert not origin_allowed("https://evil.example", allowed)
+    assert origin_allowed("https://evil.example", ["*"]), "the user's own choice"
+    passed = refusal("127.0.0.1", "localhost", extension, allowed_origins=allowed)
+    assert passed is None
+    refused = refusal("127.0.0.1", "localhost", extension)
+    assert refused == Refusal(403, FOREIGN_ORIGIN) and "allowed_origins" in FOREIGN_ORIGIN
 
 
 def test_bearer_tokens_and_key_checks() -> None:

@@ -123,6 +123,7 @@ async def gate(request: web.Request, handler: Handler) -> web.StreamResponse:
         api_key=request.headers.get("x-api-key"),
         lan_access=table.lan_access,
         key_hashes=table.api_key_hashes,
+        allowed_origins=table.allowed_origins,
     )
     if refused is not None:
         response: web.StreamResponse = _refused(refused, request.path)

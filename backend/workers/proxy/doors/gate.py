@@ -16,6 +16,7 @@ and with the setting off nothing from the network gets past this check.
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import hmac
 import ipaddress
@@ -39,7 +40,10 @@ LAN_ACCESS_OFF = (
 KEY_MISSING = f"an API key is required from another computer: {HOW_TO_GET_A_KEY}"
 KEY_INVALID = f"the API key is not valid on this computer (revoked?): {HOW_TO_GET_A_KEY}"
 HOST_NOT_LOCAL = "the Host header must name this computer (localhost, 127.0.0.1 or [::1])"
-FOREIGN_ORIGIN = "cross-origin requests from web pages that are not on this computer are refused"
+FOREIGN_ORIGIN = (
+    "cross-origin requests from web pages that are not on this computer are refused (an origin"
+    " such as a browser extension's can be allowed with the allowed_origins setting)"
+)
 
 
 def peer_allowed(peer_address: str | None) -> bool:
@@ -82,9 +86,12 @@ def host_allowed(host_header: str | None) -> bool:
     return name is not None and name.lower() in LOOPBACK_NAMES
 
 
-def origin_allowed(origin: str | None) -> bool:
-    """Whether a browser Origin is absent or a loopback http(s) origin on any port."""
+def origin_allowed(origin: str | None, allowed: Iterable[str] = ()) -> bool:
+    """Whether a browser Origin is absent, a loopback http(s) origin on any port, or one of
+    the ``allowed_origins`` setting's patterns (``*`` matches any part, any case)."""
     if origin is None:
+        return True
+    if any(fnmatch.fnmatchcase(origin.lower(), pattern.lower()) for pattern in allowed):
         return True
     try:
         parts = urlsplit(origin)
@@ -141,6 +148,7 @@ def refusal(
     api_key: str | None = None,
     lan_access: bool = False,
     key_hashes: Iterable[str] = (),
+    allowed_origins: Iterable[str] = (),
 ) -> Refusal | None:
     """Why a request must be refused, or None when it may pass (the rules are the module's)."""
     if not peer_allowed(peer_address):
@@ -151,7 +159,7 @@ def refusal(
             return refused
     elif not host_allowed(host_header):
         return Refusal(403, HOST_NOT_LOCAL)
-    if not origin_allowed(origin):
+    if not origin_allowed(origin, allowed_origins):
         return Refusal(403, FOREIGN_ORIGIN)
     return None
 
