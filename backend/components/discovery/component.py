@@ -33,6 +33,7 @@ from backend.components.discovery.state import (
     Scanned,
     SourceDropped,
     apply,
+    dial_order,
     due_for_probe,
 )
 from backend.components.discovery.timing import DiscoveryTiming, telemetry_delay
@@ -282,9 +283,9 @@ class DiscoveryComponent(Component):
 
     def _announced(self, announcement: Announcement, resolved: tuple[str, ...]) -> None:
         addresses = tuple(dict.fromkeys([*announcement.addresses, *resolved]))
-        self._commit(
-            Announced(announcement.node_id, addresses, announcement.ports, self._clock.wall())
-        )
+        member = self._member_tls.is_member(announcement.node_id)
+        at = self._clock.wall()
+        self._commit(Announced(announcement.node_id, addresses, announcement.ports, at, member))
         port = announcement.ports["node"]
         self._spawn_fetch(announcement.node_id, addresses=addresses, port=port, source="mdns")
 
@@ -347,10 +348,10 @@ class DiscoveryComponent(Component):
         elif addresses is None or port is None:
             if known is None or known.node.kind != "pair" or "node" not in known.node.ports:
                 return False
-            addresses, port = known.node.addresses, known.node.ports["node"]
+            addresses, port = dial_order(self._directory, node_id), known.node.ports["node"]
         for address in addresses:
             try:
-                info = await ask_node_info(
+                answer = await ask_node_info(
                     self._session,
                     self._member_tls,
                     address,
@@ -364,11 +365,13 @@ class DiscoveryComponent(Component):
                 continue
             self._commit(
                 InfoFetched(
-                    info,
+                    answer.info,
                     address,
                     self._clock.wall(),
                     source="self" if is_self else ("mdns" if source == "mdns" else None),
                     addresses=self._self_addresses() if is_self else None,
+                    authenticated=answer.mutual or is_self,  # self: read over loopback
+                    member=not is_self and self._member_tls.is_member(node_id),
                 )
             )
             return True
@@ -424,7 +427,7 @@ class DiscoveryComponent(Component):
         try:
             # The node last seen here is asked as a member while it is one (and the address
             # still holds it); a node answering for the first time is asked anonymously.
-            info = await ask_node_info(
+            answer = await ask_node_info(
                 self._session,
                 self._member_tls,
                 node.address,
@@ -436,12 +439,21 @@ class DiscoveryComponent(Component):
         except probe.ProbeFailed as exc:
             pair_failure = str(exc)
         else:
+            node_id = answer.info.node_id
             if node.id in self._manual:
-                self._rekey_manual(node, info.node_id)
+                self._rekey_manual(node, node_id)
                 self._commit(
-                    InfoFetched(info, node.address, at, source="manual", manual_id=node.id)
+                    InfoFetched(
+                        answer.info,
+                        node.address,
+                        at,
+                        source="manual",
+                        manual_id=node.id,
+                        authenticated=answer.mutual,
+                        member=self._member_tls.is_member(node_id),
+                    )
                 )
-            return manual.PairAnswered(info.node_id)
+            return manual.PairAnswered(node_id)
         try:
             found = await probe.probe_engine(
                 self._session, node.address, node.port, timeout=timeout

@@ -1,11 +1,15 @@
 """How discovery asks a node for its node-info: over mutual TLS when it is a trusted member of
-this node's cluster (the only way its model inventories are sent), anonymously otherwise."""
+this node's cluster (the only way its model inventories are sent), anonymously otherwise.
+
+A member's word counts only over its pinned handshake: an anonymous answer that names a member
+(a spoofed mDNS record, an impostor at a member's address) is never taken for the member."""
 
 from __future__ import annotations
 
 import logging
 import ssl
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import aiohttp
 
@@ -38,6 +42,10 @@ class MemberContexts:
         """The trusted members as of now."""
         return list(self._members())
 
+    def is_member(self, node_id: NodeId) -> bool:
+        """Whether ``node_id`` is a trusted member now (its answers count only over mutual TLS)."""
+        return any(member.node_id == node_id for member in self._members())
+
     def context_for(self, node_id: NodeId | None) -> ssl.SSLContext | None:
         """The mutual TLS context for ``node_id`` while it is a trusted member, else ``None``."""
         members = self.members()
@@ -54,6 +62,14 @@ class MemberContexts:
         return context
 
 
+@dataclass(frozen=True, slots=True)
+class NodeAnswer:
+    """A node-info answer, and whether it came over the member's pinned mutual TLS."""
+
+    info: NodeInfo
+    mutual: bool
+
+
 async def ask_node_info(
     session: aiohttp.ClientSession,
     contexts: MemberContexts,
@@ -63,26 +79,45 @@ async def ask_node_info(
     member: NodeId | None,
     expected_id: NodeId | None,
     timeout: float,
-) -> NodeInfo:
-    """The node-info at ``address:port``: over mutual TLS while ``member`` is a trusted member,
-    else anonymously (raises ``probe.ProbeFailed``).
+) -> NodeAnswer:
+    """The node-info at ``address:port`` (raises ``probe.ProbeFailed``).
 
-    A member that answers but refuses the mutual handshake (it removed us, or someone else holds
-    the address now) is asked again anonymously, so it stays reachable, without inventories,
-    until the membership catches up; one that does not answer at all is not asked twice.
+    A trusted member (``member``, or whoever an anonymous answer claims to be) is asked over
+    mutual TLS only: one that refuses the handshake (it removed us, or someone else holds the
+    address) is not reached. Only where anyone may answer (``expected_id`` is ``None``: a
+    manual address) is a refused handshake followed by an anonymous question, whose answer
+    then must come from a node other than the member.
     """
     mutual = contexts.context_for(member)
     if mutual is not None:
         try:
-            return await probe.fetch_node_info(
+            info = await probe.fetch_node_info(
                 session, address, port, expected_id=member, timeout=timeout, tls_context=mutual
             )
         except probe.NotReached:
             raise
         except probe.ProbeFailed as exc:
-            log.debug(
-                "member %s refused mutual TLS at %s (%s); asking anonymously", member, address, exc
-            )
-    return await probe.fetch_node_info(
+            if expected_id is not None:
+                raise
+            log.debug("member %s refused mutual TLS at %s (%s)", member, address, exc)
+        else:
+            return NodeAnswer(info, mutual=True)
+    info = await probe.fetch_node_info(
         session, address, port, expected_id=expected_id, timeout=timeout
     )
+    if mutual is not None and info.node_id == member:
+        raise probe.ProbeFailed(
+            f"{address}:{port} answers as member {member} without its pinned certificate"
+        )
+    if expected_id is None and contexts.context_for(info.node_id) is not None:
+        # A member's node id answered anonymously: a hint, proven (or not) over its pinned TLS.
+        return await ask_node_info(
+            session,
+            contexts,
+            address,
+            port,
+            member=info.node_id,
+            expected_id=info.node_id,
+            timeout=timeout,
+        )
+    return NodeAnswer(info, mutual=False)

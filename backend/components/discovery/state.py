@@ -6,6 +6,11 @@ neither answered as itself nor was announced since the previous scan has missed 
 ``probe_from`` misses it is probed each scan, any answer resets the count, and it is evicted
 at ``evict_after`` misses. A scan that loses every one of at least two nodes at once (a network
 outage on this side) counts against nobody, for up to ``mass_loss_grace`` scans in a row.
+
+A trusted member's addresses and model lists are facts only when they come over its pinned
+mutual TLS: an announcement of a member is a hint (an address to try, kept apart), an anonymous
+answer in a member's name is ignored, and an address that answered over the pinned handshake
+goes first (the relay dials the first). Engines come only from authenticated answers.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from backend.protocol.types.nodes import (
 )
 
 SOURCE_ORDER: tuple[NodeSource, ...] = ("self", "mdns", "manual")
+# Announced addresses of a member kept to try; a spoofer can announce many, so few are kept.
+MAX_HINTS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +50,8 @@ class Entry:
     node: DiscoveredNode
     misses: int = 0
     seen_since_scan: bool = True
+    # A member's announced addresses that no pinned handshake has proved yet, newest first.
+    hints: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,12 +74,13 @@ class Directory:
 
 @dataclass(frozen=True, slots=True)
 class Announced:
-    """mDNS announced (or re-announced) a PAIR node."""
+    """mDNS announced (or re-announced) a PAIR node; of a trusted ``member`` only a hint."""
 
     node_id: NodeId
     addresses: tuple[str, ...]
     ports: Mapping[str, int]
     at: float
+    member: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +88,10 @@ class InfoFetched:
     """A node answered ``/v1/node-info`` as itself at ``address``.
 
     ``source`` adds how it is known (``None`` for a routine telemetry poll); ``addresses``
-    replaces the node's addresses (self, whose answer comes over loopback).
+    replaces the node's addresses (self, whose answer comes over loopback). ``authenticated``:
+    it came over the node's pinned mutual TLS (or from this node over loopback), so its
+    address and engines count; ``member``: the node is a trusted member, whose answers count
+    only when authenticated.
     """
 
     info: NodeInfo
@@ -87,6 +100,8 @@ class InfoFetched:
     source: NodeSource | None = None
     manual_id: ManualNodeId | None = None
     addresses: tuple[str, ...] | None = None
+    authenticated: bool = False
+    member: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +204,14 @@ def due_for_probe(directory: Directory, policy: EvictionPolicy) -> list[NodeId]:
     )
 
 
+def dial_order(directory: Directory, node_id: NodeId) -> list[str]:
+    """Where to ask ``node_id``: its addresses (the last authenticated first), then hints."""
+    entry = directory.entries.get(node_id)
+    if entry is None:
+        return []
+    return _merge_addresses(entry.node.addresses, entry.hints)
+
+
 def reduce_telemetry(info: NodeInfo) -> NodeTelemetry:
     """Utilisation figures from a node-info answer: busiest GPU, summed VRAM."""
     gpu_percents = [g.utilization_percent for g in info.gpus if g.utilization_percent is not None]
@@ -244,6 +267,11 @@ def _announced(directory: Directory, event: Announced) -> tuple[Directory, list[
     entry = directory.entries.get(event.node_id)
     if entry is None:
         return directory, []
+    if event.member:
+        # Anyone can announce a member's node id: its addresses wait for a pinned handshake.
+        fresh = [a for a in event.addresses if a not in entry.node.addresses]
+        hints = tuple(_merge_addresses(fresh, entry.hints)[:MAX_HINTS])
+        return _put(directory, replace(entry, hints=hints), [])
     node = msgspec.structs.replace(
         entry.node,
         sources=_with_source(entry.node.sources, "mdns"),
@@ -256,6 +284,8 @@ def _announced(directory: Directory, event: Announced) -> tuple[Directory, list[
 
 def _info_fetched(directory: Directory, event: InfoFetched) -> tuple[Directory, list[Change]]:
     info = event.info
+    if event.member and not event.authenticated:
+        return directory, []  # a member's word counts only over its pinned handshake
     entry = directory.entries.get(info.node_id)
     old = entry.node if entry is not None else None
     sources = list(old.sources) if old is not None else []
@@ -270,7 +300,8 @@ def _info_fetched(directory: Directory, event: InfoFetched) -> tuple[Directory, 
         sources=sources,
         addresses=_addresses(event, old),
         ports=_pair_ports(info),
-        engines=dict(info.engines or {}),  # absent: not told (a non-member asked)
+        # Absent: not told (a non-member asked); unauthenticated: anyone could have sent them.
+        engines=dict(info.engines or {}) if event.authenticated else {},
         reachable=True,
         last_seen=event.at,
         version=info.version,
@@ -279,7 +310,9 @@ def _info_fetched(directory: Directory, event: InfoFetched) -> tuple[Directory, 
         telemetry=reduce_telemetry(info),
     )
     changes: list[Change] = [NodeJoined(node)] if old is None else _diff(old, node)
-    return _put(directory, Entry(node), changes)
+    # A handshake that succeeded makes the hints moot; until then they are still worth a try.
+    hints = () if event.authenticated or entry is None else entry.hints
+    return _put(directory, Entry(node, hints=hints), changes)
 
 
 def _engine_found(directory: Directory, event: EngineFound) -> tuple[Directory, list[Change]]:

@@ -61,7 +61,8 @@ def info(node_id: str, *, cpu: float = 10.0, models: list[str] | None = None) ->
 
 
 def found(directory: Directory, node_id: str, source: NodeSource | None = "mdns", at: float = 1.0):  # type: ignore[no-untyped-def]
-    return apply(directory, InfoFetched(info(node_id), "10.0.0.5", at, source=source), POLICY)
+    fetched = InfoFetched(info(node_id), "10.0.0.5", at, source=source, authenticated=True)
+    return apply(directory, fetched, POLICY)
 
 
 def scan(directory: Directory, times: int = 1) -> tuple[Directory, list[object]]:
@@ -89,10 +90,10 @@ def test_an_announcement_of_an_unknown_node_does_not_add_it() -> None:
 
 def test_a_poll_with_new_figures_is_a_telemetry_event_and_new_models_an_update() -> None:
     directory, _ = found(Directory(), A)
-    polled = InfoFetched(info(A, cpu=55.0), "10.0.0.5", 3.0)
+    polled = InfoFetched(info(A, cpu=55.0), "10.0.0.5", 3.0, authenticated=True)
     directory, changes = apply(directory, polled, POLICY)
     assert [type(c) for c in changes] == [NodeTelemetryChanged]
-    polled = InfoFetched(info(A, models=["qwen"]), "10.0.0.5", 4.0)
+    polled = InfoFetched(info(A, models=["qwen"]), "10.0.0.5", 4.0, authenticated=True)
     directory, changes = apply(directory, polled, POLICY)
     assert [type(c) for c in changes] == [NodeUpdated]
 
