@@ -58,6 +58,10 @@ class MemberEnginesBoard:
         member = self._members.get(node_id)
         return member is not None and member.reachable
 
+    def linked(self) -> frozenset[NodeId]:
+        """The members whose link is up now: the only ones the routing table may send to."""
+        return frozenset(node for node, member in self._members.items() if member.reachable)
+
     def members(self) -> list[MemberEngines]:
         """Every other member's engines, by node id."""
         return [self._members[node] for node in sorted(self._members)]

@@ -12,7 +12,10 @@ schedulers are not mirrored: ``engine:scheduler`` with its ``node`` asks for the
 
 Calls meant for the member (``node`` set) go over the same session with a bounded time. A
 connect that fails marks the member unreachable (one error, ``UNREACHABLE_ID``); the link tries
-again after 1, 2, 4, 8, then every 10 s.
+again after 1, 2, 4, 8, then every 10 s, or, for a member whose link was up within the last
+``RECENTLY_UP_S``, after 0.5, 1, then every 2 s, so a member that comes back after a short
+outage is linked (and routable) again within seconds. The link's socket has TCP keep-alive
+(``lan_tcp``), and a connect that has not finished in ``CONNECT_TIMEOUT_S`` has failed.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import msgspec
 from backend.common import tls
 from backend.common.certificates import NodeCredentials
 from backend.common.hostport import url_host
+from backend.common.lan_tcp import LAN_CONNECT_TIMEOUT_S, lan_socket
 from backend.common.tasks import TaskSet
 from backend.components.cluster.members import Member
 from backend.components.federation import websocket
@@ -64,9 +68,11 @@ from backend.protocol.types.jobs import (
 log = logging.getLogger(__name__)
 
 UNREACHABLE_ID = "cluster:unreachable"
-CONNECT_TIMEOUT_S = 5.0
+CONNECT_TIMEOUT_S = LAN_CONNECT_TIMEOUT_S
 SYNC_TIMEOUT_S = 15.0
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 10.0)
+RECENT_BACKOFF_S = (0.5, 1.0, 2.0)
+RECENTLY_UP_S = 600.0
 UNREACHABLE_AFTER = 2  # failed connects in a row
 MIRRORED_JOBS = 1000
 MAX_MIRRORED_ERRORS = 200
@@ -145,6 +151,7 @@ class MemberLink:
         self._tasks = TaskSet(f"link:{member.name}")
         self._unreachable = False
         self._failures = 0  # connects that failed in a row
+        self._up_until: float | None = None  # when the link was last up (monotonic)
 
     @property
     def state(self) -> MemberEngines:
@@ -177,10 +184,18 @@ class MemberLink:
                 except Exception as exc:  # a bug must not end the link for good
                     log.exception("member link to %s failed", self.name)
                     self._went_unreachable(f"internal error: {type(exc).__name__}")
-                await self._clock.sleep(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
+                await self._clock.sleep(self._backoff(attempt))
                 attempt += 1
         finally:
             await self._tasks.close(timeout=1.0)
+
+    def _backoff(self, attempt: int) -> float:
+        """Seconds before the next try after ``attempt`` failed ones in a row."""
+        recent = self._up_until is not None and (
+            self._clock.monotonic() - self._up_until < RECENTLY_UP_S
+        )
+        schedule = RECENT_BACKOFF_S if recent else BACKOFF_S
+        return schedule[min(attempt, len(schedule) - 1)]
 
     async def call(self, method: Method[Any, Any], params: Any) -> Any:
         """Call ``method`` on the member and return its typed answer; its errors unchanged."""
@@ -203,13 +218,14 @@ class MemberLink:
 
     async def _session(self) -> None:
         context = tls.client_context(self._credentials, self._cert)
-        connector = aiohttp.TCPConnector(ssl=context, force_close=True)
+        connector = aiohttp.TCPConnector(ssl=context, force_close=True, socket_factory=lan_socket)
         async with aiohttp.ClientSession(connector=connector) as session:
             socket = await self._connect(session, context)
             peer, reader = websocket.peer_over(
                 socket, name=f"link:{self.name}", on_notification=self._on_push
             )
-            serving = asyncio.create_task(websocket.serve(socket, peer, reader))
+            # Down the moment the link is found dead, before its bounded close.
+            serving = asyncio.create_task(websocket.serve(socket, peer, reader, on_lost=self._down))
             try:
                 try:
                     await self._sync(peer)
@@ -237,7 +253,6 @@ class MemberLink:
                     return await session.ws_connect(
                         url,
                         ssl=context,
-                        heartbeat=websocket.HEARTBEAT_S,
                         max_msg_size=websocket.MAX_FRAME_BYTES,
                         timeout=aiohttp.ClientWSTimeout(ws_close=2.0),
                     )
@@ -278,10 +293,14 @@ class MemberLink:
         self._tasks.spawn(self._fetch_errors(peer), name="errors")
 
     def _down(self, reason: str) -> None:
+        """The link is lost (said once: a second call keeps the first reason)."""
+        if self._peer is None and not self._state.reachable:
+            return
         self._peer = None
         self._engine_seq = self._jobs_seq = None
         self._reason = reason
         if self._state.reachable:
+            self._up_until = self._clock.monotonic()
             self._publish(msgspec.structs.replace(self._state, reachable=False, error=reason))
 
     def _went_unreachable(self, reason: str) -> None:

@@ -63,9 +63,8 @@ class MemberRpc:
         member = cluster_routes.member_of(self._cluster, request)
         if member is None:  # the members-only middleware answers first; this is the backstop
             raise web.HTTPForbidden(reason="this route is for members of this node's cluster only")
-        socket = web.WebSocketResponse(
-            heartbeat=websocket.HEARTBEAT_S, max_msg_size=websocket.MAX_FRAME_BYTES
-        )
+        # The heartbeat is ``websocket.serve``'s (aiohttp's own would close after 1.5 periods).
+        socket = web.WebSocketResponse(max_msg_size=websocket.MAX_FRAME_BYTES)
         await socket.prepare(request)
         peer, reader = websocket.peer_over(
             socket, name=f"member:{member.name}", on_request=self._handle
