@@ -1,0 +1,384 @@
+"""The network between paired members fails for real, and a client at A's door still gets an
+answer: A in a namespace with no engine, B (and C) in namespaces of their own with the model
+on an emulated Ollama, all on one bridge; faults from ``tests/support/netfaults.py``.
+
+- a blackhole route on B towards A (A's packets reach B, nothing comes back): a request
+  waiting on B before its first byte is answered 503 with ``Retry-After``, naming B, and A's
+  door stops listing B's models; with C serving the model too, the request succeeds via C;
+- a stream flowing from B when the link dies ends with Ollama's error record, never ``done``;
+- the route removed, A serves B's model again (healing), without a restart;
+- B's link down instead of a route: the same answer;
+- TCP dead but B's mDNS still arriving at A: A does not route to B;
+- with ``netem`` (where the kernel has it): 300 ms of latency and a slowly streaming engine
+  are slow, not dead, and the stream is not cut.
+
+The clients run in A's namespace (a front door lets its own host in without a key) with
+timeouts far shorter than the door's 120 s header and first-content timeouts: what is
+asserted is what the client saw within them, never how fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+
+from backend.protocol import errors, methods
+from backend.protocol.types.base import NodeId
+from tests.integration.cluster.test_every_model_cluster import _join_network_namespace
+from tests.integration.cluster.test_three_nodes import (
+    Host,
+    Node,
+    _clients,
+    _pair,
+    _until,
+    hosts,
+    start_node,
+)
+from tests.integration.conftest import Client
+from tests.integration.engines.conftest import OLLAMA_SHIM, write_script
+from tests.support.netfaults import LinkFaults, netem_unavailable
+from tests.support.ports import free_port
+
+__all__ = ["hosts", "start_node"]  # fixtures
+
+T = TypeVar("T")
+
+WAITING = "slow-start:latest"  # its first token comes after FIRST_TOKEN_S: a request waits on it
+FLOWING = "flowing:latest"  # streams one token every 50 ms, REPLY_TOKENS of them
+TRICKLE = "trickle:latest"  # one token every TRICKLE_GAP_S: slow but live
+FIRST_TOKEN_S = 10
+TRICKLE_GAP_S = 4
+REPLY_TOKENS = 400
+B_NAME = "member-b"
+CLIENT_TIMEOUT_S = 40.0  # a third of the door's header timeout: the old code exceeds it
+HEAL_TIMEOUT_S = 30.0
+ROUTING_TIMEOUT_S = 30.0
+EMULATOR = (
+    *("--token-delay", "0.05", "--reply-tokens", str(REPLY_TOKENS), "--load-delay", "0.2"),
+    *("--model-pace", f"{WAITING}=::0:{FIRST_TOKEN_S}"),
+    *("--model-pace", f"{TRICKLE}={1 / TRICKLE_GAP_S}::0:"),
+)
+JOIN_WINDOW = "cluster:open_join_window"
+_SHIM_ARGV = '"--parallel", os.environ.get("OLLAMA_NUM_PARALLEL", "1")]'
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What a client at A's door saw: the status, ``Retry-After``, the body (each NDJSON line
+    of a stream), and how long until the answer ended (None: it never did, within the
+    client's timeout)."""
+
+    status: int
+    retry_after: str | None
+    lines: tuple[str, ...]
+    seconds: float | None
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        """The body's JSON records (one per line)."""
+        return [json.loads(line) for line in self.lines if line.strip()]
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A and its members, their RPC clients and node ids, and A's Ollama door."""
+
+    nodes: list[Node]
+    clients: list[Client]
+    ids: list[NodeId]
+    door: str
+
+
+@pytest.fixture
+def faults(hosts: list[Host]) -> Iterator[LinkFaults]:
+    """Link faults on namespaces (skips on loopback hosts: a member's relay port comes from its
+    node-info, so a fault proxy cannot be put between two brokers), all undone afterwards."""
+    if hosts[0].namespace is None:
+        pytest.skip("needs network namespaces (root and `ip netns`) to break a link for real")
+    made = LinkFaults()
+    try:
+        yield made
+    finally:
+        assert not made.restore_all(), "a fault could not be undone"
+
+
+def start_member(
+    start_node: Callable[..., Node], tmp_path: Path, host: Host, name: str, models: str
+) -> Node:
+    """A broker on ``host`` whose Ollama (the emulator) has ``models`` at the test's paces."""
+    extra = ", ".join(repr(arg) for arg in EMULATOR)
+    text = OLLAMA_SHIM.replace('"tinyllama:latest,qwen2:0.5b"', repr(models))
+    text = text.replace(_SHIM_ARGV, f"{_SHIM_ARGV[:-1]}, {extra}]")
+    shim = write_script(tmp_path / f"ollama-{name}", text)
+    runtime = {"port": free_port(), "ready": {"timeout_s": 30}}
+    runtime["env"] = {"OLLAMA_NUM_PARALLEL": "4"}
+    override = {"detect": [{"path": str(shim)}], "runtime": runtime}
+    return start_node(host, name, models, override=override)
+
+
+@contextlib.asynccontextmanager
+async def cluster_of(
+    start_node: Callable[..., Node], tmp_path: Path, hosts: list[Host], members: int
+) -> AsyncIterator[Cluster]:
+    """A (no engine) paired with B (every model) and, with ``members`` 2, C (``WAITING``);
+    yields once A's door lists B's models."""
+    b_models = f"{WAITING},{FLOWING},{TRICKLE}"
+    nodes = [
+        start_node(hosts[0], "a", ""),
+        start_member(start_node, tmp_path, hosts[1], "b", b_models),
+    ]
+    if members == 2:
+        nodes.append(start_member(start_node, tmp_path, hosts[2], "c", WAITING))
+    async with _clients(*nodes) as clients:
+        await clients[1].call(methods.SETTINGS_SET, {"values": {"node_name": B_NAME}})
+        statuses = [await client.typed(methods.STATUS) for client in clients]
+        for node, client, status in zip(nodes[1:], clients[1:], statuses[1:], strict=True):
+            await client.call(methods.ENGINE_START, {"engine": "ollama"}, timeout=40)
+            await open_join_window(client)
+            await _pair(clients[0], client, node.host.address, status.ports.node)
+        ids = [status.node_id for status in statuses]
+        cluster = Cluster(nodes, clients, ids, statuses[0].front_doors["ollama"])
+        await until_listed(cluster, FLOWING, listed=True)
+        yield cluster
+
+
+async def open_join_window(client: Client) -> None:
+    """Let ``client``'s node accept an invite (where invites are taken only while the user has
+    opened "join a cluster"; elsewhere every invite is)."""
+    with contextlib.suppress(errors.MethodNotFound):
+        await client.call(JOIN_WINDOW, {"minutes": 10})
+
+
+# --- the client, in A's namespace -----------------------------------------------------------
+
+
+def on_host(host: Host, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run ``work`` on an event loop of its own in a thread that joined ``host``'s namespace."""
+    results: list[T] = []
+    failures: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            if host.namespace is not None:
+                _join_network_namespace(host.namespace)
+            results.append(asyncio.run(work()))
+        except BaseException as failure:  # re-raised in the caller's thread
+            failures.append(failure)
+
+    thread = threading.Thread(target=body, name=f"client-on-{host.address}")
+    thread.start()
+    thread.join()
+    if failures:
+        raise failures[0]
+    return results[0]
+
+
+async def ask(
+    door: str,
+    model: str,
+    *,
+    stream: bool = False,
+    tokens: int = 3,
+    flowing: threading.Event | None = None,
+) -> Seen:
+    """POST ``/api/chat`` for ``model`` at ``door``; with ``flowing``, set it once the stream
+    has carried a few lines. A client that gets nothing more for CLIENT_TIMEOUT_S gives up."""
+    body = {"model": model, "stream": stream, "messages": [{"role": "user", "content": "hi"}]}
+    body["options"] = {"num_predict": tokens}
+    lines: list[str] = []
+    began = time.monotonic()
+    async with httpx.AsyncClient(timeout=CLIENT_TIMEOUT_S) as http:
+        try:
+            async with http.stream("POST", f"{door}/api/chat", json=body) as response:
+                async for line in response.aiter_lines():
+                    lines.append(line)
+                    if flowing is not None and len(lines) == 5:
+                        flowing.set()
+        except httpx.TimeoutException:
+            return Seen(0, None, tuple(lines), None)
+        except httpx.TransportError:  # cut after its last line: what it saw still counts
+            pass
+    seconds = time.monotonic() - began
+    return Seen(response.status_code, response.headers.get("Retry-After"), tuple(lines), seconds)
+
+
+async def listed_models(door: str) -> set[str]:
+    """The models A's door lists at ``/api/tags``."""
+    async with httpx.AsyncClient(timeout=CLIENT_TIMEOUT_S) as http:
+        answer = await http.get(f"{door}/api/tags")
+    return {entry["model"] for entry in answer.json()["models"]}
+
+
+async def until_listed(cluster: Cluster, model: str, *, listed: bool) -> None:
+    """Until A's door lists ``model`` (or, ``listed`` False, no longer does)."""
+    host = cluster.nodes[0].host
+    async with asyncio.timeout(ROUTING_TIMEOUT_S + 10):
+        while (
+            model in await asyncio.to_thread(on_host, host, lambda: listed_models(cluster.door))
+        ) != listed:
+            await asyncio.sleep(0.3)
+
+
+async def ask_from_a(cluster: Cluster, model: str, **options: Any) -> Seen:
+    """``ask`` at A's door from A's namespace, off this event loop."""
+    host, door = cluster.nodes[0].host, cluster.door
+    return await asyncio.to_thread(on_host, host, lambda: ask(door, model, **options))
+
+
+async def until_running_on(client: Client, model: str) -> None:
+    """Until a member's broker shows a job for ``model`` running (a request waits on it)."""
+    await _until(
+        client,
+        methods.JOBS_GET_INITIAL,
+        lambda s: any(j.model == model and j.state == "running" for j in s.jobs),
+    )
+
+
+def assert_unavailable_naming_b(seen: Seen, cluster: Cluster) -> None:
+    """503 with ``Retry-After``, and the body names B."""
+    assert seen.seconds is not None, f"no answer within {CLIENT_TIMEOUT_S:g} s: {seen.lines}"
+    assert seen.status == 503, seen
+    assert seen.retry_after is not None and int(seen.retry_after) > 0, seen
+    text = "\n".join(seen.lines)
+    assert B_NAME in text or cluster.ids[1] in text, text
+
+
+# --- the tests ------------------------------------------------------------------------------
+
+
+async def test_a_request_waiting_on_a_member_whose_route_dies_is_answered_503_naming_it(
+    hosts: list[Host], start_node: Callable[..., Node], faults: LinkFaults, tmp_path: Path
+) -> None:
+    async with cluster_of(start_node, tmp_path, hosts, members=1) as cluster:
+        a, b = cluster.nodes
+        async with asyncio.TaskGroup() as group:
+            waiting = group.create_task(ask_from_a(cluster, WAITING))
+            await until_running_on(cluster.clients[1], WAITING)
+            faults.blackhole(on=str(b.host.namespace), towards=a.host.address)
+        assert_unavailable_naming_b(waiting.result(), cluster)
+        # A's routing has dropped B: its models are no longer listed, a new request is 503.
+        await until_listed(cluster, FLOWING, listed=False)
+        assert_unavailable_naming_b(await ask_from_a(cluster, FLOWING), cluster)
+        await _until(
+            cluster.clients[0],
+            methods.CLUSTER_STATUS,
+            lambda s: any(m.node_id == cluster.ids[1] and m.state == "offline" for m in s.members),
+        )
+
+
+async def test_a_request_waiting_on_a_member_whose_route_dies_fails_over_to_another(
+    hosts: list[Host], start_node: Callable[..., Node], faults: LinkFaults, tmp_path: Path
+) -> None:
+    async with cluster_of(start_node, tmp_path, hosts, members=2) as cluster:
+        a, b, _ = cluster.nodes
+        ca, cb, _ = cluster.clients
+        await ca.call(methods.SETTINGS_SET, {"values": {"proxy_pinned_node": cluster.ids[1]}})
+        await until_listed(cluster, WAITING, listed=True)
+        async with asyncio.TaskGroup() as group:
+            waiting = group.create_task(ask_from_a(cluster, WAITING))
+            await until_running_on(cb, WAITING)
+            faults.blackhole(on=str(b.host.namespace), towards=a.host.address)
+        seen = waiting.result()
+        assert seen.seconds is not None, f"no answer within {CLIENT_TIMEOUT_S:g} s"
+        assert seen.status == 200 and seen.records[-1]["done"] is True, seen
+        jobs = (await ca.typed(methods.JOBS_GET_INITIAL, {"limit": 5})).jobs
+        served = next(job for job in jobs if job.model == WAITING)
+        assert served.state == "completed" and served.serving == cluster.ids[2], served
+
+
+async def test_a_stream_flowing_from_a_member_whose_route_dies_ends_with_an_error_record(
+    hosts: list[Host], start_node: Callable[..., Node], faults: LinkFaults, tmp_path: Path
+) -> None:
+    async with cluster_of(start_node, tmp_path, hosts, members=1) as cluster:
+        a, b = cluster.nodes
+        flowing = threading.Event()
+        async with asyncio.TaskGroup() as group:
+            streaming = group.create_task(
+                ask_from_a(cluster, FLOWING, stream=True, tokens=REPLY_TOKENS, flowing=flowing)
+            )
+            assert await asyncio.to_thread(flowing.wait, 60), "the stream never flowed"
+            faults.blackhole(on=str(b.host.namespace), towards=a.host.address)
+        seen = streaming.result()
+        assert seen.seconds is not None, (
+            f"the stream stayed open, silent, past {CLIENT_TIMEOUT_S:g} s"
+        )
+        records = seen.records
+        assert seen.status == 200 and len(records) >= 5, seen
+        assert not any(record.get("done") for record in records), "a dead stream ended clean"
+        assert "error" in records[-1], records[-3:]
+
+
+async def test_a_member_whose_route_comes_back_is_served_again(
+    hosts: list[Host], start_node: Callable[..., Node], faults: LinkFaults, tmp_path: Path
+) -> None:
+    async with cluster_of(start_node, tmp_path, hosts, members=1) as cluster:
+        a, b = cluster.nodes
+        fault = faults.blackhole(on=str(b.host.namespace), towards=a.host.address)
+        await until_listed(cluster, FLOWING, listed=False)
+        faults.restore(fault)
+        deadline = time.monotonic() + HEAL_TIMEOUT_S
+        while (seen := await ask_from_a(cluster, FLOWING)).status != 200:
+            assert seen.seconds is not None, "a request hung after the route came back"
+            assert time.monotonic() < deadline, f"not served again in {HEAL_TIMEOUT_S:g} s: {seen}"
+            await asyncio.sleep(0.5)
+        assert seen.records[-1]["done"] is True
+
+
+async def test_a_request_waiting_on_a_member_whose_link_goes_down_is_answered_503_naming_it(
+    hosts: list[Host], start_node: Callable[..., Node], faults: LinkFaults, tmp_path: Path
+) -> None:
+    async with cluster_of(start_node, tmp_path, hosts, members=1) as cluster:
+        b = cluster.nodes[1]
+        async with asyncio.TaskGroup() as group:
+            waiting = group.create_task(ask_from_a(cluster, WAITING))
+            await until_running_on(cluster.clients[1], WAITING)
+            down = faults.link_down(str(b.host.namespace))
+        assert_unavailable_naming_b(waiting.result(), cluster)
+        faults.restore(down)
+        deadline = time.monotonic() + HEAL_TIMEOUT_S
+        while (seen := await ask_from_a(cluster, FLOWING)).status != 200:
+            assert time.monotonic() < deadline, f"not served after the link came up: {seen}"
+            await asyncio.sleep(0.5)
+
+
+async def test_a_member_heard_over_mdns_but_unreachable_over_tcp_is_not_routed_to(
+    hosts: list[Host], start_node: Callable[..., Node], faults: LinkFaults, tmp_path: Path
+) -> None:
+    async with cluster_of(start_node, tmp_path, hosts, members=1) as cluster:
+        a, b = cluster.nodes
+        faults.tcp_blackhole(on=str(b.host.namespace), towards=a.host.address)
+        await until_listed(cluster, FLOWING, listed=False)
+        # B keeps announcing itself (its UDP is untouched) while A keeps asking: not once is
+        # a request sent its way, to hang there.
+        for _ in range(4):
+            assert_unavailable_naming_b(await ask_from_a(cluster, FLOWING), cluster)
+            await asyncio.sleep(2)
+        nodes = await cluster.clients[0].typed(methods.DISCOVERY_GET_NODES)
+        heard = next(node for node in nodes if node.node_id == cluster.ids[1])
+        assert "mdns" in heard.sources and time.time() - (heard.last_seen or 0) < 15, heard
+
+
+async def test_latency_and_a_slow_engine_are_slow_not_dead(
+    hosts: list[Host], start_node: Callable[..., Node], faults: LinkFaults, tmp_path: Path
+) -> None:
+    reason = netem_unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    async with cluster_of(start_node, tmp_path, hosts, members=1) as cluster:
+        b = cluster.nodes[1]
+        faults.netem(str(b.host.namespace), delay_ms=300)
+        seen = await ask_from_a(cluster, TRICKLE, stream=True, tokens=5)
+        assert seen.status == 200 and seen.seconds is not None, seen
+        records = seen.records
+        assert records[-1].get("done") is True and not any("error" in r for r in records), records
+        assert len(records) == 6  # five tokens, a gap of TRICKLE_GAP_S before each, and done
