@@ -11,7 +11,7 @@ from backend.components.nodeinfo.host import read_os
 from backend.components.nodeinfo.telemetry import TelemetryView
 from backend.protocol.types.base import NodeId
 from backend.protocol.types.broker import Ports
-from backend.protocol.types.nodes import NodeEngineModels, NodeInfo, NodeOs
+from backend.protocol.types.nodes import NodeCpu, NodeEngineModels, NodeInfo, NodeMemory, NodeOs
 
 if TYPE_CHECKING:
     from backend.components.engines.component import EnginesComponent
@@ -32,10 +32,16 @@ class NodeInfoSource:
     os: NodeOs = field(default_factory=read_os)
     fingerprint: str | None = None  # of the node's certificate
 
-    def describe(self, *, with_engines: bool = True) -> NodeInfo:
-        """The payload as of now (cheap: reads only values kept in memory); without
-        ``with_engines`` the model inventories are left out (for clients not trusted with them).
+    def describe(self, *, trusted: bool = True) -> NodeInfo:
+        """The payload as of now (cheap: reads only values kept in memory).
+
+        Without ``trusted`` (a client neither a member over its pinned TLS nor this computer)
+        only what pairing needs: the node's id, name, version, ports and certificate
+        fingerprint. Hardware, the operating system's release, live load and ``pending_jobs``
+        would tell a neighbour when the owner is using a model; inventories, what it runs.
         """
+        if not trusted:
+            return self.describe_public()
         view = self.telemetry()
         return NodeInfo(
             node_id=self.node_id,
@@ -48,8 +54,24 @@ class NodeInfoSource:
             telemetry_valid=view.valid,
             telemetry_age_ms=view.age_ms,
             ports=self.ports(),
-            engines=dict(self.engine_models()) if with_engines else None,
+            engines=dict(self.engine_models()),
             pending_jobs=self.pending_jobs(),
+            fingerprint=self.fingerprint,
+        )
+
+    def describe_public(self) -> NodeInfo:
+        """What anyone may read: identity, ports and fingerprint; every figure left blank
+        (the wire shape stays, so older peers still read it: blanks mean unknown)."""
+        return NodeInfo(
+            node_id=self.node_id,
+            name=self.name(),
+            version=self.version,
+            os=NodeOs(),
+            cpu=NodeCpu(),
+            memory=NodeMemory(),
+            gpus=[],
+            telemetry_valid=False,
+            ports=self.ports(),
             fingerprint=self.fingerprint,
         )
 

@@ -1,8 +1,9 @@
 """The node API listener: one TLS port on every interface for the services other computers use.
 
-``GET /v1/node-info`` and the pairing exchange answer anyone, but node-info's model inventories
-(``engines``) go only to a trusted member (by its certificate, checked per request) and to this
-computer; ``/v1/cluster/*`` answers only a client whose certificate matches a pin (the TLS
+``GET /v1/node-info`` and the pairing exchange answer anyone, but node-info's figures (hardware,
+load, ``pending_jobs``) and model inventories (``engines``) go only to a trusted member (by its
+certificate, checked per request) and to this computer: a stranger reads only what pairing
+needs; ``/v1/cluster/*`` answers only a client whose certificate matches a pin (the TLS
 context comes from ``PinnedServer``, whose pins follow the membership without a restart). See
 docs/CLUSTER.md.
 """
@@ -65,12 +66,13 @@ def build_app(
         trusted = this_computer(request.remote) or (
             cluster is not None and cluster_routes.member_of(cluster, request) is not None
         )
-        return _json(200, msgspec.json.encode(source.describe(with_engines=trusted)))
+        return _json(200, msgspec.json.encode(source.describe(trusted=trusted)))
 
     json_errors = _json_errors(bad_requests or BadRequestLog("node API", log))
     app = web.Application(
         client_max_size=MAX_BODY_BYTES, middlewares=[json_errors, cluster_routes.members_only]
     )
+    app.on_response_prepare.append(_without_server_header)
     app.router.add_get(NODE_INFO_PATH, node_info)
     if cluster is not None:
         app[cluster_routes.SERVICE_KEY] = cluster
@@ -152,6 +154,11 @@ class NodeApiServer(Component):
             f"node API port {self.port} is not available ({why}); PAIR leaves that program "
             "alone: stop it or start PAIR with `pair node --node-port <port>`"
         )
+
+
+async def _without_server_header(_: web.Request, response: web.StreamResponse) -> None:
+    # aiohttp names itself and Python's version in ``Server``; nobody on the LAN needs that.
+    response.headers.popall("Server", None)
 
 
 def _json_errors(bad_requests: BadRequestLog) -> Middleware:
