@@ -160,7 +160,9 @@ def build_node(base: Foundation) -> Node:
     discovery = _discovery(base, services)
     cluster = _cluster(base, services, board)
     apikeys = _apikeys(base, services)
-    proxy = _proxy(base, services, engines, jobs, discovery, cluster.service, apikeys, schedulers)
+    proxy = _proxy(
+        base, services, engines, jobs, discovery, cluster.service, apikeys, schedulers, board
+    )
     # Exclusive operations on an engine wait for its scheduler in the proxy worker to drain it.
     engines.bind_gate(proxy.gate)
     federation, member_rpc = _federation(base, services, cluster.service, discovery, jobs, board)
@@ -346,9 +348,11 @@ def _proxy(
     cluster: ClusterService,
     apikeys: ApiKeysService,
     schedulers: SchedulerView,
+    board: MemberEnginesBoard,
 ) -> ProxyComponent:
     """The front doors' worker; its schedulers' states go to ``schedulers`` (and from there
-    to ``engine:scheduler`` and the engine stream)."""
+    to ``engine:scheduler`` and the engine stream). Members are routed to only while the
+    ``board`` says their link is up."""
     settings = services.settings
     node_id = base.identity.node_id
     table = TableSource(
@@ -362,6 +366,7 @@ def _proxy(
         lan=lambda: _lan_access(settings.view(), apikeys.hashes()),
         placement=lambda: settings.view().placement_policy,
         local_away=lambda: local_away(engines.returning_models(), node_id, services.node_name()),
+        linked=board.linked,
     )
     proxy = ProxyComponent(
         ports=base.config.ports,

@@ -1,9 +1,10 @@
 """The routing table the broker sends its proxy worker, from engines, discovery, jobs and trust.
 
 This node's running engines are ``local`` targets. Other PAIR nodes are ``peer`` targets only
-once they are trusted members of this node's cluster (paired, not provisional): they are
-reached over mutual TLS at their relay port, pinned to the certificate stored at pairing. An
-unpaired PAIR node is never a target, wherever it is. Bare engines added by address are
+once they are trusted members of this node's cluster (paired, not provisional), and only while
+their member link is up (``linked.py``): they are reached over mutual TLS at their relay port,
+pinned to the certificate stored at pairing. An unpaired PAIR node is never a target, wherever
+it is. Bare engines added by address are
 ``engine`` targets (plain HTTP, as the engine itself speaks). The table also says whether other
 computers may use the front doors (``lan_access``) and, only while they may, with which keys.
 """
@@ -21,6 +22,7 @@ import msgspec
 from backend.common.hostport import url_host
 from backend.components.cluster.members import Member, Membership
 from backend.components.proxy.away import AwayMemory
+from backend.components.proxy.linked import MemberInventory
 from backend.components.proxy.targets import ENGINE_DOORS
 from backend.protocol.proxy import (
     DEFAULT_PLACEMENT,
@@ -70,19 +72,25 @@ class LocalEngine:
 
 
 def node_targets(
-    node: DiscoveredNode, members: Mapping[str, Member] | None = None
+    node: DiscoveredNode,
+    members: Mapping[str, Member] | None = None,
+    linked: Collection[str] | None = None,
 ) -> dict[str, RouteTarget]:
     """The targets another node offers, by engine (nothing if it cannot be reached or trusted).
 
-    A PAIR node counts only as a trusted member in ``members``: it is dialled at the first
-    address discovery lists (the last that answered), else the address stored at pairing.
+    A PAIR node counts only as a trusted member in ``members`` and, given ``linked`` (the
+    members whose link is up), only while it is in it: then the link says whether it can be
+    reached, not discovery. It is dialled at the first address discovery lists (the last that
+    answered), else the address stored at pairing.
     """
-    if "self" in node.sources or not node.reachable:
+    if "self" in node.sources:
         return {}
     if node.kind == "engine":
-        return _engine_targets(node)
+        return _engine_targets(node) if node.reachable else {}
     member = (members or {}).get(node.node_id)
     if member is None or member.provisional:
+        return {}
+    if not (node.node_id in linked if linked is not None else node.reachable):
         return {}
     host = node.addresses[0] if node.addresses else member.address
     if not host:
@@ -161,12 +169,14 @@ def build_table(
     membership: Membership | None = None,
     lan: LanAccess | None = None,
     placement: PlacementPolicy = DEFAULT_PLACEMENT,
+    linked: Collection[str] | None = None,
 ) -> ProxyTargets:
     """This node's engines first, then every other node's by node id; ``pinned`` tried first.
 
-    Other PAIR nodes are in it only as trusted members of ``membership``, whose certificates
-    are also the table's ``trusted`` list (the clients the relay lets in). The key hashes of
-    ``lan`` go to the worker only while LAN access is on: off, it holds none.
+    Other PAIR nodes are in it only as trusted members of ``membership`` (and of ``linked``,
+    when given: ``node_targets``), whose certificates are also the table's ``trusted`` list
+    (the clients the relay lets in). The key hashes of ``lan`` go to the worker only while LAN
+    access is on: off, it holds none.
     """
     lan = lan or LanAccess()
     trusted = trusted_members(membership or Membership())
@@ -192,7 +202,7 @@ def build_table(
     for node in sorted(nodes, key=lambda n: n.node_id):
         if node.node_id == node_id:
             continue
-        for name, target in node_targets(node, members).items():
+        for name, target in node_targets(node, members, linked).items():
             engines.setdefault(name, []).append(target)
     return ProxyTargets(
         node_id=node_id,
@@ -233,6 +243,7 @@ class TableSource:
         placement: Callable[[], PlacementPolicy] = lambda: DEFAULT_PLACEMENT,
         clock: Callable[[], float] = time.monotonic,
         local_away: Callable[[], Sequence[AwayModels]] = tuple,
+        linked: Callable[[], Collection[str]] | None = None,
     ) -> None:
         self._node_id = node_id
         self._local = local
@@ -245,6 +256,8 @@ class TableSource:
         self._placement = placement
         self._clock = clock
         self._local_away = local_away
+        self._linked = linked
+        self._inventory = MemberInventory()
         self._away = AwayMemory()
         self._generation = 0
         self._last_loads: dict[str, int] | None = None
@@ -256,10 +269,15 @@ class TableSource:
             self._last_loads = loads
         header, first_content = self._timeouts()
         membership = self._members()
+        members = {member.node_id for member in trusted_members(membership)}
+        nodes = self._nodes()
+        linked = self._linked() if self._linked is not None else None
+        if linked is not None:
+            nodes = self._inventory.complete(nodes, members)
         table = build_table(
             node_id=self._node_id(),
             local=self._local(),
-            nodes=self._nodes(),
+            nodes=nodes,
             loads=loads,
             generation=self._generation,
             header_timeout_s=header,
@@ -268,8 +286,8 @@ class TableSource:
             membership=membership,
             lan=self._lan(),
             placement=self._placement(),
+            linked=linked,
         )
-        members = {member.node_id for member in trusted_members(membership)}
         away = [*self._local_away(), *self._away.update(table.engines, members, self._clock())]
         return msgspec.structs.replace(table, away=away) if away else table
 
