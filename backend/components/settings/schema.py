@@ -110,6 +110,21 @@ SCHEMA: tuple[SettingSpec, ...] = (
         description="Model of llama.cpp's store it loads when it starts; empty: the first by"
         " name. Loading a model sets it.",
     ),
+    SettingSpec(
+        key="local_discovery",
+        type="bool",
+        default=True,
+        description="Announce this computer on the local network over mDNS and find the others"
+        " there; off: members are still reached at their known addresses, others by address.",
+    ),
+    SettingSpec(
+        key="public_network",
+        type="bool",
+        default=False,
+        description="For untrusted networks (a café's Wi-Fi): no mDNS, node-info refused and"
+        " invites from other computers refused to all but this cluster's members, and the"
+        " front doors kept to this computer (as with lan_access off).",
+    ),
 )
 SPECS: dict[str, SettingSpec] = {spec.key: spec for spec in SCHEMA}
 _MAX_STRING = 256

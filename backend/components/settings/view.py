@@ -21,18 +21,28 @@ class SettingsView:
     proxy_first_content_timeout_s: float
     proxy_pinned_node: NodeId | None  # None: the setting is empty
     placement_policy: PlacementPolicy = "pair"  # docs/PLACEMENT.md
-    lan_access: bool = False  # other computers may use the front doors, with an API key
+    # Other computers may use the front doors with an API key; always off on a public network
+    # (the stored setting keeps what the user chose, for when they leave it).
+    lan_access: bool = False
     allowed_origins: tuple[str, ...] = ()  # browser origins the doors accept beyond loopback
     ollama_door_port: int = 0  # 0: the port the node was started with
     openai_door_port: int = 0
     llamacpp_parallel: int = 2  # llama-server's -np
     llamacpp_context: int = 4096  # llama-server's -c
     llamacpp_model: str = ""  # the store model llama-server loads at start; empty: the first
+    local_discovery: bool = True  # mDNS announce and browse
+    public_network: bool = False  # strangers get refusals; see ``lan_access`` and discovery
+
+    @property
+    def announces(self) -> bool:
+        """Whether mDNS runs: local discovery on and not on a public network."""
+        return self.local_discovery and not self.public_network
 
     @classmethod
     def of(cls, values: Mapping[str, SettingValue]) -> SettingsView:
         """The view of validated values (every key of the schema present)."""
         pinned = _text(values, "proxy_pinned_node")
+        public = _flag(values, "public_network")
         return cls(
             node_name=_text(values, "node_name"),
             log_level=_log_level(values["log_level"]),
@@ -40,13 +50,16 @@ class SettingsView:
             proxy_first_content_timeout_s=_number(values, "proxy_first_content_timeout_s"),
             proxy_pinned_node=NodeId(pinned) if pinned else None,
             placement_policy=_placement(values["placement_policy"]),
-            lan_access=_flag(values, "lan_access"),
+            # A public network keeps the doors to this computer whatever lan_access says.
+            lan_access=_flag(values, "lan_access") and not public,
             allowed_origins=_listed(values, "allowed_origins"),
             ollama_door_port=_whole(values, "ollama_door_port"),
             openai_door_port=_whole(values, "openai_door_port"),
             llamacpp_parallel=_whole(values, "llamacpp_parallel"),
             llamacpp_context=_whole(values, "llamacpp_context"),
             llamacpp_model=_text(values, "llamacpp_model"),
+            local_discovery=_flag(values, "local_discovery"),
+            public_network=public,
         )
 
 
