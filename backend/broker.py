@@ -14,6 +14,7 @@ from pathlib import Path
 import keyring
 
 from backend import __version__
+from backend.common.fd_limit import raise_open_file_limit
 from backend.components.cluster.members import Members, Membership, MemberStore
 from backend.components.identity.certificate import (
     IDENTITY_DIR,
@@ -25,6 +26,7 @@ from backend.components.identity.identity import load_identity
 from backend.core.broker_rpc import Uptime
 from backend.core.clock import Clock, SystemClock
 from backend.core.instance import BrokerRecord, InstanceLock
+from backend.core.loop_errors import install_accept_error_log
 from backend.core.runs import RunId, RunLedger
 from backend.core.shutdown import Stage, run_stages
 from backend.core.stdio import open_stdio_channel
@@ -70,6 +72,10 @@ class Broker:
 
     async def run(self, announce: Callable[[str], None] | None = None) -> int:
         """Serve until asked to stop; raises ``AlreadyRunning`` if the data dir is taken."""
+        # Held connections must not starve the listeners of descriptors, and running out
+        # anyway must not flood the log (``fd_limit``, ``loop_errors``).
+        raise_open_file_limit()
+        install_accept_error_log(log)
         self._lock.acquire(
             BrokerRecord(os.getpid(), self._started_wall, self._address, __version__)
         )

@@ -5,6 +5,8 @@ of its work is the loop's own Python (handles, ready queue, selector). uvloop do
 counted by callgrind (``bench/instructions.py``), the worker retires 10-17 % fewer instructions
 per request with it. It is a dependency where it exists (not on Windows); ``PAIR_EVENT_LOOP=
 asyncio`` runs the worker on asyncio's loop instead (to compare, or to rule the loop out).
+Either way the loop's out-of-descriptor errors are logged as one line per interval
+(``backend/core/loop_errors.py``), never a traceback each.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import asyncio
 import os
 from collections.abc import Coroutine
 from typing import Any
+
+from backend.core.loop_errors import install_accept_error_log
 
 LOOP_ENV = "PAIR_EVENT_LOOP"
 
@@ -29,10 +33,16 @@ def loop_name() -> str:
 
 
 def run(main: Coroutine[Any, Any, None]) -> None:
-    """``asyncio.run(main)``, on uvloop when ``loop_name()`` says so."""
+    """``asyncio.run(main)``, on uvloop when ``loop_name()`` says so, with the loop's resource
+    errors rate-limited."""
     if loop_name() == "uvloop":
         import uvloop
 
-        uvloop.run(main)
+        uvloop.run(_with_accept_error_log(main))
     else:
-        asyncio.run(main)
+        asyncio.run(_with_accept_error_log(main))
+
+
+async def _with_accept_error_log(main: Coroutine[Any, Any, None]) -> None:
+    install_accept_error_log()
+    await main

@@ -14,6 +14,7 @@ import random
 import sys
 from collections.abc import Callable
 
+from backend.common.fd_limit import raise_open_file_limit
 from backend.core.clock import SystemClock
 from backend.protocol.proxy import DOORS, Door
 from backend.protocol.worker_methods import (
@@ -95,6 +96,7 @@ def main(argv: list[str]) -> int:
         parser.error(str(exc))
 
     cpu_policy.apply()  # before the loop starts its threads: they inherit the policy
+    raise_open_file_limit()  # every client and upstream connection is a descriptor
 
     def run() -> None:
         event_loop.run(serve(fds, arguments.relay_fd, arguments.handover_fd, arguments.custody_fd))
