@@ -376,6 +376,7 @@ def _proxy(
         credentials=base.credentials.credentials,
         environment=services.levels.worker_environment,
         on_job=jobs.on_job_event,
+        jobs_stored=jobs.wait_stored,
         on_worker_exit=lambda kept: jobs.fail_unfinished(PROXY_GONE, keep=kept),
         job_progress=jobs.progress,
         on_scheduler=schedulers.changed,  # also the empty state once the worker is gone

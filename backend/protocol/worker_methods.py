@@ -43,6 +43,12 @@ PROXY_JOBS: Final[Push[JobEvents]] = Push(
     JobEvents,
     "worker to broker: jobs' numbered events in the order they happened, applied in seq order",
 )
+PROXY_JOBS_STORED: Final = Method(
+    "proxy:jobs-stored",
+    NoParams,
+    Ok,
+    "worker to broker: answered once every job event sent before it is in the store",
+)
 PROXY_SCHEDULER: Final[Push[SchedulerStates]] = Push(
     "proxy:scheduler",
     SchedulerStates,

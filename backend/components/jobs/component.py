@@ -84,6 +84,9 @@ class JobsComponent(Component):
         self._relays: dict[str, set[str]] = {}
         self._dirty: dict[str, float] = {}
         self._deleted: set[str] = set()
+        # Changes applied so far, and how many of them are in the store: ``wait_stored``.
+        self._changes = 0
+        self._stored = 0
         self._loaded = False
         self._write_lock = asyncio.Lock()
         self._stopped = asyncio.Event()
@@ -233,9 +236,21 @@ class JobsComponent(Component):
         """Write what is pending and stop."""
         self._stopped.set()
 
-    async def write_pending(self) -> None:
-        """Write every change not yet in the store (changed jobs, then pruned ones)."""
+    async def wait_stored(self) -> None:
+        """Return once every change applied so far is in the store: callers that come while a
+        write is under way share the next one (one commit for all of them)."""
+        wanted = self._changes
+        while self._stored < wanted:
+            await self.write_pending(unless_stored=wanted)
+
+    async def write_pending(self, *, unless_stored: int | None = None) -> None:
+        """Write every change not yet in the store (changed jobs, then pruned ones); nothing
+        when the first ``unless_stored`` changes already are (a write that waited for the
+        lock may find its work done)."""
         async with self._write_lock:
+            if unless_stored is not None and self._stored >= unless_stored:
+                return
+            through = self._changes
             dirty, self._dirty = self._dirty, {}
             deleted, self._deleted = self._deleted, set()
             changed = [(self._jobs[key], at) for key, at in dirty.items() if key in self._jobs]
@@ -249,6 +264,7 @@ class JobsComponent(Component):
                     self._dirty.setdefault(key, at)
                 self._deleted |= deleted - self._jobs.keys()
                 raise
+            self._stored = through
 
     async def _write_loop(self) -> None:
         while True:
@@ -292,6 +308,7 @@ class JobsComponent(Component):
         if persist:
             self._dirty[job.id] = self._clock.wall()
             self._deleted.discard(job.id)
+            self._changes += 1
         base = relay_base(job.id)
         if base is not None:
             self._relays.setdefault(base, set()).add(job.id)
@@ -355,6 +372,7 @@ class JobsComponent(Component):
         self._dirty.pop(key, None)
         self._deleted.add(key)
         self._forgotten[key] = None
+        self._changes += 1
         self._open.discard(key)
         self._waiting.pop(key, None)
         self._gap_since.pop(key, None)

@@ -48,12 +48,14 @@ from backend.protocol.proxy import (
     SlotApi,
 )
 from backend.protocol.types.broker import Ports
+from backend.protocol.types.results import Ok
 from backend.protocol.types.scheduler import SchedulerStates
 from backend.protocol.worker_methods import (
     PROXY_ADOPT_DOOR,
     PROXY_CLOSE_LISTENERS,
     PROXY_IDENTITY,
     PROXY_JOBS,
+    PROXY_JOBS_STORED,
     PROXY_LOAD_MODEL,
     PROXY_SCHEDULER,
     PROXY_SCHEDULER_GET,
@@ -102,6 +104,7 @@ class ProxyComponent(Component):
         job_progress: Progress = lambda job: None,
         on_scheduler: Callable[[SchedulerStates], None] = lambda states: None,
         load_model: Callable[[str, str], Awaitable[int]] | None = None,
+        jobs_stored: Callable[[], Awaitable[None]] | None = None,
         door_ports: Callable[[], Mapping[Door, int]] = dict,
         heartbeat_interval: float = 1.0,
         targets_interval: float = TARGETS_INTERVAL_S,
@@ -130,6 +133,7 @@ class ProxyComponent(Component):
         self._on_worker_exit = on_worker_exit
         self._on_scheduler = on_scheduler
         self._load_model = load_model
+        self._jobs_stored = jobs_stored
         self._scheduler = SchedulerStates(engines=[])
         self.gate = WorkerGate(lambda: self._worker)
         self._heartbeat_interval = heartbeat_interval
@@ -297,7 +301,11 @@ class ProxyComponent(Component):
             self._on_scheduler(self._scheduler)
 
     async def _request(self, method: str, params: Any) -> Any:
-        """The worker asks: only for a model switch of a drained engine."""
+        """The worker asks: a model switch of a drained engine, or that the job events it sent
+        be stored (before a client gets the last byte of its answer)."""
+        if method == PROXY_JOBS_STORED.name and self._jobs_stored is not None:
+            await self._jobs_stored()
+            return msgspec.to_builtins(Ok(ok=True))
         if method != PROXY_LOAD_MODEL.name or self._load_model is None:
             raise errors.MethodNotFound(f"Method not found: {method}")
         switch = PROXY_LOAD_MODEL.convert_params(params)

@@ -33,6 +33,7 @@ from backend.protocol.worker_methods import (
     PROXY_EXCLUSIVE_END,
     PROXY_IDENTITY,
     PROXY_JOBS,
+    PROXY_JOBS_STORED,
     PROXY_LOAD_MODEL,
     PROXY_SCHEDULER,
     PROXY_TARGETS,
@@ -40,7 +41,7 @@ from backend.protocol.worker_methods import (
 from backend.workers.proxy.channels.custody import Custody, Primed
 from backend.workers.proxy.channels.handover import open_channel, receive_door
 from backend.workers.proxy.channels.jobs import FLUSH_S as JOB_FLUSH_S
-from backend.workers.proxy.channels.jobs import JobLog
+from backend.workers.proxy.channels.jobs import STORED_WAIT_S, JobLog
 from backend.workers.proxy.context import DoorContext
 from backend.workers.proxy.doors.app import build_app
 from backend.workers.proxy.relay.app import build_relay_app
@@ -180,6 +181,11 @@ class ProxyService:
         # Encoded straight from the structs by the channel (no per-event dictionaries).
         self._notify(PROXY_JOBS.name, JobEvents(events=events))
 
+    async def _jobs_stored(self) -> None:
+        broker = self._broker
+        if broker is not None and not broker.closed:
+            await broker.call(PROXY_JOBS_STORED.name, timeout=STORED_WAIT_S)
+
     def _push_states(self) -> None:
         self._push_due = False
         self._notify(PROXY_SCHEDULER.name, msgspec.to_builtins(self.scheduler_states()))
@@ -273,7 +279,7 @@ class ProxyService:
                 retry_session=retry_session,
                 engines=EngineClient(),
                 peer_tls=self._tls,
-                jobs=JobLog(self._send_jobs, flush_s=JOB_FLUSH_S),
+                jobs=JobLog(self._send_jobs, flush_s=JOB_FLUSH_S, stored=self._jobs_stored),
                 custody=self._custody,
                 load_model=self._load_model,
                 on_started=board.started,

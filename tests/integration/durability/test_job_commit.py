@@ -1,0 +1,73 @@
+"""A job's end is in ``pair.db`` before the client has its whole answer: a ``kill -9`` of the
+real ``pair node`` the moment a client read its answer leaves that job completed after the
+restart, not failed as interrupted (or missing)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.integration.conftest import Broker
+
+StartBroker = Callable[..., Broker]
+MODEL = "tinyllama:latest"
+
+
+async def _answered(door: str, *, stream: bool) -> bytes:
+    """One chat request's whole answer, read to its end."""
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": stream}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(door + "/api/chat", json=body) as response,
+    ):
+        assert response.status == 200, await response.text()
+        return await response.read()
+
+
+async def _wait_routable(door: str) -> None:
+    """Until the door lists the engine's model (the routing table follows the engine)."""
+    async with aiohttp.ClientSession() as session:
+        for _ in range(300):
+            async with session.get(door + "/api/tags") as response:
+                if MODEL in await response.text():
+                    return
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"{MODEL} never became routable")
+
+
+async def _jobs_after_restart(start_broker: StartBroker, data_dir: Path) -> list[dict[str, Any]]:
+    broker = start_broker(data_dir=data_dir)
+    async with broker.connect(engine_events=False) as client:
+        snapshot = await client.call("jobs:get-initial", {"limit": 100})
+    broker.stop()
+    return list(snapshot["workloads"])
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+async def test_a_job_whose_client_has_its_answer_survives_a_kill_9_of_the_broker(
+    start_broker: StartBroker, paced_ollama_node: Path, stream: bool
+) -> None:
+    broker = start_broker(data_dir=paced_ollama_node)
+    async with broker.connect(engine_events=False) as client:
+        engine = await client.call("engine:start", {"engine": "ollama"}, timeout=60)
+        assert engine["state"] == "running"
+        door = (await client.call("status"))["front_doors"]["ollama"]
+        await _wait_routable(door)
+        # A first request warms the path, so the one that counts is a short one.
+        await _answered(door, stream=stream)
+        await asyncio.sleep(0.5)  # the first job is written by the periodic write
+        answer = await _answered(door, stream=stream)
+        os.kill(broker.process.pid, signal.SIGKILL)
+    await asyncio.to_thread(broker.process.wait)
+    assert b'"done":true' in answer.replace(b" ", b"")
+    jobs = await _jobs_after_restart(start_broker, paced_ollama_node)
+    assert len(jobs) == 2, jobs
+    assert [job["state"] for job in jobs] == ["completed", "completed"], jobs
