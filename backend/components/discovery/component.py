@@ -16,6 +16,7 @@ from backend.common.tasks import TaskSet
 from backend.components.cluster.members import Member
 from backend.components.discovery import manual, probe
 from backend.components.discovery.mdns import MdnsLink
+from backend.components.discovery.mdns_switch import MdnsSwitch
 from backend.components.discovery.member_tls import MemberContexts, ask_node_info
 from backend.components.discovery.records import Announcement
 from backend.components.discovery.state import (
@@ -65,6 +66,8 @@ class DiscoveryComponent(Component):
 
     ``members`` are the cluster's trusted members, read live: each is polled over mutual TLS
     with ``credentials`` (this node's certificate), the only way its inventories come.
+    ``announce`` (the settings, read every ``setting_interval``) turns mDNS on and off live;
+    ``use_mdns`` false keeps it off whatever they say.
     """
 
     def __init__(
@@ -79,6 +82,7 @@ class DiscoveryComponent(Component):
         manual_store: manual.ManualNodeStore,
         timing: DiscoveryTiming | None = None,
         use_mdns: bool = True,
+        announce: Callable[[], bool] = lambda: True,
         members: Callable[[], Sequence[Member]] = list,
         credentials: NodeCredentials | None = None,
     ) -> None:
@@ -100,7 +104,11 @@ class DiscoveryComponent(Component):
         self._in_flight: set[str] = set()  # node ids and "manual <id>" keys
         self._tasks = TaskSet("discovery")
         self._session: aiohttp.ClientSession | None = None
-        self._mdns: MdnsLink | None = None
+        self._mdns_switch = MdnsSwitch(
+            make_link=self._make_mdns_link,
+            wanted=lambda: use_mdns and announce(),
+            errors_sink=errors_sink,
+        )
         self._limit = asyncio.Semaphore(MAX_CONCURRENT_FETCHES)
         self._stopped = asyncio.Event()
 
@@ -176,7 +184,7 @@ class DiscoveryComponent(Component):
             self._polls[self._node_id] = _Poll(due=0.0)
             async with asyncio.TaskGroup() as group:
                 # Registration probes the name for ~1.5 s; the other loops need not wait for it.
-                group.create_task(self._start_mdns(), name="discovery:mdns-start")
+                group.create_task(self._follow_mdns_setting(), name="discovery:mdns-switch")
                 group.create_task(
                     self._every(self._timing.scan_interval, self._scan), name="discovery:scan"
                 )
@@ -185,7 +193,7 @@ class DiscoveryComponent(Component):
                     self._every(self._timing.manual_probe_interval, self._probe_all_manual),
                     name="discovery:manual",
                 )
-                if self._use_mdns:  # mDNS starts in the background: decide on the setting
+                if self._use_mdns:  # the link itself may be switched off: refresh checks
                     group.create_task(
                         self._every(self._timing.interface_interval, self._refresh_interfaces),
                         name="discovery:interfaces",
@@ -203,33 +211,20 @@ class DiscoveryComponent(Component):
 
     async def _close(self) -> None:
         await self._tasks.close(timeout=1.0)
-        if self._mdns is not None:
-            await self._mdns.close()
-            self._mdns = None
+        await self._mdns_switch.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
 
-    async def _start_mdns(self) -> None:
-        if not self._use_mdns:
-            return
-        link = MdnsLink(
+    async def _follow_mdns_setting(self) -> None:
+        while True:
+            await self._mdns_switch.apply()
+            await self._clock.sleep(self._timing.setting_interval)
+
+    def _make_mdns_link(self) -> MdnsLink:
+        return MdnsLink(
             node_id=self._node_id, ports=self._ports, name=self._name, on_announced=self._announced
         )
-        self._mdns = link  # closed by _close() even if stopped while starting
-        try:
-            await link.start()
-        except OSError as exc:
-            log.error("mDNS is unavailable (%s); only manual nodes will be found", exc)
-            self._errors.raise_error(
-                "discovery:mdns-unavailable",
-                f"mDNS could not start ({exc}); add other computers by address.",
-                severity="warning",
-            )
-            self._mdns = None
-            await link.close()
-            return
-        self._errors.clear_error("discovery:mdns-unavailable")
 
     async def _every(self, interval: float, work: Callable[[], object]) -> None:
         while True:
@@ -290,10 +285,11 @@ class DiscoveryComponent(Component):
         self._spawn_fetch(announcement.node_id, addresses=addresses, port=port, source="mdns")
 
     async def _refresh_interfaces(self) -> None:
-        if self._mdns is None:
+        link = self._mdns_switch.link
+        if link is None:
             return
         try:
-            await self._mdns.refresh_addresses()
+            await link.refresh_addresses()
         except (OSError, RuntimeError) as exc:
             log.warning("mDNS: re-announcing after an interface change failed: %s", exc)
 
@@ -382,8 +378,9 @@ class DiscoveryComponent(Component):
         return False
 
     def _self_addresses(self) -> tuple[str, ...]:
-        if self._mdns is not None and self._mdns.addresses:
-            return tuple(self._mdns.addresses)
+        link = self._mdns_switch.link
+        if link is not None and link.addresses:
+            return tuple(link.addresses)
         return (LOOPBACK,)
 
     def _due(self, failures: int) -> float:

@@ -25,6 +25,7 @@ class DiscoveryTiming:
     manual_probe_interval: float = 10.0
     interface_interval: float = 10.0
     fetch_timeout: float = 3.0
+    setting_interval: float = 1.0  # how soon local discovery follows its settings
     policy: EvictionPolicy = field(default_factory=EvictionPolicy)
 
     @classmethod

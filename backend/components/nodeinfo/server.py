@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import os
+import socket
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -20,11 +22,15 @@ import msgspec
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from backend.common.connection_limits import ConnectionCounter, limits_for
+from backend.common.fd_limit import open_file_limit
 from backend.components.cluster import routes as cluster_routes
 from backend.components.cluster.service import ClusterService
 from backend.components.nodeinfo.payload import NodeInfoSource
+from backend.components.nodeinfo.public_network import strangers_refused
 from backend.core.bad_requests import BadRequestLog, is_bad_request
 from backend.core.component import Component, FatalError
+from backend.core.guarded_site import ConnectionGuard, GuardedSite
 from backend.core.net import port_in_use
 
 log = logging.getLogger(__name__)
@@ -54,23 +60,29 @@ def build_app(
     this_computer: Callable[[str | None], bool] = is_loopback,
     routes: Sequence[Callable[[web.Application], None]] = (),
     bad_requests: BadRequestLog | None = None,
+    public_network: Callable[[], bool] = lambda: False,
 ) -> web.Application:
     """The node API's routes, with every error answered as JSON ``{"error": ...}``.
 
     ``this_computer`` tells from a client's address whether it runs on this computer (tests
     replace it to stand in for another computer on loopback); ``bad_requests`` logs a body that
-    could not be decoded (the runner's logger, so both kinds of junk share one limit).
+    could not be decoded (the runner's logger, so both kinds of junk share one limit);
+    ``public_network`` (the setting, read per request) refuses strangers.
     """
 
-    async def node_info(request: web.Request) -> web.Response:
-        trusted = this_computer(request.remote) or (
+    def trusted(request: web.Request) -> bool:
+        return this_computer(request.remote) or (
             cluster is not None and cluster_routes.member_of(cluster, request) is not None
         )
-        return _json(200, msgspec.json.encode(source.describe(trusted=trusted)))
+
+    async def node_info(request: web.Request) -> web.Response:
+        return _json(200, msgspec.json.encode(source.describe(trusted=trusted(request))))
 
     json_errors = _json_errors(bad_requests or BadRequestLog("node API", log))
+    refusal = strangers_refused(public_network, trusted)
     app = web.Application(
-        client_max_size=MAX_BODY_BYTES, middlewares=[json_errors, cluster_routes.members_only]
+        client_max_size=MAX_BODY_BYTES,
+        middlewares=[json_errors, refusal, cluster_routes.members_only],
     )
     app.on_response_prepare.append(_without_server_header)
     app.router.add_get(NODE_INFO_PATH, node_info)
@@ -96,9 +108,11 @@ class NodeApiServer(Component):
         cluster: ClusterService | None = None,
         routes: Sequence[Callable[[web.Application], None]] = (),
         host: str = "0.0.0.0",
+        public_network: Callable[[], bool] = lambda: False,
     ) -> None:
         super().__init__("node-api")
         self._routes = routes
+        self._public_network = public_network
         self.port = port
         self._host = host
         self._source = source
@@ -111,17 +125,26 @@ class NodeApiServer(Component):
         self._stopped.clear()
         # Reachable from the LAN: junk gets one short line, rate-limited (see bad_requests).
         bad_requests = BadRequestLog("node API", log)
-        app = build_app(self._source, self._cluster, routes=self._routes, bad_requests=bad_requests)
+        app = build_app(
+            self._source,
+            self._cluster,
+            routes=self._routes,
+            bad_requests=bad_requests,
+            public_network=self._public_network,
+        )
+        # Slow or excess connections from the network are closed (guarded_site).
+        limits = limits_for(open_file_limit(), os.environ)
         runner = web.AppRunner(
             app,
             access_log=None,
             handle_signals=False,
             logger=bad_requests,
             shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+            keepalive_timeout=limits.keepalive_timeout_s,
         )
         await runner.setup()
         try:
-            await self._listen(runner)
+            await self._listen(runner, ConnectionGuard("node API", ConnectionCounter(limits), log))
             self.announce_ready()
             log.info("node API listening on %s:%d", self._host, self.port)
             await self._stopped.wait()
@@ -132,22 +155,19 @@ class NodeApiServer(Component):
         """Stop listening; requests in progress get ``SHUTDOWN_TIMEOUT_S`` to finish."""
         self._stopped.set()
 
-    async def _listen(self, runner: web.AppRunner) -> None:
+    async def _listen(self, runner: web.AppRunner, guard: ConnectionGuard) -> None:
         # With SO_REUSEADDR some platforms (BSD, macOS) let a wildcard bind share a port another
         # program holds on one address, so ask the port first; the bind still decides on Linux.
         if await port_in_use("127.0.0.1", self.port):
             raise FatalError(self._taken("another program answers on it"))
-        site = web.TCPSite(
-            runner,
-            self._host,
-            self.port,
-            shutdown_timeout=SHUTDOWN_TIMEOUT_S,
-            ssl_context=self._ssl,
-        )
         try:
-            await site.start()
+            sock = socket.create_server((self._host, self.port))
         except OSError as exc:
             raise FatalError(self._taken(exc.strerror or str(exc))) from exc
+        site = GuardedSite(
+            runner, sock, guard, shutdown_timeout=SHUTDOWN_TIMEOUT_S, ssl_context=self._ssl
+        )
+        await site.start()
 
     def _taken(self, why: str) -> str:
         return (
