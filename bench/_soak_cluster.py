@@ -41,7 +41,7 @@ from backend.protocol import contract, methods
 from backend.protocol.contract import Method, NoParams
 from backend.protocol.types.base import EngineName
 from backend.protocol.types.broker import BrokerStatus
-from backend.protocol.types.cluster import InviteAnswer, InviteParams
+from backend.protocol.types.cluster import InviteAnswer, InviteParams, JoinWindowParams
 from backend.protocol.types.engines import EngineRef, EngineStatus
 from backend.protocol.types.nodes import ManualNodeAdd
 
@@ -242,6 +242,7 @@ class Cluster:
         inviter = self.nodes[0]
         for node in self.nodes[1:]:
             invite = InviteParams(address="127.0.0.1", port=node.ports["node"])
+            await call(node, methods.CLUSTER_OPEN_JOIN_WINDOW, JoinWindowParams(), timeout=30)
             created = await call(inviter, methods.CLUSTER_INVITE, invite, timeout=30)
             if created.invite.state != "pending":
                 raise ClusterError(f"{node.name}: not invited: {created.invite.reason}")

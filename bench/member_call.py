@@ -25,7 +25,11 @@ sys.path.insert(0, str(ROOT))
 from backend.protocol import contract, methods  # noqa: E402
 from backend.protocol.peer import RpcPeer  # noqa: E402
 from backend.protocol.types.base import NodeId  # noqa: E402
-from backend.protocol.types.cluster import InviteAnswer, InviteParams  # noqa: E402
+from backend.protocol.types.cluster import (  # noqa: E402
+    InviteAnswer,
+    InviteParams,
+    JoinWindowParams,
+)
 from backend.protocol.types.engines import NodeScope  # noqa: E402
 from bench.pairing import _connect, _start  # noqa: E402
 
@@ -57,6 +61,7 @@ async def _main(calls: int) -> None:
                 await asyncio.sleep(1.0)
                 b_status = await contract.call(b, methods.STATUS)
                 invite = InviteParams(address="127.0.0.1", port=b_status.ports.node)
+                await contract.call(b, methods.CLUSTER_OPEN_JOIN_WINDOW, JoinWindowParams())
                 created = await contract.call(a, methods.CLUSTER_INVITE, invite)
                 answer = InviteAnswer(id=created.invite.id, pin=created.pin)
                 await contract.call(b, methods.CLUSTER_ACCEPT, answer, timeout=30)

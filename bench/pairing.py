@@ -29,7 +29,11 @@ sys.path.insert(0, str(ROOT))
 from backend.protocol import contract, methods  # noqa: E402
 from backend.protocol.endpoint import control_address, open_control_connection  # noqa: E402
 from backend.protocol.peer import RpcPeer  # noqa: E402
-from backend.protocol.types.cluster import InviteAnswer, InviteParams  # noqa: E402
+from backend.protocol.types.cluster import (  # noqa: E402
+    InviteAnswer,
+    InviteParams,
+    JoinWindowParams,
+)
 
 
 def _free_port() -> int:
@@ -81,6 +85,7 @@ async def _round(root: Path) -> float:
             await asyncio.sleep(1.0)  # let both node APIs start serving
             port = (await contract.call(b, methods.STATUS)).ports.node
             invite = InviteParams(address="127.0.0.1", port=port)
+            await contract.call(b, methods.CLUSTER_OPEN_JOIN_WINDOW, JoinWindowParams())
             created = await contract.call(a, methods.CLUSTER_INVITE, invite)
             started = time.perf_counter()
             answer = InviteAnswer(id=created.invite.id, pin=created.pin)

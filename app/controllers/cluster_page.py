@@ -32,6 +32,8 @@ from backend.protocol.types.cluster import (
     ClusterMember,
     ClusterRename,
     ClusterStatus,
+    JoinWindow,
+    JoinWindowParams,
     MemberRef,
 )
 
@@ -133,6 +135,7 @@ class ClusterPageController(Controller):
     key_revoked = Signal(str)  # the key's name
     keys_failed = Signal(str)
     lan_access_failed = Signal(str)
+    join_failed = Signal(str)  # why the join window did not open or close, for the user
 
     def __init__(
         self,
@@ -384,6 +387,41 @@ class ClusterPageController(Controller):
                     if not _is_loopback(address):
                         return address
         return NO_ADDRESS
+
+    # The join window: this computer takes invites only while its user asked to join -------
+
+    @property
+    def join_window(self) -> JoinWindow | None:
+        """The join window while it is open (until the broker says it closed, or its time)."""
+        status = self.status
+        window = status.join_window if status is not None else None
+        return window if window is not None and self._clock() < window.closes_at else None
+
+    def now(self) -> float:
+        """The time now on this controller's clock (Unix seconds)."""
+        return self._clock()
+
+    def join_address(self) -> str:
+        """This computer's address, as the other computer types it in Add node…."""
+        return self._lan_host()
+
+    def open_join_window(self) -> None:
+        """Accept invites for the next 10 minutes; the status push shows the window."""
+        self._tasks.spawn(self._set_join_window(JoinWindowParams()), name="join-window")
+
+    def close_join_window(self) -> None:
+        """Stop accepting invites."""
+        self._tasks.spawn(self._set_join_window(None), name="join-window")
+
+    async def _set_join_window(self, params: JoinWindowParams | None) -> None:
+        try:
+            if params is None:
+                await self.connection.call(methods.CLUSTER_CLOSE_JOIN_WINDOW)
+            else:
+                await self.connection.call(methods.CLUSTER_OPEN_JOIN_WINDOW, params)
+        except RpcError as exc:
+            log.info("join window: %s", exc)
+            self.join_failed.emit(f"Could not change whether this computer takes invites: {exc}")
 
     # Store and connection slots --------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 import logging
 import math
+from collections import deque
 
 import msgspec
 from PySide6.QtCore import QObject, Signal
@@ -29,9 +30,10 @@ from backend.protocol.types.cluster import Invite, InviteAnswer, InviteRef
 log = logging.getLogger(__name__)
 
 # The pairing runs while cluster:accept waits: a few round trips to the other computer, each
-# bounded by the broker (10 s); decline tells the inviter, best effort, within about 20 s.
+# bounded by the broker (10 s); decline only ends the invite here (the inviter is not told).
 ACCEPT_TIMEOUT_S = 60.0
 DECLINE_TIMEOUT_S = 30.0
+ENDED_REMEMBERED = 64  # ended invites never prompted again; older ones are long gone
 RESTARTED = "the PAIR service restarted, which ends every open invite"
 GONE = "this computer no longer holds that invite"
 OVER = "that invite is over: "  # how the broker's -32002 begins; the rest is the reason
@@ -128,7 +130,10 @@ class InviteeController(Controller):
     ) -> None:
         super().__init__(connection, parent)
         self.cluster = cluster
-        self._prompted: dict[InviteId, Invite] = {}  # invites a prompt was asked for, as last seen
+        # Invites a prompt was asked for, as last seen, while open; an ended one moves to
+        # ``_ended`` (ids only), so a stranger's stream of invites cannot grow either for good.
+        self._prompted: dict[InviteId, Invite] = {}
+        self._ended: deque[InviteId] = deque(maxlen=ENDED_REMEMBERED)
         self._answering: set[InviteId] = set()
         cluster.invite_received.connect(self._on_cluster_invite_received)
         cluster.invite_changed.connect(self._on_cluster_invite_changed)
@@ -153,7 +158,8 @@ class InviteeController(Controller):
         self._answer(invite_id, "accept", pin)
 
     def decline(self, invite_id: InviteId) -> None:
-        """Refuse ``invite_id`` (the inviter is told); the outcome comes as ``invite_updated``."""
+        """Refuse ``invite_id`` (the inviter is not told: its invite runs out); the outcome
+        comes as ``invite_updated``."""
         self._answer(invite_id, "decline", None)
 
     # Calls -----------------------------------------------------------------------------------
@@ -225,7 +231,7 @@ class InviteeController(Controller):
         if invite.id in self._prompted:
             self._update(invite)
             return
-        if invite.direction != "incoming" or invite.state != "pending":
+        if invite.direction != "incoming" or invite.state != "pending" or invite.id in self._ended:
             return
         self._prompted[invite.id] = invite
         self.prompt_requested.emit(invite.id)
@@ -235,5 +241,9 @@ class InviteeController(Controller):
         last = self._prompted.get(invite.id)
         if last is None or last.state != "pending" or invite == last:
             return
-        self._prompted[invite.id] = invite
+        if invite.state == "pending":
+            self._prompted[invite.id] = invite
+        else:  # the prompt keeps its own copy to show how it ended
+            del self._prompted[invite.id]
+            self._ended.append(invite.id)
         self.invite_updated.emit(invite)

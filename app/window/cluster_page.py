@@ -43,6 +43,7 @@ from app.models.errors import SEVERITY_COLOURS
 from app.models.keyed_table import ROW_ROLE
 from app.models.members import MemberRow, day_text
 from app.window.cluster_dialogs import Prompts, SecretDialog
+from app.window.join_window import JoinWindowRow
 from app.window.settings_general import error_label, show_error
 from app.window.widgets import FittedTable, copy_to_clipboard, fixed_font, muted_label, page_title
 from backend.protocol.types.apikeys import ApiKeyInfo
@@ -204,11 +205,11 @@ def selected_row(table: QTableView) -> object:
 
 
 class EmptyState(QWidget):
-    """Not in a cluster: what that means and the way in (Add node…)."""
+    """Not in a cluster: what that means and the ways in (Add node…, Join a cluster…)."""
 
     add_node_requested = Signal()
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, join_row: QWidget | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.headline = QLabel(EMPTY_HEADLINE)
         font = self.headline.font()
@@ -226,6 +227,9 @@ class EmptyState(QWidget):
             layout.addWidget(widget)
         layout.addSpacing(6)
         layout.addWidget(self.add_button, 0, Qt.AlignmentFlag.AlignCenter)
+        if join_row is not None:
+            layout.addSpacing(6)
+            layout.addWidget(join_row)
 
     def set_status(self, status: ClusterStatus) -> None:
         """Say so when another member removed this computer."""
@@ -261,7 +265,8 @@ class ClusterBox(QGroupBox):
         self.remove_button.setToolTip("Remove the member selected in the table")
         self.leave_button = QPushButton("Leave cluster…")
         self.notice = Notice()
-        self.empty = EmptyState()
+        self.join_row = JoinWindowRow(controller)
+        self.empty = EmptyState(self.join_row)
         self._lay_out()
         self._connect()
 
@@ -320,6 +325,7 @@ class ClusterBox(QGroupBox):
         self.name_edit.setReadOnly(not ready or self._controller.renaming)
         for button in (self.add_button, self.leave_button, self.empty.add_button):
             button.setEnabled(ready)
+        self.join_row.refresh(ready)
         self._on_members_rows_changed()
         self._on_name_edit_text_changed(self.name_edit.text())
 

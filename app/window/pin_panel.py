@@ -86,6 +86,13 @@ def describe_outcome(invite: Invite) -> Outcome:
         case "expired":
             detail = f"Nobody typed it on {name} within 5 minutes. Start a new invite."
             return Outcome("The PIN expired", detail, retry=True, tone="bad")
+        case "not-accepting":
+            headline = f"{name} is not accepting invites"
+            detail = (
+                f"On {name}, open PAIR's Cluster page and choose Join a cluster… (or run "
+                "pair join there), then try again."
+            )
+            return Outcome(headline, detail, retry=True, tone="neutral")
         case "rejected":
             headline = f"{name} is already in another cluster"
             detail = "It has to leave that cluster before it can join this one."

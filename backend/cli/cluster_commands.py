@@ -1,10 +1,11 @@
 """``pair cluster``, ``pair invite``, ``pair invites``, ``pair accept``, ``pair decline``,
-``pair cancel``, ``pair remove`` and ``pair leave``: this node's cluster, the PIN pairing that
-grows it and the ways out of it (docs/CLUSTER.md).
+``pair cancel``, ``pair remove``, ``pair leave`` (and ``pair join``, in ``join_command``): this
+node's cluster, the PIN pairing that grows it and the ways out of it (docs/CLUSTER.md).
 
-``pair invite`` shows the PIN and waits until the invite ends; the other computer types the PIN
-with ``pair accept`` (or in its PAIR window). Outcomes are states, said in words: exit 0 only
-for ``paired``. The parsing and the wording are in ``cluster_format``.
+``pair invite`` shows the PIN and waits until the invite ends; the other computer, after
+``pair join``, types the PIN with ``pair accept`` (or in its PAIR window). Outcomes are states,
+said in words: exit 0 only for ``paired``. The parsing and the wording are in
+``cluster_format``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from backend.cli import exit_codes
+from backend.cli import exit_codes, join_command
 from backend.cli.client_commands import run_with_broker
 from backend.cli.cluster_format import (
     BUSY_HERE,
@@ -64,7 +65,7 @@ from backend.protocol.types.cluster import (
 # at 10 s; accepting runs four exchanges and a hello. A lost network shows up in these bounds.
 INVITE_TIMEOUT_S = 60.0
 ACCEPT_TIMEOUT_S = 60.0
-END_TIMEOUT_S = 30.0  # decline/cancel tell the other computer, best effort, within ~20 s
+END_TIMEOUT_S = 30.0  # cancel tells the other computer, best effort, within ~20 s
 EXPIRY_GRACE_S = 5.0  # the broker ends expired invites every second; then we ask it
 POLL_S = 1.0  # past the expiry and the grace, how often to ask
 
@@ -100,6 +101,7 @@ def add_parsers(commands: Any, add_data_dir: Callable[[argparse.ArgumentParser],
         parser.add_argument("--yes", action="store_true", help="do not ask before doing it")
     for parser in (cluster, invite, invites, accept, decline, cancel, remove, leave):
         add_data_dir(parser)
+    join_command.add_parser(commands, add_data_dir)
 
 
 def _port_option(text: str) -> int:
@@ -129,7 +131,7 @@ def run(args: argparse.Namespace) -> int | None:
         return end_invite(args.data_dir, args.invite, "incoming")
     if args.command == "cancel":
         return end_invite(args.data_dir, args.invite, "outgoing")
-    return None
+    return join_command.run(args)
 
 
 def show_cluster(data_dir: str | None, *, as_json: bool) -> int:
@@ -255,8 +257,9 @@ def _invite_error(exc: errors.RpcError) -> str:
 
 
 def _not_opened(invite: Invite, target: Target, before: ClusterStatus) -> str:
-    # The broker says "busy" in the same words whichever side has the open pairing.
-    here = [i for i in before.invites if i.state == "pending"]
+    # The broker says "busy" in the same words whichever side has the open pairing; here, only
+    # an invite this computer sent blocks another (received ones never do).
+    here = [i for i in before.invites if i.state == "pending" and i.direction == "outgoing"]
     if invite.state == "busy" and here:
         other = ", ".join(f"{i.direction} {i.id[:SHORT_ID]} with {i.peer_name}" for i in here)
         return BUSY_HERE.format(other=other)

@@ -17,6 +17,7 @@ from backend.protocol.types.cluster import (
     Invite,
     InviteDirection,
     InviteState,
+    JoinWindow,
     MemberRemoved,
 )
 
@@ -38,6 +39,7 @@ WORDS: dict[InviteState, str] = {
     "busy": "Busy",
     "locked-out": "Locked out",
     "failed": "Failed",
+    "not-accepting": "Not accepting invites",
 }
 # What the user reads when an invite ends; {reason} is the broker's own words.
 OUTCOMES: dict[tuple[InviteDirection, InviteState], str] = {
@@ -47,6 +49,9 @@ OUTCOMES: dict[tuple[InviteDirection, InviteState], str] = {
     "for one try: `pair invite {target}` shows a new one.",
     ("incoming", "wrong-pin"): "Wrong PIN: it did not match the PIN {name} shows. A PIN is good "
     "for one try: invite this computer again from {name} for a new one.",
+    ("outgoing", "not-accepting"): "Not accepting invites: {name} takes invites only while "
+    "its user asks to join. On {name}, run `pair join` (or choose “Join a cluster…” on its "
+    "Cluster page), then `pair invite {target}` again.",
     ("outgoing", "declined"): "Declined: {name} declined the invite.",
     ("incoming", "declined"): "Declined: the invite from {name} was declined.",
     ("outgoing", "canceled"): "Canceled: the invite to {name} was canceled; "
@@ -247,7 +252,10 @@ def format_cluster(status: ClusterStatus, now: float) -> str:
         f"key          {_protection(status.key_protection)}",
     ]
     if status.cluster_id is None:
-        lines.append("cluster      not in a cluster (`pair invite ADDRESS` starts one)")
+        lines.append(
+            "cluster      not in a cluster (`pair invite ADDRESS` starts one; `pair join` lets "
+            "another computer invite this one)"
+        )
     else:
         lines.append(f"cluster      {status.cluster_name or '-'} ({status.cluster_id})")
     if status.removed is not None:
@@ -256,8 +264,19 @@ def format_cluster(status: ClusterStatus, now: float) -> str:
             f"removed      from {removed.cluster_name or removed.cluster_id} by {removed.by_name} "
             f"on {_when(removed.at)}; that cluster refuses this computer's identity for good"
         )
+    if status.join_window is not None:
+        window = format_join_window(status.join_window, now)
+        lines.append(f"join window  open {window}: other computers may invite this one")
     lines += ["", format_members(status.members), "", format_invites(status.invites, now)]
     return "\n".join(lines)
+
+
+def format_join_window(window: JoinWindow, now: float) -> str:
+    """How long this computer still accepts invites, and until when: ``9m58s more (until …)``."""
+    left = max(0, int(window.closes_at - now))
+    minutes, seconds = divmod(left, 60)
+    until = time.strftime("%H:%M:%S", time.localtime(window.closes_at))
+    return f"{minutes}m{seconds:02d}s more (until {until})"
 
 
 def _protection(kind: str) -> str:

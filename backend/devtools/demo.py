@@ -39,7 +39,7 @@ from backend.protocol import contract, errors, methods
 from backend.protocol.endpoint import control_address, open_control_connection
 from backend.protocol.peer import NotificationHandler, RpcPeer
 from backend.protocol.types.base import EngineName
-from backend.protocol.types.cluster import InviteAnswer, InviteParams
+from backend.protocol.types.cluster import InviteAnswer, InviteParams, JoinWindowParams
 from backend.protocol.types.engines import EngineRef
 from backend.protocol.types.nodes import ManualNodeAdd, ManualNodeRef
 from backend.protocol.types.settings import SettingsUpdate
@@ -355,6 +355,10 @@ class Demo:
         async with connect(self.entry.data_dir) as inviter:
             for node in self.nodes[1:]:
                 invite = InviteParams(address="127.0.0.1", port=node.ports["node"])
+                async with connect(node.data_dir) as joiner:  # it takes invites only when asked
+                    await contract.call(
+                        joiner, methods.CLUSTER_OPEN_JOIN_WINDOW, JoinWindowParams()
+                    )
                 try:
                     created = await contract.call(inviter, methods.CLUSTER_INVITE, invite)
                 except errors.Conflict:

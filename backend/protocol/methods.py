@@ -32,6 +32,8 @@ from backend.protocol.types.cluster import (
     InviteCreated,
     InviteParams,
     InviteRef,
+    JoinWindowParams,
+    JoinWindowState,
     MemberRef,
     MemberRemoved,
     NodeProbe,
@@ -219,6 +221,15 @@ CLUSTER_REMOVE: Final = Method(
 )
 CLUSTER_LEAVE: Final = Method("cluster:leave", NoParams, ClusterLeft, "leave the cluster")
 CLUSTER_RENAME: Final = Method("cluster:rename", ClusterRename, ClusterStatus, "rename the cluster")
+CLUSTER_OPEN_JOIN_WINDOW: Final = Method(
+    "cluster:open-join-window",
+    JoinWindowParams,
+    JoinWindowState,
+    "accept invites from other computers for a few minutes",
+)
+CLUSTER_CLOSE_JOIN_WINDOW: Final = Method(
+    "cluster:close-join-window", NoParams, JoinWindowState, "stop accepting invites"
+)
 
 # LAN API keys: who may use the front doors from another computer ------------------------------
 APIKEYS_CREATE: Final = Method(

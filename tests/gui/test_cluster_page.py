@@ -500,6 +500,33 @@ async def test_not_in_a_cluster_shows_the_way_in(qtbot: QtBot, ui: Ui) -> None:
         box.empty.add_button.click()
 
 
+async def test_join_a_cluster_opens_the_window_and_shows_the_time_left(
+    qtbot: QtBot, ui: Ui
+) -> None:
+    await start(ui, status(cluster=None))
+    ui.page.show()
+    row = ui.page.cluster_box.join_row
+    assert row.join_button.isVisible() and not row.stop_button.isVisible()
+    window = {"opened_at": NOW, "closes_at": NOW + 600}
+    ui.connection.script(methods.CLUSTER_OPEN_JOIN_WINDOW, {"window": window})
+    row.join_button.click()
+    await wait_until(lambda: bool(ui.connection.called(methods.CLUSTER_OPEN_JOIN_WINDOW)), 5)
+    assert ui.connection.called(methods.CLUSTER_OPEN_JOIN_WINDOW) == [{"minutes": 10.0}]
+    ui.push_status(cluster=None, join_window=window)  # the broker says it opened
+    await wait_until(lambda: row.stop_button.isVisible(), 5, "the open window")
+    assert not row.join_button.isVisible()
+    assert "accepts invites for 10:00 more" in row.state.text()
+    assert "Add node…" in row.state.text()
+    ui.clock.now += 61
+    await wait_until(lambda: "8:59 more" in row.state.text(), 5, "the time left moving on")
+    ui.connection.script(methods.CLUSTER_CLOSE_JOIN_WINDOW, {})
+    row.stop_button.click()
+    await wait_until(lambda: bool(ui.connection.called(methods.CLUSTER_CLOSE_JOIN_WINDOW)), 5)
+    ui.push_status(cluster=None)  # closed: the way in again
+    await wait_until(lambda: row.join_button.isVisible(), 5, "the closed window")
+    assert not row.stop_button.isVisible()
+
+
 async def test_a_removed_computer_is_told_who_removed_it(ui: Ui) -> None:
     removed = {"cluster_id": "c-0", "cluster_name": "Old lab", "by": "n-x", "by_name": "atlas",
                "at": NOW - 86400}  # fmt: skip

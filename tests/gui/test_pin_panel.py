@@ -158,6 +158,8 @@ ENDINGS = [
      "Too many wrong PINs: inviting is paused for 15\u00a0minutes", "Try again later", False),
     ("failed", "laptop stopped answering: connection reset", "Pairing with laptop failed",
      "laptop stopped answering: connection reset.", True),
+    ("not-accepting", "that computer is not accepting invites", "laptop is not accepting invites",
+     "choose Join a cluster…", True),
 ]  # fmt: skip
 
 

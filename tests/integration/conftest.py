@@ -23,7 +23,7 @@ from backend.protocol import contract, methods
 from backend.protocol.contract import Method, Push
 from backend.protocol.endpoint import control_address, open_control_connection
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types.cluster import InviteAnswer, InviteParams
+from backend.protocol.types.cluster import InviteAnswer, InviteParams, JoinWindowParams
 from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -162,7 +162,9 @@ class Client:
 async def pair_nodes(
     a_client: Client, b_client: Client, b_node_port: int, b_address: str = "127.0.0.1"
 ) -> None:
-    """Pair A (the inviter) with B (the joiner) as a user would: A invites B, B types the PIN."""
+    """Pair A (the inviter) with B (the joiner) as a user would: B asks to join, A invites B,
+    B types the PIN."""
+    await b_client.typed(methods.CLUSTER_OPEN_JOIN_WINDOW, JoinWindowParams())
     created = await a_client.typed(
         methods.CLUSTER_INVITE, InviteParams(address=b_address, port=b_node_port), timeout=30
     )

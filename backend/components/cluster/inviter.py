@@ -55,6 +55,11 @@ def answer_start(
     return m.StartAnswer(state="pending", share=run.share, ad=own_ad)
 
 
+def names_invited(outgoing: Outgoing, start: m.Start) -> bool:
+    """Whether the joiner names the certificate the invite was sent to (the one pinned)."""
+    return _fingerprint_in(start.ad) == outgoing.invite.peer_fingerprint
+
+
 def answer_confirm(outgoing: Outgoing, confirm: m.Confirm) -> bool:
     """Check the joiner's tag; True (and our tag and box ready) when the PINs matched."""
     run = outgoing.run

@@ -1,11 +1,11 @@
-"""Invites as plain data and the rules that end them: expiry, one pairing at a time, lockout.
+"""Invites as plain data and the rules that end them: expiry, lockout per invited computer.
 
 An invite is one attempt to pair with one other computer. Its outcome is a state, never an
 error: ``pending`` until it ends as ``paired``, ``wrong-pin``, ``declined``, ``canceled``,
 ``expired``, ``rejected`` (the other computer is in another cluster), ``busy`` (it is pairing
-with someone else), ``locked-out`` or ``failed`` (it could not be reached, or broke the
-protocol). Both sides keep invites in memory only: a restart forgets them, and a new PIN is
-needed.
+with someone else), ``locked-out``, ``not-accepting`` (its user has not opened its join window)
+or ``failed`` (it could not be reached, or broke the protocol). Both sides keep invites in
+memory only: a restart forgets them, and a new PIN is needed.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ TERMINAL: frozenset[InviteState] = frozenset(
         "busy",
         "locked-out",
         "failed",
+        "not-accepting",
     }
 )
 
@@ -48,6 +49,7 @@ REASONS: dict[InviteState, str] = {
         "pairing is paused for 15 minutes after repeated wrong PINs (someone may be guessing)"
     ),
     "failed": "pairing failed",
+    "not-accepting": "that computer is not accepting invites",
 }
 
 
@@ -69,9 +71,15 @@ def pending(invites: Sequence[Invite]) -> list[Invite]:
 
 
 def locked_until(failures: Sequence[float], now: float) -> float | None:
-    """When the lockout ends, if ``failures`` (times of wrong-PIN endings) put us in one."""
+    """When the lockout ends, if ``failures`` (times of wrong-PIN endings with one invited
+    computer) put us in one."""
     recent = sorted(t for t in failures if now - t < LOCKOUT_WINDOW_S)
     if len(recent) < LOCKOUT_FAILURES:
         return None
     until = recent[-1] + LOCKOUT_S
     return until if now < until else None
+
+
+def recent_failures(failures: Sequence[float], now: float) -> list[float]:
+    """The ``failures`` that still count towards a lockout at ``now``."""
+    return [t for t in failures if now - t < LOCKOUT_WINDOW_S]

@@ -18,11 +18,11 @@ INVITE_PATH = "/v1/pairing/invite"
 START_PATH = "/v1/pairing/start"
 CONFIRM_PATH = "/v1/pairing/confirm"
 FINISH_PATH = "/v1/pairing/finish"
-DECLINE_PATH = "/v1/pairing/decline"
 CANCEL_PATH = "/v1/pairing/cancel"
 HELLO_PATH = "/v1/cluster/hello"
 
 Hex32 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{32}$")]
+Hex64 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
 Share = Annotated[bytes, msgspec.Meta(min_length=32, max_length=32)]
 Tag = Annotated[bytes, msgspec.Meta(min_length=64, max_length=64)]
 Sid = Annotated[bytes, msgspec.Meta(min_length=16, max_length=16)]
@@ -37,14 +37,18 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
 
 
 class InviteOffer(Message, frozen=True, kw_only=True):
-    """A → B: A invites B (A will show the PIN)."""
+    """A → B: A invites B (A will show the PIN).
+
+    ``cluster_tag`` (``pairing_crypto.cluster_tag``) lets a clustered B refuse an invite from
+    another cluster at once; the cluster id itself travels only in the sealed box.
+    """
 
     invite_id: Hex32
     node_id: NodeId
     name: Name
     cert_der: Cert
     node_port: Port
-    cluster_id: Annotated[str, msgspec.Meta(max_length=64)] | None = None
+    cluster_tag: Hex64 | None = None
     expires_in_s: Annotated[float, msgspec.Meta(gt=0, le=600)]
 
 
@@ -97,7 +101,8 @@ class Finish(Message, frozen=True, kw_only=True):
 
 
 class InviteEnd(Message, frozen=True, kw_only=True):
-    """Either way: the sender ended the invite (declined by B, canceled by A)."""
+    """A → B: A canceled the invite (B never answers a decline: silence tells nobody that its
+    user is there)."""
 
     invite_id: Hex32
 

@@ -8,6 +8,7 @@ what B sends to A.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import itertools
 import re
 import secrets
@@ -22,6 +23,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from backend.components.cluster.pake import lv_cat
 
 CHANNEL_LABEL = b"pair-pairing-v1"
+CLUSTER_TAG_LABEL = b"pair-cluster-tag-v1"
 KEY_BYTES = 32
 PIN_DIGITS = 6
 _INFO_INVITER_TO_JOINER = b"pair-pairing-v1 k_ab inviter to joiner"
@@ -49,6 +51,17 @@ def channel_identifier(invite_id: bytes, inviter_cert_der: bytes) -> bytes:
     # The joiner hashes the certificate it saw in TLS, the inviter its own: a TLS man in the
     # middle shows a different certificate, so the two sides derive different generators.
     return lv_cat(CHANNEL_LABEL, invite_id, hashlib.sha256(inviter_cert_der).digest())
+
+
+def cluster_tag(cluster_id: str, invite_id: bytes, inviter_cert_der: bytes) -> str:
+    """Hex HMAC-SHA256 keyed by ``cluster_id`` over the invite and the inviter's certificate.
+
+    An invite carries this instead of the cluster id, which only the sealed box reveals: a
+    member of the same cluster can recognise it, anyone else learns nothing, and it cannot be
+    replayed from another certificate (the joiner pins the one in the invite).
+    """
+    message = lv_cat(CLUSTER_TAG_LABEL, invite_id, hashlib.sha256(inviter_cert_der).digest())
+    return hmac.new(cluster_id.encode(), message, hashlib.sha256).hexdigest()
 
 
 def session_keys(isk: bytes) -> SessionKeys:

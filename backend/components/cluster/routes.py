@@ -43,9 +43,6 @@ def add_routes(app: web.Application, service: ClusterService) -> None:
         body = await _read(request, m.Finish)
         return _answer(await service.handle_finish(body, _remote(request)))
 
-    async def decline(request: web.Request) -> web.Response:
-        return _answer(service.handle_decline(await _read(request, m.InviteEnd)))
-
     async def cancel(request: web.Request) -> web.Response:
         return _answer(service.handle_cancel(await _read(request, m.InviteEnd)))
 
@@ -84,7 +81,6 @@ def add_routes(app: web.Application, service: ClusterService) -> None:
         (m.START_PATH, start),
         (m.CONFIRM_PATH, confirm),
         (m.FINISH_PATH, finish),
-        (m.DECLINE_PATH, decline),
         (m.CANCEL_PATH, cancel),
         (m.HELLO_PATH, hello),
     ):

@@ -1,5 +1,5 @@
-"""JSON-RPC methods of the cluster (``cluster:*``): status, invites, membership (remove, leave,
-rename) and the numbered stream."""
+"""JSON-RPC methods of the cluster (``cluster:*``): status, invites, the join window, membership
+(remove, leave, rename) and the numbered stream."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ from backend.protocol.types.cluster import (
     InviteCreated,
     InviteParams,
     InviteRef,
+    JoinWindowParams,
+    JoinWindowState,
     MemberRef,
     MemberRemoved,
     NodeProbe,
@@ -56,6 +58,12 @@ def register(
     async def cancel(params: InviteRef, _: RpcPeer) -> Invite:
         return await service.cancel(params.id)
 
+    async def open_join_window(params: JoinWindowParams, _: RpcPeer) -> JoinWindowState:
+        return service.open_join_window(params.minutes)
+
+    async def close_join_window(_: NoParams, __: RpcPeer) -> JoinWindowState:
+        return service.close_join_window()
+
     async def remove(params: MemberRef, _: RpcPeer) -> MemberRemoved:
         return await service.roster.remove(params.node_id)
 
@@ -74,6 +82,8 @@ def register(
     dispatcher.add(methods.CLUSTER_ACCEPT, accept)
     dispatcher.add(methods.CLUSTER_DECLINE, decline)
     dispatcher.add(methods.CLUSTER_CANCEL, cancel)
+    dispatcher.add(methods.CLUSTER_OPEN_JOIN_WINDOW, open_join_window)
+    dispatcher.add(methods.CLUSTER_CLOSE_JOIN_WINDOW, close_join_window)
     dispatcher.add(methods.CLUSTER_REMOVE, remove)
     dispatcher.add(methods.CLUSTER_LEAVE, leave)
     dispatcher.add(methods.CLUSTER_RENAME, rename)

@@ -27,6 +27,7 @@ from backend.components.cluster.inviter import (
     ProtocolViolation,
     answer_confirm,
     answer_start,
+    names_invited,
     open_finish,
     sealed_answer,
 )
@@ -50,6 +51,7 @@ from backend.protocol.types.cluster import (
     InviteChanged,
     InviteCreated,
     InviteState,
+    JoinWindowState,
     MembershipChanged,
     NodeProbe,
 )
@@ -64,6 +66,14 @@ OWN_INVITE_OPEN = (
     "this computer already has an open invite; finish or cancel it first (one pairing at a time)"
 )
 
+_CERT_DISAGREES = (
+    "{name} at {address} presented another certificate than the one its node-info names "
+    "(something may be in between); nothing was sent. Check the address and invite again"
+)
+_NOT_INVITED = (
+    "the computer that answered the invite has another certificate than the one invited "
+    "(something may be in between); invite it again"
+)
 _REMOVED = (
     "{name} was removed from this cluster, and its certificate can never rejoin; it must get "
     "a new identity first"
@@ -96,8 +106,16 @@ class ClusterService:
         self._clock = clock
         self._events = events
         self._outgoing: dict[InviteId, Outgoing] = {}
-        self._incoming = IncomingInvites(node_id=node_id, clock=clock, publish=self._publish_invite)
-        self._wrong_pins: list[float] = []
+        self._incoming = IncomingInvites(
+            node_id=node_id,
+            clock=clock,
+            publish=self._publish_invite,
+            window_changed=self.presence_changed,
+        )
+        # Wrong PINs count per invited computer (its certificate's fingerprint): an impostor's
+        # wrong answers must not lock the user out of inviting the real computer.
+        self._wrong_pins: dict[str, list[float]] = {}
+        self._joining = False  # an accept is running: one pairing at a time
         self._trust_listeners: list[Callable[[Membership], None]] = []
         self.roster = RosterKeeper(
             node_id=node_id,
@@ -120,8 +138,8 @@ class ClusterService:
         self._trust_listeners.append(listener)
 
     def status(self) -> ClusterStatus:
-        """This node's identity, cluster, members and open invites."""
-        return cluster_status(
+        """This node's identity, cluster, members, open invites and join window."""
+        status = cluster_status(
             self._node_id,
             self._credentials.fingerprint,
             self._key_protection,
@@ -129,9 +147,10 @@ class ClusterService:
             self._invites(),
             self._online,
         )
+        return msgspec.structs.replace(status, join_window=self._incoming.window)
 
     def presence_changed(self) -> None:
-        """A member's link went up or down: its ``state`` in the status changed."""
+        """A member's link went up or down, or the join window moved: publish the status."""
         status = self.status()
         self._events.publish(lambda seq: MembershipChanged(seq=seq, status=status))
 
@@ -144,13 +163,13 @@ class ClusterService:
                 "PAIR runs there"
             ) from None
 
-    def _refusal(self, address: str, port: int, info: NodeInfo) -> str | None:
-        """Why the node that answered cannot be invited, or None."""
+    def _refusal(self, address: str, port: int, info: NodeInfo, fingerprint: str) -> str | None:
+        """Why the node that answered (with certificate ``fingerprint``) cannot be invited."""
         if info.node_id == self._node_id:
             return f"{address}:{port} is this computer"
         if info.node_id in self.membership.members:
             return f"{info.name} is already a member of this cluster"
-        if self.roster.removed_for_good(info.fingerprint or ""):
+        if self.roster.removed_for_good(fingerprint):
             return _REMOVED.format(name=info.name)
         return None
 
@@ -163,15 +182,20 @@ class ClusterService:
     async def probe(self, address: str, port: int) -> NodeProbe:
         """Who answers at ``address:port`` (its public node-info), and whether it can be invited."""
         info = await self._node_info(address, port)
-        refusal = self._refusal(address, port, info)
+        fingerprint = fingerprint_of(await self._their_cert(address, port))
+        refusal = self._refusal(address, port, info, fingerprint)
+        refusal = refusal or _disagreement(info, address, fingerprint)
         return NodeProbe(info=info, invitable=refusal is None, reason=refusal)
 
     async def invite(self, address: str, port: int) -> InviteCreated:
         """Invite the node at ``address:port``; the PIN is in the answer (and only there)."""
         now = self._clock.wall()
-        blocked = self._blocked(now)
         info = await self._node_info(address, port)
-        refusal = self._refusal(address, port, info)
+        cert = await self._their_cert(address, port)
+        # The fingerprint shown and compared is the certificate's TLS presented (and the one
+        # pinned below), never node-info's claim, which anyone can copy.
+        fingerprint = fingerprint_of(cert)
+        refusal = self._refusal(address, port, info, fingerprint)
         if refusal is not None:
             kind = errors.InvalidParams if info.node_id == self._node_id else errors.Conflict
             raise kind(refusal)
@@ -181,35 +205,49 @@ class ClusterService:
             peer_node_id=info.node_id,
             peer_name=info.name,
             peer_address=address,
-            peer_fingerprint=info.fingerprint or "",
+            peer_fingerprint=fingerprint,
             created_at=now,
             expires_at=now + rules.INVITE_TTL_S,
             state="pending",
         )
+        blocked = self._blocked(info, address, fingerprint, now)
         if blocked is not None:
-            reason = OWN_INVITE_OPEN if blocked == "busy" else None
-            return InviteCreated(invite=rules.finish(invite, blocked, reason), pin="")
-        return await self._offer(Outgoing(invite, pc.new_pin(), address, port))
+            return InviteCreated(invite=rules.finish(invite, *blocked), pin="")
+        return await self._offer(Outgoing(invite, pc.new_pin(), address, port), cert)
 
-    def _blocked(self, now: float) -> InviteState | None:
-        if rules.locked_until(self._wrong_pins, now) is not None:
-            return "locked-out"
-        if rules.pending(self._invites()):
-            return "busy"
+    def _blocked(
+        self, info: NodeInfo, address: str, fingerprint: str, now: float
+    ) -> tuple[InviteState, str | None] | None:
+        """Why no invite may be sent now, as the invite's end."""
+        disagrees = _disagreement(info, address, fingerprint)
+        if disagrees is not None:
+            return "failed", disagrees
+        if rules.locked_until(self._wrong_pins.get(fingerprint, []), now) is not None:
+            return "locked-out", None
+        if self._joining or self._outgoing_open():
+            return "busy", OWN_INVITE_OPEN
         return None
 
-    async def _offer(self, outgoing: Outgoing) -> InviteCreated:
+    def _outgoing_open(self) -> bool:
+        return bool(rules.pending([outgoing.invite for outgoing in self._outgoing.values()]))
+
+    async def _offer(self, outgoing: Outgoing, cert: bytes) -> InviteCreated:
         invite = outgoing.invite
+        cluster_id = self.membership.cluster_id
         offer = m.InviteOffer(
             invite_id=invite.id,
             node_id=self._node_id,
             name=self._name(),
             cert_der=self._credentials.cert_der,
             node_port=self._node_port(),
-            cluster_id=self.membership.cluster_id,
+            cluster_tag=(
+                pc.cluster_tag(cluster_id, bytes.fromhex(invite.id), self._credentials.cert_der)
+                if cluster_id is not None
+                else None
+            ),
             expires_in_s=rules.INVITE_TTL_S,
         )
-        context = peer_client.pinned_anonymous_context(await self._their_cert(outgoing))
+        context = peer_client.pinned_anonymous_context(cert)
         try:
             answer = await peer_client.post(
                 outgoing.address, outgoing.port, m.INVITE_PATH, offer, context, m.OfferAnswer
@@ -222,9 +260,9 @@ class ClusterService:
         self._publish_invite(invite)
         return InviteCreated(invite=invite, pin=outgoing.pin)
 
-    async def _their_cert(self, outgoing: Outgoing) -> bytes:
+    async def _their_cert(self, address: str, port: int) -> bytes:
         try:
-            return await peer_client.server_certificate(outgoing.address, outgoing.port)
+            return await peer_client.server_certificate(address, port)
         except peer_client.PeerUnreachable as exc:
             raise errors.Unavailable(str(exc)) from None
 
@@ -242,6 +280,9 @@ class ClusterService:
         outgoing = self._pending_outgoing(start.invite_id)
         if outgoing is None:
             return m.StartAnswer(state="expired", reason=rules.REASONS["expired"])
+        if not names_invited(outgoing, start):
+            self._end_outgoing(outgoing, "failed", _NOT_INVITED)
+            return m.StartAnswer(state="failed", reason=_NOT_INVITED)
         own_ad = m.associated_data(self._node_id, self._credentials.fingerprint)
         return answer_start(outgoing, start, self._credentials, own_ad)
 
@@ -251,7 +292,8 @@ class ClusterService:
         if outgoing is None:
             return m.ConfirmAnswer(state="expired", reason=rules.REASONS["expired"])
         if not answer_confirm(outgoing, confirm):
-            self._wrong_pins.append(self._clock.wall())
+            failures = self._wrong_pins.setdefault(outgoing.invite.peer_fingerprint, [])
+            failures.append(self._clock.wall())
             self._end_outgoing(outgoing, "wrong-pin")
             return m.ConfirmAnswer(state="wrong-pin", reason=rules.REASONS["wrong-pin"])
         outgoing.cluster_id = self.membership.cluster_id or new_cluster_id()
@@ -291,13 +333,6 @@ class ClusterService:
         self.roster.request_push()
         return m.Outcome(state="paired")
 
-    def handle_decline(self, end: m.InviteEnd) -> m.Outcome:
-        """The invited computer declined (public route)."""
-        outgoing = self._pending_outgoing(end.invite_id)
-        if outgoing is not None and not outgoing.started:
-            self._end_outgoing(outgoing, "declined")
-        return m.Outcome(state="declined")
-
     def _pending_outgoing(self, invite_id: str) -> Outgoing | None:
         outgoing = self._outgoing.get(InviteId(invite_id))
         if outgoing is None or outgoing.invite.state != "pending":
@@ -307,8 +342,10 @@ class ClusterService:
             return None
         return outgoing
 
-    def _end_outgoing(self, outgoing: Outgoing, state: InviteState) -> None:
-        ended = rules.finish(outgoing.invite, state)
+    def _end_outgoing(
+        self, outgoing: Outgoing, state: InviteState, reason: str | None = None
+    ) -> None:
+        ended = rules.finish(outgoing.invite, state, reason)
         if ended is not outgoing.invite:
             outgoing.invite = ended
             outgoing.pin = ""  # the PIN is dead: drop it from memory
@@ -316,9 +353,18 @@ class ClusterService:
 
     # -- the joiner ------------------------------------------------------------------------------
 
+    def open_join_window(self, minutes: float) -> JoinWindowState:
+        """Accept invites from other computers for ``minutes`` (1-15)."""
+        return JoinWindowState(window=self._incoming.open_window(minutes))
+
+    def close_join_window(self) -> JoinWindowState:
+        """Stop accepting invites (those already received stay open until they end)."""
+        self._incoming.close_window()
+        return JoinWindowState()
+
     def handle_offer(self, offer: m.InviteOffer, address: str) -> m.OfferAnswer:
         """Another computer invites this one (public route): hold it and tell the app."""
-        busy = bool(rules.pending(self._invites()))
+        busy = self._joining or self._outgoing_open()
         return self._incoming.offer(offer, address, self.membership, busy=busy)
 
     async def accept(self, invite_id: InviteId, pin: str) -> Invite:
@@ -329,13 +375,33 @@ class ClusterService:
             raise errors.InvalidParams(
                 "the PIN is six digits (0-9), as shown on the other computer"
             ) from None
-        _, offer, address = self._incoming.pending(invite_id)
+        held = self._incoming.pending(invite_id)
+        if self._joining or self._outgoing_open():
+            raise errors.Conflict(OWN_INVITE_OPEN)
+        self._joining = True
+        try:
+            ended = await self._join(invite_id, held.offer, held.address, pin)
+        finally:
+            self._joining = False
+        if ended.state == "paired":
+            self._incoming.close_window()
+            self._incoming.end_others(
+                invite_id, f"this computer joined {held.offer.name}'s cluster"
+            )
+        return ended
+
+    async def _join(
+        self, invite_id: InviteId, offer: m.InviteOffer, address: str, pin: str
+    ) -> Invite:
         try:
             result = await run_pairing(offer, address, pin, self._credentials, self._own_facts())
         except peer_client.PeerUnreachable as exc:
             return self._incoming.end(invite_id, "failed", f"{offer.name} stopped answering: {exc}")
         if isinstance(result, Ended):
             return self._incoming.end(invite_id, result.state, result.reason)
+        own_cluster = self.membership.cluster_id
+        if own_cluster is not None and result.inviter.cluster_id != own_cluster:
+            return self._incoming.end(invite_id, "rejected")
         return await self._commit_join(invite_id, offer, address, result)
 
     async def _commit_join(
@@ -362,11 +428,10 @@ class ClusterService:
         return self._incoming.end(invite_id, "paired")
 
     async def decline(self, invite_id: InviteId) -> Invite:
-        """Decline an invite this computer received (the inviter is told, best effort)."""
-        _, offer, address = self._incoming.pending(invite_id)
-        ended = self._incoming.end(invite_id, "declined")
-        await self._tell(address, offer.node_port, m.DECLINE_PATH, invite_id)
-        return ended
+        """Decline an invite this computer received; the inviter is not told (that would tell
+        whoever sent it that the user is there): its invite expires or is canceled."""
+        self._incoming.pending(invite_id)
+        return self._incoming.end(invite_id, "declined")
 
     def handle_cancel(self, end: m.InviteEnd) -> m.Outcome:
         """The inviter canceled (public route)."""
@@ -389,6 +454,11 @@ class ClusterService:
             if outgoing.invite.state != "pending" and now >= outgoing.invite.expires_at + KEEP_S:
                 del self._outgoing[invite_id]  # ended long ago: status lists open invites
         self._incoming.expire()
+        self._wrong_pins = {
+            peer: recent
+            for peer, times in self._wrong_pins.items()
+            if (recent := rules.recent_failures(times, now))
+        }
 
     async def _tell(self, address: str, port: int, path: str, invite_id: InviteId) -> None:
         try:
@@ -419,3 +489,10 @@ class ClusterService:
         self._events.publish(lambda seq: MembershipChanged(seq=seq, status=status))
         for listener in self._trust_listeners:
             listener(self.membership)
+
+
+def _disagreement(info: NodeInfo, address: str, fingerprint: str) -> str | None:
+    """Why ``info`` cannot be believed: it names another certificate than TLS presented."""
+    if info.fingerprint is None or info.fingerprint == fingerprint:
+        return None
+    return _CERT_DISAGREES.format(name=info.name, address=address)

@@ -20,6 +20,7 @@ InviteState = Literal[
     "busy",
     "locked-out",
     "failed",
+    "not-accepting",
 ]
 InviteDirection = Literal["outgoing", "incoming"]
 
@@ -94,6 +95,29 @@ class ClusterStatus(Wire, frozen=True, kw_only=True, omit_defaults=True):
     members: list[ClusterMember] = msgspec.field(default_factory=list)
     invites: list[Invite] = msgspec.field(default_factory=list)
     removed: RemovedFromCluster | None = None  # another member removed this node
+    join_window: JoinWindow | None = None  # open while this node accepts invites
+
+
+class JoinWindowParams(Wire, frozen=True, kw_only=True):
+    """Parameters of ``cluster:open-join-window``: how long to accept invites (1-15 minutes)."""
+
+    minutes: float = 10.0
+
+
+class JoinWindow(Wire, frozen=True, kw_only=True):
+    """While open, this node accepts invites from other computers (until ``closes_at``, Unix s).
+
+    Closed, every invite is answered ``not-accepting`` and nothing is shown to the user.
+    """
+
+    opened_at: float
+    closes_at: float
+
+
+class JoinWindowState(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """Answer to ``cluster:open-join-window`` and ``cluster:close-join-window``."""
+
+    window: JoinWindow | None = None
 
 
 class NodeProbe(Wire, frozen=True, kw_only=True, omit_defaults=True):

@@ -144,6 +144,7 @@ def open_invites(broker: Broker) -> list[dict[str, Any]]:
 
 def test_invite_and_accept_make_one_cluster(no_mdns: None, start_broker: StartBroker) -> None:
     a, b = start_broker(), start_broker()
+    join(b)
     with inviting(a, f"127.0.0.1:{node_port(b)}") as invite:
         pin = invite.wait_pin()
         assert [i["direction"] for i in open_invites(b)] == ["incoming"]
@@ -167,6 +168,7 @@ def test_invite_and_accept_make_one_cluster(no_mdns: None, start_broker: StartBr
 
 def test_a_wrong_pin_is_reported_on_both_sides(no_mdns: None, start_broker: StartBroker) -> None:
     a, b = start_broker(), start_broker()
+    join(b)
     with inviting(a, f"127.0.0.1:{node_port(b)}") as invite:
         pin = invite.wait_pin()
         accepted = run(b.data_dir, "accept", "--pin", other_pin(pin))
@@ -179,10 +181,11 @@ def test_a_wrong_pin_is_reported_on_both_sides(no_mdns: None, start_broker: Star
     assert open_invites(a) == [] and open_invites(b) == []
 
 
-def test_a_malformed_pin_sends_nothing_and_a_decline_ends_the_invite(
+def test_a_malformed_pin_sends_nothing_and_a_decline_tells_the_inviter_nothing(
     no_mdns: None, start_broker: StartBroker
 ) -> None:
     a, b = start_broker(), start_broker()
+    join(b)
     with inviting(a, f"127.0.0.1:{node_port(b)}") as invite:
         invite.wait_pin()
         accepted = run(b.data_dir, "accept", "--pin", "12345")
@@ -193,10 +196,29 @@ def test_a_malformed_pin_sends_nothing_and_a_decline_ends_the_invite(
         declined = run(b.data_dir, "decline", still_open["id"][:6])
         assert declined.returncode == 0, declined.stderr
         assert "Declined" in declined.stdout
+        # The inviter is not told (that would tell whoever sent it that someone is there):
+        # its invite stays open until it expires or its user stops it.
+        assert [i["state"] for i in open_invites(a)] == ["pending"]
+        invite.process.send_signal(signal.SIGINT)
         code, out, err = invite.finish()
     assert code == 1, out + err
-    assert "Declined:" in out and "declined the invite" in out
+    assert "Canceled: the invite to" in out and "Declined" not in out
     assert open_invites(a) == []
+
+
+def test_an_invite_to_a_computer_that_did_not_ask_to_join_says_what_to_do(
+    no_mdns: None, start_broker: StartBroker
+) -> None:
+    a, b = start_broker(), start_broker()
+    refused = run(a.data_dir, "invite", f"127.0.0.1:{node_port(b)}")
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "Not accepting invites" in refused.stdout and "pair join" in refused.stdout
+    assert open_invites(a) == [] and open_invites(b) == []
+    join(b)
+    assert "join window  open" in run(b.data_dir, "cluster").stdout
+    closed = run(b.data_dir, "join", "--close")
+    assert closed.returncode == 0 and "does not accept invites" in closed.stdout
+    assert "join window" not in run(b.data_dir, "cluster").stdout
 
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
@@ -204,6 +226,7 @@ def test_stopping_the_invite_cancels_it_on_both_sides(
     stop: signal.Signals, no_mdns: None, start_broker: StartBroker
 ) -> None:
     a, b = start_broker(), start_broker()
+    join(b)
     with inviting(a, f"127.0.0.1:{node_port(b)}") as invite:
         invite.wait_pin()
         assert len(open_invites(b)) == 1
@@ -216,8 +239,16 @@ def test_stopping_the_invite_cancels_it_on_both_sides(
     assert refused.returncode == 1 and "no incoming invite is open" in refused.stderr
 
 
+def join(joiner: Broker) -> None:
+    """``pair join`` on ``joiner``: it takes invites for the next 10 minutes."""
+    opened = run(joiner.data_dir, "join")
+    assert opened.returncode == 0, opened.stdout + opened.stderr
+    assert "This computer accepts invites for" in opened.stdout and "pair accept" in opened.stdout
+
+
 def paired(a: Broker, b: Broker) -> None:
-    """A invites B and B types the PIN, both through the CLI."""
+    """B asks to join, A invites B and B types the PIN, all through the CLI."""
+    join(b)
     with inviting(a, f"127.0.0.1:{node_port(b)}") as invite:
         accepted = run(b.data_dir, "accept", "--pin", invite.wait_pin())
         assert accepted.returncode == 0, accepted.stdout + accepted.stderr

@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from backend.protocol import methods
-from backend.protocol.types.cluster import InviteAnswer, InviteParams
+from backend.protocol.types.cluster import InviteAnswer, InviteParams, JoinWindowParams
 from tests.integration.conftest import ROOT, Broker, Client, node_argv, wait_until_serving
 from tests.integration.discovery.test_manual_nodes import FAST
 from tests.integration.discovery.test_multicast_netns import _ip, _netns_available
@@ -187,6 +187,7 @@ def _free_port_on(_: Host) -> int:
 
 
 async def _pair(inviter: Client, joiner: Client, address: str, port: int) -> None:
+    await joiner.typed(methods.CLUSTER_OPEN_JOIN_WINDOW, JoinWindowParams())
     created = await inviter.typed(methods.CLUSTER_INVITE, InviteParams(address=address, port=port))
     assert created.invite.state == "pending", created.invite.reason
     answer = InviteAnswer(id=created.invite.id, pin=created.pin)

@@ -183,6 +183,7 @@ async def restart(node: Node, root: Path) -> Node:
 
 async def pair(inviter: Node, joiner: Node) -> None:
     """Pair ``joiner`` into ``inviter``'s cluster with the right PIN."""
+    joiner.service.open_join_window(10)
     created = await inviter.service.invite("127.0.0.1", joiner.port)
     assert created.invite.state == "pending", created.invite.reason
     paired = await joiner.service.accept(created.invite.id, created.pin)

@@ -39,6 +39,7 @@ async def pair_of_nodes(tmp_path: Path) -> AsyncIterator[tuple[Node, Node, FakeC
 
 
 async def _invite(a: Node, b: Node) -> tuple[str, str]:
+    b.service.open_join_window(10)
     created = await a.service.invite("127.0.0.1", b.port)
     assert created.invite.state == "pending", created.invite.reason
     return created.invite.id, created.pin
@@ -132,7 +133,7 @@ async def test_invites_expire_after_five_minutes_on_both_sides(
         await b.service.accept(invite_id, pin)  # type: ignore[arg-type]
 
 
-async def test_one_pairing_at_a_time_and_decline(
+async def test_one_outgoing_invite_at_a_time_and_a_silent_decline(
     pair_of_nodes: tuple[Node, Node, FakeClock],
 ) -> None:
     a, b, _ = pair_of_nodes
@@ -141,7 +142,8 @@ async def test_one_pairing_at_a_time_and_decline(
     assert second.invite.state == "busy" and second.pin == ""
     declined = await b.service.decline(invite_id)  # type: ignore[arg-type]
     assert declined.state == "declined"
-    assert a.invites()[-1].invite.state == "declined"
+    # The inviter is never told (that would tell whoever sent it that the user is there).
+    assert a.invites()[-1].invite.state == "pending"
 
 
 async def test_repeated_wrong_pins_lock_the_inviter_out(
@@ -155,7 +157,7 @@ async def test_repeated_wrong_pins_lock_the_inviter_out(
     locked = await a.service.invite("127.0.0.1", b.port)
     assert locked.invite.state == "locked-out" and "15 minutes" in (locked.invite.reason or "")
     clock.now += 901
-    assert (await a.service.invite("127.0.0.1", b.port)).invite.state == "pending"
+    assert (await _invite(a, b))[1]
 
 
 async def test_a_node_in_another_cluster_rejects_the_invite(
@@ -166,6 +168,7 @@ async def test_a_node_in_another_cluster_rejects_the_invite(
     try:
         invite_id, pin = await _invite(c, b)  # b joins c's cluster
         assert (await b.service.accept(invite_id, pin)).state == "paired"  # type: ignore[arg-type]
+        b.service.open_join_window(10)
         rejected = await a.service.invite("127.0.0.1", b.port)
         assert rejected.invite.state == "rejected"
         assert "another cluster" in (rejected.invite.reason or "")
@@ -178,9 +181,10 @@ class _Relay:
     node-info and the invite to B (putting its own certificate and port in the invite, since B
     would refuse a certificate that differs from the invite's) and the PIN exchange to A."""
 
-    def __init__(self, a: Node, b: Node, *, rewrite_ad: bool) -> None:
+    def __init__(self, a: Node, b: Node, *, rewrite_ad: bool, copy_info: bool = False) -> None:
         self.a, self.b = a, b
-        self.rewrite_ad = rewrite_ad  # also claim its own fingerprint in A's CPace answer
+        self.rewrite_ad = rewrite_ad  # claim its own fingerprint in both sides' CPace data
+        self.copy_info = copy_info  # serve B's node-info as is (else naming its certificate)
         self.credentials = mint(NodeId("eeeeeeee-0000-4000-8000-00000000000e"))
         self.port = free_port()
         self.runner: web.AppRunner | None = None
@@ -197,6 +201,8 @@ class _Relay:
 
     async def _node_info(self, _: web.Request) -> web.Response:
         info = await peer_client.node_info("127.0.0.1", self.b.port)
+        if not self.copy_info:
+            info = msgspec.structs.replace(info, fingerprint=self.credentials.fingerprint)
         return web.Response(body=msgspec.json.encode(info), content_type="application/json")
 
     async def _offer(self, request: web.Request) -> web.Response:
@@ -207,7 +213,12 @@ class _Relay:
         return await self._send(self.b, m.INVITE_PATH, msgspec.json.encode(forged))
 
     async def _to_a(self, request: web.Request) -> web.Response:
-        answer = await self._send(self.a, request.path, await request.read())
+        body = await request.read()
+        if request.path == m.START_PATH and self.rewrite_ad:
+            start = msgspec.json.decode(body, type=m.Start)
+            ad = m.associated_data(self.b.node_id, self.credentials.fingerprint)
+            body = msgspec.json.encode(msgspec.structs.replace(start, ad=ad))
+        answer = await self._send(self.a, request.path, body)
         if request.path != m.START_PATH or not self.rewrite_ad:
             return answer
         assert isinstance(answer.body, bytes)
@@ -233,6 +244,7 @@ async def test_a_relay_with_its_own_certificate_cannot_complete_pairing(
     a, b, _ = pair_of_nodes
     relay = _Relay(a, b, rewrite_ad=rewrite_ad)
     await relay.start()
+    b.service.open_join_window(10)
     try:
         created = await a.service.invite("127.0.0.1", relay.port)  # A thinks it reaches B
         assert created.invite.state == "pending" and created.invite.peer_node_id == b.node_id
@@ -244,9 +256,31 @@ async def test_a_relay_with_its_own_certificate_cannot_complete_pairing(
     if rewrite_ad:  # the run goes through: the certificate in the channel identifier differs
         assert ended.state == "wrong-pin"
         assert a.invites()[-1].invite.state == "wrong-pin"
-    else:  # B sees that A's answer names a certificate other than the one it talks to
-        assert ended.state == "failed" and "another computer" in (ended.reason or "")
+    else:  # A sees that B names another certificate than the one it invited (the relay's)
+        assert ended.state == "failed" and "another certificate" in (ended.reason or "")
+        assert a.invites()[-1].invite.state == "failed"
     assert not a.service.membership.members and not b.service.membership.members
+
+
+async def test_a_relay_showing_the_real_node_info_is_refused_before_anything_is_sent(
+    pair_of_nodes: tuple[Node, Node, FakeClock],
+) -> None:
+    a, b, _ = pair_of_nodes
+    relay = _Relay(a, b, rewrite_ad=False, copy_info=True)
+    await relay.start()
+    b.service.open_join_window(10)
+    try:
+        probe = await a.service.probe("127.0.0.1", relay.port)
+        created = await a.service.invite("127.0.0.1", relay.port)
+    finally:
+        assert relay.runner is not None
+        await relay.runner.cleanup()
+    assert not probe.invitable and "another certificate" in (probe.reason or "")
+    assert created.invite.state == "failed" and created.pin == ""
+    assert "another certificate" in (created.invite.reason or "")
+    # What A shows is the certificate TLS presented, never node-info's copied claim.
+    assert created.invite.peer_fingerprint == relay.credentials.fingerprint
+    assert not b.invites()
 
 
 async def test_malformed_pairing_messages_get_a_clean_400(
