@@ -331,6 +331,7 @@ def _discovery(base: Foundation, services: _Services) -> DiscoveryComponent:
         manual_store=ManualNodeStore(base.store),
         timing=DiscoveryTiming.from_environment(os.environ),
         use_mdns=mdns_enabled(os.environ),
+        announce=lambda: services.settings.view().announces,  # followed live
         # Read on every poll, so mutual TLS follows the membership at once.
         members=lambda: base.members.current.trusted(),
         credentials=base.credentials.credentials,
@@ -507,6 +508,7 @@ def _node_api(
         ssl_context=pinned.context,
         cluster=cluster,
         routes=(member_rpc.add_routes,),
+        public_network=lambda: services.settings.view().public_network,
     )
     return telemetry, server
 
