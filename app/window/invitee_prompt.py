@@ -438,6 +438,8 @@ class InviteePrompts(QObject):
 
     def _on_controller_invite_updated(self, invite: Invite) -> None:
         if invite.id in self._queue:
+            if invite.state != "pending":  # ended while it waited: nothing to ask for
+                self._queue.remove(invite.id)
             self._refresh_waiting()
 
     def _on_tray_message_clicked(self) -> None:

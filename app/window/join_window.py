@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.controllers.cluster_page import ClusterPageController
@@ -64,6 +64,7 @@ class JoinWindowRow(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         for label in (self.hint, self.state, self.problem):
+            label.setAlignment(Qt.AlignmentFlag.AlignCenter)  # as the rest of the empty state
             layout.addWidget(label)
         layout.addLayout(buttons)
         self.problem.hide()

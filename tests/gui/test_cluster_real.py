@@ -78,6 +78,13 @@ async def test_two_apps_pair_through_their_windows_and_one_runs_the_others_engin
         await wait_until(lambda app=app: app.connection.state is ServiceState.READY, READY_S)
     await wait_until(lambda: desk.cluster_store.loaded and laptop.cluster_store.loaded)
 
+    # laptop: Cluster page → Join a cluster… (it takes invites only when asked).
+    laptop.window.show_page("cluster")
+    join_row = laptop.cluster_page.cluster_box.join_row
+    await wait_until(join_row.join_button.isEnabled, 20, "the join button")
+    QTest.mouseClick(join_row.join_button, Qt.MouseButton.LeftButton)
+    await wait_until(join_row.stop_button.isVisible, 20, "the join window to open")
+
     # desk: Cluster page → Add node… → the address typed, checked, invited.
     desk.window.show_page("cluster")
     desk.cluster_page.add_node_requested.emit()

@@ -447,6 +447,17 @@ async def test_a_queued_invite_that_ended_meanwhile_is_skipped(ui: Ui) -> None:
     assert ui.prompts.prompt is None
 
 
+async def test_ended_invites_are_dropped_and_never_prompted_again(ui: Ui) -> None:
+    first = await opened(ui)
+    for n in range(2, 40):  # a stream of invites that each end: nothing piles up
+        ui.push(invite_id=f"inv-{n}", peer_name=f"vm-{n}")
+        ui.push(invite_id=f"inv-{n}", peer_name=f"vm-{n}", state="expired")
+    assert ui.controller._prompted.keys() == {"inv-1"}
+    assert ui.controller.invite(InviteId("inv-2")) is None
+    ui.push(invite_id="inv-2", peer_name="vm-2")  # a stale pending copy asks for nothing
+    assert ui.prompts.queued == [] and ui.prompt is first
+
+
 async def test_the_tray_says_so_only_while_the_window_is_hidden(ui: Ui) -> None:
     await ui.ready()
     ui.push()
