@@ -53,6 +53,7 @@ from backend.components.proxy.component import ProxyComponent, local_engines
 from backend.components.proxy.table import (
     FIRST_CONTENT_TIMEOUT_ENV,
     HEADER_TIMEOUT_ENV,
+    RELAY_IDLE_TIMEOUT_ENV,
     LanAccess,
     TableSource,
     merged_loads,
@@ -73,6 +74,7 @@ from backend.core.store import Store
 from backend.core.supervisor import Supervisor
 from backend.core.worker import WorkerProcess
 from backend.protocol import methods
+from backend.protocol.proxy import RELAY_IDLE_S
 from backend.protocol.types.broker import LogLevel, LogLevelParams, Ports
 
 PROXY_GONE = "interrupted: the proxy worker stopped"
@@ -368,6 +370,7 @@ def _proxy(
         placement=lambda: settings.view().placement_policy,
         local_away=lambda: local_away(engines.returning_models(), node_id, services.node_name()),
         linked=board.linked,
+        relay_idle=lambda: timeout_from(RELAY_IDLE_S, os.environ, RELAY_IDLE_TIMEOUT_ENV),
     )
     proxy = ProxyComponent(
         ports=base.config.ports,

@@ -31,6 +31,9 @@ PlacementPolicy = Literal["reference", "pair", "round_robin"]
 PLACEMENT_POLICIES: tuple[PlacementPolicy, ...] = ("reference", "pair", "round_robin")
 DEFAULT_PLACEMENT: PlacementPolicy = "pair"
 DEFAULT_TIMEOUT_S = 120.0
+# A member's stream silent this long is cut unless its member link is up (then it waits on up
+# to the first-content timeout): a dead member's stream ends in seconds, a slow one goes on.
+RELAY_IDLE_S = 20.0
 # The proxy worker's parked conversations in an engine's slot folder: ``pair-kv-<digest>.bin``.
 PARKED_PREFIX = "pair-kv-"
 PARKED_SUFFIX = ".bin"
@@ -118,7 +121,8 @@ class ProxyTargets(Wire, frozen=True, kw_only=True):
     ``loads`` is each node's pending work at snapshot ``generation`` (reservations taken since
     are the proxy's own). ``pins`` names a node to try first per engine; ``priority`` is the
     scheduler's order. Timeouts are seconds for the response headers and for the first body
-    byte after them. ``trusted`` holds the certificates (DER) of the paired members: the only
+    byte after them; ``relay_idle_s`` bounds the silence between a member's chunks while its
+    link is down. ``trusted`` holds the certificates (DER) of the paired members: the only
     clients the relay listener lets in. ``lan_access`` lets other computers use the front doors
     with a LAN API key whose SHA-256 (hex) is in ``api_key_hashes`` (sent only while it is on).
     ``allowed_origins`` are browser origins (``*`` a wildcard) the doors accept beyond loopback.
@@ -135,6 +139,7 @@ class ProxyTargets(Wire, frozen=True, kw_only=True):
     priority: list[str] = msgspec.field(default_factory=list)
     header_timeout_s: float = DEFAULT_TIMEOUT_S
     first_content_timeout_s: float = DEFAULT_TIMEOUT_S
+    relay_idle_s: float = RELAY_IDLE_S
     trusted: list[bytes] = msgspec.field(default_factory=list)
     lan_access: bool = False
     api_key_hashes: list[str] = msgspec.field(default_factory=list)

@@ -34,12 +34,12 @@ import msgspec
 from backend.common import tls
 from backend.common.certificates import NodeCredentials
 from backend.common.hostport import url_host
-from backend.common.lan_tcp import LAN_CONNECT_TIMEOUT_S, lan_socket
 from backend.common.tasks import TaskSet
 from backend.components.cluster.members import Member
 from backend.components.federation import websocket
 from backend.components.federation.server import LINK_PATH
 from backend.core.clock import Clock
+from backend.core.lan_tcp import LAN_CONNECT_TIMEOUT_S, lan_socket
 from backend.protocol import contract, errors, methods
 from backend.protocol.contract import Method
 from backend.protocol.peer import RpcPeer

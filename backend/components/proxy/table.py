@@ -27,6 +27,7 @@ from backend.components.proxy.targets import ENGINE_DOORS
 from backend.protocol.proxy import (
     DEFAULT_PLACEMENT,
     DEFAULT_TIMEOUT_S,
+    RELAY_IDLE_S,
     AwayModels,
     GpuSample,
     PlacementPolicy,
@@ -41,6 +42,7 @@ log = logging.getLogger(__name__)
 
 HEADER_TIMEOUT_ENV = "PAIR_PROXY_HEADER_TIMEOUT_S"
 FIRST_CONTENT_TIMEOUT_ENV = "PAIR_PROXY_FIRST_CONTENT_TIMEOUT_S"
+RELAY_IDLE_TIMEOUT_ENV = "PAIR_PROXY_RELAY_IDLE_TIMEOUT_S"
 # A node whose node-info names no relay port is dialled at the default one.
 DEFAULT_RELAY_PORT = Ports(node=0, ollama=0, openai=0, llamacpp=0).relay
 
@@ -165,6 +167,7 @@ def build_table(
     generation: int,
     header_timeout_s: float = DEFAULT_TIMEOUT_S,
     first_content_timeout_s: float = DEFAULT_TIMEOUT_S,
+    relay_idle_s: float = RELAY_IDLE_S,
     pinned: str = "",
     membership: Membership | None = None,
     lan: LanAccess | None = None,
@@ -212,6 +215,7 @@ def build_table(
         pins=dict.fromkeys(engines, pinned) if pinned else {},
         header_timeout_s=header_timeout_s,
         first_content_timeout_s=first_content_timeout_s,
+        relay_idle_s=relay_idle_s,
         trusted=sorted(member.cert_der for member in trusted),
         lan_access=lan.enabled,
         api_key_hashes=sorted(lan.key_hashes) if lan.enabled else [],
@@ -244,6 +248,7 @@ class TableSource:
         clock: Callable[[], float] = time.monotonic,
         local_away: Callable[[], Sequence[AwayModels]] = tuple,
         linked: Callable[[], Collection[str]] | None = None,
+        relay_idle: Callable[[], float] = lambda: RELAY_IDLE_S,
     ) -> None:
         self._node_id = node_id
         self._local = local
@@ -257,6 +262,7 @@ class TableSource:
         self._clock = clock
         self._local_away = local_away
         self._linked = linked
+        self._relay_idle = relay_idle
         self._inventory = MemberInventory()
         self._away = AwayMemory()
         self._generation = 0
@@ -282,6 +288,7 @@ class TableSource:
             generation=self._generation,
             header_timeout_s=header,
             first_content_timeout_s=first_content,
+            relay_idle_s=self._relay_idle(),
             pinned=self._pinned(),
             membership=membership,
             lan=self._lan(),

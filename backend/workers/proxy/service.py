@@ -19,6 +19,7 @@ from aiohttp import web
 
 from backend.core.bad_requests import BadRequestLimiter, BadRequestLog
 from backend.core.clock import Clock
+from backend.core.lan_tcp import LAN_CONNECT_TIMEOUT_S, lan_socket
 from backend.protocol import errors
 from backend.protocol.custody import Held
 from backend.protocol.errors import BadResult
@@ -57,7 +58,6 @@ from backend.workers.proxy.upstream.engine_client import EngineClient
 log = logging.getLogger(__name__)
 
 CLEANUP_TIMEOUT_S = 3.0
-CONNECT_TIMEOUT_S = 10.0
 SCHEDULER_PUSH_S = 0.25
 # A model switch may load a large model from disk: the broker's own bound is the engine's
 # readiness timeout; this one only keeps a lost broker from holding the queue forever.
@@ -259,8 +259,11 @@ class ProxyService:
 
     async def serve(self) -> None:
         """Serve every door and the relay until cancelled."""
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30)
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S)
+        # Members' relays are on the LAN: a connect there takes milliseconds, and a pooled
+        # connection over a link that died is found dead by keep-alive (``lan_tcp``); loopback
+        # connections (this computer's engines) keep the defaults.
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30, socket_factory=lan_socket)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=LAN_CONNECT_TIMEOUT_S)
         options: dict[str, Any] = {
             "timeout": timeout,
             "auto_decompress": False,
@@ -268,7 +271,7 @@ class ProxyService:
         }
         # The second try of a request whose pooled connection the engine had closed goes on a
         # new one: the pool may hold more connections the engine closed the same way.
-        fresh = aiohttp.TCPConnector(limit=0, force_close=True)
+        fresh = aiohttp.TCPConnector(limit=0, force_close=True, socket_factory=lan_socket)
         async with (
             aiohttp.ClientSession(connector=connector, **options) as session,
             aiohttp.ClientSession(connector=fresh, **options) as retry_session,

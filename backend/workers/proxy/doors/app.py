@@ -18,7 +18,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from aiohttp.web_protocol import RequestPayloadError
 
-from backend.protocol.proxy import DOOR_ENGINES, AwayModels
+from backend.protocol.proxy import DOOR_ENGINES
 from backend.workers.proxy.context import CONTEXT_KEY, DoorContext
 from backend.workers.proxy.doors.errors import ErrorReply
 from backend.workers.proxy.doors.forwarding import forward_or_502
@@ -34,6 +34,7 @@ from backend.workers.proxy.doors.wire import (
 from backend.workers.proxy.routing.admission import Admission
 from backend.workers.proxy.routing.candidates import away_owner, owners, targets_for
 from backend.workers.proxy.routing.pins import pinned
+from backend.workers.proxy.routing.replies import away_reply
 from backend.workers.proxy.translate.native import speaks
 from backend.workers.proxy.upstream.forward import (
     LAN_CLIENT_KEY,
@@ -60,8 +61,6 @@ OLLAMA_GREETING = "Ollama is running"
 OLLAMA_API_VERSION = "0.12.0"
 # PAIR's own paths (the relay among them) are never passed to an engine from a front door.
 PAIR_PATHS = "/_pair/{tail:.*}"
-# A member restarting is routable again within seconds (its broker, then its node-info).
-AWAY_RETRY_AFTER_S = 5
 
 __all__ = [
     "CONTEXT_KEY",
@@ -157,7 +156,7 @@ async def _inference(request: web.Request) -> web.StreamResponse:
         if pin is None:
             away = away_owner(table, admission.model)
             if away is not None:
-                return _away_reply(away, admission.model).response(request.path)
+                return away_reply(away, admission.model).response(request.path)
             return missing_model(admission.model, request.path)
         admission.repin(pin.model, pin.only)
         found = pin.only
@@ -280,17 +279,6 @@ async def _not_here(request: web.Request) -> web.StreamResponse:
         "PAIR's own paths are served only on the relay port, over mutual TLS, to paired computers"
     )
     return ErrorReply(404, message, "not_found_error").response(request.path)
-
-
-def _away_reply(away: AwayModels, model: str) -> ErrorReply:
-    """503 for a model only a member has that does not serve it right now (it restarts, or
-    cannot be reached): worth trying again, unlike a 404."""
-    message = (
-        f"model '{model}' is on {away.name or away.node_id}, which cannot serve it right now "
-        "(it is restarting or cannot be reached); try again shortly"
-    )
-    headers = {"Retry-After": str(AWAY_RETRY_AFTER_S)}
-    return ErrorReply(503, message, "service_unavailable", headers=headers)
 
 
 async def _read_capped(request: web.Request) -> bytes | None:

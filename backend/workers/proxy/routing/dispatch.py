@@ -5,8 +5,11 @@ node, then node id; place by the table's policy (docs/PLACEMENT.md) and reserve;
 a transport error, a retryable status, a timeout or the target leaving the table, try the next
 candidate; after a round, back off (1, 2, 4, 8 s ±25 %) and re-resolve; at most 5 dispatches
 within 10 minutes. A round that leaves no node listing the model, and no member coming back
-with it, ends the request with the door's own answer for an unknown model. The first body
-byte commits: from then on the response streams to the client and is never retried.
+with it, ends the request with the door's own answer for an unknown model; one whose only
+owner is away (restarting, or its member link down) waits for it ``failover.AWAY_WAIT_S`` at
+most, then gets the door's 503 naming it. The first body byte commits: from then on the
+response streams to the client and is never retried; a member's stream is cut when the member
+leaves the table (``liveness.py``).
 
 Every choice of that loop is a pure function in ``failover.py``; the router does the I/O and applies
 them. Time and the backoff's jitter come from the ``Clock`` and ``RandomSource`` the worker's
@@ -36,15 +39,21 @@ from backend.workers.proxy.routing.admission import (
     translate,
     watch_peer_start,
 )
-from backend.workers.proxy.routing.candidates import candidates, vanished
+from backend.workers.proxy.routing.candidates import away_owner, candidates, owners, vanished
 from backend.workers.proxy.routing.choice import NodeChoice
 from backend.workers.proxy.routing.departures import Departures, unless_gone
 from backend.workers.proxy.routing.failover import Failover, RandomSource, RetryPolicy
 from backend.workers.proxy.routing.links import Links
+from backend.workers.proxy.routing.liveness import PeerStreamWatch, relay_idle
 from backend.workers.proxy.routing.local import LocalSchedulers
 from backend.workers.proxy.routing.naming import normalize
 from backend.workers.proxy.routing.placement.measure import OutputMeter
-from backend.workers.proxy.routing.replies import busy_reply, give_up_reply, load_failed
+from backend.workers.proxy.routing.replies import (
+    away_reply,
+    busy_reply,
+    give_up_reply,
+    load_failed,
+)
 from backend.workers.proxy.routing.send import send
 from backend.workers.proxy.scheduler.engine_scheduler import EngineScheduler, LoadFailed
 from backend.workers.proxy.scheduler.sessions import pin_slot, session_of
@@ -163,7 +172,7 @@ class Router:
             if found:
                 state, response = await self._dispatch(request, admission, job, state, found)
                 continue
-            end = self._round_ended(state, admission)
+            state, end = self._round_ended(state, admission)
             if not isinstance(end, failover.Backoff):
                 return self._final(job, admission, state, end)
             job.submitted(state.attempt + 1, None)
@@ -171,12 +180,15 @@ class Router:
             state = failover.next_round(state)
         return response
 
-    def _round_ended(self, state: Failover, admission: Admission) -> failover.RoundEnd:
+    def _round_ended(
+        self, state: Failover, admission: Admission
+    ) -> tuple[Failover, failover.RoundEnd]:
         pinned = admission.only is not None
-        gone = not pinned and vanished(self.table, admission.model)
-        return failover.round_ended(
-            state, self._clock.monotonic(), self._rng, pinned=pinned, vanished=gone
-        )
+        table, model, now = self.table, admission.model, self._clock.monotonic()
+        away = not pinned and not owners(table, model) and away_owner(table, model) is not None
+        state = failover.awaiting(state, away, now)
+        gone = not pinned and vanished(table, model)
+        return state, failover.round_ended(state, now, self._rng, pinned=pinned, vanished=gone)
 
     def _candidates(self, admission: Admission) -> list[RouteTarget]:
         if admission.only is not None:
@@ -193,10 +205,15 @@ class Router:
         job: Job,
         admission: Admission,
         state: Failover,
-        end: failover.Vanished | failover.GiveUp,
+        end: failover.Vanished | failover.GiveUp | failover.Away,
     ) -> web.StreamResponse:
         """The answer of a request no round will serve."""
-        if isinstance(end, failover.GiveUp):
+        away = away_owner(self.table, admission.model)
+        if isinstance(end, failover.Away) and away is not None:
+            waited = away_reply(away, admission.model)
+            job.failed(waited.message)
+            return waited.response(job.path)
+        if not isinstance(end, failover.Vanished):
             return give_up_reply(job, failover.final_answer(state, self._clock.monotonic()))
         reply = missing_model(admission.model, job.path)
         job.failed(f"model '{admission.model}' is no longer on any node")
@@ -286,20 +303,40 @@ class Router:
         meter = OutputMeter(self._clock.monotonic) if placed is not None else None
         if placed is not None:
             self._choice.placer.first_byte(placed)
-        response = await stream_commit(
-            request,
-            commit,
-            dispatch.job,
-            write_deadline_s=self.policy.write_deadline_s,
-            # Silence after the first byte is bounded like silence before it.
-            idle_s=self.table.first_content_timeout_s,
-            on_output=lambda: self._output(dispatch),
-            on_chunk=meter.feed if meter is not None else None,
-            translation=dispatch.translation,
-        )
+        # Silence after the first byte is bounded like silence before it; a member's, first by
+        # the relay's shorter idle limit, then by its link (``liveness.py``).
+        idle_s, extra_s = relay_idle(self.table, dispatch.target)
+        watch = self._watch_peer(commit, dispatch, idle_s, extra_s)
+        try:
+            response = await stream_commit(
+                request,
+                commit,
+                dispatch.job,
+                write_deadline_s=self.policy.write_deadline_s,
+                idle_s=idle_s,
+                on_output=lambda: self._output(dispatch),
+                on_chunk=meter.feed if meter is not None else None,
+                translation=dispatch.translation,
+            )
+        finally:
+            if watch is not None:
+                watch.close()
         if placed is not None and meter is not None and dispatch.job.outcome == "completed":
             self._choice.placer.completed(placed, meter)
         return response
+
+    def _watch_peer(
+        self, commit: Commit, dispatch: Dispatch, idle_s: float, extra_s: float
+    ) -> PeerStreamWatch | None:
+        """A member's stream is watched while it flows; this computer's engines' are not."""
+        if dispatch.target.kind != "peer" or commit.watchdog is None:
+            return None
+        return PeerStreamWatch(
+            self._departures, dispatch.target, commit.watchdog, self._table_now, idle_s, extra_s
+        )
+
+    def _table_now(self) -> ProxyTargets:
+        return self.table
 
     def _started(self, dispatch: Dispatch) -> None:
         if dispatch.running:

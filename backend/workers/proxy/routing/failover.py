@@ -28,6 +28,10 @@ JITTER = 0.25
 BUSY_HOLD_S = 2.0
 BUSY_STATUSES = (429, 503)
 WRITE_DEADLINE_S = 30.0
+# How long a request waits for a member that is away (restarting, or its link down) when no
+# other node has the model: one that is back within this long serves it (as a member that
+# heals does), else the door's 503 names it.
+AWAY_WAIT_S = 10.0
 
 
 class RandomSource(Protocol):
@@ -94,6 +98,7 @@ class Failover(msgspec.Struct, frozen=True, gc=False):
     attempt: int = 0
     tried: tuple[str, ...] = ()
     last: Failure | None = None
+    away_since: float | None = None  # since when only an away member has the model
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +118,13 @@ class GiveUp:
     """No round may start any more: answer with ``final_answer``."""
 
 
-RoundEnd = Backoff | Vanished | GiveUp
+@dataclass(frozen=True, slots=True)
+class Away:
+    """Only a member that is away has the model, and it has not come back within
+    ``AWAY_WAIT_S``: the door's 503 naming it."""
+
+
+RoundEnd = Backoff | Vanished | GiveUp | Away
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,17 +166,22 @@ def untried(state: Failover, found: Sequence[RouteTarget], now: float) -> list[R
 
 def dispatched(state: Failover, node: str) -> Failover:
     """``state`` after one more attempt was sent to ``node``."""
-    return Failover(state.budget.dispatched(), state.attempt + 1, (*state.tried, node), state.last)
+    return msgspec.structs.replace(
+        state,
+        budget=state.budget.dispatched(),
+        attempt=state.attempt + 1,
+        tried=(*state.tried, node),
+    )
 
 
 def failed(state: Failover, failure: Failure) -> Failover:
     """``state`` after its latest attempt failed before the commit."""
-    return Failover(state.budget, state.attempt, state.tried, failure)
+    return msgspec.structs.replace(state, last=failure)
 
 
 def next_round(state: Failover) -> Failover:
     """``state`` for a new round, after the backoff: every node may be tried again."""
-    return Failover(state.budget, state.attempt, (), state.last)
+    return msgspec.structs.replace(state, tried=())
 
 
 def round_ended(
@@ -175,14 +191,25 @@ def round_ended(
 
     A request pinned to given targets (``pinned``) gets one round. A model that ``vanished``
     from the table, with no member bringing it back, ends the request at once rather than
-    after minutes of waiting. Otherwise back off, unless no round could start in time.
+    after minutes of waiting; one only an away member has, once it waited ``AWAY_WAIT_S``
+    for it (``awaiting``). Otherwise back off, unless no round could start in time.
     """
     if pinned:
         return GiveUp()
     if vanished:
         return Vanished()
+    if state.away_since is not None and now - state.away_since >= AWAY_WAIT_S:
+        return Away()
     wait = state.budget.wait_before_next(now, rng)
     return GiveUp() if wait is None else Backoff(wait)
+
+
+def awaiting(state: Failover, away: bool, now: float) -> Failover:
+    """``state`` noting since when only an ``away`` member has the model (forgotten once a
+    node lists it again)."""
+    if away == (state.away_since is not None):
+        return state
+    return msgspec.structs.replace(state, away_since=now if away else None)
 
 
 def final_answer(state: Failover, now: float) -> FinalAnswer:

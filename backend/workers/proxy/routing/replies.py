@@ -1,10 +1,12 @@
-"""The router's own answers: every owner busy, a request that gave up, a model switch failed."""
+"""The router's own answers: every owner busy, a member away, a request that gave up, a model
+switch failed."""
 
 from __future__ import annotations
 
 import msgspec
 from aiohttp import web
 
+from backend.protocol.proxy import AwayModels
 from backend.workers.proxy.channels.jobs import Job
 from backend.workers.proxy.doors.errors import ErrorReply
 from backend.workers.proxy.doors.wire import dialect_for
@@ -23,6 +25,21 @@ def busy_reply(retry_after: int) -> ErrorReply:
         "service_unavailable",
         headers={"Retry-After": str(retry_after)},
     )
+
+
+# A member restarting, or whose link came back, is routable again within seconds.
+AWAY_RETRY_AFTER_S = 5
+
+
+def away_reply(away: AwayModels, model: str) -> ErrorReply:
+    """503 for a model only a member has that does not serve it right now (it restarts, or
+    cannot be reached): worth trying again, unlike a 404."""
+    message = (
+        f"model '{model}' is on {away.name or away.node_id}, which cannot serve it right now "
+        "(it is restarting or cannot be reached); try again shortly"
+    )
+    headers = {"Retry-After": str(AWAY_RETRY_AFTER_S)}
+    return ErrorReply(503, message, "service_unavailable", headers=headers)
 
 
 def give_up_reply(job: Job, answer: failover.FinalAnswer) -> web.StreamResponse:

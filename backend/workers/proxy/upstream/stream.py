@@ -6,8 +6,9 @@ answer's job is ended before the byte that completes it goes to the client (the 
 final marker, the last of a counted body, or the end of any other), so a client that has its
 whole answer never finds a job that failed because this process died just after; those bytes
 are held back until the broker has stored the job's end (``Job.wait_stored``). An engine that
-goes silent for the idle bound, or whose connection breaks, ends the stream: a streaming client
-gets a last record saying why, in its API's error shape (Ollama's ``{"error": ...}`` line, an
+goes silent for the idle bound, whose connection breaks, or whose member leaves the routing
+table (the router cuts the relay's wait: ``routing/liveness.py``) ends the stream: a streaming
+client gets a last record saying why, in its API's error shape (Ollama's ``{"error": ...}`` line, an
 SSE error event), then its connection is closed before the response's end, so a client that
 reads no records still sees an incomplete response.
 """
@@ -178,7 +179,7 @@ class _Relay:
                 self.job.cancelled("the client stopped reading")
                 _abort(self.request)
                 return False
-            reason = f"the engine sent nothing for {self.idle_s:g} s"
+            reason = watchdog.why or f"the engine sent nothing for {self.idle_s:g} s"
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, OSError) as exc:
             if isinstance(exc, ConnectionResetError) and _client_gone(self.request):
                 raise

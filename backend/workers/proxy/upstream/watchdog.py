@@ -5,6 +5,11 @@ Each wait only notes its deadline. The loop's one timer is set at the earliest d
 watchdog holds; when it comes, it cuts the tasks whose waits outlived their bounds and moves to
 the next earliest. A wait that ends, or that is followed by another, leaves the timer alone: a
 busy door makes no timer per request, only a watchdog's notes.
+
+A watchdog may have ``patience``: asked when a wait outlives its bound, it may grant more time
+(a relayed stream silent for the relay's idle limit whose member is still linked waits on up
+to the first-content bound). And it can be told to cut its task's wait at once (``cut_now``:
+the member the stream comes from left the routing table), saying why.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import time
 from collections.abc import Callable
 
 _SLACK_S = 0.001
+GONE = "gone"  # ``fired`` after ``cut_now``
 
 
 class _Sweep:
@@ -45,13 +51,11 @@ class _Sweep:
         earliest = math.inf
         for watchdog in list(self.watched):
             deadline = watchdog.deadline
-            if watchdog.kind is None:
+            # The loop may fire a hair early; a wait granted more time stays watched.
+            if watchdog.kind is None or (now >= deadline - _SLACK_S and watchdog.expired(now)):
                 self.watched.discard(watchdog)
-            elif now >= deadline - _SLACK_S:  # the loop may fire a hair early
-                self.watched.discard(watchdog)
-                watchdog.cut()
-            elif deadline < earliest:
-                earliest = deadline
+            elif watchdog.deadline < earliest:
+                earliest = watchdog.deadline
         if earliest < math.inf:
             self.arm(earliest)
 
@@ -77,7 +81,7 @@ class Watchdog:
     own. The waiter catches the cancellation, and ``uncancel`` tells it whether the watchdog's
     was the only one (``fired`` names the wait it cut)."""
 
-    __slots__ = ("_sweep", "_task", "deadline", "fired", "kind")
+    __slots__ = ("_sweep", "_task", "deadline", "fired", "kind", "patience", "why")
 
     def __init__(self) -> None:
         self._sweep = _sweep_of(asyncio.get_running_loop())
@@ -87,6 +91,10 @@ class Watchdog:
         self.kind: str | None = None
         self.deadline = 0.0
         self.fired: str | None = None
+        # Asked with the wait's kind and deadline when it outlives its bound: a later deadline
+        # to wait on, or anything else to cut it.
+        self.patience: Callable[[str, float], float] | None = None
+        self.why: str | None = None  # what cut the wait, when more than its bound
 
     def begin(self, kind: str, bound: float) -> None:
         """The task now waits for ``kind``, at most ``bound`` seconds (0: unbounded)."""
@@ -113,7 +121,28 @@ class Watchdog:
         self.kind = None
         self._sweep.watched.discard(self)
 
+    def expired(self, now: float) -> bool:
+        """The current wait outlived its bound: cut it, unless ``patience`` grants a later
+        deadline (then it waits on). Whether it was cut (the sweep calls this)."""
+        patience = self.patience
+        if patience is not None and self.kind is not None:
+            later = patience(self.kind, self.deadline)
+            if later > now:
+                self.deadline = later
+                return False
+        self.cut()
+        return True
+
     def cut(self) -> None:
-        """The current wait outlived its bound: cancel the task (the sweep calls this)."""
+        """Cancel the task's current wait (``fired`` names it)."""
         self.fired, self.kind = self.kind, None
         self._task.cancel()
+
+    def cut_now(self, why: str) -> None:
+        """Cut the task's current wait at once, for ``why`` (``fired`` is ``GONE``); nothing
+        if it waits for nothing (its work is over, or between two waits of no bound)."""
+        if self.kind is None:
+            return
+        self.why = why
+        self.kind = GONE
+        self.cut()
