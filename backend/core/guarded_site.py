@@ -20,6 +20,7 @@ import logging
 import socket
 import ssl
 from collections import deque
+from typing import cast
 
 from aiohttp import web
 
@@ -123,7 +124,8 @@ class GuardedConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Admit or refuse; an admitted connection goes on to the handler."""
-        assert isinstance(transport, asyncio.Transport)
+        # uvloop's transports are not asyncio's classes, only the same interface.
+        transport = cast(asyncio.Transport, transport)
         peer = _peer_address(transport)
         guard, loop = self._guard, asyncio.get_running_loop()
         if not guard.limits.is_exempt(peer):

@@ -17,8 +17,11 @@ import aiohttp
 import msgspec
 from aiohttp import web
 
+from backend.common.connection_limits import ConnectionCounter, limits_for
+from backend.common.fd_limit import open_file_limit
 from backend.core.bad_requests import BadRequestLimiter, BadRequestLog
 from backend.core.clock import Clock
+from backend.core.guarded_site import ConnectionGuard, GuardedSite
 from backend.core.lan_tcp import LAN_CONNECT_TIMEOUT_S, lan_socket
 from backend.protocol import errors
 from backend.protocol.custody import Held
@@ -118,6 +121,10 @@ class ProxyService:
         self._push_due = False
         self._have_router = asyncio.Event()
         self._bad_requests = BadRequestLimiter()  # one limit for every listener
+        # The doors and the relay face the network: one set of connection caps for all.
+        self._limits = limits_for(open_file_limit(), os.environ)
+        self._connections = ConnectionCounter(self._limits)
+        self._guards: dict[str, ConnectionGuard] = {}
 
     def bind_notify(self, notify: Notify) -> None:
         """Where job events go (the broker connection)."""
@@ -245,7 +252,7 @@ class ProxyService:
                 os.close(self._fds[door])
                 self._fds[door] = sock.detach()
             else:
-                site = web.SockSite(runner, sock)
+                site = GuardedSite(runner, sock, self._guard(f"front door {door}"))
                 await site.start()
                 old, self._door_sites[door] = self._door_sites[door], site
                 self._sites = [site if s is old else s for s in self._sites]
@@ -374,14 +381,29 @@ class ProxyService:
     ) -> tuple[web.AppRunner, web.SockSite]:
         # handler_cancellation: a client that hangs up cancels its handler, which closes the
         # upstream request so the engine frees the slot (a peer's relay hop included). Doors
-        # and relay may face the LAN: junk gets one short line, rate-limited (bad_requests).
+        # and relay may face the LAN: junk gets one short line, rate-limited (bad_requests),
+        # and slow or excess connections are closed (guarded_site).
         logger = BadRequestLog(listener, log, limiter=self._bad_requests)
-        runner = web.AppRunner(app, handler_cancellation=True, access_log=None, logger=logger)
+        runner = web.AppRunner(
+            app,
+            handler_cancellation=True,
+            access_log=None,
+            logger=logger,
+            keepalive_timeout=self._limits.keepalive_timeout_s,
+        )
         await runner.setup()
-        site = web.SockSite(runner, socket.socket(fileno=fd), ssl_context=ssl_context)
+        sock = socket.socket(fileno=fd)
+        site = GuardedSite(runner, sock, self._guard(listener), ssl_context=ssl_context)
         await site.start()
         self._sites.append(site)
         return runner, site
+
+    def _guard(self, listener: str) -> ConnectionGuard:
+        """The listener's guard (kept when a door moves: its deadlines go on)."""
+        guard = self._guards.get(listener)
+        if guard is None:
+            guard = self._guards[listener] = ConnectionGuard(listener, self._connections, log)
+        return guard
 
 
 def retry_policy(environment: Mapping[str, str]) -> RetryPolicy:
