@@ -4,7 +4,8 @@ It answers the pairing routes of the node API (``handle_*``, called by ``routes.
 ``cluster:*`` RPC methods, publishes every change as a numbered ``cluster:event``, and tells its
 listeners (the node API's pinned TLS, the proxy's relay) whenever the set of trusted
 certificates changes. The membership across the cluster (rosters, removal, leave, rename) is
-its ``roster`` (``RosterKeeper``). Owns no tasks of its own: the component runs ``expire``
+its ``roster`` (``RosterKeeper``); the joiner's side (received invites, the join window,
+accepting) is ``Joining``. Owns no tasks of its own: the component runs ``expire``
 every second and the roster pushes.
 """
 
@@ -31,7 +32,7 @@ from backend.components.cluster.inviter import (
     open_finish,
     sealed_answer,
 )
-from backend.components.cluster.joiner import Ended, Joined, run_pairing
+from backend.components.cluster.joining import OWN_INVITE_OPEN, JoinerParts, Joining
 from backend.components.cluster.members import (
     DEFAULT_CLUSTER_NAME,
     Members,
@@ -62,9 +63,6 @@ log = logging.getLogger(__name__)
 # An ended invite stays in the status this long after its expiry time, so screens can show how
 # it ended; then it is forgotten.
 KEEP_S = 600.0
-OWN_INVITE_OPEN = (
-    "this computer already has an open invite; finish or cancel it first (one pairing at a time)"
-)
 
 _CERT_DISAGREES = (
     "{name} at {address} presented another certificate than the one its node-info names "
@@ -115,7 +113,6 @@ class ClusterService:
         # Wrong PINs count per invited computer (its certificate's fingerprint): an impostor's
         # wrong answers must not lock the user out of inviting the real computer.
         self._wrong_pins: dict[str, list[float]] = {}
-        self._joining = False  # an accept is running: one pairing at a time
         self._trust_listeners: list[Callable[[Membership], None]] = []
         self.roster = RosterKeeper(
             node_id=node_id,
@@ -125,6 +122,11 @@ class ClusterService:
             clock=clock,
             changed=self._trust_changed,
         )
+        parts = JoinerParts(
+            credentials, members, self.roster, self._own_facts, self._trust_changed,
+            self._outgoing_open,
+        )  # fmt: skip
+        self._joining = Joining(self._incoming, parts)
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -224,7 +226,7 @@ class ClusterService:
             return "failed", disagrees
         if rules.locked_until(self._wrong_pins.get(fingerprint, []), now) is not None:
             return "locked-out", None
-        if self._joining or self._outgoing_open():
+        if self._joining.running or self._outgoing_open():
             return "busy", OWN_INVITE_OPEN
         return None
 
@@ -364,74 +366,15 @@ class ClusterService:
 
     def handle_offer(self, offer: m.InviteOffer, address: str) -> m.OfferAnswer:
         """Another computer invites this one (public route): hold it and tell the app."""
-        busy = self._joining or self._outgoing_open()
-        return self._incoming.offer(offer, address, self.membership, busy=busy)
+        return self._joining.handle_offer(offer, address)
 
     async def accept(self, invite_id: InviteId, pin: str) -> Invite:
         """The user typed the PIN for an invite this computer received."""
-        try:
-            pin = pc.validate_pin(pin)
-        except ValueError:
-            raise errors.InvalidParams(
-                "the PIN is six digits (0-9), as shown on the other computer"
-            ) from None
-        held = self._incoming.pending(invite_id)
-        if self._joining or self._outgoing_open():
-            raise errors.Conflict(OWN_INVITE_OPEN)
-        self._joining = True
-        try:
-            ended = await self._join(invite_id, held.offer, held.address, pin)
-        finally:
-            self._joining = False
-        if ended.state == "paired":
-            self._incoming.close_window()
-            self._incoming.end_others(
-                invite_id, f"this computer joined {held.offer.name}'s cluster"
-            )
-        return ended
-
-    async def _join(
-        self, invite_id: InviteId, offer: m.InviteOffer, address: str, pin: str
-    ) -> Invite:
-        try:
-            result = await run_pairing(offer, address, pin, self._credentials, self._own_facts())
-        except peer_client.PeerUnreachable as exc:
-            return self._incoming.end(invite_id, "failed", f"{offer.name} stopped answering: {exc}")
-        if isinstance(result, Ended):
-            return self._incoming.end(invite_id, result.state, result.reason)
-        own_cluster = self.membership.cluster_id
-        if own_cluster is not None and result.inviter.cluster_id != own_cluster:
-            return self._incoming.end(invite_id, "rejected")
-        return await self._commit_join(invite_id, offer, address, result)
-
-    async def _commit_join(
-        self, invite_id: InviteId, offer: m.InviteOffer, address: str, joined: Joined
-    ) -> Invite:
-        inviter = joined.inviter
-        cluster_id = inviter.cluster_id or new_cluster_id()
-        member = self.roster.paired_member(inviter, address, cluster_id, provisional=False)
-        await self._members.add(member, cluster_id=cluster_id, cluster_name=inviter.cluster_name)
-        self._trust_changed()
-        context = peer_client.mutual_context(self._credentials, inviter.cert_der)
-        hello = m.Hello(invite_id=offer.invite_id)
-        try:
-            done = await peer_client.post(
-                address, offer.node_port, m.HELLO_PATH, hello, context, m.Outcome
-            )
-        except peer_client.PeerUnreachable as exc:
-            done = m.Outcome(state="failed", reason=str(exc))
-        if done.state != "paired":
-            await self._members.undo_join(member.node_id)  # as we were before the invite
-            self._trust_changed()
-            return self._incoming.end(invite_id, "failed", done.reason)
-        self.roster.request_push()
-        return self._incoming.end(invite_id, "paired")
+        return await self._joining.accept(invite_id, pin)
 
     async def decline(self, invite_id: InviteId) -> Invite:
-        """Decline an invite this computer received; the inviter is not told (that would tell
-        whoever sent it that the user is there): its invite expires or is canceled."""
-        self._incoming.pending(invite_id)
-        return self._incoming.end(invite_id, "declined")
+        """Decline an invite this computer received (the inviter is not told)."""
+        return self._joining.decline(invite_id)
 
     def handle_cancel(self, end: m.InviteEnd) -> m.Outcome:
         """The inviter canceled (public route)."""

@@ -173,7 +173,7 @@ async def test_the_cluster_id_travels_only_in_the_sealed_box(nodes: Trio) -> Non
     assert cluster_id is not None
     c.service.open_join_window(10)
     created = await a.service.invite("127.0.0.1", c.port)
-    received = c.service._incoming.pending(created.invite.id).offer
+    received = c.service._joining.incoming.pending(created.invite.id).offer
     wire = msgspec.json.encode(received)
     assert cluster_id.encode() not in wire and b"cluster_id" not in wire
     assert received.cluster_tag is not None
