@@ -202,7 +202,8 @@ def _how_to_get(invites: Sequence[Invite], direction: InviteDirection) -> str:
         return "The open one here is outgoing: `pair cancel`."
     if direction == "incoming":
         return (
-            "Start one on the other computer: `pair invite ADDRESS` with this computer's address."
+            "Run `pair join` here, then start one on the other computer: `pair invite ADDRESS` "
+            "with this computer's address."
         )
     return "`pair invite ADDRESS` sends one."
 

@@ -11,7 +11,7 @@ from typing import Any, cast, get_args
 import msgspec
 import pytest
 
-from backend.cli import cluster_commands, confirm, exit_codes
+from backend.cli import cluster_commands, confirm, exit_codes, join_command
 from backend.cli.client_commands import format_status
 from backend.cli.cluster_commands import InviteWatch
 from backend.cli.cluster_format import (
@@ -49,6 +49,7 @@ from backend.protocol.types.cluster import (
     InviteChanged,
     InviteDirection,
     InviteState,
+    JoinWindow,
     MemberRemoved,
     MembershipChanged,
     RemovedFromCluster,
@@ -168,6 +169,26 @@ def test_a_port_option_out_of_range_is_a_usage_error(capsys: pytest.CaptureFixtu
     assert "outside 1-65535" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("minutes", ["0", "16", "soon"])
+def test_a_join_window_outside_1_to_15_minutes_is_a_usage_error(
+    minutes: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as caught:
+        build_parser().parse_args(["join", "--minutes", minutes])
+    assert caught.value.code == exit_codes.USAGE
+    assert "minutes" in capsys.readouterr().err
+
+
+def test_pair_join_says_how_long_and_what_to_do_next() -> None:
+    args = build_parser().parse_args(["join"])
+    assert (args.command, args.minutes, args.close) == ("join", 10.0, False)
+    assert build_parser().parse_args(["join", "--close"]).close
+    window = JoinWindow(opened_at=1000.0, closes_at=1600.0)
+    said = join_command.describe_open(window, 1000.0)
+    assert said.startswith("This computer accepts invites for 10m00s more (until ")
+    assert "pair invite ADDRESS" in said and "pair accept" in said and "--close" in said
+
+
 def test_the_commands_parse() -> None:
     parser = build_parser()
     args = parser.parse_args(["accept", "a1b2", "--pin", "483920", "--data-dir", "/d"])
@@ -285,7 +306,9 @@ def test_without_an_id_the_only_open_invite_of_that_direction_is_meant() -> None
 
 
 def test_without_an_id_none_or_several_open_invites_need_a_word() -> None:
-    with pytest.raises(Unresolved, match="Start one on the other computer: `pair invite"):
+    with pytest.raises(
+        Unresolved, match="Run `pair join` here, then start one on the other computer: `pair invite"
+    ):
         resolve_invite([], None, "incoming", "accept")
     with pytest.raises(Unresolved, match="The open one here is incoming: `pair accept`"):
         resolve_invite([_invite()], None, "outgoing", "cancel")
