@@ -21,14 +21,18 @@ from backend.components.engines.slots import routing_slots
 from backend.components.proxy.custody import CustodyDesk, Progress
 from backend.components.proxy.exclusive_gate import WorkerGate
 from backend.components.proxy.listeners import (
+    EVERY_ADDRESS,
     RELAY,
     Listener,
     ListenerName,
+    door_host,
     door_port_taken_message,
+    lan_bind_message,
     listen_tcp,
     open_listener,
     port_taken_error_id,
     port_taken_message,
+    rebind,
     send_door,
 )
 from backend.components.proxy.table import LocalEngine
@@ -73,6 +77,7 @@ ADOPT_DOOR_TIMEOUT_S = 10.0
 # waking for each request (``backend/core/paced_pipe.py``). Job events reach the app this much
 # later at most; heartbeats and calls are answered well within their timeouts.
 WORKER_READ_PACE_S = 0.02
+LAN_BINDING_ERROR = "proxy:lan-binding"
 
 
 class ProxyComponent(Component):
@@ -84,6 +89,8 @@ class ProxyComponent(Component):
     shutdown stage; ``stop()`` then ends the worker. ``move_doors()`` moves doors to other
     ports while everything runs: the new socket is handed to the running worker over a Unix
     socket (``--handover-fd``), which starts accepting there before it stops on the old one.
+    The doors follow the table's ``lan_access`` the same way (loopback only while it is off;
+    ``listeners.door_host``) unless ``host`` pins every listener to one address (tests).
     """
 
     kind = "worker"
@@ -97,7 +104,7 @@ class ProxyComponent(Component):
         clock: Clock,
         targets: Callable[[], ProxyTargets],
         credentials: NodeCredentials,
-        host: str = "0.0.0.0",
+        host: str | None = None,
         environment: Callable[[], dict[str, str]] = dict,
         on_job: Callable[[Any], None] = lambda event: None,
         on_worker_exit: Callable[[frozenset[str]], None] = lambda kept: None,
@@ -128,6 +135,7 @@ class ProxyComponent(Component):
         self._targets = targets
         self._identity = identity_payload(credentials)
         self._host = host
+        self._lan: bool | None = None  # the lan_access the doors are bound for
         self._environment = environment
         self._on_job = on_job
         self._on_worker_exit = on_worker_exit
@@ -238,6 +246,7 @@ class ProxyComponent(Component):
     def _open_listeners(self) -> None:
         for door, port in self._door_ports().items():
             self._wanted[door] = port or self._configured[door]
+        self._lan = self._targets().lan_access
         for door in DOORS:
             self._doors[door] = self._open(door)
         self._relay = self._open(RELAY)
@@ -245,7 +254,7 @@ class ProxyComponent(Component):
     def _open(self, name: ListenerName) -> Listener:
         # A taken port gets the same treatment for the relay as for a door: another free port
         # and a warning. Peers read the relay's real port from node-info, so routing follows.
-        listener = open_listener(name, self._host, self._wanted[name])
+        listener = open_listener(name, self._host_for(name), self._wanted[name])
         if listener.moved:
             message = port_taken_message(listener)
             log.warning("%s", message)
@@ -253,6 +262,12 @@ class ProxyComponent(Component):
         else:
             self._errors.clear_error(port_taken_error_id(name))
         return listener
+
+    def _host_for(self, name: ListenerName) -> str:
+        if self._host is not None:
+            return self._host
+        # The relay answers paired computers (mutual TLS) on every address, always.
+        return EVERY_ADDRESS if name == RELAY else door_host(bool(self._lan))
 
     def _build_worker(self) -> WorkerProcess:
         argv = self_argv("worker", "proxy")
@@ -327,6 +342,9 @@ class ProxyComponent(Component):
                 if self._served != self._doors and not self._moving.locked():
                     await self._follow_moves(worker)
                 current = self._targets()
+                lan_changed = self._host is None and current.lan_access != self._lan
+                if lan_changed and not self._moving.locked():
+                    await self._follow_lan(worker, current.lan_access)
                 if current != sent:
                     worker.notify(PROXY_TARGETS.name, msgspec.to_builtins(current))
                     sent = current
@@ -359,7 +377,7 @@ class ProxyComponent(Component):
             self._wanted[door] = port  # closed (or not opened yet): it opens there
             return
         try:
-            listener = Listener(door, port, listen_tcp(self._host, port))
+            listener = Listener(door, port, listen_tcp(self._host_for(door), port))
         except OSError as exc:
             message = door_port_taken_message(door, port, current.port, exc)
             raise errors.Conflict(message, {"door": door, "port": port}) from None
@@ -402,6 +420,28 @@ class ProxyComponent(Component):
                 if moved and not await self._hand_over(worker, door, listener):
                     return
             self._close_retired()
+
+    async def _follow_lan(self, worker: WorkerProcess, lan: bool) -> None:
+        """Re-bind every door where ``lan`` says, on its port, handing each new socket to
+        the worker as a move does; a door that cannot be re-bound stays where it is (warned).
+        """
+        async with self._moving:
+            self._lan, host = lan, door_host(lan)
+            for door, current in list(self._doors.items()):
+                if current.host == host:
+                    continue
+                try:
+                    listener = rebind(current, host)
+                except OSError as exc:
+                    message = lan_bind_message(door, host, current.host, exc)
+                    log.warning("%s", message)
+                    self._errors.raise_error(LAN_BINDING_ERROR, message, severity="warning")
+                    return
+                await self._hand_over(worker, door, listener)  # or the next worker takes it
+                self._doors[door] = listener
+                self._retire(current)
+            self._errors.clear_error(LAN_BINDING_ERROR)
+            log.info("the front doors listen on %s", "every address" if lan else "loopback only")
 
     def _retire(self, listener: Listener) -> None:
         self._retired.append(listener)

@@ -3,10 +3,16 @@ across worker restarts.
 
 While the worker restarts, the kernel keeps queueing connections on these sockets (up to the
 backlog), so a client waits instead of being refused.
+
+The doors listen on loopback only while LAN access is off, so no other computer can even hold
+a connection to them, and on every address while it is on (``door_host``); the relay (mutual
+TLS, for paired computers) always listens on every address. A switch re-binds each door on its
+own port while the old socket still listens (``rebind``), so this computer is never refused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import socket
 from dataclasses import dataclass
@@ -16,6 +22,8 @@ from backend.protocol.proxy import Door
 
 BACKLOG = 1024
 RELAY: Literal["relay"] = "relay"
+LOOPBACK = "127.0.0.1"
+EVERY_ADDRESS = "0.0.0.0"
 ListenerName = Door | Literal["relay"]
 
 
@@ -33,6 +41,11 @@ class Listener:
         return int(self.sock.getsockname()[1])
 
     @property
+    def host(self) -> str:
+        """The address bound (``0.0.0.0``: every address)."""
+        return str(self.sock.getsockname()[0])
+
+    @property
     def moved(self) -> bool:
         """Whether the wanted port was taken and another one was bound."""
         return self.port != self.wanted_port
@@ -43,19 +56,52 @@ class Listener:
         return f"{scheme}://127.0.0.1:{self.port}"
 
 
-def listen_tcp(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on ``host:port`` (0 picks a free port); raises ``OSError``."""
+def listen_tcp(host: str, port: int, *, share_port: bool = False) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (0 picks a free port); raises ``OSError``.
+    ``share_port`` binds with ``SO_REUSEPORT`` (``rebind`` only)."""
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     try:
         # Lets a restarted broker bind while old connections sit in TIME_WAIT; on Linux this
         # still refuses a port that another program listens on.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if share_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
         sock.listen(BACKLOG)
     except OSError:
         sock.close()
         raise
     return sock
+
+
+def door_host(lan_access: bool) -> str:
+    """Where the front doors listen: every address while other computers may use them,
+    loopback only while they may not."""
+    return EVERY_ADDRESS if lan_access else LOOPBACK
+
+
+def rebind(listener: Listener, host: str) -> Listener:
+    """``listener``'s door on the same port at ``host``, opened while the old socket still
+    listens; raises ``OSError`` (the old one is left as it was).
+
+    Linux refuses to bind ``0.0.0.0:p`` while ``127.0.0.1:p`` listens (and the reverse) unless
+    both sockets allow sharing the port (``SO_REUSEPORT``, same user only). It is allowed for
+    this bind alone and taken back at once: a program that does not itself ask to share the
+    port, and any other user's, is refused as before.
+    """
+    share = getattr(socket, "SO_REUSEPORT", None)
+    port = listener.port
+    if share is None:
+        return Listener(listener.name, listener.wanted_port, listen_tcp(host, port))
+    listener.sock.setsockopt(socket.SOL_SOCKET, share, 1)
+    try:
+        sock = listen_tcp(host, port, share_port=True)
+    finally:
+        with contextlib.suppress(OSError):
+            listener.sock.setsockopt(socket.SOL_SOCKET, share, 0)
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, share, 0)
+    return Listener(listener.name, listener.wanted_port, sock)
 
 
 def open_listener(name: ListenerName, host: str, port: int) -> Listener:
@@ -108,3 +154,12 @@ def send_door(channel: socket.socket, listener: Listener) -> None:
     """Hand ``listener``'s socket to the worker over the hand-over channel (``SCM_RIGHTS``),
     with the door's name as the message."""
     socket.send_fds(channel, [listener.name.encode()], [listener.sock.fileno()])
+
+
+def lan_bind_message(door: ListenerName, host: str, serving: str, error: OSError) -> str:
+    """Why a door could not follow the LAN access setting to ``host``: it stays on ``serving``."""
+    where = "every address" if host == EVERY_ADDRESS else "loopback only"
+    return (
+        f"The {door} front door could not listen on {where} as the lan_access setting asks "
+        f"({error.strerror or error}); it still listens on {serving}."
+    )
