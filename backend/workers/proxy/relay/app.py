@@ -14,6 +14,8 @@ inference, the model lists, ``/api/show`` and token counts are served: an engine
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -45,6 +47,8 @@ from backend.workers.proxy.upstream.forward import (
     elapsed_ms,
     format_ms,
 )
+
+log = logging.getLogger(__name__)
 
 NOT_PAIRED = "this computer is not paired with the one that sent the request"
 
@@ -152,15 +156,25 @@ async def _relay_inference(
     admission.origin = NodeId(origin) if origin is not None else None
     admission.attempt = int(attempt_text) if attempt_text.isdigit() else 1
     admission.only = [local]
-    if peer_key is None:
-        return await context.router.route(request, admission)
-    # One job here per attempt the peer sends us (a later round may come back here).
-    admission.job_key = relay_key(peer_key, admission.attempt)
-    board.serving(admission.job_key, admission.attempt)
+    if peer_key is not None:
+        # One job here per attempt the peer sends us (a later round may come back here).
+        admission.job_key = relay_key(peer_key, admission.attempt)
+        board.serving(admission.job_key, admission.attempt)
     try:
         return await context.router.route(request, admission)
+    except (asyncio.CancelledError, ConnectionResetError):
+        if _hung_up(request):  # else this worker is stopping: not the member's doing
+            log.info("relay: %s hung up before its answer ended (job %s)", origin, peer_key)
+        raise
     finally:
-        board.ended(admission.job_key, admission.attempt)
+        if admission.job_key is not None:
+            board.ended(admission.job_key, admission.attempt)
+
+
+def _hung_up(request: web.Request) -> bool:
+    """Whether the member's connection is gone (a routine event: one line, no traceback)."""
+    transport = request.transport
+    return transport is None or transport.is_closing()
 
 
 async def _relay_started(request: web.Request) -> web.StreamResponse:
