@@ -176,7 +176,7 @@ class Broker:
             f"  data dir        {self._config.data_dir}",
             f"  control socket  {self._address}   (pair status --data-dir ... attaches here)",
             f"  log file        {self._config.log_file or 'stderr only'}",
-            f"  node API        https://0.0.0.0:{ports.node}/v1/node-info (TLS; pairing too)",
+            f"  node API        port {ports.node} on every address (TLS: node-info, pairing)",
             f"  front doors     {_front_doors(node)}",
             "  engines         `pair engines`, `pair engine start NAME`",
             "Stop with Ctrl+C or `pair stop`.",

@@ -83,5 +83,8 @@ def format_endpoints(status: BrokerStatus) -> str:
     lines += [EQUAL_DOORS, ""]
     moved = [e for e in status.errors if e.id.startswith("proxy:port-taken:")]
     lines += [f"note: {entry.message}" for entry in moved]
-    lines.append(f"node API  http://0.0.0.0:{status.ports.node}/v1/node-info (other PAIR nodes)")
+    lines.append(
+        f"node API  port {status.ports.node} on every address, TLS: /v1/node-info and pairing "
+        "(other PAIR nodes)"
+    )
     return "\n".join(line.rstrip() for line in lines)

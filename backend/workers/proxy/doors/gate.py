@@ -8,10 +8,11 @@ with ``Authorization: Bearer <a PAIR API key>`` (or, as Anthropic's clients send
 ``x-api-key: <key>``) whose hash the broker sent in the routing table (401 otherwise); its
 Host names this computer on the network, so only its Origin is checked.
 
-The broker binds the doors on every address (0.0.0.0) whatever the setting, and this gate is
-the one place that decides: turning LAN access on or off, or revoking a key, takes effect with
-the next routing table (within 0.1 s) without moving a socket that clients are connected to,
-and with the setting off nothing from the network gets past this check.
+The broker binds the doors on loopback only while the setting is off and on every address
+while it is on (``components/proxy/listeners.py``), so with it off another computer cannot
+even connect; this gate still decides per request, so turning LAN access on or off, or
+revoking a key, takes effect with the next routing table (within 0.1 s) on the connections
+already open too, and nothing from the network gets past this check while the setting is off.
 """
 
 from __future__ import annotations
