@@ -14,8 +14,9 @@ Calls meant for the member (``node`` set) go over the same session with a bounde
 connect that fails marks the member unreachable (one error, ``UNREACHABLE_ID``); the link tries
 again after 1, 2, 4, 8, then every 10 s, or, for a member whose link was up within the last
 ``RECENTLY_UP_S``, after 0.5, 1, then every 2 s, so a member that comes back after a short
-outage is linked (and routable) again within seconds. The link's socket has TCP keep-alive
-(``lan_tcp``), and a connect that has not finished in ``CONNECT_TIMEOUT_S`` has failed.
+outage is linked (and routable) again within seconds. Every address of the member is dialled
+at once (``dial``); a connect that has not finished in ``CONNECT_TIMEOUT_S`` has failed, and
+the link's socket has TCP keep-alive (``lan_tcp``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import ssl
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, get_args
@@ -33,11 +33,10 @@ import msgspec
 
 from backend.common import tls
 from backend.common.certificates import NodeCredentials
-from backend.common.hostport import url_host
 from backend.common.tasks import TaskSet
 from backend.components.cluster.members import Member
 from backend.components.federation import websocket
-from backend.components.federation.server import LINK_PATH
+from backend.components.federation.dial import LinkFailed, dial
 from backend.core.clock import Clock
 from backend.core.lan_tcp import LAN_CONNECT_TIMEOUT_S, lan_socket
 from backend.protocol import contract, errors, methods
@@ -112,10 +111,6 @@ def _ignore(*_: Any) -> None:
 
 # Where a retired link's news goes: nowhere.
 _RETIRED = LinkSinks(engines=_ignore, errors=_ignore, jobs=_ignore, job_removed=_ignore)
-
-
-class LinkFailed(Exception):
-    """No address of the member answered with a link."""
 
 
 class _Resync(Exception):
@@ -220,7 +215,7 @@ class MemberLink:
         context = tls.client_context(self._credentials, self._cert)
         connector = aiohttp.TCPConnector(ssl=context, force_close=True, socket_factory=lan_socket)
         async with aiohttp.ClientSession(connector=connector) as session:
-            socket = await self._connect(session, context)
+            socket = await dial(session, context, self._addresses(), timeout=CONNECT_TIMEOUT_S)
             peer, reader = websocket.peer_over(
                 socket, name=f"link:{self.name}", on_notification=self._on_push
             )
@@ -241,33 +236,6 @@ class MemberLink:
                 if not serving.done():
                     peer.abort()
                     serving.cancel()
-
-    async def _connect(
-        self, session: aiohttp.ClientSession, context: ssl.SSLContext
-    ) -> aiohttp.ClientWebSocketResponse:
-        problems: list[str] = []
-        for host, port in self._addresses():
-            url = f"wss://{url_host(host)}:{port}{LINK_PATH}"
-            try:
-                async with asyncio.timeout(CONNECT_TIMEOUT_S):
-                    return await session.ws_connect(
-                        url,
-                        ssl=context,
-                        max_msg_size=websocket.MAX_FRAME_BYTES,
-                        timeout=aiohttp.ClientWSTimeout(ws_close=2.0),
-                    )
-            except aiohttp.WSServerHandshakeError as exc:
-                problems.append(f"{host}:{port} refused the link ({exc.status})")
-            except (aiohttp.ClientSSLError, ssl.SSLError):
-                problems.append(f"{host}:{port}: the TLS handshake failed (is this node a member?)")
-            except aiohttp.ClientConnectorError as exc:
-                reason = exc.os_error.strerror or str(exc.os_error) or "cannot connect"
-                problems.append(f"{host}:{port}: {reason.lower()}")
-            except TimeoutError:
-                problems.append(f"{host}:{port}: no answer within {CONNECT_TIMEOUT_S:g} s")
-            except (aiohttp.ClientError, OSError) as exc:
-                problems.append(f"{host}:{port}: {str(exc) or type(exc).__name__}")
-        raise LinkFailed("; ".join(problems) or "no address is known")
 
     async def _sync(self, peer: RpcPeer) -> None:
         self._held = []

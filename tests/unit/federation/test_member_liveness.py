@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from backend.components.federation import link as link_module
 from backend.components.federation import websocket
 from backend.components.federation.component import MemberEnginesBoard
 from backend.components.federation.link import BACKOFF_S, RECENT_BACKOFF_S
@@ -127,6 +128,25 @@ async def test_a_member_that_was_up_a_moment_ago_is_dialled_again_within_seconds
         await until(lambda: len(clock.sleeps) >= 4)
     assert clock.sleeps[:4] == [0.5, 1.0, 2.0, 2.0]
     assert max(RECENT_BACKOFF_S) < max(BACKOFF_S)
+
+
+async def test_an_address_that_hangs_does_not_hold_up_the_link_at_another(
+    server: MemberServer, member: ScriptedMember, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(link_module, "CONNECT_TIMEOUT_S", 60.0)
+
+    async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # takes the TCP connection, never says a word of TLS
+
+    hanging = await asyncio.start_server(never_answer, "127.0.0.1", 0)
+    port = hanging.sockets[0].getsockname()[1]
+    addresses = [("127.0.0.1", port), *server.addresses()]
+    sinks = Sinks()
+    try:
+        async with running_link(server, sinks, addresses=lambda: addresses) as link:
+            await until(lambda: link.state.reachable, timeout=10.0)
+    finally:
+        hanging.close()
 
 
 def test_the_board_lists_the_members_whose_link_is_up() -> None:
