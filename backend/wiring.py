@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -259,9 +259,9 @@ def _report_start_problems(base: Foundation, registry: ErrorsRegistry) -> None:
     report_identity(registry, base.identity)
 
 
-def _lan_access(view: SettingsView, key_hashes: Collection[str]) -> LanAccess:
+def _lan_access(view: SettingsView, apikeys: ApiKeysService) -> LanAccess:
     """Who besides this computer's own programs may use the front doors, from the settings."""
-    return LanAccess(view.lan_access, key_hashes, view.allowed_origins)
+    return LanAccess(view.lan_access, apikeys.hashes(), view.allowed_origins, apikeys.door_keys())
 
 
 def _node_name(settings: SettingsService) -> Callable[[], str]:
@@ -366,7 +366,7 @@ def _proxy(
         timeouts=_proxy_timeouts(settings),
         pinned=lambda: settings.view().proxy_pinned_node or "",
         members=lambda: cluster.membership,
-        lan=lambda: _lan_access(settings.view(), apikeys.hashes()),
+        lan=lambda: _lan_access(settings.view(), apikeys),
         placement=lambda: settings.view().placement_policy,
         local_away=lambda: local_away(engines.returning_models(), node_id, services.node_name()),
         linked=board.linked,
@@ -380,6 +380,7 @@ def _proxy(
         credentials=base.credentials.credentials,
         environment=services.levels.worker_environment,
         on_job=jobs.on_job_event,
+        on_keys_used=apikeys.keys_used,
         jobs_stored=jobs.wait_stored,
         on_worker_exit=lambda kept: jobs.fail_unfinished(PROXY_GONE, keep=kept),
         job_progress=jobs.progress,

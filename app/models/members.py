@@ -19,7 +19,7 @@ from PySide6.QtGui import QColor
 
 from app.models.engines import STATE_LABELS
 from app.models.keyed_table import ROW_ROLE, Column, KeyedTableModel, Role
-from backend.protocol.types.apikeys import ApiKeyId, ApiKeyInfo
+from backend.protocol.types.apikeys import ApiKeyId, ApiKeyInfo, ApiKeyScope
 from backend.protocol.types.base import NodeId
 from backend.protocol.types.cluster import ClusterMember
 from backend.protocol.types.engines import MemberEngines
@@ -219,18 +219,39 @@ class MembersModel(KeyedTableModel[NodeId, MemberRow]):
         super().__init__(MEMBER_COLUMNS, lambda row: row.node_id, parent, roles=_MEMBER_ROLES)
 
 
+SCOPE_LABELS: Mapping[ApiKeyScope, str] = {"inference": "Inference", "admin": "Admin"}
+SCOPE_TIPS: Mapping[ApiKeyScope, str] = {
+    "inference": "The inference APIs and model lists",
+    "admin": "Also this computer's engines' own paths: pull, delete, create, slots",
+}
 KEY_COLUMNS: tuple[Column[ApiKeyInfo], ...] = (
     Column("Name", lambda k: k.name),
     Column("Key", lambda k: f"{k.prefix}…", tooltip=lambda _k: "Only the start of the secret"),
+    Column("Scope", lambda k: SCOPE_LABELS[k.scope], tooltip=lambda k: SCOPE_TIPS[k.scope]),
     Column(
         "Created", lambda k: day_text(k.created_at), tooltip=lambda k: moment_text(k.created_at)
     ),
+    Column("Last used", lambda k: last_used_text(k), tooltip=lambda k: last_used_tip(k)),
 )
 
 
+def last_used_text(key: ApiKeyInfo, now: float | None = None) -> str:
+    """``never``, or how long ago another computer last used the key."""
+    if key.last_used_at is None:
+        return "never"
+    return ago((time.time() if now is None else now) - key.last_used_at)
+
+
+def last_used_tip(key: ApiKeyInfo) -> str:
+    """When the key was last used (known to within a quarter of a minute)."""
+    if key.last_used_at is None:
+        return "No computer has used this key"
+    return f"Last used {moment_text(key.last_used_at)}"
+
+
 class ApiKeysModel(KeyedTableModel[ApiKeyId, ApiKeyInfo]):
-    """This computer's LAN API keys by id, oldest first: name, prefix and creation date (a
-    key's secret is never listed, so it is never here)."""
+    """This computer's LAN API keys by id, oldest first: name, prefix, scope, creation date and
+    last use (a key's secret is never listed, so it is never here)."""
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(KEY_COLUMNS, lambda key: key.id, parent)

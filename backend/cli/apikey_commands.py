@@ -1,7 +1,11 @@
-"""``pair api-key create NAME``, ``pair api-key list``, ``pair api-key revoke ID``: the keys that
-let other computers on the network use this computer's front doors (with ``lan_access`` on).
+"""``pair api-key create NAME [--admin]``, ``pair api-key list``, ``pair api-key revoke ID``: the
+keys that let other computers on the network use this computer's front doors (with
+``lan_access`` on).
 
-The secret is printed once, by ``create``, with how to use it; PAIR keeps only its hash.
+A key's scope is ``inference`` (the inference APIs and model lists) unless ``--admin`` (or
+``--scope admin``) is given: that also opens this computer's engines' own paths through the
+doors (pull, delete, create, copy, push, llama-server's slots). The secret is printed once, by
+``create``, with how to use it; PAIR keeps only its hash.
 """
 
 from __future__ import annotations
@@ -23,11 +27,13 @@ from backend.components.discovery.records import rank_addresses
 from backend.protocol import contract, methods
 from backend.protocol.peer import RpcPeer
 from backend.protocol.types.apikeys import (
+    API_KEY_SCOPES,
     ApiKeyCreate,
     ApiKeyCreated,
     ApiKeyId,
     ApiKeyInfo,
     ApiKeyRef,
+    ApiKeyScope,
 )
 from backend.protocol.types.broker import BrokerStatus
 from backend.protocol.types.nodes import DiscoveredNode
@@ -43,8 +49,28 @@ def add_parser(commands: Any, add_data_dir: Callable[[argparse.ArgumentParser], 
         COMMAND, help="API keys that let other computers use the front doors"
     )
     actions = apikey.add_subparsers(dest="apikey_action", metavar="ACTION", required=True)
-    create = actions.add_parser("create", help="create a key and print its secret (only once)")
+    create = actions.add_parser(
+        "create",
+        help="create a key and print its secret (only once)",
+        description="A key may use the inference APIs and list models; only with --admin may it"
+        " also use this computer's engines' own paths (pull, delete, create, copy, push, slots).",
+    )
     create.add_argument("name", help="who the key is for (1-64 printable characters)")
+    scope = create.add_mutually_exclusive_group()
+    scope.add_argument(
+        "--admin",
+        dest="scope",
+        action="store_const",
+        const="admin",
+        default="inference",
+        help="also let it use this computer's engines' own paths (pull, delete, slots...)",
+    )
+    scope.add_argument(
+        "--scope",
+        choices=API_KEY_SCOPES,
+        default="inference",
+        help="what the key may do (default: inference, the inference APIs and model lists)",
+    )
     listing = actions.add_parser("list", help="list the keys (never their secrets)")
     listing.add_argument("--json", action="store_true", help="print them as JSON")
     revoke = actions.add_parser("revoke", help="revoke a key: refused at once")
@@ -60,7 +86,7 @@ def run(args: argparse.Namespace) -> int | None:
     if args.command != COMMAND:
         return None
     if args.apikey_action == "create":
-        return run_with_broker(args.data_dir, lambda peer: _create(peer, args.name))
+        return run_with_broker(args.data_dir, lambda peer: _create(peer, args.name, args.scope))
     if args.apikey_action == "list":
         return run_with_broker(args.data_dir, lambda peer: _list(peer, as_json=args.json))
     if args.apikey_action == "lan":
@@ -68,7 +94,7 @@ def run(args: argparse.Namespace) -> int | None:
     return run_with_broker(args.data_dir, lambda peer: _revoke(peer, ApiKeyId(args.id)))
 
 
-async def _create(peer: RpcPeer, name: str) -> int:
+async def _create(peer: RpcPeer, name: str, scope: ApiKeyScope) -> int:
     # Everything the message needs is asked first: once the key exists, nothing may fail
     # before its secret is printed (it cannot be shown again).
     status = await contract.call(peer, methods.STATUS)
@@ -76,7 +102,8 @@ async def _create(peer: RpcPeer, name: str) -> int:
     settings = await contract.call(peer, methods.SETTINGS_GET)
     lan_access = settings.values.get("lan_access") is True
     address = lan_address(nodes, _interface_addresses())
-    created = await contract.call(peer, methods.APIKEYS_CREATE, ApiKeyCreate(name=name))
+    create = ApiKeyCreate(name=name, scope=scope)
+    created = await contract.call(peer, methods.APIKEYS_CREATE, create)
     print(format_created(created, status, address, lan_access=lan_access))
     return exit_codes.OK
 
@@ -142,8 +169,8 @@ def format_created(
     host = url_host(address or NO_ADDRESS)
     secret = created.secret
     lines = [
-        f"Created API key {created.key.id} ({created.key.name}). Its secret, shown only this once"
-        " (PAIR keeps only its hash):",
+        f"Created API key {created.key.id} ({created.key.name}, {_scope_text(created.key)})."
+        " Its secret, shown only this once (PAIR keeps only its hash):",
         "",
         f"    {secret}",
         "",
@@ -169,14 +196,20 @@ def format_keys(keys: Sequence[ApiKeyInfo], now: float) -> str:
     """One line per key, oldest first."""
     if not keys:
         return "No API keys. Create one with `pair api-key create NAME`."
-    lines = [f"{'ID':<10}{'NAME':<30}{'PREFIX':<12}{'CREATED':<12}LAST USED"]
+    lines = [f"{'ID':<10}{'NAME':<30}{'PREFIX':<12}{'SCOPE':<11}{'CREATED':<12}LAST USED"]
     for key in keys:
-        used = _ago(now - key.last_used_at) if key.last_used_at is not None else "-"
+        used = _ago(now - key.last_used_at) if key.last_used_at is not None else "never"
         lines.append(
-            f"{key.id:<10}{key.name[:29]:<30}{key.prefix + '…':<12}"
+            f"{key.id:<10}{key.name[:29]:<30}{key.prefix + '…':<12}{key.scope:<11}"
             f"{_ago(now - key.created_at):<12}{used}"
         )
     return "\n".join(lines)
+
+
+def _scope_text(key: ApiKeyInfo) -> str:
+    if key.scope == "admin":
+        return "admin: inference, model lists and this computer's engines' own paths"
+    return "inference and model lists only; `--admin` for the engines' own paths"
 
 
 def _ago(seconds: float) -> str:

@@ -34,6 +34,7 @@ SHORT_ID = 8
 MODEL_WIDTH = 28
 NODE_WIDTH = 12  # a node's name in ORIGIN→NODE, cut to fit
 ROUTE_WIDTH = 2 * NODE_WIDTH + 3
+CLIENT_WIDTH = 14  # the LAN API key's name (or ``loopback``) that asked; --json has its address
 STATE_LABELS: dict[JobState, str] = {
     "in_flight": "In flight",
     "running": "Running",
@@ -42,7 +43,8 @@ STATE_LABELS: dict[JobState, str] = {
     "cancelled": "Cancelled",
 }
 HEADER = (
-    f"{'STATE':<11}{'MODEL':<{MODEL_WIDTH}}{'ENGINE':<10}{'ORIGIN→NODE':<{ROUTE_WIDTH}}"
+    f"{'STATE':<11}{'MODEL':<{MODEL_WIDTH}}{'ENGINE':<10}{'CLIENT':<{CLIENT_WIDTH}}"
+    f"{'ORIGIN→NODE':<{ROUTE_WIDTH}}"
     f"{'AGE':<6}{'DURATION':<10}ERROR"
 )
 
@@ -227,9 +229,11 @@ def format_job(job: JobRecord, now: float, names: Mapping[NodeId, str] | None = 
     serving = job.serving or job.target
     route = f"{_node(job.origin, known)}→{_node(serving, known)}"
     error = " ".join((job.error or "").split())
+    client = _fit("_".join((job.client or "-").split()), CLIENT_WIDTH - 1)
     return (
         f"{STATE_LABELS[job.state]:<11}{_fit(job.model, MODEL_WIDTH - 1):<{MODEL_WIDTH}}"
-        f"{_fit(job.engine, 9):<10}{route:<{ROUTE_WIDTH}}{_age(now - job.created_at):<6}"
+        f"{_fit(job.engine, 9):<10}{client:<{CLIENT_WIDTH}}{route:<{ROUTE_WIDTH}}"
+        f"{_age(now - job.created_at):<6}"
         f"{_duration(job, now):<10}{error}"
     ).rstrip()
 

@@ -122,6 +122,11 @@ MIGRATIONS: tuple[str, ...] = (
         last_used_at REAL
     );
     """,
+    """
+    ALTER TABLE api_keys ADD COLUMN scope TEXT NOT NULL DEFAULT 'inference';
+    ALTER TABLE jobs ADD COLUMN client TEXT;
+    ALTER TABLE jobs ADD COLUMN client_address TEXT;
+    """,
 )
 
 

@@ -13,6 +13,7 @@ from typing import Literal
 
 import msgspec
 
+from backend.protocol.types.apikeys import ApiKeyScope
 from backend.protocol.types.base import EngineName, Wire
 
 Door = Literal["ollama", "openai", "llamacpp"]
@@ -115,6 +116,14 @@ class AwayModels(Wire, frozen=True, kw_only=True):
     models: list[str] = msgspec.field(default_factory=list)
 
 
+class DoorKey(Wire, frozen=True, kw_only=True):
+    """A LAN API key as the doors know it (by its hash): its name, for job records and logs,
+    and its scope (``admin`` also opens the doors' pass-through to this computer's engines)."""
+
+    name: str
+    scope: ApiKeyScope = "inference"
+
+
 class ProxyTargets(Wire, frozen=True, kw_only=True):
     """The routing table: targets per engine name (``ollama``, ``lmstudio``, ``llamacpp``).
 
@@ -124,7 +133,8 @@ class ProxyTargets(Wire, frozen=True, kw_only=True):
     byte after them; ``relay_idle_s`` bounds the silence between a member's chunks while its
     link is down. ``trusted`` holds the certificates (DER) of the paired members: the only
     clients the relay listener lets in. ``lan_access`` lets other computers use the front doors
-    with a LAN API key whose SHA-256 (hex) is in ``api_key_hashes`` (sent only while it is on).
+    with a LAN API key whose SHA-256 (hex) is in ``api_key_hashes`` (sent only while it is on);
+    ``api_keys`` gives each one's name and scope (a hash missing there is an inference key).
     ``allowed_origins`` are browser origins (``*`` a wildcard) the doors accept beyond loopback.
     ``placement`` is the ranking rule among owners (the setting), ``gpu`` each node's last GPU
     utilisation sample (the reference rule's pressure). ``away`` lists what members served a
@@ -143,6 +153,7 @@ class ProxyTargets(Wire, frozen=True, kw_only=True):
     trusted: list[bytes] = msgspec.field(default_factory=list)
     lan_access: bool = False
     api_key_hashes: list[str] = msgspec.field(default_factory=list)
+    api_keys: dict[str, DoorKey] = msgspec.field(default_factory=dict)
     allowed_origins: list[str] = msgspec.field(default_factory=list)
     placement: PlacementPolicy = DEFAULT_PLACEMENT
     gpu: dict[str, GpuSample] = msgspec.field(default_factory=dict)

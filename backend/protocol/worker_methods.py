@@ -21,6 +21,7 @@ from backend.protocol.proxy import (
     ProxyIdentity,
     ProxyTargets,
 )
+from backend.protocol.types.apikeys import KeysUsed
 from backend.protocol.types.jobs import JobEvents
 from backend.protocol.types.results import Ok
 from backend.protocol.types.scheduler import SchedulerStates
@@ -80,4 +81,9 @@ PROXY_ADOPT_DOOR: Final = Method(
     DoorServed,
     "broker to worker: serve the door on the socket just handed over, then stop accepting on"
     " its old one (requests in flight go on)",
+)
+PROXY_KEYS_USED: Final[Push[KeysUsed]] = Push(
+    "proxy:keys-used",
+    KeysUsed,
+    "worker to broker: the LAN API keys the doors admitted, and when (at most every 15 s)",
 )

@@ -14,7 +14,7 @@ def register(dispatcher: Dispatcher, service: ApiKeysService) -> None:
     """Route ``apikeys:create``, ``apikeys:list`` and ``apikeys:revoke``."""
 
     async def create(params: ApiKeyCreate, _: RpcPeer) -> ApiKeyCreated:
-        return await service.create(params.name)
+        return await service.create(params.name, params.scope)
 
     async def list_keys(_: NoParams, __: RpcPeer) -> list[ApiKeyInfo]:
         return await service.list_keys()

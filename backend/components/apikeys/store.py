@@ -1,13 +1,15 @@
-"""The ``api_keys`` table: each key's id, name, public prefix, hash and times (never a secret)."""
+"""The ``api_keys`` table: each key's id, name, public prefix, hash, scope and times (never a
+secret)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from backend.core.store import Row, Store
 from backend.protocol.types.apikeys import ApiKeyId, ApiKeyInfo
 
-_COLUMNS = "id, name, prefix, hash, created_at, last_used_at"
+_COLUMNS = "id, name, prefix, hash, created_at, last_used_at, scope"
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +23,8 @@ class StoredKey:
 class ApiKeyStore:
     """Reads and writes the ``api_keys`` table; owns no tasks (every call is one transaction).
 
-    Writes are durable: a key that was revoked must stay revoked after a power cut.
+    Creating and revoking are durable: a key that was revoked must stay revoked after a power
+    cut. Use times are not: losing the last few seconds of them to a power cut is harmless.
     """
 
     def __init__(self, store: Store) -> None:
@@ -37,13 +40,17 @@ class ApiKeyStore:
     async def insert(self, key: StoredKey) -> None:
         """Add ``key``."""
         info = key.info
+        values = (
+            info.id,
+            info.name,
+            info.prefix,
+            key.hash,
+            info.created_at,
+            info.last_used_at,
+            info.scope,
+        )
         await self._store.transaction(
-            [
-                (
-                    f"INSERT INTO api_keys ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
-                    (info.id, info.name, info.prefix, key.hash, info.created_at, info.last_used_at),
-                )
-            ],
+            [(f"INSERT INTO api_keys ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)", values)],
             durable=True,
         )
 
@@ -53,14 +60,26 @@ class ApiKeyStore:
             [("DELETE FROM api_keys WHERE id = ?", (key_id,))], durable=True
         )
 
+    async def record_use(self, used: Mapping[ApiKeyId, float]) -> None:
+        """Set each key's ``last_used_at`` (a later time only), all in one transaction."""
+        statement = (
+            "UPDATE api_keys SET last_used_at = ? WHERE id = ? "
+            "AND (last_used_at IS NULL OR last_used_at < ?)"
+        )
+        await self._store.transaction(
+            [(statement, (at, key_id, at)) for key_id, at in used.items()], durable=False
+        )
+
 
 def _key(row: Row) -> StoredKey:
-    key_id, name, prefix, hashed, created_at, last_used_at = row
+    key_id, name, prefix, hashed, created_at, last_used_at, scope = row
     info = ApiKeyInfo(
         id=ApiKeyId(str(key_id)),
         name=str(name),
         prefix=str(prefix),
         created_at=float(created_at),
         last_used_at=float(last_used_at) if last_used_at is not None else None,
+        # A scope this version does not know grants the least.
+        scope="admin" if scope == "admin" else "inference",
     )
     return StoredKey(info, str(hashed))

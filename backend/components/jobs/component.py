@@ -460,7 +460,10 @@ def _mirror_problem(member: NodeId, record: JobRecord) -> str | None:
         return "its key is not one of the member's own"
     if record.seq < 0 or record.attempt < 0:
         return "negative seq or attempt"
-    texts = (record.key, record.model, record.engine, record.path, record.error or "")
+    texts = (
+        *(record.key, record.model, record.engine, record.path, record.error or ""),
+        *(record.client or "", record.client_address or ""),
+    )
     if any(len(text) > MAX_FIELD_CHARS for text in texts):
         return "a field is too long"
     return None
@@ -484,6 +487,8 @@ def from_record(record: JobRecord) -> Job:
         seq=record.seq,
         run_id=record.run_id,
         path=record.path,
+        client=record.client,
+        client_address=record.client_address,
     )
 
 
@@ -496,6 +501,8 @@ def _new_job(report: JobEvent) -> Job:
         created_at=report.created_at,
         run_id=report.run_id,
         path=report.path,
+        client=report.client,
+        client_address=report.client_address,
     )
 
 
@@ -517,6 +524,8 @@ def to_record(job: Job) -> JobRecord:
         started_at=job.started_at,
         completed_at=job.completed_at,
         error=job.error,
+        client=job.client,
+        client_address=job.client_address,
     )
 
 

@@ -38,6 +38,8 @@ class Job:
     seq: int = 0
     run_id: str = ""
     path: str = ""
+    client: str | None = None  # a LAN API key's name or ``loopback``; None: a member's job
+    client_address: str | None = None
 
 
 # An event that does not say (older workers): the job keeps the engine it has.

@@ -26,9 +26,11 @@ COLUMNS = (
     "completed_at",
     "error",
     "seq",
+    "client",
+    "client_address",
     "updated_at",
 )
-# 16 columns per row: 50 rows stay under the 999 variables older SQLite builds allow.
+# 18 columns per row: 50 rows stay under the 999 variables older SQLite builds allow.
 ROWS_PER_STATEMENT = 50
 KEYS_PER_STATEMENT = 500
 _STATES: frozenset[str] = frozenset(get_args(JobState))
@@ -100,6 +102,8 @@ def _values(job: Job, updated_at: float) -> tuple[Any, ...]:
         job.completed_at,
         job.error,
         job.seq,
+        job.client,
+        job.client_address,
         updated_at,
     )
 
@@ -122,4 +126,6 @@ def _job(row: Row) -> Job:
         completed_at=row[12],
         error=row[13],
         seq=int(row[14]),
+        client=row[15],
+        client_address=row[16],
     )

@@ -51,6 +51,7 @@ from backend.protocol.proxy import (
     ProxyTargets,
     SlotApi,
 )
+from backend.protocol.types.apikeys import KeysUsed
 from backend.protocol.types.broker import Ports
 from backend.protocol.types.results import Ok
 from backend.protocol.types.scheduler import SchedulerStates
@@ -60,6 +61,7 @@ from backend.protocol.worker_methods import (
     PROXY_IDENTITY,
     PROXY_JOBS,
     PROXY_JOBS_STORED,
+    PROXY_KEYS_USED,
     PROXY_LOAD_MODEL,
     PROXY_SCHEDULER,
     PROXY_SCHEDULER_GET,
@@ -107,6 +109,7 @@ class ProxyComponent(Component):
         host: str | None = None,
         environment: Callable[[], dict[str, str]] = dict,
         on_job: Callable[[Any], None] = lambda event: None,
+        on_keys_used: Callable[[KeysUsed], None] = lambda report: None,
         on_worker_exit: Callable[[frozenset[str]], None] = lambda kept: None,
         job_progress: Progress = lambda job: None,
         on_scheduler: Callable[[SchedulerStates], None] = lambda states: None,
@@ -138,6 +141,7 @@ class ProxyComponent(Component):
         self._lan: bool | None = None  # the lan_access the doors are bound for
         self._environment = environment
         self._on_job = on_job
+        self._on_keys_used = on_keys_used
         self._on_worker_exit = on_worker_exit
         self._on_scheduler = on_scheduler
         self._load_model = load_model
@@ -314,6 +318,11 @@ class ProxyComponent(Component):
                 log.error("ignoring a malformed scheduler state: %s", exc)
                 return
             self._on_scheduler(self._scheduler)
+        elif method == PROXY_KEYS_USED.name:
+            try:
+                self._on_keys_used(PROXY_KEYS_USED.decode(params))
+            except BadResult as exc:
+                log.error("ignoring a malformed report of key use: %s", exc)
 
     async def _request(self, method: str, params: Any) -> Any:
         """The worker asks: a model switch of a drained engine, or that the job events it sent

@@ -29,6 +29,7 @@ from backend.protocol.proxy import (
     DEFAULT_TIMEOUT_S,
     RELAY_IDLE_S,
     AwayModels,
+    DoorKey,
     GpuSample,
     PlacementPolicy,
     ProxyTargets,
@@ -54,6 +55,7 @@ class LanAccess:
     enabled: bool = False
     key_hashes: Collection[str] = ()
     origins: Collection[str] = ()  # browser origins allowed beyond loopback (a setting)
+    door_keys: Mapping[str, DoorKey] = field(default_factory=dict)  # name and scope by hash
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +221,7 @@ def build_table(
         trusted=sorted(member.cert_der for member in trusted),
         lan_access=lan.enabled,
         api_key_hashes=sorted(lan.key_hashes) if lan.enabled else [],
+        api_keys=dict(lan.door_keys) if lan.enabled else {},
         allowed_origins=list(lan.origins),
         placement=placement,
         gpu=gpu_samples(nodes),

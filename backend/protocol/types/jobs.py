@@ -19,7 +19,9 @@ class JobEvent(Wire, frozen=True, kw_only=True, omit_defaults=True):
     Every event repeats the job's header (engine, model, origin, run id, created time) so a
     broker that missed the first one can still show the job. ``seq`` counts from 1 per job.
     ``target`` is where attempt ``attempt`` was sent (None between attempts); ``node`` is the
-    node whose engine started it. Times are Unix seconds.
+    node whose engine started it. ``client`` is who asked, at the node it came to: a LAN API
+    key's name or ``loopback`` (this computer), from ``client_address``; a member's job served
+    here has neither. Times are Unix seconds.
     """
 
     key: JobKey
@@ -33,6 +35,8 @@ class JobEvent(Wire, frozen=True, kw_only=True, omit_defaults=True):
     run_id: str
     created_at: float
     path: str = ""
+    client: str | None = None
+    client_address: str | None = None
     target: NodeId | None = None
     node: NodeId | None = None
     error: str | None = None
@@ -46,7 +50,8 @@ class JobEvents(Wire, frozen=True, kw_only=True):
 
 
 class JobRecord(Wire, frozen=True, kw_only=True, omit_defaults=True):
-    """One job as ``jobs:*`` and ``pair jobs`` show it (the reducer's state, stored)."""
+    """One job as ``jobs:*`` and ``pair jobs`` show it (the reducer's state, stored); ``client``
+    and ``client_address`` as its events say."""
 
     key: JobKey
     engine: EngineName
@@ -63,6 +68,8 @@ class JobRecord(Wire, frozen=True, kw_only=True, omit_defaults=True):
     started_at: float | None = None
     completed_at: float | None = None
     error: str | None = None
+    client: str | None = None
+    client_address: str | None = None
 
 
 class JobsSnapshot(Wire, frozen=True, kw_only=True):

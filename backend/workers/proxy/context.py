@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
 
 from backend.protocol.proxy import Door
+from backend.workers.proxy.doors.key_use import KeyUseLog
 from backend.workers.proxy.doors.wire import Dialect
 from backend.workers.proxy.relay.serving import RelayBoard
 from backend.workers.proxy.routing.dispatch import Router
@@ -20,6 +21,7 @@ class DoorContext:
     door: Door
     router: Router
     board: RelayBoard
+    key_use: KeyUseLog = field(default_factory=KeyUseLog)  # shared by every door
 
     @property
     def session(self) -> aiohttp.ClientSession:

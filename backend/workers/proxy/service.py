@@ -28,6 +28,7 @@ from backend.protocol.custody import Held
 from backend.protocol.errors import BadResult
 from backend.protocol.peer import RpcPeer
 from backend.protocol.proxy import Door, DoorServed, ProxyTargets
+from backend.protocol.types.apikeys import KeysUsed
 from backend.protocol.types.jobs import JobEvent, JobEvents
 from backend.protocol.types.results import Ok
 from backend.protocol.types.scheduler import SchedulerStates
@@ -38,6 +39,7 @@ from backend.protocol.worker_methods import (
     PROXY_IDENTITY,
     PROXY_JOBS,
     PROXY_JOBS_STORED,
+    PROXY_KEYS_USED,
     PROXY_LOAD_MODEL,
     PROXY_SCHEDULER,
     PROXY_TARGETS,
@@ -48,6 +50,7 @@ from backend.workers.proxy.channels.jobs import FLUSH_S as JOB_FLUSH_S
 from backend.workers.proxy.channels.jobs import STORED_WAIT_S, JobLog
 from backend.workers.proxy.context import DoorContext
 from backend.workers.proxy.doors.app import build_app
+from backend.workers.proxy.doors.key_use import KeyUseLog
 from backend.workers.proxy.relay.app import build_relay_app
 from backend.workers.proxy.relay.peer_tls import PeerTls, credentials_from
 from backend.workers.proxy.relay.serving import PeerStarted, RelayBoard
@@ -121,6 +124,7 @@ class ProxyService:
         self._push_due = False
         self._have_router = asyncio.Event()
         self._bad_requests = BadRequestLimiter()  # one limit for every listener
+        self._key_use = KeyUseLog(self._send_keys_used)  # one for every door
         # The doors and the relay face the network: one set of connection caps for all.
         self._limits = limits_for(open_file_limit(), os.environ)
         self._connections = ConnectionCounter(self._limits)
@@ -192,6 +196,9 @@ class ProxyService:
         broker = self._broker
         if broker is not None and not broker.closed:
             await broker.call(PROXY_JOBS_STORED.name, timeout=STORED_WAIT_S)
+
+    def _send_keys_used(self, report: KeysUsed) -> None:
+        self._notify(PROXY_KEYS_USED.name, report)
 
     def _push_states(self) -> None:
         self._push_due = False
@@ -314,13 +321,14 @@ class ProxyService:
                 await asyncio.shield(_cleanup(runners))
                 await router.close()
                 router.jobs.flush()
+                self._key_use.flush()
 
     async def _serve(self, router: Router, board: RelayBoard, runners: list[web.AppRunner]) -> None:
         await self._have_targets.wait()
         if self._pending_targets is not None:
             router.update(self._pending_targets)
         contexts: dict[str, DoorContext] = {
-            door: DoorContext(door, router, board) for door in self._fds
+            door: DoorContext(door, router, board, self._key_use) for door in self._fds
         }
         async with self._doors_lock:
             for door, fd in self._fds.items():

@@ -57,7 +57,9 @@ def _record(**fields: Any) -> JobRecord:
 
 def test_a_row_shows_state_model_engine_short_route_age_duration_and_error() -> None:
     row = format_job(_record(), NOW)
-    assert row.split() == ["Completed", "llama3.2:3b", "ollama", "0f3c2a9e→7b1d00c4", "2m", "2.4s"]
+    assert row.split() == [
+        *("Completed", "llama3.2:3b", "ollama", "-", "0f3c2a9e→7b1d00c4", "2m", "2.4s")
+    ]
     assert row.index("ollama") == HEADER.index("ENGINE")
     assert row.index("0f3c2a9e") == HEADER.index("ORIGIN→NODE")
 
@@ -127,6 +129,13 @@ def test_long_models_are_cut_and_errors_stay_on_one_line() -> None:
     assert row.endswith("engine said: out of memory")
     assert "hf.co/bartowski/Llama-3.2-…" in row
     assert row.index("ollama") == HEADER.index("ENGINE")
+
+
+def test_the_client_column_names_the_key_or_loopback_on_one_word() -> None:
+    row = format_job(_record(client="guest laptop", client_address="192.168.1.9"), NOW)
+    assert row.split()[3] == "guest_laptop"
+    assert row.index("guest_laptop") == HEADER.index("CLIENT")
+    assert format_job(_record(client="loopback"), NOW).split()[3] == "loopback"
 
 
 def test_an_empty_list_says_so() -> None:
@@ -229,7 +238,7 @@ async def test_pair_jobs_shows_only_this_nodes_jobs_with_names(
     assert await show_jobs(broker.peer, limit=2, as_json=False, cluster=False) == exit_codes.OK
     assert broker.calls[-1] == (methods.JOBS_GET_INITIAL.name, {"limit": MAX_LIMIT})
     rows = capsys.readouterr().out.splitlines()[1:]
-    assert [row.split()[1:4:2] for row in rows] == [["sent", "alice→bob"], ["served", "bob→alice"]]
+    assert [row.split()[1:5:3] for row in rows] == [["sent", "alice→bob"], ["served", "bob→alice"]]
 
 
 async def test_pair_jobs_cluster_shows_every_job(capsys: pytest.CaptureFixture[str]) -> None:
@@ -274,7 +283,7 @@ def test_follow_shows_this_nodes_jobs_and_keeps_showing_one_it_took_part_in() ->
         _pushed(follower, _upsert(seq, record))
     table, *events = lines
     assert [row.split()[1] for row in table.splitlines()[1:]] == ["sent"]
-    assert [row.split()[1:4:2] for row in events] == [
+    assert [row.split()[1:5:3] for row in events] == [
         ["tried", "bob→alice"],
         ["tried", "bob→7b1d99f0"],  # it failed over to carol: still a job this node was in
         ["served", "bob→alice"],

@@ -68,6 +68,7 @@ class JobLog:
         path: str,
         key: JobKey | None = None,
         resumed: tuple[int, float] | None = None,
+        client: tuple[str | None, str | None] = (None, None),
     ) -> Job:
         """A job for a request received here (``key`` given: a peer's job served here, or
         one a killed worker left, which goes on after its last event and keeps its creation
@@ -86,6 +87,7 @@ class JobLog:
             path=path,
             seq=seq,
             created_at=created_at,
+            client=client,
         )
 
     def send(self, event: JobEvent) -> None:
@@ -140,6 +142,7 @@ class Job:
         seq: int = 0,
         created_at: float | None = None,
         stored_before_end: bool = False,
+        client: tuple[str | None, str | None] = (None, None),
     ) -> None:
         self._log = log
         self.stored_before_end = stored_before_end
@@ -149,6 +152,8 @@ class Job:
         self.model = model
         self.path = path
         self.created_at = time.time() if created_at is None else created_at
+        # Who asked (a LAN key's name or ``loopback``) and from where; None for a member's job.
+        self.client, self.client_address = client
         self.attempt = 0
         self.finished = False
         self.outcome: JobEventKind | None = None  # completed or errored, once finished
@@ -223,6 +228,8 @@ class Job:
                 run_id=self._log.run_id,
                 created_at=self.created_at,
                 path=self.path,
+                client=self.client,
+                client_address=self.client_address,
                 target=target,
                 node=node,
                 error=error,

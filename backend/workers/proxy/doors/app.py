@@ -20,9 +20,10 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from backend.protocol.proxy import DOOR_ENGINES
 from backend.workers.proxy.context import CONTEXT_KEY, DoorContext
+from backend.workers.proxy.doors.clients import CLIENT_KEY
 from backend.workers.proxy.doors.errors import ErrorReply
 from backend.workers.proxy.doors.forwarding import forward_or_502
-from backend.workers.proxy.doors.gate import Refusal, peer_allowed, refusal
+from backend.workers.proxy.doors.gate import LOOPBACK, Refusal, scope_refusal, screen
 from backend.workers.proxy.doors.listing import federated_list, federated_model, show_model
 from backend.workers.proxy.doors.missing import missing_model
 from backend.workers.proxy.doors.wire import (
@@ -113,8 +114,9 @@ async def gate(request: web.Request, handler: Handler) -> web.StreamResponse:
     peer = request.transport.get_extra_info("peername") if request.transport else None
     peer_address = peer[0] if peer else None
     origin = request.headers.get("Origin")
-    table = request.app[CONTEXT_KEY].router.table
-    refused = refusal(
+    context = request.app[CONTEXT_KEY]
+    table = context.router.table
+    verdict = screen(
         peer_address,
         request.headers.get("Host"),
         origin,
@@ -124,16 +126,20 @@ async def gate(request: web.Request, handler: Handler) -> web.StreamResponse:
         key_hashes=table.api_key_hashes,
         allowed_origins=table.allowed_origins,
     )
-    if refused is not None:
-        response: web.StreamResponse = _refused(refused, request.path)
+    refused = isinstance(verdict, Refusal)
+    if isinstance(verdict, Refusal):
+        response: web.StreamResponse = _refused(verdict, request.path)
     elif request.method == "OPTIONS" and origin is not None:
         response = _preflight(request)
     else:
-        request[LAN_CLIENT_KEY] = not peer_allowed(peer_address)
+        request[CLIENT_KEY] = verdict
+        request[LAN_CLIENT_KEY] = verdict != LOOPBACK
+        if verdict != LOOPBACK:
+            context.key_use.used(verdict)
         response = await handler(request)
     if not response.prepared:
         response.headers.setdefault(PROXY_MS_HEADER, format_ms(elapsed_ms(started)))
-        response.headers.update(cors_headers(request) if refused is None else {})
+        response.headers.update(cors_headers(request) if not refused else {})
     return response
 
 
@@ -244,9 +250,15 @@ async def _pass_through(request: web.Request) -> web.StreamResponse:
     """A path about no model (``/api/version``, ``/api/pull``, ``/slots``...) to this node's
     engine of the door's family, or one added by address. Never to a member: a client's key
     opens this computer's doors, not the engines of the cluster (a member's relay serves only
-    inference and model lists)."""
+    inference and model lists). Another computer's key needs the admin scope here, but to
+    see that the engine is there."""
     context = request.app[CONTEXT_KEY]
     table = context.router.table
+    key_hash = request.get(CLIENT_KEY, LOOPBACK)
+    if key_hash != LOOPBACK:
+        refused = _scope_refused(request, context, key_hash)
+        if refused is not None:
+            return refused
     targets = [t for t in targets_for(table, context.door) if t.kind != "peer"]
     if not targets:
         greeting = _ollama_greeting(context, request)
@@ -260,6 +272,24 @@ async def _pass_through(request: web.Request) -> web.StreamResponse:
         )
         return ErrorReply(503, message, "service_unavailable").response(request.path)
     return await forward_or_502(request, context, targets[0], body_stream(request))
+
+
+def _scope_refused(
+    request: web.Request, context: DoorContext, key_hash: str
+) -> web.Response | None:
+    """403 (logged) when the key has not the admin scope the engine's own paths need."""
+    key = context.router.table.api_keys.get(key_hash)
+    engine = DOOR_ENGINES[context.door]
+    refused = scope_refusal(key, request.method, request.path, engine)
+    if refused is None:
+        return None
+    name = key.name if key is not None else ""
+    context.key_use.denied(name, request.remote, request.method, request.path)
+    # RFC 6750 section 3.1: a valid token without the scope a resource needs.
+    challenge = 'Bearer realm="PAIR", error="insufficient_scope", scope="admin"'
+    headers = {"WWW-Authenticate": challenge}
+    reply = ErrorReply(403, refused.message, refused.kind, "insufficient_scope", headers)
+    return reply.response(request.path)
 
 
 def _ollama_greeting(context: DoorContext, request: web.Request) -> web.Response | None:

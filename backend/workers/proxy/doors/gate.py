@@ -27,8 +27,14 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from backend.common.secret_hash import hash_secret
+from backend.protocol.proxy import DoorKey
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+# Who made a request that ``screen`` let pass from this computer (another's is its key's hash).
+LOOPBACK = ""
+# What clients ask to see that an engine is there, answered for any key: nothing about them
+# changes the engine or tells more than that it runs and its version.
+PROBE_PATHS = frozenset({"/", "/api/version", "/health"})
 HOW_TO_GET_A_KEY = (
     "create one on the computer running PAIR with `pair api-key create NAME` and send it as "
     "`Authorization: Bearer <key>` (OPENAI_API_KEY for OpenAI clients) or `x-api-key: <key>` "
@@ -113,18 +119,24 @@ def bearer_token(authorization: str | None) -> str | None:
 
 
 def key_accepted(token: str, key_hashes: Iterable[str]) -> bool:
-    """Whether ``token`` hashes to one of ``key_hashes``.
+    """Whether ``token`` hashes to one of ``key_hashes``."""
+    return accepted_hash(token, key_hashes) is not None
+
+
+def accepted_hash(token: str, key_hashes: Iterable[str]) -> str | None:
+    """The hash of ``token`` when it is one of ``key_hashes``, else None.
 
     Every stored hash is compared in constant time, and all of them are, so the time taken
     says nothing about which hash (or how much of one) matched.
     """
     if not token.isascii():
-        return False  # no secret PAIR makes is anything else
-    presented = hash_secret(token).encode()
+        return None  # no secret PAIR makes is anything else
+    presented = hash_secret(token)
+    encoded = presented.encode()
     matched = False
     for stored in key_hashes:
-        matched |= hmac.compare_digest(stored.encode(), presented)
-    return matched
+        matched |= hmac.compare_digest(stored.encode(), encoded)
+    return presented if matched else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,36 +164,85 @@ def refusal(
     allowed_origins: Iterable[str] = (),
 ) -> Refusal | None:
     """Why a request must be refused, or None when it may pass (the rules are the module's)."""
+    verdict = screen(
+        peer_address,
+        host_header,
+        origin,
+        authorization=authorization,
+        api_key=api_key,
+        lan_access=lan_access,
+        key_hashes=key_hashes,
+        allowed_origins=allowed_origins,
+    )
+    return verdict if isinstance(verdict, Refusal) else None
+
+
+def screen(
+    peer_address: str | None,
+    host_header: str | None,
+    origin: str | None,
+    *,
+    authorization: str | None = None,
+    api_key: str | None = None,
+    lan_access: bool = False,
+    key_hashes: Iterable[str] = (),
+    allowed_origins: Iterable[str] = (),
+) -> Refusal | str:
+    """Why a request must be refused, else who makes it: ``LOOPBACK`` (this computer) or the
+    hash of another computer's key (what it may do is the key's scope)."""
+    client = LOOPBACK
     if not peer_allowed(peer_address):
-        refused = lan_refusal(
+        verdict = lan_verdict(
             authorization, lan_access=lan_access, key_hashes=key_hashes, api_key=api_key
         )
-        if refused is not None:
-            return refused
+        if isinstance(verdict, Refusal):
+            return verdict
+        client = verdict
     elif not host_allowed(host_header):
         return Refusal(403, HOST_NOT_LOCAL)
     if not origin_allowed(origin, allowed_origins):
         return Refusal(403, FOREIGN_ORIGIN)
-    return None
+    return client
 
 
-def lan_refusal(
+def lan_verdict(
     authorization: str | None,
     *,
     lan_access: bool,
     key_hashes: Iterable[str],
     api_key: str | None = None,
-) -> Refusal | None:
-    """Why another computer's request must be refused, or None when its key is valid (as a
-    bearer token, else as ``x-api-key``)."""
+) -> Refusal | str:
+    """Why another computer's request must be refused, else the hash of its valid key (a
+    bearer token, else ``x-api-key``)."""
     if not lan_access:
         return Refusal(403, LAN_ACCESS_OFF)
     token = bearer_token(authorization) or (api_key.strip() if api_key else None) or None
     if token is None:
         return Refusal(401, KEY_MISSING)
-    if not key_accepted(token, key_hashes):
+    hashed = accepted_hash(token, key_hashes)
+    if hashed is None:
         return Refusal(401, KEY_INVALID)
-    return None
+    return hashed
+
+
+def scope_refusal(key: DoorKey | None, method: str, path: str, engine: str) -> Refusal | None:
+    """Why a LAN key may not send ``method path`` to ``engine`` through a door's pass-through
+    (the engine's own paths: pull, delete, slots...), or None. A key the table does not
+    describe has the inference scope; every key may probe that the engine is there."""
+    if key is not None and key.scope == "admin":
+        return None
+    if method in ("GET", "HEAD") and path in PROBE_PATHS:
+        return None
+    return Refusal(403, admin_scope_needed(path, engine))
+
+
+def admin_scope_needed(path: str, engine: str) -> str:
+    """The 403 message for a path only an admin key may use."""
+    return (
+        f"this API key's scope is inference (the inference APIs and model lists); {path} is "
+        f"{engine}'s own path on this computer and needs a key with the admin scope (create "
+        "one on the computer running PAIR with `pair api-key create NAME --admin`)"
+    )
 
 
 def _is_port_suffix(text: str) -> bool:

@@ -30,6 +30,7 @@ from backend.protocol.proxy import ProxyTargets, RouteTarget
 from backend.protocol.types.base import EngineName, JobKey, NodeId
 from backend.workers.proxy.channels.custody import Custody
 from backend.workers.proxy.channels.jobs import Job
+from backend.workers.proxy.doors.clients import job_client
 from backend.workers.proxy.doors.errors import ErrorReply
 from backend.workers.proxy.doors.missing import missing_model
 from backend.workers.proxy.routing import failover
@@ -149,6 +150,7 @@ class Router:
             path=admission.path.split("?", 1)[0],
             key=admission.job_key,
             resumed=(held.seq, held.created_at) if held is not None else None,
+            client=job_client(request, self.table),
         )
         try:
             return await self._dispatch_loop(request, admission, job)
