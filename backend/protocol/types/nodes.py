@@ -58,10 +58,11 @@ class NodeInfo(Wire, frozen=True, kw_only=True, omit_defaults=True):
     """``GET /v1/node-info`` and ``nodeinfo:get``: who this node is, its hardware and services.
 
     ``telemetry_age_ms`` is omitted before the first sample; ``cluster_id`` while not clustered.
-    ``engines`` holds running engines only, and is omitted for a client that is neither a
-    trusted member (by its TLS certificate) nor this computer. ``fingerprint`` is ``sha256:`` +
-    hex of the node's certificate (a hint for people comparing screens: only a pinned handshake
-    proves it).
+    ``engines`` holds running engines only. A client that is neither a trusted member (by its
+    TLS certificate) nor this computer gets no ``engines`` and blank figures (``os``, ``cpu``,
+    ``memory`` empty, no ``gpus`` nor ``pending_jobs``, ``telemetry_valid`` false).
+    ``fingerprint`` is ``sha256:`` + hex of the node's certificate (a hint for people comparing
+    screens: only a pinned handshake proves it).
     """
 
     node_id: NodeId
