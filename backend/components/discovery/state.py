@@ -263,7 +263,7 @@ def _scan(directory: Directory, policy: EvictionPolicy) -> tuple[Directory, list
 
 def _announced(directory: Directory, event: Announced) -> tuple[Directory, list[Change]]:
     # A node joins only once its node API answered as itself; an announcement of a known node
-    # refreshes its addresses and counts as a sign of life.
+    # (not a member) refreshes its addresses and counts as a sign of life.
     entry = directory.entries.get(event.node_id)
     if entry is None:
         return directory, []
