@@ -20,8 +20,10 @@ namespaces, ``LoopbackLink`` stands a ``FaultProxy`` in for the link and blackho
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import re
+import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,6 +34,7 @@ from tests.support.faultproxy import Fault, FaultProxy
 TCP_BLACKHOLE_TABLE = "4242"
 TCP_BLACKHOLE_PRIORITY = "100"
 COMMAND_TIMEOUT_S = 10.0
+CLONE_NEWNET = 0x40000000  # <sched.h>
 
 
 @dataclass(frozen=True)
@@ -158,6 +161,30 @@ def veth_peer(namespace: str, device: str = "eth0") -> str:
         if number == index:
             return rest.split(":", 1)[0].split("@", 1)[0]
     raise LinkFailed(f"the peer of {device} in {namespace} (ifindex {index}) is not here")
+
+
+def join_network_namespace(namespace: str) -> None:
+    """Move the calling thread (only it: Linux keeps a network namespace per thread) into
+    ``namespace``: the sockets it opens from then on are on that host."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    with open(f"/run/netns/{namespace}", "rb") as handle:
+        if libc.setns(handle.fileno(), CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns into {namespace} failed")
+
+
+def namespaces_unavailable() -> str | None:
+    """Why network namespaces cannot be made here (None: they can)."""
+    if os.geteuid() != 0:
+        return "needs root to create network namespaces"
+    if shutil.which("ip") is None:
+        return "iproute2's `ip` is not installed"
+    probe = f"pairprobe{os.getpid() % 100000}"
+    try:
+        run_ip("ip", "netns", "add", probe)
+    except (LinkFailed, OSError) as exc:
+        return f"`ip netns add` failed: {exc}"
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True, timeout=10)
+    return None
 
 
 def netem_unavailable() -> str | None:

@@ -54,6 +54,10 @@ from tests.support.ports import free_port
 
 __all__ = ["hosts", "start_node"]  # fixtures
 
+# Three brokers started, paired and listed, then a fault and its answer: on a loaded machine,
+# more than the suite's default two minutes.
+pytestmark = pytest.mark.timeout(360)
+
 T = TypeVar("T")
 
 WAITING = "slow-start:latest"  # its first token comes after FIRST_TOKEN_S: a request waits on it
@@ -79,12 +83,13 @@ _SHIM_ARGV = '"--parallel", os.environ.get("OLLAMA_NUM_PARALLEL", "1")]'
 class Seen:
     """What a client at A's door saw: the status, ``Retry-After``, the body (each NDJSON line
     of a stream), and how long until the answer ended (None: it never did, within the
-    client's timeout)."""
+    client's timeout); ``ended_at``: when, on the monotonic clock."""
 
     status: int
     retry_after: str | None
     lines: tuple[str, ...]
     seconds: float | None
+    ended_at: float = 0.0
 
     @property
     def records(self) -> list[dict[str, Any]]:
@@ -151,7 +156,12 @@ async def cluster_of(
             await _pair(clients[0], client, node.host.address, status.ports.node)
         ids = [status.node_id for status in statuses]
         cluster = Cluster(nodes, clients, ids, statuses[0].front_doors["ollama"])
-        await until_listed(cluster, FLOWING, listed=True)
+        try:
+            await until_listed(cluster, FLOWING, listed=True)
+        except TimeoutError:
+            roster = (await clients[0].typed(methods.CLUSTER_STATUS)).members
+            known = await clients[0].typed(methods.DISCOVERY_GET_NODES)
+            raise AssertionError(f"A never listed B's models: {roster}, {known}") from None
         yield cluster
 
 
@@ -213,8 +223,9 @@ async def ask(
         except httpx.TransportError as exc:  # cut after its last line: what it saw still counts
             if response is None:  # no answer at all: the door hung up on the client
                 return Seen(-1, None, (f"{type(exc).__name__}: {exc}",), None)
-    seconds = time.monotonic() - began
-    return Seen(response.status_code, response.headers.get("Retry-After"), tuple(lines), seconds)
+    ended_at = time.monotonic()
+    retry_after = response.headers.get("Retry-After")
+    return Seen(response.status_code, retry_after, tuple(lines), ended_at - began, ended_at)
 
 
 async def listed_models(door: str) -> set[str] | None:
