@@ -42,8 +42,9 @@ from backend.protocol.types.base import NodeId
 from backend.protocol.types.cluster import InviteCreated
 
 INTRO = (
-    "Invite another computer that runs PAIR. This window then shows a six-digit PIN, and "
-    "you type it on that computer."
+    "Invite another computer that runs PAIR. First, on that computer, choose Join a cluster… "
+    "on its Cluster page (or run pair join): it takes invites only then. This window then "
+    "shows a six-digit PIN, and you type it on that computer."
 )
 NONE_FOUND = (
     "No other PAIR computer found on this network yet. PAIR has to be running on it; "
