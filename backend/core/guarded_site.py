@@ -198,9 +198,8 @@ class GuardedSite(web.SockSite):
         guard: ConnectionGuard,
         *,
         ssl_context: ssl.SSLContext | None = None,
-        shutdown_timeout: float = 60.0,
     ) -> None:
-        super().__init__(runner, sock, ssl_context=ssl_context, shutdown_timeout=shutdown_timeout)
+        super().__init__(runner, sock, ssl_context=ssl_context)
         self._guard = guard
 
     async def start(self) -> None:

@@ -164,9 +164,7 @@ class NodeApiServer(Component):
             sock = socket.create_server((self._host, self.port))
         except OSError as exc:
             raise FatalError(self._taken(exc.strerror or str(exc))) from exc
-        site = GuardedSite(
-            runner, sock, guard, shutdown_timeout=SHUTDOWN_TIMEOUT_S, ssl_context=self._ssl
-        )
+        site = GuardedSite(runner, sock, guard, ssl_context=self._ssl)  # the runner's timeout
         await site.start()
 
     def _taken(self, why: str) -> str:

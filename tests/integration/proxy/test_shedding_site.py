@@ -23,7 +23,7 @@ from backend.core.guarded_site import ConnectionGuard, GuardedSite
 LIMITS = ConnectionLimits(
     per_peer=4,
     total=6,
-    head_timeout_s=0.5,
+    head_timeout_s=1.5,
     keepalive_timeout_s=5.0,
     exempt=frozenset({"127.0.0.1"}),
 )
@@ -107,7 +107,7 @@ async def _slowloris(url: str, guard: ConnectionGuard) -> None:
             async with owner.get(url) as answer:
                 assert answer.status == 200
     admitted = [reader for reader, _ in held[:4] + more[:2]]
-    assert all(await asyncio.gather(*(_closed_within(r, 3.0) for r in admitted)))
+    assert all(await asyncio.gather(*(_closed_within(r, 4.0) for r in admitted)))
     for _, writer in held + more:
         writer.close()
     await asyncio.sleep(0.05)
@@ -117,7 +117,7 @@ async def _slowloris(url: str, guard: ConnectionGuard) -> None:
 def _assert_logged(caplog: pytest.LogCaptureFixture) -> None:
     lines = [r.getMessage() for r in caplog.records if r.name == "test.shed"]
     assert 1 <= sum("over the limit" in line for line in lines) <= 2
-    assert any("sent no complete request within 0.5 s" in line for line in lines)
+    assert any("sent no complete request within 1.5 s" in line for line in lines)
 
 
 async def test_a_request_whose_head_came_is_not_cut_by_the_deadline(
@@ -126,7 +126,7 @@ async def test_a_request_whose_head_came_is_not_cut_by_the_deadline(
     url, _ = site
     port = int(url.rsplit(":", 1)[1])
     reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.2", 0))
-    writer.write(b"GET /?wait=1.6 HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+    writer.write(b"GET /?wait=3.2 HTTP/1.1\r\nHost: 127.0.0.1\r\n")
     await asyncio.sleep(0.1)
     writer.write(b"\r\n")  # the head ends in its own packet
     async with asyncio.timeout(5):
