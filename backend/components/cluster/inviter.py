@@ -44,7 +44,8 @@ def answer_start(
     if outgoing.started:
         raise ProtocolViolation("this invite's one pairing attempt was already made")
     outgoing.started = True  # counted before any computation: an abandoned run costs a try
-    ci = pc.channel_identifier(bytes.fromhex(start.invite_id), credentials.cert_der)
+    invited = outgoing.invite.peer_fingerprint
+    ci = pc.channel_identifier(bytes.fromhex(start.invite_id), credentials.cert_der, invited)
     run = CPaceRun(Role.RESPONDER, pc.password_related_string(outgoing.pin), ci, start.sid, own_ad)
     try:
         run.receive(start.share, start.ad)

@@ -48,7 +48,7 @@ async def run_pairing(
     if seen != offer.cert_der:
         return Ended("failed", _substituted(offer, address))
     context = peer_client.pinned_anonymous_context(seen)
-    ci = pc.channel_identifier(bytes.fromhex(offer.invite_id), seen)
+    ci = pc.channel_identifier(bytes.fromhex(offer.invite_id), seen, credentials.fingerprint)
     own_ad = m.associated_data(own.node_id, credentials.fingerprint)
     sid = secrets.token_bytes(16)
     run = CPaceRun(Role.INITIATOR, pc.password_related_string(pin), ci, sid, own_ad)

@@ -46,11 +46,19 @@ class SessionKeys(NamedTuple):
     k_ba: bytes  # joiner (B) to inviter (A)
 
 
-def channel_identifier(invite_id: bytes, inviter_cert_der: bytes) -> bytes:
-    """CPace's CI: the protocol label, the invite and the inviter certificate's SHA-256."""
+def channel_identifier(invite_id: bytes, inviter_cert_der: bytes, joiner_fingerprint: str) -> bytes:
+    """CPace's CI: the protocol label, the invite, the inviter certificate's SHA-256 and the
+    joiner's certificate fingerprint (``sha256:…``)."""
     # The joiner hashes the certificate it saw in TLS, the inviter its own: a TLS man in the
-    # middle shows a different certificate, so the two sides derive different generators.
-    return lv_cat(CHANNEL_LABEL, invite_id, hashlib.sha256(inviter_cert_der).digest())
+    # middle shows a different certificate, so the two sides derive different generators. The
+    # inviter puts in the fingerprint of the certificate it invited (the one TLS presented to
+    # it), the joiner its own: a joiner other than the invited computer cannot confirm either.
+    return lv_cat(
+        CHANNEL_LABEL,
+        invite_id,
+        hashlib.sha256(inviter_cert_der).digest(),
+        joiner_fingerprint.encode("ascii"),
+    )
 
 
 def cluster_tag(cluster_id: str, invite_id: bytes, inviter_cert_der: bytes) -> str:

@@ -29,23 +29,29 @@ MITM_CERT = b"a man in the middle's certificate DER"
 SID = bytes(range(16))
 AD_JOINER = b"joiner node id, name, SPKI hash"
 AD_INVITER = b"inviter node id, name"
+JOINER_FINGERPRINT = "sha256:" + "ab" * 32
+OTHER_FINGERPRINT = "sha256:" + "cd" * 32
 
 
 def _pair(
-    joiner_pin: str, inviter_pin: str, cert_seen_by_joiner: bytes
+    joiner_pin: str,
+    inviter_pin: str,
+    cert_seen_by_joiner: bytes,
+    joiner_fingerprint: str = JOINER_FINGERPRINT,
 ) -> tuple[CPaceRun, CPaceRun, bool, bool]:
-    """A pairing run: the joiner is the CPace initiator, the inviter the responder."""
+    """A pairing run: the joiner is the CPace initiator, the inviter the responder (which
+    invited the computer with ``JOINER_FINGERPRINT``)."""
     joiner = CPaceRun(
         Role.INITIATOR,
         password_related_string(joiner_pin),
-        channel_identifier(INVITE_ID, cert_seen_by_joiner),
+        channel_identifier(INVITE_ID, cert_seen_by_joiner, joiner_fingerprint),
         SID,
         AD_JOINER,
     )
     inviter = CPaceRun(
         Role.RESPONDER,
         password_related_string(inviter_pin),
-        channel_identifier(INVITE_ID, INVITER_CERT),
+        channel_identifier(INVITE_ID, INVITER_CERT, JOINER_FINGERPRINT),
         SID,
         AD_INVITER,
     )
@@ -55,11 +61,24 @@ def _pair(
     return joiner, inviter, inviter.verify(joiner_tag), joiner.verify(inviter_tag)
 
 
-def test_channel_identifier_binds_label_invite_and_certificate_hash() -> None:
-    expected = lv_cat(CHANNEL_LABEL, INVITE_ID, hashlib.sha256(INVITER_CERT).digest())
-    assert channel_identifier(INVITE_ID, INVITER_CERT) == expected
-    assert channel_identifier(INVITE_ID, MITM_CERT) != expected
-    assert channel_identifier(bytes(8), INVITER_CERT) != expected
+def test_channel_identifier_binds_label_invite_and_both_certificates() -> None:
+    expected = lv_cat(
+        CHANNEL_LABEL,
+        INVITE_ID,
+        hashlib.sha256(INVITER_CERT).digest(),
+        JOINER_FINGERPRINT.encode(),
+    )
+    assert channel_identifier(INVITE_ID, INVITER_CERT, JOINER_FINGERPRINT) == expected
+    assert channel_identifier(INVITE_ID, MITM_CERT, JOINER_FINGERPRINT) != expected
+    assert channel_identifier(bytes(8), INVITER_CERT, JOINER_FINGERPRINT) != expected
+    assert channel_identifier(INVITE_ID, INVITER_CERT, OTHER_FINGERPRINT) != expected
+
+
+def test_a_joiner_other_than_the_invited_computer_fails_both_confirmations() -> None:
+    _, _, inviter_confirmed, joiner_confirmed = _pair(
+        "483920", "483920", INVITER_CERT, OTHER_FINGERPRINT
+    )
+    assert not inviter_confirmed and not joiner_confirmed
 
 
 def test_the_right_pin_pairs_and_both_sides_hold_the_same_keys() -> None:
