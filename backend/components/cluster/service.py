@@ -194,7 +194,7 @@ class ClusterService:
         now = self._clock.wall()
         info = await self._node_info(address, port)
         cert = await self._their_cert(address, port)
-        # The fingerprint shown and compared is the certificate's TLS presented (and the one
+        # The fingerprint shown and compared is that of the certificate TLS presented (the one
         # pinned below), never node-info's claim, which anyone can copy.
         fingerprint = fingerprint_of(cert)
         refusal = self._refusal(address, port, info, fingerprint)
