@@ -50,7 +50,7 @@ from backend.workers.proxy.channels.jobs import FLUSH_S as JOB_FLUSH_S
 from backend.workers.proxy.channels.jobs import STORED_WAIT_S, JobLog
 from backend.workers.proxy.context import DoorContext
 from backend.workers.proxy.doors.app import build_app
-from backend.workers.proxy.doors.key_use import KeyUseLog
+from backend.workers.proxy.doors.key_use import KeyUseLog, report_interval
 from backend.workers.proxy.relay.app import build_relay_app
 from backend.workers.proxy.relay.peer_tls import PeerTls, credentials_from
 from backend.workers.proxy.relay.serving import PeerStarted, RelayBoard
@@ -124,7 +124,8 @@ class ProxyService:
         self._push_due = False
         self._have_router = asyncio.Event()
         self._bad_requests = BadRequestLimiter()  # one limit for every listener
-        self._key_use = KeyUseLog(self._send_keys_used)  # one for every door
+        # One for every door.
+        self._key_use = KeyUseLog(self._send_keys_used, report_s=report_interval(os.environ))
         # The doors and the relay face the network: one set of connection caps for all.
         self._limits = limits_for(open_file_limit(), os.environ)
         self._connections = ConnectionCounter(self._limits)

@@ -21,12 +21,12 @@ from aiohttp.test_utils import TestServer, make_mocked_request
 from backend.common.secret_hash import hash_secret
 from backend.components.apikeys.secret import new_secret
 from backend.protocol.proxy import Door, DoorKey, ProxyTargets, RouteTarget
-from backend.protocol.types.apikeys import KeysUsed
+from backend.protocol.types.apikeys import KEY_USE_REPORT_S, KeysUsed
 from backend.workers.proxy.context import DoorContext
 from backend.workers.proxy.doors.app import build_app, gate
 from backend.workers.proxy.doors.clients import job_client
 from backend.workers.proxy.doors.gate import PROBE_PATHS, scope_refusal
-from backend.workers.proxy.doors.key_use import KeyUseLog
+from backend.workers.proxy.doors.key_use import REPORT_ENV, KeyUseLog, report_interval
 from backend.workers.proxy.relay.serving import RelayBoard
 from tests.fakes import FakeClock
 from tests.unit.proxy.scripted_door import make_router
@@ -273,3 +273,10 @@ async def _until(check: Callable[[], bool]) -> None:
             return
         await asyncio.sleep(0.01)
     raise AssertionError("not within 5 s")
+
+
+def test_the_report_interval_can_be_shortened_for_tests_only_to_a_positive_number() -> None:
+    assert report_interval({}) == KEY_USE_REPORT_S
+    assert report_interval({REPORT_ENV: "0.2"}) == 0.2
+    for wrong in ("soon", "0", "-1"):
+        assert report_interval({REPORT_ENV: wrong}) == KEY_USE_REPORT_S

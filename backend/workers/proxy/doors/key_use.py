@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from backend.core.bad_requests import BadRequestLimiter, peer_name
 from backend.protocol.types.apikeys import KEY_USE_REPORT_S, KeysUsed
@@ -19,6 +19,8 @@ from backend.protocol.types.apikeys import KEY_USE_REPORT_S, KeysUsed
 log = logging.getLogger(__name__)
 
 Report = Callable[[KeysUsed], None]
+# Seconds between reports instead of ``KEY_USE_REPORT_S`` (tests that wait for a report).
+REPORT_ENV = "PAIR_KEY_USE_REPORT_S"
 
 
 def _no_report(report: KeysUsed) -> None:
@@ -76,3 +78,12 @@ class KeyUseLog:
             address,
             more,
         )
+
+
+def report_interval(environ: Mapping[str, str]) -> float:
+    """Seconds between reports: ``KEY_USE_REPORT_S``, or what ``REPORT_ENV`` says (tests)."""
+    try:
+        seconds = float(environ.get(REPORT_ENV, KEY_USE_REPORT_S))
+    except ValueError:
+        return KEY_USE_REPORT_S
+    return seconds if seconds > 0 else KEY_USE_REPORT_S
