@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
+import psutil
+import pytest
 
 from backend.common.connection_limits import LIMITS_ENV
 from tests.integration.proxy.conftest import StartProxy
@@ -54,3 +56,21 @@ async def test_a_slowloris_at_a_door_is_shed_and_the_owner_is_served(
             assert answer.status == 200
     for _, writer in strangers:
         writer.close()
+
+
+async def test_the_worker_raises_its_open_file_limit(start_proxy: StartProxy) -> None:
+    resource = pytest.importorskip("resource")
+    if not hasattr(psutil.Process, "rlimit"):
+        pytest.skip("psutil reads another process's limits on Linux only")
+    before = resource.getrlimit(resource.RLIMIT_NOFILE)
+    hard = before[1]
+    if hard != resource.RLIM_INFINITY and hard <= 512:
+        pytest.skip("the hard limit leaves nothing to raise")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (512, hard))  # what the worker inherits
+    try:
+        proxy = await start_proxy()
+        pid = await proxy.wait_serving()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, before)
+    soft = psutil.Process(pid).rlimit(psutil.RLIMIT_NOFILE)[0]
+    assert soft > 512
