@@ -12,9 +12,10 @@ import pytest
 from backend.common.secret_hash import hash_secret
 from backend.components.apikeys.service import ApiKeysService
 from backend.components.apikeys.store import ApiKeyStore
+from backend.components.proxy.table import LanAccess, build_table
 from backend.core.store import MIGRATIONS, Store
 from backend.protocol import errors
-from backend.protocol.proxy import DoorKey
+from backend.protocol.proxy import DoorKey, ProxyTargets
 from backend.protocol.types.apikeys import ApiKeyId, KeysUsed
 from tests.fakes import FakeClock
 
@@ -128,3 +129,14 @@ async def test_use_reported_before_the_keys_are_read_is_ignored(store: Store) ->
     service.keys_used(KeysUsed(used={"h": 1.0}))
     assert await service.list_keys() == []
     await service.close()
+
+
+def test_names_and_scopes_reach_the_worker_only_while_lan_access_is_on() -> None:
+    keys = {"h1": DoorKey(name="laptop"), "h2": DoorKey(name="ops", scope="admin")}
+
+    def table(enabled: bool) -> ProxyTargets:
+        lan = LanAccess(enabled=enabled, key_hashes=keys.keys(), door_keys=keys)
+        return build_table(node_id="self", local={}, nodes=[], loads={}, generation=1, lan=lan)
+
+    assert table(True).api_keys == keys
+    assert table(False).api_keys == {}
