@@ -61,6 +61,7 @@ pytestmark = pytest.mark.timeout(360)
 T = TypeVar("T")
 
 WAITING = "slow-start:latest"  # its first token comes after FIRST_TOKEN_S: a request waits on it
+WAITING_ON_B = "b-slow-start:latest"  # as WAITING, and only B has it (C has WAITING too)
 FLOWING = "flowing:latest"  # streams one token every 50 ms, REPLY_TOKENS of them
 TRICKLE = "trickle:latest"  # one token every TRICKLE_GAP_S: slow but live
 FIRST_TOKEN_S = 10
@@ -73,6 +74,7 @@ ROUTING_TIMEOUT_S = 60.0  # bring-up on a loaded machine included
 EMULATOR = (
     *("--token-delay", "0.05", "--reply-tokens", str(REPLY_TOKENS), "--load-delay", "0.2"),
     *("--model-pace", f"{WAITING}=::0:{FIRST_TOKEN_S}"),
+    *("--model-pace", f"{WAITING_ON_B}=::0:{FIRST_TOKEN_S}"),
     *("--model-pace", f"{TRICKLE}={1 / TRICKLE_GAP_S}::0:"),
 )
 JOIN_WINDOW = "cluster:open-join-window"
@@ -140,7 +142,7 @@ async def cluster_of(
 ) -> AsyncIterator[Cluster]:
     """A (no engine) paired with B (every model) and, with ``members`` 2, C (``WAITING``);
     yields once A's door lists B's models."""
-    b_models = f"{WAITING},{FLOWING},{TRICKLE}"
+    b_models = f"{WAITING},{WAITING_ON_B},{FLOWING},{TRICKLE}"
     nodes = [
         start_node(hosts[0], "a", ""),
         start_member(start_node, tmp_path, hosts[1], "b", b_models),
