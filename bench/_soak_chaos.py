@@ -1,11 +1,14 @@
-"""The soak's chaos: every so often an engine or a proxy worker killed, or a node restarted.
+"""The soak's chaos: every so often an engine or a proxy worker killed, a node restarted, or
+(when the nodes run in namespaces) a node's link broken for a few seconds.
 
 Not a benchmark itself; ``bench/soak.py`` drives it. What the product does after each is what
 is checked: an engine PAIR started and that crashed is restarted by its broker while it is
 wanted (the soak never restarts it), a proxy worker killed with SIGKILL is restarted by its
 broker, and a node stopped (SIGTERM: its own staged shutdown) and started again on the same
 data dir and ports comes back paired and routable. Node ``a`` is never stopped, so one broker
-runs for the whole soak and its resource series has no restart in it.
+runs for the whole soak and its resource series has no restart in it. A broken link is a
+blackhole route from the node towards another (its packets reach the node, nothing comes back)
+or the node's link set down, for 3-8 s; once mended, the node must be routable again.
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ import aiohttp
 
 from backend.protocol import errors
 from bench._soak_cluster import Cluster, ClusterError, SoakNode
+from tests.support.netfaults import LinkFailed
 
-Action = Literal["engine", "worker", "node"]
+Action = Literal["engine", "worker", "node", "link"]
 ACTIONS: Final[tuple[Action, ...]] = ("engine", "worker", "node")
+LINK_HELD_S: Final = (3.0, 8.0)
 RECOVERY_TIMEOUT: Final = 90.0
 NEVER_STOPPED: Final = "a"
 
@@ -74,16 +79,18 @@ class Chaos:
                 "engine": self._kill_engine,
                 "worker": self._kill_worker,
                 "node": self._restart_node,
+                "link": self._break_link,
             }
             try:
                 await acts[action](node, event)
-            except (ClusterError, TimeoutError, OSError, errors.RpcError) as exc:
+            except (ClusterError, TimeoutError, OSError, errors.RpcError, LinkFailed) as exc:
                 event.failure = event.failure or f"{type(exc).__name__}: {exc}"[:300]
 
     def _choose(self, last: tuple[Action, str] | None) -> tuple[Action, SoakNode]:
         """A random act on a random node that is up, never the same twice in a row."""
+        actions = ACTIONS if self.cluster.network is None else (*ACTIONS, "link")
         while True:
-            action = self.rng.choice(ACTIONS)
+            action = self.rng.choice(actions)
             candidates = [n for n in self.cluster.nodes if n.up]
             if action == "node":
                 candidates = [n for n in candidates if n.name != NEVER_STOPPED]
@@ -161,6 +168,24 @@ class Chaos:
         await self.cluster.wait_routable(node, RECOVERY_TIMEOUT)
         event.routable_s = round(time.monotonic() - started, 1)
         event.detail += f", started again as pid {node.process.pid if node.process else '?'}"
+
+    async def _break_link(self, node: SoakNode, event: ChaosEvent) -> None:
+        network = self.cluster.network
+        assert network is not None
+        others = [other for other in self.cluster.nodes if other is not node and other.up]
+        namespace = network.namespaces[node.name]
+        if others and self.rng.random() < 0.5:
+            towards = self.rng.choice(others).address
+            fault = await asyncio.to_thread(network.faults.blackhole, namespace, towards)
+        else:
+            fault = await asyncio.to_thread(network.faults.link_down, namespace)
+        held = self.rng.uniform(*LINK_HELD_S)
+        event.detail = f"{fault.description} for {held:.1f} s"
+        await asyncio.sleep(held)
+        await asyncio.to_thread(network.faults.restore, fault)
+        mended = time.monotonic()
+        await self.cluster.wait_routable(node, RECOVERY_TIMEOUT)
+        event.recovered_s = event.routable_s = round(time.monotonic() - mended, 1)
 
 
 async def _door_answers(node: SoakNode) -> None:

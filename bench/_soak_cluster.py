@@ -5,7 +5,8 @@ the soak's root, free ports (never PAIR's or the engines' defaults), mDNS off, a
 Its Ollama is PAIR's emulator behind an ``ollama`` shim, so the broker owns the engine process
 (starts it, restarts it when it crashes, stops it with the broker). Node ``a`` invites ``b`` and
 ``c`` with PINs through the RPC, as ``pair demo`` does; ``b`` and ``c`` trust each other through
-the roster, and every node knows the other two as manual nodes on 127.0.0.1.
+the roster, and every node knows the other two as manual nodes on 127.0.0.1 (with ``--netns``,
+at its namespace's address, and its doors through ``bench/_soak_netns.py``'s forwarders).
 
 ``Cluster`` owns the broker processes (each in its own session, killed by the kernel if the
 soak dies) and signals only those, by PID: a stop is SIGTERM, then SIGKILL after a grace. The
@@ -44,6 +45,7 @@ from backend.protocol.types.broker import BrokerStatus
 from backend.protocol.types.cluster import InviteAnswer, InviteParams, JoinWindowParams
 from backend.protocol.types.engines import EngineRef, EngineStatus
 from backend.protocol.types.nodes import ManualNodeAdd
+from bench._soak_netns import SoakNetwork
 
 P = TypeVar("P")
 R = TypeVar("R")
@@ -77,6 +79,7 @@ class SoakNode:
     front_doors: dict[str, str] = field(default_factory=dict)
     node_id: str = ""
     starts: int = 0
+    address: str = "127.0.0.1"  # where the other nodes reach it (its namespace's, with --netns)
 
     @property
     def log_path(self) -> Path:
@@ -115,10 +118,12 @@ async def call(
 
 
 class Cluster:
-    """Owns the three brokers under ``root`` (and through them their engines and workers)."""
+    """Owns the three brokers under ``root`` (and through them their engines and workers);
+    with ``network``, each node runs in a namespace of its own (``bench/_soak_netns.py``)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, network: SoakNetwork | None = None) -> None:
         self.root = root
+        self.network = network
         taken: set[int] = set()
         listeners = ("node", "relay", *DOORS, "engine", "lmstudio-engine", "llamacpp-engine")
         self.nodes = [
@@ -130,6 +135,9 @@ class Cluster:
             )
             for name in NODE_NAMES
         ]
+        if network is not None:
+            for node in self.nodes:
+                node.address = network.addresses[node.name]
 
     def node(self, name: str) -> SoakNode:
         """The node called ``name``."""
@@ -160,6 +168,7 @@ class Cluster:
         }
         with node.log_path.open("ab") as log:  # the child keeps its own descriptor
             node.process = await asyncio.create_subprocess_exec(
+                *(self.network.prefix(node.name) if self.network else []),
                 *node.broker_argv(),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=log,
@@ -173,6 +182,11 @@ class Cluster:
         await self._wait_serving(node)
         await call(node, methods.ENGINE_START, EngineRef(engine=OLLAMA), ENGINE_START_TIMEOUT)
         status = await self.wait_doors(node)
+        if self.network is not None:  # the doors let in their own host's loopback only
+            doors = node.front_doors.items()
+            node.front_doors = {
+                d: await self.network.forward(node.name, _port(url)) for d, url in doors
+            }
         node.node_id = status.node_id
         if routable:
             await self.wait_routable(node)
@@ -241,7 +255,7 @@ class Cluster:
         """Node ``a`` invites the others; each types the PIN it was shown."""
         inviter = self.nodes[0]
         for node in self.nodes[1:]:
-            invite = InviteParams(address="127.0.0.1", port=node.ports["node"])
+            invite = InviteParams(address=node.address, port=node.ports["node"])
             await call(node, methods.CLUSTER_OPEN_JOIN_WINDOW, JoinWindowParams(), timeout=30)
             created = await call(inviter, methods.CLUSTER_INVITE, invite, timeout=30)
             if created.invite.state != "pending":
@@ -252,12 +266,17 @@ class Cluster:
                 raise ClusterError(f"{node.name}: not paired: {ended.reason or ended.state}")
 
     async def _link(self) -> None:
-        """Every node knows the other two by address (no mDNS on loopback)."""
+        """Every node knows the other two by address (no mDNS: the soak stays off the LAN)."""
         for node in self.nodes:
             for other in self.nodes:
                 if other is not node:
-                    added = ManualNodeAdd(address="127.0.0.1", port=other.ports["node"])
+                    added = ManualNodeAdd(address=other.address, port=other.ports["node"])
                     await call(node, methods.NODE_ADD, added)
+
+
+def _port(url: str) -> int:
+    """The port of a base URL (``http://host:port``)."""
+    return int(url.rstrip("/").rpartition(":")[2])
 
 
 async def _generates(session: aiohttp.ClientSession, door: str, model: str) -> bool:

@@ -1,6 +1,7 @@
 """A soak: three paired PAIR nodes under mixed traffic and chaos, then an audit.
 
     .venv/bin/python bench/soak.py [--duration 120] [--concurrency 6] [--seed N] [--root DIR]
+                                   [--netns]
 
 Starts three real ``pair node`` brokers (temporary data dirs, free ports, mDNS off), each with
 PAIR's Ollama emulator as an engine it owns, pairs them with PINs and links them by address
@@ -10,7 +11,10 @@ not, through every node's front door, about half with the official ``ollama`` an
 clients and the rest with raw aiohttp (``bench/_soak_traffic.py``), for models on that node, on
 another node or on all three. Every 20-40 s one act of chaos (``bench/_soak_chaos.py``): an
 engine killed with SIGKILL (its broker restarts it), a proxy worker killed with SIGKILL (its
-broker restarts it), or node b or c stopped and started again.
+broker restarts it), or node b or c stopped and started again. With ``--netns`` (root and
+``ip netns``) each node runs in a network namespace of its own on a bridge, and the chaos also
+breaks a node's link for 3-8 s (a blackhole route towards another node, or the link set down;
+``bench/_soak_netns.py``), after which the node must be routable again.
 
 Then it audits and prints (``bench/_soak_audit.py``): requests sent, answered OK, failed with a
 clear error, unanswered or hung (must be 0), answered with an unclear error (must be 0); every
@@ -53,7 +57,8 @@ from bench._soak_audit import (  # noqa: E402
     view_differences,
 )
 from bench._soak_chaos import Chaos, ChaosEvent  # noqa: E402
-from bench._soak_cluster import Cluster, ClusterError  # noqa: E402
+from bench._soak_cluster import NODE_NAMES, Cluster, ClusterError  # noqa: E402
+from bench._soak_netns import SoakNetwork  # noqa: E402
 from bench._soak_traffic import Ledger, Traffic  # noqa: E402
 
 AUDIT_PREFIX = "SOAK-AUDIT "
@@ -72,6 +77,7 @@ class Options:
     seed: int
     root: Path | None
     chaos: bool
+    netns: bool = False
 
 
 @dataclass
@@ -89,14 +95,19 @@ class Findings:
 
 async def soak(options: Options, root: Path) -> Findings:
     """Bring the cluster up, run traffic and chaos for the duration, audit; always stop it."""
-    cluster = Cluster(root)
+    network = SoakNetwork(NODE_NAMES) if options.netns else None
+    cluster = Cluster(root, network)
     try:
+        if network is not None:
+            network.open()
         began = time.monotonic()
         await cluster.start()
         print(f"cluster up in {time.monotonic() - began:.1f} s under {root}", flush=True)
         return await _run(cluster, options)
     finally:
         await cluster.stop()
+        if network is not None:
+            await network.close()
 
 
 async def _run(cluster: Cluster, options: Options) -> Findings:
@@ -339,6 +350,9 @@ def _options(argv: list[str] | None) -> Options:
     parser.add_argument("--settle", type=float, default=30.0, help="seconds for the last jobs")
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: random)")
     parser.add_argument("--root", type=Path, default=None, help="keep the data dirs here")
+    parser.add_argument(
+        "--netns", action="store_true", help="nodes in network namespaces; chaos breaks links"
+    )
     args = parser.parse_args(argv)
     low, _, high = args.chaos_every.partition(",")
     return Options(
@@ -351,6 +365,7 @@ def _options(argv: list[str] | None) -> Options:
         seed=args.seed if args.seed is not None else random.randrange(1 << 30),
         root=args.root,
         chaos=not args.no_chaos,
+        netns=args.netns,
     )
 
 
@@ -400,6 +415,9 @@ async def _main(options: Options) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: parse, soak, report; the exit status says whether the audit passed."""
     options = _options(argv)
+    if options.netns and (reason := SoakNetwork.unavailable()) is not None:
+        print(f"soak: --netns cannot run here: {reason}", file=sys.stderr)
+        return 2
     print(
         f"soak: {options.duration:g} s, {options.concurrency} clients, seed {options.seed}",
         flush=True,
