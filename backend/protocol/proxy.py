@@ -96,6 +96,14 @@ class RouteTarget(Wire, frozen=True, kw_only=True):
     slots_known: bool = True
     resident_known: bool = False
     engine: str = ""
+    # Local only: the key this node's engine was launched with; sent to it as a bearer token
+    # and never to another computer.
+    api_key: str | None = None
+
+    def __repr__(self) -> str:
+        # Never print the engine's key, whatever logs or tracebacks show a target.
+        shown = msgspec.structs.replace(self, api_key="<hidden>") if self.api_key else self
+        return msgspec.Struct.__repr__(shown)
 
 
 class GpuSample(Wire, frozen=True, kw_only=True):

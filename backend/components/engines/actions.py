@@ -166,7 +166,10 @@ async def _stream_ollama_progress(
     report = _Reporter(engine.name, model, progress)
     try:
         async with asyncio.timeout(http.timeout_s):
-            async with engine.session.request(http.method, url, json=body) as response:
+            headers = engine.endpoint().headers
+            async with engine.session.request(
+                http.method, url, json=body, headers=headers
+            ) as response:
                 if response.status >= 400:
                     report.fail(engine_error_text(await response.text()))
                 async for raw in response.content:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -95,6 +96,9 @@ class EngineRun:
         self._plan: LaunchPlan | None = None  # the last launch of a store engine
         self._relaunching = False
         self._crash_restarting = False  # a restart after a crash is under way
+        # The key an engine that takes one is launched with: random, known only to PAIR, one
+        # for this broker's run (so a request sent across a relaunch is not refused).
+        self._key = secrets.token_urlsafe(32) if manifest.runtime.api_key_env else None
         self._updating = asyncio.Lock()  # one update at a time; staging runs outside the lock
         self.output = EngineLog()
         self._session = session
@@ -154,6 +158,12 @@ class EngineRun:
         return self._plan
 
     @property
+    def api_key(self) -> str | None:
+        """The key the running engine requires: PAIR launched it with one (None otherwise,
+        an adopted engine included)."""
+        return self._key if self._life.owner == "process" else None
+
+    @property
     def relaunching(self) -> bool:
         """Whether PAIR is restarting the engine, switching its model or updating it: from the
         moment it stops until it runs again or the start failed."""
@@ -181,7 +191,11 @@ class EngineRun:
     def endpoint(self) -> EngineEndpoint:
         """Where the engine answers HTTP now (its port may change between calls)."""
         display_name = self.manifest.display_name
-        return EngineEndpoint(self.name, display_name, self.base_url(), self.port, self._session)
+        key = self.api_key
+        headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
+        return EngineEndpoint(
+            self.name, display_name, self.base_url(), self.port, self._session, headers
+        )
 
     def slot_source(self) -> slot_counts.SlotSource:
         """What counting the engine's slots reads now."""
@@ -335,7 +349,9 @@ class EngineRun:
 
     async def _spawn_process(self, values: dict[str, str]) -> None:
         assert self._life.binary is not None, "a start requires the executable"
-        process = await self._runner.spawn(self.manifest, self._life.binary, values)
+        name = self.manifest.runtime.api_key_env
+        keyed = {name: self._key} if name is not None and self._key is not None else None
+        process = await self._runner.spawn(self.manifest, self._life.binary, values, keyed)
         self._process = process
         self._apply(lifecycle.Spawned(process.pid))
         await self._hooks.record_process(self.name, process.pid, process.create_time)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -22,6 +23,8 @@ class EngineEndpoint:
     base_url: str  # ``http://host:port``
     port: int
     session: aiohttp.ClientSession
+    # Sent with every request: the key of an engine PAIR launched with one (``engine_key``).
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 async def get_json(engine: EngineEndpoint, path: str, *, timeout: float) -> Any:
@@ -36,7 +39,9 @@ async def request_json(
     url = engine.base_url + path
     try:
         async with asyncio.timeout(timeout):
-            async with engine.session.request(method, url, json=body) as response:
+            async with engine.session.request(
+                method, url, json=body, headers=engine.headers
+            ) as response:
                 text = await response.text()
                 if response.status >= 400:
                     raise errors.InternalError(

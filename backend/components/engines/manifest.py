@@ -67,7 +67,11 @@ class StopSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 
 
 class Runtime(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """How the engine runs: a process PAIR owns, or a daemon driven by commands."""
+    """How the engine runs: a process PAIR owns, or a daemon driven by commands.
+
+    ``api_key_env``: the environment variable the engine reads an API key from; a process PAIR
+    launches gets a random key there, so only PAIR (which sends it) reaches the engine.
+    """
 
     mode: Literal["process", "command"]
     port: int
@@ -79,6 +83,7 @@ class Runtime(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     stop: StopSpec = StopSpec()
     ready: Probe
     health: Probe | None = None
+    api_key_env: str | None = None
 
 
 class DetectCandidate(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -80,12 +80,18 @@ class EngineRunner:
         return await self._drivers.port_in_use(runtime.bind, runtime.port)
 
     async def spawn(
-        self, manifest: Manifest, binary: Path, values: Mapping[str, str]
+        self,
+        manifest: Manifest,
+        binary: Path,
+        values: Mapping[str, str],
+        secrets: Mapping[str, str] | None = None,
     ) -> RunningProcess:
-        """Start ``binary`` with the manifest's arguments and environment."""
+        """Start ``binary`` with the manifest's arguments and environment, plus ``secrets``
+        (variables never logged: an environment is not shown by ``ps`` as arguments are)."""
         runtime = manifest.runtime
         argv = [str(binary), *expand_all(runtime.args, values)]
         env = {**os.environ, **{k: expand(v, values) for k, v in runtime.env.items()}}
+        env.update(secrets or {})
         log.info("starting %s: %s", manifest.engine, " ".join(argv))
         self._output.add(f"[pair] starting: {' '.join(argv)}")
         return await self._drivers.spawn(argv, env, self._output)

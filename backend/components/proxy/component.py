@@ -516,6 +516,7 @@ def local_engines(engines: EnginesComponent) -> dict[str, LocalEngine]:
             # An adopted engine's environment is not PAIR's to read: its slot count is a guess.
             slots_known=not (controller.status().adopted and manifest.slots.source == "env"),
             resident_known=bool(current) or listed[name][1] is not None,
+            api_key=controller.api_key,
         )
     return found
 

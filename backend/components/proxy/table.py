@@ -73,6 +73,7 @@ class LocalEngine:
     slot_api: SlotApi | None = None
     slots_known: bool = True
     resident_known: bool = True
+    api_key: str | None = None  # the key PAIR launched it with (only PAIR reaches it)
 
 
 def node_targets(
@@ -202,6 +203,7 @@ def build_table(
                 slot_api=engine.slot_api,
                 slots_known=engine.slots_known,
                 resident_known=engine.resident_known,
+                api_key=engine.api_key,
             )
         )
     for node in sorted(nodes, key=lambda n: n.node_id):

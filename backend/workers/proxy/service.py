@@ -60,6 +60,7 @@ from backend.workers.proxy.routing.links import Links
 from backend.workers.proxy.scheduler.engine_scheduler import Ticket
 from backend.workers.proxy.upstream.attempt import SentRequest
 from backend.workers.proxy.upstream.engine_client import EngineClient
+from backend.workers.proxy.upstream.engine_keys import EngineKeys
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +125,7 @@ class ProxyService:
         self._push_due = False
         self._have_router = asyncio.Event()
         self._bad_requests = BadRequestLimiter()  # one limit for every listener
+        self._engine_keys = EngineKeys()  # the keys of the engines PAIR launched with one
         # One for every door.
         self._key_use = KeyUseLog(self._send_keys_used, report_s=report_interval(os.environ))
         # The doors and the relay face the network: one set of connection caps for all.
@@ -237,6 +239,7 @@ class ProxyService:
             log.error("ignoring malformed proxy targets: %s", exc)
             return
         self._tls.follow(targets)
+        self._engine_keys.follow(targets)
         if self._router is not None:
             self._router.update(targets)
         else:
@@ -283,6 +286,7 @@ class ProxyService:
             "timeout": timeout,
             "auto_decompress": False,
             "request_class": SentRequest,
+            "middlewares": (self._engine_keys.middleware,),
         }
         # The second try of a request whose pooled connection the engine had closed goes on a
         # new one: the pool may hold more connections the engine closed the same way.
@@ -292,10 +296,13 @@ class ProxyService:
             aiohttp.ClientSession(connector=fresh, **options) as retry_session,
         ):
             board = RelayBoard()
+            engines = EngineClient()
+            engines.use_keys(self._engine_keys.current())
+            self._engine_keys.on_change(engines.use_keys)
             links = Links(
                 session=session,
                 retry_session=retry_session,
-                engines=EngineClient(),
+                engines=engines,
                 peer_tls=self._tls,
                 jobs=JobLog(self._send_jobs, flush_s=JOB_FLUSH_S, stored=self._jobs_stored),
                 custody=self._custody,

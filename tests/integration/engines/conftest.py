@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from tests.integration.conftest import free_port
@@ -32,6 +33,18 @@ SILENT_SHIM = """#!{python}
 import time
 time.sleep(3600)  # an engine that starts but never becomes ready
 """
+
+
+def engine_key_headers(port: int) -> dict[str, str]:
+    """The ``Authorization`` PAIR sends the llama-server listening on ``port`` (the key it
+    launched it with, from its environment); none for a server PAIR did not launch."""
+    for connection in psutil.net_connections("tcp"):
+        if connection.status == psutil.CONN_LISTEN and getattr(connection.laddr, "port", 0) == port:
+            if connection.pid is None:
+                break
+            key = psutil.Process(connection.pid).environ().get("LLAMA_API_KEY")
+            return {"Authorization": f"Bearer {key}"} if key else {}
+    return {}
 
 
 def write_script(path: Path, text: str) -> Path:

@@ -20,7 +20,7 @@ from aiohttp import web
 from backend.devtools import tiny_model
 from backend.protocol import errors
 from tests.integration.conftest import Broker, Client, free_port
-from tests.integration.engines.conftest import write_override
+from tests.integration.engines.conftest import engine_key_headers, write_override
 
 pytest_plugins = ["tests.engines.fixtures"]
 
@@ -80,7 +80,8 @@ def _alive(pid: int) -> bool:
 
 async def _served_ids(port: int) -> list[str]:
     async with httpx.AsyncClient() as http:
-        answer = (await http.get(f"http://127.0.0.1:{port}/v1/models")).json()
+        url = f"http://127.0.0.1:{port}/v1/models"
+        answer = (await http.get(url, headers=engine_key_headers(port))).json()
     return [entry["id"] for entry in answer["data"]]
 
 
@@ -133,7 +134,8 @@ async def test_llama_server_lifecycle_slots_models_restart_and_port_move(
         status = await client.call("engine:start", {"engine": "llamacpp"}, timeout=120)
         assert (status["state"], status["adopted"], status["slots"]) == ("running", False, 2)
         async with httpx.AsyncClient() as http:
-            slots = (await http.get(f"http://127.0.0.1:{port}/slots")).json()
+            url = f"http://127.0.0.1:{port}/slots"
+            slots = (await http.get(url, headers=engine_key_headers(port))).json()
         assert len(slots) == 2, "the engine really runs with -np 2 (the setting's default)"
         assert await _served_ids(port) == ["tiny"], "clients see the store's short name"
         models = await client.call("engine:models")
@@ -167,7 +169,9 @@ async def test_the_llama_server_pair_starts_answers_chat_and_embeddings(
     broker = start_broker(data_dir=data_dir)
     async with broker.connect() as client:
         await client.call("engine:start", {"engine": "llamacpp"}, timeout=120)
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{port}", timeout=60, headers=engine_key_headers(port)
+        ) as http:
             # Longer than one 512-token batch: refused by every pooling but ``last``.
             long_text = " ".join(["hello world"] * 70)
             request = {"model": "tiny", "input": ["hello", long_text]}
@@ -309,7 +313,8 @@ async def test_a_changed_parallel_setting_relaunches_the_running_engine(
         again = await _running_again(client, status["pid"], mark, timeout=60)
         assert again["slots"] == 3
         async with httpx.AsyncClient() as http:
-            assert len((await http.get(f"http://127.0.0.1:{port}/slots")).json()) == 3
+            url = f"http://127.0.0.1:{port}/slots"
+            assert len((await http.get(url, headers=engine_key_headers(port))).json()) == 3
         await client.call("engine:stop", {"engine": "llamacpp"}, timeout=60)
 
 

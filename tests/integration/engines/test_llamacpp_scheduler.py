@@ -17,7 +17,7 @@ import httpx
 import openai
 
 from tests.integration.conftest import Broker, Client, free_port
-from tests.integration.engines.conftest import write_override
+from tests.integration.engines.conftest import engine_key_headers, write_override
 
 pytest_plugins = ["tests.engines.fixtures"]
 
@@ -115,7 +115,9 @@ def _conversation(*users: str) -> list[dict[str, str]]:
 async def _slots(engine_port: int) -> list[dict[str, Any]]:
     async with httpx.AsyncClient() as http:
         answer: list[dict[str, Any]] = (
-            await http.get(f"http://127.0.0.1:{engine_port}/slots")
+            await http.get(
+                f"http://127.0.0.1:{engine_port}/slots", headers=engine_key_headers(engine_port)
+            )
         ).json()
     return answer
 
@@ -146,7 +148,7 @@ async def test_another_session_on_the_slot_is_erased_first_and_the_same_session_
 
     # The control: straight to the engine (no PAIR, no erase) a third client on that slot
     # reuses the prefix it shares with bob. This is the inheritance the erase prevents.
-    async with httpx.AsyncClient(timeout=60) as http:
+    async with httpx.AsyncClient(timeout=60, headers=engine_key_headers(engine_port)) as http:
         direct = await http.post(
             f"http://127.0.0.1:{engine_port}/v1/chat/completions",
             json={

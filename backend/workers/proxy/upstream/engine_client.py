@@ -46,6 +46,8 @@ _LOW = 64 * 1024
 _NO_BODY_STATUS = frozenset({204, 304})
 
 Sink = Callable[[bytes], None]
+_SET_HERE = frozenset({"host", "content-length", "transfer-encoding"})
+_SET_HERE_WITH_KEY = _SET_HERE | {"authorization"}
 
 
 class StaleConnection(ConnectionError):
@@ -448,9 +450,11 @@ def _ends_at_close(response: EngineResponse) -> bool:
 class _Pool:
     """The idle connections to one origin, newest last."""
 
-    def __init__(self, owner: EngineClient) -> None:
+    def __init__(self, owner: EngineClient, authorization: str | None = None) -> None:
         self._owner = owner
         self.idle: list[_Connection] = []
+        # The origin's key (an engine PAIR launched with one), in every request's head.
+        self.authorization = authorization
 
     def take(self) -> _Connection | None:
         idle = self.idle
@@ -476,8 +480,15 @@ class EngineClient:
     def __init__(self, *, keepalive_s: float = KEEPALIVE_S) -> None:
         self._keepalive_s = keepalive_s
         self._pools: dict[tuple[str, int], _Pool] = {}
+        self._keys: Mapping[tuple[str, int], str] = {}
         self._sweep: asyncio.TimerHandle | None = None
         self._closed = False
+
+    def use_keys(self, keys: Mapping[tuple[str, int], str]) -> None:
+        """The ``Authorization`` value of each origin that needs one (``EngineKeys``)."""
+        self._keys = keys
+        for origin, pool in self._pools.items():
+            pool.authorization = keys.get(origin)
 
     async def request(
         self,
@@ -499,10 +510,10 @@ class EngineClient:
             raise RuntimeError("the engine client is closed")
         host = url.raw_host or ""
         port = url.port or 80
-        head = _head(method, url, host, port, headers, body)
         pool = self._pools.get((host, port))
         if pool is None:
-            pool = self._pools[(host, port)] = _Pool(self)
+            pool = self._pools[(host, port)] = _Pool(self, self._keys.get((host, port)))
+        head = _head(method, url, host, port, headers, body, pool.authorization)
         conn = None if fresh else pool.take()
         if conn is None:
             loop = asyncio.get_running_loop()
@@ -543,16 +554,25 @@ class EngineClient:
 
 
 def _head(
-    method: str, url: URL, host: str, port: int, headers: Mapping[str, str], body: bytes | None
+    method: str,
+    url: URL,
+    host: str,
+    port: int,
+    headers: Mapping[str, str],
+    body: bytes | None,
+    authorization: str | None = None,
 ) -> bytes:
-    """The request line and headers, ``Host`` and ``Content-Length`` set here."""
+    """The request line and headers, ``Host`` and ``Content-Length`` set here, and
+    ``authorization`` in place of the client's own when the engine needs PAIR's key."""
     authority = f"[{host}]" if ":" in host else host
     lines = [f"{method} {url.raw_path_qs} HTTP/1.1\r\nHost: {authority}:{port}\r\n"]
+    skipped = _SET_HERE if authorization is None else _SET_HERE_WITH_KEY
     for name, value in headers.items():
-        lowered = name.lower()
-        if lowered in ("host", "content-length", "transfer-encoding"):
+        if name.lower() in skipped:
             continue
         lines.append(f"{name}: {value}\r\n")
+    if authorization is not None:
+        lines.append(f"Authorization: {authorization}\r\n")
     if body is not None or method not in ("GET", "HEAD"):
         lines.append(f"Content-Length: {len(body or b'')}\r\n")
     lines.append("\r\n")
