@@ -9,8 +9,9 @@ on an emulated Ollama, all on one bridge; faults from ``tests/support/netfaults.
 - the route removed, A serves B's model again (healing), without a restart;
 - B's link down instead of a route: the same answer;
 - TCP dead but B's mDNS still arriving at A: A does not route to B;
-- with ``netem`` (where the kernel has it): 300 ms of latency and a slowly streaming engine
-  are slow, not dead, and the stream is not cut.
+- an engine silent for longer than the relay's idle limit between chunks, behind a live link,
+  is slow, not dead: its stream is not cut; likewise with 300 ms of latency (``netem``, where
+  the kernel has it).
 
 The clients run in A's namespace (a front door lets its own host in without a key) with
 timeouts far shorter than the door's 120 s header and first-content timeouts: what is
@@ -65,7 +66,9 @@ WAITING_ON_B = "b-slow-start:latest"  # as WAITING, and only B has it (C has WAI
 FLOWING = "flowing:latest"  # streams one token every 50 ms, REPLY_TOKENS of them
 TRICKLE = "trickle:latest"  # one token every TRICKLE_GAP_S: slow but live
 FIRST_TOKEN_S = 10
-TRICKLE_GAP_S = 4
+# Longer than the relay's idle limit between chunks (20 s), shorter than the client's timeout:
+# only a relay that knows the member is still there (its link is up) waits it out.
+TRICKLE_GAP_S = 25
 REPLY_TOKENS = 400
 B_NAME = "member-b"
 CLIENT_TIMEOUT_S = 40.0  # a third of the door's header timeout: the old code exceeds it
@@ -416,6 +419,13 @@ async def test_a_member_heard_over_mdns_but_unreachable_over_tcp_is_not_routed_t
             await asyncio.sleep(2)
 
 
+async def test_a_slow_engine_behind_a_live_link_is_not_cut(
+    hosts: list[Host], start_node: Callable[..., Node], faults: LinkFaults, tmp_path: Path
+) -> None:
+    async with cluster_of(start_node, tmp_path, hosts, members=1) as cluster:
+        assert_slow_but_whole(await ask_from_a(cluster, TRICKLE, stream=True, tokens=2))
+
+
 async def test_latency_and_a_slow_engine_are_slow_not_dead(
     hosts: list[Host], start_node: Callable[..., Node], faults: LinkFaults, tmp_path: Path
 ) -> None:
@@ -423,10 +433,13 @@ async def test_latency_and_a_slow_engine_are_slow_not_dead(
     if reason is not None:
         pytest.skip(reason)
     async with cluster_of(start_node, tmp_path, hosts, members=1) as cluster:
-        b = cluster.nodes[1]
-        faults.netem(str(b.host.namespace), delay_ms=300)
-        seen = await ask_from_a(cluster, TRICKLE, stream=True, tokens=5)
-        assert seen.status == 200 and seen.seconds is not None, seen
-        records = seen.records
-        assert records[-1].get("done") is True and not any("error" in r for r in records), records
-        assert len(records) == 6  # five tokens, a gap of TRICKLE_GAP_S before each, and done
+        faults.netem(str(cluster.nodes[1].host.namespace), delay_ms=300)
+        assert_slow_but_whole(await ask_from_a(cluster, TRICKLE, stream=True, tokens=2))
+
+
+def assert_slow_but_whole(seen: Seen) -> None:
+    """A stream of two tokens, TRICKLE_GAP_S apart, that ended with ``done`` and no error."""
+    assert seen.status == 200 and seen.seconds is not None, seen
+    records = seen.records
+    assert records[-1].get("done") is True and not any("error" in r for r in records), records
+    assert len(records) == 3  # two tokens and done
