@@ -25,7 +25,7 @@ from backend.workers.proxy.doors.errors import ErrorReply
 from backend.workers.proxy.doors.forwarding import forward_or_502
 from backend.workers.proxy.doors.gate import LOOPBACK, Refusal, scope_refusal, screen
 from backend.workers.proxy.doors.listing import federated_list, federated_model, show_model
-from backend.workers.proxy.doors.missing import missing_model
+from backend.workers.proxy.doors.missing import missing_or_away
 from backend.workers.proxy.doors.wire import (
     MAX_BODY_BYTES,
     BadRequest,
@@ -33,9 +33,8 @@ from backend.workers.proxy.doors.wire import (
     read_model,
 )
 from backend.workers.proxy.routing.admission import Admission
-from backend.workers.proxy.routing.candidates import away_owner, owners, targets_for
+from backend.workers.proxy.routing.candidates import owners, targets_for
 from backend.workers.proxy.routing.pins import pinned
-from backend.workers.proxy.routing.replies import away_reply
 from backend.workers.proxy.translate.native import speaks
 from backend.workers.proxy.upstream.forward import (
     LAN_CLIENT_KEY,
@@ -160,10 +159,7 @@ async def _inference(request: web.Request) -> web.StreamResponse:
     if not found:
         pin = pinned(table, admission.model, admission.dialect)
         if pin is None:
-            away = away_owner(table, admission.model)
-            if away is not None:
-                return away_reply(away, admission.model).response(request.path)
-            return missing_model(admission.model, request.path)
+            return missing_or_away(table, admission.model, request.path)
         admission.repin(pin.model, pin.only)
         found = pin.only
     busy = context.router.busy_reply(found)
@@ -204,7 +200,7 @@ async def _show(request: web.Request) -> web.StreamResponse:
         return admission
     found = owners(context.router.table, admission.model, "ollama")
     if not found:
-        return json_answer(404, {"error": f"model '{admission.model}' not found"})
+        return missing_or_away(context.router.table, admission.model, "/api/show")
     return await show_model(request, context, found[0], admission.body)
 
 
@@ -217,7 +213,7 @@ async def _count_tokens(request: web.Request) -> web.StreamResponse:
         return admission
     everywhere = owners(context.router.table, admission.model, "anthropic")
     if not everywhere:
-        return missing_model(admission.model, COUNT_TOKENS)
+        return missing_or_away(context.router.table, admission.model, COUNT_TOKENS)
     counting = [t for t in everywhere if speaks(t.engine, "anthropic")]
     if not counting:
         engines = ", ".join(sorted({t.engine for t in everywhere}))

@@ -29,6 +29,7 @@ from aiohttp import web
 from backend.protocol.proxy import RouteTarget
 from backend.workers.proxy.doors.engine_models import synthesized_list
 from backend.workers.proxy.doors.list_fetch import ListKind, Skipped, get_decoded
+from backend.workers.proxy.doors.missing import away_answer
 from backend.workers.proxy.doors.show import show_model
 from backend.workers.proxy.doors.wire import error_body
 from backend.workers.proxy.routing.candidates import engine_targets, upstream_url
@@ -103,11 +104,14 @@ async def federated_model(
 ) -> web.StreamResponse:
     """``GET /v1/models/{id}``: that model's entry from the merged list, or 404."""
     merged = await _merged(request, context, "models")
-    if merged is None:
-        return _nobody_answered(context)
-    found = _find(merged, model_id)
+    found = _find(merged, model_id) if merged is not None else None
     if found is not None:
         return web.Response(body=bytes(found), content_type=_CONTENT_TYPE)
+    away = away_answer(context.router.table, model_id, "/v1/models")
+    if away is not None:
+        return away  # the node that lists it is coming back (its list may be what failed)
+    if merged is None:
+        return _nobody_answered(context)
     message = f"The model `{model_id}` does not exist or is not available on this computer."
     body = error_body(context.dialect, message, kind="not_found_error", code="model_not_found")
     return _json_response(404, body)
