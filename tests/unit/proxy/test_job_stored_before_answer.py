@@ -13,13 +13,19 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+import aiohttp
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 
 from backend.protocol import errors
+from backend.protocol.proxy import ProxyTargets, RouteTarget
 from backend.protocol.types.jobs import JobEvent
 from backend.workers.proxy.channels.jobs import FLUSH_S, JobLog
+from backend.workers.proxy.context import DoorContext
+from backend.workers.proxy.doors.app import build_app
+from backend.workers.proxy.relay.serving import RelayBoard
 from tests.integration.proxy.scripted import ScriptedEngine
-from tests.unit.proxy.scripted_door import Door, scripted_door
+from tests.unit.proxy.scripted_door import Door, make_router, scripted_door
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -94,3 +100,30 @@ async def test_a_failed_answer_does_not_wait_for_the_store() -> None:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(response.read(), 5)
     assert "errored" in broker.kinds and broker.waits == 0
+
+
+async def test_a_load_request_the_door_answers_waits_for_the_store_too() -> None:
+    broker = Broker()
+    log = JobLog(broker.notify, flush_s=FLUSH_S, stored=broker.stored)
+    async with aiohttp.ClientSession() as session:
+        router = make_router(session, log)
+        # An engine PAIR translates Ollama's API for: Ollama's load request is answered here.
+        target = RouteTarget(
+            node_id="self",
+            kind="local",
+            base_url="http://127.0.0.1:9",
+            models=["m"],
+            engine="llamacpp",
+        )
+        router.update(ProxyTargets(node_id="self", engines={"llamacpp": [target]}))
+        app = build_app(DoorContext("ollama", router, RelayBoard()))
+        async with TestClient(TestServer(app)) as door:
+
+            async def answer() -> bytes:
+                response = await door.post("/api/chat", json={"model": "m", "messages": []})
+                assert response.status == 200
+                return await response.read()
+
+            body = await _read_until_stored(broker, answer)
+        await router.close()
+    assert b'"done"' in body
