@@ -132,7 +132,7 @@ def start_member(
     extra = ", ".join(repr(arg) for arg in EMULATOR)
     text = OLLAMA_SHIM.replace('"tinyllama:latest,qwen2:0.5b"', repr(models))
     text = text.replace(_SHIM_ARGV, f"{_SHIM_ARGV[:-1]}, {extra}]")
-    shim = write_script(tmp_path / f"ollama-{name}", text)
+    shim = write_script(tmp_path / f"ollama-paced-{name}", text)  # start_node writes ollama-NAME
     runtime = {"port": free_port(), "ready": {"timeout_s": 30}}
     runtime["env"] = {"OLLAMA_NUM_PARALLEL": "4"}
     override = {"detect": [{"path": str(shim)}], "runtime": runtime}
