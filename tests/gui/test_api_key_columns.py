@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import msgspec
 from PySide6.QtCore import Qt
 from pytestqt.modeltest import ModelTester
 
@@ -23,8 +24,10 @@ ADMIN = ApiKeyInfo(
 
 
 def test_the_columns_show_scope_and_last_use(qtmodeltester: ModelTester) -> None:
+    # The model reads the clock: a use 10 min before the test runs, not before the suite began.
+    used = msgspec.structs.replace(ADMIN, last_used_at=time.time() - 630)
     model = ApiKeysModel()
-    model.reset([PLAIN, ADMIN])
+    model.reset([PLAIN, used])
     qtmodeltester.check(model, force_py=True)  # type: ignore[no-untyped-call]
     horizontal = Qt.Orientation.Horizontal
     headers = [model.headerData(column, horizontal) for column in range(model.columnCount())]
