@@ -43,6 +43,7 @@ from backend.components.identity.certificate import StoredIdentity
 from backend.components.identity.identity import NodeIdentity, report_identity
 from backend.components.jobs import rpc as jobs_rpc
 from backend.components.jobs.component import JobsComponent
+from backend.components.jobs.journal import JournalFolders
 from backend.components.jobs.store import JobRecordStore
 from backend.components.nodeinfo import rpc as nodeinfo_rpc
 from backend.components.nodeinfo.payload import NodeInfoSource, last_engine_models
@@ -316,6 +317,8 @@ def _jobs(base: Foundation, services: _Services) -> JobsComponent:
         clock=base.clock,
         node_id=base.identity.node_id,
         events=events,
+        # The proxy workers' journal of job ends: a broker killed before it stored one keeps it.
+        journal=JournalFolders.for_new_run(base.config.data_dir / "jobs-journal"),
     )
     jobs_rpc.register(services.dispatcher, jobs, events)
     return jobs
@@ -382,6 +385,7 @@ def _proxy(
         on_job=jobs.on_job_event,
         on_keys_used=apikeys.keys_used,
         jobs_stored=jobs.wait_stored,
+        jobs_journal=jobs.journal_dir,
         on_worker_exit=lambda kept: jobs.fail_unfinished(PROXY_GONE, keep=kept),
         job_progress=jobs.progress,
         on_scheduler=schedulers.changed,  # also the empty state once the worker is gone

@@ -8,21 +8,12 @@ import heapq
 import logging
 from collections.abc import Collection, Sequence
 from functools import partial
+from pathlib import Path
 from typing import Any
 
-import msgspec
-
-from backend.components.jobs.state import (
-    TERMINAL,
-    Completed,
-    Errored,
-    Job,
-    Started,
-    Submitted,
-    apply,
-    apply_in_order,
-    interrupted,
-)
+from backend.components.jobs.journal import JournalFolders, LeftEnds, read_left, settle
+from backend.components.jobs.reports import job_from_report, parse_report
+from backend.components.jobs.state import TERMINAL, Job, apply, apply_in_order, interrupted
 from backend.components.jobs.state import JobEvent as Step
 from backend.components.jobs.store import JobRecordStore
 from backend.core.clock import Clock
@@ -31,7 +22,6 @@ from backend.core.rpc import NumberedStream
 from backend.protocol import errors
 from backend.protocol.types.base import JobKey, NodeId
 from backend.protocol.types.jobs import (
-    JobEvent,
     JobRecord,
     JobRemoved,
     JobsEvent,
@@ -52,7 +42,8 @@ class JobsComponent(Component):
     the ``jobs`` table keeps), the events waiting for a gap in a job's ``seq`` to fill, and one
     task that writes changes to the store every ``write_interval`` seconds and skips stale gaps.
 
-    Ready once the stored jobs are loaded (unfinished ones from an earlier run marked failed).
+    Ready once the stored jobs are loaded, with the job ends the proxy workers of earlier runs
+    journaled (``journal.py``) applied, and unfinished jobs from an earlier run marked failed.
     """
 
     ready_on_start = False
@@ -66,6 +57,7 @@ class JobsComponent(Component):
         events: NumberedStream[JobsEvent],
         write_interval: float = WRITE_INTERVAL_S,
         gap_timeout: float = GAP_TIMEOUT_S,
+        journal: JournalFolders | None = None,
     ) -> None:
         super().__init__("jobs")
         self.node_id = node_id
@@ -74,6 +66,7 @@ class JobsComponent(Component):
         self._events = events
         self._write_interval = write_interval
         self._gap_timeout = gap_timeout
+        self._journal = journal
         self._jobs: dict[str, Job] = {}
         self._open: set[str] = set()
         self._waiting: dict[str, list[Step]] = {}
@@ -90,6 +83,11 @@ class JobsComponent(Component):
         self._loaded = False
         self._write_lock = asyncio.Lock()
         self._stopped = asyncio.Event()
+
+    @property
+    def journal_dir(self) -> Path | None:
+        """Where this run's proxy workers journal job ends (None: they do not)."""
+        return self._journal.current if self._journal is not None else None
 
     # Queries ---------------------------------------------------------------------------------
 
@@ -132,7 +130,7 @@ class JobsComponent(Component):
         known = self._jobs.get(report.key)
         if report.key in self._forgotten or (known is not None and known.state in TERMINAL):
             return
-        before = known if known is not None else _new_job(report)
+        before = known if known is not None else job_from_report(report)
         after, waiting = apply_in_order(before, [*self._waiting.get(report.key, ()), step])
         self._hold(after, waiting)
         if after != known:
@@ -282,23 +280,35 @@ class JobsComponent(Component):
     async def _load_once(self) -> None:
         if self._loaded:
             return
-        stored = await self._store.load()
+        stored = {job.id: job for job in await self._store.load()}
+        left = await self._left_ends()
+        ended = settle(stored, left.ends)
         at = self._clock.wall()
         marked = 0
-        for job in reversed(stored):  # oldest first, so pushes arrive in creation order
+        # Oldest first, so pushes arrive in creation order.
+        for job in sorted({**stored, **ended}.values(), key=_age):
             if job.id in self._jobs or job.id in self._forgotten:
                 continue  # reported again by this run: memory is newer
             # A member's job is that member's to finish; its link brings the news.
             after = job if self._mirrored(job) else interrupted(job, at)
             marked += after is not job
-            self._commit(after, persist=after is not job)
+            self._commit(after, persist=after is not stored.get(job.id))
         self._loaded = True
+        if left.files:
+            await self.write_pending()  # the journal goes only once what it said is stored
+            await asyncio.to_thread(left.remove)
         log.info(
-            "jobs of node %s: %d stored jobs, %d marked interrupted",
+            "jobs of node %s: %d stored jobs, %d ended by the journal, %d marked interrupted",
             self.node_id,
             len(stored),
+            len(ended),
             marked,
         )
+
+    async def _left_ends(self) -> LeftEnds:
+        if self._journal is None:
+            return LeftEnds([], [], [])
+        return await asyncio.to_thread(read_left, self._journal)
 
     # State -----------------------------------------------------------------------------------
 
@@ -404,46 +414,6 @@ class _Stopped(Exception):
     """Leaves the task group when ``stop()`` was called."""
 
 
-def parse_report(params: Any) -> tuple[JobEvent, Step] | None:
-    """The wire report and the reducer's event for it, or ``None`` (logged) if it is malformed."""
-    try:
-        report = msgspec.convert(params, JobEvent)
-    except msgspec.ValidationError as exc:
-        log.warning("proxy:jobs: malformed report dropped: %s", exc)
-        return None
-    problem = _problem(report)
-    if problem is not None:
-        log.warning("proxy:jobs: report for %r dropped: %s", report.key, problem)
-        return None
-    return report, _step(report)
-
-
-def _problem(report: JobEvent) -> str | None:
-    if not report.key:
-        return "empty key"
-    if report.seq < 1:
-        return f"seq {report.seq} is below 1"
-    if report.attempt < 0:
-        return f"attempt {report.attempt} is negative"
-    if report.kind == "started" and report.node is None:
-        return "a started report names no node"
-    return None
-
-
-def _step(report: JobEvent) -> Step:
-    match report.kind:
-        case "submitted":
-            return Submitted(report.seq, report.attempt, report.target, report.at, report.engine)
-        case "started":
-            assert report.node is not None  # checked by _problem
-            return Started(report.seq, report.attempt, report.node, report.at, report.engine)
-        case "completed":
-            return Completed(report.seq, report.attempt, report.at)
-        case "errored":
-            error = report.error or ("cancelled" if report.cancelled else "failed")
-            return Errored(report.seq, report.attempt, report.at, error, report.cancelled)
-
-
 def relay_base(key: str) -> str | None:
     """The member's job key of a job served here for it (``<key>@<attempt>``), else None."""
     base, at, attempt = key.rpartition("@")
@@ -489,20 +459,6 @@ def from_record(record: JobRecord) -> Job:
         path=record.path,
         client=record.client,
         client_address=record.client_address,
-    )
-
-
-def _new_job(report: JobEvent) -> Job:
-    return Job(
-        id=report.key,
-        engine=report.engine,
-        model=report.model,
-        origin=report.origin,
-        created_at=report.created_at,
-        run_id=report.run_id,
-        path=report.path,
-        client=report.client,
-        client_address=report.client_address,
     )
 
 

@@ -115,6 +115,7 @@ class ProxyComponent(Component):
         on_scheduler: Callable[[SchedulerStates], None] = lambda states: None,
         load_model: Callable[[str, str], Awaitable[int]] | None = None,
         jobs_stored: Callable[[], Awaitable[None]] | None = None,
+        jobs_journal: Path | None = None,
         door_ports: Callable[[], Mapping[Door, int]] = dict,
         heartbeat_interval: float = 1.0,
         targets_interval: float = TARGETS_INTERVAL_S,
@@ -146,6 +147,7 @@ class ProxyComponent(Component):
         self._on_scheduler = on_scheduler
         self._load_model = load_model
         self._jobs_stored = jobs_stored
+        self._jobs_journal = jobs_journal  # where the workers journal job ends
         self._scheduler = SchedulerStates(engines=[])
         self.gate = WorkerGate(lambda: self._worker)
         self._heartbeat_interval = heartbeat_interval
@@ -282,6 +284,8 @@ class ProxyComponent(Component):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._handover = (ours, theirs)
         argv += ["--handover-fd", str(theirs.fileno())]
+        if self._jobs_journal is not None:
+            argv += ["--jobs-journal", str(self._jobs_journal)]
         passed = [*(listener.sock.fileno() for listener in self._listeners()), theirs.fileno()]
         kept = self._custody.open()
         if kept is not None:
@@ -326,7 +330,7 @@ class ProxyComponent(Component):
 
     async def _request(self, method: str, params: Any) -> Any:
         """The worker asks: a model switch of a drained engine, or that the job events it sent
-        be stored (before a client gets the last byte of its answer)."""
+        be stored (then it deletes the journal segments that hold them)."""
         if method == PROXY_JOBS_STORED.name and self._jobs_stored is not None:
             await self._jobs_stored()
             return msgspec.to_builtins(Ok(ok=True))

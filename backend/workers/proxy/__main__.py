@@ -1,8 +1,9 @@
 """The proxy worker: ``pair worker proxy --fd ollama=5 --fd openai=6 --fd llamacpp=7 --relay-fd 8
---handover-fd 9 --custody-fd 10`` (the hidden ``worker`` command, so a frozen app can start it;
-``python -m backend.workers.proxy`` takes the same arguments). The hand-over channel brings a
-door's new socket when its port is changed at run time; the custody channel keeps waiting
-requests with the broker (``custody.py``)."""
+--handover-fd 9 --custody-fd 10 --jobs-journal DIR`` (the hidden ``worker`` command, so a frozen
+app can start it; ``python -m backend.workers.proxy`` takes the same arguments). The hand-over
+channel brings a door's new socket when its port is changed at run time; the custody channel
+keeps waiting requests with the broker (``custody.py``); job ends are journaled in DIR
+(``channels/journal.py``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import os
 import random
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from backend.common.fd_limit import raise_open_file_limit
 from backend.core.clock import SystemClock
@@ -50,6 +52,7 @@ async def serve(
     relay_fd: int | None = None,
     handover_fd: int | None = None,
     custody_fd: int | None = None,
+    journal_dir: Path | None = None,
 ) -> None:
     """Serve the doors, the relay and the broker's RPC until the broker closes our stdin."""
     service = ProxyService(
@@ -59,6 +62,7 @@ async def serve(
         relay_fd=relay_fd,
         handover_fd=handover_fd,
         custody_fd=custody_fd,
+        journal_dir=journal_dir,
     )
     notifications = {
         PROXY_IDENTITY.name: service.on_identity,
@@ -89,6 +93,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--relay-fd", type=int, default=None, metavar="FD")
     parser.add_argument("--handover-fd", type=int, default=None, metavar="FD")
     parser.add_argument("--custody-fd", type=int, default=None, metavar="FD")
+    parser.add_argument("--jobs-journal", type=Path, default=None, metavar="DIR")
     arguments = parser.parse_args(argv)
     try:
         fds = parse_fds(arguments.fd)
@@ -99,7 +104,15 @@ def main(argv: list[str]) -> int:
     raise_open_file_limit()  # every client and upstream connection is a descriptor
 
     def run() -> None:
-        event_loop.run(serve(fds, arguments.relay_fd, arguments.handover_fd, arguments.custody_fd))
+        event_loop.run(
+            serve(
+                fds,
+                arguments.relay_fd,
+                arguments.handover_fd,
+                arguments.custody_fd,
+                arguments.jobs_journal,
+            )
+        )
 
     try:
         profiled(run, os.environ.get(PROFILE_ENV))

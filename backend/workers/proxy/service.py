@@ -11,6 +11,7 @@ import os
 import socket
 import ssl
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -47,7 +48,8 @@ from backend.protocol.worker_methods import (
 from backend.workers.proxy.channels.custody import Custody, Primed
 from backend.workers.proxy.channels.handover import open_channel, receive_door
 from backend.workers.proxy.channels.jobs import FLUSH_S as JOB_FLUSH_S
-from backend.workers.proxy.channels.jobs import STORED_WAIT_S, JobLog
+from backend.workers.proxy.channels.jobs import JobLog
+from backend.workers.proxy.channels.journal import STORED_WAIT_S, JobJournal
 from backend.workers.proxy.context import DoorContext
 from backend.workers.proxy.doors.app import build_app
 from backend.workers.proxy.doors.key_use import KeyUseLog, report_interval
@@ -97,6 +99,7 @@ class ProxyService:
         clock: Clock,
         rng: RandomSource,
         relay_fd: int | None = None,
+        journal_dir: Path | None = None,
         handover_fd: int | None = None,
         custody_fd: int | None = None,
     ) -> None:
@@ -105,6 +108,7 @@ class ProxyService:
         self._custody = Custody(kept)
         self._doors_up = asyncio.Event()
         self._relay_fd = relay_fd
+        self._journal_dir = journal_dir  # where job ends are journaled (None: not at all)
         self._handover = open_channel(handover_fd)
         self._door_runners: dict[Door, web.AppRunner] = {}
         self._door_sites: dict[Door, web.SockSite] = {}
@@ -194,6 +198,13 @@ class ProxyService:
     def _send_jobs(self, events: list[JobEvent]) -> None:
         # Encoded straight from the structs by the channel (no per-event dictionaries).
         self._notify(PROXY_JOBS.name, JobEvents(events=events))
+
+    def _job_log(self) -> JobLog:
+        """This run's job log, journaling job ends in ``journal_dir`` when given."""
+        jobs = JobLog(self._send_jobs, flush_s=JOB_FLUSH_S)
+        if self._journal_dir is not None:
+            jobs.journal = JobJournal(self._journal_dir, jobs.run_id)
+        return jobs
 
     async def _jobs_stored(self) -> None:
         broker = self._broker
@@ -304,7 +315,7 @@ class ProxyService:
                 retry_session=retry_session,
                 engines=engines,
                 peer_tls=self._tls,
-                jobs=JobLog(self._send_jobs, flush_s=JOB_FLUSH_S, stored=self._jobs_stored),
+                jobs=self._job_log(),
                 custody=self._custody,
                 load_model=self._load_model,
                 on_started=board.started,
@@ -349,6 +360,9 @@ class ProxyService:
             relay = group.create_task(
                 self._start_relay(contexts, board, runners), name="proxy:relay"
             )
+            journal = router.jobs.journal
+            if journal is not None:  # confirmed segments deleted in the background
+                group.create_task(journal.keep_trimmed(self._jobs_stored), name="proxy:journal")
             await self._closing.wait()
             relay.cancel()
             for site in self._sites:

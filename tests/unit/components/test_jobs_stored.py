@@ -1,4 +1,5 @@
-"""``JobsComponent.wait_stored``: returns once every applied change is in the store, and the
+"""``JobsComponent.wait_stored`` (``proxy:jobs-stored``, after which a proxy worker deletes the
+journal segments it confirmed): returns once every applied change is in the store, and the
 callers that wait together share one write."""
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""What completes an answer waits until the broker has stored its job's end.
+"""A job's end is durable before the last byte of its answer goes out, at no wait.
 
 A broker killed just after a client had its whole answer must still find that job completed
-in its store. So the bytes that complete the answer (a stream's final marker, a counted
-body's last bytes, a translated whole answer) go out only once the broker confirms it stored
-every job event sent so far; a broker that answers with an error (or not in time) does not
-hold the answer back.
+when it starts again. So the job's end is in the worker's journal (one ``os.write``: in the
+page cache, which a ``kill -9`` does not undo) before the bytes that complete the answer (a
+stream's final marker, a counted body's last bytes, a translated whole answer) go out, and
+the answer never waits for the broker.
 """
 
 from __future__ import annotations
@@ -12,15 +12,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import aiohttp
+import msgspec
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from backend.protocol import errors
 from backend.protocol.proxy import ProxyTargets, RouteTarget
 from backend.protocol.types.jobs import JobEvent
 from backend.workers.proxy.channels.jobs import FLUSH_S, JobLog
+from backend.workers.proxy.channels.journal import JobJournal
 from backend.workers.proxy.context import DoorContext
 from backend.workers.proxy.doors.app import build_app
 from backend.workers.proxy.relay.serving import RelayBoard
@@ -30,81 +32,80 @@ from tests.unit.proxy.scripted_door import Door, make_router, scripted_door
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 
+class WatchedJournal(JobJournal):
+    """Notes, at each write, whether the client already had its whole answer."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__(folder, "run1")
+        self.reading: asyncio.Future[bytes] | None = None
+        self.answered_before_write: list[bool] = []
+
+    def append(self, event: JobEvent) -> None:
+        super().append(event)
+        self.answered_before_write.append(self.reading is not None and self.reading.done())
+
+    def kinds(self) -> list[str]:
+        """The kinds of the events in the live segment, as a broker would read them."""
+        lines = self.live.read_bytes().splitlines()
+        return [msgspec.json.decode(line, type=JobEvent).kind for line in lines]
+
+
 class Broker:
-    """Stores job events when told to; records every wait for the store."""
+    """Takes job events; never confirms a store (the answer must not need it)."""
 
     def __init__(self) -> None:
         self.kinds: list[str] = []
-        self.waits = 0
-        self.release = asyncio.Event()
-        self.fail = False
 
     def notify(self, events: list[JobEvent]) -> None:
         self.kinds += [event.kind for event in events]
 
-    async def stored(self) -> None:
-        self.waits += 1
-        if self.fail:
-            raise errors.CallTimeout("proxy:jobs-stored: no answer within 1 s")
-        await self.release.wait()
-
 
 @contextlib.asynccontextmanager
-async def _door(broker: Broker, engine: ScriptedEngine) -> AsyncIterator[Door]:
-    log = JobLog(broker.notify, flush_s=FLUSH_S, stored=broker.stored)
+async def _door(journal: JobJournal, engine: ScriptedEngine) -> AsyncIterator[Door]:
+    log = JobLog(Broker().notify, flush_s=FLUSH_S, journal=journal)
     async with scripted_door(engine, log, slots=4) as client:
         yield client
 
 
-async def _read_until_stored(broker: Broker, read: Callable[[], Awaitable[bytes]]) -> bytes:
-    """Start reading the answer; it must not end before the broker stored the job."""
-    reading = asyncio.ensure_future(read())
-    for _ in range(200):
-        if broker.waits:
-            break
-        await asyncio.sleep(0.01)
-    assert broker.waits == 1 and "completed" in broker.kinds
-    await asyncio.sleep(0.2)
-    assert not reading.done(), "the client had its whole answer before the job was stored"
-    broker.release.set()
-    return await asyncio.wait_for(reading, 5)
+async def _read(journal: WatchedJournal, read: Callable[[], Awaitable[bytes]]) -> bytes:
+    """The whole answer; the journal must hold the job's end once the client has it."""
+    journal.reading = asyncio.ensure_future(read())
+    body = await asyncio.wait_for(journal.reading, 5)
+    assert journal.kinds() == ["completed"]  # on disk when the client had its answer
+    assert journal.answered_before_write == [False]
+    return body
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "counted"])
-async def test_the_answer_is_completed_only_once_the_job_s_end_is_stored(stream: bool) -> None:
-    broker = Broker()
-    async with _door(broker, ScriptedEngine("e", tokens=3)) as door:
+async def test_the_job_s_end_is_journaled_before_the_answer_is_whole(
+    tmp_path: Path, stream: bool
+) -> None:
+    journal = WatchedJournal(tmp_path / "journal")
+    async with _door(journal, ScriptedEngine("e", tokens=3)) as door:
 
         async def answer() -> bytes:  # a counted answer's headers go with its body
             response = await door.post("/api/chat", json={**CHAT, "stream": stream})
             assert response.status == 200
             return await response.read()
 
-        body = await _read_until_stored(broker, answer)
+        body = await _read(journal, answer)
     assert b'"done": true' in body
 
 
-async def test_a_broker_that_cannot_confirm_does_not_hold_the_answer() -> None:
-    broker = Broker()
-    broker.fail = True
-    async with _door(broker, ScriptedEngine("e", tokens=3)) as door:
-        response = await door.post("/api/chat", json={**CHAT, "stream": True})
-        body = await asyncio.wait_for(response.read(), 5)
-    assert b'"done": true' in body and broker.waits == 1
-
-
-async def test_a_failed_answer_does_not_wait_for_the_store() -> None:
-    broker = Broker()
-    async with _door(broker, ScriptedEngine("e", behaviour="cut", tokens=3)) as door:
+async def test_a_failed_answer_s_end_is_journaled_too(tmp_path: Path) -> None:
+    journal = WatchedJournal(tmp_path / "journal")
+    async with _door(journal, ScriptedEngine("e", behaviour="cut", tokens=3)) as door:
         response = await door.post("/api/chat", json={**CHAT, "stream": True})
         with contextlib.suppress(Exception):
             await asyncio.wait_for(response.read(), 5)
-    assert "errored" in broker.kinds and broker.waits == 0
+    assert journal.kinds() == ["errored"]
 
 
-async def test_a_load_request_the_door_answers_waits_for_the_store_too() -> None:
-    broker = Broker()
-    log = JobLog(broker.notify, flush_s=FLUSH_S, stored=broker.stored)
+async def test_a_load_request_the_door_answers_is_journaled_before_its_answer(
+    tmp_path: Path,
+) -> None:
+    journal = WatchedJournal(tmp_path / "journal")
+    log = JobLog(Broker().notify, flush_s=FLUSH_S, journal=journal)
     async with aiohttp.ClientSession() as session:
         router = make_router(session, log)
         # An engine PAIR translates Ollama's API for: Ollama's load request is answered here.
@@ -124,6 +125,6 @@ async def test_a_load_request_the_door_answers_waits_for_the_store_too() -> None
                 assert response.status == 200
                 return await response.read()
 
-            body = await _read_until_stored(broker, answer)
+            body = await _read(journal, answer)
         await router.close()
     assert b'"done"' in body

@@ -6,38 +6,30 @@ are sent in batches, at most ``FLUSH_S`` after they happen, so a request's event
 door's) reach the broker as one notification instead of one each; a job's end is never held
 back: it goes at once, with every event that waited, and the relay ends a job before the
 client's last byte (research G4: a client that saw its answer complete has a completed job,
-even if this process is killed the next instant). A completed job's last byte also waits until
-the broker has that end in its store (``wait_stored``: at most ``STORED_WAIT_S``, then it goes
-anyway), so a broker killed the next instant does not lose it either.
+even if this process is killed the next instant). A job's end is also written to the
+journal first (``journal.py``: one ``os.write``, no wait), so a broker killed the next instant,
+before it stored that end, finds it there when it starts again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
-from backend.protocol import errors
 from backend.protocol.types.base import EngineName, JobKey, NodeId
 from backend.protocol.types.jobs import JobEvent, JobEventKind
+from backend.workers.proxy.channels.journal import JobJournal
 
 # Hands the broker events in the order they happened (one notification).
 Notify = Callable[[list[JobEvent]], None]
-# Returns once the broker has stored every event handed to it before the call.
-Stored = Callable[[], Awaitable[None]]
-
-log = logging.getLogger(__name__)
 
 # How long an event may wait for others to share its write to the broker; a job's last
 # event goes at once (before ``send`` returns), with every event still waiting.
 FLUSH_S = 0.05
 _FINAL = frozenset({"completed", "errored"})
-# The longest a completed answer's last byte waits for the broker's store: a broker that hangs
-# must not hold clients' answers (its store is then no worse off than without the wait).
-STORED_WAIT_S = 1.0
 
 
 class JobLog:
@@ -49,10 +41,10 @@ class JobLog:
         *,
         run_id: str | None = None,
         flush_s: float = 0.0,
-        stored: Stored | None = None,
+        journal: JobJournal | None = None,
     ) -> None:
         self._notify = notify
-        self._stored = stored
+        self.journal = journal
         self.run_id = run_id or secrets.token_hex(4)
         self._numbers = itertools.count(1)
         self._flush_s = flush_s
@@ -73,14 +65,11 @@ class JobLog:
         """A job for a request received here (``key`` given: a peer's job served here, or
         one a killed worker left, which goes on after its last event and keeps its creation
         time: ``resumed``)."""
-        # A job served for a member is the member's to store before its client's last byte.
-        ours = key is None or resumed is not None
         key = key or JobKey(f"{origin}/{self.run_id}/{next(self._numbers)}")
         seq, created_at = resumed if resumed is not None else (0, time.time())
         return Job(
             self,
             key=key,
-            stored_before_end=ours,
             origin=origin,
             engine=engine,
             model=model,
@@ -92,9 +81,13 @@ class JobLog:
 
     def send(self, event: JobEvent) -> None:
         """Hand one event to the broker: within ``flush_s`` (the worker's ``FLUSH_S``) in a
-        batch; a job's end, or any event when no loop runs, at once with what waited."""
+        batch; a job's end, or any event when no loop runs, at once with what waited (and a
+        job's end is in the journal first)."""
         self._batch.append(event)
-        if self._flush_s <= 0 or event.kind in _FINAL:
+        final = event.kind in _FINAL
+        if final and self.journal is not None:
+            self.journal.append(event)
+        if self._flush_s <= 0 or final:
             self.flush()
             return
         if self._flush_due is None:
@@ -108,16 +101,6 @@ class JobLog:
     def _due(self) -> None:
         self._flush_due = None
         self.flush()
-
-    async def wait_stored(self) -> None:
-        """Wait until the broker has stored every event sent so far; an error or no answer
-        within its bound (the caller's ``stored`` sets it) is not waited out."""
-        if self._stored is None:
-            return
-        try:
-            await self._stored()
-        except errors.RpcError as exc:
-            log.debug("job events not confirmed stored: %s", exc)
 
     def flush(self) -> None:
         """Send every event that waits, in order. (A timer already set stays: it then finds
@@ -141,11 +124,9 @@ class Job:
         path: str,
         seq: int = 0,
         created_at: float | None = None,
-        stored_before_end: bool = False,
         client: tuple[str | None, str | None] = (None, None),
     ) -> None:
         self._log = log
-        self.stored_before_end = stored_before_end
         self.key = key
         self.origin = origin
         self.engine = engine
@@ -177,12 +158,6 @@ class Job:
             return
         self._started_attempt = attempt
         self._emit("started", node=node)
-
-    async def wait_stored(self) -> None:
-        """Before a completed answer's last byte: wait until the broker stored its end (not for
-        a job served for a member, nor one that failed)."""
-        if self.outcome == "completed" and self.stored_before_end:
-            await self._log.wait_stored()
 
     def completed(self) -> None:
         """The response ended with the engine's final marker."""

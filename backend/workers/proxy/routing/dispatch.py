@@ -259,7 +259,6 @@ class Router:
             if refused is not None:
                 if not dispatch.job.finished:
                     dispatch.job.failed(f"the request cannot be put to {dispatch.target.engine}")
-                await dispatch.job.wait_stored()  # a load request answered here completed it
                 return refused
         try:
             with self._departures.watch(node) as gone:

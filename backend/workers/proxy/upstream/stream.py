@@ -4,13 +4,13 @@ A client that leaves a chunk unread for the write deadline is cut (a half-open "
 stream that ends without the engine's final marker reads Failed, not Completed. A complete
 answer's job is ended before the byte that completes it goes to the client (the chunk with the
 final marker, the last of a counted body, or the end of any other), so a client that has its
-whole answer never finds a job that failed because this process died just after; those bytes
-are held back until the broker has stored the job's end (``Job.wait_stored``). An engine that
-goes silent for the idle bound, whose connection breaks, or whose member leaves the routing
-table (the router cuts the relay's wait: ``routing/liveness.py``) ends the stream: a streaming
-client gets a last record saying why, in its API's error shape (Ollama's ``{"error": ...}`` line, an
-SSE error event), then its connection is closed before the response's end, so a client that
-reads no records still sees an incomplete response.
+whole answer never finds a job that failed because this process died just after, nor (its
+end being in the journal by then: ``channels/journal.py``) one that a killed broker lost. An
+engine that goes silent for the idle bound, whose connection breaks, or whose member leaves the
+routing table (the router cuts the relay's wait: ``routing/liveness.py``) ends the stream: a
+streaming client gets a last record saying why, in its API's error shape (Ollama's
+``{"error": ...}`` line, an SSE error event), then its connection is closed before the
+response's end, so a client that reads no records still sees an incomplete response.
 """
 
 from __future__ import annotations
@@ -106,7 +106,6 @@ async def stream_commit(
             job.completed()  # before the body's end goes out (if the relay has not already)
         else:
             job.failed("the stream ended without the engine's final marker")
-        await relay.release_held()
         await response.write_eof()
         return response
     finally:
@@ -156,8 +155,6 @@ class _Relay:
     left: int  # bytes of a counted 2xx body still to come; -1 when not counted
     writer: AbstractStreamWriter | None  # the response's, once prepared
     translator: ReplyTranslator | None = None  # the engine's records into the client's API
-    # What completes the answer, held back until the broker stored the job's end.
-    held: bytearray | None = None
 
     async def body(self, commit: Commit) -> bool:
         """Copy the body; False when it was cut (the job already says why)."""
@@ -197,7 +194,7 @@ class _Relay:
         while chunk:
             self._take(chunk)
             watchdog.begin(_WRITING, self.write_deadline_s)
-            await self._write_or_hold(chunk)
+            await self.response.write(chunk)
             watchdog.begin(_READING, self.idle_s)
             chunk = await upstream.content.readany()
 
@@ -210,7 +207,7 @@ class _Relay:
             out = translator.chunk(chunk)
             if out:
                 watchdog.begin(_WRITING, self.write_deadline_s)
-                await self._write_or_hold(out)
+                await self.response.write(out)
             watchdog.begin(_READING, self.idle_s)
             chunk = await upstream.content.readany()
 
@@ -238,7 +235,7 @@ class _Relay:
             first = await upstream.content.readany()
             out = self._out(first, translator)
         watchdog.begin(_WRITING, self.write_deadline_s)
-        await self._write_or_hold(out)
+        await self.response.write(out)
         transport = self.request.transport
         if transport is None or transport.is_closing():
             raise ConnectionResetError("the client has gone")
@@ -252,10 +249,7 @@ class _Relay:
                 return  # the client left: its handler is being cancelled
             out = chunk if translator is None else translator.chunk(chunk)
             if out:
-                if self.held is None:
-                    send_now(transport, chunked, out)
-                else:
-                    self.held += out
+                send_now(transport, chunked, out)
             if upstream.paused:
                 return
             if transport.get_write_buffer_size() > _WRITE_HIGH:
@@ -281,19 +275,6 @@ class _Relay:
         finally:
             upstream.relay(None)
 
-    async def _write_or_hold(self, out: bytes) -> None:
-        if self.held is None:
-            await self.response.write(out)
-        else:
-            self.held += out
-
-    async def release_held(self) -> None:
-        """Once a completed job's end is stored, send what completes its answer."""
-        await self.job.wait_stored()
-        held, self.held = self.held, None
-        if held:
-            await self.response.write(bytes(held))
-
     def _out(self, chunk: bytes, translator: ReplyTranslator | None) -> bytes:
         """Account for ``chunk``; what of it goes to the client (all of it, or its whole
         records translated)."""
@@ -310,8 +291,6 @@ class _Relay:
             self.on_chunk(chunk)
         if self.success and not self.job.finished and self._ends(chunk):
             self.job.completed()  # before the client can see its answer whole
-            if self.job.stored_before_end:
-                self.held = bytearray()
 
     def _ends(self, chunk: bytes) -> bool:
         """Whether ``chunk`` completes the answer: the last of a counted body, or a stream's
@@ -324,9 +303,8 @@ class _Relay:
     async def _end_with(self, reason: str) -> None:
         """Tell a streaming client why its stream ends, then close its connection (no end)."""
         record = self._error_record(reason)
-        with contextlib.suppress(TimeoutError, ConnectionResetError, aiohttp.ClientError):
-            await self.release_held()  # a break after the final marker: the answer is whole
-            if record is not None:
+        if record is not None:
+            with contextlib.suppress(TimeoutError, ConnectionResetError, aiohttp.ClientError):
                 await _write(self.response, record, self.write_deadline_s)
         transport = self.request.transport
         if transport is not None:

@@ -60,7 +60,6 @@ async def translated_whole(
         return web.Response(status=502, body=error, content_type="application/json")
     on_output()
     job.completed()
-    await job.wait_stored()  # before the client has its answer
     response = web.Response(status=200, body=reply, content_type="application/json")
     _name_ignored(response, translation)
     return response

@@ -1,0 +1,147 @@
+"""The worker's journal of job ends: one line per end, private files, segments sealed by size
+and deleted only once the broker confirmed it stored what they hold."""
+
+from __future__ import annotations
+
+import asyncio
+import stat
+from pathlib import Path
+
+import msgspec
+
+from backend.protocol import errors
+from backend.protocol.types.base import EngineName, JobKey, NodeId
+from backend.protocol.types.jobs import JobEvent, JobEventKind
+from backend.workers.proxy.channels.jobs import JobLog
+from backend.workers.proxy.channels.journal import JobJournal
+
+
+def _event(number: int, kind: JobEventKind = "completed") -> JobEvent:
+    return JobEvent(
+        key=JobKey(f"me/run1/{number}"),
+        seq=2,
+        kind=kind,
+        attempt=1,
+        at=101.0,
+        engine=EngineName("ollama"),
+        model="llama3",
+        origin=NodeId("me"),
+        run_id="run1",
+        created_at=100.0,
+        path="/api/chat",
+        error="cut" if kind == "errored" else None,
+    )
+
+
+def _lines(path: Path) -> list[JobEvent]:
+    return [msgspec.json.decode(line, type=JobEvent) for line in path.read_bytes().splitlines()]
+
+
+def test_an_end_is_one_line_of_the_event_in_a_private_file(tmp_path: Path) -> None:
+    folder = tmp_path / "journal" / "broker-run"
+    journal = JobJournal(folder, "run1")
+    journal.append(_event(1))
+    journal.append(_event(2, "errored"))
+    assert _lines(journal.live) == [_event(1), _event(2, "errored")]
+    assert journal.live.name == "run1.1.jsonl"
+    assert stat.S_IMODE(journal.live.stat().st_mode) == 0o600
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    journal.close()
+
+
+def test_the_job_log_journals_ends_only_before_sending_them(tmp_path: Path) -> None:
+    journal = JobJournal(tmp_path, "run1")
+    seen: list[list[str]] = []
+
+    def notify(events: list[JobEvent]) -> None:  # what the journal held when the broker was told
+        seen.append([event.kind for event in _lines(journal.live)])
+
+    log = JobLog(notify, run_id="run1", journal=journal)
+    job = log.new(origin=NodeId("me"), engine=EngineName("ollama"), model="m", path="/api/chat")
+    job.submitted(1, NodeId("me"))
+    job.started(NodeId("me"))
+    job.completed()
+    assert seen == [[], [], ["completed"]]
+    journal.close()
+
+
+def test_a_segment_is_sealed_at_its_bound_and_a_new_one_begins(tmp_path: Path) -> None:
+    journal = JobJournal(tmp_path, "run1", max_events=2)
+    for number in range(1, 6):
+        journal.append(_event(number))
+    assert [path.name for path in journal.sealed] == ["run1.1.jsonl", "run1.2.jsonl"]
+    assert journal.live.name == "run1.3.jsonl"
+    assert [len(_lines(path)) for path in (*journal.sealed, journal.live)] == [2, 2, 1]
+    journal.close()
+
+
+def test_a_segment_is_sealed_by_size_too(tmp_path: Path) -> None:
+    journal = JobJournal(tmp_path, "run1", max_bytes=1)
+    journal.append(_event(1))
+    assert [path.name for path in journal.sealed] == ["run1.1.jsonl"]
+    journal.close()
+
+
+class Broker:
+    """Confirms its store when released; fails to when told."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.asked = asyncio.Event()
+        self.fail = False
+
+    async def stored(self) -> None:
+        self.asked.set()
+        if self.fail:
+            raise errors.CallTimeout("proxy:jobs-stored: no answer within 1 s")
+        await self.release.wait()
+
+
+async def test_sealed_segments_go_once_the_broker_confirms_and_not_before(tmp_path: Path) -> None:
+    journal = JobJournal(tmp_path, "run1")
+    journal.append(_event(1))
+    broker = Broker()
+    trimming = asyncio.ensure_future(journal.trim(broker.stored))
+    await asyncio.wait_for(broker.asked.wait(), 5)
+    first = tmp_path / "run1.1.jsonl"
+    assert first.exists()  # sealed, waiting for the broker
+    journal.append(_event(2))  # sent after the question: not covered by its answer
+    broker.release.set()
+    assert await asyncio.wait_for(trimming, 5)
+    assert not first.exists()
+    assert _lines(journal.live) == [_event(2)]
+    journal.close()
+
+
+async def test_a_segment_the_broker_did_not_confirm_stays_for_the_next_try(
+    tmp_path: Path,
+) -> None:
+    journal = JobJournal(tmp_path, "run1")
+    journal.append(_event(1))
+    broker = Broker()
+    broker.fail = True
+    assert not await journal.trim(broker.stored)
+    assert [path.name for path in journal.sealed] == ["run1.1.jsonl"]
+    assert journal.sealed[0].exists()
+    broker.fail = False
+    broker.release.set()
+    assert await journal.trim(broker.stored)
+    assert journal.sealed == [] and not (tmp_path / "run1.1.jsonl").exists()
+    journal.close()
+
+
+async def test_nothing_to_confirm_asks_the_broker_nothing(tmp_path: Path) -> None:
+    journal = JobJournal(tmp_path, "run1")
+    broker = Broker()
+    assert await journal.trim(broker.stored)
+    assert not broker.asked.is_set()
+    journal.close()
+
+
+def test_a_write_that_fails_does_not_fail_the_answer(tmp_path: Path) -> None:
+    journal = JobJournal(tmp_path / "gone", "run1")
+    journal.close()
+    (tmp_path / "gone" / "run1.1.jsonl").unlink(missing_ok=True)
+    (tmp_path / "gone").rmdir()
+    journal.append(_event(1))  # no folder to open the segment in: logged, not raised
+    assert not (tmp_path / "gone").exists()
