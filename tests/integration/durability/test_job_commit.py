@@ -74,3 +74,28 @@ async def test_a_job_whose_client_has_its_answer_survives_a_kill_9_of_the_broker
     jobs = await _jobs_after_restart(start_broker, paced_ollama_node)
     assert len(jobs) == 2, jobs
     assert [job["state"] for job in jobs] == ["completed", "completed"], jobs
+
+
+@pytest.mark.timeout(120)
+async def test_the_journal_of_ends_the_broker_stored_is_deleted(
+    start_broker: StartBroker, paced_ollama_node: Path
+) -> None:
+    broker = start_broker(data_dir=paced_ollama_node)
+    async with broker.connect(engine_events=False) as client:
+        engine = await client.call("engine:start", {"engine": "ollama"}, timeout=60)
+        assert engine["state"] == "running"
+        door = (await client.call("status"))["front_doors"]["ollama"]
+        await _first_answer(door, stream=True)
+        await _answered(door, stream=False)
+        journal = paced_ollama_node / "jobs-journal"
+        for _ in range(100):  # sealed within a second, deleted once the broker confirms
+            if not await asyncio.to_thread(_journaled_ends, journal):
+                break
+            await asyncio.sleep(0.1)
+        assert not await asyncio.to_thread(_journaled_ends, journal)
+        assert await asyncio.to_thread(journal.is_dir)  # this run's worker journals there
+    broker.stop()
+
+
+def _journaled_ends(journal: Path) -> list[bytes]:
+    return [line for path in journal.rglob("*.jsonl") for line in path.read_bytes().splitlines()]
