@@ -48,7 +48,8 @@ PROXY_JOBS_STORED: Final = Method(
     "proxy:jobs-stored",
     NoParams,
     Ok,
-    "worker to broker: answered once every job event sent before it is in the store",
+    "worker to broker: answered once every job event sent before it is in the store (the worker"
+    " then deletes the journal segments holding them)",
 )
 PROXY_SCHEDULER: Final[Push[SchedulerStates]] = Push(
     "proxy:scheduler",

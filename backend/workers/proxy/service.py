@@ -203,7 +203,10 @@ class ProxyService:
         """This run's job log, journaling job ends in ``journal_dir`` when given."""
         jobs = JobLog(self._send_jobs, flush_s=JOB_FLUSH_S)
         if self._journal_dir is not None:
-            jobs.journal = JobJournal(self._journal_dir, jobs.run_id)
+            try:
+                jobs.journal = JobJournal(self._journal_dir, jobs.run_id)
+            except OSError as exc:  # the doors serve all the same
+                log.warning("job ends are not journaled: %s", exc)
         return jobs
 
     async def _jobs_stored(self) -> None:

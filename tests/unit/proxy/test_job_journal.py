@@ -4,6 +4,7 @@ and deleted only once the broker confirmed it stored what they hold."""
 from __future__ import annotations
 
 import asyncio
+import random
 import stat
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from backend.protocol.types.base import EngineName, JobKey, NodeId
 from backend.protocol.types.jobs import JobEvent, JobEventKind
 from backend.workers.proxy.channels.jobs import JobLog
 from backend.workers.proxy.channels.journal import JobJournal
+from backend.workers.proxy.service import ProxyService
+from tests.fakes import FakeClock
 
 
 def _event(number: int, kind: JobEventKind = "completed") -> JobEvent:
@@ -145,3 +148,14 @@ def test_a_write_that_fails_does_not_fail_the_answer(tmp_path: Path) -> None:
     (tmp_path / "gone").rmdir()
     journal.append(_event(1))  # no folder to open the segment in: logged, not raised
     assert not (tmp_path / "gone").exists()
+
+
+def test_a_worker_whose_journal_folder_cannot_be_made_serves_without_one(tmp_path: Path) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_bytes(b"")
+    service = ProxyService({}, clock=FakeClock(), rng=random.Random(0), journal_dir=blocked)
+    assert service._job_log().journal is None
+    service = ProxyService({}, clock=FakeClock(), rng=random.Random(0), journal_dir=tmp_path)
+    journal = service._job_log().journal
+    assert journal is not None
+    journal.close()
