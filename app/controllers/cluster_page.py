@@ -16,6 +16,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.broker.connection import BrokerConnection
 from app.controllers.base import Controller
+from app.controllers.network_privacy import NetworkPrivacyController
 from app.models.members import ApiKeysModel, MemberRow, MembersModel, member_row
 from app.stores.cluster import ClusterStore
 from app.stores.discovery import DiscoveryStore, is_self
@@ -158,6 +159,7 @@ class ClusterPageController(Controller):
         self.engines = engines
         self.discovery = discovery
         self.settings = settings
+        self.privacy = NetworkPrivacyController(connection, settings, self)
         self._clock = clock
         self._renaming = False
         self._timer = QTimer(self)
@@ -182,6 +184,7 @@ class ClusterPageController(Controller):
     async def close(self) -> None:
         """Stop the refresh timer and cancel this controller's tasks (bounded)."""
         self._timer.stop()
+        await self.privacy.close()
         await super().close()
 
     # What the page reads ---------------------------------------------------------------------
@@ -333,7 +336,7 @@ class ClusterPageController(Controller):
                 host=self._lan_host(),
                 openai_port=door_port(status, "openai"),
                 ollama_port=door_port(status, "ollama"),
-                lan_access=self.lan_access is True,
+                lan_access=self.lan_access is True and not self.privacy.public_network,
             )
         )
 

@@ -44,6 +44,7 @@ from app.models.keyed_table import ROW_ROLE
 from app.models.members import MemberRow, day_text
 from app.window.cluster_dialogs import Prompts, SecretDialog
 from app.window.join_window import JoinWindowRow
+from app.window.network_privacy import PUBLIC_LAN_REASON, NetworkPrivacyBox, lan_switch_shown
 from app.window.settings_general import error_label, show_error
 from app.window.widgets import FittedTable, copy_to_clipboard, fixed_font, muted_label, page_title
 from backend.protocol.types.apikeys import ApiKeyInfo
@@ -389,6 +390,7 @@ class LanAccessBox(QGroupBox):
         self.secret_dialog: SecretDialog | None = None
         self.switch = QCheckBox("Let other computers use this computer's front doors")
         self.switch_error = error_label()
+        self.public_reason = muted_label(PUBLIC_LAN_REASON)
         self.table = FittedTable(controller.keys, stretch=2, minimum_rows=1, maximum_rows=6)
         self.no_keys = muted_label(NO_KEYS)
         self.create_button = QPushButton("Create key…")
@@ -400,6 +402,7 @@ class LanAccessBox(QGroupBox):
         note = QVBoxLayout()
         note.setContentsMargins(self.switch_indent(), 0, 0, 0)
         note.addWidget(muted_label(LAN_NOTE))
+        note.addWidget(self.public_reason)
         note.addWidget(self.switch_error)
         layout.addLayout(note)
         layout.addSpacing(4)
@@ -436,10 +439,12 @@ class LanAccessBox(QGroupBox):
 
     def refresh(self, ready: bool) -> None:
         """Show the saved ``lan_access``; commands only while ``ready``."""
-        on = self._controller.lan_access
+        public = self._controller.privacy.public_network
+        checked, changeable = lan_switch_shown(self._controller.lan_access, public)
         with QSignalBlocker(self.switch):
-            self.switch.setChecked(on is True)
-        self.switch.setEnabled(ready and on is not None)
+            self.switch.setChecked(checked)
+        self.switch.setEnabled(ready and changeable)
+        self.public_reason.setVisible(public)
         self.create_button.setEnabled(ready)
         self._on_keys_rows_changed()
 
@@ -512,6 +517,7 @@ class ClusterPage(QScrollArea):
         self.identity_box = IdentityBox()
         self.cluster_box = ClusterBox(controller, prompts)
         self.lan_box = LanAccessBox(controller, prompts)
+        self.privacy_box = NetworkPrivacyBox(controller.privacy)
         self.cluster_box.add_node_requested.connect(self.add_node_requested)
         self._lay_out()
         controller.changed.connect(self.refresh)
@@ -531,7 +537,7 @@ class ClusterPage(QScrollArea):
         layout.addWidget(self.connection_note)
         layout.addLayout(problem_row)
         layout.addWidget(self.loading)
-        for box in (self.identity_box, self.cluster_box, self.lan_box):
+        for box in (self.identity_box, self.cluster_box, self.lan_box, self.privacy_box):
             layout.addWidget(box)
         layout.addStretch(1)
         self.setWidget(body)
@@ -553,10 +559,12 @@ class ClusterPage(QScrollArea):
         self.identity_box.setVisible(status is not None)
         self.cluster_box.setVisible(status is not None)
         self.lan_box.setVisible(ready)
+        self.privacy_box.setVisible(ready)
         if status is not None:
             self.identity_box.set_status(status)
         self.cluster_box.refresh(ready)
         self.lan_box.refresh(ready)
+        self.privacy_box.refresh(ready)
 
     def showEvent(self, event: QShowEvent) -> None:
         """Read the keys again whenever the page is shown (another window may have changed
