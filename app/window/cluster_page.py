@@ -44,7 +44,12 @@ from app.models.keyed_table import ROW_ROLE
 from app.models.members import MemberRow, day_text
 from app.window.cluster_dialogs import Prompts, SecretDialog
 from app.window.join_window import JoinWindowRow
-from app.window.network_privacy import PUBLIC_LAN_REASON, NetworkPrivacyBox, lan_switch_shown
+from app.window.network_privacy import (
+    PUBLIC_LAN_REASON,
+    NetworkPrivacyBox,
+    lan_switch_shown,
+    reason_label,
+)
 from app.window.settings_general import error_label, show_error
 from app.window.widgets import FittedTable, copy_to_clipboard, fixed_font, muted_label, page_title
 from backend.protocol.types.apikeys import ApiKeyInfo
@@ -390,7 +395,7 @@ class LanAccessBox(QGroupBox):
         self.secret_dialog: SecretDialog | None = None
         self.switch = QCheckBox("Let other computers use this computer's front doors")
         self.switch_error = error_label()
-        self.public_reason = muted_label(PUBLIC_LAN_REASON)
+        self.public_reason = reason_label(PUBLIC_LAN_REASON)
         self.table = FittedTable(controller.keys, stretch=2, minimum_rows=1, maximum_rows=6)
         self.no_keys = muted_label(NO_KEYS)
         self.create_button = QPushButton("Create key…")
@@ -401,8 +406,8 @@ class LanAccessBox(QGroupBox):
         layout.addWidget(self.switch)
         note = QVBoxLayout()
         note.setContentsMargins(self.switch_indent(), 0, 0, 0)
-        note.addWidget(muted_label(LAN_NOTE))
         note.addWidget(self.public_reason)
+        note.addWidget(muted_label(LAN_NOTE))
         note.addWidget(self.switch_error)
         layout.addLayout(note)
         layout.addSpacing(4)

@@ -24,13 +24,14 @@ from app.window.widgets import muted_label
 
 ANNOUNCE_TEXT = "Announce this computer on the local network"
 ANNOUNCE_NOTE = (
-    "Other computers here can find it under Add node, and it finds theirs. Off: it stays "
-    "unlisted; members still reach it at their known addresses, and others by its address."
+    "Other computers here can find it under Add node, and it finds theirs. Off: it is not "
+    "listed; your cluster's members still reach it, and a computer can still be added by address."
 )
 PUBLIC_TEXT = "This is a public network (café, hotel, airport)"
 PUBLIC_NOTE = (
-    "Strangers here get only a refusal: no details about this computer, no invites, no front "
-    "doors. Your cluster's members keep working over their secured links."
+    "Other computers here get only a refusal: no details about this computer, no invites to it, "
+    "no front doors, and it is not announced. Your cluster's members keep working over their "
+    "secured links."
 )
 PUBLIC_ANNOUNCE_REASON = "Off while this is a public network."
 PUBLIC_LAN_REASON = "Off while this is a public network: only this computer uses its front doors."
@@ -42,6 +43,14 @@ def switch_indent(switch: QCheckBox) -> int:
     indicator = style.pixelMetric(style.PixelMetric.PM_IndicatorWidth)
     spacing = style.pixelMetric(style.PixelMetric.PM_CheckBoxLabelSpacing)
     return indicator + spacing
+
+
+def reason_label(text: str) -> QLabel:
+    """A hidden line in the normal text colour: why a switch cannot be changed now."""
+    label = QLabel(text)
+    label.setWordWrap(True)
+    label.hide()
+    return label
 
 
 def lan_switch_shown(saved: bool | None, public_network: bool) -> tuple[bool, bool]:
@@ -69,7 +78,7 @@ class NetworkPrivacyBox(QGroupBox):
         super().__init__("Network privacy", parent)
         self._controller = controller
         self.announce_switch = QCheckBox(ANNOUNCE_TEXT)
-        self.announce_reason = muted_label(PUBLIC_ANNOUNCE_REASON)
+        self.announce_reason = reason_label(PUBLIC_ANNOUNCE_REASON)
         self.public_switch = QCheckBox(PUBLIC_TEXT)
         self.errors: dict[str, QLabel] = {
             LOCAL_DISCOVERY: error_label(),
@@ -80,8 +89,8 @@ class NetworkPrivacyBox(QGroupBox):
         add_switch(
             layout,
             self.announce_switch,
-            muted_label(ANNOUNCE_NOTE),
             self.announce_reason,
+            muted_label(ANNOUNCE_NOTE),
             self.errors[LOCAL_DISCOVERY],
         )
         layout.addSpacing(6)
