@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from PySide6.QtCore import SignalInstance
+from PySide6.QtWidgets import QLabel
 from pytestqt.qtbot import QtBot
 
 from app.controllers.cluster_page import ClusterPageController
@@ -22,7 +23,7 @@ from app.stores.settings import SettingsStore
 from app.window.cluster_page import ClusterPage
 from app.window.network_privacy import lan_switch_shown
 from backend.protocol import methods
-from backend.protocol.errors import InvalidParams
+from backend.protocol.errors import InvalidParams, Unavailable
 from tests.gui.helpers import NO_MODELS, FakeConnection, settle, wait_until
 
 KEYS = ("lan_access", "local_discovery", "public_network")
@@ -149,3 +150,20 @@ async def test_a_refused_save_goes_back_and_says_why(ui: Ui) -> None:
     error = box.errors["public_network"]
     assert not error.isHidden() and "settings are read-only here" in error.text()
     assert box.errors["local_discovery"].isHidden()
+
+
+async def test_a_new_key_on_a_public_network_says_lan_access_is_off(ui: Ui) -> None:
+    await start(ui, lan_access=True, public_network=True)
+    ui.connection.script(methods.STATUS, Unavailable("not now"))
+    created = {
+        "key": {"id": "k1", "name": "laptop", "prefix": "pair-SSSS", "created_at": 1.0},
+        "secret": "pair-" + "S" * 43,
+    }
+    ui.connection.script(methods.APIKEYS_CREATE, created)
+    (key,) = await emitted(ui.controller.key_created, lambda: ui.controller.create_key("laptop"))
+    assert key.lan_access is False
+    dialog = ui.page.lan_box.secret_dialog
+    assert dialog is not None
+    assert any("LAN access is off" in label.text() for label in dialog.findChildren(QLabel))
+    dialog.close()
+    await settle()
