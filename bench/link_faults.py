@@ -46,11 +46,9 @@ if str(ROOT) not in sys.path:
 
 from backend.protocol import methods  # noqa: E402
 from tests.integration.cluster import test_link_faults as lf  # noqa: E402
-from tests.integration.cluster.test_three_nodes import Host, Node, _until  # noqa: E402
-from tests.integration.conftest import Broker, node_argv, wait_until_serving  # noqa: E402
-from tests.integration.discovery.test_manual_nodes import FAST  # noqa: E402
+from tests.integration.cluster.test_three_nodes import Host, _until  # noqa: E402
 from tests.integration.discovery.test_multicast_netns import _ip, _netns_available  # noqa: E402
-from tests.integration.engines.conftest import write_override  # noqa: E402
+from tests.support.namespace_brokers import NamespaceBrokers  # noqa: E402
 from tests.support.netfaults import LinkFaults, link_faults  # noqa: E402
 
 SUBNET = "10.79.0"  # apart from the test suite's 10.78.N
@@ -121,41 +119,6 @@ def _namespace(host: Host, bridge: str, tag: str) -> None:
     for device in ("eth0", "lo"):
         _ip("-n", namespace, "link", "set", device, "up")
     _ip("-n", namespace, "route", "add", "224.0.0.0/4", "dev", "eth0")  # mDNS
-
-
-class Brokers:
-    """Starts ``pair node`` brokers in namespaces (``start`` is shaped like the tests'
-    ``start_node``); ``stop_all`` stops every one, by PID."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.started: list[Node] = []
-
-    def start(
-        self, host: Host, name: str, models: str, *, override: dict[str, Any] | None = None
-    ) -> Node:
-        """A broker named ``name`` on ``host`` (``override``: its Ollama's engine document)."""
-        data_dir = self.root / name
-        if override is not None:
-            write_override(data_dir, "ollama", override)
-        env = {**os.environ, **FAST, "PAIR_PROXY_RETRY_BACKOFF_S": "0.05,0.1"}
-        env.pop("PAIR_DISCOVERY_MDNS", None)
-        argv = ["ip", "netns", "exec", str(host.namespace), *node_argv(data_dir)]
-        stderr_path = self.root / f"{name}.stderr"
-        quiet = subprocess.DEVNULL
-        with stderr_path.open("wb") as stderr:
-            process = subprocess.Popen(
-                argv, cwd=ROOT, stdin=quiet, stdout=quiet, stderr=stderr, env=env
-            )
-        node = Node(host, Broker(process, data_dir, stderr_path), data_dir, argv)
-        self.started.append(node)
-        wait_until_serving(node.broker, timeout=60)
-        return node
-
-    def stop_all(self) -> None:
-        """Stop every broker started here (SIGTERM, then SIGKILL)."""
-        for node in self.started:
-            node.broker.stop()
 
 
 Answers = list[tuple[lf.Seen, float]]  # what each client saw, and when the fault struck
@@ -256,7 +219,7 @@ def table(outcomes: Outcomes) -> list[str]:
 @contextlib.asynccontextmanager
 async def cluster_up(root: Path, hosts: list[Host]) -> AsyncIterator[lf.Cluster]:
     """A, B and C running and paired (B and C serve), stopped on the way out."""
-    brokers = Brokers(root)
+    brokers = NamespaceBrokers(root)
     try:
         async with lf.cluster_of(brokers.start, root, hosts, members=2) as cluster:
             yield cluster

@@ -46,10 +46,10 @@ from tests.integration.cluster.test_three_nodes import (
     _pair,
     _until,
     hosts,
-    start_node,
 )
 from tests.integration.conftest import Client
 from tests.integration.engines.conftest import OLLAMA_SHIM, write_script
+from tests.support.namespace_brokers import NamespaceBrokers
 from tests.support.netfaults import LinkFaults, netem_unavailable
 from tests.support.ports import free_port
 
@@ -113,6 +113,16 @@ class Cluster:
 
 
 @pytest.fixture
+def start_node(tmp_path: Path) -> Iterator[Callable[..., Node]]:
+    """Start brokers in namespaces, discovery at its own pace; all stopped afterwards."""
+    brokers = NamespaceBrokers(tmp_path)
+    try:
+        yield brokers.start
+    finally:
+        brokers.stop_all()
+
+
+@pytest.fixture
 def faults(hosts: list[Host]) -> Iterator[LinkFaults]:
     """Link faults on namespaces (skips on loopback hosts: a member's relay port comes from its
     node-info, so a fault proxy cannot be put between two brokers), all undone afterwards."""
@@ -132,7 +142,7 @@ def start_member(
     extra = ", ".join(repr(arg) for arg in EMULATOR)
     text = OLLAMA_SHIM.replace('"tinyllama:latest,qwen2:0.5b"', repr(models))
     text = text.replace(_SHIM_ARGV, f"{_SHIM_ARGV[:-1]}, {extra}]")
-    shim = write_script(tmp_path / f"ollama-paced-{name}", text)  # start_node writes ollama-NAME
+    shim = write_script(tmp_path / f"ollama-paced-{name}", text)
     runtime = {"port": free_port(), "ready": {"timeout_s": 30}}
     runtime["env"] = {"OLLAMA_NUM_PARALLEL": "4"}
     override = {"detect": [{"path": str(shim)}], "runtime": runtime}
@@ -147,7 +157,7 @@ async def cluster_of(
     yields once A's door lists B's models."""
     b_models = f"{WAITING},{WAITING_ON_B},{FLOWING},{TRICKLE}"
     nodes = [
-        start_node(hosts[0], "a", ""),
+        start_member(start_node, tmp_path, hosts[0], "a", ""),  # its engine is never started
         start_member(start_node, tmp_path, hosts[1], "b", b_models),
     ]
     if members == 2:
