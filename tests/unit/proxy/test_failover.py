@@ -12,6 +12,8 @@ from backend.workers.proxy.routing import failover
 from backend.workers.proxy.routing.candidates import vanished
 from backend.workers.proxy.routing.choice import placement_chooses
 from backend.workers.proxy.routing.failover import (
+    AWAY_WAIT_S,
+    Away,
     Backoff,
     BadGateway,
     Failover,
@@ -112,6 +114,18 @@ def test_no_backoff_that_would_end_past_the_deadline() -> None:
     late = failover.round_ended(state, 9.0, Jitter(0.25), pinned=False, vanished=False)
     assert early == Backoff(1.25)
     assert late == GiveUp()
+
+
+def test_a_request_whose_only_owner_went_away_is_answered_within_the_away_wait() -> None:
+    # Caught at 3 s by its member's link going down: the backoffs stop at the end of the wait
+    # for the member (not at 1, 2, 4, 8 s), and the answer names it then.
+    state = _after(failover.started(RetryPolicy(), 0.0, None), "a", "b", "a")
+    state = failover.awaiting(state, True, 3.0)
+    first = failover.round_ended(state, 3.0, Jitter(0.25), pinned=False, vanished=False)
+    assert first == Backoff(AWAY_WAIT_S), "the third step (4 s) is cut to the away wait"
+    end = failover.round_ended(state, 3.0 + AWAY_WAIT_S, Jitter(), pinned=False, vanished=False)
+    assert end == Away()
+    assert AWAY_WAIT_S <= 2.0, "link down (3 s) plus the wait stays near the 5 s budget"
 
 
 def test_a_whole_request_scripted_round_by_round() -> None:

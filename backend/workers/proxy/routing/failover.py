@@ -29,9 +29,10 @@ BUSY_HOLD_S = 2.0
 BUSY_STATUSES = (429, 503)
 WRITE_DEADLINE_S = 30.0
 # How long a request waits for a member that is away (restarting, or its link down) when no
-# other node has the model: one that is back within this long serves it (as a member that
-# heals does), else the door's 503 names it.
-AWAY_WAIT_S = 10.0
+# other node has the model: one that is back within this long serves it (a blip of the link),
+# else the door's 503 names it with Retry-After. Short, so that a request caught by a member's
+# link dying is answered about 5 s after the fault (3 s for the link to go down, then this).
+AWAY_WAIT_S = 2.0
 
 
 class RandomSource(Protocol):
@@ -198,10 +199,15 @@ def round_ended(
         return GiveUp()
     if vanished:
         return Vanished()
-    if state.away_since is not None and now - state.away_since >= AWAY_WAIT_S:
+    if state.away_since is None:
+        wait = state.budget.wait_before_next(now, rng)
+        return GiveUp() if wait is None else Backoff(wait)
+    left = AWAY_WAIT_S - (now - state.away_since)
+    if left <= 0:
         return Away()
     wait = state.budget.wait_before_next(now, rng)
-    return GiveUp() if wait is None else Backoff(wait)
+    # The next look is no later than the end of the wait for the away member.
+    return Away() if wait is None else Backoff(min(wait, left))
 
 
 def awaiting(state: Failover, away: bool, now: float) -> Failover:
