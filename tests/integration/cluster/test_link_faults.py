@@ -420,6 +420,8 @@ async def test_a_member_heard_over_mdns_but_unreachable_over_tcp_is_not_routed_t
     async with cluster_of(start_node, tmp_path, hosts, members=1) as cluster:
         a, b = cluster.nodes
         faults.tcp_blackhole(on=str(b.host.namespace), towards=a.host.address)
+        # Asked at once, before anything has noticed: answered, not sent to B to hang there.
+        assert_unavailable_naming_b(await ask_from_a(cluster, FLOWING), cluster)
         assert await asyncio.to_thread(udp_reaches, b.host, a.host), "B's UDP (mDNS) is cut too"
         await until_listed(cluster, FLOWING, listed=False)
         # B keeps announcing itself (its UDP is untouched) while A keeps asking: not once is
