@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -50,7 +51,8 @@ def hosts() -> Iterator[list[Host]]:
     if os.environ.get("PAIR_TEST_NO_NETNS") or _netns_available() is not None:
         yield [Host(None, f"127.0.0.{n}") for n in (2, 3, 4)]
         return
-    tag = f"{os.getpid() % 100000:05d}"
+    # Random, not the PID: another run (a PID that shares its last digits) may hold a name.
+    tag = secrets.token_hex(3)
     bridge = f"pcb{tag}"
     made: list[Host] = []
     _remove_leftovers()
@@ -102,8 +104,19 @@ def bridge_address() -> str:
 
 def _namespace(tag: str, bridge: str, index: int) -> Host:
     namespace, address = f"pcns{tag}{index}", f"{_subnet()}.{10 + index}"
-    host_end, inner_end = f"pch{tag}{index}", f"pcn{tag}{index}"
     _ip("netns", "add", namespace)
+    try:
+        _wire(namespace, address, bridge, f"{tag}{index}")
+    except BaseException:
+        # Not yet in the fixture's list: removed here, or it outlives the run.
+        subprocess.run(["ip", "netns", "del", namespace], capture_output=True, timeout=10)
+        raise
+    return Host(namespace, address)
+
+
+def _wire(namespace: str, address: str, bridge: str, suffix: str) -> None:
+    """Give ``namespace`` an end of a veth pair on ``bridge``, at ``address``, with multicast."""
+    host_end, inner_end = f"pch{suffix}", f"pcn{suffix}"
     _ip("link", "add", host_end, "type", "veth", "peer", "name", inner_end)
     _ip("link", "set", inner_end, "netns", namespace)
     _ip("link", "set", host_end, "master", bridge)
@@ -113,7 +126,6 @@ def _namespace(tag: str, bridge: str, index: int) -> Host:
     _ip("-n", namespace, "link", "set", "eth0", "up")
     _ip("-n", namespace, "link", "set", "lo", "up")
     _ip("-n", namespace, "route", "add", "224.0.0.0/4", "dev", "eth0")
-    return Host(namespace, address)
 
 
 @dataclass
