@@ -35,7 +35,7 @@ from app.options import AppOptions  # noqa: E402
 from backend.devtools.demo import Demo  # noqa: E402
 from backend.devtools.demo_trickle import Trickle  # noqa: E402
 from backend.protocol import methods  # noqa: E402
-from backend.protocol.types.cluster import InviteCreated  # noqa: E402
+from backend.protocol.types.cluster import InviteCreated, JoinWindowParams  # noqa: E402
 from backend.protocol.types.nodes import ManualNodeAdd  # noqa: E402
 
 WINDOW_SIZE = (1100, 720)
@@ -120,6 +120,8 @@ async def pairing_screens(app: PairApplication, temp: Path, out_dir: Path) -> li
         await asyncio.sleep(1)
         if newcomer.welcome.dialog is not None:
             newcomer.welcome.dialog.close()
+        # Its user chose "Join a cluster…": only then does it take invites.
+        await newcomer.connection.call(methods.CLUSTER_OPEN_JOIN_WINDOW, JoinWindowParams())
         added = ManualNodeAdd(address="127.0.0.1", port=node_port, name="new-mac")
         await app.connection.call(methods.NODE_ADD, added)
         app.show_add_node()
