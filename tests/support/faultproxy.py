@@ -28,7 +28,7 @@ READ_SIZE = 64 * 1024
 # An RST discards what the client's kernel holds unread: a reset after some bytes of the answer
 # gives the client this long to read them first, or on a busy machine it may never see them
 # (and the "cut after the first byte" a test means would be a failure before the answer).
-RESET_GRACE_S = 0.25
+RESET_GRACE_S = 1.0
 CLOSE_TIMEOUT_S = 5.0
 
 
