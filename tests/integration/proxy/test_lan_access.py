@@ -76,10 +76,15 @@ async def _set_lan_access(client: Client, on: bool) -> None:
 
 
 async def _until_status(url: str, path: str, status: int, headers: dict[str, str]) -> Any:
-    """The first answer to ``GET path`` with ``status``, waiting for the next routing tables."""
+    """The first answer to ``GET path`` with ``status``, waiting for the next routing tables
+    (and, after LAN access is turned on, for the door to listen on every address)."""
     async with asyncio.timeout(10):
         while True:
-            response = await _get(url, path, headers)
+            try:
+                response = await _get(url, path, headers)
+            except (httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError):
+                await asyncio.sleep(0.05)
+                continue
             if response.status_code == status:
                 return response.json()
             await asyncio.sleep(0.05)
@@ -93,6 +98,8 @@ async def _until_refused(url: str, path: str, headers: dict[str, str]) -> None:
                 await _get(url, path, headers)
             except httpx.ConnectError:
                 return
+            except (httpx.ReadError, httpx.RemoteProtocolError):
+                pass  # accepted by the all-address socket as it closed: the switch is under way
             await asyncio.sleep(0.05)
 
 
