@@ -21,14 +21,15 @@ import fnmatch
 import functools
 import hmac
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, ParamSpec
 from urllib.parse import urlsplit
 
 from backend.common.secret_hash import hash_secret
 from backend.protocol.proxy import DoorKey
 
+P = ParamSpec("P")
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 # Who made a request that ``screen`` let pass from this computer (another's is its key's hash).
 LOOPBACK = ""
@@ -152,31 +153,6 @@ class Refusal:
         return "authentication_error" if self.status == 401 else "forbidden"
 
 
-def refusal(
-    peer_address: str | None,
-    host_header: str | None,
-    origin: str | None,
-    *,
-    authorization: str | None = None,
-    api_key: str | None = None,
-    lan_access: bool = False,
-    key_hashes: Iterable[str] = (),
-    allowed_origins: Iterable[str] = (),
-) -> Refusal | None:
-    """Why a request must be refused, or None when it may pass (the rules are the module's)."""
-    verdict = screen(
-        peer_address,
-        host_header,
-        origin,
-        authorization=authorization,
-        api_key=api_key,
-        lan_access=lan_access,
-        key_hashes=key_hashes,
-        allowed_origins=allowed_origins,
-    )
-    return verdict if isinstance(verdict, Refusal) else None
-
-
 def screen(
     peer_address: str | None,
     host_header: str | None,
@@ -203,6 +179,21 @@ def screen(
     if not origin_allowed(origin, allowed_origins):
         return Refusal(403, FOREIGN_ORIGIN)
     return client
+
+
+def _refusal_only(decide: Callable[P, Refusal | str]) -> Callable[P, Refusal | None]:
+    """``decide`` narrowed to its refusals: who may pass matters only to the door itself."""
+
+    def refusal(*args: P.args, **kwargs: P.kwargs) -> Refusal | None:
+        verdict = decide(*args, **kwargs)
+        return verdict if isinstance(verdict, Refusal) else None
+
+    return refusal
+
+
+# Why a request must be refused, or None when it may pass (the rules are the module's); it
+# takes ``screen``'s arguments.
+refusal = _refusal_only(screen)
 
 
 def lan_verdict(
