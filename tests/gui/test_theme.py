@@ -1,0 +1,87 @@
+"""Light and dark: the app's palette follows the user's choice and the desktop's scheme."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtGui import QPalette
+from PySide6.QtWidgets import QApplication
+
+from app.window.theme import (
+    Appearance,
+    ThemeFollower,
+    dark_palette,
+    is_dark,
+    read_appearance,
+    wants_dark,
+)
+
+
+class FakeHints(QObject):
+    """The desktop's colour scheme, as a test sets it."""
+
+    colorSchemeChanged = Signal(Qt.ColorScheme)  # noqa: N815 - Qt's name
+
+    def __init__(self, scheme: Qt.ColorScheme) -> None:
+        super().__init__()
+        self.scheme = scheme
+
+    def colorScheme(self) -> Qt.ColorScheme:
+        return self.scheme
+
+    def switch(self, scheme: Qt.ColorScheme) -> None:
+        self.scheme = scheme
+        self.colorSchemeChanged.emit(scheme)
+
+
+@pytest.fixture
+def app(qapp: QApplication) -> Iterator[QApplication]:
+    yield qapp
+    qapp.setPalette(QPalette())  # the platform's palette again for the tests after this one
+
+
+def test_choices_and_schemes_decide_dark() -> None:
+    assert wants_dark(Appearance.SYSTEM, Qt.ColorScheme.Dark)
+    assert not wants_dark(Appearance.SYSTEM, Qt.ColorScheme.Light)
+    assert not wants_dark(Appearance.SYSTEM, Qt.ColorScheme.Unknown)
+    assert wants_dark(Appearance.DARK, Qt.ColorScheme.Light)
+    assert not wants_dark(Appearance.LIGHT, Qt.ColorScheme.Dark)
+
+
+def test_a_stored_preference_that_is_not_a_choice_follows_the_system() -> None:
+    assert read_appearance("dark") is Appearance.DARK
+    assert read_appearance("purple") is Appearance.SYSTEM
+    assert read_appearance(None) is Appearance.SYSTEM
+
+
+def test_dark_palette_is_dark_with_readable_text() -> None:
+    palette = dark_palette()
+    assert is_dark(palette)
+    text = palette.color(QPalette.ColorRole.Text).lightness()
+    base = palette.color(QPalette.ColorRole.Base).lightness()
+    assert text - base > 150
+
+
+def test_follows_the_desktop_when_it_turns_dark_and_back(app: QApplication) -> None:
+    hints = FakeHints(Qt.ColorScheme.Light)
+    follower = ThemeFollower(app, Appearance.SYSTEM, hints)  # type: ignore[arg-type]
+    assert not follower.dark
+    assert follower.choice is Appearance.SYSTEM
+    hints.switch(Qt.ColorScheme.Dark)
+    assert is_dark(app.palette())
+    hints.switch(Qt.ColorScheme.Light)
+    assert not is_dark(app.palette())
+
+
+def test_a_fixed_choice_ignores_the_desktop(app: QApplication) -> None:
+    hints = FakeHints(Qt.ColorScheme.Light)
+    follower = ThemeFollower(app, Appearance.DARK, hints)  # type: ignore[arg-type]
+    assert is_dark(app.palette())
+    hints.switch(Qt.ColorScheme.Light)
+    assert is_dark(app.palette())
+    follower.set_choice(Appearance.LIGHT)
+    assert not is_dark(app.palette())
+    hints.switch(Qt.ColorScheme.Dark)
+    assert not is_dark(app.palette())
