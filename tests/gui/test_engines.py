@@ -35,6 +35,7 @@ from backend.protocol import methods
 from backend.protocol.contract import Method
 from backend.protocol.errors import Conflict, InternalError
 from backend.protocol.types.engines import EngineStatus
+from tests.gui.font_checks import digits_line_up
 from tests.gui.helpers import EngineEvents, FakeConnection, settle, wait_until
 
 SELF = "self-node"
@@ -825,7 +826,7 @@ async def test_logs_show_read_only_and_refresh(ui: Ui) -> None:
     await wait_until(lambda: view.text.toPlainText() == "one\ntwo")
     assert view.isVisibleTo(card)
     assert view.text.isReadOnly()
-    assert view.text.font().fixedPitch() or "mono" in view.text.font().family().lower()
+    assert digits_line_up(view.text.font())
     assert ui.calls(methods.ENGINE_LOGS) == [{"engine": "ollama", "lines": 500}]
     ui.connection.script(methods.ENGINE_LOGS, InternalError("no such engine"))
     view.refresh_button.click()

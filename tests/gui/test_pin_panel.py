@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from PySide6.QtGui import QFontInfo
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
@@ -31,6 +30,7 @@ from tests.gui.add_node_rig import (
     node,
     status,
 )
+from tests.gui.font_checks import digits_line_up
 from tests.gui.helpers import settle, wait_until
 
 
@@ -82,7 +82,7 @@ async def test_the_panel_shows_the_pin_large_who_and_how_long(
     assert not dialog.buttons.isVisible()  # the panel has its own buttons
     assert panel.heading.text() == "Type this PIN on laptop"
     assert panel.pin_label.text() == "482 913"
-    assert QFontInfo(panel.pin_label.font()).fixedPitch()
+    assert digits_line_up(panel.pin_label.font())
     assert panel.pin_label.font().pointSize() >= 2 * panel.heading.font().pointSize()
     assert panel.countdown_label.text() == "Expires in 5:00"
     assert panel.peer_label.text() == "laptop · 192.168.1.30 · fingerprint 3f2a 9c01 77de 0b45"
