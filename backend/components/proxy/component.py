@@ -26,9 +26,11 @@ from backend.components.proxy.listeners import (
     Listener,
     ListenerName,
     door_host,
+    door_port_owned_message,
     door_port_taken_message,
     lan_bind_message,
     listen_tcp,
+    listener_on,
     open_listener,
     port_taken_error_id,
     port_taken_message,
@@ -389,6 +391,10 @@ class ProxyComponent(Component):
         if current is None or current.port == port:
             self._wanted[door] = port  # closed (or not opened yet): it opens there
             return
+        owner = listener_on(self._listeners(), port)
+        if owner is not None:
+            message = door_port_owned_message(door, port, current.port, owner)
+            raise errors.Conflict(message, {"door": door, "port": port})
         try:
             listener = Listener(door, port, listen_tcp(self._host_for(door), port))
         except OSError as exc:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import socket
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -148,6 +149,21 @@ def door_port_taken_message(door: ListenerName, port: int, serving: int, error: 
         f"Port {port} {reason}; the {door} front door stays on port {serving}. "
         "Choose another port or free this one."
     )
+
+
+def door_port_owned_message(door: ListenerName, port: int, serving: int, owner: str) -> str:
+    """Why a door could not move to ``port``: another of PAIR's own listeners (``owner``) is
+    on it, so "another program" would send the user looking for the wrong culprit."""
+    where = "PAIR's relay" if owner == RELAY else f"PAIR's {owner} front door"
+    return (
+        f"Port {port} is used by {where}; the {door} front door stays on port {serving}. "
+        "Choose another port."
+    )
+
+
+def listener_on(listeners: Iterable[Listener], port: int) -> ListenerName | None:
+    """The name of the listener among ``listeners`` serving ``port``, if any."""
+    return next((listener.name for listener in listeners if listener.port == port), None)
 
 
 def send_door(channel: socket.socket, listener: Listener) -> None:

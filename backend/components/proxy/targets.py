@@ -20,6 +20,7 @@ ENGINE_DOORS: Mapping[str, Door] = {engine: door for door, engine in DOOR_ENGINE
 DOOR_PORT_SETTINGS: Mapping[str, Door] = {
     "ollama_door_port": "ollama",
     "openai_door_port": "openai",
+    "llamacpp_door_port": "llamacpp",
 }
 
 

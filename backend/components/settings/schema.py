@@ -74,8 +74,8 @@ SCHEMA: tuple[SettingSpec, ...] = (
         default=0,
         minimum=0,
         maximum=65535,
-        description="Port of the Ollama front door; 0: the one the node was started with"
-        " (--ollama-port, 11434). A change moves the door at once.",
+        description="Port of the Ollama front door, 1024-65535; 0: the one the node was started"
+        " with (--ollama-port, 11434). A change moves the door at once.",
     ),
     SettingSpec(
         key="openai_door_port",
@@ -83,8 +83,17 @@ SCHEMA: tuple[SettingSpec, ...] = (
         default=0,
         minimum=0,
         maximum=65535,
-        description="Port of the OpenAI (LM Studio) front door; 0: the one the node was started"
-        " with (--openai-port, 1234). A change moves the door at once.",
+        description="Port of the OpenAI (LM Studio) front door, 1024-65535; 0: the one the node"
+        " was started with (--openai-port, 1234). A change moves the door at once.",
+    ),
+    SettingSpec(
+        key="llamacpp_door_port",
+        type="int",
+        default=0,
+        minimum=0,
+        maximum=65535,
+        description="Port of the llama.cpp (llama-server) front door, 1024-65535; 0: the one the"
+        " node was started with (--llamacpp-port, 8080). A change moves the door at once.",
     ),
     SettingSpec(
         key="llamacpp_parallel",
@@ -127,6 +136,10 @@ SCHEMA: tuple[SettingSpec, ...] = (
     ),
 )
 SPECS: dict[str, SettingSpec] = {spec.key: spec for spec in SCHEMA}
+# A door takes the ports an engine may (below 1024 needs administrator rights); 0 keeps the
+# port the node was started with.
+DOOR_PORT_KEYS = frozenset({"ollama_door_port", "openai_door_port", "llamacpp_door_port"})
+MIN_DOOR_PORT = 1024
 _MAX_STRING = 256
 
 
@@ -152,6 +165,11 @@ def validate(key: str, value: object) -> SettingValue:
             raise ValueError(
                 f"setting {key!r} must be at most {_text(spec.maximum)}; got {value!r}"
             )
+    if key in DOOR_PORT_KEYS and isinstance(checked, int) and 0 < checked < MIN_DOOR_PORT:
+        raise ValueError(
+            f"setting {key!r} must be from {MIN_DOOR_PORT} to 65535, or 0 for the port the node"
+            f" was started with; got {value!r}"
+        )
     return checked
 
 

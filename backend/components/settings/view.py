@@ -27,6 +27,7 @@ class SettingsView:
     allowed_origins: tuple[str, ...] = ()  # browser origins the doors accept beyond loopback
     ollama_door_port: int = 0  # 0: the port the node was started with
     openai_door_port: int = 0
+    llamacpp_door_port: int = 0
     llamacpp_parallel: int = 2  # llama-server's -np
     llamacpp_context: int = 4096  # llama-server's -c
     llamacpp_model: str = ""  # the store model llama-server loads at start; empty: the first
@@ -55,6 +56,7 @@ class SettingsView:
             allowed_origins=_listed(values, "allowed_origins"),
             ollama_door_port=_whole(values, "ollama_door_port"),
             openai_door_port=_whole(values, "openai_door_port"),
+            llamacpp_door_port=_whole(values, "llamacpp_door_port"),
             llamacpp_parallel=_whole(values, "llamacpp_parallel"),
             llamacpp_context=_whole(values, "llamacpp_context"),
             llamacpp_model=_text(values, "llamacpp_model"),

@@ -164,3 +164,20 @@ async def test_pair_settings_set_moves_the_door_and_says_why_a_port_is_refused(
     assert any(
         line.split()[:2] == ["ollama_door_port", str(wanted)] for line in listed.stdout.splitlines()
     )
+
+
+async def test_the_llamacpp_door_moves_and_a_door_refuses_pairs_own_port(
+    start_broker: Callable[..., Broker],
+) -> None:
+    broker = start_broker()
+    async with broker.connect(engine_events=False) as client:
+        wanted = free_port()
+        await client.call(methods.SETTINGS_SET, {"values": {"llamacpp_door_port": wanted}})
+        assert await _door(client, "llamacpp") == wanted
+        ollama = await _door(client, "ollama")
+        owned = f"Port {wanted} is used by PAIR's llamacpp front door"
+        with pytest.raises(errors.Conflict, match=owned):
+            await client.call(methods.SETTINGS_SET, {"values": {"ollama_door_port": wanted}})
+        assert await _door(client, "ollama") == ollama, "the refused door stays where it was"
+        with pytest.raises(errors.InvalidParams, match="from 1024 to 65535"):
+            await client.call(methods.SETTINGS_SET, {"values": {"ollama_door_port": 80}})

@@ -60,7 +60,7 @@ async def test_a_refused_port_saves_nothing(tmp_path: Path) -> None:
     assert service.snapshot().values["node_name"] == "", "all or nothing"
 
 
-@pytest.mark.parametrize("value", [-1, 65536, "1234", True, 1.5])
+@pytest.mark.parametrize("value", [-1, 1, 80, 1023, 65536, "1234", True, 1.5])
 async def test_a_bad_port_is_refused_before_any_door_moves(tmp_path: Path, value: object) -> None:
     doors = Doors()
     service, _ = service_with(doors, tmp_path / "settings.json")
@@ -70,7 +70,18 @@ async def test_a_bad_port_is_refused_before_any_door_moves(tmp_path: Path, value
 
 
 def test_zero_means_the_port_the_node_was_started_with() -> None:
-    assert door_ports({"ollama_door_port": 0, "openai_door_port": 1300}) == {
-        "ollama": 0,
-        "openai": 1300,
-    }
+    assert door_ports(
+        {"ollama_door_port": 0, "openai_door_port": 1300, "llamacpp_door_port": 8090}
+    ) == {"ollama": 0, "openai": 1300, "llamacpp": 8090}
+
+
+@pytest.mark.parametrize("key", sorted(DOOR_PORT_SETTINGS))
+async def test_every_door_takes_the_engine_port_range_or_zero(tmp_path: Path, key: str) -> None:
+    doors = Doors()
+    service, _ = service_with(doors, tmp_path / "settings.json")
+    with pytest.raises(errors.InvalidParams, match="from 1024 to 65535"):
+        await service.apply_update({key: 1023})
+    for port in (1024, 65535, 0):
+        await service.apply_update({key: port})
+    door = DOOR_PORT_SETTINGS[key]
+    assert doors.moves == [{door: 1024}, {door: 65535}, {door: 0}]

@@ -11,8 +11,10 @@ import pytest
 
 from backend.components.proxy.listeners import (
     Listener,
+    door_port_owned_message,
     door_port_taken_message,
     listen_tcp,
+    listener_on,
     send_door,
 )
 from backend.protocol import errors
@@ -71,3 +73,17 @@ def test_a_refused_port_says_why_and_where_the_door_stays(code: int, says: str) 
     message = door_port_taken_message("ollama", 80, 11434, OSError(code, "refused"))
     assert message.startswith("Port 80 ") and says in message
     assert "the ollama front door stays on port 11434" in message
+
+
+def test_a_port_of_pairs_own_listener_names_it_not_another_program() -> None:
+    doors = [Listener("llamacpp", 0, listen_tcp("127.0.0.1", 0))]
+    try:
+        port = doors[0].port
+        assert listener_on(doors, port) == "llamacpp"
+        assert listener_on(doors, port + 1 if port < 65535 else port - 1) is None
+    finally:
+        doors[0].sock.close()
+    message = door_port_owned_message("ollama", port, 11434, "llamacpp")
+    assert message.startswith(f"Port {port} is used by PAIR's llamacpp front door;")
+    assert "the ollama front door stays on port 11434" in message
+    assert "PAIR's relay" in door_port_owned_message("ollama", 14321, 11434, "relay")
