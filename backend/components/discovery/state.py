@@ -226,6 +226,7 @@ def reduce_telemetry(info: NodeInfo) -> NodeTelemetry:
         vram_used_bytes=sum(vram_used) if vram_used else None,
         vram_total_bytes=sum(vram_total) if vram_total else None,
         pending_jobs=info.pending_jobs,
+        gpus=list(info.gpus) or None,
     )
 
 
@@ -308,6 +309,8 @@ def _info_fetched(directory: Directory, event: InfoFetched) -> tuple[Directory, 
         cluster_id=info.cluster_id,
         manual_id=event.manual_id or (old.manual_id if old else None),
         telemetry=reduce_telemetry(info),
+        system=info.os.system,
+        cpu_threads=info.cpu.cores,
     )
     changes: list[Change] = [NodeJoined(node)] if old is None else _diff(old, node)
     # A handshake that succeeded makes the hints moot; until then they are still worth a try.

@@ -98,6 +98,7 @@ class NodeTelemetry(Wire, frozen=True, kw_only=True, omit_defaults=True):
     vram_used_bytes: int | None = None
     vram_total_bytes: int | None = None
     pending_jobs: int | None = None
+    gpus: list[NodeGpu] | None = None  # each GPU's figures; the sums above are for placement
 
 
 class DiscoveredNode(Wire, frozen=True, kw_only=True, omit_defaults=True):
@@ -121,6 +122,8 @@ class DiscoveredNode(Wire, frozen=True, kw_only=True, omit_defaults=True):
     cluster_id: str | None = None
     manual_id: ManualNodeId | None = None
     telemetry: NodeTelemetry | None = None
+    system: str | None = None  # the operating system's name (``Linux``), as node-info says
+    cpu_threads: int | None = None
 
 
 class DiscoverySnapshot(Wire, frozen=True, kw_only=True):

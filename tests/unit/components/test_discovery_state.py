@@ -255,3 +255,17 @@ def test_telemetry_carries_the_nodes_pending_work_when_it_reports_it() -> None:
         70,
         16,
     )
+
+
+def test_a_members_entry_keeps_each_gpu_and_its_host_facts_for_the_cards() -> None:
+    member = msgspec.structs.replace(
+        info(A), os=NodeOs(system="Linux", release="6.8.0"), cpu=NodeCpu(cores=16)
+    )
+    directory, _ = apply(
+        Directory(), InfoFetched(member, "10.0.0.5", 1.0, source="mdns", authenticated=True)
+    )
+    node = directory.entries[A].node
+    assert node.telemetry is not None and node.telemetry.gpus == member.gpus
+    assert (node.system, node.cpu_threads) == ("Linux", 16)
+    no_gpu = msgspec.structs.replace(info(B), gpus=[])
+    assert reduce_telemetry(no_gpu).gpus is None  # omitted on the wire, not an empty list
