@@ -33,6 +33,7 @@ from backend.workers.proxy.channels.jobs import Job
 from backend.workers.proxy.doors.clients import job_client
 from backend.workers.proxy.doors.errors import ErrorReply
 from backend.workers.proxy.doors.missing import missing_model
+from backend.workers.proxy.doors.refused import RefusedJobs
 from backend.workers.proxy.routing import failover
 from backend.workers.proxy.routing.admission import (
     Admission,
@@ -86,6 +87,7 @@ class Router:
         self.links = links
         self.session = links.session
         self.jobs = links.jobs
+        self.refused = RefusedJobs(links.jobs, clock.monotonic)
         self.peer_tls = links.peer_tls
         self.policy = policy
         self._clock = clock
@@ -319,6 +321,7 @@ class Router:
                 on_output=lambda: self._output(dispatch),
                 on_chunk=meter.feed if meter is not None else None,
                 translation=dispatch.translation,
+                served_by=dispatch.target.node_id,
             )
         finally:
             if watch is not None:

@@ -20,6 +20,9 @@ from yarl import URL
 from backend.workers.proxy.upstream.answer import Upstream
 
 PROXY_MS_HEADER = "X-PAIR-Proxy-Ms"
+# An inference answer names the node whose engine served it (its id) and its job's key.
+SERVED_BY_HEADER = "X-PAIR-Served-By"
+JOB_KEY_HEADER = "X-PAIR-Job"
 STARTED_KEY = web.RequestKey("pair_started", float)
 # Set by the gate: the request came from another computer, admitted by its PAIR API key. That
 # key is PAIR's, so its Authorization header goes to no engine, not even this computer's.

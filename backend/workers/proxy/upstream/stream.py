@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import aiohttp
 import msgspec
@@ -32,7 +34,9 @@ from backend.workers.proxy.upstream.answer import Upstream
 from backend.workers.proxy.upstream.attempt import FAILURE_BODY_LIMIT, Commit
 from backend.workers.proxy.upstream.engine_client import EngineResponse
 from backend.workers.proxy.upstream.forward import (
+    JOB_KEY_HEADER,
     PROXY_MS_HEADER,
+    SERVED_BY_HEADER,
     STARTED_KEY,
     cors_headers,
     elapsed_ms,
@@ -42,6 +46,8 @@ from backend.workers.proxy.upstream.forward import (
 from backend.workers.proxy.upstream.markers import EndMarker
 from backend.workers.proxy.upstream.translated import is_stream, stream_headers, translated_whole
 from backend.workers.proxy.upstream.watchdog import Watchdog
+
+_Answer = TypeVar("_Answer", bound=web.StreamResponse)
 
 
 async def stream_commit(
@@ -53,10 +59,12 @@ async def stream_commit(
     idle_s: float,
     on_output: Callable[[], None],
     on_chunk: Callable[[bytes], None] | None = None,
+    served_by: str,
     translation: Translation | None = None,
 ) -> web.StreamResponse:
     """Answer the client with the committed response; ``on_output`` once a 2xx one starts,
     ``on_chunk`` with each chunk of its body (the engine's, before any translation).
+    ``served_by`` (the node whose engine answered) and the job's key go out in headers.
 
     ``idle_s`` bounds the wait for each next chunk of the engine's (0: no bound). With a
     ``translation`` the client gets the answer in its own API: a whole one translated at once,
@@ -66,21 +74,23 @@ async def stream_commit(
     try:
         success = 200 <= upstream.status < 300
         if translation is not None and not is_stream(upstream, success):
-            return await translated_whole(upstream, commit.first, translation, job, on_output)
+            whole = await translated_whole(upstream, commit.first, translation, job, on_output)
+            return _name_server(whole, served_by, job)
         if not success and dialect_for(job.path) == "openai":
             reshaped = await _openai_error(upstream, commit.first)
             if reshaped is not None:
                 job.failed(f"the engine answered {upstream.status}")
-                return reshaped
+                return _name_server(reshaped, served_by, job)
         if success:
             on_output()
-        response = _prepared_headers(request, upstream)
+        response = _name_server(_prepared_headers(request, upstream), served_by, job)
         translator = None
         if translation is not None:
             translator = translation.reply
             stream_headers(response, translation)
         writer = await response.prepare(request)
         marker = EndMarker(upstream.headers.get("Content-Type", ""))
+        job.streamed = marker.streaming
         # A success is ended early by the relay (see the module): a whole body by its length
         # (-1: nothing to count), a stream only by its final marker, counted or not.
         counted = success and not marker.streaming and upstream.content_length
@@ -131,6 +141,15 @@ def _prepared_headers(request: web.Request, upstream: Upstream) -> _Relayed:
     if upstream.content_length is not None:
         response.content_length = upstream.content_length
     response.headers[PROXY_MS_HEADER] = format_ms(elapsed_ms(request[STARTED_KEY]))
+    return response
+
+
+def _name_server(response: _Answer, served_by: str, job: Job) -> _Answer:
+    """Say which node served the answer, and its job (a relayed answer's member named these
+    too: they are replaced, the node being the same)."""
+    headers = response.headers
+    headers[SERVED_BY_HEADER] = served_by
+    headers[JOB_KEY_HEADER] = job.key
     return response
 
 
@@ -287,6 +306,10 @@ class _Relay:
         """Account for a chunk about to go to the client (its answer's job ends first if it
         completes the answer)."""
         self.marker.feed(chunk)
+        job = self.job
+        if not job.chunks:
+            job.first_chunk_at = time.time()
+        job.chunks += 1
         if self.on_chunk is not None:
             self.on_chunk(chunk)
         if self.success and not self.job.finished and self._ends(chunk):
