@@ -32,7 +32,7 @@ from app.controllers.jobs import JobsController
 from app.controllers.models import ModelsController
 from app.controllers.nodes import NodesController
 from app.controllers.service import ServiceController, UrlOpener
-from app.icons import app_icon
+from app.identity import name_application, qt_arguments
 from app.models.components import ComponentsModel
 from app.models.engines import EnginesModel
 from app.models.errors import ErrorsModel
@@ -43,6 +43,7 @@ from app.options import AppOptions
 from app.pending import PendingActions
 from app.preferences import preferences
 from app.quit_when_ready import QuitWhenReady
+from app.single_instance import InstanceServer, ask_running_app_to_show, instance_name
 from app.stores.base import StreamStore
 from app.stores.cluster import ClusterStore
 from app.stores.components import ComponentsStore
@@ -50,7 +51,7 @@ from app.stores.discovery import DiscoveryStore
 from app.stores.engines import EnginesStore
 from app.stores.jobs import JobsStore
 from app.stores.settings import SettingsStore
-from app.tray import Tray, tray_available
+from app.tray import Tray, TrayWatch, tray_available
 from app.window.about_dialog import AboutDialog
 from app.window.add_node_dialog import AddNodeDialog
 from app.window.cluster_page import ClusterPage
@@ -80,6 +81,7 @@ class PairApplication:
         options: AppOptions,
         *,
         use_tray: bool | None = None,
+        tray_check: Callable[[], bool] = tray_available,
         open_url: UrlOpener = QDesktopServices.openUrl,
         restart_policy: RestartPolicy | None = None,
     ) -> None:
@@ -134,8 +136,10 @@ class PairApplication:
         self.endpoints = EndpointsController(connection, engines, settings)
         self.front_door_settings = FrontDoorSettingsController(connection, settings)
         self.cluster_page = ClusterPage(connection, self.cluster_controller)
-        with_tray = tray_available() if use_tray is None else use_tray
+        with_tray = tray_check() if use_tray is None else use_tray
         self.tray = Tray(self.connection, self.service, self.activity) if with_tray else None
+        # Without a tray now, the desktop's panel may still be starting: watch for it.
+        self.tray_watch = TrayWatch(tray_check) if use_tray is None and not with_tray else None
         self.general_settings = GeneralSettings(
             self.front_door_settings,
             for_this_system(),
@@ -186,10 +190,24 @@ class PairApplication:
         self.window.about_requested.connect(self.show_about)
         self.cluster_page.add_node_requested.connect(self.show_add_node)
         if self.tray is not None:
-            self.tray.show_requested.connect(self.show_window)
-            self.tray.quit_requested.connect(self.request_quit)
-            self.tray.endpoints_requested.connect(self.endpoints_window.show_and_raise)
-            self.tray.about_requested.connect(self.show_about)
+            self._connect_tray(self.tray)
+        if self.tray_watch is not None:
+            self.tray_watch.appeared.connect(self._on_tray_watch_appeared)
+
+    def _connect_tray(self, tray: Tray) -> None:
+        tray.show_requested.connect(self.show_window)
+        tray.quit_requested.connect(self.request_quit)
+        tray.endpoints_requested.connect(self.endpoints_window.show_and_raise)
+        tray.about_requested.connect(self.show_about)
+
+    def _on_tray_watch_appeared(self) -> None:
+        if self.tray is not None:
+            return
+        log.info("the desktop's system tray appeared; adding the tray icon")
+        self.tray = Tray(self.connection, self.service, self.activity)
+        self._connect_tray(self.tray)
+        self.tray.show()
+        self.window.hide_on_close = minimise_to_tray(self.settings)
 
     def _on_minimise_to_tray_changed(self, on: bool) -> None:
         self.window.hide_on_close = on and self.tray is not None
@@ -225,6 +243,8 @@ class PairApplication:
         self.connection.start()
         if self.tray is not None:
             self.tray.show()
+        if self.tray_watch is not None:
+            self.tray_watch.start()
         self.window.show()
 
     def show_window(self) -> None:
@@ -257,6 +277,8 @@ class PairApplication:
 
     async def shutdown(self) -> None:
         """Hide the UI, stop the controllers, then leave or stop the broker (bounded)."""
+        if self.tray_watch is not None:
+            self.tray_watch.stop()
         if self.tray is not None:
             self.tray.hide()
         self.window.hide()
@@ -299,14 +321,31 @@ def _quit_on_signals(request_quit: Callable[[], None]) -> Iterator[None]:
 
 
 def run(options: AppOptions) -> int:
-    """Build the QApplication and the qasync loop, run ``PairApplication`` until it quits."""
-    qt_app = QApplication.instance() or QApplication(sys.argv[:1])
+    """Build the QApplication and the qasync loop, run ``PairApplication`` until it quits; when
+    an app for the same data dir already runs, ask it to show its window and return 0."""
+    qt_app = QApplication.instance() or QApplication(qt_arguments())
     assert isinstance(qt_app, QApplication)
-    qt_app.setApplicationName("PAIR")
-    qt_app.setApplicationDisplayName("PAIR")
-    qt_app.setDesktopFileName("pair")
-    qt_app.setWindowIcon(app_icon())
+    name_application(qt_app)
+    name = instance_name(options.data_dir)
+    if ask_running_app_to_show(name):
+        print(
+            f"PAIR is already running for {options.data_dir}; its window was brought forward.",
+            file=sys.stderr,
+        )
+        return 0
+    instance = InstanceServer()
+    if not instance.listen(name):
+        log.warning("cannot listen at %s; a second launch will open another window", name)
     # The tray keeps the app alive with no window; quitting goes through request_quit.
     qt_app.setQuitOnLastWindowClosed(False)
     with asyncio.Runner(loop_factory=lambda: qasync.QEventLoop(qt_app)) as runner:
-        return runner.run(PairApplication(options).run())
+        try:
+            return runner.run(_run_app(options, instance))
+        finally:
+            instance.close()
+
+
+async def _run_app(options: AppOptions, instance: InstanceServer) -> int:
+    app = PairApplication(options)
+    instance.show_requested.connect(app.show_window)
+    return await app.run()

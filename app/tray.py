@@ -3,7 +3,9 @@ on/off, and Endpoints / Show / Start / About / Quit."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QObject, QPointF, Qt, Signal
+from collections.abc import Callable
+
+from PySide6.QtCore import QObject, QPointF, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QColor, QIcon, QPainter, QPen, QPixmap
 from PySide6.QtWidgets import QMenu, QSystemTrayIcon
 
@@ -29,6 +31,47 @@ DOT_COLOURS: dict[OverallStatus, QColor] = {
 def tray_available() -> bool:
     """Whether the desktop has a system tray (offscreen and some Wayland sessions do not)."""
     return QSystemTrayIcon.isSystemTrayAvailable()
+
+
+# A desktop's panel (and its tray) may start after PAIR when both start at login.
+TRAY_POLL_MS = 3000
+
+
+class TrayWatch(QObject):
+    """Asks ``available`` every ``interval_ms`` until the desktop has a tray, then emits
+    ``appeared`` once and stops. Owns its timer."""
+
+    appeared = Signal()
+
+    def __init__(
+        self,
+        available: Callable[[], bool] = tray_available,
+        interval_ms: int = TRAY_POLL_MS,
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self._available = available
+        self._timer = QTimer(self)
+        self._timer.setInterval(interval_ms)
+        self._timer.timeout.connect(self._on_timer_timeout)
+
+    def start(self) -> None:
+        """Start asking."""
+        self._timer.start()
+
+    def stop(self) -> None:
+        """Stop asking (idempotent)."""
+        self._timer.stop()
+
+    @property
+    def watching(self) -> bool:
+        """Whether it still asks."""
+        return self._timer.isActive()
+
+    def _on_timer_timeout(self) -> None:
+        if self._available():
+            self._timer.stop()
+            self.appeared.emit()
 
 
 def jobs_text(count: int) -> str:

@@ -31,6 +31,14 @@ from app.window.empty_page import EmptyPage
 from app.window.indicator import StateDot
 from app.window.look import STATE_LOOKS
 from app.window.service_page import ServicePage
+from app.window.shortcuts import (
+    CLOSE_KEYS,
+    FIND_KEYS,
+    QUIT_KEYS,
+    add_shortcut,
+    focus_search_of,
+    page_keys,
+)
 from app.window.widgets import page_title
 
 EMPTY_PAGES: tuple[tuple[str, str, str, str], ...] = (
@@ -144,6 +152,7 @@ class MainWindow(QMainWindow):
         self.settings_page = SettingsPage(self.service_page, settings_tabs)
         self._add_page("settings", "Settings", self.settings_page)
         self._lay_out()
+        self._add_window_shortcuts()
         self._build_status_bar()
         self.sidebar.currentRowChanged.connect(self.stack.setCurrentIndex)
         self.sidebar.setCurrentRow(0)
@@ -171,10 +180,29 @@ class MainWindow(QMainWindow):
         event.accept()
         self.quit_requested.emit()
 
+    def focus_search(self) -> bool:
+        """Focus the current page's search or filter field; whether the page has one."""
+        return focus_search_of(self.stack.currentWidget())
+
+    def close_to_tray(self) -> None:
+        """Hide the window when a tray keeps PAIR running; without one, do nothing."""
+        if self.hide_on_close:
+            self.hide()
+
+    def _add_window_shortcuts(self) -> None:
+        add_shortcut(self, QUIT_KEYS, self.quit_requested.emit)
+        add_shortcut(self, FIND_KEYS, self.focus_search)
+        add_shortcut(self, CLOSE_KEYS, self.close_to_tray)
+
     def _add_page(self, name: str, title: str, page: QWidget) -> None:
+        index = len(self._page_names)
         self._page_names.append(name)
         self.sidebar.addItem(title)
         self.stack.addWidget(page)
+        keys = page_keys(index)
+        if keys is not None:
+            add_shortcut(self, keys, lambda: self.sidebar.setCurrentRow(index))
+            self.sidebar.item(index).setToolTip(keys)
 
     def _sidebar_panel(self) -> QWidget:
         self.sidebar.setFrameShape(QListWidget.Shape.NoFrame)

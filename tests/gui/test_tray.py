@@ -20,7 +20,7 @@ from app.controllers.service import ServiceController
 from app.models.components import ComponentsModel
 from app.models.errors import ErrorsModel
 from app.stores.settings import SettingsStore
-from app.tray import Tray, engine_label, jobs_text, status_icon
+from app.tray import Tray, TrayWatch, engine_label, jobs_text, status_icon
 from backend.protocol import methods
 from backend.protocol.errors import Conflict
 from backend.protocol.types.engines import EngineStatus
@@ -246,3 +246,50 @@ async def test_menu_entries_emit_their_requests(qtbot: QtBot, ui: TrayUi) -> Non
     ]:
         with qtbot.waitSignal(signal):
             action.trigger()
+
+
+async def test_the_tray_watch_reports_a_tray_that_appears_later(qtbot: QtBot) -> None:
+    answers = [False, False, True]
+    asked: list[bool] = []
+
+    def available() -> bool:
+        asked.append(answers[len(asked)] if len(asked) < len(answers) else True)
+        return asked[-1]
+
+    watch = TrayWatch(available, interval_ms=10)
+    with qtbot.waitSignal(watch.appeared, timeout=5000):
+        watch.start()
+    assert asked == [False, False, True] and not watch.watching
+
+
+async def test_the_app_adds_the_tray_when_the_desktop_gets_one(
+    qtbot: QtBot, tmp_path: Path
+) -> None:
+    from app.application import PairApplication
+    from app.options import AppOptions
+
+    has_tray = False
+    app = PairApplication(
+        AppOptions(tmp_path / "node"), tray_check=lambda: has_tray, open_url=lambda _u: True
+    )
+    try:
+        assert app.tray is None and not app.window.hide_on_close
+        assert app.tray_watch is not None
+        has_tray = True
+        app.tray_watch.appeared.emit()
+        assert app.tray is not None and app.window.hide_on_close  # closing now hides
+        with qtbot.waitSignal(app.tray.show_requested, timeout=1000):
+            app.tray.show_action.trigger()
+    finally:
+        await app.shutdown()
+
+
+async def test_an_app_told_not_to_use_a_tray_does_not_watch_for_one(tmp_path: Path) -> None:
+    from app.application import PairApplication
+    from app.options import AppOptions
+
+    app = PairApplication(AppOptions(tmp_path / "node"), use_tray=False, open_url=lambda _u: True)
+    try:
+        assert app.tray is None and app.tray_watch is None
+    finally:
+        await app.shutdown()
