@@ -521,11 +521,18 @@ async def _run_cluster(demo: Demo, options: DemoOptions, say: Say) -> None:
             trickle.cancel()
 
 
+def app_environment(data_dir: Path) -> dict[str, str]:
+    """The demo app's environment: its preferences (first run, filters) in the demo's data dir,
+    apart from the user's own app (``PAIR_PREFERENCES``, read by ``app/preferences.py``)."""
+    return {**os.environ, "PAIR_PREFERENCES": str(data_dir / "app-preferences.ini")}
+
+
 async def _run_app(data_dir: Path) -> None:
     """The desktop app attached to ``data_dir``'s broker, until it exits (stopped if cancelled)."""
     process = await asyncio.create_subprocess_exec(
         *(sys.executable, "-m", "app", "--data-dir", str(data_dir)),
         stdin=asyncio.subprocess.DEVNULL,
+        env=app_environment(data_dir),
         cwd=PROJECT_ROOT,
         start_new_session=True,  # Ctrl+C reaches the demo, which then stops the app first
     )
