@@ -39,6 +39,8 @@ from backend.components.errors.registry import ErrorsRegistry
 from backend.components.federation.component import FederationComponent, MemberEnginesBoard
 from backend.components.federation.link import LinkSinks
 from backend.components.federation.server import MemberRpc
+from backend.components.hub import rpc as hub_rpc
+from backend.components.hub.client import HubClient, hub_url
 from backend.components.identity.certificate import StoredIdentity
 from backend.components.identity.identity import NodeIdentity, report_identity
 from backend.components.jobs import rpc as jobs_rpc
@@ -163,6 +165,7 @@ def build_node(base: Foundation) -> Node:
     discovery = _discovery(base, services)
     cluster = _cluster(base, services, board)
     apikeys = _apikeys(base, services)
+    hub_rpc.register(services.dispatcher, HubClient(hub_url(os.environ)))
     proxy = _proxy(
         base, services, engines, jobs, discovery, cluster.service, apikeys, schedulers, board
     )

@@ -52,6 +52,7 @@ from backend.protocol.types.engines import (
     EngineVersions,
     NodeScope,
 )
+from backend.protocol.types.hub import HubFiles, HubModels, HubQuery, HubRepoQuery
 from backend.protocol.types.jobs import JobsEvent, JobsQuery, JobsSnapshot
 from backend.protocol.types.nodes import (
     DiscoveredNode,
@@ -237,6 +238,14 @@ APIKEYS_CREATE: Final = Method(
 )
 APIKEYS_LIST: Final = Method("apikeys:list", NoParams, list[ApiKeyInfo], "LAN API keys, no secrets")
 APIKEYS_REVOKE: Final = Method("apikeys:revoke", ApiKeyRef, ApiKeyInfo, "revoke a LAN API key")
+
+# Hugging Face: GGUF models to pull into llama.cpp ------------------------------------------------
+HUB_SEARCH: Final = Method(
+    "hub:search", HubQuery, HubModels, "Hugging Face repositories with GGUF files, by name"
+)
+HUB_FILES: Final = Method(
+    "hub:files", HubRepoQuery, HubFiles, "a repository's GGUF files; the one that fits memory"
+)
 
 # Pushes (broker to client notifications) ------------------------------------------------------
 APP_READY: Final[Push[AppReady]] = Push("app:ready", AppReady, "the components are started")
