@@ -90,7 +90,7 @@ def read_info(handle: BinaryIO) -> GgufInfo:
     except GgufError:
         raise GgufError("not a GGUF file (it is shorter than the GGUF magic number)") from None
     if magic != MAGIC:
-        raise GgufError(f"not a GGUF file (it starts with {magic!r}, not {MAGIC!r})")
+        raise GgufError("not a GGUF file (it does not start with the GGUF magic number)")
     version = reader.u32("the version")
     if version not in SUPPORTED_VERSIONS:
         raise GgufError(_version_problem(version))

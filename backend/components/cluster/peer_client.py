@@ -14,6 +14,7 @@ import msgspec
 from backend.common import tls
 from backend.common.certificates import NodeCredentials
 from backend.common.hostport import url_host
+from backend.common.plain_errors import plain_error
 from backend.protocol.types.nodes import NodeInfo
 
 T = TypeVar("T")
@@ -41,7 +42,7 @@ async def server_certificate(address: str, port: int) -> bytes:
         async with asyncio.timeout(TIMEOUT_S):
             _, writer = await asyncio.open_connection(address, port, ssl=context)
     except (OSError, ssl.SSLError, TimeoutError) as exc:
-        raise PeerUnreachable(f"nothing answers with TLS at {address}:{port} ({exc})") from None
+        raise PeerUnreachable(plain_error(exc, f"{url_host(address)}:{port}")) from None
     try:
         der = tls.peer_certificate(writer.transport)
     finally:
@@ -87,7 +88,7 @@ async def _request(
             raw = await response.content.read(MAX_ANSWER_BYTES + 1)
             status = response.status
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-        raise PeerUnreachable(f"{url}: {str(exc) or type(exc).__name__}") from None
+        raise PeerUnreachable(plain_error(exc, url)) from None
     return decode_answer(url, status, raw, kind)
 
 

@@ -18,6 +18,7 @@ import msgspec
 
 from backend.common import tls
 from backend.common.hostport import url_host
+from backend.common.plain_errors import plain_error
 from backend.protocol.types.nodes import NodeEngineModels, NodeInfo
 
 NODE_INFO_PATH = "/v1/node-info"
@@ -84,7 +85,7 @@ async def get_json(
             body = await _read_bounded(response)
     except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
         failure = NotReached if _not_reached(exc) else ProbeFailed
-        raise failure(f"{url}: {type(exc).__name__} {exc}".strip()) from None
+        raise failure(plain_error(exc, url)) from None
     return parse_json(url, body)
 
 

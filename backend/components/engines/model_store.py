@@ -26,6 +26,7 @@ import aiohttp
 
 from backend.common.files import ensure_private_dir, fsync_dir
 from backend.common.gguf import GgufError, GgufInfo, read_file
+from backend.common.plain_errors import plain_error
 from backend.protocol import errors
 from backend.protocol.types.base import EngineName
 from backend.protocol.types.engines import ModelDetails, PullProgress
@@ -361,9 +362,7 @@ async def _fetch(
                 report.downloading(completed, total)
             report.downloading(completed, total, force=True)
     except (aiohttp.ClientError, TimeoutError) as exc:
-        raise errors.Unavailable(
-            f"cannot download {name} from {url}: {exc or type(exc).__name__}"
-        ) from None
+        raise errors.Unavailable(f"cannot download {name}: {plain_error(exc, url)}") from None
     return digest.hexdigest()
 
 
