@@ -11,7 +11,7 @@ from PySide6.QtCore import QObject, Signal
 from app.broker.connection import BrokerConnection
 from app.controllers.base import Controller, decode_push
 from app.controllers.components import ComponentsController
-from app.models.errors import ErrorsModel, banner_errors, banner_text
+from app.models.errors import ErrorsModel, Problem, banner_errors, banner_text, problems
 from app.pending import BACKEND, call_timeout
 from app.stores.discovery import DiscoveryStore
 from app.stores.engines import EnginesStore
@@ -77,6 +77,21 @@ class ErrorsController(Controller):
     def banner_text(self, error: ServiceError) -> str:
         """The banner's message: another member's starts with its name."""
         return banner_text(error, self.node_name(error.node_id))
+
+    def banner_problems(self) -> list[Problem]:
+        """What the banners show: one per problem, naming every computer that reports it."""
+        return problems(self.banner_errors(), self.node_name)
+
+    def dismiss_problem(self, problem: Problem) -> None:
+        """Clear every report of ``problem``, each on its own computer."""
+        for error in problem.errors:
+            self.dismiss(error)
+
+    def run_problem_action(self, problem: Problem) -> None:
+        """Do the problem's action on every computer that reports it and offers it."""
+        for error in problem.errors:
+            if self.offers_action(error):
+                self.run_action(error)
 
     def offers_action(self, error: ServiceError) -> bool:
         """Whether the banner offers the error's own action (besides Dismiss)."""

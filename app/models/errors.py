@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 from PySide6.QtCore import QObject
 from PySide6.QtGui import QColor
 
+from app.models.display_text import display_text
 from app.models.keyed_table import Column, KeyedTableModel
 from backend.protocol.types.base import NodeId
 from backend.protocol.types.broker import ServiceError, Severity
@@ -41,11 +43,49 @@ def banner_errors(
 
 def banner_text(error: ServiceError, node_name: str | None) -> str:
     """The banner's message; another member's (``node_name``) starts with its name."""
+    message = display_text(error.message)
     if node_name is None:
-        return error.message
-    if error.id == UNREACHABLE_ID and error.message.startswith(node_name):
-        return error.message  # the broker's sentence names the member already
-    return f"{node_name}: {error.message}"
+        return message
+    if error.id == UNREACHABLE_ID and message.startswith(node_name):
+        return message  # the broker's sentence names the member already
+    return f"{node_name}: {message}"
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One banner: the same error reported by one or more computers, and its message."""
+
+    errors: tuple[ServiceError, ...]
+    text: str
+
+    @property
+    def first(self) -> ServiceError:
+        """The first report (its severity and action stand for all)."""
+        return self.errors[0]
+
+
+def listing(names: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def problems(
+    errors: Iterable[ServiceError], node_name: Callable[[NodeId], str | None]
+) -> list[Problem]:
+    """``errors`` (in banner order) as one problem per id, severity and message: a dead address
+    that three members report is one banner naming the three, not three banners."""
+    groups: dict[tuple[str, str, str], list[ServiceError]] = {}
+    for error in errors:
+        groups.setdefault((error.id, error.severity, display_text(error.message)), []).append(error)
+    found = []
+    for (_, _, message), reports in groups.items():
+        if len(reports) == 1:
+            text = banner_text(reports[0], node_name(reports[0].node_id))
+        else:
+            names = [node_name(error.node_id) or "this computer" for error in reports]
+            text = f"{listing(names)}: {message}"
+        found.append(Problem(tuple(reports), text))
+    return found
 
 
 COLUMNS: tuple[Column[ServiceError], ...] = (

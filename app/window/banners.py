@@ -11,8 +11,8 @@ from app.broker.connection import BrokerConnection
 from app.broker.state import ServiceState
 from app.controllers.errors import ErrorsController
 from app.controllers.service import ServiceController
-from app.models.errors import SEVERITY_COLOURS, ErrorsModel
-from backend.protocol.types.broker import ServiceError
+from app.models.display_text import display_text
+from app.models.errors import SEVERITY_COLOURS, ErrorsModel, Problem
 
 MAX_BANNERS = 4
 MESSAGE_MIN_WIDTH = 280
@@ -33,7 +33,7 @@ class Banner(QFrame):
         self._layout = QHBoxLayout(self)
         self._layout.setContentsMargins(12, 6, 8, 6)
         self.title = QLabel(f"<b>{title}</b>")
-        self.message = QLabel(message)
+        self.message = QLabel(display_text(message))
         self.message.setWordWrap(True)
         self.message.setMinimumWidth(MESSAGE_MIN_WIDTH)  # wrapped, never a one-word column
         self._layout.addWidget(self.title)
@@ -49,9 +49,10 @@ class Banner(QFrame):
 
 
 class ErrorBanners(QWidget):
-    """One banner per error the controller shows (at most ``MAX_BANNERS``, then a count): this
-    computer's, then other members' with their name ("laptop: Ollama crashed"), one line for a
-    member that cannot be reached."""
+    """One banner per problem the controller shows (at most ``MAX_BANNERS``, then a "+K more"
+    line): this computer's, then other members' with their names ("laptop: Ollama crashed";
+    "laptop and gpu-box: …" when both report it), one line for a member that cannot be reached.
+    Hidden, taking no space, while there is none."""
 
     def __init__(
         self, model: ErrorsModel, controller: ErrorsController, parent: QWidget | None = None
@@ -63,7 +64,8 @@ class ErrorBanners(QWidget):
         self._layout.setContentsMargins(0, 0, 0, 0)
         self._layout.setSpacing(4)
         self.banners: list[Banner] = []
-        self._shown: list[tuple[ServiceError, str, bool]] | None = None  # what is on screen
+        self.more_label: QLabel | None = None  # "+K more" past MAX_BANNERS
+        self._shown: list[tuple[Problem, bool]] | None = None  # what is on screen
         for signal in (model.rowsInserted, model.rowsRemoved, model.dataChanged, model.modelReset):
             signal.connect(self._on_model_changed)
         controller.names_changed.connect(self._on_model_changed)
@@ -73,30 +75,39 @@ class ErrorBanners(QWidget):
         self._rebuild()
 
     def _rebuild(self) -> None:
-        errors = self._controller.banner_errors()
-        shown = [(error, self._controller.banner_text(error)) for error in errors]
-        signature = [(*item, self._controller.offers_action(item[0])) for item in shown]
+        found = self._controller.banner_problems()
+        signature = [(problem, self._offers_action(problem)) for problem in found]
         if signature == self._shown:
             return  # a name lookup changed nothing on screen: keep the widgets
         self._shown = signature
         while (item := self._layout.takeAt(0)) is not None:
             if (widget := item.widget()) is not None:
                 widget.deleteLater()
-        self.banners = [self._banner(error, text) for error, text in shown[:MAX_BANNERS]]
+        self.banners = [self._banner(problem) for problem in found[:MAX_BANNERS]]
         for banner in self.banners:
             self._layout.addWidget(banner)
-        if len(errors) > MAX_BANNERS:
-            self._layout.addWidget(QLabel(f"and {len(errors) - MAX_BANNERS} more…"))
-        self.setVisible(bool(errors))
+        self.more_label = None
+        if len(found) > MAX_BANNERS:
+            self.more_label = QLabel(f"+{len(found) - MAX_BANNERS} more")
+            self.more_label.setToolTip("\n".join(p.text for p in found[MAX_BANNERS:]))
+            self._layout.addWidget(self.more_label)
+        self.setVisible(bool(found))
 
-    def _banner(self, error: ServiceError, text: str) -> Banner:
-        title = _SEVERITY_TITLES[error.severity]
-        banner = Banner(SEVERITY_COLOURS[error.severity], title, text)
-        if self._controller.offers_action(error) and error.action is not None:
-            banner.add_button(error.action.label, lambda: self._controller.run_action(error))
+    def _offers_action(self, problem: Problem) -> bool:
+        return any(self._controller.offers_action(error) for error in problem.errors)
+
+    def _banner(self, problem: Problem) -> Banner:
+        error = problem.first
+        banner = Banner(
+            SEVERITY_COLOURS[error.severity], _SEVERITY_TITLES[error.severity], problem.text
+        )
+        if self._offers_action(problem) and error.action is not None:
+            banner.add_button(
+                error.action.label, lambda: self._controller.run_problem_action(problem)
+            )
         banner.add_button(
             "Dismiss",
-            lambda: self._controller.dismiss(error),
+            lambda: self._controller.dismiss_problem(problem),
             "Hide this message; it comes back if the problem is reported again.",
         )
         return banner
@@ -125,5 +136,5 @@ class ServiceNotice(Banner):
             reason = self._connection.failure_message
             headline = "is not running" if state is ServiceState.DISCONNECTED else "has failed"
             self.title.setText(f"<b>The PAIR service {headline}.</b>")
-            self.message.setText(reason)
+            self.message.setText(display_text(reason))
         self.setVisible(down)

@@ -25,6 +25,7 @@ from app.controllers.errors import ErrorsController
 from app.controllers.service import ServiceController
 from app.icons import app_icon
 from app.models.components import ComponentsModel
+from app.models.display_text import display_text
 from app.models.errors import ErrorsModel
 from app.window.banners import ErrorBanners, ServiceNotice
 from app.window.empty_page import EmptyPage
@@ -280,4 +281,4 @@ class MainWindow(QMainWindow):
 
     def show_status_message(self, message: str) -> None:
         """Show a transient message (e.g. a failed command) in the status bar."""
-        self.statusBar().showMessage(message, STATUS_MESSAGE_MS)
+        self.statusBar().showMessage(display_text(message), STATUS_MESSAGE_MS)

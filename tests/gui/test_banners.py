@@ -18,7 +18,7 @@ from app.models.errors import ErrorsModel
 from app.stores.components import ComponentsStore
 from app.stores.discovery import DiscoveryStore
 from app.stores.engines import EnginesStore
-from app.window.banners import Banner, ErrorBanners
+from app.window.banners import MAX_BANNERS, Banner, ErrorBanners
 from backend.protocol import methods
 from tests.gui.helpers import EngineEvents, FakeConnection, settle, wait_until
 
@@ -197,3 +197,37 @@ async def test_a_member_renamed_renames_its_banner(cluster_ui: Ui) -> None:
     before = ui.banners.banners[0]
     events.member({"node_id": LAPTOP, "name": "old-laptop", "reachable": True, "pulls": []})
     assert ui.banners.banners[0] is before  # nothing to rename: the banner stays
+
+
+MANUAL = (
+    "The manual node 127.0.0.1:58815 has not answered 3 probes in a row "
+    "(https://127.0.0.1:58815/v1/node-info: Cannot connect to host 127.0.0.1:58815 "
+    "ssl:<ssl.SSLContext object at 0x{}> [Connect call failed])."
+)
+
+
+async def test_one_problem_reported_by_three_members_is_one_banner(cluster_ui: Ui) -> None:
+    ui = cluster_ui
+    ui.connection.push(methods.ERRORS_UPDATE, [
+        member_error(node, "discovery:manual:127.0.0.1:58815", MANUAL.format(address),
+                     severity="warning")
+        for node, address in ((SELF, "7fed1df7e330"), (LAPTOP, "7f00aa"), (GPU, "7f11bb"))
+    ])  # fmt: skip
+    assert len(ui.banners.banners) == 1
+    text = ui.banners.banners[0].message.text()
+    assert text.startswith("this computer, laptop and gpu-box: The manual node 127.0.0.1:58815")
+    assert "object at 0x" not in text and "ssl:" not in text
+    buttons(ui.banners.banners[0])["Dismiss"].click()
+    await settle()
+    cleared = ui.connection.called(methods.ERRORS_CLEAR)
+    assert sorted(clear["node_id"] for clear in cleared) == sorted([SELF, LAPTOP, GPU])
+
+
+async def test_past_the_limit_a_line_counts_the_rest(ui: Ui) -> None:
+    ui.connection.push(methods.ERRORS_UPDATE, [error(f"e{i}", None) for i in range(7)])
+    assert len(ui.banners.banners) == MAX_BANNERS
+    assert ui.banners.more_label is not None
+    assert ui.banners.more_label.text() == f"+{7 - MAX_BANNERS} more"
+    assert "e6 went wrong" in ui.banners.more_label.toolTip()
+    ui.connection.push(methods.ERRORS_UPDATE, [])
+    assert ui.banners.isHidden() and ui.banners.more_label is None
