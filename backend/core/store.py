@@ -127,6 +127,12 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE jobs ADD COLUMN client TEXT;
     ALTER TABLE jobs ADD COLUMN client_address TEXT;
     """,
+    """
+    ALTER TABLE jobs ADD COLUMN first_token_at REAL;
+    ALTER TABLE jobs ADD COLUMN chunks INTEGER;
+    ALTER TABLE jobs ADD COLUMN tokens INTEGER;
+    ALTER TABLE jobs ADD COLUMN timeline TEXT;
+    """,
 )
 
 

@@ -53,7 +53,7 @@ from backend.protocol.types.engines import (
     NodeScope,
 )
 from backend.protocol.types.hub import HubFiles, HubModels, HubQuery, HubRepoQuery
-from backend.protocol.types.jobs import JobsEvent, JobsQuery, JobsSnapshot
+from backend.protocol.types.jobs import JobDetails, JobRef, JobsEvent, JobsQuery, JobsSnapshot
 from backend.protocol.types.nodes import (
     DiscoveredNode,
     DiscoveryEvent,
@@ -195,6 +195,7 @@ JOBS_UNSUBSCRIBE: Final = Method(
 JOBS_CLEAR: Final = Method(
     "jobs:clear", NoParams, Cleared, "drop finished jobs", former="workloads:clear"
 )
+JOBS_GET: Final = Method("jobs:get", JobRef, JobDetails, "one job and its timeline")
 
 # Cluster: pairing and membership ---------------------------------------------------------------
 CLUSTER_STATUS: Final = Method(

@@ -16,12 +16,14 @@ from backend.components.jobs.reports import job_from_report, parse_report
 from backend.components.jobs.state import TERMINAL, Job, apply, apply_in_order, interrupted
 from backend.components.jobs.state import JobEvent as Step
 from backend.components.jobs.store import JobRecordStore
+from backend.components.jobs.timeline import to_steps
 from backend.core.clock import Clock
 from backend.core.component import Component
 from backend.core.rpc import NumberedStream
 from backend.protocol import errors
 from backend.protocol.types.base import JobKey, NodeId
 from backend.protocol.types.jobs import (
+    JobDetails,
     JobRecord,
     JobRemoved,
     JobsEvent,
@@ -103,6 +105,13 @@ class JobsComponent(Component):
             if self._visible(job.id) and (origin is None or job.origin == origin)
         )
         return [to_record(job) for job in heapq.nlargest(limit, jobs, key=_age)]
+
+    def details(self, key: JobKey) -> JobDetails:
+        """One job and its timeline (``jobs:get``); NotFound when the history has no such job."""
+        job = self._jobs.get(key)
+        if job is None:
+            raise errors.NotFound(f"no job {key} in the history (finished jobs are kept a while)")
+        return JobDetails(job=to_record(job), timeline=to_steps(job.timeline))
 
     def pending_by_node(self) -> dict[str, int]:
         """Unfinished jobs per node they are at: the serving node once running, else the target.
@@ -430,6 +439,8 @@ def _mirror_problem(member: NodeId, record: JobRecord) -> str | None:
         return "its key is not one of the member's own"
     if record.seq < 0 or record.attempt < 0:
         return "negative seq or attempt"
+    if (record.chunks or 0) < 0 or (record.tokens or 0) < 0:
+        return "negative chunks or tokens"
     texts = (
         *(record.key, record.model, record.engine, record.path, record.error or ""),
         *(record.client or "", record.client_address or ""),
@@ -459,6 +470,9 @@ def from_record(record: JobRecord) -> Job:
         path=record.path,
         client=record.client,
         client_address=record.client_address,
+        first_token_at=record.first_token_at,
+        chunks=record.chunks,
+        tokens=record.tokens,
     )
 
 
@@ -482,6 +496,9 @@ def to_record(job: Job) -> JobRecord:
         error=job.error,
         client=job.client,
         client_address=job.client_address,
+        first_token_at=job.first_token_at,
+        chunks=job.chunks,
+        tokens=job.tokens,
     )
 
 

@@ -50,10 +50,19 @@ def step_of(report: JobEvent) -> Step:
             assert report.node is not None  # checked by report_problem
             return Started(report.seq, report.attempt, report.node, report.at, report.engine)
         case "completed":
-            return Completed(report.seq, report.attempt, report.at)
+            return Completed(report.seq, report.attempt, report.at, *_measured(report))
         case "errored":
             error = report.error or ("cancelled" if report.cancelled else "failed")
-            return Errored(report.seq, report.attempt, report.at, error, report.cancelled)
+            return Errored(
+                report.seq, report.attempt, report.at, error, report.cancelled, *_measured(report)
+            )
+
+
+def _measured(report: JobEvent) -> tuple[float | None, int | None, int | None]:
+    """What an end says of the answer: first byte, chunks, tokens (negatives are dropped)."""
+    chunks = report.chunks if report.chunks is not None and report.chunks > 0 else None
+    tokens = report.tokens if report.tokens is not None and report.tokens > 0 else None
+    return report.first_token_at, chunks, tokens
 
 
 def job_from_report(report: JobEvent) -> Job:

@@ -8,7 +8,7 @@ from backend.core.rpc import Dispatcher, NumberedStream
 from backend.protocol import errors, methods
 from backend.protocol.contract import Method, NoParams
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types.jobs import JobsEvent, JobsQuery, JobsSnapshot
+from backend.protocol.types.jobs import JobDetails, JobRef, JobsEvent, JobsQuery, JobsSnapshot
 from backend.protocol.types.results import Cleared, Unsubscribed
 
 MAX_LIMIT = 1000
@@ -17,8 +17,8 @@ MAX_LIMIT = 1000
 def register(
     dispatcher: Dispatcher, jobs: JobsComponent, events: NumberedStream[JobsEvent]
 ) -> None:
-    """Route ``jobs:get-initial``, ``jobs:subscribe``, ``jobs:unsubscribe`` and
-    ``jobs:clear``."""
+    """Route ``jobs:get-initial``, ``jobs:subscribe``, ``jobs:unsubscribe``, ``jobs:clear``
+    and ``jobs:get``."""
 
     async def get_initial(params: JobsQuery, _: RpcPeer) -> JobsSnapshot:
         limit = _limit(methods.JOBS_GET_INITIAL, params)
@@ -38,10 +38,14 @@ def register(
     async def clear(_: NoParams, __: RpcPeer) -> Cleared:
         return Cleared(cleared=await jobs.clear_finished())
 
+    async def details(params: JobRef, _: RpcPeer) -> JobDetails:
+        return jobs.details(params.key)
+
     dispatcher.add(methods.JOBS_GET_INITIAL, get_initial)
     dispatcher.add(methods.JOBS_SUBSCRIBE, subscribe)
     dispatcher.add(methods.JOBS_UNSUBSCRIBE, unsubscribe)
     dispatcher.add(methods.JOBS_CLEAR, clear)
+    dispatcher.add(methods.JOBS_GET, details)
 
 
 def _limit(method: Method[JobsQuery, JobsSnapshot], params: JobsQuery) -> int:

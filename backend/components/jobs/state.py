@@ -17,6 +17,9 @@ from backend.protocol.types.base import EngineName, JobKey, NodeId
 JobState = Literal["in_flight", "running", "completed", "failed", "cancelled"]
 TERMINAL: frozenset[JobState] = frozenset({"completed", "failed", "cancelled"})
 INTERRUPTED = "interrupted: PAIR stopped"
+# A job's timeline keeps its first event and its latest ones: five failovers with their
+# backoffs fit whole; a job retried without end does not grow without bound.
+MAX_TIMELINE = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +43,11 @@ class Job:
     path: str = ""
     client: str | None = None  # a LAN API key's name or ``loopback``; None: a member's job
     client_address: str | None = None
+    first_token_at: float | None = None  # the serving attempt's first byte to the client
+    chunks: int | None = None  # a streamed answer's chunks (about one per token)
+    tokens: int | None = None  # as the engine counted them, where the worker read it
+    # The events applied, oldest first: the first one and the latest (``MAX_TIMELINE``).
+    timeline: tuple[JobEvent, ...] = ()
 
 
 # An event that does not say (older workers): the job keeps the engine it has.
@@ -75,6 +83,9 @@ class Completed:
     seq: int
     attempt: int
     at: float
+    first_token_at: float | None = None
+    chunks: int | None = None
+    tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +97,9 @@ class Errored:
     at: float
     error: str
     cancelled: bool = False
+    first_token_at: float | None = None
+    chunks: int | None = None
+    tokens: int | None = None
 
 
 JobEvent = Submitted | Started | Completed | Errored
@@ -98,6 +112,13 @@ def apply(job: Job, event: JobEvent) -> Job:
     job = replace(job, seq=event.seq)
     if event.attempt < job.attempt:
         return job  # a report from an attempt the job already left
+    timeline = (*job.timeline, event)
+    if len(timeline) > MAX_TIMELINE:
+        timeline = timeline[:1] + timeline[1 - MAX_TIMELINE :]
+    return _applied(replace(job, timeline=timeline), event)
+
+
+def _applied(job: Job, event: JobEvent) -> Job:
     if isinstance(event, Submitted):
         return _submitted(job, event)
     if isinstance(event, Started):
@@ -110,10 +131,16 @@ def apply(job: Job, event: JobEvent) -> Job:
             started_at=started_at,
             engine=event.engine or job.engine,
         )
+    job = replace(
+        job,
+        completed_at=event.at,
+        first_token_at=event.first_token_at,
+        chunks=event.chunks,
+        tokens=event.tokens,
+    )
     if isinstance(event, Completed):
-        return replace(job, state="completed", completed_at=event.at)
-    state: JobState = "cancelled" if event.cancelled else "failed"
-    return replace(job, state=state, completed_at=event.at, error=event.error)
+        return replace(job, state="completed")
+    return replace(job, state="cancelled" if event.cancelled else "failed", error=event.error)
 
 
 def _submitted(job: Job, event: Submitted) -> Job:

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any, get_args
 
 from backend.components.jobs.state import TERMINAL, Job, JobState
+from backend.components.jobs.timeline import decode_timeline, encode_timeline
 from backend.core.store import Row, Store
 from backend.protocol.types.base import EngineName, JobKey, NodeId
 
@@ -28,10 +29,14 @@ COLUMNS = (
     "seq",
     "client",
     "client_address",
+    "first_token_at",
+    "chunks",
+    "tokens",
+    "timeline",
     "updated_at",
 )
-# 18 columns per row: 50 rows stay under the 999 variables older SQLite builds allow.
-ROWS_PER_STATEMENT = 50
+# 22 columns per row: 45 rows stay under the 999 variables older SQLite builds allow.
+ROWS_PER_STATEMENT = 45
 KEYS_PER_STATEMENT = 500
 _STATES: frozenset[str] = frozenset(get_args(JobState))
 _FINISHED = ", ".join(f"'{state}'" for state in sorted(TERMINAL))
@@ -104,6 +109,10 @@ def _values(job: Job, updated_at: float) -> tuple[Any, ...]:
         job.seq,
         job.client,
         job.client_address,
+        job.first_token_at,
+        job.chunks,
+        job.tokens,
+        encode_timeline(job.timeline),
         updated_at,
     )
 
@@ -128,4 +137,8 @@ def _job(row: Row) -> Job:
         seq=int(row[14]),
         client=row[15],
         client_address=row[16],
+        first_token_at=row[17],
+        chunks=row[18],
+        tokens=row[19],
+        timeline=decode_timeline(row[20]),
     )

@@ -21,7 +21,11 @@ class JobEvent(Wire, frozen=True, kw_only=True, omit_defaults=True):
     ``target`` is where attempt ``attempt`` was sent (None between attempts); ``node`` is the
     node whose engine started it. ``client`` is who asked, at the node it came to: a LAN API
     key's name or ``loopback`` (this computer), from ``client_address``; a member's job served
-    here has neither. Times are Unix seconds.
+    here has neither. Times are Unix seconds. A job's end (``completed`` or ``errored``) says
+    when the first byte of the serving attempt's answer went to the client
+    (``first_token_at``), how many chunks a streamed answer had (``chunks``: about one per
+    token with every engine PAIR runs) and the token count the engine reported where the
+    worker read it (``tokens``); each is absent where not known, never zero for unknown.
     """
 
     key: JobKey
@@ -41,6 +45,9 @@ class JobEvent(Wire, frozen=True, kw_only=True, omit_defaults=True):
     node: NodeId | None = None
     error: str | None = None
     cancelled: bool = False
+    first_token_at: float | None = None
+    chunks: int | None = None
+    tokens: int | None = None
 
 
 class JobEvents(Wire, frozen=True, kw_only=True):
@@ -70,6 +77,36 @@ class JobRecord(Wire, frozen=True, kw_only=True, omit_defaults=True):
     error: str | None = None
     client: str | None = None
     client_address: str | None = None
+    first_token_at: float | None = None
+    chunks: int | None = None
+    tokens: int | None = None
+
+
+class JobStep(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """One event of a job's timeline: ``node`` is where a ``submitted`` attempt went (None:
+    waiting for the next round) or where a ``started`` one runs; ``seq`` is the event's."""
+
+    seq: int
+    kind: JobEventKind
+    at: float
+    attempt: int
+    node: NodeId | None = None
+    error: str | None = None
+    cancelled: bool = False
+
+
+class JobDetails(Wire, frozen=True, kw_only=True):
+    """Answer to ``jobs:get``: the job and its timeline, oldest first (empty for another
+    member's job: its timeline is kept where the job was received)."""
+
+    job: JobRecord
+    timeline: list[JobStep]
+
+
+class JobRef(Wire, frozen=True, kw_only=True):
+    """Parameters of ``jobs:get``: the job's key."""
+
+    key: JobKey
 
 
 class JobsSnapshot(Wire, frozen=True, kw_only=True):

@@ -86,9 +86,11 @@ def test_an_end_finishes_an_unfinished_job_and_never_changes_a_finished_one() ->
     jobs = {job.id: job for job in (_running(1), completed)}
     settled = settle(jobs, [_end(1), _end(2, "errored"), _end(1, "errored", seq=4)])
     assert list(settled) == ["me/run1/1"]
-    assert settled[JobKey("me/run1/1")] == replace(
+    ended = settled[JobKey("me/run1/1")]
+    assert replace(ended, timeline=()) == replace(
         _running(1), state="completed", completed_at=150.0, seq=3
     )
+    assert [step.seq for step in ended.timeline] == [3]
 
 
 def test_a_job_the_store_lacks_is_recorded_from_its_end_and_a_bad_one_skipped() -> None:

@@ -20,7 +20,7 @@ from backend.core.rpc import ClientHub, Dispatcher, NumberedStream
 from backend.core.store import Store
 from backend.protocol import errors, methods
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types.jobs import JobsEvent, JobsSnapshot
+from backend.protocol.types.jobs import JobDetails, JobsEvent, JobsSnapshot
 from tests.fakes import FakeClock
 from tests.unit.components.jobs_rig import running
 
@@ -166,3 +166,14 @@ async def test_clear_while_the_history_is_loading_is_unavailable(connected: Conn
 def _tag(event: object) -> str:
     """A tagged event's wire tag (its ``event`` member)."""
     return str(type(event).__struct_config__.tag)  # type: ignore[attr-defined]
+
+
+async def test_get_answers_one_job_with_its_timeline(connected: Connected) -> None:
+    connected.report(1)
+    connected.report(1, seq=2)
+    answer = await connected.client.call(methods.JOBS_GET.name, {"key": "me/run1/1"})
+    details = msgspec.convert(answer, JobDetails)
+    assert details.job.state == "completed"
+    assert [step.kind for step in details.timeline] == ["submitted", "completed"]
+    with pytest.raises(errors.NotFound):
+        await connected.client.call(methods.JOBS_GET.name, {"key": "me/run1/9"})

@@ -140,6 +140,11 @@ class Job:
         self.outcome: JobEventKind | None = None  # completed or errored, once finished
         self._seq = seq
         self._started_attempt = -1
+        # The serving attempt's answer as relayed: when its first chunk went out, how many
+        # chunks it had, and whether those were a stream's (a whole body's chunks count nothing).
+        self.first_chunk_at: float | None = None
+        self.chunks = 0
+        self.streamed = False
 
     @property
     def seq(self) -> int:
@@ -158,6 +163,11 @@ class Job:
             return
         self._started_attempt = attempt
         self._emit("started", node=node)
+
+    def refused(self, message: str) -> None:
+        """The door answered the request itself, sending it nowhere: queued, then failed."""
+        self._emit("submitted")
+        self._finish("errored", error=message)
 
     def completed(self) -> None:
         """The response ended with the engine's final marker."""
@@ -178,7 +188,7 @@ class Job:
             return
         self.finished = True
         self.outcome = kind
-        self._emit(kind, error=error, cancelled=cancelled)
+        self._emit(kind, error=error, cancelled=cancelled, final=True)
 
     def _emit(
         self,
@@ -188,8 +198,10 @@ class Job:
         node: NodeId | None = None,
         error: str | None = None,
         cancelled: bool = False,
+        final: bool = False,
     ) -> None:
         self._seq += 1
+        chunks = self.chunks if final and self.streamed and self.chunks else None
         self._log.send(
             JobEvent(
                 key=self.key,
@@ -209,5 +221,7 @@ class Job:
                 node=node,
                 error=error,
                 cancelled=cancelled,
+                first_token_at=self.first_chunk_at if final else None,
+                chunks=chunks,
             )
         )

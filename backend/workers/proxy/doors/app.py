@@ -26,6 +26,7 @@ from backend.workers.proxy.doors.forwarding import forward_or_502
 from backend.workers.proxy.doors.gate import LOOPBACK, Refusal, scope_refusal, screen
 from backend.workers.proxy.doors.listing import federated_list, federated_model, show_model
 from backend.workers.proxy.doors.missing import missing_or_away
+from backend.workers.proxy.doors.refused import refuse_missing
 from backend.workers.proxy.doors.wire import (
     MAX_BODY_BYTES,
     BadRequest,
@@ -159,11 +160,14 @@ async def _inference(request: web.Request) -> web.StreamResponse:
     if not found:
         pin = pinned(table, admission.model, admission.dialect)
         if pin is None:
-            return missing_or_away(table, admission.model, request.path)
+            return refuse_missing(context.router.refused, request, table, admission.model)
         admission.repin(pin.model, pin.only)
         found = pin.only
     busy = context.router.busy_reply(found)
     if busy is not None:
+        context.router.refused.record(
+            request, table, admission.model, busy.message, found[0].engine
+        )
         return busy.response(request.path)
     return await context.router.route(request, admission)
 
