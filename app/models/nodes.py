@@ -13,7 +13,13 @@ from PySide6.QtCore import QAbstractListModel, QByteArray, QModelIndex, QObject,
 
 from app.models.keyed_table import ModelIndex
 from backend.protocol.types.engines import EngineStatus
-from backend.protocol.types.nodes import DiscoveredNode, NodeInfo, NodeKind, NodeTelemetry
+from backend.protocol.types.nodes import (
+    DiscoveredNode,
+    NodeGpu,
+    NodeInfo,
+    NodeKind,
+    NodeTelemetry,
+)
 
 HISTORY_LENGTH = 150  # samples kept per node: 5 minutes at the 2 s telemetry interval
 ENGINE_NAMES = {
@@ -44,7 +50,8 @@ class NodeRole(IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class GpuLine:
-    """One GPU as a card shows it; for peers, the busiest GPU and the summed VRAM."""
+    """One GPU as a card shows it (for an older peer that lists none: its busiest GPU and summed
+    VRAM, named "GPU"); a figure that could not be read is None."""
 
     name: str
     utilization_percent: float | None
@@ -70,6 +77,7 @@ class Sample:
     cpu_percent: float | None
     memory_percent: float | None
     gpu_percent: float | None
+    vram_percent: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +95,8 @@ class NodeCard:
     last_seen: float | None = None
     os: str | None = None
     cpu_name: str | None = None
+    system: str | None = None  # the OS's name alone (``Linux``), for this node and members
+    cpu_threads: int | None = None
     telemetry_valid: bool = False
     cpu_percent: float | None = None
     memory_used_bytes: int | None = None
@@ -121,7 +131,9 @@ def sample_of(telemetry: NodeTelemetry, at: float) -> Sample:
     """A chart sample from a telemetry reading taken at ``at``."""
     used, total = telemetry.memory_used_bytes, telemetry.memory_total_bytes
     memory = 100.0 * used / total if used is not None and total else None
-    return Sample(at, telemetry.cpu_percent, memory, telemetry.gpu_percent)
+    vram_used, vram_total = telemetry.vram_used_bytes, telemetry.vram_total_bytes
+    vram = 100.0 * vram_used / vram_total if vram_used is not None and vram_total else None
+    return Sample(at, telemetry.cpu_percent, memory, telemetry.gpu_percent, vram)
 
 
 def _engine_name(engine: str, details: SelfDetails) -> str:
@@ -150,18 +162,19 @@ def _engine_lines(node: DiscoveredNode, is_self: bool, details: SelfDetails) -> 
     ]
 
 
+def _gpu_line(gpu: NodeGpu) -> GpuLine:
+    name = gpu.name or f"{gpu.vendor.upper()} GPU"
+    return GpuLine(name, gpu.utilization_percent, gpu.vram_used_bytes, gpu.vram_total_bytes)
+
+
 def _gpu_lines(node: DiscoveredNode, info: NodeInfo | None) -> tuple[GpuLine, ...]:
-    if info is not None:
-        return tuple(
-            GpuLine(
-                gpu.name or gpu.vendor.upper(),
-                gpu.utilization_percent,
-                gpu.vram_used_bytes,
-                gpu.vram_total_bytes,
-            )
-            for gpu in info.gpus
-        )
+    """Each GPU from the latest telemetry, else from this node's node-info, else (an older
+    peer) one line of its busiest GPU and summed VRAM; none for a computer without a GPU."""
     telemetry = node.telemetry
+    if telemetry is not None and telemetry.gpus:
+        return tuple(_gpu_line(gpu) for gpu in telemetry.gpus)
+    if info is not None:
+        return tuple(_gpu_line(gpu) for gpu in info.gpus)
     if telemetry is None or (telemetry.gpu_percent is None and telemetry.vram_total_bytes is None):
         return ()
     return (
@@ -199,6 +212,8 @@ def build_card(node: DiscoveredNode, details: SelfDetails) -> NodeCard:
         last_seen=node.last_seen,
         os=describe_os(info) if info is not None else None,
         cpu_name=describe_cpu(info) if info is not None else None,
+        system=node.system or (info.os.system if info is not None else None),
+        cpu_threads=node.cpu_threads or (info.cpu.cores if info is not None else None),
         telemetry_valid=telemetry.valid if telemetry is not None else False,
         cpu_percent=telemetry.cpu_percent if telemetry is not None else None,
         memory_used_bytes=telemetry.memory_used_bytes if telemetry is not None else None,

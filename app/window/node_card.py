@@ -7,16 +7,35 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from PySide6.QtCore import QSize, Qt
-from PySide6.QtGui import QColor, QPainter, QPaintEvent
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
+from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPalette
+from PySide6.QtWidgets import (
+    QFrame,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.models.nodes import EngineLine, GpuLine, NodeCard, Sample
+from app.window.gpu_lines import (
+    NO_VALUE,
+    busiest_percent,
+    format_percent,
+    format_used,
+    gpu_figures,
+    memory_size,
+    summed_vram,
+    vram_fraction,
+)
 from app.window.sparkline import Sparkline, UsageBar
 from app.window.widgets import muted_label
 
 CPU_COLOUR = QColor("#3b82f6")
 MEMORY_COLOUR = QColor("#8b5cf6")
 GPU_COLOUR = QColor("#10b981")
+VRAM_COLOUR = QColor("#f59e0b")
 ONLINE_COLOUR = QColor("#2e9d4a")
 OFFLINE_COLOUR = QColor("#8a8a8a")
 ENGINE_COLOURS = {
@@ -26,9 +45,8 @@ ENGINE_COLOURS = {
     "error": QColor("#d32f2f"),
 }
 MIN_CARD_WIDTH = 320
-NO_VALUE = "—"
-GIB = 1024**3
 W = TypeVar("W", bound=QWidget)
+L = TypeVar("L", bound=QLabel)
 
 # Selectors by object name, so the card's frame style does not leak into its children.
 CARD_STYLE = """
@@ -37,20 +55,6 @@ CARD_STYLE = """
 #metricTile { background-color: palette(alternate-base); border-radius: 6px; }
 #badge { border: 1px solid palette(mid); border-radius: 8px; padding: 0px 6px; }
 """
-
-
-def format_percent(value: float | None) -> str:
-    """``37 %``, or a dash when not measured."""
-    return NO_VALUE if value is None else f"{value:.0f} %"
-
-
-def format_used(used: int | None, total: int | None) -> str:
-    """``12.3 / 31.2 GB``; a side that is unknown reads as a dash; empty when both are."""
-    if used is None and total is None:
-        return ""
-    used_text = NO_VALUE if used is None else f"{used / GIB:.1f}"
-    total_text = NO_VALUE if total is None else f"{total / GIB:.1f}"
-    return f"{used_text} / {total_text}\u00a0GB"  # no break before the unit
 
 
 def format_seen(at: float, now: float | None = None) -> str:
@@ -66,7 +70,13 @@ def dot(colour: QColor) -> str:
     return f'<span style="color: {colour.name()};">●</span>'
 
 
-def scaled(label: QLabel, factor: float, *, bold: bool = False) -> QLabel:
+def muted(label: L) -> L:
+    """``label`` in the muted text colour, like ``muted_label``'s."""
+    label.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+    return label
+
+
+def scaled(label: L, factor: float, *, bold: bool = False) -> L:
     """``label`` with its font scaled by ``factor`` (and bold)."""
     font = label.font()
     font.setPointSizeF(font.pointSizeF() * factor)
@@ -164,13 +174,12 @@ class GpuRow(QWidget):
         layout.addWidget(self.bar)
 
     def show_gpu(self, gpu: GpuLine) -> None:
-        """Update the row in place."""
+        """Update the row in place; figures that were not read are left out."""
         self.name.setText(gpu.name)
-        vram = format_used(gpu.vram_used_bytes, gpu.vram_total_bytes)
-        parts = [format_percent(gpu.utilization_percent)] + ([f"VRAM {vram}"] if vram else [])
-        self.figures.setText(" · ".join(parts))
-        used, total = gpu.vram_used_bytes, gpu.vram_total_bytes
-        self.bar.set_fraction(used / total if used is not None and total else None)
+        self.figures.setText(gpu_figures(gpu))
+        fraction = vram_fraction(gpu.vram_used_bytes, gpu.vram_total_bytes)
+        self.bar.set_fraction(fraction)
+        self.bar.setVisible(fraction is not None)
 
 
 class EngineRow(QWidget):
@@ -217,17 +226,29 @@ def _resize_rows(rows: list[W], count: int, layout: QVBoxLayout, make: Callable[
         layout.addWidget(row)
 
 
-def subtitle(card: NodeCard, now: float | None = None) -> str:
-    """The muted line under the name: OS and CPU for this node, version and address for others."""
-    if card.is_self:
-        parts = [card.os, card.cpu_name]
-    elif card.kind == "engine":
+def subtitle(card: NodeCard) -> str:
+    """The line under the name, alike for every PAIR computer: ``Linux · 32 CPU threads ·
+    64 GB`` from what is known; an engine-only address says so and where it answers."""
+    if card.kind == "engine":
         parts = ["Engine without PAIR", card.endpoint]
     else:
-        parts = [f"PAIR {card.version}" if card.version else None, card.endpoint]
+        threads = f"{card.cpu_threads} CPU threads" if card.cpu_threads else None
+        parts = [card.system, threads, memory_size(card.memory_total_bytes)]
+    return " · ".join(part for part in parts if part)
+
+
+def service_line(card: NodeCard, now: float | None = None) -> str:
+    """The second line: ``PAIR 0.4.0 · 192.168.1.9:14320`` and, when offline, when last seen."""
+    parts = [] if card.kind == "engine" else [f"PAIR {card.version}" if card.version else None]
+    parts.append(card.endpoint if card.kind == "pair" else None)
     if not card.reachable and card.last_seen is not None:
         parts.append(f"last seen {format_seen(card.last_seen, now)}")
     return " · ".join(part for part in parts if part)
+
+
+def hardware_tip(card: NodeCard) -> str:
+    """The subtitle's tooltip: the full OS and CPU names where this computer read them."""
+    return "\n".join(part for part in (card.os, card.cpu_name) if part)
 
 
 class NodeCardWidget(QFrame):
@@ -245,11 +266,13 @@ class NodeCardWidget(QFrame):
         self.badge.setObjectName("badge")
         self.badge.setWordWrap(False)
         self.status = QLabel()
-        self.subtitle = muted_label()
+        self.subtitle = muted(ElidedLabel())
+        self.service = scaled(muted(ElidedLabel()), 0.92)
         self.tiles = {
             "cpu": MetricTile("CPU", CPU_COLOUR),
             "memory": MetricTile("Memory", MEMORY_COLOUR),
             "gpu": MetricTile("GPU", GPU_COLOUR),
+            "vram": MetricTile("VRAM", VRAM_COLOUR),
         }
         self.gpu_rows: list[GpuRow] = []
         self.engine_rows: list[EngineRow] = []
@@ -263,11 +286,13 @@ class NodeCardWidget(QFrame):
         header.addWidget(self.badge)
         header.addWidget(self.status)
         self.metrics = QWidget()
-        tiles = QHBoxLayout(self.metrics)
+        tiles = QGridLayout(self.metrics)
         tiles.setContentsMargins(0, 4, 0, 0)
         tiles.setSpacing(8)
-        for tile in self.tiles.values():
-            tiles.addWidget(tile, 1)
+        for position, tile in enumerate(self.tiles.values()):
+            tiles.addWidget(tile, *divmod(position, 2))  # CPU and memory, then GPU and VRAM
+        tiles.setColumnStretch(0, 1)
+        tiles.setColumnStretch(1, 1)
         self.gpu_section, self._gpu_layout = _section("GPUs")
         self.engine_section, self._engine_layout = _section("Engines")
         self._engine_layout.addWidget(self.engines_note)
@@ -275,7 +300,11 @@ class NodeCardWidget(QFrame):
         layout.setContentsMargins(14, 12, 14, 14)
         layout.setSpacing(8)
         layout.addLayout(header)
-        layout.addWidget(self.subtitle)
+        header_lines = QVBoxLayout()
+        header_lines.setSpacing(1)
+        header_lines.addWidget(self.subtitle)
+        header_lines.addWidget(self.service)
+        layout.addLayout(header_lines)
         layout.addWidget(self.metrics)
         layout.addWidget(self.gpu_section)
         layout.addWidget(self.engine_section)
@@ -291,7 +320,10 @@ class NodeCardWidget(QFrame):
         online = (ONLINE_COLOUR, "Online") if card.reachable else (OFFLINE_COLOUR, "Offline")
         self.status.setText(f"{dot(online[0])}&nbsp;{online[1]}")
         self.subtitle.setText(subtitle(card))
+        self.subtitle.setToolTip(hardware_tip(card) or self.subtitle.text())
         self.subtitle.setVisible(bool(self.subtitle.text()))
+        self.service.setText(service_line(card))
+        self.service.setVisible(bool(self.service.text()))
         self.metrics.setVisible(card.kind == "pair")
         if card.kind == "pair":
             self._show_metrics(card, history)
@@ -319,19 +351,32 @@ class NodeCardWidget(QFrame):
         self.tiles["memory"].show_figure(
             figure(memory_percent), memory, [(s.at, s.memory_percent) for s in history], muted=muted
         )
-        gpus = card.gpus
-        self.tiles["gpu"].setVisible(bool(gpus))
-        busiest = max((g.utilization_percent or 0.0 for g in gpus), default=None)
+        self._show_gpu_tiles(card, history, muted=muted)
+
+    def _show_gpu_tiles(self, card: NodeCard, history: Sequence[Sample], *, muted: bool) -> None:
+        """A tile per GPU figure that was read: none for a computer without a GPU."""
+        live, gpus = card.reachable, card.gpus
+        busiest = busiest_percent(gpus)
+        used, total = summed_vram(gpus)
+        vram = vram_fraction(used, total)
+        self.tiles["gpu"].setVisible(busiest is not None)
         self.tiles["gpu"].show_figure(
-            figure(busiest if any(g.utilization_percent is not None for g in gpus) else None),
-            _gpu_caption(gpus) if live else "",
+            format_percent(busiest) if live else NO_VALUE,
+            _gpu_caption(gpus),
             [(s.at, s.gpu_percent) for s in history],
+            muted=muted,
+        )
+        self.tiles["vram"].setVisible(total is not None)
+        self.tiles["vram"].show_figure(
+            format_percent(None if vram is None else 100.0 * vram) if live else NO_VALUE,
+            format_used(used, total) if live else "",
+            [(s.at, s.vram_percent) for s in history],
             muted=muted,
         )
 
     def _show_gpus(self, card: NodeCard) -> None:
-        # Each GPU is known for this node only; a peer's figures are its busiest GPU (the tile).
-        shown = card.gpus if card.is_self and card.reachable else ()
+        # Figures of a computer that does not answer are stale: its tiles keep the charts.
+        shown = card.gpus if card.reachable else ()
         _resize_rows(self.gpu_rows, len(shown), self._gpu_layout, GpuRow)
         for row, gpu in zip(self.gpu_rows, shown, strict=True):
             row.show_gpu(gpu)
@@ -352,10 +397,8 @@ def _offline(engine: EngineLine) -> EngineLine:
 
 
 def _gpu_caption(gpus: Sequence[GpuLine]) -> str:
-    used = [g.vram_used_bytes for g in gpus if g.vram_used_bytes is not None]
-    total = [g.vram_total_bytes for g in gpus if g.vram_total_bytes is not None]
-    text = format_used(sum(used) if used else None, sum(total) if total else None)
-    return f"VRAM {text}" if text else ""
+    """The GPU tile's caption: which GPU, or that the figure is the busiest of several."""
+    return gpus[0].name if len(gpus) == 1 else f"Busiest of {len(gpus)} GPUs"
 
 
 def _section(title: str) -> tuple[QWidget, QVBoxLayout]:

@@ -361,7 +361,7 @@ async def test_an_offline_node_reads_offline_and_keeps_its_chart(
     await wait_until(lambda: len(page.cards()) == 1)
     card = page.cards()[0]
     assert "Offline" in card.status.text()
-    assert "last seen" in card.subtitle.text()
+    assert "last seen" in card.service.text()
     assert card.tiles["cpu"].value.text() == "—"
     assert len(card.tiles["cpu"].sparkline.points) == 1
     assert card.engine_rows[0].state.text() == "offline"
