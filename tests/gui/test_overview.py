@@ -15,7 +15,8 @@ from app.controllers.nodes import NodesController
 from app.models.nodes import HISTORY_LENGTH, NodeCard, NodeRole, NodesModel
 from app.stores.discovery import DiscoveryStore
 from app.stores.engines import EnginesStore
-from app.window.node_card import NodeCardWidget, format_used, subtitle
+from app.window.gpu_lines import format_used
+from app.window.node_card import NodeCardWidget, subtitle
 from app.window.overview_page import OverviewPage, column_count
 from app.window.sparkline import segments
 from backend.protocol import methods
