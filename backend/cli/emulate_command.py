@@ -1,13 +1,16 @@
-"""``pair emulate ollama|lmstudio``: run an engine emulator in the foreground (developer tool).
+"""``pair emulate ollama|lmstudio|hub``: run an emulator in the foreground (developer tool).
 
-The emulators stand in for real Ollama and LM Studio servers in tests and demos; they follow
-the engines' wire protocols and have a timing model (see ``backend/devtools/emulators``).
+The emulators stand in for real Ollama and LM Studio servers, and for Hugging Face's model API,
+in tests and demos; the engines' emulators follow their wire protocols and have a timing model
+(see ``backend/devtools/emulators``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -26,9 +29,13 @@ DEFAULT_MODELS = {
 def add_parser(commands: Any) -> None:
     """Register ``emulate`` on the ``pair`` subcommand parser."""
     emulate = commands.add_parser(
-        "emulate", help="run an Ollama or LM Studio emulator (for tests and demos)"
+        "emulate", help="run an Ollama, LM Studio or Hugging Face emulator (tests and demos)"
     )
-    emulate.add_argument("engine", choices=("ollama", "lmstudio"), help="the engine to emulate")
+    emulate.add_argument(
+        "engine",
+        choices=("ollama", "lmstudio", "hub"),
+        help="what to emulate (hub: Hugging Face's model search and downloads)",
+    )
     emulate.add_argument("--port", type=_port, default=0, help="TCP port (default: any free one)")
     emulate.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     emulate.add_argument("--models", help="comma-separated installed models (default: a few)")
@@ -99,15 +106,35 @@ def run(args: argparse.Namespace) -> int:
     """Serve the chosen emulator until Ctrl+C or SIGTERM."""
     if refuse_without_devtools("emulate"):
         return exit_codes.ERROR
-    from backend.devtools.emulators.server import EmulatorServer, serve_until_signalled
-
+    if args.engine == "hub":
+        return _run_hub(args)
     try:
         app = _ollama_app(args) if args.engine == "ollama" else _lmstudio_app(args)
     except ValueError as exc:
         print(f"pair emulate: --model-pace {exc}", flush=True)
         return exit_codes.USAGE
-    server = EmulatorServer(app, args.host, args.port)
     name = "Ollama" if args.engine == "ollama" else "LM Studio"
+    return _serve(app, args, name)
+
+
+def _run_hub(args: argparse.Namespace) -> int:
+    """Serve the Hugging Face emulator; its downloads are a tiny model written for this run."""
+    from backend.devtools.emulators.hub import build_hub_app
+    from backend.devtools.tiny_model import MissingDevDependencyError, write_model
+
+    with tempfile.TemporaryDirectory(prefix="pair-hub-") as folder:
+        try:
+            model = write_model(Path(folder) / "tiny.gguf")
+        except MissingDevDependencyError as exc:
+            print(f"pair emulate: {exc}", flush=True)
+            return exit_codes.ERROR
+        return _serve(build_hub_app(model), args, "Hugging Face")
+
+
+def _serve(app: web.Application, args: argparse.Namespace, name: str) -> int:
+    from backend.devtools.emulators.server import EmulatorServer, serve_until_signalled
+
+    server = EmulatorServer(app, args.host, args.port)
 
     def announce(url: str) -> None:
         print(f"{name} emulator (standing in for {name}) listening on {url}", flush=True)

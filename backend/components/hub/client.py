@@ -66,8 +66,7 @@ class HubClient:
                 return await _read_bounded(response)
         except TimeoutError:
             raise errors.Unavailable(
-                f"Hugging Face did not answer: no answer to {what} within "
-                f"{self._timeout.total:.0f} s"
+                f"Hugging Face did not answer: no answer to {what} within {self._timeout.total:g} s"
             ) from None
         except aiohttp.ClientError as exc:
             reason = network_reason(exc)
