@@ -13,11 +13,15 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import unquote, urlsplit
 
 import msgspec
 
 CATALOG_FILE = "model_catalog.json"
-PullEngine = Literal["ollama", "lmstudio"]  # the engines whose manifests can pull by name
+# The engines an entry can name: Ollama and LM Studio pull by name, llama.cpp a model file
+# by its https address (a ``.gguf`` on Hugging Face).
+PullEngine = Literal["ollama", "lmstudio", "llamacpp"]
+_GGUF = ".gguf"
 Text = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 _UNITS = (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3))
 
@@ -64,7 +68,30 @@ def parse_catalog(data: bytes) -> tuple[CatalogEntry, ...]:
         if entry.id in seen:
             raise CatalogError(f"the id {entry.id!r} appears twice")
         seen.add(entry.id)
+        model_file = entry.engines.get("llamacpp")
+        if model_file is not None and not _is_model_file_url(model_file):
+            raise CatalogError(f"{entry.id}: llamacpp must be the https address of a .gguf file")
     return tuple(document.models)
+
+
+def _is_model_file_url(url: str) -> bool:
+    parts = urlsplit(url)
+    return parts.scheme == "https" and bool(parts.netloc) and parts.path.lower().endswith(_GGUF)
+
+
+def url_model_name(url: str) -> str:
+    """The name a model file's address is saved under: its last path segment without
+    ``.gguf`` (the broker checks it; the address itself when it names no file)."""
+    segment = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
+    if segment.lower().endswith(_GGUF):
+        segment = segment[: -len(_GGUF)]
+    return segment or url
+
+
+def pulled_name(name: str) -> str:
+    """The name a model is listed under once pulled: a model file's address gives its file's
+    name, any other name stays as it is."""
+    return url_model_name(name) if name.startswith(("http://", "https://")) else name
 
 
 def load_catalog(path: Path | None = None) -> Catalog:

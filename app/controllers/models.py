@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from urllib.parse import unquote, urlsplit
 
 from PySide6.QtCore import QObject, Signal
 
 from app.broker.connection import BrokerConnection
 from app.broker.state import ServiceState
+from app.catalog import url_model_name
 from app.controllers.base import Controller
 from app.models.models import (
     DELETING,
@@ -28,8 +28,6 @@ from app.models.models import (
     PULLING,
     ModelAction,
     ModelsModel,
-    PullRow,
-    PullsModel,
     engine_order,
     engine_title,
     expectation_met,
@@ -40,6 +38,7 @@ from app.models.models import (
     restarts_after_delete,
     supports,
 )
+from app.models.pulls import PullRow, PullsModel
 from app.pending import (
     BACKEND,
     COLD_LOAD_TIMEOUT_S,
@@ -85,15 +84,6 @@ class PendingTimeouts:
     default: float = MODEL_ACTION_TIMEOUT_S  # unload, another delete, a pull's silence
 
 
-def url_model_name(url: str) -> str:
-    """The name a model file's address is saved under: its last path segment without
-    ``.gguf`` (the broker checks it; the address itself when it names no file)."""
-    segment = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
-    if segment.lower().endswith(".gguf"):
-        segment = segment[: -len(".gguf")]
-    return segment or url
-
-
 def pull_row(node: NodeId, name: str, local: bool, progress: PullProgress) -> PullRow:
     """The row of a pull that is still running on ``node`` (called ``name``)."""
     return PullRow(
@@ -118,6 +108,7 @@ class ModelsController(Controller):
     # A load, eject or delete failed or went unconfirmed (also sent as ``command_failed``);
     # a failed pull is not repeated here: its row in ``pulls`` keeps the reason.
     action_failed = Signal(str)
+    pull_finished = Signal(object)  # the PendingKey of a pull that ended well
 
     def __init__(
         self,
@@ -190,6 +181,13 @@ class ModelsController(Controller):
         running = {status.engine for status in statuses if status.state == "running"}
         usable = (name for name in running | listed if supports(name, "pull_model"))
         return sorted(usable, key=engine_order)
+
+    def engine_installed(self, engine: EngineName, node: NodeId | None = None) -> bool | None:
+        """Whether ``engine`` is installed on ``node`` (None: this node); None when unknown."""
+        member = None if node is None else self._member(node)
+        statuses = member.engines if member is not None else self.engines.statuses.values()
+        found = [status.installed for status in statuses if status.engine == engine]
+        return found[0] if found else None
 
     def is_installed(self, engine: EngineName, model: str, node: NodeId | None = None) -> bool:
         """Whether ``engine`` of ``node`` (None: this node) lists ``model``."""
@@ -415,6 +413,7 @@ class ModelsController(Controller):
             return  # already ended (the terminal event comes before the broker's answer)
         if error is None:
             self.pulls.remove(pull.key)
+            self.pull_finished.emit(pull.key)
             return
         self.pulls.upsert(replace(pull, error=error, percent=None))
         self.command_failed.emit(f"Could not pull {self._what(key)}: {error}")

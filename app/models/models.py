@@ -15,7 +15,7 @@ from typing import Literal
 from PySide6.QtCore import QAbstractItemModel, QObject, QSortFilterProxyModel
 from PySide6.QtGui import QColor
 
-from app.catalog import CatalogEntry, format_size, matches
+from app.catalog import format_size
 from app.models.keyed_table import ROW_ROLE, Column, KeyedTableModel, ModelIndex
 from app.pending import PendingActions, PendingKey
 from backend.protocol.types.base import EngineName, NodeId
@@ -31,8 +31,12 @@ MODEL_ACTIONS: frozenset[ModelAction] = frozenset(
 _ENGINE_ACTIONS: dict[str, frozenset[ModelAction]] = {
     "ollama": MODEL_ACTIONS,
     "lmstudio": MODEL_ACTIONS,
-    "llamacpp": frozenset(),
+    # One model at a time and no eject of its own: loading switches the model it serves.
+    "llamacpp": frozenset(("load_model", "delete_model", "pull_model")),
 }
+# The engines that serve exactly one model: Load replaces it, and the served one cannot be
+# deleted (the broker refuses and says why).
+_SINGLE_MODEL: frozenset[str] = frozenset({"llamacpp"})
 # The engines whose manifest restarts them after a model is deleted (``restart_after`` of
 # ``delete_model``: LM Studio serves its models from an index built at start). The broker does
 # the restart; the app only warns first and waits longer. A test keeps this equal to the manifests.
@@ -44,7 +48,7 @@ LOADING, EJECTING, DELETING, PULLING = "Loading", "Ejecting", "Deleting", "Pulli
 REMOTE_SIZE_TIP = "Other computers do not share model sizes yet."
 _LOADED = QColor("#2e7d32")
 _PENDING = QColor("#b26a00")
-_FAILED = QColor("#c62828")
+FAILED_COLOUR = QColor("#c62828")
 _OFFLINE = QColor("#808080")
 
 
@@ -79,6 +83,61 @@ def restarts_after_delete(engine: str) -> bool:
 def supports(engine: str, action: ModelAction) -> bool:
     """Whether ``engine`` can run ``action`` on a model."""
     return action in _ENGINE_ACTIONS.get(engine, MODEL_ACTIONS)
+
+
+def serves_one_model(engine: str) -> bool:
+    """Whether ``engine`` serves one model at a time (loading another replaces it)."""
+    return engine in _SINGLE_MODEL
+
+
+RowButton = Literal["load", "eject", "delete"]
+_BUTTON_ACTIONS: dict[RowButton, ModelAction] = {
+    "load": "load_model",
+    "eject": "unload_model",
+    "delete": "delete_model",
+}
+
+
+def blocked_reason(
+    row: ModelRow, button: RowButton, *, pending: str | None, connected: bool
+) -> str | None:
+    """Why ``button`` cannot be used on ``row`` now, in a sentence (None: it can)."""
+    title = engine_title(row.engine)
+    if not supports(row.engine, _BUTTON_ACTIONS[button]):
+        if serves_one_model(row.engine):
+            return (
+                f"{title} holds one model at a time and has no eject: load another model to "
+                f"replace it, or stop {title} on the Engines page."
+            )
+        return f"{title} cannot {button} models from PAIR."
+    if not row.reachable:
+        return f"{row.node_name} cannot be reached"
+    if not connected:
+        return "The PAIR service is not running."
+    if pending is not None:
+        return f"{pending}… wait until it finishes."
+    if button == "load" and row.loaded:
+        return f"{title} serves this model now." if serves_one_model(row.engine) else "Loaded."
+    if button == "eject" and not row.loaded:
+        return "Not loaded: nothing to eject."
+    return None
+
+
+def action_tip(row: ModelRow, button: RowButton, served: str | None) -> str:
+    """What ``button`` does to ``row`` (``served``: the model its engine serves now)."""
+    title = engine_title(row.engine)
+    if button == "load" and serves_one_model(row.engine):
+        if served is None or served == row.model:
+            return f"Serve {row.model} with {title} (it holds one model at a time)."
+        return (
+            f"Serve {row.model} instead of {served}: {title} holds one model at a time, so "
+            "this replaces the model it serves now."
+        )
+    if button == "delete" and serves_one_model(row.engine) and row.loaded:
+        return f"{title} serves this model now: it refuses to delete it until another is loaded."
+    verbs = {"load": "Load into memory", "eject": "Unload from memory", "delete": "Delete from"}
+    where = f" on {row.where}" if button == "delete" else ""
+    return f"{verbs[button]}{' disk' if button == 'delete' else ''}{where}."
 
 
 def same_model(engine: str, first: str, second: str) -> bool:
@@ -355,117 +414,3 @@ class ModelsSortProxy(QSortFilterProxyModel):
         if not isinstance(first, ModelRow) or not isinstance(second, ModelRow):
             return False
         return first.sort_key() < second.sort_key()
-
-
-@dataclass(frozen=True, slots=True)
-class PullRow:
-    """A pull on this node or on another member (``node``, ``node_name``) as its last progress
-    step said; ``error`` once it failed."""
-
-    node: NodeId
-    engine: EngineName
-    model: str
-    stage: str = ""
-    percent: float | None = None
-    completed: int | None = None
-    total: int | None = None
-    error: str | None = None
-    node_name: str = ""
-    local: bool = True
-
-    @property
-    def key(self) -> PendingKey:
-        """(node, engine, model): the pending-store key of the pull."""
-        return PendingKey(self.node, self.engine, self.model)
-
-    @property
-    def failed(self) -> bool:
-        """The pull ended with an error (the row stays until dismissed)."""
-        return self.error is not None
-
-    def progress_text(self) -> str:
-        """``40 %`` and, when the engine says, ``0.8 GB of 2.0 GB``."""
-        if self.failed:
-            return "Failed"
-        parts = [] if self.percent is None else [f"{self.percent:.0f} %"]
-        if self.completed is not None and self.total is not None:
-            parts.append(f"{format_size(self.completed)} of {format_size(self.total)}")
-        return " · ".join(parts)
-
-
-def _pull_computer(pull: PullRow) -> str:
-    return "This computer" if pull.local else pull.node_name
-
-
-PULL_COLUMNS: tuple[Column[PullRow], ...] = (
-    Column("Model", lambda pull: pull.model),
-    Column("Engine", lambda pull: engine_title(pull.engine)),
-    Column("Computer", _pull_computer),
-    Column(
-        "Stage",
-        lambda pull: pull.error or pull.stage,
-        tooltip=lambda pull: pull.error or pull.stage,
-        foreground=lambda pull: _FAILED if pull.failed else None,
-    ),
-    Column("Progress", PullRow.progress_text),
-)
-
-
-class PullsModel(KeyedTableModel[PendingKey, PullRow]):
-    """Pulls on every member keyed by (node, engine, model), in the order they started."""
-
-    def __init__(self, parent: QObject | None = None) -> None:
-        super().__init__(PULL_COLUMNS, lambda pull: pull.key, parent)
-
-    def active(self, key: PendingKey) -> bool:
-        """Whether the pull of ``key`` is running (not failed)."""
-        pull = self.get(key)
-        return pull is not None and not pull.failed
-
-
-def _entry_tip(entry: CatalogEntry) -> str:
-    names = ", ".join(f"{name} ({engine_title(engine)})" for engine, name in entry.engines.items())
-    return f"{entry.name} by {entry.publisher}: {names}"
-
-
-CATALOG_COLUMNS: tuple[Column[CatalogEntry], ...] = (
-    Column("Model", lambda entry: entry.name, tooltip=_entry_tip),
-    Column(
-        "Size",
-        lambda entry: f"≈ {format_size(entry.size_bytes)}",
-        tooltip=lambda _entry: "Approximate download size",
-    ),
-    Column("Description", lambda entry: entry.description, tooltip=lambda entry: entry.description),
-    Column("", lambda _entry: ""),  # the hub puts one Pull button per engine here
-)
-
-
-class CatalogModel(KeyedTableModel[str, CatalogEntry]):
-    """The hub's entries keyed by id."""
-
-    ACTIONS_COLUMN = 3
-
-    def __init__(self, entries: tuple[CatalogEntry, ...], parent: QObject | None = None) -> None:
-        super().__init__(CATALOG_COLUMNS, lambda entry: entry.id, parent)
-        self.reset(entries)
-
-
-class CatalogFilter(QSortFilterProxyModel):
-    """Shows the entries whose name, publisher or description match the search words."""
-
-    def __init__(self, source: CatalogModel, parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self._query = ""
-        self.setSourceModel(source)
-
-    def set_query(self, query: str) -> None:
-        """Filter by ``query`` (words, any order, case-insensitive)."""
-        if query != self._query:
-            self.beginFilterChange()
-            self._query = query
-            self.endFilterChange(QSortFilterProxyModel.Direction.Rows)
-
-    def filterAcceptsRow(self, source_row: int, source_parent: ModelIndex) -> bool:
-        """Rows whose entry matches the query."""
-        entry = self.sourceModel().index(source_row, 0, source_parent).data(ROW_ROLE)
-        return isinstance(entry, CatalogEntry) and matches(entry, self._query)

@@ -1,26 +1,32 @@
-"""The model hub: the shipped catalogue, a search box, and a Pull button per entry and engine,
-pulling on the computer chosen in the Pull bar (this one unless another member is chosen)."""
+"""The model hub: the shipped catalogue (a search box and a Pull button per entry and engine)
+and a search of Hugging Face's GGUF models, both pulling on the computer chosen in the Pull
+bar (this one unless another member is chosen)."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QButtonGroup,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QLineEdit,
     QPushButton,
+    QStackedWidget,
     QTableView,
     QVBoxLayout,
     QWidget,
 )
 
-from app.catalog import Catalog, CatalogEntry, PullEngine
+from app.catalog import Catalog, CatalogEntry, PullEngine, pulled_name
+from app.controllers.hub import HubController, pull_blocker
 from app.controllers.models import ModelsController
+from app.models.hub import CatalogFilter, CatalogModel
 from app.models.keyed_table import ROW_ROLE
-from app.models.models import CatalogFilter, CatalogModel, engine_title, on_any_change
+from app.models.models import engine_title, on_any_change
+from app.window.hub_search import HubSearch
 from app.window.widgets import muted_label
 from backend.protocol.types.base import EngineName
 
@@ -58,34 +64,39 @@ class EntryPulls(QWidget):
         computer pulls go to)."""
         node = controller.pull_node
         where = controller.node_name_of(node)
-        running = set(controller.pull_engines(node))
         for engine, button in self.buttons.items():
-            name = self.entry.engines[engine]
+            name = pulled_name(self.entry.engines[engine])
             title = engine_title(engine)
+            blocker = pull_blocker(controller, EngineName(engine), node)
             if controller.is_installed(EngineName(engine), name, node):
                 text, tip, enabled = f"On {title}", f"{name} is on {where}", False
             elif controller.is_pulling(EngineName(engine), name, node):
                 text, tip, enabled = "Pulling…", f"Downloading {name} on {where}", False
-            elif controller.reachable(node) and engine in running:
+            elif blocker is None:
                 tip = f"Download {name} with {title} on {where}"
                 text, enabled = f"Pull · {title}", True
             else:
-                tip = f"Start {title} on {where} to pull {name}"
-                text, enabled = f"Pull · {title}", False
+                text, tip, enabled = f"Pull · {title}", blocker, False
             button.setText(text)
             button.setToolTip(tip)
             button.setEnabled(enabled)
 
 
 class ModelHub(QWidget):
-    """Search the catalogue and pull an entry with one of the engines of the computer chosen
-    for pulls."""
+    """Two ways to find a model, one at a time: the curated catalogue (search it, pull an
+    entry with one of the engines of the computer chosen for pulls) and a search of Hugging
+    Face's GGUF models (``hugging_face``)."""
 
     def __init__(
-        self, controller: ModelsController, catalog: Catalog, parent: QWidget | None = None
+        self,
+        controller: ModelsController,
+        catalog: Catalog,
+        hub: HubController,
+        parent: QWidget | None = None,
     ) -> None:
         super().__init__(parent)
         self._controller = controller
+        self.hub_controller = hub
         self.catalog = CatalogModel(catalog.entries, self)
         self.proxy = CatalogFilter(self.catalog, self)
         self.search = QLineEdit()
@@ -97,20 +108,64 @@ class ModelHub(QWidget):
         self.error.setVisible(catalog.error is not None)
         self.table = self._make_table()
         self.no_match = muted_label("No model in the catalogue matches your search.")
-        note = muted_label(
-            "A curated list shipped with PAIR. Sizes are approximate downloads; "
-            "any other model can be pulled by name above."
-        )
+        self.no_match.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.curated_button = QPushButton("Curated list")
+        self.hugging_face_button = QPushButton("Search Hugging Face")
+        self.hugging_face = HubSearch(hub)
+        self.pages = QStackedWidget()
+        self.pages.addWidget(self._curated_page())
+        self.pages.addWidget(self.hugging_face)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 8, 0, 0)
-        layout.addWidget(self.search)
-        layout.addWidget(self.error)
-        layout.addWidget(self.table, 1)
-        layout.addWidget(self.no_match)
-        layout.addWidget(note)
+        layout.addLayout(self._mode_row())
+        layout.addWidget(self.pages, 1)
         self.search.textChanged.connect(self._on_search_text_changed)
         self._connect_controller()
         self.refresh()
+
+    def show_hugging_face(self, shown: bool = True) -> None:
+        """Show the Hugging Face search (or, not ``shown``, the curated list)."""
+        button = self.hugging_face_button if shown else self.curated_button
+        button.setChecked(True)
+        self.pages.setCurrentIndex(1 if shown else 0)
+        (self.hugging_face.search if shown else self.search).setFocus()
+
+    def _mode_row(self) -> QHBoxLayout:
+        group = QButtonGroup(self)
+        row = QHBoxLayout()
+        row.setSpacing(0)
+        for button in (self.curated_button, self.hugging_face_button):
+            button.setCheckable(True)
+            button.setAutoDefault(False)
+            group.addButton(button)
+            row.addWidget(button)
+        row.addStretch(1)
+        self.curated_button.setChecked(True)
+        self.curated_button.setToolTip(
+            "Models picked for PAIR, for Ollama, LM Studio and llama.cpp"
+        )
+        self.hugging_face_button.setToolTip("Any GGUF model on Hugging Face, pulled into llama.cpp")
+        self.curated_button.clicked.connect(lambda: self.show_hugging_face(False))
+        self.hugging_face_button.clicked.connect(lambda: self.show_hugging_face(True))
+        return row
+
+    def _curated_page(self) -> QWidget:
+        # The note takes the table's place when nothing matches: no blank, collapsed table.
+        self.matches = QStackedWidget()
+        self.matches.addWidget(self.table)
+        self.matches.addWidget(self.no_match)
+        note = muted_label(
+            "A curated list shipped with PAIR. Sizes are approximate downloads; "
+            "any other model can be pulled by name above, or found on Hugging Face."
+        )
+        page = QWidget()
+        layout = QVBoxLayout(page)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.search)
+        layout.addWidget(self.error)
+        layout.addWidget(self.matches, 1)
+        layout.addWidget(note)
+        return page
 
     def entry_pulls(self, entry_id: str) -> EntryPulls | None:
         """The buttons of the entry ``entry_id`` while it is shown."""
@@ -142,7 +197,8 @@ class ModelHub(QWidget):
                 widget.pull_clicked.connect(self._on_entry_pulls_pull_clicked)
                 self.table.setIndexWidget(index, widget)
             widget.refresh(self._controller)
-        self.no_match.setVisible(self.proxy.rowCount() == 0 and self.catalog.rowCount() > 0)
+        unmatched = self.proxy.rowCount() == 0 and self.catalog.rowCount() > 0
+        self.matches.setCurrentWidget(self.no_match if unmatched else self.table)
 
     def _make_table(self) -> QTableView:
         table = QTableView()

@@ -15,6 +15,7 @@ from pytestqt.qtbot import QtBot
 
 from app.catalog import Catalog, load_catalog
 from app.controllers.models import ModelsController, PendingTimeouts
+from app.models.hub import CatalogFilter, CatalogModel
 from app.models.keyed_table import ROW_ROLE
 from app.models.models import (
     DELETING,
@@ -22,15 +23,13 @@ from app.models.models import (
     LOADING,
     PULLING,
     REMOTE_SIZE_TIP,
-    CatalogFilter,
-    CatalogModel,
     ModelRow,
     ModelsModel,
     ModelsSortProxy,
-    PullRow,
     expectation_met,
     same_model,
 )
+from app.models.pulls import PullRow
 from app.pending import (
     COLD_LOAD_TIMEOUT_S,
     LMSTUDIO_DELETE_TIMEOUT_S,
@@ -515,6 +514,14 @@ async def test_a_successful_pull_ends_once_and_the_model_appears(qtbot: QtBot, u
         answer.set_result({"ok": True})
         await settle()
     assert ui.controller.pulls.rowCount() == 0
+    assert ui.page.pulls_panel.items == {}
+    finished = ui.page.pulls_panel.finished
+    assert finished.isVisibleTo(ui.page)
+    assert finished.message.text() == (
+        "gemma3:4b is ready on this computer (Ollama). "
+        "Any app can now ask PAIR for the model “gemma3:4b”."
+    )
+    finished.dismiss.click()
     assert not ui.page.pulls_panel.isVisibleTo(ui.page)
     assert ui.controller.is_installed("ollama", "gemma3:4b")
 
@@ -532,7 +539,11 @@ async def test_a_failed_pull_reports_once_and_can_be_dismissed(qtbot: QtBot, ui:
     assert failures == ["Could not pull nope:1b (Ollama): file does not exist"]
     assert not ui.page.notice.isVisibleTo(ui.page)  # the pull's own row says it
     item = ui.page.pulls_panel.items[ui.key("ollama", "nope:1b")]
-    assert item.error.isVisibleTo(ui.page) and "file does not exist" in item.error.text()
+    assert item.error.isVisibleTo(ui.page)
+    assert item.error.text() == (
+        "Pull failed: Ollama has no model called nope:1b: check its name on ollama.com."
+    )
+    assert item.error.toolTip() == "Ollama said: file does not exist"
     item.dismiss.click()
     assert ui.controller.pulls.rowCount() == 0
 
@@ -600,7 +611,8 @@ async def test_hub_pull_needs_the_engine_running(ui: Ui) -> None:
     await start(ui)
     ui.events.state(engine("lmstudio", "stopped"))
     button = hub_button(ui, "gemma3-4b", "lmstudio")
-    assert not button.isEnabled() and "Start LM Studio" in button.toolTip()
+    assert not button.isEnabled()
+    assert button.toolTip() == "LM Studio is not running on this computer: start it on the Engines page."
 
 
 async def test_a_broken_catalogue_leaves_an_empty_hub_and_a_working_page(qtbot: QtBot) -> None:
@@ -776,7 +788,8 @@ async def test_a_failed_pull_on_a_member_keeps_its_reason(ui: Ui) -> None:
     ui.controller.command_failed.connect(failures.append)
     ui.events.member(member(pulls=(failed,)))
     item = ui.page.pulls_panel.items[member_key("ollama", "nope:1b")]
-    assert item.error.isVisibleTo(ui.page) and "file does not exist" in item.error.text()
+    assert item.error.isVisibleTo(ui.page) and "no model called nope:1b" in item.error.text()
+    assert "file does not exist" in item.error.toolTip()
     assert failures == ["Could not pull nope:1b (Ollama) on laptop: file does not exist"]
     ui.events.member(member())  # the member no longer lists it: the failed row stays
     item.dismiss.click()

@@ -105,3 +105,15 @@ def test_search_matches_every_word_in_any_field_ignoring_case() -> None:
 )
 def test_sizes_read_like_the_engines_print_them(size: int | None, text: str) -> None:
     assert format_size(size) == text
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["http://example.org/m.gguf", "https://example.org/m.bin", "qwen2.5:0.5b", "https:///m.gguf"],
+)
+def test_a_llamacpp_entry_must_be_the_https_address_of_a_gguf_file(address: str) -> None:
+    with pytest.raises(CatalogError, match="llamacpp must be the https address"):
+        parse_catalog(document(entry(engines={"llamacpp": address})))
+    url = "https://huggingface.co/o/r/resolve/main/m-Q4_K_M.gguf"
+    (parsed,) = parse_catalog(document(entry(engines={"llamacpp": url})))
+    assert parsed.engines == {"llamacpp": url}
