@@ -342,6 +342,7 @@ def _discovery(base: Foundation, services: _Services) -> DiscoveryComponent:
         announce=lambda: services.settings.view().announces,  # followed live
         # Read on every poll, so mutual TLS follows the membership at once.
         members=lambda: base.members.current.trusted(),
+        removed=lambda: base.members.current.removed_node_ids(),
         credentials=base.credentials.credentials,
     )
     discovery_rpc.register(services.dispatcher, discovery, events)

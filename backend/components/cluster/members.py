@@ -84,6 +84,10 @@ class Membership:
         """Whether this node belongs to a cluster."""
         return self.cluster_id is not None
 
+    def removed_node_ids(self) -> frozenset[str]:
+        """The node ids of the nodes removed from the cluster (or that left it) for good."""
+        return frozenset(tombstone.proof.node_id for tombstone in self.tombstones.values())
+
     def trusted(self) -> list[Member]:
         """Members whose pin is final (provisional ones serve only the pairing's last step)."""
         return [m for m in self.members.values() if not m.provisional]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import aiohttp
@@ -66,6 +66,8 @@ class DiscoveryComponent(Component):
 
     ``members`` are the cluster's trusted members, read live: each is polled over mutual TLS
     with ``credentials`` (this node's certificate), the only way its inventories come.
+    ``removed`` (read live) are the node ids removed from the cluster: their manual entries go,
+    here as on every member, since every member learns of a removal.
     ``announce`` (the settings, read every ``setting_interval``) turns mDNS on and off live;
     ``use_mdns`` false keeps it off whatever they say.
     """
@@ -84,10 +86,14 @@ class DiscoveryComponent(Component):
         use_mdns: bool = True,
         announce: Callable[[], bool] = lambda: True,
         members: Callable[[], Sequence[Member]] = list,
+        removed: Callable[[], Collection[str]] = frozenset,
         credentials: NodeCredentials | None = None,
     ) -> None:
         super().__init__("discovery")
         self._member_tls = MemberContexts(credentials, members)
+        self._removed = removed
+        # Where each member was last reached: its manual entry goes with it when it is removed.
+        self._member_addresses: dict[str, tuple[str, int]] = {}
         self._node_id = node_id
         self._ports = ports
         self._name = name
@@ -260,6 +266,12 @@ class DiscoveryComponent(Component):
         for node_id in due_for_probe(self._directory, self._timing.policy):
             self._spawn_fetch(node_id)
         members = self._member_tls.members()
+        self._member_addresses.update(
+            (member.node_id, (member.address, member.node_port))
+            for member in members
+            if member.address
+        )
+        self._forget_removed_members()
         known = {node.node_id for node in self._directory.nodes()}
         if (
             any(member.node_id not in known for member in members)
@@ -267,6 +279,21 @@ class DiscoveryComponent(Component):
         ):
             self._in_flight.add("members")
             self._tasks.spawn(self._follow(members), name="follow members")
+
+    def _forget_removed_members(self) -> None:
+        removed = self._removed()
+        gone = manual.entries_of_removed(self._manual.values(), removed, self._member_addresses)
+        if gone and "removed members" not in self._in_flight:
+            self._in_flight.add("removed members")
+            self._tasks.spawn(self._forget(gone), name="forget removed members")
+
+    async def _forget(self, entry_ids: Sequence[str]) -> None:
+        try:
+            for entry_id in entry_ids:
+                with contextlib.suppress(errors.NotFound):  # `pair node remove` came first
+                    await self.remove_manual(entry_id)
+        finally:
+            self._in_flight.discard("removed members")
 
     async def _follow(self, members: Sequence[Member]) -> None:
         try:

@@ -8,6 +8,7 @@ by the manual id; after ``FAILURES_TO_REPORT`` failed probes in a row the error
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 import msgspec
@@ -51,6 +52,19 @@ ProbeOutcome = PairAnswered | EngineAnswered | NoAnswer
 def manual_id(address: str, port: int) -> ManualNodeId:
     """The stable id of a manual entry."""
     return ManualNodeId(f"manual:{address.lower()}:{port}")
+
+
+def entries_of_removed(
+    entries: Iterable[ManualNode],
+    removed: Collection[str],
+    member_addresses: Mapping[str, tuple[str, int]],
+) -> list[str]:
+    """The ids of the entries that point at a node removed from the cluster: by the node id the
+    entry answered as, or by the address and port the node had as a member."""
+    gone = {
+        manual_id(*member_addresses[node_id]) for node_id in removed if node_id in member_addresses
+    }
+    return [entry.id for entry in entries if entry.node_id in removed or entry.id in gone]
 
 
 def error_id(node_id: str) -> str:
