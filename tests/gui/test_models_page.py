@@ -612,7 +612,10 @@ async def test_hub_pull_needs_the_engine_running(ui: Ui) -> None:
     ui.events.state(engine("lmstudio", "stopped"))
     button = hub_button(ui, "gemma3-4b", "lmstudio")
     assert not button.isEnabled()
-    assert button.toolTip() == "LM Studio is not running on this computer: start it on the Engines page."
+    assert (
+        button.toolTip()
+        == "LM Studio is not running on this computer: start it on the Engines page."
+    )
 
 
 async def test_a_broken_catalogue_leaves_an_empty_hub_and_a_working_page(qtbot: QtBot) -> None:
