@@ -51,7 +51,8 @@ async def _jobs_after_restart(start_broker: StartBroker, data_dir: Path) -> list
     async with broker.connect(engine_events=False) as client:
         snapshot = await client.call("jobs:get-initial", {"limit": 100})
     broker.stop()
-    return list(snapshot["workloads"])
+    # A request the door refused before the table had the model is a failed job of attempt 0.
+    return [job for job in snapshot["workloads"] if job["attempt"] > 0]
 
 
 @pytest.mark.timeout(180)

@@ -165,9 +165,6 @@ async def _inference(request: web.Request) -> web.StreamResponse:
         found = pin.only
     busy = context.router.busy_reply(found)
     if busy is not None:
-        context.router.refused.record(
-            request, table, admission.model, busy.message, found[0].engine
-        )
         return busy.response(request.path)
     return await context.router.route(request, admission)
 

@@ -1,8 +1,10 @@
 """Requests a door answers itself once it knows their model are jobs too: 404 (no node has
-the model), 503 (the node that has it is away, or every owner is busy). Each is a job that was
-queued and failed with the door's message, so the client's failure shows where the user looks
-for it. A flood of them is bounded: at most ``REFUSED_JOBS_PER_SECOND`` such jobs a second;
-the rest are counted and the count logged when the next second's first refusal comes."""
+the model), 503 (the node that has it is away). Each is a job that was queued and failed with
+the door's message, so the client's failure shows where the user looks for it. A flood of
+them is bounded: at most ``REFUSED_JOBS_PER_SECOND`` such jobs a second; the rest are counted
+and the count logged when the next second's first refusal comes. (The 503 of a model whose
+every owner just answered busy stays job-free: it sheds load, and the attempts that met the
+busy owners are failed jobs already.)"""
 
 from __future__ import annotations
 
