@@ -171,7 +171,12 @@ class PairApplication:
         self.about_dialog: AboutDialog | None = None  # made when first asked for
         self.invitee_prompts = InviteePrompts(self.invitee, self.window, self.tray)
         self.welcome = Welcome(
-            self.connection, self.activity, self.endpoints, self.settings, self.window
+            self.connection,
+            self.activity,
+            self.endpoints,
+            self.settings,
+            self.window,
+            demo=self.service.demo,
         )
         self._quit = asyncio.Event()
         self._connect_signals()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from PySide6.QtCore import QObject, QSettings, Qt
+from PySide6.QtCore import QObject, QSettings, Qt, QTimer
 from PySide6.QtGui import QPalette, QShowEvent
 from PySide6.QtWidgets import (
     QDialog,
@@ -33,6 +33,7 @@ INTRO = (
     "Start with the engines on this computer:"
 )
 CLUSTER_HINT = "Your other computers can join later from the Cluster page, with a six-digit PIN."
+DEMO_NOT_INSTALLED = "Not installed: the demo's computers install no engines"
 
 
 def welcome_shown(preferences: QSettings) -> bool:
@@ -63,14 +64,24 @@ def endpoints_text(front_doors: Mapping[str, str], url: Callable[[str], str] = s
     )
 
 
-def engine_state_text(engine: EngineStatus, progress: str | None, error: str | None) -> str:
-    """What an engine row says about the engine."""
+def engine_state_text(
+    engine: EngineStatus,
+    progress: str | None,
+    error: str | None,
+    *,
+    busy: bool = False,
+    demo: bool = False,
+) -> str:
+    """What an engine row says about the engine: the install's progress or a pending command
+    first, then its last error (whole), then its state."""
     if progress:
         return progress
+    if busy:
+        return "Starting…" if engine.installed else "Installing…"
     if error:
         return error
     if not engine.installed:
-        return "Not installed"
+        return DEMO_NOT_INSTALLED if demo else "Not installed"
     if engine.state == "running":
         return "Running" + (" (started outside PAIR)" if engine.adopted else "")
     if engine.state == "error" and engine.error:
@@ -88,9 +99,12 @@ def _unbroken_url(url: str) -> str:
 class EngineRows(QGroupBox):
     """One row per engine: name, what it is doing, and Start or Install."""
 
-    def __init__(self, activity: ActivityController, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, activity: ActivityController, parent: QWidget | None = None, *, demo: bool = False
+    ) -> None:
         super().__init__("Engines on this computer", parent)
         self._activity = activity
+        self._demo = demo  # the demo's computers cannot install: no Install button
         self._grid = QGridLayout(self)
         self._grid.setColumnStretch(1, 1)
         self._grid.setHorizontalSpacing(16)
@@ -115,6 +129,10 @@ class EngineRows(QGroupBox):
         row = len(self.names) + 1
         self.names[name] = QLabel()
         self.states[name] = QLabel()
+        # An error is shown whole: wrapped, selectable for a bug report, never clipped.
+        self.states[name].setWordWrap(True)
+        self.states[name].setTextFormat(Qt.TextFormat.PlainText)
+        self.states[name].setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.buttons[name] = QPushButton()
         self.buttons[name].clicked.connect(lambda: self._on_button_clicked(name))
         self._grid.addWidget(self.names[name], row, 0)
@@ -127,7 +145,8 @@ class EngineRows(QGroupBox):
         error = self._activity.engine_errors.get(name)
         self.names[name].setText(f"<b>{engine.display_name}</b>")
         state = self.states[name]
-        state.setText(engine_state_text(engine, self._activity.install_progress.get(name), error))
+        progress = self._activity.install_progress.get(name)
+        state.setText(engine_state_text(engine, progress, error, busy=busy, demo=self._demo))
         running = engine.state == "running"
         colour = None
         if error or engine.state == "error":
@@ -140,7 +159,7 @@ class EngineRows(QGroupBox):
             QPalette.ColorRole.PlaceholderText if colour is None else QPalette.ColorRole.WindowText
         )
         button = self.buttons[name]
-        button.setVisible(not running)
+        button.setVisible(not running and (engine.installed or not self._demo))
         if not engine.installed:
             button.setText("Installing…" if busy else "Install")
         else:
@@ -165,13 +184,15 @@ class WelcomeDialog(QDialog):
         activity: ActivityController,
         endpoints: EndpointsController,
         parent: QWidget | None = None,
+        *,
+        demo: bool = False,
     ) -> None:
         super().__init__(parent)
         self.setWindowTitle("Welcome to PAIR")
         self._activity = activity
         self._endpoints = endpoints
-        self.engine_rows = EngineRows(activity)
-        activity.changed.connect(self._fit_height)
+        self.engine_rows = EngineRows(activity, demo=demo)
+        activity.changed.connect(self._on_activity_changed)
         self.endpoints_label = QLabel()
         self.endpoints_label.setWordWrap(True)
         self.endpoints_label.setTextFormat(Qt.TextFormat.PlainText)
@@ -208,6 +229,10 @@ class WelcomeDialog(QDialog):
         self.endpoints_label.setText(text)
         self._fit_height()
 
+    def _on_activity_changed(self) -> None:
+        # After the rows took their new texts and the layouts their new heights.
+        QTimer.singleShot(0, self, self._fit_height)
+
     def _fit_height(self) -> None:
         # Wrapped labels grow taller when their text arrives after the dialog was laid out;
         # Qt does not grow a top-level window for that by itself.
@@ -228,8 +253,11 @@ class Welcome(QObject):
         endpoints: EndpointsController,
         preferences: QSettings,
         window: QWidget | None = None,
+        *,
+        demo: bool = False,
     ) -> None:
         super().__init__(window)
+        self._demo = demo
         self._activity = activity
         self._endpoints = endpoints
         self._preferences = preferences
@@ -242,7 +270,7 @@ class Welcome(QObject):
         if self._offered or welcome_shown(self._preferences):
             return
         self._offered = True
-        self.dialog = WelcomeDialog(self._activity, self._endpoints, self._window)
+        self.dialog = WelcomeDialog(self._activity, self._endpoints, self._window, demo=self._demo)
         self.dialog.finished.connect(self._on_dialog_finished)
         self.dialog.show()
 

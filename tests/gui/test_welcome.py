@@ -18,7 +18,14 @@ from app.controllers.activity import ActivityController
 from app.controllers.endpoints import EndpointsController
 from app.models.errors import ErrorsModel
 from app.stores.settings import SettingsStore
-from app.window.welcome import WELCOME_SHOWN_KEY, Welcome, endpoints_text, welcome_shown
+from app.window.welcome import (
+    DEMO_NOT_INSTALLED,
+    WELCOME_SHOWN_KEY,
+    Welcome,
+    WelcomeDialog,
+    endpoints_text,
+    welcome_shown,
+)
 from backend.protocol import methods
 from backend.protocol.errors import InternalError
 from tests.gui.helpers import EngineEvents, FakeConnection, Stores, settle, wait_until
@@ -121,7 +128,7 @@ def test_endpoints_text_names_the_real_urls_in_two_sentences() -> None:
 async def test_shown_once_on_the_first_ready_session(
     first_run: FirstRun, preferences_file: Path
 ) -> None:
-    assert first_run.welcome.dialog is None
+    assert getattr(first_run.welcome, "dialog") is None  # noqa: B009 (no narrowing for mypy)
     script_session(first_run.connection, ENGINES)
     first_run.connection.become_ready()
     dialog = first_run.welcome.dialog
@@ -231,3 +238,47 @@ async def test_a_failed_install_is_shown_in_the_row(first_run: FirstRun) -> None
     await wait_until(lambda: rows.buttons["llamacpp"].isEnabled(), 5, "the failure")
     assert rows.states["llamacpp"].text() == "offline: cannot reach github.com"
     assert rows.buttons["llamacpp"].text() == "Install"
+
+
+LONG_ERROR = (
+    "install llama.cpp (llama-server) failed: llama.cpp (llama-server) was installed but PAIR "
+    "cannot find it; look in ~/.local/share/pair/engines/llamacpp and check that the binary runs"
+)
+
+
+async def test_an_install_shows_its_pending_state_and_then_its_whole_error(
+    qtbot: QtBot, first_run: FirstRun
+) -> None:
+    connection = first_run.connection
+    script_session(connection, ENGINES)
+    connection.become_ready()
+    dialog = first_run.welcome.dialog
+    assert dialog is not None
+    qtbot.waitExposed(dialog)
+    rows = dialog.engine_rows
+    await wait_until(lambda: len(rows.names) == 3, 5, "three engine rows")
+    install: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    connection.script(methods.ENGINE_INSTALL, install)
+    rows.buttons["llamacpp"].click()
+    await settle()
+    assert rows.states["llamacpp"].text().startswith("Installing")  # before any progress
+    install.set_exception(InternalError(LONG_ERROR))
+    await wait_until(lambda: rows.buttons["llamacpp"].isEnabled(), 5, "the failure")
+    label = rows.states["llamacpp"]
+    assert label.text() == LONG_ERROR
+    await wait_until(lambda: label.height() >= label.heightForWidth(label.width()), 5, "room")
+    assert label.wordWrap() and label.width() < label.fontMetrics().horizontalAdvance(LONG_ERROR)
+
+
+async def test_the_demo_explains_instead_of_offering_an_install_that_cannot_work(
+    qtbot: QtBot, first_run: FirstRun
+) -> None:
+    script_session(first_run.connection, ENGINES)
+    first_run.connection.become_ready()
+    dialog = WelcomeDialog(first_run.activity, first_run.endpoints, demo=True)
+    qtbot.addWidget(dialog)
+    rows = dialog.engine_rows
+    await wait_until(lambda: len(rows.names) == 3, 5, "three engine rows")
+    assert rows.buttons["llamacpp"].isHidden()
+    assert rows.states["llamacpp"].text() == DEMO_NOT_INSTALLED
+    assert not rows.buttons["lmstudio"].isHidden()  # an installed engine still starts
