@@ -51,13 +51,18 @@ def check_action(engine: EngineController, name: str, model: str | None) -> Acti
     """The action, once it can run: model actions need ``model``; the engine must run."""
     action = action_of(engine, name)
     if name in MODEL_ACTIONS and not (model and model.strip()):
-        raise errors.InvalidParams(f"Invalid params: {name} needs a model name")
+        raise errors.InvalidParams(f"{name} needs a model name")
     if not engine.running:
-        raise errors.Unavailable(
-            f"{engine.manifest.display_name} is not running; start it first",
-            {"engine": engine.name},
-        )
+        raise errors.Unavailable(not_running(engine), {"engine": engine.name})
     return action
+
+
+def not_running(engine: EngineController) -> str:
+    """Why an engine cannot act now, with the command that makes it able to."""
+    name = engine.manifest.display_name
+    if not engine.status().installed:
+        return f"{name} is not installed; install it with `pair engine install {engine.name}`"
+    return f"{name} is not running; start it with `pair engine start {engine.name}`"
 
 
 async def run_action(

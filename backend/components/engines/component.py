@@ -335,7 +335,7 @@ class EnginesComponent(Component):
                 )
             if url is not None or sha256 is not None:
                 raise errors.InvalidParams(
-                    f"Invalid params: {controller.manifest.display_name} pulls models by name; "
+                    f"{controller.manifest.display_name} pulls models by name; "
                     "a URL and a checksum are for engines whose model files PAIR downloads",
                     {"engine": controller.name},
                 )

@@ -9,7 +9,9 @@ file, and the model being served cannot be unloaded or deleted while it is serve
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from backend.components.engines import actions
 from backend.components.engines.actions import ModelListing, ProgressSink
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
     from backend.components.engines.controller import EngineController
 
 _URL_SCHEMES = ("http://", "https://")
+_SPLIT_PART = re.compile(r"-(?P<part>\d{5})-of-(?P<total>\d{5})\.gguf$", re.IGNORECASE)
 _LIST_TIMEOUT_S = 30.0
 
 
@@ -56,12 +59,27 @@ def pull_source(model: str | None, url: str | None) -> tuple[str, str]:
     ``model`` itself when it is an http(s) URL."""
     given = (model or "").strip()
     if url:
+        refuse_split(url)
         return (valid_name(given) if given else name_from_url(url)), url
     if given.startswith(_URL_SCHEMES):
+        refuse_split(given)
         return name_from_url(given), given
     raise errors.InvalidParams(
-        "Invalid params: this engine pulls model files from a URL; give the URL of a .gguf "
-        "file (`pair model pull --engine ENGINE URL`, or a name with `--url URL`)"
+        "this engine pulls model files from a URL; give the URL of a .gguf file "
+        "(`pair model pull ENGINE URL`, or a name with `--url URL`)"
+    )
+
+
+def refuse_split(url: str) -> None:
+    """``InvalidParams`` for one part of a split model (``-00001-of-00003.gguf``): the store
+    holds one file per model, and a part alone cannot be loaded."""
+    match = _SPLIT_PART.search(urlsplit(url).path)
+    if match is None or int(match["total"]) < 2:
+        return
+    raise errors.InvalidParams(
+        f"this file is part {int(match['part'])} of a model split in {int(match['total'])} "
+        "files, which PAIR's llama.cpp store cannot hold yet; choose a single-file "
+        "quantization (`pair model files OWNER/NAME` lists them)"
     )
 
 
@@ -108,7 +126,7 @@ async def run_store_action(
         return EngineActionResult(ok=True)
     chosen = valid_name((model or "").strip()) if model and model.strip() else None
     if chosen is None:
-        raise errors.InvalidParams(f"Invalid params: {name} needs a model name")
+        raise errors.InvalidParams(f"{name} needs a model name")
     if name == "unload_model":
         raise unload_refusal(engine)
     await asyncio.to_thread(store_of(engine).get, chosen)  # NotFound before waiting at the gate
