@@ -197,6 +197,11 @@ class EngineDisplay(QObject):
         else:
             self.sources.port_errors[key] = error
 
+    def drop_port_error(self, key: EngineKey) -> None:
+        """The user edited the port: the refusal of the port typed before no longer applies."""
+        if self.sources.port_errors.pop(key, None) is not None:
+            self.publish(key)
+
     def show_versions(self, key: EngineKey, versions: EngineVersions) -> None:
         """An engine's versions were read."""
         if versions != self.sources.versions.get(key):

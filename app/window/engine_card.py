@@ -2,7 +2,9 @@
 and log, for this computer's engines and every other member's alike (the controller sends a
 member's commands with its ``node``). A member that cannot be reached shows its cards disabled;
 engines other computers only report use the same card without controls, saying why. This
-computer's engines add a line for their scheduler while it has work, an operation or a turn.
+computer's engines add a line for their scheduler while it has work, an operation or a turn;
+its space is kept while it is empty, so the port field and buttons never move under the cursor
+as requests come and go. A refused port reads beside the field, and goes once it is edited.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from app.models.engines import (
 from app.models.scheduler_text import scheduler_tip
 from app.window.indicator import ColourDot
 from app.window.log_view import LogView
+from app.window.node_card import ElidedLabel
 from app.window.widgets import muted_label
 
 ERROR_COLOUR = "#c62828"
@@ -188,8 +191,8 @@ class EngineCard(QFrame):
         self.read_only = muted_label()
         self.read_only.setWordWrap(False)
         self.details = muted_label()
-        self.scheduler = QLabel()  # this computer's engines, while their scheduler has news
-        self.scheduler.setWordWrap(True)
+        # One line (the tooltip has the rest), so its height is the same with or without news.
+        self.scheduler = ElidedLabel()  # this computer's engines, while their scheduler has news
         self.scheduler.setObjectName("schedulerLine")
         self.models = QLabel()
         self.models.setWordWrap(True)
@@ -203,9 +206,11 @@ class EngineCard(QFrame):
         self.port_edit.setMaxLength(12)
         self.port_edit.setFixedWidth(80)
         self.apply_port_button = QPushButton("Apply")
-        self.port_error = QLabel()
-        self.port_error.setWordWrap(True)
-        self.port_error.setStyleSheet(f"color: {ERROR_COLOUR};")
+        self.port_error = ElidedLabel()  # beside the field, so it never moves the rows below
+        self.port_error.setObjectName("portError")
+        palette = self.port_error.palette()
+        palette.setColor(QPalette.ColorRole.WindowText, QColor(ERROR_COLOUR))
+        self.port_error.setPalette(palette)
         self.door_label = QLabel("Front door")
         self.door_port = QLabel()
         self.door_port.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -236,6 +241,7 @@ class EngineCard(QFrame):
         ports.addWidget(self.port_label, 0, 0)
         ports.addWidget(self.port_edit, 0, 1)
         ports.addWidget(self.apply_port_button, 0, 2)
+        ports.addWidget(self.port_error, 0, 3)
         ports.addWidget(self.door_label, 1, 0)
         ports.addWidget(self.door_port, 1, 1, 1, 3)
         ports.setColumnStretch(3, 1)
@@ -251,7 +257,6 @@ class EngineCard(QFrame):
         for widget in (self.details, self.scheduler, self.models, self.update_note, self.progress):
             layout.addWidget(widget)
         layout.addLayout(ports)
-        layout.addWidget(self.port_error)
         layout.addWidget(self.notice)
         layout.addLayout(buttons)
         layout.addWidget(self.log_view)
@@ -265,6 +270,7 @@ class EngineCard(QFrame):
         self.update_button.clicked.connect(lambda: controller.update(engine, node))
         self.apply_port_button.clicked.connect(self._on_apply_port_clicked)
         self.port_edit.returnPressed.connect(self._on_apply_port_clicked)
+        self.port_edit.textEdited.connect(self._on_port_edit_text_edited)
         self.log_button.toggled.connect(self._on_log_button_toggled)
         self.log_view.refresh_requested.connect(lambda: controller.refresh_logs(engine, node))
         controller.logs_loaded.connect(self._on_controller_logs_loaded)
@@ -289,6 +295,10 @@ class EngineCard(QFrame):
         text = scheduler_text(row)
         self.scheduler.setText(text)
         self.scheduler.setToolTip(scheduler_tip(row.scheduler) if text else "")
+        # This computer's installed engines may get a line with any request: keep its room.
+        policy = self.scheduler.sizePolicy()
+        policy.setRetainSizeWhenHidden(row.local and row.installed)
+        self.scheduler.setSizePolicy(policy)
         self.scheduler.setVisible(bool(text))
 
     def _show_models(self, row: EngineRow) -> None:
@@ -365,6 +375,10 @@ class EngineCard(QFrame):
 
     def _on_apply_port_clicked(self) -> None:
         self._controller.set_port(self.row.engine, self.port_edit.text(), self.row.node_id)
+
+    def _on_port_edit_text_edited(self, _text: str) -> None:
+        if self.row.port_error is not None:
+            self._controller.display.drop_port_error(self.row.key)
 
     def _on_log_button_toggled(self, shown: bool) -> None:
         self.log_view.setVisible(shown)

@@ -9,12 +9,16 @@ from typing import Any
 
 import msgspec
 import pytest
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtTest import QTest
 from pytestqt.modeltest import ModelTester
 from pytestqt.qtbot import QtBot
 
 from app.models.engines import SCHEDULER_ROLE
 from app.models.scheduler_text import has_news, scheduler_line, scheduler_tip
+from app.window.engine_card import EngineCard
 from backend.protocol import methods
+from backend.protocol.errors import Conflict
 from backend.protocol.types.base import EngineName
 from backend.protocol.types.scheduler import (
     ExclusiveOperation,
@@ -196,3 +200,69 @@ async def test_a_lost_session_forgets_the_schedulers(ui: Ui) -> None:
     ui.connection.lose_session()
     await settle()
     assert ui.controller.engines.scheduler(LLAMACPP) is None
+
+
+# -- a steady card -----------------------------------------------------------------------------
+
+
+def geometry(card: EngineCard) -> tuple[int, int, int]:
+    """The card's height and where its port field and Restart button sit, once laid out."""
+    layout = card.layout()
+    assert layout is not None
+    layout.activate()
+    return (
+        card.sizeHint().height(),
+        card.port_edit.mapTo(card, QPoint(0, 0)).y(),
+        card.restart_button.mapTo(card, QPoint(0, 0)).y(),
+    )
+
+
+async def test_the_card_keeps_its_height_as_the_scheduler_line_comes_and_goes(
+    qtbot: QtBot, ui: Ui
+) -> None:
+    await ready(ui, states(IDLE_OLLAMA))
+    card = ui.card("llamacpp")
+    idle = geometry(card)
+    with qtbot.waitSignal(ui.model.dataChanged):
+        ui.events.scheduler(states(raw(BUSY), IDLE_OLLAMA))
+    assert card.scheduler.isVisibleTo(ui.page)
+    assert geometry(card) == idle, "the port field and buttons must not move"
+    with qtbot.waitSignal(ui.model.dataChanged):
+        ui.events.scheduler(states(IDLE_OLLAMA))
+    assert not card.scheduler.isVisibleTo(ui.page)
+    assert geometry(card) == idle
+
+
+async def test_a_refused_port_shows_beside_its_field_and_stays_while_requests_run(
+    qtbot: QtBot, ui: Ui
+) -> None:
+    await ready(ui, states(IDLE_OLLAMA))
+    card = ui.card("llamacpp")
+    idle = geometry(card)
+    card.port_edit.setText("80")
+    card.apply_port_button.click()
+    await wait_until(lambda: card.port_error.isVisibleTo(ui.page))
+    assert card.port_error.text() == "The port must be from 1024 to 65535."
+    assert geometry(card) == idle, "the error line takes no room of its own"
+    row_top = card.port_edit.mapTo(card, QPoint(0, 0)).y()
+    assert card.port_error.mapTo(card, QPoint(0, 0)).y() >= row_top
+    assert card.port_error.mapTo(card, QPoint(0, 0)).y() < row_top + card.port_edit.height()
+    for scheduler in (states(raw(BUSY), IDLE_OLLAMA), states(IDLE_OLLAMA)):
+        with qtbot.waitSignal(ui.model.dataChanged):
+            ui.events.scheduler(scheduler)
+        assert card.port_error.isVisibleTo(ui.page), "a request does not blink the error away"
+        assert geometry(card) == idle
+
+
+async def test_editing_the_port_clears_the_error_of_the_port_typed_before(ui: Ui) -> None:
+    await ready(ui, states(IDLE_OLLAMA))
+    card = ui.card("ollama")
+    ui.connection.script(methods.ENGINE_SET_PORT, Conflict("Port 47533 is already in use"))
+    card.port_edit.setText("47533")
+    card.port_edit.setModified(True)
+    card.apply_port_button.click()
+    await wait_until(lambda: card.port_error.text() == "Port 47533 is already in use")
+    QTest.keyClick(card.port_edit, Qt.Key.Key_Backspace)  # the user edits: the refusal is stale
+    await wait_until(lambda: not card.port_error.isVisibleTo(ui.page))
+    assert ui.row("ollama").port_error is None
+    assert card.port_edit.text() == "4753", "what the user typed stays"
