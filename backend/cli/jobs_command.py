@@ -1,6 +1,7 @@
 """``pair jobs``: the jobs (inference requests) this node took part in, newest first (``--cluster``:
-every job of the cluster the broker holds); ``--follow`` then prints every change as a line until
-Ctrl+C."""
+every job of the cluster the broker holds); ``--follow`` then prints each change of a job's state
+(or attempt) as a line until Ctrl+C: the time it was seen, the job's short id, the state with
+"attempt N/M" once retried, and the row's other columns."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from backend.protocol import contract, methods
 from backend.protocol.peer import RpcPeer
 from backend.protocol.types.base import JobKey, NodeId
 from backend.protocol.types.jobs import (
+    MAX_ATTEMPTS,
     JobRecord,
     JobsEvent,
     JobsQuery,
@@ -35,6 +37,7 @@ MODEL_WIDTH = 28
 NODE_WIDTH = 12  # a node's name in ORIGIN→NODE, cut to fit
 ROUTE_WIDTH = 2 * NODE_WIDTH + 3
 CLIENT_WIDTH = 14  # the LAN API key's name (or ``loopback``) that asked; --json has its address
+SHORT_JOB = 14  # ``<run id>/<n>`` and a space
 STATE_LABELS: dict[JobState, str] = {
     "in_flight": "In flight",
     "running": "Running",
@@ -166,6 +169,8 @@ class JobsFollower:
         self._early: list[JobsEvent] = []
         self._view = JobsView()
         self._shown: set[JobKey] = set()
+        # Each shown job's last printed state and attempt: a line only when one changes.
+        self._printed: dict[JobKey, tuple[JobState, int]] = {}
 
     def start(
         self, snapshot: JobsSnapshot, view: JobsView | None = None, limit: int = MAX_LIMIT
@@ -174,6 +179,7 @@ class JobsFollower:
         self._seq = snapshot.seq
         self._view = view or JobsView()
         self._shown = {w.key for w in snapshot.jobs if self._view.shows(w)}
+        self._printed = {w.key: (w.state, w.attempt) for w in snapshot.jobs}
         selected = self._view.select(snapshot, limit)
         if self._as_json:
             self._out(msgspec.json.encode(selected).decode())
@@ -205,12 +211,20 @@ class JobsFollower:
             self._shown.add(event.key)
         elif event.key in self._shown:
             self._shown.discard(event.key)
+            self._printed.pop(event.key, None)
         else:
             return  # a job this view never showed left the history
         if self._as_json:
             self._out(msgspec.json.encode(event).decode())
         elif isinstance(event, JobUpserted):
-            self._out(format_job(event.job, self._now(), self._view.names))
+            self._print_change(event.job)
+
+    def _print_change(self, job: JobRecord) -> None:
+        now = (job.state, job.attempt)
+        if self._printed.get(job.key) == now:
+            return  # the same state (a target chosen within an attempt): no new line
+        self._printed[job.key] = now
+        self._out(format_change(job, self._now(), self._view.names))
 
 
 def format_jobs(
@@ -236,6 +250,28 @@ def format_job(job: JobRecord, now: float, names: Mapping[NodeId, str] | None = 
         f"{_age(now - job.created_at):<6}"
         f"{_duration(job, now):<10}{error}"
     ).rstrip()
+
+
+def format_change(job: JobRecord, now: float, names: Mapping[NodeId, str] | None = None) -> str:
+    """One ``--follow`` line: the local time it was seen, the job's short id, its state (with
+    "attempt N/M" once retried), then the row's model, engine, client, route, duration, error."""
+    known = names or {}
+    state = STATE_LABELS[job.state]
+    if job.attempt > 1:
+        state += f" (attempt {job.attempt}/{MAX_ATTEMPTS})"
+    route = f"{_node(job.origin, known)}→{_node(job.serving or job.target, known)}"
+    client = _fit("_".join((job.client or "-").split()), CLIENT_WIDTH - 1)
+    error = " ".join((job.error or "").split())
+    return (
+        f"{time.strftime('%H:%M:%S', time.localtime(now))}  {short_job_id(job.key):<{SHORT_JOB}}"
+        f"{state:<24}{_fit(job.model, MODEL_WIDTH - 1):<{MODEL_WIDTH}}{_fit(job.engine, 9):<10}"
+        f"{client:<{CLIENT_WIDTH}}{route:<{ROUTE_WIDTH}}{_duration(job, now):<10}{error}"
+    ).rstrip()
+
+
+def short_job_id(key: str) -> str:
+    """A job's key without its origin (``<run id>/<n>``): unique among the jobs a node shows."""
+    return key.split("/", 1)[-1]
 
 
 def _node(node_id: NodeId | None, names: Mapping[NodeId, str]) -> str:
@@ -264,6 +300,8 @@ def _age(seconds: float) -> str:
 def _duration(job: JobRecord, now: float) -> str:
     end = job.completed_at if job.completed_at is not None else now
     seconds = max(0.0, end - job.created_at)
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
     if seconds < 60:
         return f"{seconds:.1f}s"
     minutes, secs = divmod(int(seconds), 60)

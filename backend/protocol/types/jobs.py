@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 import msgspec
 
 from backend.protocol.types.base import EngineName, JobKey, NodeId, Wire
 
 JobState = Literal["in_flight", "running", "completed", "failed", "cancelled"]
+# How many dispatches a request gets at most (the proxy's ``failover.MAX_DISPATCHES``): what
+# "attempt 2 of 5" counts to.
+MAX_ATTEMPTS: Final = 5
 JobEventKind = Literal["submitted", "started", "completed", "errored"]
 
 

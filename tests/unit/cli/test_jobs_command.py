@@ -4,6 +4,7 @@ or with ``--cluster`` every job the broker holds."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import msgspec
@@ -164,7 +165,7 @@ def test_follow_prints_the_snapshot_oldest_first_then_only_later_events() -> Non
     push(9, _record(key="k4", model="late"))
     table, *events = lines
     assert [line.split()[1] for line in table.splitlines()[1:]] == ["llama", "qwen"]
-    assert [line.split()[1] for line in events] == ["early", "late"]
+    assert [line.split()[3] for line in events] == ["early", "late"]  # time, id, state, model
 
 
 def test_the_command_line() -> None:
@@ -273,6 +274,9 @@ def _upsert(seq: int, record: JobRecord) -> JobUpserted:
     return JobUpserted(seq=seq, key=record.key, job=record)
 
 
+WATCHED = frozenset({"tried", "served", "bob→alice", "bob→7b1d99f0"})
+
+
 def test_follow_shows_this_nodes_jobs_and_keeps_showing_one_it_took_part_in() -> None:
     lines: list[str] = []
     follower = JobsFollower(lines.append, now=lambda: NOW)
@@ -283,7 +287,7 @@ def test_follow_shows_this_nodes_jobs_and_keeps_showing_one_it_took_part_in() ->
         _pushed(follower, _upsert(seq, record))
     table, *events = lines
     assert [row.split()[1] for row in table.splitlines()[1:]] == ["sent"]
-    assert [row.split()[1:5:3] for row in events] == [
+    assert [[word for word in row.split()[2:] if word in WATCHED] for row in events] == [
         ["tried", "bob→alice"],
         ["tried", "bob→7b1d99f0"],  # it failed over to carol: still a job this node was in
         ["served", "bob→alice"],
@@ -319,3 +323,30 @@ def test_follow_cluster_shows_everything() -> None:
     _pushed(follower, _upsert(1, FOREIGN))
     _pushed(follower, JobRemoved(seq=2, key=ELSEWHERE.key))
     assert len(lines) == 3
+
+
+def test_follow_prints_one_line_per_state_change_with_time_id_and_attempt() -> None:
+    lines: list[str] = []
+    follower = JobsFollower(lines.append, now=lambda: NOW)
+    follower.start(JobsSnapshot(seq=0, jobs=[]))
+    key = f"{ORIGIN}/a1b2c3d4/7"
+    steps = [
+        _record(key=key, state="in_flight", attempt=1, serving=None, completed_at=None),
+        _record(key=key, state="in_flight", attempt=1, target=ORIGIN, completed_at=None),
+        _record(key=key, state="running", attempt=1, completed_at=None),
+        _record(key=key, state="in_flight", attempt=2, serving=None, completed_at=None),
+        _record(key=key, state="failed", attempt=2, error="the engine answered 500"),
+    ]
+    for seq, record in enumerate(steps, 1):
+        _pushed(follower, _upsert(seq, record))
+    events = lines[1:]
+    clock = time.strftime("%H:%M:%S", time.localtime(NOW))
+    assert [line.split()[:2] for line in events] == [[clock, "a1b2c3d4/7"]] * 4
+    assert ["attempt" in line for line in events] == [False, False, True, True]
+    assert "In flight (attempt 2/5)" in events[2]
+    assert "Failed (attempt 2/5)" in events[3] and events[3].endswith("the engine answered 500")
+
+
+def test_durations_under_a_second_read_in_milliseconds() -> None:
+    row = format_job(_record(created_at=NOW - 10.0, completed_at=NOW - 9.58), NOW)
+    assert row.split()[-1] == "420ms"

@@ -8,9 +8,10 @@ from aiohttp.test_utils import make_mocked_request
 
 from backend.protocol.proxy import ProxyTargets
 from backend.protocol.types.base import NodeId
-from backend.protocol.types.jobs import JobEvent
+from backend.protocol.types.jobs import MAX_ATTEMPTS, JobEvent
 from backend.workers.proxy.channels.jobs import JobLog
 from backend.workers.proxy.doors.refused import RefusedJobs, refuse_missing
+from backend.workers.proxy.routing.failover import MAX_DISPATCHES
 
 
 class _Clock:
@@ -70,3 +71,7 @@ def test_a_whole_answer_s_chunks_are_not_reported_as_a_count() -> None:
     job.first_chunk_at, job.chunks, job.streamed = 12.5, 3, False
     job.failed("the engine answered 500")
     assert (sent[-1].first_token_at, sent[-1].chunks) == (12.5, None)
+
+
+def test_the_attempts_shown_count_to_the_proxy_s_dispatch_budget() -> None:
+    assert MAX_ATTEMPTS == MAX_DISPATCHES
