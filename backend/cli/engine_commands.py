@@ -7,6 +7,7 @@ broker forwards the call)."""
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -361,9 +362,25 @@ async def _lifecycle(
     member: KnownNode | None,
 ) -> int:
     params = EngineRef(engine=engine, node=node_id_of(member))
-    status = await contract.call(peer, method, params, timeout=LIFECYCLE_TIMEOUT_S)
+    try:
+        status = await contract.call(peer, method, params, timeout=LIFECYCLE_TIMEOUT_S)
+    except errors.NotFound as exc:
+        raise with_install_hint(exc, engine, member) from None
     print(describe_state(status, member))
     return exit_codes.OK
+
+
+def with_install_hint(
+    refused: errors.NotFound, engine: EngineName, member: KnownNode | None
+) -> errors.NotFound:
+    """``refused`` with the command that installs the engine, when not being installed is why."""
+    data = refused.data if isinstance(refused.data, dict) else {}
+    if data.get("action") != "install":
+        return refused
+    on_node = f" --node {shlex.quote(member.name)}" if member and not member.here else ""
+    return errors.NotFound(
+        f"{refused.message}; install it with `pair engine install {engine}{on_node}`", refused.data
+    )
 
 
 async def _status(peer: RpcPeer, engine: EngineName, member: KnownNode | None) -> int:

@@ -38,6 +38,7 @@ class EngineController(EngineRun):
     async def start(self, *, explicit: bool = True) -> EngineStatus:
         """Start (or adopt) the engine and wait until it is ready."""
         async with self._lock:
+            await self._require_startable()
             await self._command("start", explicit=explicit)
             if not self.running:
                 await self._start_locked()
@@ -75,6 +76,7 @@ class EngineController(EngineRun):
             if self.current_model == model:
                 return self.status()
             running = self.running
+            await self._require_startable()
             await self._command("restart" if running else "start", explicit=not running)
             with self._relaunch(running):
                 await self._stop_locked()

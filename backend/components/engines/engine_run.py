@@ -308,10 +308,21 @@ class EngineRun:
 
     async def _require_installed(self) -> None:
         if not self._life.installed and not await self.detect():
-            raise errors.NotFound(
-                f"{self.manifest.display_name} is not installed on this computer",
-                {"engine": self.name, "action": "install"},
-            )
+            raise self._not_installed()
+
+    async def _require_startable(self) -> None:
+        """Refuse a start that cannot happen before it is recorded as wanted: a refused start
+        must not leave the engine to be started by surprise once it is installed later."""
+        if self.running or self._life.installed or await self.detect():
+            return
+        if not await self._runner.answers(self.manifest.runtime, self.manifest.runtime.ready):
+            raise self._not_installed()
+
+    def _not_installed(self) -> errors.NotFound:
+        return errors.NotFound(
+            f"{self.manifest.display_name} is not installed on this computer",
+            {"engine": self.name, "action": "install"},
+        )
 
     async def _launch(self, model: str | None) -> None:
         await self._plan_launch(model)

@@ -251,6 +251,22 @@ def test_a_broker_error_prints_its_message_and_exits_1(
     assert "port 23456 is already in use" in err and "model 'nope' not found" in err
 
 
+def test_a_start_refused_as_not_installed_names_the_install_command(
+    broker: StreamingBroker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    refused = errors.NotFound(
+        "Ollama is not installed on this computer", {"engine": "ollama", "action": "install"}
+    )
+    broker.answer(methods.ENGINE_START.name, refused)
+    assert main(["engine", "start", "ollama"]) == exit_codes.ERROR
+    assert main(["engine", "start", "ollama", "--node", "bob"]) == exit_codes.ERROR
+    here, on_bob = capsys.readouterr().err.splitlines()
+    assert here.endswith(
+        "not installed on this computer; install it with `pair engine install ollama`"
+    )
+    assert on_bob.endswith("install it with `pair engine install ollama --node bob`")
+
+
 # The question before an uninstall or a delete ---------------------------------------------
 
 CONFIRMED = [
