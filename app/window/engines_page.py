@@ -3,6 +3,8 @@ then the engines other computers on the network report (read-only, saying why)."
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex
 from PySide6.QtWidgets import (
     QFrame,
@@ -18,7 +20,9 @@ from app.broker.connection import BrokerConnection
 from app.broker.state import ServiceState
 from app.controllers.engines import EnginesController
 from app.models.engines import EngineKey, EngineRow, EnginesModel
+from app.models.nodes import GpuLine, NodesModel
 from app.window.engine_card import EngineCard
+from app.window.gpu_lines import gpus_text
 from app.window.widgets import muted_label, page_title
 from backend.protocol.types.base import EngineName, NodeId
 from backend.protocol.types.engines import MemberEngines
@@ -54,16 +58,32 @@ def section_title(text: str) -> QLabel:
 
 
 class NodeHeader(QWidget):
-    """A node's heading: its name, and beside it a muted line (address, read-only note)."""
+    """A node's heading: its name, beside it a muted line (address, read-only note), and under
+    it a line per GPU of the computer (none without a GPU)."""
 
-    def __init__(self, title: str, note: str, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, title: str, note: str, node_id: NodeId, parent: QWidget | None = None
+    ) -> None:
         super().__init__(parent)
+        self.node_id = node_id
         self.title = section_title(title)
         self.note = muted_label(note)
-        layout = QHBoxLayout(self)
+        self.gpus = muted_label()
+        self.gpus.setObjectName("gpuLines")
+        self.gpus.hide()
+        top = QHBoxLayout()
+        top.addWidget(self.title)
+        top.addWidget(self.note, 1)
+        layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 10, 0, 0)
-        layout.addWidget(self.title)
-        layout.addWidget(self.note, 1)
+        layout.setSpacing(2)
+        layout.addLayout(top)
+        layout.addWidget(self.gpus)
+
+    def show_gpus(self, gpus: Sequence[GpuLine]) -> None:
+        """One line per GPU: name, utilisation and VRAM where read; hidden without a GPU."""
+        self.gpus.setText(gpus_text(gpus))
+        self.gpus.setVisible(bool(gpus))
 
 
 def node_note(row: EngineRow) -> str:
@@ -96,11 +116,14 @@ class EnginesPage(QScrollArea):
         model: EnginesModel,
         controller: EnginesController,
         parent: QWidget | None = None,
+        *,
+        nodes: NodesModel | None = None,
     ) -> None:
         super().__init__(parent)
         self._connection = connection
         self._model = model
         self._controller = controller
+        self._nodes = nodes  # the Overview's model: each computer's GPUs, for its header
         self.cards: dict[EngineKey, EngineCard] = {}
         self.headers: list[NodeHeader] = []  # in display order
         self._build()
@@ -111,6 +134,9 @@ class EnginesPage(QScrollArea):
         connection.state_changed.connect(self._on_connection_state_changed)
         controller.problem_changed.connect(self._refresh_notices)
         controller.nodes_changed.connect(self._rebuild)
+        if nodes is not None:
+            for signal in (nodes.dataChanged, nodes.rowsInserted, nodes.modelReset):
+                signal.connect(self._on_nodes_changed)
         self._rebuild()
 
     def _build(self) -> None:
@@ -200,14 +226,17 @@ class EnginesPage(QScrollArea):
         for member in members:
             group = [row for row in rows if row.node_id == member.node_id]
             address = group[0].address if group else None
-            self._add_group(member.name, member_note(member, address), group)
+            self._add_group(member.name, member_note(member, address), group, member.node_id)
         for node_id in dict.fromkeys(row.node_id for row in others):
             group = [row for row in others if row.node_id == node_id]
             note = node_note(group[0]) if group[0].read_only else ""
             self._add_group(group[0].node_name, note, group)
 
-    def _add_group(self, title: str, note: str, rows: list[EngineRow]) -> None:
-        header = NodeHeader(title, note)
+    def _add_group(
+        self, title: str, note: str, rows: list[EngineRow], node_id: NodeId | None = None
+    ) -> None:
+        header = NodeHeader(title, note, node_id or (rows[0].node_id if rows else NodeId("")))
+        header.show_gpus(self._gpus_of(header.node_id))
         self.headers.append(header)
         self._cards_layout.addWidget(header)
         for row in rows:
@@ -217,6 +246,20 @@ class EnginesPage(QScrollArea):
             else:
                 card.set_row(row)
             self._cards_layout.addWidget(card)
+
+    def _gpus_of(self, node_id: NodeId) -> tuple[GpuLine, ...]:
+        """The GPUs the Overview knows of ``node_id`` while it answers (stale figures hidden)."""
+        if self._nodes is None:
+            return ()
+        position = self._nodes.position(node_id)
+        if position is None:
+            return ()
+        card = self._nodes.cards()[position]
+        return card.gpus if card.reachable else ()
+
+    def _on_nodes_changed(self, *_args: object) -> None:
+        for header in self.headers:
+            header.show_gpus(self._gpus_of(header.node_id))
 
     def _ready(self) -> bool:
         return self._connection.state is ServiceState.READY
