@@ -162,7 +162,7 @@ class GpuRow(QWidget):
         self.figures = muted_label()
         self.figures.setWordWrap(False)
         self.figures.setAlignment(Qt.AlignmentFlag.AlignRight)
-        self.bar = UsageBar(GPU_COLOUR)
+        self.bar = UsageBar(VRAM_COLOUR)  # the share of VRAM in use, as in the VRAM tile
         top = QHBoxLayout()
         top.setSpacing(8)
         top.addWidget(self.name, 1)
