@@ -133,7 +133,7 @@ class PairApplication:
         self.invitee = InviteeController(connection, self.cluster_store)
         self.settings = preferences()
         self.activity = ActivityController(connection, self.errors, jobs_store, engines)
-        self.endpoints = EndpointsController(connection, engines, settings)
+        self.endpoints = EndpointsController(connection, engines, settings, discovery=discovery)
         self.front_door_settings = FrontDoorSettingsController(connection, settings)
         self.cluster_page = ClusterPage(connection, self.cluster_controller)
         with_tray = tray_check() if use_tray is None else use_tray

@@ -7,28 +7,64 @@ doors' timeouts and pinned node, llama.cpp's slots and context, through the sett
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, Signal
 
 from app.broker.connection import BrokerConnection
 from app.controllers.base import Controller, decode_push
+from app.controllers.endpoint_texts import (
+    API_KINDS,
+    DOOR_KINDS,
+    MODEL_PLACEHOLDER,
+    ApiKind,
+    Door,
+    DoorKind,
+    Endpoint,
+    build_doors,
+    build_endpoints,
+    client_setting,
+    curl_example,
+    door_order,
+    example_model,
+    moved_notes,
+    node_api_urls,
+)
+from app.lan_addresses import interface_addresses, lan_addresses
+from app.stores.discovery import DiscoveryStore, is_self
 from app.stores.engines import EnginesStore
 from app.stores.settings import SettingsStore
 from backend.protocol import methods
 from backend.protocol.errors import RpcError
 from backend.protocol.types.broker import ServiceError
-from backend.protocol.types.engines import EngineModels
 from backend.protocol.types.nodes import DiscoveredNode
 from backend.protocol.types.settings import SettingSpec, SettingValue
 
+# The builders live in endpoint_texts; importers of this module keep finding them here.
+__all__ = [
+    "API_KINDS",
+    "DOOR_KINDS",
+    "DOOR_PORTS",
+    "MODEL_PLACEHOLDER",
+    "ApiKind",
+    "Door",
+    "DoorKind",
+    "Endpoint",
+    "EndpointsController",
+    "FrontDoorSettingsController",
+    "build_doors",
+    "build_endpoints",
+    "client_setting",
+    "curl_example",
+    "door_order",
+    "example_model",
+    "moved_notes",
+]
+
 log = logging.getLogger(__name__)
 
-PORT_TAKEN_PREFIX = "proxy:port-taken:"
-MODEL_PLACEHOLDER = "<model>"
 HEADER_TIMEOUT = "proxy_header_timeout_s"
 FIRST_CONTENT_TIMEOUT = "proxy_first_content_timeout_s"
 PINNED_NODE = "proxy_pinned_node"
@@ -37,166 +73,13 @@ LLAMACPP_PARALLEL = "llamacpp_parallel"
 LLAMACPP_CONTEXT = "llamacpp_context"
 # The doors' ports (0: the one the service was started with); a change moves the door at once.
 DOOR_PORTS = {"ollama": "ollama_door_port", "openai": "openai_door_port"}
-ANTHROPIC_VERSION = "2023-06-01"  # the Messages API refuses a request without this header
-EXAMPLE_MAX_TOKENS = 256  # the Messages API requires max_tokens
-
-
-@dataclass(frozen=True, slots=True)
-class DoorKind:
-    """A front door and the program whose usual port it takes, where apps look for it."""
-
-    door: str
-    usual_port_of: str
-
-
-DOOR_KINDS: tuple[DoorKind, ...] = (
-    DoorKind("ollama", "Ollama"),
-    DoorKind("openai", "LM Studio"),
-    DoorKind("llamacpp", "llama-server"),
-)
-_DOOR_ORDER = tuple(kind.door for kind in DOOR_KINDS)
-_USUAL_PORT_OF = {kind.door: kind.usual_port_of for kind in DOOR_KINDS}
-
-
-@dataclass(frozen=True, slots=True)
-class ApiKind:
-    """A client API: its title, the example's path, and the doors to name for it, best first
-    (every door speaks it; the one at the port its apps expect comes first)."""
-
-    api: str
-    title: str
-    chat_path: str
-    doors: tuple[str, ...]
-
-
-API_KINDS: tuple[ApiKind, ...] = (
-    ApiKind("ollama", "Ollama API", "/api/chat", ("ollama", "openai", "llamacpp")),
-    ApiKind("openai", "OpenAI API", "/v1/chat/completions", ("openai", "llamacpp", "ollama")),
-    # Ollama takes Anthropic clients on its own port, so guides point them at 11434.
-    ApiKind("anthropic", "Anthropic API", "/v1/messages", ("ollama", "openai", "llamacpp")),
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    """One client API as shown: the address a client takes, its setting, an example request."""
-
-    api: str
-    title: str
-    url: str
-    client_setting: str
-    model: str | None
-    example: str
-
-
-@dataclass(frozen=True, slots=True)
-class Door:
-    """One front door as shown: its real URL, whose usual port it is, a moved-port note."""
-
-    door: str
-    usual_port_of: str
-    url: str
-    moved_note: str | None
-
-
-def _shell_quote(text: str) -> str:
-    return "'" + text.replace("'", "'\\''") + "'"
-
-
-def curl_example(kind: ApiKind, door_url: str, model: str | None) -> str:
-    """A ``curl`` chat request in the API's own shape (POSIX shell quoting), a few short lines."""
-    fields = [f'"model": {json.dumps(model or MODEL_PLACEHOLDER)}']
-    if kind.api == "anthropic":
-        fields.append(f'"max_tokens": {EXAMPLE_MAX_TOKENS}')
-    fields.append('"messages": [{"role": "user", "content": "Hello!"}]')
-    if kind.api == "ollama":
-        fields.append('"stream": false')  # one JSON answer instead of a stream of lines
-    body = "{\n" + ",\n".join(f"  {field}" for field in fields) + "\n}"
-    head = [f"curl {door_url}{kind.chat_path}"]
-    if kind.api != "ollama":
-        head.append('  -H "Content-Type: application/json"')
-    if kind.api == "anthropic":
-        head.append(f'  -H "anthropic-version: {ANTHROPIC_VERSION}"')
-    return " \\\n".join(head) + f" -d {_shell_quote(body)}"
-
-
-def base_url(kind: ApiKind, door_url: str) -> str:
-    """The address the API's clients take (OpenAI's SDKs want the ``/v1`` in it; Anthropic's
-    SDK adds ``/v1/messages`` itself)."""
-    return f"{door_url}/v1" if kind.api == "openai" else door_url
-
-
-def client_setting(kind: ApiKind, door_url: str) -> str:
-    """The usual way to point the API's clients at the door."""
-    if kind.api == "ollama":
-        return f"OLLAMA_HOST={door_url.removeprefix('http://')}"
-    if kind.api == "anthropic":
-        return f"ANTHROPIC_BASE_URL={base_url(kind, door_url)}"
-    return f"OPENAI_BASE_URL={base_url(kind, door_url)}"
-
-
-def example_model(listings: Iterable[EngineModels | None]) -> str | None:
-    """A model of the cluster for the examples, whatever its engine: a loaded one first, else
-    the first listed (``listings``: this computer's, then the other members')."""
-    present = [listing for listing in listings if listing is not None]
-    loaded = (n for m in present for names in m.loaded_by_engine.values() for n in names)
-    listed = (n for m in present for names in m.by_engine.values() for n in names)
-    return next(loaded, None) or next(listed, None)
-
-
-def moved_notes(errors: Sequence[ServiceError]) -> dict[str, str]:
-    """door → the broker's sentence, for every door that had to move to another port."""
-    return {
-        error.id.removeprefix(PORT_TAKEN_PREFIX): error.message
-        for error in errors
-        if error.id.startswith(PORT_TAKEN_PREFIX)
-    }
-
-
-def door_order(front_doors: Iterable[str]) -> list[str]:
-    """The doors in a fixed order (Ollama, OpenAI, llama.cpp, then any other by name)."""
-    last = len(_DOOR_ORDER)
-    return sorted(
-        front_doors, key=lambda d: (_DOOR_ORDER.index(d) if d in _DOOR_ORDER else last, d)
-    )
-
-
-def build_doors(front_doors: Mapping[str, str], errors: Sequence[ServiceError]) -> list[Door]:
-    """The open doors in order, each with its real URL and its moved-port note."""
-    notes = moved_notes(errors)
-    return [
-        Door(door, _USUAL_PORT_OF.get(door, door), front_doors[door], notes.get(door))
-        for door in door_order(front_doors)
-    ]
-
-
-def build_endpoints(front_doors: Mapping[str, str], model: str | None) -> list[Endpoint]:
-    """One entry per client API, naming its preferred open door (else the first open one);
-    none while no door is open."""
-    if not front_doors:
-        return []
-    fallback = door_order(front_doors)[0]
-    endpoints = []
-    for kind in API_KINDS:
-        door = next((d for d in kind.doors if d in front_doors), fallback)
-        url = front_doors[door]
-        endpoints.append(
-            Endpoint(
-                api=kind.api,
-                title=kind.title,
-                url=base_url(kind, url),
-                client_setting=client_setting(kind, url),
-                model=model,
-                example=curl_example(kind, url, model),
-            )
-        )
-    return endpoints
 
 
 class EndpointsController(Controller):
     """Reads ``status`` per session, again on every ``errors:update`` and settings push (a door
     may have moved) and on ``refresh``; the examples' model comes from the engines store (this
-    computer's models and the other members'). Owns the read."""
+    computer's models and the other members'), this computer's addresses from the discovery
+    store (when given) and ``interfaces``. Owns the read."""
 
     changed = Signal()
 
@@ -206,9 +89,15 @@ class EndpointsController(Controller):
         engines: EnginesStore,
         settings: SettingsStore,
         parent: QObject | None = None,
+        *,
+        discovery: DiscoveryStore | None = None,
+        interfaces: Callable[[], list[str]] = interface_addresses,
     ) -> None:
         super().__init__(connection, parent)
         self._engines = engines
+        self._discovery = discovery
+        self._interfaces = interfaces
+        self._node_port: int | None = None
         self._front_doors: dict[str, str] = {}
         self._errors: list[ServiceError] = []
         self._known = False  # a status was read in this session
@@ -217,6 +106,27 @@ class EndpointsController(Controller):
         engines.models_changed.connect(self.changed)
         engines.member_changed.connect(self._on_engines_member_changed)
         settings.pushed.connect(self.refresh)
+        if discovery is not None:
+            discovery.reset.connect(self.changed)
+            discovery.node_changed.connect(self._on_discovery_node_changed)
+
+    @property
+    def lan_addresses(self) -> list[str]:
+        """Where another computer reaches this one: discovery's addresses for it first."""
+        advertised = [
+            address
+            for node in (self._discovery.nodes.values() if self._discovery is not None else ())
+            if is_self(node)
+            for address in node.addresses
+        ]
+        return lan_addresses(advertised, self._interfaces())
+
+    @property
+    def node_api(self) -> list[str]:
+        """The node API's URLs for other computers (none until the status was read)."""
+        if self._node_port is None:
+            return []
+        return node_api_urls(self.lan_addresses, self._node_port)
 
     @property
     def endpoints(self) -> list[Endpoint]:
@@ -260,6 +170,7 @@ class EndpointsController(Controller):
             log.info("status failed: %s", exc)
             return
         self._front_doors = dict(status.front_doors)
+        self._node_port = status.ports.node
         self._errors = list(status.errors)
         self._known = True
         self.changed.emit()
@@ -267,12 +178,17 @@ class EndpointsController(Controller):
     def _on_engines_member_changed(self, _node_id: str) -> None:
         self.changed.emit()
 
+    def _on_discovery_node_changed(self, node_id: str) -> None:
+        if self._discovery is not None and node_id == self._discovery.self_id:
+            self.changed.emit()  # this computer's addresses may have changed
+
     def _on_connection_session_ready(self) -> None:
         self.refresh()
 
     def _on_connection_session_changed(self) -> None:
         if self.connection.ownership is None:
             self._front_doors = {}
+            self._node_port = None
             self._errors = []
             self._known = False
             self.changed.emit()

@@ -82,7 +82,7 @@ def problems(
         if len(reports) == 1:
             text = banner_text(reports[0], node_name(reports[0].node_id))
         else:
-            names = [node_name(error.node_id) or "this computer" for error in reports]
+            names = [node_name(error.node_id) or "This computer" for error in reports]
             text = f"{listing(names)}: {message}"
         found.append(Problem(tuple(reports), text))
     return found

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.controllers.endpoint_texts import KEY_NOTE
 from app.controllers.endpoints import Door, Endpoint, EndpointsController
 from app.models.errors import SEVERITY_COLOURS
 from app.window.banners import Banner
@@ -33,6 +34,12 @@ INTRO = (
     "Claude Code or a script using the ollama, openai or anthropic package at its API's address."
 )
 PORTS_TEXT = "The doors are equal; each sits where apps look for Ollama, LM Studio or llama-server."
+NODE_API_TEXT = (
+    "Other PAIR computers reach this one here (TLS, to pair and to share models); it is not a "
+    "client API."
+)
+NO_ADDRESS = "This computer has no network address other computers can use."
+WINDOW_TITLE = "API endpoints"  # the desktop adds " — PAIR" (the application's display name)
 NOT_CONNECTED = "The addresses appear once the PAIR service is running."
 NO_DOORS = "The front doors are not open yet; they open a moment after the service starts."
 
@@ -93,24 +100,27 @@ def _show_url(field: QLineEdit, url: str) -> None:
 
 
 class EndpointCard(QFrame):
-    """One client API: title and client setting, address + Copy, example request + Copy."""
+    """One client API: title and the examples' model, address + Copy, the client settings its
+    SDK needs + Copy, example request + Copy."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
         self.title = QLabel()
-        self.setting = muted_label()
-        self.setting.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.setting.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        self.model_note = muted_label()
+        self.model_note.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         self.url = _url_field()
         self.copy_url = CopyButton("Copy this address")
+        self.setting = _code_label()
+        self.setting.setToolTip("The client settings (environment variables) its SDK reads")
+        self.copy_setting = CopyButton("Copy these settings")
         self.example = _code_label()
         self.example.setToolTip("An example request")
         self.copy_example = CopyButton("Copy this example command")
         heading = QHBoxLayout()
         heading.addWidget(self.title)
-        heading.addWidget(self.setting, 1)
+        heading.addWidget(self.model_note, 1)
         grid = QGridLayout(self)
         grid.setContentsMargins(14, 8, 14, 8)
         grid.setHorizontalSpacing(8)
@@ -119,18 +129,21 @@ class EndpointCard(QFrame):
         grid.addLayout(heading, 0, 0, 1, 2)
         grid.addWidget(self.url, 1, 0)
         grid.addWidget(self.copy_url, 1, 1)
-        grid.addWidget(self.example, 2, 0)
-        grid.addWidget(self.copy_example, 2, 1, Qt.AlignmentFlag.AlignBottom)
+        grid.addWidget(self.setting, 2, 0)
+        grid.addWidget(self.copy_setting, 2, 1, Qt.AlignmentFlag.AlignBottom)
+        grid.addWidget(self.example, 3, 0)
+        grid.addWidget(self.copy_example, 3, 1, Qt.AlignmentFlag.AlignBottom)
 
     def show_endpoint(self, endpoint: Endpoint) -> None:
         """Show ``endpoint`` (in place, so a refresh does not disturb a selection)."""
         self.title.setText(f"<b>{endpoint.title}</b>")
         _show_url(self.url, endpoint.url)
         self.copy_url.text_to_copy = endpoint.url
-        setting = f"Client setting: {endpoint.client_setting}"
-        if endpoint.model is None:
-            setting += " · no model known yet"
-        self.setting.setText(setting)
+        settings = "\n".join(endpoint.client_settings or (endpoint.client_setting,))
+        self.setting.setText(settings)
+        self.copy_setting.text_to_copy = settings
+        model = endpoint.model
+        self.model_note.setText("no model known yet" if model is None else f"example: {model}")
         self.example.setText(endpoint.example)
         self.copy_example.text_to_copy = endpoint.example
 
@@ -169,11 +182,20 @@ class EndpointsWindow(QWidget):
 
     def __init__(self, controller: EndpointsController, parent: QWidget | None = None) -> None:
         super().__init__(parent, Qt.WindowType.Window)
-        self.setWindowTitle("PAIR – API endpoints")
+        self.setWindowTitle(WINDOW_TITLE)
         self._controller = controller
         self.cards: dict[str, EndpointCard] = {}  # by API
         self.doors: dict[str, DoorRow] = {}  # by door
         self.empty_note = muted_label()
+        self.key_note = muted_label(KEY_NOTE)
+        self.node_api = QWidget()
+        self.node_api_urls = _code_label()
+        node_api_layout = QVBoxLayout(self.node_api)
+        node_api_layout.setContentsMargins(0, 4, 14, 0)
+        node_api_layout.setSpacing(4)
+        node_api_layout.addWidget(QLabel("<b>Node API</b>"))
+        node_api_layout.addWidget(muted_label(NODE_API_TEXT))
+        node_api_layout.addWidget(self.node_api_urls)
         self._cards_layout = QVBoxLayout()
         self._cards_layout.setSpacing(10)
         self.ports = QWidget()
@@ -214,7 +236,9 @@ class EndpointsWindow(QWidget):
         body_layout.addWidget(muted_label(INTRO))
         body_layout.addWidget(self.empty_note)
         body_layout.addLayout(self._cards_layout)
+        body_layout.addWidget(self.key_note)
         body_layout.addWidget(self.ports)
+        body_layout.addWidget(self.node_api)
         body_layout.addStretch(1)
         scroll = QScrollArea()
         scroll.setWidget(body)
@@ -239,11 +263,19 @@ class EndpointsWindow(QWidget):
         for door in doors:
             self.doors[door.door].show_door(door)
         self.ports.setVisible(bool(doors))
+        self.key_note.setVisible(bool(endpoints))
+        self._show_node_api()
         if endpoints:
             self.empty_note.hide()
         else:
             self.empty_note.setText(NO_DOORS if self._controller.known else NOT_CONNECTED)
             self.empty_note.show()
+
+    def _show_node_api(self) -> None:
+        known = self._controller.known
+        urls = self._controller.node_api
+        self.node_api_urls.setText("\n".join(urls) if urls else NO_ADDRESS)
+        self.node_api.setVisible(known)
 
 
 W = TypeVar("W", bound=QWidget)

@@ -215,7 +215,7 @@ async def test_one_problem_reported_by_three_members_is_one_banner(cluster_ui: U
     ])  # fmt: skip
     assert len(ui.banners.banners) == 1
     text = ui.banners.banners[0].message.text()
-    assert text.startswith("this computer, laptop and gpu-box: The manual node 127.0.0.1:58815")
+    assert text.startswith("This computer, laptop and gpu-box: The manual node 127.0.0.1:58815")
     assert "object at 0x" not in text and "ssl:" not in text
     buttons(ui.banners.banners[0])["Dismiss"].click()
     await settle()

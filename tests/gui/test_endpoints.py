@@ -15,6 +15,7 @@ from PySide6.QtGui import QGuiApplication
 from pytestqt.qtbot import QtBot
 
 from app.broker.state import ServiceState
+from app.controllers.endpoint_texts import node_api_urls
 from app.controllers.endpoints import (
     API_KINDS,
     MODEL_PLACEHOLDER,
@@ -25,9 +26,11 @@ from app.controllers.endpoints import (
     example_model,
     moved_notes,
 )
+from app.lan_addresses import lan_addresses
+from app.stores.discovery import DiscoveryStore
 from app.stores.engines import EnginesStore
 from app.stores.settings import SettingsStore
-from app.window.endpoints_window import NO_DOORS, NOT_CONNECTED, EndpointsWindow
+from app.window.endpoints_window import NO_DOORS, NOT_CONNECTED, WINDOW_TITLE, EndpointsWindow
 from backend.protocol import methods
 from backend.protocol.errors import Unavailable
 from backend.protocol.types.broker import ServiceError
@@ -170,16 +173,22 @@ def test_the_anthropic_example_carries_what_the_messages_api_requires() -> None:
 
 # The window against a scripted connection.
 
+INTERFACES = ["10.0.0.7", "fe80::1%eth0", "fd00::2"]
+
 
 @pytest.fixture
 async def window(qtbot: QtBot, connection: FakeConnection) -> AsyncIterator[EndpointsWindow]:
     engines, settings = EnginesStore(connection), SettingsStore(connection)
-    controller = EndpointsController(connection, engines, settings)
+    discovery = DiscoveryStore(connection)
+    controller = EndpointsController(
+        connection, engines, settings, discovery=discovery, interfaces=lambda: INTERFACES
+    )
     shown = EndpointsWindow(controller)
     qtbot.addWidget(shown)
     yield shown
     await controller.close()
     await engines.close()
+    await discovery.close()
     await settings.close()
 
 
@@ -219,7 +228,7 @@ async def test_each_door_and_api_shows_its_real_url_and_copy_puts_it_on_the_clip
     assert "ANTHROPIC_BASE_URL=http://127.0.0.1:11434" in anthropic.setting.text()
     url, body = run_curl_body(anthropic.example.text())
     assert (url, body["model"]) == ("http://127.0.0.1:11434/v1/messages", "llama3.2:3b")
-    assert all("no model known yet" not in card.setting.text() for card in window.cards.values())
+    assert all("no model known yet" not in card.model_note.text() for card in window.cards.values())
 
 
 async def test_a_moved_port_shows_the_brokers_note_on_that_door(
@@ -290,7 +299,7 @@ async def test_a_failed_engines_subscribe_leaves_placeholders(
     for card in window.cards.values():
         _, body = run_curl_body(card.example.text())
         assert body["model"] == MODEL_PLACEHOLDER
-        assert "no model known yet" in card.setting.text()
+        assert "no model known yet" in card.model_note.text()
 
 
 async def test_without_a_service_the_window_says_why_it_is_empty(
@@ -310,3 +319,49 @@ async def test_without_a_service_the_window_says_why_it_is_empty(
     assert window.ports.isHidden()
     assert window.empty_note.text() == NOT_CONNECTED
     assert not window.empty_note.isHidden()
+
+
+def test_every_sdk_gets_the_settings_it_needs_a_key_included() -> None:
+    settings = {e.api: e.client_settings for e in build_endpoints(DOORS, None)}
+    assert settings == {
+        "ollama": ("OLLAMA_HOST=127.0.0.1:11434",),
+        "openai": ("OPENAI_BASE_URL=http://127.0.0.1:41873/v1", "OPENAI_API_KEY=pair"),
+        "anthropic": ("ANTHROPIC_BASE_URL=http://127.0.0.1:11434", "ANTHROPIC_API_KEY=pair"),
+    }
+
+
+def test_the_node_api_is_https_on_every_usable_address() -> None:
+    assert node_api_urls(["192.168.1.5", "fd00::2"], 14320) == [
+        "https://192.168.1.5:14320", "https://[fd00::2]:14320"]  # fmt: skip
+    assert lan_addresses(["127.0.0.1", "192.168.1.5"], ["fe80::1", "10.0.0.7", "192.168.1.5"]) == [
+        "192.168.1.5", "10.0.0.7"]  # fmt: skip
+
+
+async def test_the_window_shows_the_node_api_and_every_client_setting(
+    connection: FakeConnection, window: EndpointsWindow
+) -> None:
+    here = {
+        "node_id": "n1", "name": "pc", "kind": "pair", "sources": ["self"],
+        "addresses": ["127.0.0.1", "192.168.1.5"], "ports": {}, "engines": {}, "reachable": True,
+    }  # fmt: skip
+    connection.script(methods.DISCOVERY_SUBSCRIBE, {"seq": 1, "nodes": [here]})
+    connection.script(methods.STATUS, status(DOORS, []))
+    connection.become_ready()
+    await wait_until(lambda: len(window.cards) == 3, 5, "three APIs")
+    await wait_until(lambda: "192.168.1.5" in window.node_api_urls.text(), 5, "the node API")
+    assert window.node_api_urls.text().splitlines() == [
+        "https://192.168.1.5:14320",
+        "https://10.0.0.7:14320",
+        "https://[fd00::2]:14320",
+    ]
+    openai = window.cards["openai"]
+    assert "OPENAI_API_KEY=pair" in openai.setting.text().splitlines()
+    openai.copy_setting.click()
+    assert QGuiApplication.clipboard().text() == openai.setting.text()
+    assert "ANTHROPIC_API_KEY=pair" in window.cards["anthropic"].setting.text()
+    assert not window.key_note.isHidden()
+
+
+def test_the_title_leaves_the_app_name_to_the_desktop(window: EndpointsWindow) -> None:
+    # The desktop appends " — PAIR" (the application's display name) to every title.
+    assert window.windowTitle() == WINDOW_TITLE == "API endpoints"
