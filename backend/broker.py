@@ -33,6 +33,7 @@ from backend.core.stdio import open_stdio_channel
 from backend.core.store import Store
 from backend.protocol.endpoint import control_address
 from backend.protocol.peer import RpcPeer
+from backend.protocol.proxy import DOORS
 from backend.wiring import BrokerConfig, Foundation, Node, WorkerSpec, build_node
 
 log = logging.getLogger(__name__)
@@ -176,7 +177,7 @@ class Broker:
             f"  data dir        {self._config.data_dir}",
             f"  control socket  {self._address}   (pair status --data-dir ... attaches here)",
             f"  log file        {self._config.log_file or 'stderr only'}",
-            f"  node API        port {ports.node} on every address (TLS: node-info, pairing)",
+            f"  node API        {_node_api(node, ports.node)}",
             f"  front doors     {_front_doors(node)}",
             "  engines         `pair engines`, `pair engine start NAME`",
             "Stop with Ctrl+C or `pair stop`.",
@@ -198,8 +199,29 @@ def _refuse_lost_identity(data_dir: Path, *, fresh: bool, membership: Membership
     )
 
 
+_DOOR_RANK: dict[str, int] = {door: rank for rank, door in enumerate(DOORS)}
+# The component name of the node API server (``components/nodeinfo/server.py``).
+_NODE_API = "node-api"
+
+
+def _node_api(node: Node, port: int) -> str:
+    """The node API's banner line: where it listens, or that it failed (never a listener that
+    is not there: pairing with this node would fail without a word)."""
+    info = next((c for c in node.supervisor.snapshot() if c.name == _NODE_API), None)
+    if info is None or info.status in ("running", "starting"):
+        return f"port {port} on every address (TLS: node-info, pairing)"
+    reason = info.last_error or "it is not running"
+    return f"FAILED on port {port}: {reason}"
+
+
+def _door_order(door_url: tuple[str, str]) -> tuple[int, str]:
+    """Ollama, OpenAI, llama.cpp first, as the app lists them; any other after, by name."""
+    door = door_url[0]
+    return (_DOOR_RANK.get(door, len(_DOOR_RANK)), door)
+
+
 def _front_doors(node: Node) -> str:
     doors = node.proxy.endpoints()
     if not doors:
         return "not open yet (`pair status` shows them)"
-    return ", ".join(f"{door} {url}" for door, url in sorted(doors.items()))
+    return ", ".join(f"{door} {url}" for door, url in sorted(doors.items(), key=_door_order))
