@@ -1,0 +1,233 @@
+"""Render the Models page (with llama.cpp rows) and the model hub's Hugging Face search to PNGs,
+against a scripted connection.
+
+    .venv/bin/python scripts/render_hub.py [--out-dir /tmp/hub-screens]
+
+Offscreen (QT_QPA_PLATFORM=offscreen) unless another platform is set; no broker runs. The page
+is built as the composition root builds it (stores, nodes model, controllers, page) on a
+connection whose answers are scripted: this computer has a GPU with 8 GB of VRAM and runs
+Ollama and llama.cpp (serving one of its two model files). Saved: ``models.png`` (the models
+with llama.cpp rows), ``hub-curated.png`` (the curated list's llama.cpp entries), ``hub-search.png``
+(a search, the chosen repository's files with the suggested one, a pull in progress under the
+tabs), ``hub-empty.png`` (a search without results) and ``models-narrow.png`` (640 px wide).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import msgspec  # noqa: E402
+import qasync  # noqa: E402
+from PySide6.QtWidgets import QApplication, QWidget  # noqa: E402
+
+from app.broker.connection import BrokerConnection  # noqa: E402
+from app.broker.launch import BrokerLaunch  # noqa: E402
+from app.broker.state import Ownership, ServiceState  # noqa: E402
+from app.catalog import load_catalog  # noqa: E402
+from app.controllers.hub import HubController  # noqa: E402
+from app.controllers.models import ModelsController  # noqa: E402
+from app.models.nodes import NodesModel  # noqa: E402
+from app.pending import PendingActions  # noqa: E402
+from app.stores.discovery import DiscoveryStore  # noqa: E402
+from app.stores.engines import EnginesStore  # noqa: E402
+from app.window.models_page import ModelsPage  # noqa: E402
+from backend.protocol import methods  # noqa: E402
+from backend.protocol.contract import Method  # noqa: E402
+from backend.protocol.types.nodes import DiscoveredNode  # noqa: E402
+
+P = TypeVar("P")
+R = TypeVar("R")
+PAGE_SIZE = (1100, 760)
+SELF = "3f6c1a2e-0000-4000-8000-000000000001"
+REPO = "Qwen/Qwen2.5-1.5B-Instruct-GGUF"
+BASE = f"https://huggingface.co/{REPO}/resolve/main/"
+SERVED = "qwen2.5-0.5b-instruct-q4_k_m"
+
+
+class ScriptedConnection(BrokerConnection):
+    """A connection without a broker: each method answers its scripted raw result (a list is
+    answered in turn, its last item from then on)."""
+
+    def __init__(self, answers: dict[str, Any]) -> None:
+        super().__init__(BrokerLaunch(Path("/nonexistent/pair-render")))
+        self.answers = answers
+
+    @property
+    def ownership(self) -> Ownership | None:
+        return Ownership.OWNED
+
+    async def call(self, method: Method[P, R], params: P | None = None, timeout: float = 10.0) -> R:
+        answer = self.answers.get(method.name)
+        if isinstance(answer, list) and method is methods.HUB_SEARCH:
+            answer = answer.pop(0) if len(answer) > 1 else answer[0]
+        if method is methods.ENGINE_ACTION:
+            await asyncio.Event().wait()  # a pull in progress never answers here
+        return method.decode_result(answer)
+
+    def become_ready(self) -> None:
+        """Pretend a session started and is ready."""
+        self.session_changed.emit()
+        self._set_state(ServiceState.READY)
+        self.session_ready.emit()
+
+    def push(self, event: dict[str, Any]) -> None:
+        """Deliver one ``engine:event`` as the broker would."""
+        self.notification_received.emit(methods.ENGINE_EVENT.name, event)
+
+
+def engine(name: str, display: str, **facts: Any) -> dict[str, Any]:
+    """A running engine's ``EngineStatus``."""
+    return {
+        "engine": name, "display_name": display, "front_door": name, "mode": "process",
+        "installed": True, "state": "running", "port": 1, "default_port": 1, **facts,
+    }  # fmt: skip
+
+
+SELF_NODE = {
+    "node_id": SELF, "name": "desk", "kind": "pair", "sources": ["self"], "addresses": [],
+    "ports": {}, "engines": {}, "reachable": True,
+    "telemetry": {"valid": True, "memory_total_bytes": 32_000_000_000,
+                  "vram_total_bytes": 8_000_000_000},
+}  # fmt: skip
+FILES = [("q2_k", "Q2_K", 676), ("q4_k_m", "Q4_K_M", 1117), ("q8_0", "Q8_0", 1894),
+         ("fp16", "F16", 3560)]  # fmt: skip
+
+
+def answers() -> dict[str, Any]:
+    """What the scripted broker answers."""
+    status = {
+        "version": "0.1.0", "pid": 1, "started_at": 0.0, "uptime_ms": 1, "data_dir": "/d",
+        "node_id": SELF, "node_name": "desk", "control_address": "x", "log_file": None,
+        "ports": {"node": 14320, "ollama": 11434, "openai": 1234, "llamacpp": 8080},
+        "components": [], "errors": [],
+    }  # fmt: skip
+    models = {
+        "models": [], "slots_by_engine": {},
+        "by_engine": {"ollama": ["llama3.2:3b", "qwen3:8b"], "llamacpp": [SERVED, "tiny-llama"]},
+        "loaded_by_engine": {"ollama": ["llama3.2:3b"], "llamacpp": [SERVED]},
+        "sizes_by_engine": {"ollama": {"llama3.2:3b": 2_019_393_189, "qwen3:8b": 5_225_388_164},
+                            "llamacpp": {SERVED: 491_400_032, "tiny-llama": 668_788_096}},
+        "details_by_engine": {"llamacpp": {
+            SERVED: {"architecture": "qwen2", "quantization": "Q4_K_M", "context_length": 32768},
+            "tiny-llama": {"architecture": "llama", "quantization": "Q4_K_M",
+                           "context_length": 2048}}},
+    }  # fmt: skip
+    snapshot = {
+        "seq": 1, "engines": [engine("ollama", "Ollama"),
+                              engine("llamacpp", "llama.cpp (llama-server)")],
+        "models": models, "members": [],
+    }  # fmt: skip
+    found = {"models": [
+        {"repo": REPO, "downloads": 268_431, "likes": 118, "updated": "2024-09-20T03:24:10Z"},
+        {"repo": "bartowski/Qwen2.5-1.5B-Instruct-GGUF", "downloads": 41_002, "likes": 12,
+         "updated": "2024-09-19T12:00:00Z"},
+        {"repo": "unsloth/Qwen2.5-1.5B-Instruct-GGUF", "downloads": 9_870, "likes": 7,
+         "updated": "2025-01-02T08:00:00Z"},
+    ]}  # fmt: skip
+    files = {
+        "repo": REPO,
+        "files": [
+            {"name": f"qwen2.5-1.5b-instruct-{tag}.gguf", "size": megabytes * 1_000_000,
+             "quant": quant, "url": f"{BASE}qwen2.5-1.5b-instruct-{tag}.gguf"}
+            for tag, quant, megabytes in FILES
+        ],
+        "suggested": "qwen2.5-1.5b-instruct-q8_0.gguf",
+        "reason": "Q8_0 (1.9 GB) is the largest that fits in 80% of 8.0 GB of memory, leaving "
+        "the rest for the context",
+    }  # fmt: skip
+    return {
+        methods.STATUS.name: status,
+        methods.ENGINE_SUBSCRIBE.name: snapshot,
+        methods.DISCOVERY_SUBSCRIBE.name: {"seq": 1, "nodes": [SELF_NODE]},
+        methods.HUB_SEARCH.name: [found, {"models": []}],
+        methods.HUB_FILES.name: files,
+    }
+
+
+async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Poll ``condition()`` until it holds (the page fills as the scripted answers arrive)."""
+    async with asyncio.timeout(timeout):
+        while True:
+            if condition():
+                return
+            await asyncio.sleep(0.05)
+
+
+async def save(widget: QWidget, out: Path) -> None:
+    """Let layouts settle, then save ``widget`` to ``out``."""
+    await asyncio.sleep(0.3)
+    if not widget.grab().save(str(out)):
+        raise OSError(f"could not write {out}")
+    print(f"saved {out}")
+
+
+async def render(out_dir: Path) -> None:
+    """Build the page, show the models, then search and choose a repository, then pull."""
+    connection = ScriptedConnection(answers())
+    engines, discovery = EnginesStore(connection), DiscoveryStore(connection)
+    nodes = NodesModel()
+    nodes.load([msgspec.convert(SELF_NODE, DiscoveredNode)])
+    controller = ModelsController(connection, PendingActions(), engines, discovery)
+    hub = HubController(controller, nodes)
+    page = ModelsPage(controller, load_catalog(), hub)
+    page.resize(*PAGE_SIZE)
+    page.show()
+    try:
+        connection.become_ready()
+        await wait_until(lambda: controller.models.rowCount() == 4)
+        await save(page, out_dir / "models.png")
+        page.tabs.setCurrentWidget(page.hub)
+        page.hub.search.setText("qwen2.5")
+        await save(page, out_dir / "hub-curated.png")
+        page.hub.show_hugging_face()
+        view = page.hub.hugging_face
+        view.search.setText("qwen2.5 1.5b instruct")
+        view.search.returnPressed.emit()
+        await wait_until(lambda: hub.search_state.phase == "done")
+        view.results.setCurrentIndex(hub.results.index(0, 0))
+        await wait_until(lambda: hub.files_state.phase == "done")
+        view.pull_button.click()
+        await wait_until(lambda: bool(page.pulls_panel.items))
+        await save(page, out_dir / "hub-search.png")
+        view.search.setText("zzz no such model")
+        view.search.returnPressed.emit()
+        await wait_until(lambda: hub.search_state.subject == "zzz no such model")
+        await wait_until(lambda: hub.search_state.phase == "done")
+        await save(page, out_dir / "hub-empty.png")
+        page.tabs.setCurrentWidget(page.models_tab)
+        page.resize(640, 480)
+        await save(page, out_dir / "models-narrow.png")
+    finally:
+        await hub.close()
+        await controller.close()
+        await engines.close()
+        await discovery.close()
+        await connection.stop()
+
+
+def main() -> int:
+    """Parse arguments and render."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out-dir", type=Path, default=Path("/tmp/hub-screens"))
+    arguments = parser.parse_args()
+    arguments.out_dir.mkdir(parents=True, exist_ok=True)
+    qt_app = QApplication.instance() or QApplication(sys.argv[:1])
+    assert isinstance(qt_app, QApplication)
+    with asyncio.Runner(loop_factory=lambda: qasync.QEventLoop(qt_app)) as runner:
+        runner.run(render(arguments.out_dir))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
