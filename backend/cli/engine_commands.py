@@ -1,26 +1,22 @@
 """``pair engines [--verbose]``, ``pair engine status|install|start|stop|restart|update|
-versions|set-port|logs|uninstall ENGINE``, ``pair models``, ``pair pull ENGINE MODEL``, ``pair
-model load|eject|delete ENGINE MODEL`` and ``pair model pull NAME|URL --engine ENGINE [--url URL]
-[--sha256 HEX]``, each on this node or, with ``--node``, on another member of the cluster (the
-broker forwards the call)."""
+versions|set-port|logs|uninstall ENGINE`` and ``pair model load|eject|delete ENGINE MODEL``,
+each on this node or, with ``--node``, on another member of the cluster (the broker forwards
+the call); the model list, pulls and the Hugging Face search are ``model_commands``."""
 
 from __future__ import annotations
 
 import argparse
 import shlex
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any, TypeVar
 
-import msgspec
-
-from backend.cli import client_commands, confirm, exit_codes
+from backend.cli import client_commands, confirm, exit_codes, model_commands
 from backend.cli.engine_format import (
     ENGINE_COLUMNS,
     ModelOperation,
     column_widths,
     describe_model_action,
-    describe_model_facts,
     describe_state,
     describe_status,
     describe_uninstalled,
@@ -111,10 +107,15 @@ def add_parsers(commands: Any, add_data_dir: Any) -> None:
     on_model = {
         op: model_ops.add_parser(op, help=spec.help) for op, spec in MODEL_OPERATIONS.items()
     }
-    pull_model = _add_model_pull(model_ops)
+    pull_model = model_ops.add_parser(
+        "pull", help="download a model into an engine, with progress (llama.cpp: from a URL)"
+    )
+    for parser in (pull, pull_model):
+        model_commands.configure_pull(parser)
+    hub = model_commands.add_hub_parsers(model_ops)
     for parser in on_engine.values():
         parser.add_argument("engine", metavar="ENGINE")
-    for parser in (pull, *on_model.values()):
+    for parser in on_model.values():
         parser.add_argument("engine", metavar="ENGINE")
         parser.add_argument("model", metavar="MODEL")
     on_engine["set-port"].add_argument("port", metavar="PORT", type=port_number)
@@ -130,19 +131,8 @@ def add_parsers(commands: Any, add_data_dir: Any) -> None:
     for parser in (engines, models, pull, pull_model, *on_engine.values(), *on_model.values()):
         add_data_dir(parser)
         add_node_option(parser)
-
-
-def _add_model_pull(model_ops: Any) -> argparse.ArgumentParser:
-    pull: argparse.ArgumentParser = model_ops.add_parser(
-        "pull", help="download a model into an engine, with progress (llama.cpp: from a URL)"
-    )
-    pull.add_argument(
-        "model", metavar="NAME|URL", nargs="?", help="the model's name, or the URL of its file"
-    )
-    pull.add_argument("--engine", metavar="ENGINE", required=True, help="the engine to pull into")
-    pull.add_argument("--url", metavar="URL", help="where to download the model file (llama.cpp)")
-    pull.add_argument("--sha256", metavar="HEX", help="the SHA-256 the downloaded file must have")
-    return pull
+    for parser in hub:  # Hugging Face is asked through this computer's PAIR service
+        add_data_dir(parser)
 
 
 def _line_count(text: str) -> int:
@@ -161,10 +151,9 @@ def run(args: argparse.Namespace) -> int | None:
         verbose: bool = args.verbose
         return _on_node(args, lambda peer, member: _engines(peer, member, verbose=verbose))
     if args.command == "models":
-        return _on_node(args, _models)
+        return _on_node(args, model_commands.list_models)
     if args.command == "pull":
-        bar = ProgressBar(EngineName(args.engine), args.model)
-        return _on_node(args, lambda peer, member: _pull(peer, bar, member), bar)
+        return _run_model_pull(args)
     if args.command == "engine":
         return _run_engine(args)
     if args.command == "model":
@@ -225,6 +214,8 @@ def _engine_work(args: argparse.Namespace, engine: EngineName) -> NodeWork:
 def _run_model(args: argparse.Namespace) -> int:
     if args.operation == "pull":
         return _run_model_pull(args)
+    if args.operation in model_commands.HUB_OPERATIONS:
+        return client_commands.run_with_broker(args.data_dir, model_commands.hub_work(args))
     operation: ModelOperation = MODEL_OPERATIONS[args.operation]
     engine, model = EngineName(args.engine), args.model
 
@@ -239,30 +230,12 @@ def _run_model(args: argparse.Namespace) -> int:
 
 
 def _run_model_pull(args: argparse.Namespace) -> int:
-    """``pair model pull``: the name the model will have is what its progress is drawn for."""
-    model: str | None = args.model
-    url: str | None = args.url
-    try:
-        name = _pulled_name(model, url)
-    except errors.InvalidParams as exc:
-        print(f"pair: {exc.message}", file=sys.stderr)
-        return exit_codes.USAGE
-    bar = ProgressBar(EngineName(args.engine), name)
-    params = EngineActionParams(
-        engine=bar.engine, action="pull_model", model=model, url=url, sha256=args.sha256
-    )
-    return _on_node(args, lambda peer, member: _pull(peer, bar, member, params), bar)
-
-
-def _pulled_name(model: str | None, url: str | None) -> str:
-    """The name a pull saves the model under: ``model``, else the one its URL suggests."""
-    if model and not (url is None and model.startswith(URL_SCHEMES)):
-        return model
-    if url is None and model is None:
-        raise errors.InvalidParams("give the model's name or the URL of its file")
-    from backend.components.engines.model_store import name_from_url
-
-    return name_from_url(url or model or "")
+    """``pair model pull`` and ``pair pull``: progress is drawn for the name the model gets."""
+    work = model_commands.pull_work(args)
+    if isinstance(work, int):
+        return work
+    bar, pull = work
+    return _on_node(args, pull, bar)
 
 
 async def _engines(peer: RpcPeer, member: KnownNode | None, *, verbose: bool = False) -> int:
@@ -295,51 +268,6 @@ async def _schedulers(
     return {state.engine: state for state in states.engines}
 
 
-async def _models(peer: RpcPeer, member: KnownNode | None) -> int:
-    scope = NodeScope(node=node_id_of(member))
-    models = await contract.call(peer, methods.ENGINE_MODELS, scope, timeout=LIST_TIMEOUT_S)
-    if not models.by_engine:
-        print(f"no engine is running{on_node(member)}")
-    for engine, names in sorted(models.by_engine.items()):
-        loaded = set(models.loaded_by_engine.get(engine, []))
-        slots = models.slots_by_engine.get(engine, {})
-        details = models.details_by_engine.get(engine, {})
-        sizes = models.sizes_by_engine.get(engine, {})
-        for name in names or ["(no models)"]:
-            mark = f"loaded, {slots.get(name, '?')} slots" if name in loaded else ""
-            facts = describe_model_facts(details.get(name), sizes.get(name))
-            print(f"{engine:<10}{name:<40}{facts}{mark}")
-    return exit_codes.OK
-
-
-async def _following(
-    peer: RpcPeer, bar: ProgressBar, member: KnownNode | None, call: Callable[[], Awaitable[T]]
-) -> T:
-    """``call``'s answer, with the progress the engine stream tells meanwhile drawn on ``bar``."""
-    bar.node = node_id_of(member)  # before subscribing: progress arrives as engine events
-    await contract.call(peer, methods.ENGINE_SUBSCRIBE)
-    try:
-        return await call()
-    finally:
-        bar.end_line()
-
-
-async def _pull(
-    peer: RpcPeer,
-    bar: ProgressBar,
-    member: KnownNode | None,
-    asked: EngineActionParams | None = None,
-) -> int:
-    """``asked`` (by default: pull ``bar.model`` into ``bar.engine``) on ``member``."""
-    base = asked or EngineActionParams(engine=bar.engine, action="pull_model", model=bar.model)
-    params = msgspec.structs.replace(base, node=node_id_of(member))
-    await _following(
-        peer, bar, member, lambda: contract.call(peer, methods.ENGINE_ACTION, params, timeout=None)
-    )
-    print(f"{bar.model} is ready in {bar.engine}{on_node(member)}")
-    return exit_codes.OK
-
-
 async def _install(
     peer: RpcPeer,
     method: Method[EngineRef, EngineStatus],
@@ -347,7 +275,7 @@ async def _install(
     member: KnownNode | None,
 ) -> int:
     params = EngineRef(engine=bar.engine, node=node_id_of(member))
-    status = await _following(
+    status = await model_commands.following(
         peer, bar, member, lambda: contract.call(peer, method, params, timeout=LONG_TIMEOUT_S)
     )
     done = "updated" if method is methods.ENGINE_UPDATE else "installed"

@@ -11,6 +11,7 @@ from backend.protocol.types.engines import (
     EngineActionName,
     EngineActionParams,
     EngineActionResult,
+    EngineModels,
     EngineStatus,
     EngineVersions,
     ModelDetails,
@@ -27,6 +28,9 @@ ENGINE_COLUMNS = (
     ("WANTED", 8),
     ("DETAIL", 0),
 )
+# ``pair models``: FILE is what a model store reads in the file (size, architecture,
+# quantization, trained context); STATE whether it is loaded.
+MODEL_COLUMNS = (("COMPUTER", 15), ("ENGINE", 10), ("MODEL", 24), ("FILE", 0), ("STATE", 0))
 COLUMN_GAP = 2
 
 
@@ -118,17 +122,42 @@ def describe_model_action(
 
 
 def describe_model_facts(details: ModelDetails | None, size: int | None) -> str:
-    """``0.5 MB  llama  F32  ctx 2048  ``: what a model's file says, for ``pair models``; empty
-    for a model its engine tells nothing of (only model stores read their files)."""
+    """``0.5 MB  llama  F32  trained ctx 2048``: what a model's file says, for ``pair models``
+    (the context it was trained for, not the ``llamacpp_context`` it is run with); empty for a
+    model its engine tells nothing of (only model stores read their files)."""
     if details is None:
         return ""
+    trained = details.context_length
     facts = [
         describe_size(size) if size is not None else None,
         details.architecture,
         details.quantization,
-        f"ctx {details.context_length}" if details.context_length is not None else None,
+        f"trained ctx {trained}" if trained is not None else None,
     ]
-    return "".join(f"{fact}  " for fact in facts if fact)
+    return "  ".join(fact for fact in facts if fact)
+
+
+def model_rows(models: EngineModels, computer: str) -> list[tuple[str, ...]]:
+    """``pair models``: a row per model of each running engine, in ``MODEL_COLUMNS`` order."""
+    rows: list[tuple[str, ...]] = []
+    for engine, names in sorted(models.by_engine.items()):
+        loaded = set(models.loaded_by_engine.get(engine, []))
+        slots = models.slots_by_engine.get(engine, {})
+        details = models.details_by_engine.get(engine, {})
+        sizes = models.sizes_by_engine.get(engine, {})
+        for name in names or ["(no models)"]:
+            state = f"loaded, {slots.get(name, '?')} slots" if name in loaded else ""
+            facts = describe_model_facts(details.get(name), sizes.get(name))
+            rows.append((computer, engine, name, facts, state))
+    return rows
+
+
+def models_table(rows: Sequence[Sequence[str]]) -> str:
+    """The rows of ``model_rows`` under a header, in columns."""
+    widths = column_widths(MODEL_COLUMNS, rows)
+    lines = [table_line([title for title, _ in MODEL_COLUMNS], widths)]
+    lines += [table_line(row, widths).rstrip() for row in rows]
+    return "\n".join(lines)
 
 
 def describe_size(size: int) -> str:

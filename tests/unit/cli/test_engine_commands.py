@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from backend.cli import engine_commands, exit_codes
+from backend.cli import engine_commands, exit_codes, model_commands
 from backend.cli.engine_format import describe_status, describe_versions
 from backend.cli.main import build_parser, main
 from backend.cli.node_ref import KnownNode, with_node
@@ -20,6 +20,7 @@ from backend.components.federation import link
 from backend.protocol import errors, methods
 from backend.protocol.types.base import NodeId
 from backend.protocol.types.engines import (
+    EngineActionParams,
     EngineActionResult,
     EngineLogs,
     EngineStatus,
@@ -452,7 +453,8 @@ def test_long_calls_wait_longer_than_the_broker_waits_for_a_member(
 async def _pull(broker: StreamingBroker, given: str | None, out: io.StringIO) -> int:
     bar = ProgressBar(OLLAMA, MODEL, out)
     broker.listener = bar.on_push
-    work = with_node(given, lambda peer, node: engine_commands._pull(peer, bar, node))
+    asked = EngineActionParams(engine=OLLAMA, action="pull_model", model=MODEL)
+    work = with_node(given, lambda peer, node: model_commands.pull(peer, bar, node, asked))
     return await work(broker.peer)
 
 
@@ -521,8 +523,8 @@ async def test_engines_and_models_ask_for_the_member(capsys: pytest.CaptureFixtu
     broker.answer(methods.ENGINE_MODELS.name, NO_MODELS)
     member = KnownNode(BOB, "bob")
     assert await engine_commands._engines(broker.peer, member) == exit_codes.OK
-    assert await engine_commands._models(broker.peer, member) == exit_codes.OK
-    assert await engine_commands._models(broker.peer, None) == exit_codes.OK
+    assert await model_commands.list_models(broker.peer, member) == exit_codes.OK
+    assert await model_commands.list_models(broker.peer, None) == exit_codes.OK
     assert broker.calls == [
         (methods.ENGINE_LIST.name, {"node": BOB}),
         (methods.ENGINE_MODELS.name, {"node": BOB}),

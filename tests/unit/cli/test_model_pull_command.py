@@ -1,6 +1,7 @@
-"""``pair model pull`` (a name, a URL, or a name with ``--url`` and ``--sha256``) against a
-scripted broker, drawing the progress of the name the model is saved under; and ``pair
-models`` showing what a model store's files say (size, architecture, quantization, context)."""
+"""``pair model pull ENGINE NAME|URL`` (or a name with ``--url`` and ``--sha256``; ``pair pull``
+and ``--engine`` alike) against a scripted broker, drawing the progress of the name the model is
+saved under; and ``pair models`` as a table with a header and the computer, showing what a model
+store's files say (size, architecture, quantization, trained context)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from backend.cli import engine_commands, exit_codes
+from backend.cli import exit_codes, model_commands
 from backend.cli.engine_format import describe_model_facts, describe_size
 from backend.cli.main import main
 from backend.protocol import methods
@@ -52,6 +53,21 @@ def _progress(model: str, percent: float, *, done: bool = False) -> PullProgress
 @pytest.mark.parametrize(
     ("argv", "sent", "name"),
     [
+        (
+            ["llamacpp", URL],
+            {"engine": "llamacpp", "action": "pull_model", "model": URL},
+            "Qwen2.5-0.5B-Instruct-Q4_K_M",
+        ),
+        (
+            ["llamacpp", "qwen", "--url", URL],
+            {"engine": "llamacpp", "action": "pull_model", "model": "qwen", "url": URL},
+            "qwen",
+        ),
+        (
+            ["ollama", "phi3:mini"],
+            {"engine": "ollama", "action": "pull_model", "model": "phi3:mini"},
+            "phi3:mini",
+        ),
         (
             ["--engine", "llamacpp", URL],
             {"engine": "llamacpp", "action": "pull_model", "model": URL},
@@ -100,21 +116,35 @@ def test_model_pull_sends_what_was_given_and_follows_the_saved_name(
     assert out.endswith(f"{name} is ready in {engine}\n")
 
 
+def test_pair_pull_is_the_same_command_and_names_the_model_a_url_becomes(
+    broker: StreamingBroker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broker.pushes[methods.ENGINE_ACTION.name] = [_progress("Qwen2.5-0.5B-Instruct-Q4_K_M", 100)]
+    assert main(["pull", "llamacpp", URL]) == exit_codes.OK
+    assert _sent(broker) == [{"engine": "llamacpp", "action": "pull_model", "model": URL}]
+    assert capsys.readouterr().out.endswith("Qwen2.5-0.5B-Instruct-Q4_K_M is ready in llamacpp\n")
+
+
 def test_model_pull_with_nothing_to_pull_or_an_unnamable_url_is_refused(
     broker: StreamingBroker, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["model", "pull", "--engine", "llamacpp"]) == exit_codes.USAGE
-    assert "give the model's name or the URL" in capsys.readouterr().err
-    assert main(["model", "pull", "--engine", "llamacpp", "https://example.com/"]) == 2
+    for argv in (["llamacpp"], ["--engine", "llamacpp"], [], ["llamacpp", "a", "b"]):
+        assert main(["model", "pull", *argv]) == exit_codes.USAGE
+        err = capsys.readouterr().err
+        assert err == (
+            "pair: give the engine and the model's name or the URL of its file: "
+            "`pair model pull ENGINE NAME|URL`\n"
+        )
+    assert main(["model", "pull", "llamacpp", "https://example.com/"]) == 2
     assert "give the model a name" in capsys.readouterr().err
     assert _sent(broker) == []
 
 
-def test_model_pull_needs_an_engine(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exited:
-        main(["model", "pull", URL])
-    assert exited.value.code == exit_codes.USAGE
-    assert "--engine" in capsys.readouterr().err
+def test_model_pull_of_a_url_alone_asks_for_the_engine_first(
+    broker: StreamingBroker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["model", "pull", URL]) == exit_codes.USAGE
+    assert "`pair model pull ENGINE NAME|URL`" in capsys.readouterr().err
 
 
 async def test_models_shows_what_a_stores_files_say(capsys: pytest.CaptureFixture[str]) -> None:
@@ -136,12 +166,14 @@ async def test_models_shows_what_a_stores_files_say(capsys: pytest.CaptureFixtur
             details_by_engine={LLAMACPP: {"qwen": details, "tiny": ModelDetails(file="t.gguf")}},
         ),
     )
-    assert await engine_commands._models(broker.peer, None) == exit_codes.OK
+    assert await model_commands.list_models(broker.peer, None) == exit_codes.OK
+    facts = "491.4 MB  qwen2  Q4_K_M  trained ctx 32768"
     lines = capsys.readouterr().out.splitlines()
     assert lines == [
-        f"{'llamacpp':<10}{'qwen':<40}491.4 MB  qwen2  Q4_K_M  ctx 32768  loaded, 2 slots",
-        f"{'llamacpp':<10}{'tiny':<40}",
-        f"{'ollama':<10}{'phi3:mini':<40}",  # an engine that reads no files: as before
+        f"{'COMPUTER':<15}{'ENGINE':<10}{'MODEL':<24}{'FILE':<{len(facts) + 2}}STATE",
+        f"{'this computer':<15}{'llamacpp':<10}{'qwen':<24}{facts}  loaded, 2 slots",
+        f"{'this computer':<15}{'llamacpp':<10}tiny",
+        f"{'this computer':<15}{'ollama':<10}phi3:mini",  # an engine that reads no files
     ]
 
 
