@@ -12,6 +12,7 @@ import msgspec
 import pytest
 from pytestqt.qtbot import QtBot
 
+from app.application import PairApplication
 from app.broker.state import ServiceState
 from app.controllers.activity import ActivityController, OverallStatus, count_active, overall_status
 from app.controllers.components import ComponentsController
@@ -19,6 +20,7 @@ from app.controllers.errors import ErrorsController
 from app.controllers.service import ServiceController
 from app.models.components import ComponentsModel
 from app.models.errors import ErrorsModel
+from app.options import AppOptions
 from app.stores.settings import SettingsStore
 from app.tray import Tray, TrayWatch, engine_label, jobs_text, status_icon
 from backend.protocol import methods
@@ -263,11 +265,11 @@ async def test_the_tray_watch_reports_a_tray_that_appears_later(qtbot: QtBot) ->
 
 
 async def test_the_app_adds_the_tray_when_the_desktop_gets_one(
-    qtbot: QtBot, tmp_path: Path
+    qtbot: QtBot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from app.application import PairApplication
-    from app.options import AppOptions
-
+    shown: list[Tray] = []
+    # Offscreen has no tray to show an icon in (Qt warns); the test sees the app show it.
+    monkeypatch.setattr(Tray, "show", lambda tray: shown.append(tray))
     has_tray = False
     app = PairApplication(
         AppOptions(tmp_path / "node"), tray_check=lambda: has_tray, open_url=lambda _u: True
@@ -278,6 +280,7 @@ async def test_the_app_adds_the_tray_when_the_desktop_gets_one(
         has_tray = True
         app.tray_watch.appeared.emit()
         assert app.tray is not None and app.window.hide_on_close  # closing now hides
+        assert shown == [app.tray]
         with qtbot.waitSignal(app.tray.show_requested, timeout=1000):
             app.tray.show_action.trigger()
     finally:
@@ -285,9 +288,6 @@ async def test_the_app_adds_the_tray_when_the_desktop_gets_one(
 
 
 async def test_an_app_told_not_to_use_a_tray_does_not_watch_for_one(tmp_path: Path) -> None:
-    from app.application import PairApplication
-    from app.options import AppOptions
-
     app = PairApplication(AppOptions(tmp_path / "node"), use_tray=False, open_url=lambda _u: True)
     try:
         assert app.tray is None and app.tray_watch is None
