@@ -12,7 +12,8 @@ import pytest
 from PySide6.QtWidgets import QMessageBox
 from pytestqt.qtbot import QtBot
 
-from app.models.models import LOADING, ModelsModel
+from app.models.models import LOADING, ModelsModel, serves_one_model, supports
+from backend.components.engines.manifest import bundled_documents
 from backend.protocol import methods
 from backend.protocol.errors import Conflict
 from tests.gui.helpers import settle, wait_until
@@ -38,6 +39,21 @@ REFUSAL = (
     f"{SERVED} is the model llama.cpp (llama-server) serves right now; load another model or "
     "stop the engine before deleting it"
 )
+
+
+def test_the_app_treats_as_single_model_exactly_the_engines_whose_manifest_says_so() -> None:
+    documents = bundled_documents()
+    single = {
+        name
+        for name, document in documents.items()
+        if document.get("scheduler", {}).get("single_model") is True
+    }
+    assert single == {"llamacpp"}
+    assert {name for name in documents if serves_one_model(name)} == single
+    for name in single:  # one model always served while it runs: no eject of its own
+        assert not supports(name, "unload_model")
+        assert all(supports(name, action) for action in ("load_model", "delete_model"))
+        assert supports(name, "pull_model")
 
 
 async def start_llama(ui: Ui, models: Any = LLAMA, llama_state: str = "running") -> None:
