@@ -155,6 +155,9 @@ class EngineController(EngineRun):
             latest=await self._latest_release(fresh=False),
             refusal=await self._update_refusal(),
             found=self._life.installed,
+            label=await releases.version_label(
+                self.manifest.version, binary=self._life.binary, values=self.placeholder_values()
+            ),
         )
 
     async def update(self, progress: installer.ProgressSink, hold: Hold = _granted) -> EngineStatus:

@@ -122,6 +122,9 @@ class VersionSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     the detected executable runs; else ``cmd`` (its output, stdout and stderr, searched with
     ``pattern``, whose first group is the version; ``env`` is added to its environment); else
     the version of the Python distribution ``python_package`` when the executable lies in it.
+    That version is the one compared with the latest release; ``label_cmd`` (searched with
+    ``label_pattern``) is what the executable says of itself, shown to people in its place when
+    the two differ in form (a wheel numbered apart from the program it carries).
     """
 
     http: str | None = None
@@ -130,6 +133,8 @@ class VersionSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     env: dict[str, str] = {}
     pattern: str = DEFAULT_VERSION_PATTERN
     python_package: str | None = None
+    label_cmd: list[str] | None = None
+    label_pattern: str = DEFAULT_VERSION_PATTERN
     timeout_s: float = 10.0
 
 
@@ -467,6 +472,7 @@ def _check_versions(manifest: Manifest, source: str) -> None:
         if version.http is None and version.cmd is None and version.python_package is None:
             raise ManifestError(f"{source}: version needs http, cmd or python_package")
         _check_pattern(version.pattern, f"{source}: version.pattern")
+        _check_pattern(version.label_pattern, f"{source}: version.label_pattern")
     if latest is not None:
         _check_pattern(latest.pattern, f"{source}: latest.pattern")
     if update is None:

@@ -92,8 +92,11 @@ def summary(
     latest: Latest,
     refusal: str | None,
     found: bool,
+    label: str | None = None,
 ) -> EngineVersions:
-    """The ``engine:versions`` answer; ``found``: the executable was found."""
+    """The ``engine:versions`` answer; ``found``: the executable was found; ``label``: the
+    version as the executable names itself, shown in place of ``installed`` (still the one
+    compared with the latest)."""
     reasons = [refusal] if refusal is not None else []
     if latest.problem is not None:
         reasons.append(f"the latest version of {name} is not known: {latest.problem}")
@@ -102,7 +105,7 @@ def summary(
     newer = installed is not None and latest.version is not None
     return EngineVersions(
         engine=engine,
-        installed=installed,
+        installed=label or installed,
         latest=latest.version,
         update_available=newer and is_newer(str(latest.version), str(installed)),
         can_update=refusal is None,
@@ -130,7 +133,7 @@ async def installed_version(
         if found is not None:
             return found
     if spec.cmd is not None:
-        found = await _version_from_command(spec, values)
+        found = await _version_from_command(spec, spec.cmd, spec.pattern, values)
         if found is not None:
             return found
     if spec.python_package is not None:
@@ -150,9 +153,19 @@ async def _version_over_http(
     return (value.strip() or None) if isinstance(value, str) else None
 
 
-async def _version_from_command(spec: VersionSpec, values: Mapping[str, str]) -> str | None:
-    assert spec.cmd is not None
-    argv = expand_all(spec.cmd, values)
+async def version_label(
+    spec: VersionSpec | None, *, binary: Path | None, values: Mapping[str, str]
+) -> str | None:
+    """The version as the executable names itself (``label_cmd``), None without one."""
+    if spec is None or binary is None or spec.label_cmd is None:
+        return None
+    return await _version_from_command(spec, spec.label_cmd, spec.label_pattern, values)
+
+
+async def _version_from_command(
+    spec: VersionSpec, cmd: list[str], pattern: str, values: Mapping[str, str]
+) -> str | None:
+    argv = expand_all(cmd, values)
     env = {key: expand(value, values) for key, value in spec.env.items()}
     try:
         result = await run_command(argv, timeout=spec.timeout_s, env=env)
@@ -162,7 +175,7 @@ async def _version_from_command(spec: VersionSpec, values: Mapping[str, str]) ->
     if result.code != 0:
         log.debug("%s failed: %s", " ".join(argv), result.describe())
         return None
-    return extract(spec.pattern, "\n".join(result.lines))
+    return extract(pattern, "\n".join(result.lines))
 
 
 def _distribution_version(package: str, binary: Path) -> str | None:

