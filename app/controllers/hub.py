@@ -208,11 +208,11 @@ def pull_blocker(models: ModelsController, engine: EngineName, node: NodeId | No
         if node is None:
             return "The PAIR service is not running: start it to pull models."
         return f"{where} cannot be reached."
-    if engine in models.pull_engines(node):
-        return None
     if models.engine_installed(engine, node) is False:
         return (
             f"{title} is not installed on {where}: install it on the Engines page "
             f"(or run `pair engine install {engine}` there)."
         )
+    if engine in models.pull_engines(node):
+        return None
     return f"{title} is not running on {where}: start it on the Engines page."

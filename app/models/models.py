@@ -197,11 +197,17 @@ class ModelRow:
 def listed_engines(
     models: EngineModels | None, statuses: Iterable[EngineStatus]
 ) -> set[EngineName]:
-    """Engines with a model list, less those known to be stopped (they serve nothing; their
-    list comes back when they run again)."""
+    """Engines with a model list, less those known not to be running (they serve nothing;
+    their list comes back when they run again). An engine that serves one model of files PAIR
+    keeps (llama.cpp) keeps its list in any state: the broker lists its files whenever it is
+    installed, a switch restarts it, and loading a file starts it."""
     listed = set(models.by_engine) if models is not None else set()
     states = {status.engine: status.state for status in statuses}
-    return {name for name in listed if states.get(name, "running") == "running"}
+    return {
+        name
+        for name in listed
+        if states.get(name, "running") == "running" or serves_one_model(name)
+    }
 
 
 def local_rows(

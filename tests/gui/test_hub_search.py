@@ -88,8 +88,9 @@ async def ui(qtbot: QtBot) -> AsyncIterator[Ui]:
 async def start(ui: Ui, llama_state: str = "running", llama_installed: bool = True) -> None:
     ui.connection.script(methods.STATUS, status())
     llama = {**engine("llamacpp", llama_state), "installed": llama_installed}
-    models = listing({"ollama": ["qwen3:8b"], "llamacpp": ["tiny"]})
-    ui.events.script(engine("ollama"), engine("lmstudio"), llama, models=models)
+    # The broker lists llama.cpp's files whenever it is installed (running or not).
+    by_engine = {"ollama": ["qwen3:8b"], **({"llamacpp": ["tiny"]} if llama_installed else {})}
+    ui.events.script(engine("ollama"), engine("lmstudio"), llama, models=listing(by_engine))
     ui.connection.script(methods.DISCOVERY_SUBSCRIBE, {"seq": 10, "nodes": [SELF_NODE, PEER_NODE]})
     ui.connection.become_ready()
     await wait_until(lambda: ui.controller.node_id is not None and ui.controller.engines.loaded)
@@ -185,8 +186,10 @@ async def test_a_split_model_cannot_be_pulled_and_says_why(ui: Ui) -> None:
     assert "split into 2 files" in view.pull_button.toolTip()
 
 
-async def test_llama_cpp_not_installed_or_stopped_says_what_to_do(ui: Ui) -> None:
-    await start(ui, llama_state="stopped", llama_installed=False)
+async def test_llama_cpp_not_installed_says_how_to_install_and_stopped_still_pulls(
+    ui: Ui,
+) -> None:
+    await start(ui, llama_state="not-installed", llama_installed=False)
     await search_and_choose(ui)
     button = ui.page.hub.hugging_face.pull_button
     assert not button.isEnabled()
@@ -195,11 +198,9 @@ async def test_llama_cpp_not_installed_or_stopped_says_what_to_do(ui: Ui) -> Non
         "(or run `pair engine install llamacpp` there)."
     )
     ui.events.state({**engine("llamacpp", "stopped"), "installed": True})
+    ui.events.models(listing({"ollama": ["qwen3:8b"], "llamacpp": []}))
     await settle()
-    assert (
-        button.toolTip()
-        == "llama.cpp is not running on this computer: start it on the Engines page."
-    )
+    assert button.isEnabled(), "its files are kept by PAIR: a stopped llama.cpp pulls too"
 
 
 async def test_a_search_without_results_shows_an_empty_state(ui: Ui) -> None:

@@ -102,9 +102,25 @@ async def test_the_pull_bar_offers_llama_cpp_and_pulls_a_model_file_by_its_addre
     assert ui.key("llamacpp", "Small-Q4_K_M") in ui.page.pulls_panel.items
 
 
-async def test_a_stopped_llama_cpp_is_not_offered_for_pulls(ui: Ui) -> None:
-    await start_llama(ui, llama_state="stopped")
-    assert engines_offered(ui) == ["Ollama"]
+async def test_a_stopped_llama_cpp_keeps_its_files_to_load_pull_or_delete(ui: Ui) -> None:
+    stopped = listing({"ollama": ["qwen3:8b"], "llamacpp": [SERVED, OTHER]})
+    await start_llama(ui, models=stopped, llama_state="stopped")
+    assert engines_offered(ui) == ["Ollama", "llama.cpp"], "its store pulls while stopped"
+    buttons = ui.actions("llamacpp", OTHER).buttons
+    assert buttons["load"].isEnabled() and buttons["delete"].isEnabled()
+    assert buttons["load"].toolTip() == (
+        f"Serve {OTHER} with llama.cpp (it holds one model at a time)."
+    )
+
+
+async def test_a_switch_keeps_the_rows_while_llama_cpp_restarts(ui: Ui) -> None:
+    await start_llama(ui)
+    ui.connection.script(methods.ENGINE_ACTION, never())
+    ui.actions("llamacpp", OTHER).buttons["load"].click()
+    for state in ("stopping", "starting"):
+        ui.events.state(engine("llamacpp", state))
+        await settle()
+        assert ui.status_of("llamacpp", OTHER) == "Loading…", state
 
 
 async def test_load_switches_the_served_model_and_says_it_replaces_it(ui: Ui) -> None:
