@@ -25,6 +25,7 @@ COLUMNS = ("Computer", "Engine", "Model", "Result")
 OUTCOME_COLUMN = 3
 OUTCOME_COLOURS = {"ok": STATE_COLOURS["completed"], "failed": STATE_COLOURS["failed"]}
 VISIBLE_ROWS = 4  # the list keeps this height, so the page does not jump when rows arrive
+DESCRIPTION = "Asks each running engine of every computer for a few words, to show it answers."
 
 
 class InferenceCheckBox(QGroupBox):
@@ -38,9 +39,7 @@ class InferenceCheckBox(QGroupBox):
             "Sends a tiny request to one model of each running engine on each computer, "
             "through this computer's front door."
         )
-        self.note = muted_label(
-            "Asks each running engine of every computer for a few words, to show that it answers."
-        )
+        self.note = muted_label(DESCRIPTION)
         self.table = QTreeWidget()
         self.table.setHeaderLabels(COLUMNS)
         self.table.setRootIsDecorated(False)
@@ -79,8 +78,7 @@ class InferenceCheckBox(QGroupBox):
         self.table.clear()
         for row in controller.rows:
             self.table.addTopLevelItem(_item(row))
-        if controller.note:
-            self.note.setText(controller.note)
+        self.note.setText(controller.note or DESCRIPTION)
         self.check_button.setEnabled(not controller.running)
         self.check_button.setText("Checking…" if controller.running else "Check every engine")
 
