@@ -14,7 +14,7 @@ import msgspec
 from backend.common import tls
 from backend.common.certificates import NodeCredentials
 from backend.common.hostport import url_host
-from backend.common.plain_errors import plain_error
+from backend.core.plain_errors import plain_error
 from backend.protocol.types.nodes import NodeInfo
 
 T = TypeVar("T")

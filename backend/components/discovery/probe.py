@@ -18,7 +18,7 @@ import msgspec
 
 from backend.common import tls
 from backend.common.hostport import url_host
-from backend.common.plain_errors import plain_error
+from backend.core.plain_errors import plain_error
 from backend.protocol.types.nodes import NodeEngineModels, NodeInfo
 
 NODE_INFO_PATH = "/v1/node-info"

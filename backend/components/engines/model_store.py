@@ -26,7 +26,7 @@ import aiohttp
 
 from backend.common.files import ensure_private_dir, fsync_dir
 from backend.common.gguf import GgufError, GgufInfo, read_file
-from backend.common.plain_errors import plain_error
+from backend.core.plain_errors import plain_error
 from backend.protocol import errors
 from backend.protocol.types.base import EngineName
 from backend.protocol.types.engines import ModelDetails, PullProgress

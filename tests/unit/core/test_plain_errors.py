@@ -13,10 +13,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from backend.common.plain_errors import plain_error
 from backend.components.cluster import peer_client
 from backend.components.discovery import probe
 from backend.components.engines.model_store import ModelStore
+from backend.core.plain_errors import plain_error
 from backend.protocol import errors
 from backend.protocol.types.base import EngineName
 from tests.support.ports import refusing_port
