@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
 
 from backend.cli import exit_codes
 from backend.cli.client_commands import run_with_broker
+from backend.common.hostport import url_host
+from backend.components.discovery.probe import NODE_INFO_PATH
+from backend.components.discovery.records import interface_addresses, rank_addresses
 from backend.protocol import contract, methods
 from backend.protocol.peer import RpcPeer
 from backend.protocol.types.broker import BrokerStatus
@@ -18,10 +21,27 @@ from backend.protocol.types.broker import BrokerStatus
 EVERY_MODEL = "Every door reaches every model of every computer in the cluster, in all three APIs."
 # API title, its doors best first (every door speaks it; the port its apps expect comes first),
 # its client setting and the URL its clients take (Anthropic's SDK adds /v1/messages itself).
+# The OpenAI and Anthropic SDKs refuse to start without an API key; this computer needs none, so
+# any value does.
+ANY_KEY = "pair"
 API_SETTINGS = (
     ("Ollama API", ("ollama", "openai", "llamacpp"), "OLLAMA_HOST={hostport}", "{url}"),
-    ("OpenAI API", ("openai", "llamacpp", "ollama"), "OPENAI_BASE_URL={url}/v1", "{url}/v1"),
-    ("Anthropic API", ("ollama", "openai", "llamacpp"), "ANTHROPIC_BASE_URL={url}", "{url}"),
+    (
+        "OpenAI API",
+        ("openai", "llamacpp", "ollama"),
+        f"OPENAI_BASE_URL={{url}}/v1 OPENAI_API_KEY={ANY_KEY}",
+        "{url}/v1",
+    ),
+    (
+        "Anthropic API",
+        ("ollama", "openai", "llamacpp"),
+        f"ANTHROPIC_BASE_URL={{url}} ANTHROPIC_API_KEY={ANY_KEY}",
+        "{url}",
+    ),
+)
+ANY_KEY_NOTE = (
+    f"This computer needs no API key; the SDKs insist on one, so any value does ({ANY_KEY}).",
+    "Other computers need LAN access on and a key of their own (`pair api-key create NAME`).",
 )
 USUAL_PORT_OF = {"ollama": "Ollama", "openai": "LM Studio", "llamacpp": "llama-server"}
 EQUAL_DOORS = (
@@ -51,7 +71,7 @@ def endpoints(data_dir: str | None, *, as_json: bool) -> int:
         if as_json:
             sys.stdout.write(msgspec.json.encode(status.front_doors).decode() + "\n")
             return exit_codes.OK
-        print(format_endpoints(status))
+        print(format_endpoints(status, rank_addresses(interface_addresses())))
         return exit_codes.OK
 
     return run_with_broker(data_dir, work)
@@ -63,9 +83,10 @@ def _door_rank(door: str) -> tuple[int, str]:
     return (known.index(door) if door in known else len(known), door)
 
 
-def format_endpoints(status: BrokerStatus) -> str:
+def format_endpoints(status: BrokerStatus, addresses: Sequence[str] = ()) -> str:
     """What every door reaches, one line per client API (URL and client setting), the doors and
-    their ports, moved-port notes and the node API."""
+    their ports, moved-port notes and the node API at ``addresses`` (where other computers
+    reach this one, best first)."""
     doors = status.front_doors
     if not doors:
         return "The front doors are not open yet; try again in a moment."
@@ -80,11 +101,16 @@ def format_endpoints(status: BrokerStatus) -> str:
     lines += [f"{title:<15}{url:<{width}}{setting}" for title, url, setting in apis]
     lines += ["", f"{'DOOR':<10}{'URL':<{width}}THE USUAL PORT OF"]
     lines += [f"{door:<10}{doors[door]:<{width}}{USUAL_PORT_OF.get(door, '')}" for door in order]
-    lines += [EQUAL_DOORS, ""]
+    lines += [EQUAL_DOORS, *ANY_KEY_NOTE, ""]
     moved = [e for e in status.errors if e.id.startswith("proxy:port-taken:")]
     lines += [f"note: {entry.message}" for entry in moved]
-    lines.append(
-        f"node API  port {status.ports.node} on every address, TLS: /v1/node-info and pairing "
-        "(other PAIR nodes)"
-    )
+    lines.append(f"node API  {node_api(status.ports.node, addresses)}")
     return "\n".join(line.rstrip() for line in lines)
+
+
+def node_api(port: int, addresses: Sequence[str]) -> str:
+    """Where other PAIR nodes reach this one's node API (TLS): pairing and node-info."""
+    if not addresses:
+        return f"port {port} over TLS (this computer has no address other computers can use now)"
+    urls = ", ".join(f"https://{url_host(address)}:{port}{NODE_INFO_PATH}" for address in addresses)
+    return f"{urls} (other PAIR nodes: pairing and node-info)"

@@ -10,7 +10,6 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
 
-import psutil
 from zeroconf import IPVersion, ServiceStateChange, Zeroconf
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
@@ -20,6 +19,7 @@ from backend.components.discovery.records import (
     Announcement,
     MalformedRecord,
     instance_name_label,
+    interface_addresses,
     parse_properties,
     rank_addresses,
     service_properties,
@@ -30,16 +30,6 @@ log = logging.getLogger(__name__)
 
 RESOLVE_TIMEOUT_MS = 3000
 CLOSE_TIMEOUT_S = 2.0
-
-
-def interface_addresses() -> dict[str, list[str]]:
-    """Every interface's IPv4 addresses, by interface name."""
-    import socket
-
-    return {
-        name: [entry.address for entry in entries if entry.family == socket.AF_INET]
-        for name, entries in psutil.net_if_addrs().items()
-    }
 
 
 def instance_name(display_name: str, node_id: str) -> str:

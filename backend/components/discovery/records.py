@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import socket
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+import psutil
 
 from backend.protocol.types.base import NodeId
 from backend.protocol.types.broker import Ports
@@ -74,6 +77,14 @@ def parse_properties(properties: Mapping[bytes, bytes | None]) -> Announcement:
         raise MalformedRecord("no node API port (ni)")
     addresses = tuple(_address(part) for part in text.get("ips", "").split(",") if part)
     return Announcement(node_id, text.get("cluster", ""), addresses[:MAX_ADDRESSES], ports)
+
+
+def interface_addresses() -> dict[str, list[str]]:
+    """Every interface's IPv4 addresses, by interface name."""
+    return {
+        name: [entry.address for entry in entries if entry.family == socket.AF_INET]
+        for name, entries in psutil.net_if_addrs().items()
+    }
 
 
 def rank_addresses(interfaces: Mapping[str, Sequence[str]]) -> list[str]:

@@ -43,12 +43,15 @@ def test_every_door_reaches_every_model_and_each_api_has_one_client_setting() ->
     text = format_endpoints(status(DOORS))
     assert text.splitlines()[0] == EVERY_MODEL
     assert line_of(text, "Ollama API") == ["http://127.0.0.1:11434", "OLLAMA_HOST=127.0.0.1:11434"]
+    # The SDKs refuse to start without a key; this computer needs none, so any value does.
     assert line_of(text, "OpenAI API") == [
-        "http://127.0.0.1:1234/v1", "OPENAI_BASE_URL=http://127.0.0.1:1234/v1"
+        "http://127.0.0.1:1234/v1", "OPENAI_BASE_URL=http://127.0.0.1:1234/v1",
+        "OPENAI_API_KEY=pair",
     ]  # fmt: skip
     # Without /v1: the anthropic SDK adds /v1/messages itself.
     assert line_of(text, "Anthropic API") == [
-        "http://127.0.0.1:11434", "ANTHROPIC_BASE_URL=http://127.0.0.1:11434"
+        "http://127.0.0.1:11434", "ANTHROPIC_BASE_URL=http://127.0.0.1:11434",
+        "ANTHROPIC_API_KEY=pair",
     ]  # fmt: skip
     assert "LM Studio's models" not in text and "llama-server's models" not in text
 
@@ -61,11 +64,18 @@ def test_the_doors_are_listed_in_order_with_the_usual_port_they_take() -> None:
         ["openai", "http://127.0.0.1:1234", "LM"],
         ["llamacpp", "http://127.0.0.1:8080", "llama-server"],
     ]
-    node_api = " ".join(line_of(text, "node API"))
-    assert (
-        node_api == "port 14320 on every address, TLS: /v1/node-info and pairing (other PAIR nodes)"
-    )
     assert "note:" not in text
+
+
+def test_the_node_api_is_https_at_the_addresses_other_computers_use() -> None:
+    text = format_endpoints(status(DOORS), ["192.168.1.30", "100.64.0.7"])
+    assert " ".join(line_of(text, "node API")) == (
+        "https://192.168.1.30:14320/v1/node-info, https://100.64.0.7:14320/v1/node-info "
+        "(other PAIR nodes: pairing and node-info)"
+    )
+    alone = " ".join(line_of(format_endpoints(status(DOORS)), "node API"))
+    assert alone == "port 14320 over TLS (this computer has no address other computers can use now)"
+    assert "0.0.0.0" not in text and "http://0" not in text
 
 
 def test_an_api_whose_door_is_closed_names_another_open_door() -> None:
