@@ -3,7 +3,7 @@ Leave."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import QModelIndex, Signal
 from PySide6.QtWidgets import (
     QGroupBox,
     QHBoxLayout,
@@ -50,7 +50,9 @@ class ClusterBox(QGroupBox):
         self.remove_button = QPushButton("Remove…")
         self.remove_button.setToolTip("Remove the member selected in the table")
         self.leave_button = QPushButton("Leave cluster…")
-        self.notice = Notice()
+        self.notice = Notice(reserve_lines=2)
+        self._removing: MemberRow | None = None  # the member a Remove was confirmed for
+        self._gone_before_answer = False  # its row went before cluster:remove answered
         self.join_row = JoinWindowRow(controller)
         self.empty = EmptyState(self.join_row)
         self._lay_out()
@@ -96,7 +98,7 @@ class ClusterBox(QGroupBox):
             signal.connect(self._on_members_rows_changed)
         controller.renamed.connect(self._on_controller_renamed)
         controller.rename_failed.connect(self._on_controller_rename_failed)
-        controller.membership_done.connect(self.notice.say)
+        controller.membership_done.connect(self._on_controller_membership_done)
         controller.membership_failed.connect(self.notice.warn)
 
     def refresh(self, ready: bool) -> None:
@@ -115,7 +117,29 @@ class ClusterBox(QGroupBox):
         self._on_members_rows_changed()
         self._on_name_edit_text_changed(self.name_edit.text())
 
+    def _on_controller_membership_done(self, text: str) -> None:
+        if self._gone_before_answer:
+            self._gone_before_answer = False
+            return  # the line says already that it is no longer in the cluster
+        self.notice.say(text)
+
+    def _removed_is_gone(self) -> bool:
+        removing = self._removing
+        return removing is not None and self._controller.members.get(removing.node_id) is None
+
+    def _forget_removed(self) -> None:
+        # The table must not pick the next member in its place, ready for a second Remove.
+        assert self._removing is not None
+        # Still "Removing …": cluster:remove has not answered; its answer is then not shown.
+        self._gone_before_answer = self.notice.text().startswith("Removing ")
+        self.notice.say(f"{self._removing.name} is no longer in the cluster.")
+        self._removing = None
+        self.table.clearSelection()
+        self.table.setCurrentIndex(QModelIndex())
+
     def _on_members_rows_changed(self, *_args: object) -> None:
+        if self._removed_is_gone():
+            self._forget_removed()
         empty = self._controller.members.rowCount() == 0
         self.table.setVisible(not empty)
         self.no_members.setVisible(empty)
@@ -150,6 +174,7 @@ class ClusterBox(QGroupBox):
         if not isinstance(row, MemberRow):
             return
         if self._prompts.confirm(self, f"Remove {row.name}?", remove_text(row.name), "Remove"):
+            self._removing = row
             self.notice.say(f"Removing {row.name}…")
             self._controller.remove_member(row.node_id)
 

@@ -59,8 +59,10 @@ def group_fingerprint(fingerprint: str) -> str:
 def remove_text(name: str) -> str:
     """What removing a member does, said before it is done."""
     return (
-        f"{name} is removed for good: its certificate can never rejoin this cluster; it is "
-        "told to leave. Its jobs stay in the history."
+        f"{name} is removed for good: this cluster never accepts its current certificate "
+        "again, and it is told to leave. Its jobs stay in the history.\n\nTo bring that "
+        "computer back later, reset PAIR on it (Settings → Service → Reset app data gives it a "
+        "new identity), then invite it again with Add node…."
     )
 
 
@@ -152,25 +154,32 @@ class IdentityBox(QGroupBox):
 
 
 class Notice(QLabel):
-    """A line under a section's buttons: what a command did, or (in red) why it failed."""
+    """A line under a section's buttons: what a command did, or (in red) why it failed.
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    With ``reserve_lines`` it keeps that many lines' room while empty, so what is below it
+    stays put when an outcome appears (the cursor may be on its way there)."""
+
+    def __init__(self, parent: QWidget | None = None, *, reserve_lines: int = 0) -> None:
         super().__init__(parent)
         self.setWordWrap(True)
         self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.hide()
+        self.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
+        self._reserved = reserve_lines > 0
+        if self._reserved:
+            self.setMinimumHeight(self.fontMetrics().lineSpacing() * reserve_lines)
+        self.setVisible(self._reserved)
 
     def say(self, text: str) -> None:
         """Show an outcome."""
         self.setStyleSheet("")
         self.setText(text)
-        self.setVisible(bool(text))
+        self.setVisible(bool(text) or self._reserved)
 
     def warn(self, text: str) -> None:
         """Show a failure."""
         self.setStyleSheet(f"color: {SEVERITY_COLOURS['error'].name()};")
         self.setText(text)
-        self.setVisible(bool(text))
+        self.setVisible(bool(text) or self._reserved)
 
 
 def selected_row(table: QTableView) -> object:

@@ -30,6 +30,7 @@ from app.stores.engines import EnginesStore
 from app.stores.settings import SettingsStore
 from app.window.cluster_dialogs import Prompts
 from app.window.cluster_page import ClusterPage, group_fingerprint
+from app.window.cluster_parts import remove_text, selected_row
 from backend.protocol import methods
 from backend.protocol.errors import InvalidParams, Unavailable
 from backend.protocol.types.apikeys import ApiKeyInfo
@@ -437,10 +438,8 @@ async def test_remove_asks_first_and_a_cancel_sends_nothing(qtbot: QtBot, ui: Ui
     assert ui.connection.called(methods.CLUSTER_REMOVE) == []
     title, text, action = ui.prompts.asked[0]
     assert title == "Remove gpu-box?" and action == "Remove"
-    assert text == (
-        "gpu-box is removed for good: its certificate can never rejoin this cluster; it is "
-        "told to leave. Its jobs stay in the history."
-    )
+    assert text == remove_text("gpu-box")
+    assert text.startswith("gpu-box is removed for good: this cluster never accepts its current")
 
 
 async def test_remove_confirmed_calls_the_broker_and_the_row_goes(qtbot: QtBot, ui: Ui) -> None:
@@ -696,3 +695,44 @@ async def test_a_cluster_that_cannot_be_read_says_why_and_tries_again(ui: Ui) ->
     await settle()
     assert page.problem.isHidden() and not page.cluster_box.isHidden()
     assert ui.names() == ["atlas"]
+
+
+async def test_after_a_removal_nothing_is_selected_and_the_outcome_follows_the_member(
+    qtbot: QtBot, ui: Ui
+) -> None:
+    await start(ui, status(ATLAS, BOX, NAS))
+    box = ui.page.cluster_box
+    removed = {"node_id": "n-box", "name": "gpu-box", "fingerprint": "f", "removed_at": NOW}
+    ui.connection.script(methods.CLUSTER_REMOVE, removed)
+    select(ui, ui.names().index("gpu-box"))
+    ui.prompts.answers = [True]
+    await emitted(ui.controller.membership_done, box.remove_button.click)
+    assert box.notice.text() == "gpu-box was removed for good; it is being told to leave."
+    ui.push_status(ATLAS, NAS)
+    await wait_until(lambda: "gpu-box" not in ui.names(), 5)
+    await settle()
+    # The next member is not selected in its place, ready for a second Remove.
+    assert selected_row(box.table) is None and not box.remove_button.isEnabled()
+    assert box.notice.text() == "gpu-box is no longer in the cluster."
+
+
+async def test_the_outcome_line_keeps_its_room_so_nothing_below_moves(qtbot: QtBot, ui: Ui) -> None:
+    await start(ui, status(ATLAS, BOX))
+    ui.page.resize(820, 1200)
+    ui.page.show()
+    await settle()
+    create = ui.page.lan_box.create_button
+    before = create.mapTo(ui.page, create.rect().topLeft())
+    ui.page.cluster_box.notice.say("gpu-box was removed for good; it is being told to leave.")
+    await settle()
+    ui.page.widget().layout().activate()
+    assert create.mapTo(ui.page, create.rect().topLeft()) == before
+    ui.page.cluster_box.notice.say("")
+    await settle()
+    ui.page.widget().layout().activate()
+    assert create.mapTo(ui.page, create.rect().topLeft()) == before
+
+
+def test_the_removal_says_how_to_bring_that_computer_back() -> None:
+    text = remove_text("vm")
+    assert "reset" in text.lower() and "invite it again" in text
