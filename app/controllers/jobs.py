@@ -1,12 +1,12 @@
 """Keeps ``JobsModel`` equal to the jobs store (every member's jobs) and the names of the
 nodes its jobs mention (from the discovery store, and the cluster's members from the engines
-store); clears the history of finished jobs on request."""
+store); clears the history of finished jobs on request and reads one job's details."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from PySide6.QtCore import QObject
+from PySide6.QtCore import QObject, Signal
 
 from app.broker.connection import BrokerConnection
 from app.controllers.base import Controller
@@ -15,7 +15,9 @@ from app.stores.discovery import DiscoveryStore, is_self
 from app.stores.engines import EnginesStore
 from app.stores.jobs import JobsStore
 from backend.protocol import methods
+from backend.protocol.errors import RpcError
 from backend.protocol.types.base import JobKey, NodeId
+from backend.protocol.types.jobs import JobDetails, JobRef
 from backend.protocol.types.nodes import DiscoveredNode
 
 
@@ -24,7 +26,10 @@ class JobsController(Controller):
     (after a gap) as row changes so the selection stays, each event as a row change. Node names
     follow the discovery store's snapshots and changed nodes (names of nodes that left stay).
     The other members (names and the list the node filter offers) follow ``engines``, when
-    given. Owns the clear-history command."""
+    given. Owns the clear-history command and the reading of a job's details."""
+
+    details_loaded = Signal(object)  # JobDetails
+    details_failed = Signal(str, str)  # the job's key, a sentence saying why
 
     def __init__(
         self,
@@ -56,6 +61,18 @@ class JobsController(Controller):
         """Ask the broker to delete the finished jobs; their removals come back as events."""
         call = self.connection.call(methods.JOBS_CLEAR)
         self.run_command(call, what="clear the jobs history")
+
+    def load_details(self, key: str) -> None:
+        """Read one job and its timeline: ``details_loaded``, or ``details_failed`` with why."""
+        self._tasks.spawn(self._load_details(JobKey(key)), name="read a job's details")
+
+    async def _load_details(self, key: JobKey) -> None:
+        try:
+            details: JobDetails = await self.connection.call(methods.JOBS_GET, JobRef(key=key))
+        except RpcError as exc:
+            self.details_failed.emit(key, f"The timeline could not be read: {exc}")
+            return
+        self.details_loaded.emit(details)
 
     def _on_jobs_reset(self) -> None:
         jobs = self.jobs.jobs.values()

@@ -1,6 +1,6 @@
 """What the Jobs table says about a job: its columns, state labels, engine and model names,
 clock times, durations, where a job was asked and ran, when, and the timeline tooltip. Plain
-functions, no Qt."""
+functions, no Qt (the details dialog's texts are ``job_details_text.py``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable
 from enum import IntEnum
 from typing import get_args
 
-from backend.protocol.types.jobs import JobRecord, JobState
+from backend.protocol.types.jobs import MAX_ATTEMPTS, JobRecord, JobState
 
 ALL_STATES: tuple[JobState, ...] = get_args(JobState)
 TERMINAL: frozenset[JobState] = frozenset({"completed", "failed", "cancelled"})
@@ -27,7 +27,8 @@ class JobColumn(IntEnum):
     ERROR = 6
 
 
-TITLES = ("State", "Model", "Engine", "Computer", "Time", "Duration", "Error")
+# The Time column is when each job was received: the rows are ordered by that same time.
+TITLES = ("State", "Model", "Engine", "Computer", "Started", "Duration", "Error")
 STATE_LABELS: dict[JobState, str] = {
     "in_flight": "In flight",
     "running": "Running",
@@ -58,9 +59,11 @@ def clock_time(at: float, now: float) -> str:
 
 
 def format_job_duration(seconds: float, *, live: bool = False) -> str:
-    """``0.4 s``, ``12 s``, ``3 min 05 s``, ``1 h 02 min``; whole seconds while a job runs (the
-    column refreshes once a second)."""
+    """``420 ms``, ``2.4 s``, ``12 s``, ``3 min 05 s``, ``1 h 02 min``; whole seconds while a
+    job runs (the column refreshes once a second)."""
     seconds = max(0.0, seconds)
+    if seconds < 1 and not live:
+        return f"{seconds * 1000:.0f} ms"
     if seconds < 10 and not live:
         return f"{seconds:.1f} s"
     whole = int(seconds)
@@ -74,15 +77,20 @@ def format_job_duration(seconds: float, *, live: bool = False) -> str:
 
 
 def time_text(job: JobRecord, now: float) -> str:
-    """When the job ran (where it ran is the Computer column's): In flight since …, Running
-    since …, Ended …."""
-    if job.state == "in_flight":
-        text = f"In flight since {clock_time(job.created_at, now)}"
-        return text if job.attempt <= 1 else f"{text} (attempt {job.attempt})"
-    if job.state == "running":
-        return f"Running since {clock_time(job.started_at or job.created_at, now)}"
-    ended = f"Ended {clock_time(job.completed_at or job.created_at, now)}"
-    return ended if ran_on(job) is not None else f"{ended} before reaching a computer"
+    """When the job was received (the Started column, the time the rows are ordered by)."""
+    return clock_time(job.created_at, now)
+
+
+def attempt_text(job: JobRecord) -> str | None:
+    """``attempt 2 of 5`` for a retried job; None for one sent once (or never)."""
+    return f"attempt {job.attempt} of {MAX_ATTEMPTS}" if job.attempt > 1 else None
+
+
+def state_text(job: JobRecord) -> str:
+    """The State cell: the state, and the attempt once retried."""
+    attempt = attempt_text(job)
+    label = STATE_LABELS[job.state]
+    return label if attempt is None else f"{label} · {attempt}"
 
 
 def ran_on(job: JobRecord) -> str | None:
@@ -112,7 +120,7 @@ def cell_text(job: JobRecord, column: int, label: NodeLabel, now: float) -> str:
     """What one cell shows."""
     match column:
         case JobColumn.STATE:
-            return STATE_LABELS[job.state]
+            return state_text(job)
         case JobColumn.MODEL:
             return model_name(job.model)
         case JobColumn.ENGINE:
@@ -144,8 +152,10 @@ def cell_tooltip(job: JobRecord, column: int, label: NodeLabel, now: float) -> s
 def _timeline(job: JobRecord, label: NodeLabel, now: float) -> str:
     lines = [f"Received {clock_time(job.created_at, now)} from {label(job.origin)}"]
     if job.target is not None:
-        attempt = f" (attempt {job.attempt})" if job.attempt > 1 else ""
-        lines.append(f"Sent to {label(job.target)}{attempt}")
+        attempt = attempt_text(job)
+        lines.append(f"Sent to {label(job.target)}" + (f" ({attempt})" if attempt else ""))
+    elif job.completed_at is not None:
+        lines.append("Never reached a computer")
     if job.started_at is not None:
         waited = format_job_duration(job.started_at - job.created_at)
         lines.append(

@@ -1,20 +1,19 @@
-"""The Jobs page: every request the cluster's members handled, newest first, where it was asked
-and where it ran, with filters that persist (state, computer, engine, text), and a button that
-clears the history of finished jobs."""
+"""The Jobs page: every request the cluster's members handled, newest first by the time it was
+received, where it was asked and where it ran, with filters that persist (state, computer,
+engine, text), a job's details (double-click, Enter or "Details…"), and a button that clears the
+history of finished jobs."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtCore import QByteArray, QSettings, QSize, Qt
+from PySide6.QtCore import QByteArray, QModelIndex, QSettings, Qt, QTimer
 from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QComboBox,
     QHBoxLayout,
     QHeaderView,
     QLabel,
-    QLineEdit,
     QMessageBox,
     QPushButton,
     QSizePolicy,
@@ -26,32 +25,27 @@ from PySide6.QtWidgets import (
 
 from app.broker.state import ServiceState
 from app.controllers.jobs import JobsController
-from app.models.job_text import ALL_STATES, STATE_LABELS, TITLES, JobColumn, engine_label
-from app.models.jobs import JobFilter, JobsFilterModel, JobsModel, state_dot
+from app.models.job_text import TITLES, JobColumn
+from app.models.jobs import JobFilter, JobsFilterModel
+from app.models.keyed_table import ROW_ROLE
+from app.window.job_details import JobDetailsDialog
+from app.window.jobs_filters import SETTINGS_PREFIX, JobsFilterBar, load_filter, save_filter
 from app.window.widgets import muted_label, page_title
-from backend.protocol.types.jobs import JobState
+from backend.protocol.types.jobs import JobDetails, JobRecord
 
-CHIP_STYLE = """
-QPushButton {
-    padding: 3px 10px; border: 1px solid palette(mid); border-radius: 11px;
-    background: palette(base); color: palette(text);
-}
-QPushButton:hover { border-color: palette(highlight); }
-QPushButton:checked {
-    background: palette(highlight); color: palette(highlighted-text);
-    border-color: palette(highlight);
-}
-"""
+__all__ = ["JobsFilterBar", "JobsPage", "confirm_clear", "load_filter", "save_filter"]
+# While jobs come and go under a state filter (In flight + Running), the table stays this long
+# after its last row left before the empty state replaces it: no flicker between requests.
+EMPTY_GRACE_MS = 1500
 Confirm = Callable[[QWidget, int], bool]  # (parent, finished jobs) -> go ahead?
-SETTINGS_PREFIX = "jobs/"
 HEADER_KEY = SETTINGS_PREFIX + "columns"
 # Typical contents that set the first column widths (the Error column takes the rest).
 COLUMN_SAMPLES = {
-    JobColumn.STATE: "●  Cancelled",
     JobColumn.MODEL: "qwen2.5-coder:14b",
     JobColumn.ENGINE: "LM Studio",
     JobColumn.COMPUTER: "workstation → gpu-box",
-    JobColumn.TIME: "In flight since 00:00:00 (attempt 2)",
+    JobColumn.STATE: "●  In flight · attempt 2 of 5",
+    JobColumn.TIME: "00:00:00",
     JobColumn.DURATION: "00 min 00 s",
 }
 
@@ -68,131 +62,6 @@ def confirm_clear(parent: QWidget, finished: int) -> bool:
         QMessageBox.StandardButton.Cancel,
     )
     return answer == QMessageBox.StandardButton.Yes
-
-
-def load_filter(settings: QSettings) -> JobFilter:
-    """The filter saved by ``save_filter`` (unknown states are dropped)."""
-
-    def text(name: str) -> str:
-        value = settings.value(SETTINGS_PREFIX + name, "")
-        return value if isinstance(value, str) else ""
-
-    states = frozenset(state for state in ALL_STATES if state in text("states").split(","))
-    return JobFilter(
-        states=states, node=text("node") or None, engine=text("engine") or None, text=text("search")
-    )
-
-
-def save_filter(settings: QSettings, job_filter: JobFilter) -> None:
-    """Remember the filter for the next start."""
-    values = {
-        "states": ",".join(state for state in ALL_STATES if state in job_filter.states),
-        "node": job_filter.node or "",
-        "engine": job_filter.engine or "",
-        "search": job_filter.text,
-    }
-    for name, value in values.items():
-        settings.setValue(SETTINGS_PREFIX + name, value)
-
-
-class JobsFilterBar(QWidget):
-    """State toggles (none checked shows every state), node and engine combos, a search field."""
-
-    def __init__(self, model: JobsModel, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self._model = model
-        self.state_buttons: dict[JobState, QPushButton] = {}
-        self.node_combo = QComboBox()
-        self.node_combo.setToolTip("Jobs asked on, sent to or run on one computer")
-        self.engine_combo = QComboBox()
-        for combo, characters in ((self.node_combo, 16), (self.engine_combo, 9)):
-            # A steady width: long node names elide instead of pushing the search field away.
-            combo.setSizeAdjustPolicy(
-                QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
-            )
-            combo.setMinimumContentsLength(characters)
-        self.search_field = QLineEdit()
-        self.search_field.setPlaceholderText("Search model or error")
-        self.search_field.setClearButtonEnabled(True)
-        self.search_field.setMinimumWidth(160)
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(6)
-        for state in ALL_STATES:
-            button = QPushButton(state_dot(state), STATE_LABELS[state])
-            button.setIconSize(QSize(12, 12))
-            button.setCheckable(True)
-            button.setCursor(Qt.CursorShape.PointingHandCursor)
-            button.setToolTip(f"Show {STATE_LABELS[state].lower()} jobs (none selected: all)")
-            self.state_buttons[state] = button
-            layout.addWidget(button)
-        layout.addSpacing(10)
-        layout.addWidget(self.node_combo)
-        layout.addWidget(self.engine_combo)
-        layout.addStretch(1)
-        # The search field sits in the page's header row (more room there); it is still ours.
-        # Chips: Fusion's checked buttons differ from unchecked ones by a shade only.
-        self.setStyleSheet(CHIP_STYLE)
-
-    def read(self) -> JobFilter:
-        """The filter the controls show."""
-        checked = (state for state, button in self.state_buttons.items() if button.isChecked())
-        return JobFilter(
-            states=frozenset(checked),
-            node=self.node_combo.currentData(),
-            engine=self.engine_combo.currentData(),
-            text=self.search_field.text(),
-        )
-
-    def show_filter(self, job_filter: JobFilter) -> None:
-        """Set the controls to ``job_filter`` without emitting their change signals."""
-        for state, button in self.state_buttons.items():
-            button.blockSignals(True)
-            button.setChecked(state in job_filter.states)
-            button.blockSignals(False)
-        self.refresh_choices(job_filter)
-        self.search_field.blockSignals(True)
-        self.search_field.setText(job_filter.text)
-        self.search_field.blockSignals(False)
-
-    def refresh_choices(self, job_filter: JobFilter) -> None:
-        """Offer this computer, each member, and the other nodes and the engines among the jobs
-        (and the ones selected, even without)."""
-        model = self._model
-        own = [model.self_id] if model.self_id is not None else []
-        members = [node for node in model.members() if node not in own]
-        known = {*own, *members}
-        others = set(model.nodes()) | _present(job_filter.node)
-        rest = sorted(others - known, key=self._node_label)
-        ordered = [*own, *members, *rest]
-        _fill(self.node_combo, "All computers", [(self._node_label(n), n) for n in ordered])
-        _select(self.node_combo, job_filter.node)
-        engines = sorted(set(self._model.engines()) | _present(job_filter.engine))
-        _fill(self.engine_combo, "All engines", [(engine_label(e), e) for e in engines])
-        _select(self.engine_combo, job_filter.engine)
-
-    def _node_label(self, node_id: str) -> str:
-        label = self._model.node_label(node_id)
-        return f"{label} (this computer)" if self._model.is_self(node_id) else label
-
-
-def _present(value: str | None) -> set[str]:
-    return set() if value is None else {value}
-
-
-def _fill(combo: QComboBox, everything: str, items: list[tuple[str, str]]) -> None:
-    combo.blockSignals(True)
-    combo.clear()
-    combo.addItem(everything, None)
-    for label, value in items:
-        combo.addItem(label, value)
-    combo.blockSignals(False)
-
-
-def _select(combo: QComboBox, value: str | None) -> None:
-    combo.blockSignals(True)
-    combo.setCurrentIndex(max(0, combo.findData(value)) if value is not None else 0)
-    combo.blockSignals(False)
 
 
 class JobsEmptyState(QWidget):
@@ -228,7 +97,8 @@ class JobsEmptyState(QWidget):
 
 
 class JobsPage(QWidget):
-    """Title, filter bar, the jobs table (or why it is empty), a count and "Clear history".
+    """Title, filter bar, the jobs table (or why it is empty), a count, "Details…" and "Clear
+    history". A job's details open in a window of their own (one at a time, kept current).
 
     The filters are saved in ``settings`` as they change and restored when the page is built.
     """
@@ -240,6 +110,7 @@ class JobsPage(QWidget):
         parent: QWidget | None = None,
         *,
         confirm: Confirm = confirm_clear,
+        empty_grace_ms: int = EMPTY_GRACE_MS,
     ) -> None:
         super().__init__(parent)
         self._controller = controller
@@ -253,6 +124,13 @@ class JobsPage(QWidget):
         self.count_label = muted_label()
         self.clear_button = QPushButton("Clear history…")
         self.clear_button.setToolTip("Delete finished jobs; jobs in flight or running stay")
+        self.details_button = QPushButton("Details…")
+        self.details_button.setToolTip("The selected job's timeline, tokens and error")
+        self.details_button.setEnabled(False)
+        self.details_dialog: JobDetailsDialog | None = None
+        self._empty_grace = QTimer(self)
+        self._empty_grace.setSingleShot(True)
+        self._empty_grace.setInterval(empty_grace_ms)
         self.body = QStackedWidget()
         self.body.addWidget(self.table)
         self.body.addWidget(self.empty_state)
@@ -269,6 +147,7 @@ class JobsPage(QWidget):
         header.addStretch(1)
         self.filter_bar.search_field.setMinimumWidth(220)
         header.addWidget(self.filter_bar.search_field)
+        header.addWidget(self.details_button)
         header.addWidget(self.clear_button)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(24, 20, 24, 16)
@@ -300,7 +179,14 @@ class JobsPage(QWidget):
         ):
             signal.connect(self._refresh)
         self._model.dataChanged.connect(self._refresh_clear_button)
+        self._model.dataChanged.connect(self._on_model_data_changed)
         self._controller.connection.state_changed.connect(self._refresh)
+        self._empty_grace.timeout.connect(self._on_empty_grace_timeout)
+        self.table.activated.connect(self._on_table_activated)
+        self.table.selectionModel().selectionChanged.connect(self._on_table_selection_changed)
+        self.details_button.clicked.connect(self._on_details_button_clicked)
+        self._controller.details_loaded.connect(self._on_controller_details_loaded)
+        self._controller.details_failed.connect(self._on_controller_details_failed)
 
     def _restore_columns(self) -> None:
         header = self.table.horizontalHeader()
@@ -330,12 +216,71 @@ class JobsPage(QWidget):
     def _use_filter(self, job_filter: JobFilter) -> None:
         self.filter_model.set_filter(job_filter)
         save_filter(self._settings, job_filter)
-        self._refresh()
+        self._refresh(settled=True)
 
-    def _refresh(self, *_args: object) -> None:
+    def _on_empty_grace_timeout(self) -> None:
+        self._refresh(settled=True)
+
+    # Details ----------------------------------------------------------------------------------
+
+    def open_details(self, job: JobRecord) -> JobDetailsDialog:
+        """Show ``job``'s details (the window already open, if any, shows it instead) and ask
+        the broker for its timeline."""
+        dialog = self.details_dialog
+        if dialog is None:
+            dialog = JobDetailsDialog(job, self._model.node_label, self)
+            self.details_dialog = dialog
+        else:
+            dialog.show_job(job)
+        dialog.show_problem("Reading the timeline…")
+        dialog.show()
+        dialog.raise_()
+        self._controller.load_details(job.key)
+        return dialog
+
+    def _on_table_activated(self, index: QModelIndex) -> None:
+        job = index.data(ROW_ROLE)
+        if isinstance(job, JobRecord):
+            self.open_details(job)
+
+    def _on_details_button_clicked(self) -> None:
+        self._on_table_activated(self.table.currentIndex())
+
+    def _on_table_selection_changed(self, *_args: object) -> None:
+        self.details_button.setEnabled(self.table.selectionModel().hasSelection())
+
+    def _on_controller_details_loaded(self, details: JobDetails) -> None:
+        dialog = self.details_dialog
+        if dialog is not None and dialog.key == details.job.key:
+            dialog.show_details(details)
+
+    def _on_controller_details_failed(self, key: str, message: str) -> None:
+        dialog = self.details_dialog
+        if dialog is not None and dialog.key == key:
+            dialog.show_problem(message)
+
+    def _on_model_data_changed(self, *_args: object) -> None:
+        """An open job's details follow its changes (its timeline is read again)."""
+        dialog = self.details_dialog
+        if dialog is None or not dialog.isVisible():
+            return
+        job = self._model.get(dialog.key)
+        if job is not None and job != dialog.job:
+            dialog.show_job(job)
+            self._controller.load_details(job.key)
+
+    # The body ---------------------------------------------------------------------------------
+
+    def _refresh(self, *_args: object, settled: bool = False) -> None:
         total, shown = self._model.rowCount(), self.filter_model.rowCount()
+        table_shown = self.body.currentWidget() is self.table
         if shown:
+            self._empty_grace.stop()
             self.body.setCurrentWidget(self.table)
+        elif total and table_shown and not settled:
+            # The last matching job just left (a request ended): more may come at once.
+            if not self._empty_grace.isActive():
+                self._empty_grace.start()
         elif total:
             hidden = "job is" if total == 1 else f"{total} jobs are"
             self.empty_state.show_message(
