@@ -90,56 +90,6 @@ def serves_one_model(engine: str) -> bool:
     return engine in _SINGLE_MODEL
 
 
-RowButton = Literal["load", "eject", "delete"]
-_BUTTON_ACTIONS: dict[RowButton, ModelAction] = {
-    "load": "load_model",
-    "eject": "unload_model",
-    "delete": "delete_model",
-}
-
-
-def blocked_reason(
-    row: ModelRow, button: RowButton, *, pending: str | None, connected: bool
-) -> str | None:
-    """Why ``button`` cannot be used on ``row`` now, in a sentence (None: it can)."""
-    title = engine_title(row.engine)
-    if not supports(row.engine, _BUTTON_ACTIONS[button]):
-        if serves_one_model(row.engine):
-            return (
-                f"{title} holds one model at a time and has no eject: load another model to "
-                f"replace it, or stop {title} on the Engines page."
-            )
-        return f"{title} cannot {button} models from PAIR."
-    if not row.reachable:
-        return f"{row.node_name} cannot be reached"
-    if not connected:
-        return "The PAIR service is not running."
-    if pending is not None:
-        return f"{pending}… wait until it finishes."
-    if button == "load" and row.loaded:
-        return f"{title} serves this model now." if serves_one_model(row.engine) else "Loaded."
-    if button == "eject" and not row.loaded:
-        return "Not loaded: nothing to eject."
-    return None
-
-
-def action_tip(row: ModelRow, button: RowButton, served: str | None) -> str:
-    """What ``button`` does to ``row`` (``served``: the model its engine serves now)."""
-    title = engine_title(row.engine)
-    if button == "load" and serves_one_model(row.engine):
-        if served is None or served == row.model:
-            return f"Serve {row.model} with {title} (it holds one model at a time)."
-        return (
-            f"Serve {row.model} instead of {served}: {title} holds one model at a time, so "
-            "this replaces the model it serves now."
-        )
-    if button == "delete" and serves_one_model(row.engine) and row.loaded:
-        return f"{title} serves this model now: it refuses to delete it until another is loaded."
-    verbs = {"load": "Load into memory", "eject": "Unload from memory", "delete": "Delete from"}
-    where = f" on {row.where}" if button == "delete" else ""
-    return f"{verbs[button]}{' disk' if button == 'delete' else ''}{where}."
-
-
 def same_model(engine: str, first: str, second: str) -> bool:
     """Whether two names mean one model: Ollama lists an untagged name as ``name:latest``."""
     if first == second:

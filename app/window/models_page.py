@@ -28,14 +28,12 @@ from app.models.models import (
     ModelRow,
     ModelsModel,
     ModelsSortProxy,
-    RowButton,
-    action_tip,
-    blocked_reason,
     details_text,
     engine_title,
     on_any_change,
     restarts_after_delete,
 )
+from app.models.row_actions import RowButton, action_tip, blocked_reason
 from app.pending import PendingKey
 from app.window.banners import Banner
 from app.window.model_hub import ModelHub
