@@ -174,6 +174,6 @@ def result_lines(result: ChatResult, served_by: str) -> list[str]:
     if rate is not None:
         counted = "" if result.engine_tokens is not None else " (counted records)"
         lines.append(f"{rate:.1f} tokens/s{counted}")
-    if result.total_s is not None:
+    if result.total_s is not None and result.tokens:
         lines.append(f"{result.tokens} tokens in {result.total_s:.2f} s")
     return lines

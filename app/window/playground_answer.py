@@ -10,6 +10,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QPlainTextEdit,
     QPushButton,
+    QSizePolicy,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -80,6 +81,8 @@ class SnippetBox(QGroupBox):
         self.tabs.setDocumentMode(True)
         self.tabs.addTab(self.curl, "curl")
         self.tabs.addTab(self.python, "Python")
+        bar = self.tabs.tabBar().sizeHint().height()
+        self.tabs.setMaximumHeight(bar + self.curl.maximumHeight() + 4)
         self.copy_curl_button = QPushButton("Copy as curl")
         self.copy_python_button = QPushButton("Copy as Python")
         buttons = QHBoxLayout()
@@ -89,6 +92,8 @@ class SnippetBox(QGroupBox):
         layout = QVBoxLayout(self)
         layout.addWidget(self.tabs)
         layout.addLayout(buttons)
+        # As tall as its code; the answer above takes the spare height.
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
         self.copy_curl_button.clicked.connect(self._on_copy_curl_button_clicked)
         self.copy_python_button.clicked.connect(self._on_copy_python_button_clicked)
         self.show_request(None)

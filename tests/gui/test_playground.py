@@ -162,6 +162,7 @@ def test_the_figures_use_the_engines_count_else_the_records() -> None:
     assert records.tokens == 5 and records.tokens_per_s == pytest.approx(4.0)
     assert "4.0 tokens/s (counted records)" in result_lines(records, "x")
     assert ChatResult(first_token_s=1.0, total_s=1.0, chunks=1).tokens_per_s is None
+    assert result_lines(ChatResult(total_s=0.1, error="refused"), "x") == []
 
 
 def test_the_picker_lists_every_model_once_with_its_computers() -> None:
