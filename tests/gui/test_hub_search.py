@@ -26,6 +26,7 @@ from backend.protocol.types.hub import HubFile, HubModel
 from backend.protocol.types.nodes import DiscoveredNode
 from tests.gui.helpers import settle, wait_until
 from tests.gui.test_models_page import (
+    MEMBER,
     PEER_NODE,
     SELF,
     SELF_NODE,
@@ -34,6 +35,7 @@ from tests.gui.test_models_page import (
     engine,
     listing,
     make_ui,
+    member,
     never,
     status,
 )
@@ -321,3 +323,27 @@ async def test_a_hub_button_names_an_engine_that_is_not_installed(ui: Ui) -> Non
     assert tip.startswith("LM Studio is not installed on this computer: install it")
     assert "Start" not in tip
     assert ui.controller.node_id == SELF
+
+
+async def test_another_pull_computer_gets_a_suggestion_for_its_own_memory(ui: Ui) -> None:
+    laptop = {**PEER_NODE, "node_id": MEMBER, "name": "laptop",
+              "telemetry": {"valid": True, "memory_total_bytes": 16_000_000_000}}  # fmt: skip
+    nodes = hub(ui).nodes
+    assert nodes is not None
+    nodes.upsert(msgspec.convert(laptop, DiscoveredNode))
+    ui.connection.script(methods.STATUS, status())
+    llama = engine("llamacpp")
+    theirs = {**member(engines=("ollama", "llamacpp")), "engines": [engine("ollama"), llama]}
+    ui.events.script(engine("ollama"), llama, models=listing({"ollama": []}), members=(theirs,))
+    ui.connection.script(methods.DISCOVERY_SUBSCRIBE, {"seq": 10, "nodes": [SELF_NODE]})
+    ui.connection.become_ready()
+    await wait_until(lambda: MEMBER in ui.controller.engines.members)
+    await search_and_choose(ui)
+    ui.connection.script(methods.HUB_FILES, {**FILES, "suggested": None, "reason": "none fits"})
+    ui.controller.set_pull_node(MEMBER)
+    await wait_until(lambda: len(ui.connection.called(methods.HUB_FILES)) == 2)
+    await wait_until(lambda: hub(ui).files_state.phase == "done")
+    # No GPU there: the memory a model should fit in is its RAM.
+    assert ui.connection.called(methods.HUB_FILES)[1] == {
+        "repo": REPO, "memory_bytes": 16_000_000_000}  # fmt: skip
+    assert ui.page.hub.hugging_face.suggestion.text() == "For 16 GB of RAM on laptop: none fits."
