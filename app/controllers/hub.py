@@ -194,9 +194,15 @@ class HubController(Controller):
             self.choose(self.files_state.subject)
 
     def _on_connection_session_changed(self) -> None:
-        if self.connection.ownership is None:
-            self._search_turn += 1
-            self._files_turn += 1
+        if self.connection.ownership is not None:
+            return
+        # No answer comes now: nothing may stay "searching" for ever.
+        self._search_turn += 1
+        self._files_turn += 1
+        if self.search_state.phase == "busy":
+            self._set_search(HubState("failed", self.search_state.subject, NOT_RUNNING))
+        if self.files_state.phase == "busy":
+            self._set_files(HubState("failed", self.files_state.subject, NOT_RUNNING))
 
 
 def pull_blocker(models: ModelsController, engine: EngineName, node: NodeId | None) -> str | None:

@@ -347,3 +347,16 @@ async def test_another_pull_computer_gets_a_suggestion_for_its_own_memory(ui: Ui
     assert ui.connection.called(methods.HUB_FILES)[1] == {
         "repo": REPO, "memory_bytes": 16_000_000_000}  # fmt: skip
     assert ui.page.hub.hugging_face.suggestion.text() == "For 16 GB of RAM on laptop: none fits."
+
+
+async def test_a_search_cut_short_by_the_service_going_away_says_so(ui: Ui) -> None:
+    await start(ui)
+    ui.connection.script(methods.HUB_SEARCH, never())
+    search_for(ui, "llama")
+    await wait_until(lambda: len(ui.connection.called(methods.HUB_SEARCH)) == 1)
+    assert hub(ui).search_state.phase == "busy"
+    ui.connection.lose_session()
+    assert hub(ui).search_state.phase == "failed"
+    assert ui.page.hub.hugging_face.status.text() == (
+        "The PAIR service is not running: start it to search Hugging Face."
+    )
