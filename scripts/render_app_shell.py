@@ -4,8 +4,9 @@
 
 Offscreen unless another platform is set; no broker runs. Saves ``endpoints.png`` (the API
 endpoints window with the client settings and the node API), ``banners.png`` (one problem that
-three computers report, then more than fit), and ``min-<page>.png``: every page of the main
-window, built as the composition root builds it, at the window's minimum size.
+three computers report, then more than fit), ``api-key.png`` (a new key's client settings) and
+``min-<page>.png``: every page of the main window, built as the composition root builds it, at
+the window's minimum size.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import msgspec  # noqa: E402
 import qasync  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from app.application import PairApplication  # noqa: E402
+from app.controllers.cluster_page import NewKey  # noqa: E402
 from app.controllers.components import ComponentsController  # noqa: E402
 from app.controllers.endpoints import EndpointsController  # noqa: E402
 from app.controllers.errors import ErrorsController  # noqa: E402
@@ -37,9 +40,11 @@ from app.stores.discovery import DiscoveryStore  # noqa: E402
 from app.stores.engines import EnginesStore  # noqa: E402
 from app.stores.settings import SettingsStore  # noqa: E402
 from app.window.banners import ErrorBanners  # noqa: E402
+from app.window.cluster_dialogs import SecretDialog  # noqa: E402
 from app.window.endpoints_window import EndpointsWindow  # noqa: E402
 from app.window.main_window import MINIMUM_SIZE  # noqa: E402
 from backend.protocol import methods  # noqa: E402
+from backend.protocol.types.apikeys import ApiKeyInfo  # noqa: E402
 from tests.gui.helpers import EngineEvents, FakeConnection, settle  # noqa: E402
 
 DOORS = {"ollama": "http://127.0.0.1:11434", "openai": "http://127.0.0.1:1234",
@@ -109,6 +114,17 @@ async def render_banners(out: Path) -> None:
     banners.close()
 
 
+def render_key_dialog(out: Path) -> None:
+    info = msgspec.convert(
+        {"id": "k1", "name": "laptop", "prefix": "pair-AbCd", "created_at": 1.0}, ApiKeyInfo
+    )
+    key = NewKey(info, "pair-" + "S" * 43, "192.168.1.20", 1234, 11434, True, 8080)
+    dialog = SecretDialog(key)
+    dialog.show()
+    dialog.grab().save(str(out / "api-key.png"))
+    dialog.close()
+
+
 async def render_minimum_size(out: Path, data_dir: Path) -> None:
     app = PairApplication(AppOptions(data_dir), use_tray=False, open_url=lambda _url: True)
     window = app.window
@@ -124,6 +140,7 @@ async def render_minimum_size(out: Path, data_dir: Path) -> None:
 async def main(out: Path) -> None:
     await render_endpoints(out)
     await render_banners(out)
+    render_key_dialog(out)
     await render_minimum_size(out, out / "node")
     print(f"saved to {out}")
 

@@ -5,7 +5,6 @@ store)."""
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import time
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from app.broker.connection import BrokerConnection
 from app.controllers.base import Controller
 from app.controllers.network_privacy import NetworkPrivacyController
+from app.lan_addresses import interface_addresses, lan_addresses
 from app.models.members import ApiKeysModel, MemberRow, MembersModel, member_row
 from app.stores.cluster import ClusterStore
 from app.stores.discovery import DiscoveryStore, is_self
@@ -55,22 +55,39 @@ class NewKey:
     openai_port: int | None
     ollama_port: int | None
     lan_access: bool  # whether other computers are let in right now
+    llamacpp_port: int | None = None
 
     def __repr__(self) -> str:
         # Never print the secret, whatever logs or tracebacks show this value.
         return f"NewKey(info={self.info!r}, secret=<hidden>)"
 
 
+def _port_text(port: int | None) -> str:
+    return str(port) if port is not None else "<port>"
+
+
 def client_settings(key: NewKey) -> str:
-    """What a client on another computer sets to use this key, as shell lines."""
+    """What a client on another computer sets to use this key, as shell lines (every door
+    reaches every model, so the llama.cpp door is one more address for OpenAI clients)."""
     host = url_host(key.host)
-    openai = key.openai_port if key.openai_port is not None else "<port>"
-    ollama = key.ollama_port if key.ollama_port is not None else "<port>"
+    openai, ollama = _port_text(key.openai_port), _port_text(key.ollama_port)
+    lines = [
+        "# OpenAI clients",
+        f"OPENAI_BASE_URL=http://{host}:{openai}/v1",
+        f"OPENAI_API_KEY={key.secret}",
+    ]
+    if key.llamacpp_port is not None:
+        lines += [
+            "# or at llama-server's port (the llama.cpp door):",
+            f"# OPENAI_BASE_URL=http://{host}:{key.llamacpp_port}/v1",
+        ]
     return "\n".join(
         [
-            "# OpenAI clients",
-            f"OPENAI_BASE_URL=http://{host}:{openai}/v1",
-            f"OPENAI_API_KEY={key.secret}",
+            *lines,
+            "",
+            "# Anthropic clients",
+            f"ANTHROPIC_BASE_URL=http://{host}:{ollama}",
+            f"ANTHROPIC_API_KEY={key.secret}",
             "",
             "# Ollama clients: send the header Authorization: Bearer <the key>",
             f"OLLAMA_HOST=http://{host}:{ollama}",
@@ -90,15 +107,12 @@ def door_port(status: BrokerStatus | None, door: str) -> int | None:
             port = None
         if port is not None:
             return port
-    configured = {"openai": status.ports.openai, "ollama": status.ports.ollama}
+    configured = {
+        "openai": status.ports.openai,
+        "ollama": status.ports.ollama,
+        "llamacpp": status.ports.llamacpp,
+    }
     return configured.get(door)
-
-
-def _is_loopback(address: str) -> bool:
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return address == "localhost"
 
 
 def refusal(exc: RpcError) -> str:
@@ -151,6 +165,7 @@ class ClusterPageController(Controller):
         *,
         clock: Callable[[], float] = time.time,
         refresh_ms: int = REFRESH_MS,
+        interfaces: Callable[[], list[str]] = interface_addresses,
     ) -> None:
         super().__init__(connection, parent)
         self.members = members
@@ -161,6 +176,7 @@ class ClusterPageController(Controller):
         self.settings = settings
         self.privacy = NetworkPrivacyController(connection, settings, self)
         self._clock = clock
+        self._interfaces = interfaces
         self._renaming = False
         self._timer = QTimer(self)
         self._timer.setInterval(refresh_ms)
@@ -337,6 +353,7 @@ class ClusterPageController(Controller):
                 openai_port=door_port(status, "openai"),
                 ollama_port=door_port(status, "ollama"),
                 lan_access=self.lan_access is True and not self.privacy.public_network,
+                llamacpp_port=door_port(status, "llamacpp"),
             )
         )
 
@@ -384,12 +401,14 @@ class ClusterPageController(Controller):
         )
 
     def _lan_host(self) -> str:
-        for node in self.discovery.nodes.values():
-            if is_self(node):
-                for address in node.addresses:
-                    if not _is_loopback(address):
-                        return address
-        return NO_ADDRESS
+        advertised = [
+            address
+            for node in self.discovery.nodes.values()
+            if is_self(node)
+            for address in node.addresses
+        ]
+        found = lan_addresses(advertised, self._interfaces())
+        return found[0] if found else NO_ADDRESS
 
     # The join window: this computer takes invites only while its user asked to join -------
 

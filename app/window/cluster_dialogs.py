@@ -65,7 +65,11 @@ class SecretDialog(QDialog):
         self.settings.setReadOnly(True)
         self.settings.setFont(fixed)
         self.settings.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
-        self.settings.setFixedHeight(self.settings.fontMetrics().lineSpacing() * 7 + 12)
+        lines = self.settings.document().blockCount()  # every line shown: nothing to scroll
+        margins = 2 * (self.settings.document().documentMargin() + self.settings.frameWidth())
+        height = self.settings.fontMetrics().lineSpacing() * lines + margins + 4
+        self.settings.setFixedHeight(int(height))
+        self.settings.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.copy_settings_button = QPushButton("Copy settings")
         self.copy_settings_button.clicked.connect(
             lambda: copy_to_clipboard(self.settings.toPlainText(), self.copy_settings_button)

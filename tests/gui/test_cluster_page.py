@@ -163,6 +163,7 @@ async def ui(qtbot: QtBot) -> AsyncIterator[Ui]:
         discovery,
         settings,
         clock=clock,
+        interfaces=lambda: ["fe80::1", "10.0.0.7"],
     )
     prompts = FakePrompts()
     page = ClusterPage(connection, controller, prompts)
@@ -736,3 +737,33 @@ async def test_the_outcome_line_keeps_its_room_so_nothing_below_moves(qtbot: QtB
 def test_the_removal_says_how_to_bring_that_computer_back() -> None:
     text = remove_text("vm")
     assert "reset" in text.lower() and "invite it again" in text
+
+
+def test_the_key_settings_name_every_door_the_llamacpp_one_included() -> None:
+    info = msgspec.convert(api_key("k1", "laptop", "pair-AbCd"), ApiKeyInfo)
+    key = NewKey(info, SECRET, "fd00::5", 1235, 11434, lan_access=True, llamacpp_port=8080)
+    lines = client_settings(key).splitlines()
+    assert "# OPENAI_BASE_URL=http://[fd00::5]:8080/v1" in lines
+    assert "ANTHROPIC_BASE_URL=http://[fd00::5]:11434" in lines
+    assert f"ANTHROPIC_API_KEY={SECRET}" in lines
+
+
+async def test_without_an_advertised_address_the_key_names_an_interfaces_one(
+    qtbot: QtBot, ui: Ui
+) -> None:
+    # As in the demo: discovery knows this computer only at 127.0.0.1.
+    nodes = [node(SELF, "desk", NOW, "self") | {"addresses": ["127.0.0.1"]}]
+    await start(ui, status(ATLAS), nodes=nodes, lan_access=True)
+    ui.prompts.names = ["laptop"]
+    ui.connection.script(methods.STATUS, BROKER_STATUS)
+    created = {"key": api_key("k1", "laptop", "pair-SSSS"), "secret": SECRET}
+    ui.connection.script(methods.APIKEYS_CREATE, created)
+    await emitted(ui.controller.key_created, ui.page.lan_box.create_button.click)
+    dialog = ui.page.lan_box.secret_dialog
+    assert dialog is not None
+    shown = visible_texts(dialog)
+    assert "OPENAI_BASE_URL=http://10.0.0.7:1235/v1" in shown
+    assert "# OPENAI_BASE_URL=http://10.0.0.7:8080/v1" in shown  # the llama.cpp door
+    assert "<this computer's address>" not in shown
+    dialog.close()
+    await settle()
