@@ -150,11 +150,20 @@ class PlaygroundController(QObject):
     async def _answer(self, request: ChatRequest) -> None:
         progress = ChatProgress(self._clock)
         try:
-            result = await stream_chat(self._http(), request, progress, self.text_arrived.emit)
+            result = await stream_chat(self._http(), request, progress, self._on_text)
         except asyncio.CancelledError:
-            self.answer_ended.emit(progress.ended(cancelled=True))
+            if self._current():
+                self.answer_ended.emit(progress.ended(cancelled=True))
             raise
         self.answer_ended.emit(result)
+
+    def _current(self) -> bool:
+        """Whether this task's answer is the one shown (a new Send replaces an old one)."""
+        return asyncio.current_task() is self._running
+
+    def _on_text(self, text: str) -> None:
+        if self._current():
+            self.text_arrived.emit(text)
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:

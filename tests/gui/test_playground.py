@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from PySide6.QtGui import QGuiApplication
 from pytestqt.qtbot import QtBot
 
 from app.controllers.playground import computer_name, door_for, model_choices, result_lines
@@ -217,6 +218,24 @@ async def test_the_page_sends_the_picked_model_and_names_the_member_that_served(
     assert page.answer.figures.text().startswith("Served by laptop · first token")
     assert "5 tokens in" in page.answer.figures.text()  # the door's usage record
     assert rig.door.received == ["phi4:14b"] and page.answer.error.text() == ""
+    page.snippets.copy_curl_button.click()
+    assert QGuiApplication.clipboard().text() == page.snippets.curl.toPlainText()
+    assert page.snippets.curl.toPlainText().startswith(f"curl -N {rig.playground.door_url}/v1/")
+
+
+async def test_a_new_send_replaces_the_answer_on_its_way(rig: Rig, qtbot: QtBot) -> None:
+    rig.door.word_delay = 0.05
+    page = PlaygroundPage(rig.playground, rig.check)
+    qtbot.addWidget(page)
+    page.send()
+    await wait_until(lambda: page.answer.text.toPlainText() != "", 10, "the first words")
+    page.send()
+    await wait_until(lambda: page.answer.text.toPlainText() != "", 10, "the second's words")
+    # The first answer's stop is not shown over the second one on its way.
+    assert page.form.stop_button.isEnabled() and page.answer.error.text() == ""
+    await wait_until(lambda: "tokens/s" in page.answer.figures.text(), 10, "the second answer")
+    assert page.answer.text.toPlainText() == "Packets find their way home."  # not mixed
+    assert len(rig.door.received) == 2
 
 
 async def test_the_page_shows_a_refusal_in_plain_words(rig: Rig, qtbot: QtBot) -> None:
