@@ -213,6 +213,7 @@ class PairApplication:
         self._connect_tray(self.tray)
         self.tray.show()
         self.window.hide_on_close = minimise_to_tray(self.settings)
+        self.general_settings.startup_box.set_tray_available(True)
 
     def _on_minimise_to_tray_changed(self, on: bool) -> None:
         self.window.hide_on_close = on and self.tray is not None

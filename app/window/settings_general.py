@@ -165,13 +165,8 @@ class StartupBox(QGroupBox):
         self.autostart_note = muted_label(f"Adds {home_relative(autostart.location)}")
         self.autostart_error = error_label()
         self.tray_check = QCheckBox("Keep PAIR running in the tray when the window is closed")
-        self.tray_note = muted_label(
-            "Closing the window hides it; Quit in the tray menu stops PAIR."
-            if tray_available
-            else "This desktop has no system tray, so closing the window quits PAIR."
-        )
-        self.tray_check.setEnabled(tray_available)
-        self.tray_check.setChecked(tray_available and minimise_to_tray(preferences))
+        self.tray_note = muted_label()
+        self.set_tray_available(tray_available)
         self.autostart_check.setChecked(self._read_autostart())
         layout = QVBoxLayout(self)
         for widget in (self.autostart_check, self.autostart_note, self.autostart_error):
@@ -180,6 +175,17 @@ class StartupBox(QGroupBox):
         layout.addWidget(self.tray_note)
         self.autostart_check.toggled.connect(self._on_autostart_check_toggled)
         self.tray_check.toggled.connect(self._on_tray_check_toggled)
+
+    def set_tray_available(self, available: bool) -> None:
+        """Offer the tray option (the desktop's tray may appear after PAIR started)."""
+        self.tray_note.setText(
+            "Closing the window hides it; Quit in the tray menu stops PAIR."
+            if available
+            else "This desktop has no system tray, so closing the window quits PAIR."
+        )
+        with QSignalBlocker(self.tray_check):
+            self.tray_check.setEnabled(available)
+            self.tray_check.setChecked(available and minimise_to_tray(self._preferences))
 
     def _read_autostart(self) -> bool:
         try:

@@ -281,6 +281,7 @@ async def test_the_app_adds_the_tray_when_the_desktop_gets_one(
         app.tray_watch.appeared.emit()
         assert app.tray is not None and app.window.hide_on_close  # closing now hides
         assert shown == [app.tray]
+        assert app.general_settings.startup_box.tray_check.isEnabled()
         with qtbot.waitSignal(app.tray.show_requested, timeout=1000):
             app.tray.show_action.trigger()
     finally:
