@@ -112,14 +112,11 @@ def file_text(file: HubFile) -> str:
 class HubFilesModel(KeyedTableModel[str, HubFile]):
     """One repository's GGUF models keyed by name; the suggested one stands out."""
 
-    ACTIONS_COLUMN = 3
-
     def __init__(self, parent: QObject | None = None) -> None:
         columns: tuple[Column[HubFile], ...] = (
             Column("Quantization", quant_text, foreground=self._colour),
             Column("Size", lambda file: format_size(file.size), tooltip=self._size_tip),
             Column("File", file_text, tooltip=lambda file: file.name, foreground=self._colour),
-            Column("", lambda _file: ""),  # the hub puts the file's Pull button here
         )
         super().__init__(columns, lambda file: file.name, parent)
         self.suggested: str | None = None

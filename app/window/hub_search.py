@@ -27,7 +27,7 @@ from app.controllers.hub import LLAMACPP, HubController, HubState, pull_blocker
 from app.models.keyed_table import ROW_ROLE, KeyedTableModel
 from app.models.models import on_any_change
 from app.window.widgets import muted_label
-from backend.protocol.types.hub import HubFile, HubModel
+from backend.protocol.types.hub import HUB_QUERY_MAX_CHARS, HubFile, HubModel
 
 _ERROR = QColor("#c62828")
 _SUGGESTED = QColor("#2e7d32")
@@ -76,6 +76,7 @@ class HubSearch(QWidget):
         self.search = QLineEdit()
         self.search.setPlaceholderText("Search Hugging Face for GGUF models, e.g. qwen2.5 instruct")
         self.search.setClearButtonEnabled(True)
+        self.search.setMaxLength(HUB_QUERY_MAX_CHARS)  # the longest the broker takes
         self.status = muted_label()  # one line, always there: the tables never move
         self.results = _table(controller.results)
         self.results_note = _note("Type a model's name to search Hugging Face.")
@@ -88,7 +89,6 @@ class HubSearch(QWidget):
         files_header = self.files.horizontalHeader()
         files_header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
         files_header.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
-        self.files.setColumnHidden(controller.files.ACTIONS_COLUMN, True)
         self.files_note = _note("Choose a repository to see its files.")
         self.files_stack = _stack(self.files, self.files_note)
         self.pull_button = QPushButton("Pull into llama.cpp")
