@@ -7,9 +7,10 @@ Offscreen (QT_QPA_PLATFORM=offscreen) unless another platform is set; no broker 
 is built as the composition root builds it (stores, nodes model, controllers, page) on a
 connection whose answers are scripted: this computer has a GPU with 8 GB of VRAM and runs
 Ollama and llama.cpp (serving one of its two model files). Saved: ``models.png`` (the models
-with llama.cpp rows), ``hub-curated.png`` (the curated list's llama.cpp entries), ``hub-search.png``
-(a search, the chosen repository's files with the suggested one, a pull in progress under the
-tabs), ``hub-empty.png`` (a search without results) and ``models-narrow.png`` (640 px wide).
+with llama.cpp rows), ``hub-curated.png`` (the curated list's llama.cpp entries),
+``hub-search.png`` (a search, the chosen repository's files with the suggested one, a pull in
+progress under the tabs), ``hub-empty.png`` (a search without results), ``pull-finished.png``
+(the line a finished pull leaves) and ``models-narrow.png`` (640 px wide).
 """
 
 from __future__ import annotations
@@ -206,6 +207,11 @@ async def render(out_dir: Path) -> None:
         await wait_until(lambda: hub.search_state.phase == "done")
         await save(page, out_dir / "hub-empty.png")
         page.tabs.setCurrentWidget(page.models_tab)
+        done = {"engine": "llamacpp", "model": "qwen2.5-1.5b-instruct-q8_0", "stage": "success",
+                "percent": 100.0, "done": True}  # fmt: skip
+        connection.push({"seq": 2, "event": "pull_progressed", "progress": done})
+        await wait_until(lambda: not page.pulls_panel.items)
+        await save(page, out_dir / "pull-finished.png")
         page.resize(640, 480)
         await save(page, out_dir / "models-narrow.png")
     finally:
