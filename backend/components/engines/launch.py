@@ -123,7 +123,7 @@ def empty_store_message(display_name: str, engine: EngineName, root: Path) -> st
     """What to do when the store holds no model."""
     return (
         f"{display_name} has no model to serve: its model store {root} is empty. Get one with "
-        f"`pair model pull --engine {engine} <URL of a .gguf file>`"
+        f"`pair model pull {engine} <URL of a .gguf file>` (`pair model search NAME` finds one)"
     )
 
 

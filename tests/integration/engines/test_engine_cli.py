@@ -93,12 +93,13 @@ def test_node_naming_this_node_works_like_no_node_and_an_unknown_one_does_nothin
 
 
 def _model_line(data_dir: Path, model: str) -> str | None:
-    """``pair models``' line for ``model`` of Ollama (None: not listed)."""
+    """``pair models``' line for ``model`` of Ollama from its ENGINE column on (None: not
+    listed)."""
     listed = _pair(data_dir, "models")
     assert listed.returncode == 0, listed.stderr
-    return next(
-        (line.rstrip() for line in listed.stdout.splitlines() if line.split()[1:2] == [model]), None
-    )
+    header, *rows = listed.stdout.splitlines()
+    cells = [row[header.index("ENGINE") :].rstrip() for row in rows]
+    return next((cell for cell in cells if cell.split()[1:2] == [model]), None)
 
 
 def test_set_port_moves_the_engine_and_status_shows_it(

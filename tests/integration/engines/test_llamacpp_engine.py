@@ -293,7 +293,7 @@ async def test_an_empty_store_says_how_to_get_a_model(
     _node(data_dir, llama_server_binary, free_port())
     broker = start_broker(data_dir=data_dir)
     async with broker.connect() as client:
-        with pytest.raises(errors.NotFound, match="pair model pull --engine llamacpp"):
+        with pytest.raises(errors.NotFound, match="pair model pull llamacpp <URL"):
             await client.call("engine:start", {"engine": "llamacpp"}, timeout=60)
         status = await client.call("engine:status", {"engine": "llamacpp"})
         assert status["state"] == "error" and status["pid"] is None

@@ -154,7 +154,7 @@ def test_a_launch_plan_fills_the_placeholders_and_knows_when_settings_changed() 
 
 async def test_a_launch_picks_the_asked_the_remembered_or_the_first_model(tmp_path: Path) -> None:
     store = ModelStore(tmp_path / "store")
-    with pytest.raises(errors.NotFound, match="pair model pull --engine llamacpp <URL"):
+    with pytest.raises(errors.NotFound, match="pair model pull llamacpp <URL"):
         await launch.plan(store, None, None, engine=LLAMACPP, display_name="llama.cpp")
     store.root.mkdir()
     for name in ("b", "a"):
@@ -315,7 +315,7 @@ async def test_an_empty_store_fails_the_start_saying_how_to_get_a_model(
 ) -> None:
     made = rig(bundled_manifest("llamacpp"), session, tmp_path)
     await made.controller.detect()
-    with pytest.raises(errors.NotFound, match="pair model pull --engine llamacpp"):
+    with pytest.raises(errors.NotFound, match="pair model pull llamacpp <URL"):
         await made.controller.start()
     assert made.world.spawned == [], "no llama-server crash: nothing was started"
     status = made.controller.status()
