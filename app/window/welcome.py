@@ -22,6 +22,7 @@ from app.broker.connection import BrokerConnection
 from app.broker.state import ServiceState
 from app.controllers.activity import ActivityController
 from app.controllers.endpoints import EndpointsController
+from app.models.display_text import display_text
 from app.models.errors import SEVERITY_COLOURS
 from app.window.look import STATE_LOOKS
 from app.window.widgets import muted_label, page_title
@@ -79,13 +80,13 @@ def engine_state_text(
     if busy:
         return "Starting…" if engine.installed else "Installing…"
     if error:
-        return error
+        return display_text(error)
     if not engine.installed:
         return DEMO_NOT_INSTALLED if demo else "Not installed"
     if engine.state == "running":
         return "Running" + (" (started outside PAIR)" if engine.adopted else "")
     if engine.state == "error" and engine.error:
-        return f"Failed: {engine.error}"
+        return f"Failed: {display_text(engine.error)}"
     return {"starting": "Starting…", "stopping": "Stopping…"}.get(engine.state, "Installed")
 
 

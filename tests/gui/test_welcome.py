@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication
@@ -24,10 +25,12 @@ from app.window.welcome import (
     Welcome,
     WelcomeDialog,
     endpoints_text,
+    engine_state_text,
     welcome_shown,
 )
 from backend.protocol import methods
 from backend.protocol.errors import InternalError
+from backend.protocol.types.engines import EngineStatus
 from tests.gui.helpers import EngineEvents, FakeConnection, Stores, settle, wait_until
 
 DOORS = {
@@ -282,3 +285,9 @@ async def test_the_demo_explains_instead_of_offering_an_install_that_cannot_work
     assert rows.buttons["llamacpp"].isHidden()
     assert rows.states["llamacpp"].text() == DEMO_NOT_INSTALLED
     assert not rows.buttons["lmstudio"].isHidden()  # an installed engine still starts
+
+
+def test_an_engine_error_shows_no_python_repr() -> None:
+    failed = msgspec.convert(engine("ollama", "error"), EngineStatus)
+    text = engine_state_text(failed, None, "Cannot connect ssl:<ssl.SSLContext object at 0x7f01>")
+    assert text == "Cannot connect"
