@@ -116,8 +116,8 @@ async def _chat(host: Host, door: str, model: str) -> None:
 
 def _routed(jobs: list[JobRecord]) -> list[JobRecord]:
     """The jobs of requests sent to a node (not those the door refused while the model was
-    not routable yet: those are failed jobs of attempt 0)."""
-    return [job for job in jobs if job.attempt > 0]
+    not routable yet: those are failed jobs that name no engine)."""
+    return [job for job in jobs if job.engine]
 
 
 async def _linked(client: Client, *nodes: NodeId) -> None:

@@ -146,8 +146,8 @@ async def test_every_client_at_a_computer_without_engines_reaches_its_members_mo
         await asyncio.to_thread(_run_on, a.host, every_client)
 
         def served(snapshot: Any) -> list[Any]:
-            # Routed jobs only: a refused request (attempt 0) is not one of the clients' answers.
-            return [job for job in snapshot.jobs if job.model == MODEL and job.attempt > 0]
+            # Routed jobs only: a refused request (no engine) is not one of the clients' answers.
+            return [job for job in snapshot.jobs if job.model == MODEL and job.engine]
 
         history = await _until(
             ca,
