@@ -62,7 +62,9 @@ def suggest_file(files: Sequence[HubFile], memory_bytes: int | None) -> Suggesti
 
 
 def gigabytes(size: float) -> str:
-    """A size in GB (powers of 1000, as Hugging Face shows them), one decimal."""
+    """A size as Hugging Face shows it (powers of 1000), one decimal: GB, or MB below 1 GB."""
+    if size < 1e9:
+        return f"{size / 1e6:.1f} MB"
     return f"{size / 1e9:.1f} GB"
 
 

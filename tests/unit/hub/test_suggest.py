@@ -52,6 +52,14 @@ def test_when_nothing_fits_the_smallest_and_the_memory_it_needs_are_named() -> N
     )
 
 
+def test_sizes_below_a_gigabyte_read_in_megabytes() -> None:
+    files = [_file("m-Q4_K_M.gguf", 491_400_032, "Q4_K_M")]
+    assert suggest_file(files, 300_000_000).reason == (
+        "none fits in 300.0 MB of memory: the smallest, m-Q4_K_M.gguf (491.4 MB), needs about "
+        "614.3 MB"
+    )
+
+
 def test_without_memory_nothing_is_suggested_and_the_reason_says_so() -> None:
     assert suggest_file(FILES, None).name is None
     assert "no memory size was given" in suggest_file(FILES, None).reason
