@@ -4,10 +4,14 @@ HF's redirect to its CDN, and plain-English errors when the hub is away, slow or
 from __future__ import annotations
 
 import asyncio
+import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import httpx
 import pytest
 from aiohttp import web
 
@@ -115,3 +119,27 @@ async def test_an_error_or_a_strange_answer_is_unavailable_in_words() -> None:
 def test_the_hub_address_comes_from_pair_hub_url() -> None:
     assert hub_url({}) == "https://huggingface.co"
     assert hub_url({"PAIR_HUB_URL": "http://127.0.0.1:9/"}) == "http://127.0.0.1:9"
+
+
+def test_pair_emulate_hub_serves_on_the_given_port_until_stopped() -> None:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "backend", "emulate", "hub", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        announced = process.stdout.readline()
+        assert announced.strip() == (
+            f"Hugging Face emulator (standing in for Hugging Face) listening on "
+            f"http://127.0.0.1:{port}"
+        )
+        answer = httpx.get(f"http://127.0.0.1:{port}/api/models?search=tinyllama", timeout=10)
+        assert [entry["id"] for entry in answer.json()] == [
+            "TheBloke/TinyLlama-1.1B-Chat-v1.0-GGUF"
+        ]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(15) == 0
