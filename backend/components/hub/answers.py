@@ -28,8 +28,8 @@ class _SearchEntry(msgspec.Struct, frozen=True, kw_only=True):
     id: str
     downloads: int = 0
     likes: int = 0
-    lastModified: str | None = None  # noqa: N815 (Hugging Face's field name)
-    createdAt: str | None = None  # noqa: N815
+    last_modified: str | None = msgspec.field(default=None, name="lastModified")
+    created_at: str | None = msgspec.field(default=None, name="createdAt")
     pipeline_tag: str | None = None
 
 
@@ -52,7 +52,7 @@ def parse_search(body: bytes) -> list[HubModel]:
             repo=entry.id,
             downloads=entry.downloads,
             likes=entry.likes,
-            updated=entry.lastModified or entry.createdAt,
+            updated=entry.last_modified or entry.created_at,
             pipeline=entry.pipeline_tag,
         )
         for entry in entries
