@@ -22,7 +22,7 @@ from app.stores.components import ComponentsStore
 from app.stores.settings import SettingsStore
 from app.tray import Tray
 from app.window.empty_page import EmptyPage
-from app.window.main_window import EMPTY_PAGES, MainWindow
+from app.window.main_window import EMPTY_PAGES, MINIMUM_SIZE, MainWindow
 from app.window.service_status import RECONNECT_TIP
 from backend.protocol import methods
 from tests.gui.helpers import FakeConnection, settle
@@ -162,3 +162,10 @@ def test_icons_are_drawn_for_every_state() -> None:
     assert not app_icon().isNull()
     for state in ServiceState:
         assert not state_icon(state).pixmap(22, 22).isNull()
+
+
+async def test_the_window_never_gets_smaller_than_its_pages_need(ui: Ui) -> None:
+    ui.window.resize(640, 480)
+    size = ui.window.size()
+    assert size.width() >= MINIMUM_SIZE.width() >= 900
+    assert size.height() >= MINIMUM_SIZE.height()
