@@ -246,7 +246,14 @@ class Store:
                 connection.execute("ROLLBACK")
                 raise
             connection.execute("COMMIT")
-            log.info("database %s migrated to schema %d", self.path, index + 1)
+        latest = len(self._migrations)
+        if version == latest:
+            return
+        # One line for the whole run: a new database takes every migration at once.
+        if version == 0:
+            log.info("database %s created (schema %d)", self.path, latest)
+        else:
+            log.info("database %s migrated from schema %d to %d", self.path, version, latest)
 
     def _execute_sync(self, sql: str, params: Sequence[Any]) -> int:
         cursor = self._conn().execute(sql, params)

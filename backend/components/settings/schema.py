@@ -58,7 +58,7 @@ SCHEMA: tuple[SettingSpec, ...] = (
         key="lan_access",
         type="bool",
         default=False,
-        description="let computers on the network use the front doors with an API key",
+        description="Let computers on the network use the front doors with an API key.",
     ),
     SettingSpec(
         key="allowed_origins",

@@ -109,3 +109,9 @@ def test_the_view_has_one_typed_field_per_setting_and_follows_updates(tmp_path: 
     assert before.proxy_pinned_node is None, "a view never changes once handed out"
     with pytest.raises(dataclasses.FrozenInstanceError):
         service.view().node_name = "x"  # type: ignore[misc]
+
+
+def test_every_description_is_a_sentence() -> None:
+    for spec in schema.SCHEMA:
+        assert spec.description[:1].isupper(), spec.key
+        assert spec.description.endswith("."), spec.key

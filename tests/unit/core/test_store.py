@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import stat
 from pathlib import Path
 
@@ -79,3 +80,19 @@ async def test_a_database_from_a_newer_pair_is_refused(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="newer than this PAIR understands"):
         await store.open()
     await store.close()
+
+
+async def test_a_new_database_and_an_upgrade_log_one_line_each(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="backend.core.store")
+    for migrations in (MIGRATIONS[:1], MIGRATIONS, MIGRATIONS):
+        store = Store(tmp_path / "pair.db", migrations=migrations)
+        await store.open()
+        await store.close()
+    said = [record.getMessage() for record in caplog.records if "schema" in record.getMessage()]
+    path = tmp_path / "pair.db"
+    assert said == [
+        f"database {path} created (schema 1)",
+        f"database {path} migrated from schema 1 to {len(MIGRATIONS)}",
+    ]
