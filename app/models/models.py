@@ -18,6 +18,7 @@ from PySide6.QtGui import QColor
 from app.catalog import format_size
 from app.models.keyed_table import ROW_ROLE, Column, KeyedTableModel, ModelIndex
 from app.pending import PendingActions, PendingKey
+from app.window.look import State, state_colour
 from backend.protocol.types.base import EngineName, NodeId
 from backend.protocol.types.engines import EngineModels, EngineStatus, MemberEngines, ModelDetails
 from backend.protocol.types.nodes import DiscoveredNode
@@ -46,10 +47,6 @@ ENGINE_ORDER = ("ollama", "lmstudio", "llamacpp")  # how engines are listed; oth
 
 LOADING, EJECTING, DELETING, PULLING = "Loading", "Ejecting", "Deleting", "Pulling"
 REMOTE_SIZE_TIP = "Other computers do not share model sizes yet."
-_LOADED = QColor("#2e7d32")
-_PENDING = QColor("#b26a00")
-FAILED_COLOUR = QColor("#c62828")
-_OFFLINE = QColor("#808080")
 
 
 def on_any_change(model: QAbstractItemModel, slot: Callable[..., None]) -> None:
@@ -327,10 +324,10 @@ class ModelsModel(KeyedTableModel[PendingKey, ModelRow]):
 
     def _status_colour(self, row: ModelRow) -> QColor | None:
         if self._pending.action(row.key) is not None:
-            return _PENDING
+            return state_colour(State.PENDING)
         if not row.reachable:
-            return _OFFLINE
-        return _LOADED if row.loaded else None
+            return state_colour(State.IDLE)
+        return state_colour(State.OK) if row.loaded else None
 
     @staticmethod
     def _computer(row: ModelRow) -> str:

@@ -8,8 +8,9 @@ from PySide6.QtCore import QObject
 
 from app.catalog import format_size
 from app.models.keyed_table import Column, KeyedTableModel
-from app.models.models import FAILED_COLOUR, engine_title
+from app.models.models import engine_title
 from app.pending import PendingKey
+from app.window.look import State, state_colour
 from backend.protocol.types.base import EngineName, NodeId
 
 
@@ -61,7 +62,7 @@ PULL_COLUMNS: tuple[Column[PullRow], ...] = (
         "Stage",
         lambda pull: pull.error or pull.stage,
         tooltip=lambda pull: pull.error or pull.stage,
-        foreground=lambda pull: FAILED_COLOUR if pull.failed else None,
+        foreground=lambda pull: state_colour(State.ERROR) if pull.failed else None,
     ),
     Column("Progress", PullRow.progress_text),
 )

@@ -10,7 +10,7 @@ as requests come and go. A refused port reads beside the field, and goes once it
 from __future__ import annotations
 
 from PySide6.QtCore import QRectF, QSize, Qt
-from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPalette
+from PySide6.QtGui import QPainter, QPaintEvent, QPalette
 from PySide6.QtWidgets import (
     QAbstractButton,
     QFrame,
@@ -37,13 +37,14 @@ from app.models.engines import (
     state_label,
 )
 from app.models.scheduler_text import scheduler_tip
+from app.window import look
 from app.window.indicator import ColourDot
 from app.window.log_view import LogView
+from app.window.look import KNOB, State
 from app.window.node_card import ElidedLabel
-from app.window.widgets import muted_label
+from app.window.theme import is_dark
+from app.window.widgets import muted_label, tint
 
-ERROR_COLOUR = "#c62828"
-WARNING_COLOUR = "#b26a00"
 READ_ONLY_TEXT = "Read-only"
 _TRANSIENT = ("starting", "stopping")
 _SWITCHED_ON_BY = ("Starting", "Restarting")
@@ -68,7 +69,12 @@ class ToggleSwitch(QAbstractButton):
         try:
             painter.setRenderHint(QPainter.RenderHint.Antialiasing)
             palette = self.palette()
-            track = QColor("#2e7d32") if self.isChecked() else palette.color(QPalette.ColorRole.Mid)
+            dark = is_dark(palette)
+            track = (
+                look.state_colour(State.OK, dark)
+                if self.isChecked()
+                else palette.color(QPalette.ColorRole.Mid)
+            )
             if not self.isEnabled():
                 track.setAlpha(110)
             rect = QRectF(1, 3, self.width() - 2, self.height() - 6)
@@ -77,7 +83,10 @@ class ToggleSwitch(QAbstractButton):
             painter.drawRoundedRect(rect, rect.height() / 2, rect.height() / 2)
             diameter = self.height() - 4.0
             left = self.width() - diameter - 2 if self.isChecked() else 2.0
-            painter.setBrush(QColor("#ffffff") if self.isEnabled() else QColor("#e6e6e6"))
+            knob = KNOB.pick(dark)
+            if not self.isEnabled():
+                knob.setAlpha(200)
+            painter.setBrush(knob)
             painter.setPen(palette.color(QPalette.ColorRole.Mid))
             painter.drawEllipse(QRectF(left, 2, diameter, diameter))
         finally:
@@ -208,9 +217,7 @@ class EngineCard(QFrame):
         self.apply_port_button = QPushButton("Apply")
         self.port_error = ElidedLabel()  # beside the field, so it never moves the rows below
         self.port_error.setObjectName("portError")
-        palette = self.port_error.palette()
-        palette.setColor(QPalette.ColorRole.WindowText, QColor(ERROR_COLOUR))
-        self.port_error.setPalette(palette)
+        tint(self.port_error, State.ERROR)
         self.door_label = QLabel("Front door")
         self.door_port = QLabel()
         self.door_port.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -366,8 +373,7 @@ class EngineCard(QFrame):
         self.notice.setVisible(bool(text))
         self.notice.setText(sentence(text or ""))
         timed_out = bool(row.notice) and "did not confirm in time" in (row.notice or "")
-        colour = WARNING_COLOUR if timed_out else ERROR_COLOUR
-        self.notice.setStyleSheet(f"color: {colour};")
+        tint(self.notice, State.WARN if timed_out else State.ERROR)
 
     def _on_switch_clicked(self, checked: bool) -> None:
         self._controller.set_running(self.row.engine, checked, self.row.node_id)

@@ -23,7 +23,14 @@ from app.models.engines import EngineKey, EngineRow, EnginesModel
 from app.models.nodes import GpuLine, NodesModel
 from app.window.engine_card import EngineCard
 from app.window.gpu_lines import gpus_text
-from app.window.widgets import muted_label, page_title
+from app.window.widgets import (
+    PAGE_MARGINS,
+    SPACE,
+    SPACE_TIGHT,
+    muted_label,
+    page_title,
+    section_title,
+)
 from backend.protocol.types.base import EngineName, NodeId
 from backend.protocol.types.engines import MemberEngines
 
@@ -48,15 +55,6 @@ NO_OTHERS = (
 )
 
 
-def section_title(text: str) -> QLabel:
-    """A bold heading between groups of cards."""
-    label = QLabel(f"<b>{text}</b>")
-    font = label.font()
-    font.setPointSizeF(font.pointSizeF() * 1.1)
-    label.setFont(font)
-    return label
-
-
 class NodeHeader(QWidget):
     """A node's heading: its name, beside it a muted line (address, read-only note), and under
     it a line per GPU of the computer (none without a GPU)."""
@@ -66,7 +64,7 @@ class NodeHeader(QWidget):
     ) -> None:
         super().__init__(parent)
         self.node_id = node_id
-        self.title = section_title(title)
+        self.title = section_title(f"<b>{title}</b>")
         self.note = muted_label(note)
         self.gpus = muted_label()
         self.gpus.setObjectName("gpuLines")
@@ -75,8 +73,8 @@ class NodeHeader(QWidget):
         top.addWidget(self.title)
         top.addWidget(self.note, 1)
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 10, 0, 0)
-        layout.setSpacing(2)
+        layout.setContentsMargins(0, SPACE, 0, 0)
+        layout.setSpacing(SPACE_TIGHT)
         layout.addLayout(top)
         layout.addWidget(self.gpus)
 
@@ -145,7 +143,7 @@ class EnginesPage(QScrollArea):
         self.connection_note.setObjectName("connectionNote")
         self.connection_note.setStyleSheet(
             "#connectionNote { background: rgba(128, 128, 128, 28);"
-            " border-left: 4px solid #808080; border-radius: 3px; padding: 8px 12px; }"
+            " border-left: 4px solid palette(mid); border-radius: 3px; padding: 8px 12px; }"
         )
         self.problem = QLabel()
         self.problem.setWordWrap(True)
@@ -154,14 +152,14 @@ class EnginesPage(QScrollArea):
         problem_row = QHBoxLayout()
         problem_row.addWidget(self.problem, 1)
         problem_row.addWidget(self.retry_button)
-        self.others_title = section_title("Other computers")
+        self.others_title = section_title("<b>Other computers</b>")
         self.no_others = muted_label(NO_OTHERS)
         self._cards_layout = QVBoxLayout()
-        self._cards_layout.setSpacing(8)
+        self._cards_layout.setSpacing(SPACE)
         body = QWidget()
         layout = QVBoxLayout(body)
-        layout.setContentsMargins(24, 20, 24, 24)
-        layout.setSpacing(8)
+        layout.setContentsMargins(*PAGE_MARGINS)
+        layout.setSpacing(SPACE)
         layout.addWidget(page_title("Engines"))
         layout.addWidget(muted_label(INTRO))
         layout.addWidget(self.connection_note)

@@ -7,7 +7,6 @@ through ``HubController``.
 from __future__ import annotations
 
 from PySide6.QtCore import QItemSelectionModel, Qt, QTimer
-from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
@@ -26,11 +25,10 @@ from app.catalog import url_model_name
 from app.controllers.hub import LLAMACPP, HubController, HubState, pull_blocker
 from app.models.keyed_table import ROW_ROLE, KeyedTableModel
 from app.models.models import on_any_change
-from app.window.widgets import muted_label
+from app.window.look import State
+from app.window.widgets import left_aligned_headers, muted_label, tint
 from backend.protocol.types.hub import HUB_QUERY_MAX_CHARS, HubFile, HubModel
 
-_ERROR = QColor("#c62828")
-_SUGGESTED = QColor("#2e7d32")
 ROW_HEIGHT = 30
 # Wait this long after the last key before searching (Enter searches at once): one search
 # per pause, not one per letter.
@@ -50,7 +48,7 @@ def _table(model: KeyedTableModel[str, HubModel] | KeyedTableModel[str, HubFile]
     header = table.horizontalHeader()
     header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
     header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-    return table
+    return left_aligned_headers(table)
 
 
 def _stack(*pages: QWidget) -> QStackedWidget:
@@ -153,7 +151,7 @@ class HubSearch(QWidget):
         state = self._controller.search_state
         found = self._controller.results.rowCount()
         self.status.setText(_search_line(state, found))
-        self.status.setStyleSheet(f"color: {_ERROR.name()};" if state.phase == "failed" else "")
+        tint(self.status, State.ERROR if state.phase == "failed" else None)
         self.results_note.setText(_results_note(state))
         self.results_stack.setCurrentWidget(self.results if found else self.results_note)
 
@@ -164,7 +162,7 @@ class HubSearch(QWidget):
         self.files_title.setText(f"<b>{state.subject}</b>" if state.subject else "")
         self.suggestion.setText(self._suggestion_text(state))
         failed = state.phase == "failed"
-        self.suggestion.setStyleSheet(f"color: {(_ERROR if failed else _SUGGESTED).name()};")
+        tint(self.suggestion, State.ERROR if failed else State.OK)
         self.files_note.setText(_files_note(state))
         self.files_stack.setCurrentWidget(self.files if files.rowCount() else self.files_note)
         position = files.position(files.suggested) if files.suggested else None

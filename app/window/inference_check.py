@@ -3,8 +3,7 @@ a row per engine with its outcome (usable on the Playground page and in Settings
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QColor
+from PySide6.QtCore import QEvent, Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QGroupBox,
@@ -18,12 +17,13 @@ from PySide6.QtWidgets import (
 )
 
 from app.controllers.inference_check import CheckRow, InferenceCheckController
-from app.models.jobs import STATE_COLOURS
+from app.window.look import State, state_colour
+from app.window.theme import is_dark
 from app.window.widgets import muted_label
 
 COLUMNS = ("Computer", "Engine", "Model", "Result")
 OUTCOME_COLUMN = 3
-OUTCOME_COLOURS = {"ok": STATE_COLOURS["completed"], "failed": STATE_COLOURS["failed"]}
+OUTCOME_STATES = {"ok": State.OK, "failed": State.ERROR}
 VISIBLE_ROWS = 4  # the list keeps this height, so the page does not jump when rows arrive
 DESCRIPTION = "Asks each running engine of every computer for a few words, to show it answers."
 
@@ -72,23 +72,29 @@ class InferenceCheckBox(QGroupBox):
                 return item.text(OUTCOME_COLUMN)
         return ""
 
+    def changeEvent(self, event: QEvent) -> None:
+        """Show the outcomes in the shades of the new palette when it turns light or dark."""
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange:
+            self.refresh()
+
     def refresh(self) -> None:
         """Show the rows (and why there are none) as the controller has them."""
         controller = self._controller
         self.table.clear()
         for row in controller.rows:
-            self.table.addTopLevelItem(_item(row))
+            self.table.addTopLevelItem(_item(row, dark=is_dark(self.palette())))
         self.note.setText(controller.note or DESCRIPTION)
         self.check_button.setEnabled(not controller.running)
         self.check_button.setText("Checking…" if controller.running else "Check every engine")
 
 
-def _item(row: CheckRow) -> QTreeWidgetItem:
+def _item(row: CheckRow, *, dark: bool) -> QTreeWidgetItem:
     target = row.target
     item = QTreeWidgetItem([target.computer, target.engine_title, target.model or "", row.outcome])
     item.setData(1, Qt.ItemDataRole.UserRole, target.engine)
     item.setToolTip(OUTCOME_COLUMN, row.outcome)
-    colour = OUTCOME_COLOURS.get(row.state)
-    if colour is not None:
-        item.setForeground(OUTCOME_COLUMN, QColor(colour))
+    state = OUTCOME_STATES.get(row.state)
+    if state is not None:
+        item.setForeground(OUTCOME_COLUMN, state_colour(state, dark))
     return item

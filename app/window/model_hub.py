@@ -5,7 +5,6 @@ bar (this one unless another member is chosen)."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QButtonGroup,
@@ -27,10 +26,10 @@ from app.models.hub import CatalogFilter, CatalogModel
 from app.models.keyed_table import ROW_ROLE
 from app.models.models import engine_title, on_any_change
 from app.window.hub_search import HubSearch
-from app.window.widgets import muted_label
+from app.window.look import State
+from app.window.widgets import left_aligned_headers, muted_label, tint
 from backend.protocol.types.base import EngineName
 
-_ERROR = QColor("#c62828")
 ROW_HEIGHT = 34
 
 
@@ -104,7 +103,7 @@ class ModelHub(QWidget):
         self.search.setClearButtonEnabled(True)
         self.error = QLabel(catalog.error or "")
         self.error.setWordWrap(True)
-        self.error.setStyleSheet(f"color: {_ERROR.name()};")
+        tint(self.error, State.ERROR)
         self.error.setVisible(catalog.error is not None)
         self.table = self._make_table()
         self.no_match = muted_label("No model in the catalogue matches your search.")
@@ -212,7 +211,7 @@ class ModelHub(QWidget):
         header = table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
-        return table
+        return left_aligned_headers(table)
 
     def _connect_controller(self) -> None:
         controller = self._controller

@@ -7,7 +7,6 @@ the model hub. Views only: every command goes through ``ModelsController``.
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
@@ -36,11 +35,17 @@ from app.models.models import (
 from app.models.row_actions import RowButton, action_tip, blocked_reason
 from app.pending import PendingKey
 from app.window.banners import Banner
+from app.window.look import State, state_colour
 from app.window.model_hub import ModelHub
 from app.window.models_pulls import PullBar, PullsPanel
-from app.window.widgets import muted_label, page_title
+from app.window.widgets import (
+    PAGE_MARGINS,
+    SPACE,
+    left_aligned_headers,
+    muted_label,
+    page_title,
+)
 
-_ERROR = QColor("#c62828")
 ROW_HEIGHT = 34
 
 
@@ -123,11 +128,12 @@ class ModelsTab(QWidget):
         self.table.verticalHeader().hide()
         self.table.verticalHeader().setDefaultSectionSize(ROW_HEIGHT)
         self.table.setWordWrap(False)
+        left_aligned_headers(self.table)
         self._size_columns()
         self.empty_note = muted_label()
         self.empty_note.setAlignment(Qt.AlignmentFlag.AlignCenter)
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 8, 0, 0)
+        layout.setContentsMargins(0, SPACE, 0, 0)
         layout.addWidget(self.table, 1)
         layout.addWidget(self.empty_note, 1)
         on_any_change(self.proxy, self.refresh)
@@ -219,7 +225,7 @@ class ModelsPage(QWidget):
         parent: QWidget | None = None,
     ) -> None:
         super().__init__(parent)
-        self.notice = Banner(_ERROR, "Models", "")
+        self.notice = Banner(state_colour(State.ERROR), "Models", "")
         self.notice.add_button("Dismiss", self.notice.hide)
         self.notice.hide()
         self.pull_bar = PullBar(controller)
@@ -231,8 +237,8 @@ class ModelsPage(QWidget):
         self.tabs.addTab(self.models_tab, "On your computers")
         self.tabs.addTab(self.hub, "Model hub")
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(24, 20, 24, 24)
-        layout.setSpacing(10)
+        layout.setContentsMargins(*PAGE_MARGINS)
+        layout.setSpacing(SPACE)
         layout.addWidget(page_title("Models"))
         layout.addWidget(self.notice)
         layout.addWidget(self.pull_bar)

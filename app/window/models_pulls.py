@@ -5,7 +5,6 @@ command goes through ``ModelsController``.
 
 from __future__ import annotations
 
-from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QComboBox,
     QFrame,
@@ -22,11 +21,10 @@ from app.controllers.models import ModelsController
 from app.models.models import engine_title, on_any_change, serves_one_model
 from app.models.pulls import PullRow, finished_text, plain_pull_error
 from app.pending import PendingKey
-from app.window.widgets import muted_label
+from app.window.look import State
+from app.window.widgets import SPACE_TIGHT, muted_label, tint
 from backend.protocol.types.base import EngineName, NodeId
 
-_ERROR = QColor("#c62828")
-_DONE = QColor("#2e7d32")
 NAME_PLACEHOLDER = "Model to pull: llama3.2:3b, qwen/qwen3-8b, or a .gguf URL (llama.cpp)"
 FILE_PLACEHOLDER = "Address of a .gguf file, e.g. https://huggingface.co/…/model-Q4_K_M.gguf"
 # Enough for a model name to stay readable when the window is narrow.
@@ -158,7 +156,7 @@ class PullItem(QFrame):
         self.bar.setTextVisible(True)
         self.error = QLabel()
         self.error.setWordWrap(True)
-        self.error.setStyleSheet(f"color: {_ERROR.name()};")
+        tint(self.error, State.ERROR)
         self.dismiss = QPushButton("Dismiss")
         self.dismiss.clicked.connect(lambda: controller.dismiss_pull(pull.key))
         top = QHBoxLayout()
@@ -171,7 +169,7 @@ class PullItem(QFrame):
         bottom.addWidget(self.dismiss)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(10, 6, 10, 6)
-        layout.setSpacing(4)
+        layout.setSpacing(SPACE_TIGHT)
         layout.addLayout(top)
         layout.addLayout(bottom)
         self.show_pull(pull)
@@ -204,7 +202,7 @@ class FinishedLine(QFrame):
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.message = QLabel()
         self.message.setWordWrap(True)
-        self.message.setStyleSheet(f"color: {_DONE.name()};")
+        tint(self.message, State.OK)
         self.dismiss = QPushButton("Dismiss")
         self.dismiss.clicked.connect(self.hide)
         layout = QHBoxLayout(self)

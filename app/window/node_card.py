@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from PySide6.QtCore import QSize, Qt
+from PySide6.QtCore import QEvent, QSize, Qt
 from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPalette
 from PySide6.QtWidgets import (
     QFrame,
@@ -29,21 +29,17 @@ from app.window.gpu_lines import (
     summed_vram,
     vram_fraction,
 )
+from app.window.look import SERIES_SHADES, Series, State, state_colour
 from app.window.sparkline import Sparkline, UsageBar
-from app.window.widgets import muted_label
+from app.window.theme import is_dark
+from app.window.widgets import CARD_MARGINS, SPACE, SPACE_TIGHT, caption, muted_label
 
-CPU_COLOUR = QColor("#3b82f6")
-MEMORY_COLOUR = QColor("#8b5cf6")
-GPU_COLOUR = QColor("#10b981")
-VRAM_COLOUR = QColor("#f59e0b")
-ONLINE_COLOUR = QColor("#2e9d4a")
-OFFLINE_COLOUR = QColor("#8a8a8a")
-ENGINE_COLOURS = {
-    "running": QColor("#2e9d4a"),
-    "starting": QColor("#e0a000"),
-    "stopping": QColor("#e0a000"),
-    "error": QColor("#d32f2f"),
-}
+ENGINE_STATES = {
+    "running": State.OK,
+    "starting": State.PENDING,
+    "stopping": State.PENDING,
+    "error": State.ERROR,
+}  # any other state (stopped, offline, not installed) is idle
 MIN_CARD_WIDTH = 320
 W = TypeVar("W", bound=QWidget)
 L = TypeVar("L", bound=QLabel)
@@ -68,6 +64,11 @@ def format_seen(at: float, now: float | None = None) -> str:
 def dot(colour: QColor) -> str:
     """A coloured bullet as rich text."""
     return f'<span style="color: {colour.name()};">●</span>'
+
+
+def state_dot(state: State, widget: QWidget) -> str:
+    """A bullet in ``state``'s colour for ``widget``'s palette (light or dark)."""
+    return dot(state_colour(state, is_dark(widget.palette())))
 
 
 def muted(label: L) -> L:
@@ -121,15 +122,15 @@ class ElidedLabel(QLabel):
 class MetricTile(QFrame):
     """A figure (CPU, memory or GPU): its name, the current value, a sparkline and a caption."""
 
-    def __init__(self, title: str, colour: QColor, parent: QWidget | None = None) -> None:
+    def __init__(self, title: str, series: Series, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("metricTile")
-        self.title = scaled(muted_label(title), 0.9)
+        self.title = caption(title)
         self.value = scaled(QLabel(NO_VALUE), 1.35, bold=True)
-        self.sparkline = Sparkline(colour)
-        self.caption = scaled(muted_label(), 0.9)  # wraps in narrow tiles
+        self.sparkline = Sparkline(SERIES_SHADES[series])
+        self.caption = caption()  # wraps in narrow tiles
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(10, 8, 10, 8)
+        layout.setContentsMargins(10, SPACE, 10, SPACE)
         layout.setSpacing(2)
         layout.addWidget(self.title)
         layout.addWidget(self.value)
@@ -162,9 +163,9 @@ class GpuRow(QWidget):
         self.figures = muted_label()
         self.figures.setWordWrap(False)
         self.figures.setAlignment(Qt.AlignmentFlag.AlignRight)
-        self.bar = UsageBar(VRAM_COLOUR)  # the share of VRAM in use, as in the VRAM tile
+        self.bar = UsageBar(SERIES_SHADES[Series.VRAM])  # VRAM in use, as in the VRAM tile
         top = QHBoxLayout()
-        top.setSpacing(8)
+        top.setSpacing(SPACE)
         top.addWidget(self.name, 1)
         top.addWidget(self.figures)
         layout = QVBoxLayout(self)
@@ -191,9 +192,10 @@ class EngineRow(QWidget):
         self.name.setTextFormat(Qt.TextFormat.RichText)
         self.state = muted_label()
         self.state.setWordWrap(False)
-        self.models = scaled(muted_label(), 0.92)
+        self.models = caption()
+        self._engine: EngineLine | None = None
         top = QHBoxLayout()
-        top.setSpacing(8)
+        top.setSpacing(SPACE)
         top.addWidget(self.name, 1)
         top.addWidget(self.state)
         layout = QVBoxLayout(self)
@@ -204,14 +206,21 @@ class EngineRow(QWidget):
 
     def show_engine(self, engine: EngineLine) -> None:
         """Update the row in place."""
-        colour = ENGINE_COLOURS.get(engine.state, OFFLINE_COLOUR)
-        self.name.setText(f"{dot(colour)}&nbsp;&nbsp;{engine.name}")
+        self._engine = engine
+        colour = state_dot(ENGINE_STATES.get(engine.state, State.IDLE), self)
+        self.name.setText(f"{colour}&nbsp;&nbsp;{engine.name}")
         self.state.setText(engine.state.replace("-", " "))
         if engine.loaded:
             self.models.setText("Loaded: " + ", ".join(engine.loaded))
         elif engine.state == "running":
             self.models.setText("No model loaded")
         self.models.setVisible(bool(engine.loaded) or engine.state == "running")
+
+    def changeEvent(self, event: QEvent) -> None:
+        """Pick the dot's shade again when the palette turns light or dark."""
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange and self._engine is not None:
+            self.show_engine(self._engine)
 
 
 def _resize_rows(rows: list[W], count: int, layout: QVBoxLayout, make: Callable[[], W]) -> None:
@@ -263,16 +272,17 @@ class NodeCardWidget(QFrame):
         self.node_id = ""
         self.name = scaled(ElidedLabel(), 1.2, bold=True)
         self.badge = scaled(muted_label(), 0.85)
+        self._reachable: bool | None = None
         self.badge.setObjectName("badge")
         self.badge.setWordWrap(False)
         self.status = QLabel()
         self.subtitle = muted(ElidedLabel())
         self.service = scaled(muted(ElidedLabel()), 0.92)
         self.tiles = {
-            "cpu": MetricTile("CPU", CPU_COLOUR),
-            "memory": MetricTile("Memory", MEMORY_COLOUR),
-            "gpu": MetricTile("GPU", GPU_COLOUR),
-            "vram": MetricTile("VRAM", VRAM_COLOUR),
+            "cpu": MetricTile("CPU", Series.CPU),
+            "memory": MetricTile("Memory", Series.MEMORY),
+            "gpu": MetricTile("GPU", Series.GPU),
+            "vram": MetricTile("VRAM", Series.VRAM),
         }
         self.gpu_rows: list[GpuRow] = []
         self.engine_rows: list[EngineRow] = []
@@ -281,14 +291,14 @@ class NodeCardWidget(QFrame):
 
     def _lay_out(self) -> None:
         header = QHBoxLayout()
-        header.setSpacing(8)
+        header.setSpacing(SPACE)
         header.addWidget(self.name, 1)
         header.addWidget(self.badge)
         header.addWidget(self.status)
         self.metrics = QWidget()
         tiles = QGridLayout(self.metrics)
-        tiles.setContentsMargins(0, 4, 0, 0)
-        tiles.setSpacing(8)
+        tiles.setContentsMargins(0, SPACE_TIGHT, 0, 0)
+        tiles.setSpacing(SPACE)
         for position, tile in enumerate(self.tiles.values()):
             tiles.addWidget(tile, *divmod(position, 2))  # CPU and memory, then GPU and VRAM
         tiles.setColumnStretch(0, 1)
@@ -297,8 +307,8 @@ class NodeCardWidget(QFrame):
         self.engine_section, self._engine_layout = _section("Engines")
         self._engine_layout.addWidget(self.engines_note)
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(14, 12, 14, 14)
-        layout.setSpacing(8)
+        layout.setContentsMargins(*CARD_MARGINS)
+        layout.setSpacing(SPACE)
         layout.addLayout(header)
         header_lines = QVBoxLayout()
         header_lines.setSpacing(1)
@@ -310,6 +320,17 @@ class NodeCardWidget(QFrame):
         layout.addWidget(self.engine_section)
         layout.addStretch(1)
 
+    def _show_status(self, reachable: bool) -> None:
+        self._reachable = reachable
+        state, word = (State.OK, "Online") if reachable else (State.IDLE, "Offline")
+        self.status.setText(f"{state_dot(state, self)}&nbsp;{word}")
+
+    def changeEvent(self, event: QEvent) -> None:
+        """Pick the status dot's shade again when the palette turns light or dark."""
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange and self._reachable is not None:
+            self._show_status(self._reachable)
+
     def show_node(self, card: NodeCard, history: Sequence[Sample]) -> None:
         """Show ``card`` and its chart ``history``."""
         self.node_id = card.node_id
@@ -317,8 +338,7 @@ class NodeCardWidget(QFrame):
         badge = "This computer" if card.is_self else "Engine only" if card.kind == "engine" else ""
         self.badge.setText(badge)
         self.badge.setVisible(bool(badge))
-        online = (ONLINE_COLOUR, "Online") if card.reachable else (OFFLINE_COLOUR, "Offline")
-        self.status.setText(f"{dot(online[0])}&nbsp;{online[1]}")
+        self._show_status(card.reachable)
         self.subtitle.setText(subtitle(card))
         self.subtitle.setToolTip(hardware_tip(card) or self.subtitle.text())
         self.subtitle.setVisible(bool(self.subtitle.text()))

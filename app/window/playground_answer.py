@@ -20,8 +20,8 @@ from app.controllers.playground import result_lines
 from app.controllers.playground_snippets import curl_command, python_program
 from app.controllers.playground_stream import ChatResult
 from app.controllers.playground_wire import ChatRequest
-from app.models.jobs import STATE_COLOURS
-from app.window.widgets import copy_to_clipboard, fixed_font, muted_label
+from app.window.look import State
+from app.window.widgets import copy_to_clipboard, fixed_font, muted_label, tint
 
 SNIPPET_LINES = 9
 
@@ -37,7 +37,7 @@ class AnswerBox(QGroupBox):
         self.figures = muted_label("")
         self.error = QLabel("")
         self.error.setWordWrap(True)
-        self.error.setStyleSheet(f"color: {STATE_COLOURS['failed']};")
+        tint(self.error, State.ERROR)
         # Both lines keep their height while empty: the answer does not jump when they fill.
         line = self.figures.fontMetrics().height()
         self.figures.setMinimumHeight(line)

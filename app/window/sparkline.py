@@ -8,8 +8,13 @@ from PySide6.QtCore import QPointF, QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QPainter, QPainterPath, QPaintEvent, QPalette, QPen
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
+from app.window.look import Shade
+from app.window.theme import is_dark
+
 WINDOW_SECONDS = 300.0  # the time span a sparkline shows, ending at its newest point
 GAP_SECONDS = 10.0  # points further apart than this are not joined (the node was silent)
+# A fill under the line, as opaque as reads on the background: a dark one needs more.
+FILL_ALPHA = {False: 45, True: 70}
 
 Point = tuple[float, float | None]  # (Unix time, value); None: not measured
 
@@ -33,13 +38,12 @@ def segments(points: Sequence[Point], gap: float = GAP_SECONDS) -> list[list[tup
 
 
 class Sparkline(QWidget):
-    """The last ``WINDOW_SECONDS`` of a 0-``maximum`` series as a line over a faint fill."""
+    """The last ``WINDOW_SECONDS`` of a 0-``maximum`` series as a line over a faint fill, in
+    ``shade``'s light or dark colour as the palette is."""
 
-    def __init__(
-        self, colour: QColor, maximum: float = 100.0, parent: QWidget | None = None
-    ) -> None:
+    def __init__(self, shade: Shade, maximum: float = 100.0, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self._colour = QColor(colour)
+        self._shade = shade
         self._maximum = maximum
         self._points: tuple[Point, ...] = ()
         self._muted = False
@@ -88,7 +92,7 @@ class Sparkline(QWidget):
     def _line_colour(self) -> QColor:
         if self._muted:
             return QColor(self.palette().color(QPalette.ColorRole.PlaceholderText))
-        return QColor(self._colour)
+        return self._shade.pick(is_dark(self.palette()))
 
     def _place(self, area: QRectF, at: float, value: float) -> QPointF:
         end = self._points[-1][0]
@@ -115,7 +119,7 @@ class Sparkline(QWidget):
         fill.lineTo(placed[0].x(), area.bottom())
         fill.closeSubpath()
         shade = QColor(colour)
-        shade.setAlpha(45)
+        shade.setAlpha(FILL_ALPHA[is_dark(self.palette())])
         painter.fillPath(fill, shade)
         painter.setPen(QPen(colour, 1.6))
         painter.setBrush(Qt.BrushStyle.NoBrush)
@@ -123,11 +127,11 @@ class Sparkline(QWidget):
 
 
 class UsageBar(QWidget):
-    """A thin horizontal bar filled to ``fraction`` (0-1); empty when unknown."""
+    """A thin horizontal bar filled to ``fraction`` (0-1) in ``shade``; empty when unknown."""
 
-    def __init__(self, colour: QColor, parent: QWidget | None = None) -> None:
+    def __init__(self, shade: Shade, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self._colour = QColor(colour)
+        self._shade = shade
         self._fraction: float | None = None
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
 
@@ -161,7 +165,7 @@ class UsageBar(QWidget):
             painter.setBrush(track)
             painter.drawRoundedRect(rect, radius, radius)
             if self._fraction:
-                painter.setBrush(self._colour)
+                painter.setBrush(self._shade.pick(is_dark(self.palette())))
                 filled = QRectF(
                     rect.left(), rect.top(), rect.width() * self._fraction, rect.height()
                 )

@@ -1,12 +1,14 @@
-"""Small shared widget helpers: page titles, muted text, the fixed-width font, copying with
-feedback, and a table as tall as its rows."""
+"""Small shared widget helpers: the spacing and type scales every page uses, state-tinted
+text that follows light and dark, the fixed-width font, copying with feedback, and a table as
+tall as its rows."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QAbstractItemModel, Qt, QTimer
+from PySide6.QtCore import QAbstractItemModel, QEvent, QObject, Qt, QTimer
 from PySide6.QtGui import QFont, QFontDatabase, QGuiApplication, QPalette, QResizeEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QBoxLayout,
     QHeaderView,
     QLabel,
     QPushButton,
@@ -14,17 +16,49 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.window.look import State, state_colour
+from app.window.theme import is_dark
+
 COPIED_MS = 1500
+
+# The spacing scale: pages, cards and rows take their gaps from here, nothing in between.
+SPACE_TIGHT = 4  # a label and its figure, lines of one item
+SPACE = 8  # widgets in a row, items in a list
+SPACE_SECTION = 12  # sections of a page, cards in a grid
+PAGE_MARGINS = (24, 20, 24, 24)  # left, top, right, bottom of every page
+CARD_MARGINS = (14, 12, 14, 12)  # inside a card's frame
+
+# The type scale, as factors of the system font.
+PAGE_TITLE_SCALE = 1.5
+HEADLINE_SCALE = 1.25
+SECTION_TITLE_SCALE = 1.1
+CAPTION_SCALE = 0.92
+STATE_PROPERTY = "pairState"  # the State a tinted widget shows, as a dynamic property
+
+
+def _scaled(label: QLabel, factor: float, *, bold: bool) -> QLabel:
+    font = label.font()
+    font.setPointSizeF(font.pointSizeF() * factor)
+    font.setBold(bold)
+    label.setFont(font)
+    return label
 
 
 def page_title(text: str, parent: QWidget | None = None) -> QLabel:
     """A page heading: the system font, larger and bold."""
-    label = QLabel(text, parent)
-    font = label.font()
-    font.setPointSizeF(font.pointSizeF() * 1.5)
-    font.setBold(True)
-    label.setFont(font)
+    return _scaled(QLabel(text, parent), PAGE_TITLE_SCALE, bold=True)
+
+
+def headline(text: str = "", parent: QWidget | None = None) -> QLabel:
+    """An empty state's first line: bigger than body text, bold, wrapped."""
+    label = _scaled(QLabel(text, parent), HEADLINE_SCALE, bold=True)
+    label.setWordWrap(True)
     return label
+
+
+def section_title(text: str = "", parent: QWidget | None = None) -> QLabel:
+    """A heading inside a page (a group of cards, a list): a little larger, bold."""
+    return _scaled(QLabel(text, parent), SECTION_TITLE_SCALE, bold=True)
 
 
 def muted_label(text: str = "", parent: QWidget | None = None) -> QLabel:
@@ -33,6 +67,66 @@ def muted_label(text: str = "", parent: QWidget | None = None) -> QLabel:
     label.setWordWrap(True)
     label.setForegroundRole(QPalette.ColorRole.PlaceholderText)
     return label
+
+
+def caption(text: str = "", parent: QWidget | None = None) -> QLabel:
+    """Secondary small print under a figure or a row: muted and a little smaller."""
+    return _scaled(muted_label(text, parent), CAPTION_SCALE, bold=False)
+
+
+def page_layout(layout: QBoxLayout) -> QBoxLayout:
+    """``layout`` with the page margins and the section spacing."""
+    layout.setContentsMargins(*PAGE_MARGINS)
+    layout.setSpacing(SPACE_SECTION)
+    return layout
+
+
+def left_aligned_headers(view: QTableView) -> QTableView:
+    """Column titles start where their cells' text starts."""
+    alignment = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter
+    view.horizontalHeader().setDefaultAlignment(alignment)
+    return view
+
+
+class _Tint(QObject):
+    """Re-colours its widget's text when the palette turns light or dark."""
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        """Tint again after a palette change (the shade depends on light or dark)."""
+        changes = (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange)
+        if event.type() in changes and isinstance(watched, QWidget):
+            _apply_tint(watched)
+        return False
+
+
+def _apply_tint(widget: QWidget) -> None:
+    state = widget.property(STATE_PROPERTY)
+    palette = widget.palette()
+    if not isinstance(state, str):
+        if palette.isBrushSet(QPalette.ColorGroup.Active, QPalette.ColorRole.WindowText):
+            widget.setPalette(QPalette())  # the inherited colours again
+        return
+    colour = state_colour(State(state), is_dark(palette))
+    if palette.color(QPalette.ColorRole.WindowText) == colour:
+        return  # also ends the palette change the line below sends
+    for role in (QPalette.ColorRole.WindowText, QPalette.ColorRole.Text):
+        palette.setColor(role, colour)
+    widget.setPalette(palette)
+
+
+def tint(widget: QWidget, state: State | None) -> None:
+    """Show ``widget``'s text in ``state``'s colour (None: the usual text colour), following
+    the palette between light and dark."""
+    if widget.findChild(_Tint, options=Qt.FindChildOption.FindDirectChildrenOnly) is None:
+        widget.installEventFilter(_Tint(widget))
+    widget.setProperty(STATE_PROPERTY, None if state is None else state.value)
+    _apply_tint(widget)
+
+
+def tinted_state(widget: QWidget) -> State | None:
+    """The state ``widget`` is tinted with, if any."""
+    value = widget.property(STATE_PROPERTY)
+    return State(value) if isinstance(value, str) else None
 
 
 def fixed_font() -> QFont:
