@@ -33,7 +33,7 @@ from backend.core.stdio import open_stdio_channel
 from backend.core.store import Store
 from backend.protocol.endpoint import control_address
 from backend.protocol.peer import RpcPeer
-from backend.protocol.proxy import DOORS
+from backend.protocol.proxy import door_rank
 from backend.wiring import BrokerConfig, Foundation, Node, WorkerSpec, build_node
 
 log = logging.getLogger(__name__)
@@ -199,7 +199,6 @@ def _refuse_lost_identity(data_dir: Path, *, fresh: bool, membership: Membership
     )
 
 
-_DOOR_RANK: dict[str, int] = {door: rank for rank, door in enumerate(DOORS)}
 # The component name of the node API server (``components/nodeinfo/server.py``).
 _NODE_API = "node-api"
 
@@ -214,14 +213,8 @@ def _node_api(node: Node, port: int) -> str:
     return f"FAILED on port {port}: {reason}"
 
 
-def _door_order(door_url: tuple[str, str]) -> tuple[int, str]:
-    """Ollama, OpenAI, llama.cpp first, as the app lists them; any other after, by name."""
-    door = door_url[0]
-    return (_DOOR_RANK.get(door, len(_DOOR_RANK)), door)
-
-
 def _front_doors(node: Node) -> str:
     doors = node.proxy.endpoints()
     if not doors:
         return "not open yet (`pair status` shows them)"
-    return ", ".join(f"{door} {url}" for door, url in sorted(doors.items(), key=_door_order))
+    return ", ".join(f"{door} {doors[door]}" for door in sorted(doors, key=door_rank))

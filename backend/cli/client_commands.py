@@ -15,6 +15,7 @@ from backend.cli import exit_codes
 from backend.protocol import contract, errors, methods
 from backend.protocol.endpoint import control_address, open_control_connection, resolve_data_dir
 from backend.protocol.peer import RpcPeer
+from backend.protocol.proxy import door_rank
 from backend.protocol.types.broker import BrokerStatus
 
 T = TypeVar("T")
@@ -99,6 +100,7 @@ def stop(data_dir: str | None) -> int:
 
 def format_status(status: BrokerStatus) -> str:
     """The human-readable status table."""
+    doors = status.front_doors
     lines = [
         f"PAIR {status.version}  node {status.node_name} ({status.node_id})",
         f"broker      pid {status.pid}, up {_duration(status.uptime_ms / 1000)}",
@@ -111,7 +113,7 @@ def format_status(status: BrokerStatus) -> str:
         f"openai {status.ports.openai}, llama.cpp {status.ports.llamacpp}, "
         f"relay {status.ports.relay}",
         "front doors "
-        + (", ".join(f"{d} {u}" for d, u in sorted(status.front_doors.items())) or "-"),
+        + (", ".join(f"{d} {doors[d]}" for d in sorted(doors, key=door_rank)) or "-"),
         f"placement   {_placement(status.placement)}",
         "",
         f"{'COMPONENT':<14}{'KIND':<8}{'STATE':<10}{'RESTARTS':<10}{'PID':<8}DETAIL",

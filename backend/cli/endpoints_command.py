@@ -16,6 +16,7 @@ from backend.components.discovery.probe import NODE_INFO_PATH
 from backend.components.discovery.records import interface_addresses, rank_addresses
 from backend.protocol import contract, methods
 from backend.protocol.peer import RpcPeer
+from backend.protocol.proxy import door_rank
 from backend.protocol.types.broker import BrokerStatus
 
 EVERY_MODEL = "Every door reaches every model of every computer in the cluster, in all three APIs."
@@ -77,12 +78,6 @@ def endpoints(data_dir: str | None, *, as_json: bool) -> int:
     return run_with_broker(data_dir, work)
 
 
-def _door_rank(door: str) -> tuple[int, str]:
-    """Ollama's, LM Studio's and llama-server's doors in that order, then any other by name."""
-    known = list(USUAL_PORT_OF)
-    return (known.index(door) if door in known else len(known), door)
-
-
 def format_endpoints(status: BrokerStatus, addresses: Sequence[str] = ()) -> str:
     """What every door reaches, one line per client API (URL and client setting), the doors and
     their ports, moved-port notes and the node API at ``addresses`` (where other computers
@@ -90,7 +85,7 @@ def format_endpoints(status: BrokerStatus, addresses: Sequence[str] = ()) -> str
     doors = status.front_doors
     if not doors:
         return "The front doors are not open yet; try again in a moment."
-    order = sorted(doors, key=_door_rank)
+    order = sorted(doors, key=door_rank)
     apis = []
     for title, preferred, setting, address in API_SETTINGS:
         url = doors[next((door for door in preferred if door in doors), order[0])]

@@ -25,6 +25,15 @@ DOOR_ENGINES: Mapping[Door, EngineName] = {
     "llamacpp": EngineName("llamacpp"),
 }
 DOORS: tuple[Door, ...] = ("ollama", "openai", "llamacpp")
+_DOOR_RANK: Mapping[str, int] = {door: rank for rank, door in enumerate(DOORS)}
+
+
+def door_rank(door: str) -> tuple[int, str]:
+    """Sort key of doors in the order the app and the CLI list them: Ollama's, OpenAI's (LM
+    Studio's port), llama.cpp's, then any other by name."""
+    return (_DOOR_RANK.get(door, len(_DOOR_RANK)), door)
+
+
 TargetKind = Literal["local", "peer", "engine"]
 # How the front door ranks the owners of a model (docs/PLACEMENT.md). ``round_robin`` is a
 # baseline for the placement benchmark only; the setting offers the other two.

@@ -9,6 +9,7 @@ import msgspec
 import pytest
 
 from backend.cli import main
+from backend.cli.client_commands import format_status
 from backend.cli.endpoints_command import EVERY_MODEL, format_endpoints
 from backend.protocol import methods
 from backend.protocol.types.base import NodeId
@@ -105,3 +106,11 @@ def test_json_prints_the_door_url_map(
     assert json.loads(capsys.readouterr().out) == DOORS
     assert main.main(["endpoints"]) == 0
     assert capsys.readouterr().out.startswith(EVERY_MODEL)
+
+
+def test_pair_status_lists_the_doors_in_the_app_s_order() -> None:
+    [line] = [line for line in format_status(status(DOORS)).splitlines() if "front doors" in line]
+    assert line == (
+        "front doors ollama http://127.0.0.1:11434, openai http://127.0.0.1:1234, "
+        "llamacpp http://127.0.0.1:8080"
+    )
