@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QVBoxLayout, QWidget
 
-from app.window.widgets import muted_label, page_title
+from app.window.widgets import EmptyState, page_layout, page_title
 
 
 class EmptyPage(QWidget):
@@ -15,19 +14,10 @@ class EmptyPage(QWidget):
         self, title: str, headline: str, message: str, parent: QWidget | None = None
     ) -> None:
         super().__init__(parent)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(24, 20, 24, 24)
+        layout = page_layout(QVBoxLayout(self))
         layout.addWidget(page_title(title))
-        layout.addStretch(1)
-        self.headline = QLabel(headline)
-        self.headline.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        font = self.headline.font()
-        font.setPointSizeF(font.pointSizeF() * 1.25)
-        font.setBold(True)
-        self.headline.setFont(font)
-        self.message = muted_label(message)
-        self.message.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        layout.addWidget(self.headline)
-        layout.addSpacing(6)
-        layout.addWidget(self.message)
-        layout.addStretch(2)
+        self.empty_state = EmptyState()
+        self.empty_state.show_text(headline, message)
+        self.headline = self.empty_state.headline
+        self.message = self.empty_state.message
+        layout.addWidget(self.empty_state, 1)

@@ -41,12 +41,14 @@ from app.window.models_pulls import PullBar, PullsPanel
 from app.window.widgets import (
     PAGE_MARGINS,
     SPACE,
+    EmptyState,
     left_aligned_headers,
     muted_label,
     page_title,
 )
 
 ROW_HEIGHT = 34
+OPEN_HUB = "Open the Model hub"
 
 
 def confirm_delete(parent: QWidget, row: ModelRow) -> bool:
@@ -130,8 +132,7 @@ class ModelsTab(QWidget):
         self.table.setWordWrap(False)
         left_aligned_headers(self.table)
         self._size_columns()
-        self.empty_note = muted_label()
-        self.empty_note.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty_note = EmptyState()
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, SPACE, 0, 0)
         layout.addWidget(self.table, 1)
@@ -183,7 +184,7 @@ class ModelsTab(QWidget):
         empty = self.proxy.rowCount() == 0
         self.table.setVisible(not empty)
         self.empty_note.setVisible(empty)
-        self.empty_note.setText(self._empty_text())
+        self.empty_note.show_text(*self._empty_text())
 
     def _served(self, row: ModelRow) -> str | None:
         """The model ``row``'s engine on ``row``'s computer has loaded (the first one)."""
@@ -193,12 +194,17 @@ class ModelsTab(QWidget):
                 return other.model
         return None
 
-    def _empty_text(self) -> str:
+    def _empty_text(self) -> tuple[str, str, str | None]:
+        """The empty state's headline, sentence and button (the Model hub fills the list)."""
         if not self._controller.connected:
-            return "Models appear here once the PAIR service is running."
+            return "No models to show", "Models appear here once the PAIR service is running.", None
         if not self._controller.pull_engines():
-            return "No engine is running on this computer. Start Ollama or LM Studio to see models."
-        return "No models yet. Pull one above, or pick one in the Model hub."
+            return (
+                "No engine is running",
+                "Start Ollama or LM Studio on the Engines page to see their models here.",
+                None,
+            )
+        return "No models yet", "Pull one above, or pick one in the Model hub.", OPEN_HUB
 
     def _on_row_actions_clicked(self, action: str, key: PendingKey) -> None:
         row = self._model.get(key)
@@ -236,6 +242,9 @@ class ModelsPage(QWidget):
         self.tabs.setDocumentMode(True)
         self.tabs.addTab(self.models_tab, "On your computers")
         self.tabs.addTab(self.hub, "Model hub")
+        self.models_tab.empty_note.action_clicked.connect(
+            lambda: self.tabs.setCurrentWidget(self.hub)
+        )
         layout = QVBoxLayout(self)
         layout.setContentsMargins(*PAGE_MARGINS)
         layout.setSpacing(SPACE)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
     QGridLayout,
     QHBoxLayout,
-    QLabel,
     QScrollArea,
     QStackedWidget,
     QVBoxLayout,
@@ -17,10 +18,18 @@ from PySide6.QtWidgets import (
 from app.broker.connection import BrokerConnection
 from app.broker.state import ServiceState
 from app.models.nodes import NodeCard, NodeRole, NodesModel
-from app.window.node_card import MIN_CARD_WIDTH, NodeCardWidget, scaled
-from app.window.widgets import muted_label, page_title
+from app.window.node_card import MIN_CARD_WIDTH, NodeCardWidget
+from app.window.widgets import (
+    SPACE_SECTION,
+    EmptyState,
+    muted_label,
+    page_layout,
+    page_title,
+)
 
-CARD_SPACING = 12
+CARD_SPACING = SPACE_SECTION
+ADD_COMPUTER = "Add a computer…"
+OPEN_SERVICE = "Open Settings → Service"
 EMPTY_STATES: dict[ServiceState, tuple[str, str]] = {
     ServiceState.CONNECTING: (
         "Connecting to the PAIR service…",
@@ -100,43 +109,30 @@ class CardGrid(QScrollArea):
         self._columns = columns
 
 
-class EmptyState(QWidget):
-    """A centred headline and explanation, for when there are no cards to show."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.headline = scaled(QLabel(), 1.25, bold=True)
-        self.headline.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.message = muted_label()
-        self.message.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(24, 0, 24, 0)
-        layout.addStretch(1)
-        layout.addWidget(self.headline)
-        layout.addSpacing(6)
-        layout.addWidget(self.message)
-        layout.addStretch(2)
-
-    def show_text(self, headline: str, message: str) -> None:
-        """Say ``headline``, then ``message``."""
-        self.headline.setText(headline)
-        self.message.setText(message)
-
-
 class OverviewPage(QWidget):
-    """A card per node from ``NodesModel``; a changed row refreshes only its own card."""
+    """A card per node from ``NodesModel``; a changed row refreshes only its own card. With no
+    cards, the empty state offers ``add_computer`` (connected) or ``open_service`` (not)
+    where given."""
 
     def __init__(
-        self, connection: BrokerConnection, model: NodesModel, parent: QWidget | None = None
+        self,
+        connection: BrokerConnection,
+        model: NodesModel,
+        parent: QWidget | None = None,
+        *,
+        add_computer: Callable[[], None] | None = None,
+        open_service: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(parent)
         self._connection = connection
         self._model = model
+        self._actions = {ADD_COMPUTER: add_computer, OPEN_SERVICE: open_service}
         self._cards: dict[str, NodeCardWidget] = {}
         self.summary = muted_label()
         self.summary.setWordWrap(False)
         self.grid = CardGrid()
         self.empty_state = EmptyState()
+        self.empty_state.action_clicked.connect(self._on_empty_state_action_clicked)
         self.stack = QStackedWidget()
         self.stack.addWidget(self.grid)
         self.stack.addWidget(self.empty_state)
@@ -152,9 +148,7 @@ class OverviewPage(QWidget):
         heading.addWidget(page_title("Overview"))
         heading.addStretch(1)
         heading.addWidget(self.summary, 0, Qt.AlignmentFlag.AlignBottom)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(24, 20, 24, 24)
-        layout.setSpacing(14)
+        layout = page_layout(QVBoxLayout(self))
         layout.addLayout(heading)
         layout.addWidget(self.stack, 1)
 
@@ -203,9 +197,20 @@ class OverviewPage(QWidget):
         state = self._connection.state
         showing_cards = state is ServiceState.READY and bool(self._cards)
         if not showing_cards:
-            self.empty_state.show_text(*EMPTY_STATES[state])
+            self.empty_state.show_text(*EMPTY_STATES[state], self._empty_action(state))
         self.stack.setCurrentWidget(self.grid if showing_cards else self.empty_state)
         self._refresh_summary()
+
+    def _empty_action(self, state: ServiceState) -> str | None:
+        """The button under the empty state: one that can fill the page, where given."""
+        action = ADD_COMPUTER if state is ServiceState.READY else OPEN_SERVICE
+        wanted = state is not ServiceState.CONNECTING and self._actions[action] is not None
+        return action if wanted else None
+
+    def _on_empty_state_action_clicked(self) -> None:
+        act = self._actions.get(self.empty_state.action_button.text())
+        if act is not None:
+            act()
 
     def _refresh_summary(self) -> None:
         cards = self._model.cards()

@@ -4,7 +4,7 @@ tall as its rows."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QAbstractItemModel, QEvent, QObject, Qt, QTimer
+from PySide6.QtCore import QAbstractItemModel, QEvent, QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QFont, QFontDatabase, QGuiApplication, QPalette, QResizeEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QPushButton,
     QTableView,
+    QVBoxLayout,
     QWidget,
 )
 
@@ -86,6 +87,40 @@ def left_aligned_headers(view: QTableView) -> QTableView:
     alignment = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter
     view.horizontalHeader().setDefaultAlignment(alignment)
     return view
+
+
+class EmptyState(QWidget):
+    """What a page shows with nothing to list: a centred headline, a short sentence and,
+    where something fills the page, the button that does it."""
+
+    action_clicked = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.headline = headline()
+        self.headline.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.message = muted_label()
+        self.message.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.action_button = QPushButton()
+        self.action_button.hide()
+        self.action_button.clicked.connect(self.action_clicked)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(PAGE_MARGINS[0], 0, PAGE_MARGINS[2], 0)
+        layout.setSpacing(SPACE)
+        layout.addStretch(1)
+        layout.addWidget(self.headline)
+        layout.addWidget(self.message)
+        layout.addSpacing(SPACE_TIGHT)
+        layout.addWidget(self.action_button, 0, Qt.AlignmentFlag.AlignHCenter)
+        layout.addStretch(2)
+
+    def show_text(self, title: str, message: str, action: str | None = None) -> None:
+        """Say ``title``, then ``message``; ``action`` names the button (None: no button)."""
+        self.headline.setText(title)
+        self.headline.setVisible(bool(title))
+        self.message.setText(message)
+        self.action_button.setText(action or "")
+        self.action_button.setVisible(action is not None)
 
 
 class _Tint(QObject):
