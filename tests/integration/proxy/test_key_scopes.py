@@ -9,71 +9,35 @@ Another computer is played by connecting to this machine's own network address (
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import re
-import socket
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
 import ollama
-import psutil
 import pytest
 
 from backend.protocol import methods
 from backend.protocol.types.jobs import JobRecord, JobsQuery
 from backend.workers.proxy.doors.key_use import REPORT_ENV
-from tests.integration.conftest import ROOT, Broker, Client
-from tests.integration.engines.conftest import OLLAMA_SHIM, write_override, write_script
-from tests.support.ports import free_port
+from tests.integration.conftest import Broker, Client
+from tests.integration.proxy.lan_support import (
+    api_key,
+    network_address_or_skip,
+    ollama_data_dir,
+)
 
 KEY = re.compile(r"pair-[A-Za-z0-9_-]{43}")
-
-
-def _network_address() -> str | None:
-    """An IPv4 address of this machine that is not loopback or link-local, if it has one."""
-    for addresses in psutil.net_if_addrs().values():
-        for entry in addresses:
-            if entry.family != socket.AF_INET:
-                continue
-            address = ipaddress.ip_address(entry.address)
-            if not (address.is_loopback or address.is_link_local):
-                return entry.address
-    return None
 
 
 @pytest.fixture
 def lan_address(monkeypatch: pytest.MonkeyPatch) -> str:
     """This machine's network address; the broker reports key use every 0.2 s, unannounced."""
-    address = _network_address()
-    if address is None:
-        pytest.skip("this machine has no network address besides loopback")
+    address = network_address_or_skip()
     monkeypatch.setenv("PAIR_DISCOVERY_MDNS", "0")
     monkeypatch.setenv(REPORT_ENV, "0.2")
     return address
-
-
-def _ollama_data_dir(tmp_path: Path) -> Path:
-    data_dir = tmp_path / "node-keys"
-    shim = write_script(tmp_path / "ollama", OLLAMA_SHIM)
-    runtime = {"port": free_port(), "ready": {"timeout_s": 30}}
-    write_override(data_dir, "ollama", {"detect": [{"path": str(shim)}], "runtime": runtime})
-    return data_dir
-
-
-def _pair(broker: Broker, *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "backend", "api-key", *args, "--data-dir", str(broker.data_dir)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    )
-    return done.stdout
 
 
 async def _send(
@@ -110,9 +74,9 @@ async def _chat_job(client: Client) -> JobRecord | None:
 async def test_an_inference_key_is_refused_engine_admin_and_every_use_is_recorded(
     start_broker: Any, lan_address: str, tmp_path: Path
 ) -> None:
-    broker: Broker = start_broker(data_dir=_ollama_data_dir(tmp_path))
-    laptop = KEY.findall(await asyncio.to_thread(_pair, broker, "create", "laptop"))[0]
-    printed = await asyncio.to_thread(_pair, broker, "create", "ops", "--admin")
+    broker: Broker = start_broker(data_dir=ollama_data_dir(tmp_path, "node-keys"))
+    laptop = KEY.findall(await api_key(broker.data_dir, "create", "laptop"))[0]
+    printed = await api_key(broker.data_dir, "create", "ops", "--admin")
     ops = KEY.findall(printed)[0]
     assert "admin" in printed
     async with broker.connect(engine_events=False) as client:
@@ -141,7 +105,7 @@ async def test_an_inference_key_is_refused_engine_admin_and_every_use_is_recorde
         assert (job.client, job.client_address) == ("laptop", lan_address)
 
         async def both_used() -> dict[str, Any] | None:
-            listed = json.loads(await asyncio.to_thread(_pair, broker, "list", "--json"))
+            listed = json.loads(await api_key(broker.data_dir, "list", "--json"))
             used = {key["name"]: key for key in listed if key["last_used_at"] is not None}
             return used if len(used) == 2 else None
 
@@ -150,7 +114,7 @@ async def test_an_inference_key_is_refused_engine_admin_and_every_use_is_recorde
             "laptop": "inference",
             "ops": "admin",
         }
-        table = await asyncio.to_thread(_pair, broker, "list")
+        table = await api_key(broker.data_dir, "list")
         assert "never" not in table and "just now" in table
 
 

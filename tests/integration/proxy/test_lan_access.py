@@ -9,56 +9,33 @@ machine's own network address (not loopback), so the door sees that address as i
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import re
-import socket
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
 import ollama
-import psutil
 import pytest
 
 from backend.protocol import methods
 from backend.protocol.types.apikeys import ApiKeyCreate, ApiKeyRef
-from tests.integration.conftest import ROOT, Broker, Client, free_port
-from tests.integration.engines.conftest import OLLAMA_SHIM, write_override, write_script
+from tests.integration.conftest import Broker, Client
+from tests.integration.proxy.lan_support import (
+    api_key,
+    network_address_or_skip,
+    ollama_data_dir,
+)
 
 MESSAGES = [{"role": "user", "content": "Why is the sky blue?"}]
-
-
-def _network_address() -> str | None:
-    """An IPv4 address of this machine that is not loopback or link-local, if it has one."""
-    for addresses in psutil.net_if_addrs().values():
-        for entry in addresses:
-            if entry.family != socket.AF_INET:
-                continue
-            address = ipaddress.ip_address(entry.address)
-            if not (address.is_loopback or address.is_link_local):
-                return entry.address
-    return None
 
 
 @pytest.fixture
 def lan_address(monkeypatch: pytest.MonkeyPatch) -> str:
     """This machine's network address; the brokers started here do not announce themselves."""
-    address = _network_address()
-    if address is None:
-        pytest.skip("this machine has no network address besides loopback")
+    address = network_address_or_skip()
     monkeypatch.setenv("PAIR_DISCOVERY_MDNS", "0")
     return address
-
-
-def _ollama_data_dir(tmp_path: Path) -> Path:
-    data_dir = tmp_path / "node-lan"
-    shim = write_script(tmp_path / "ollama", OLLAMA_SHIM)
-    runtime = {"port": free_port(), "ready": {"timeout_s": 30}}
-    write_override(data_dir, "ollama", {"detect": [{"path": str(shim)}], "runtime": runtime})
-    return data_dir
 
 
 async def _get(url: str, path: str, headers: dict[str, str] | None = None) -> httpx.Response:
@@ -103,18 +80,6 @@ async def _until_refused(url: str, path: str, headers: dict[str, str]) -> None:
             await asyncio.sleep(0.05)
 
 
-def _pair(broker: Broker, *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "backend", "api-key", *args, "--data-dir", str(broker.data_dir)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    )
-    return done.stdout
-
-
 def _chat(url: str, secret: str | None) -> ollama.ChatResponse:
     headers = {"Authorization": f"Bearer {secret}"} if secret is not None else {}
     client = ollama.Client(host=url, headers=headers, trust_env=False, timeout=30)
@@ -125,7 +90,7 @@ async def test_with_lan_access_off_another_computer_is_refused_even_with_a_key(
     start_broker: Any, lan_address: str
 ) -> None:
     broker: Broker = start_broker()
-    printed = await asyncio.to_thread(_pair, broker, "create", "laptop")
+    printed = await api_key(broker.data_dir, "create", "laptop")
     secret = re.findall(r"pair-[A-Za-z0-9_-]{43}", printed)[0]
     assert f"OLLAMA_HOST=http://{lan_address}:" in printed and "pair api-key lan on" in printed
     async with broker.connect(engine_events=False) as client:
@@ -137,16 +102,16 @@ async def test_with_lan_access_off_another_computer_is_refused_even_with_a_key(
                 await _get(lan, path, {"Authorization": f"Bearer {secret}"})
         local = await _get(f"http://127.0.0.1:{port}", "/api/tags")
         assert local.status_code == 200, "this computer needs no key"
-    (listed,) = json.loads(await asyncio.to_thread(_pair, broker, "list", "--json"))
+    (listed,) = json.loads(await api_key(broker.data_dir, "list", "--json"))
     assert (listed["name"], listed["prefix"]) == ("laptop", secret[:9]) and "secret" not in listed
-    assert "Revoked" in await asyncio.to_thread(_pair, broker, "revoke", listed["id"])
-    assert json.loads(await asyncio.to_thread(_pair, broker, "list", "--json")) == []
+    assert "Revoked" in await api_key(broker.data_dir, "revoke", listed["id"])
+    assert json.loads(await api_key(broker.data_dir, "list", "--json")) == []
 
 
 async def test_with_lan_access_on_a_key_lets_the_ollama_client_in_until_it_is_revoked(
     start_broker: Any, lan_address: str, tmp_path: Path
 ) -> None:
-    broker: Broker = start_broker(data_dir=_ollama_data_dir(tmp_path))
+    broker: Broker = start_broker(data_dir=ollama_data_dir(tmp_path, "node-lan"))
     async with broker.connect(engine_events=False) as client:
         await client.call(methods.ENGINE_START, {"engine": "ollama"}, timeout=60)
         port = await _door_port(client)

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import socket
 from collections.abc import AsyncIterator
 
 import aiohttp
 import msgspec
-import psutil
 import pytest
 
 from backend.components.proxy.component import ProxyComponent
@@ -30,25 +28,12 @@ from tests.integration.proxy.conftest import (
     credentials_for,
     free_ports,
 )
-
-
-def _network_address() -> str | None:
-    for addresses in psutil.net_if_addrs().values():
-        for entry in addresses:
-            if entry.family != socket.AF_INET:
-                continue
-            address = ipaddress.ip_address(entry.address)
-            if not (address.is_loopback or address.is_link_local):
-                return entry.address
-    return None
+from tests.integration.proxy.lan_support import network_address_or_skip
 
 
 @pytest.fixture
 def lan_address() -> str:
-    address = _network_address()
-    if address is None:
-        pytest.skip("this machine has no network address besides loopback")
-    return address
+    return network_address_or_skip()
 
 
 @pytest.fixture
