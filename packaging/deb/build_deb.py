@@ -5,7 +5,8 @@ Usage: ``python packaging/deb/build_deb.py [FROZEN_FOLDER] [--output-dir DIR]`` 
 
 The package holds the app in ``/usr/lib/pair`` with ``/usr/bin/pair`` linked to it, the desktop
 entry, the hicolor icons, the systemd user unit for a headless node, a man page and the
-copyright and changelog. It has no maintainer scripts: dpkg's file triggers refresh the icon
+copyright and changelog. Its one maintainer script, ``prerm``, stops the PAIR processes that
+run from the package's files before a removal deletes them; dpkg's file triggers refresh the icon
 cache and the desktop database, and removing the package leaves every user's data alone.
 
 The staged copy of the app differs from the frozen folder in one way: library search paths that
@@ -239,7 +240,7 @@ def md5sums(stage: Path) -> str:
 
 
 def write_metadata(stage: Path, info: PackageInfo) -> None:
-    """``DEBIAN/control`` and ``DEBIAN/md5sums``, from the staged tree."""
+    """``DEBIAN/control`` and ``DEBIAN/md5sums``, from the staged tree, and the ``prerm``."""
     relations = package_relations(stage / INSTALL_DIR)
     size = installed_size(stage)
     sums = md5sums(stage)
@@ -249,6 +250,8 @@ def write_metadata(stage: Path, info: PackageInfo) -> None:
     (debian / "md5sums").write_text(sums, encoding="utf-8")
     for path in debian.iterdir():
         path.chmod(0o644)
+    shutil.copyfile(HERE / "prerm", debian / "prerm")
+    (debian / "prerm").chmod(0o755)
 
 
 def build_deb(frozen: Path, output_dir: Path, info: PackageInfo) -> Path:

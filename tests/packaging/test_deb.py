@@ -166,8 +166,13 @@ def test_control_fields(fake_deb: Path) -> None:
     assert _field(fake_deb, "Depends") == ""
 
 
-def test_no_maintainer_scripts_so_removal_leaves_user_data_alone(unpacked: Path) -> None:
-    assert sorted(path.name for path in (unpacked / "DEBIAN").iterdir()) == ["control", "md5sums"]
+def test_the_one_maintainer_script_is_the_prerm(unpacked: Path) -> None:
+    assert sorted(path.name for path in (unpacked / "DEBIAN").iterdir()) == [
+        "control",
+        "md5sums",
+        "prerm",
+    ]
+    assert (unpacked / "DEBIAN" / "prerm").stat().st_mode & 0o777 == 0o755
 
 
 def test_install_and_purge_leave_user_data_alone(fake_deb: Path, tmp_path: Path) -> None:
@@ -183,7 +188,15 @@ def test_install_and_purge_leave_user_data_alone(fake_deb: Path, tmp_path: Path)
     for path in user_files:
         path.parent.mkdir(parents=True)
         path.write_text("the user's\n")
-    dpkg = ["dpkg", f"--root={root}", "--force-not-root", "--force-depends", "--log=/dev/null"]
+    # Chrootless: the root holds no shell for the prerm (dpkg tells it the root as DPKG_ROOT).
+    dpkg = [
+        "dpkg",
+        f"--root={root}",
+        "--force-not-root",
+        "--force-depends",
+        "--force-script-chrootless",
+        "--log=/dev/null",
+    ]
     _run(*dpkg, "--install", fake_deb)
     assert (root / "usr" / "bin" / "pair").is_symlink()
     assert (root / "usr" / "lib" / "pair" / "pair").is_file()
@@ -249,6 +262,7 @@ def test_the_desktop_entry_starts_pair_with_its_icon(unpacked: Path) -> None:
     assert fields["Icon"] == "pair"
     assert fields["Categories"] == "Network;Utility;"
     assert fields["Terminal"] == "false"
+    assert fields["StartupWMClass"] == "PAIR"  # the app's window class: its windows join the entry
     validate = shutil.which("desktop-file-validate")
     if validate is None:
         pytest.skip("desktop-file-validate is not installed (apt-get install desktop-file-utils)")
