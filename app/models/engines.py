@@ -21,6 +21,8 @@ from PySide6.QtGui import QColor
 
 from app.models.keyed_table import ROW_ROLE, Column, KeyedTableModel, Role
 from app.models.scheduler_text import scheduler_line
+from app.window import look
+from app.window.look import State
 from backend.protocol.types.base import EngineName, NodeId
 from backend.protocol.types.engines import (
     EngineState,
@@ -61,17 +63,15 @@ STATE_LABELS: dict[RowState, str] = {
     "error": "Error",
     "unreachable": "Unreachable",
 }
-_GREEN, _AMBER, _GREY, _RED = "#2e7d32", "#b26a00", "#808080", "#c62828"
-STATE_COLOURS: dict[RowState, str] = {
-    "not-installed": _GREY,
-    "stopped": _GREY,
-    "starting": _AMBER,
-    "running": _GREEN,
-    "stopping": _AMBER,
-    "error": _RED,
-    "unreachable": _GREY,
+ROW_STATES: dict[RowState, State] = {
+    "not-installed": State.IDLE,
+    "stopped": State.IDLE,
+    "starting": State.PENDING,
+    "running": State.OK,
+    "stopping": State.PENDING,
+    "error": State.ERROR,
+    "unreachable": State.IDLE,
 }
-PENDING_COLOUR = _AMBER
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,12 +385,12 @@ def state_label(row: EngineRow) -> str:
 
 def state_colour(row: EngineRow) -> QColor:
     """The indicator colour of the state (amber while an action is pending, grey for a member
-    that cannot be reached)."""
+    that cannot be reached), in the shade of the application's palette."""
     if row.pending is not None:
-        return QColor(PENDING_COLOUR)
+        return look.state_colour(State.PENDING)
     if row.member and not row.reachable:
-        return QColor(_GREY)
-    return QColor(STATE_COLOURS[row.state])
+        return look.state_colour(State.IDLE)
+    return look.state_colour(ROW_STATES[row.state])
 
 
 def scheduler_text(row: EngineRow) -> str:

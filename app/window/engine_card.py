@@ -9,7 +9,7 @@ as requests come and go. A refused port reads beside the field, and goes once it
 
 from __future__ import annotations
 
-from PySide6.QtCore import QRectF, QSize, Qt
+from PySide6.QtCore import QEvent, QRectF, QSize, Qt
 from PySide6.QtGui import QPainter, QPaintEvent, QPalette
 from PySide6.QtWidgets import (
     QAbstractButton,
@@ -43,7 +43,7 @@ from app.window.log_view import LogView
 from app.window.look import KNOB, State
 from app.window.node_card import ElidedLabel
 from app.window.theme import is_dark
-from app.window.widgets import muted_label, tint
+from app.window.widgets import muted_label, section_title, tint
 
 READ_ONLY_TEXT = "Read-only"
 _TRANSIENT = ("starting", "stopping")
@@ -189,10 +189,7 @@ class EngineCard(QFrame):
         self.set_row(row)
 
     def _build_header(self) -> None:
-        self.name = QLabel(f"<b>{self.row.display_name}</b>")
-        font = self.name.font()
-        font.setPointSizeF(font.pointSizeF() * 1.15)
-        self.name.setFont(font)
+        self.name = section_title(f"<b>{self.row.display_name}</b>")
         self.dot = ColourDot()
         self.state_label = QLabel()
         self.switch = ToggleSwitch()
@@ -282,6 +279,12 @@ class EngineCard(QFrame):
         self.log_view.refresh_requested.connect(lambda: controller.refresh_logs(engine, node))
         controller.logs_loaded.connect(self._on_controller_logs_loaded)
         controller.logs_failed.connect(self._on_controller_logs_failed)
+
+    def changeEvent(self, event: QEvent) -> None:
+        """Pick the state dot's shade again when the palette turns light or dark."""
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange:
+            self.dot.set_colour(state_colour(self.row))
 
     def set_row(self, row: EngineRow) -> None:
         """Show ``row``: state, controls and their enablement, ports, progress, messages."""
