@@ -6,102 +6,36 @@ TLS 1.3 handshakes, no subprocesses.
 
 from __future__ import annotations
 
-import socket
 import ssl
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from unittest import mock
 
 import aiohttp
-import msgspec
 import pytest
-from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from backend.common import tls
-from backend.common.certificates import NodeCredentials
 from backend.components.identity.certificate import mint
 from backend.components.proxy.component import identity_payload
 from backend.devtools.emulators.generation import TimingModel
-from backend.devtools.emulators.ollama import build_ollama_app
 from backend.devtools.emulators.ollama_state import OllamaConfig
-from backend.devtools.emulators.server import EmulatorServer
 from backend.protocol.proxy import ProxyIdentity, ProxyTargets, RouteTarget
 from backend.protocol.types.base import NodeId
-from backend.protocol.types.jobs import JobEvent
-from backend.workers.proxy.channels.jobs import JobLog
 from backend.workers.proxy.context import DoorContext
 from backend.workers.proxy.doors.app import build_app
-from backend.workers.proxy.relay.app import build_relay_app
 from backend.workers.proxy.relay.peer_tls import NoIdentity, PeerTls, credentials_from
 from backend.workers.proxy.relay.serving import REFUSED_HEADER, RelayBoard
 from tests.fakes import FakeClock
+from tests.unit.proxy.relay_rig import NODE_A, NODE_B, Relay, client_of, serving_relay
 from tests.unit.proxy.scripted_door import make_router
 
 QUICK = TimingModel(load_delay=0.01, token_delay=0.002)
-NODE_A = mint(NodeId("node-a"))
-NODE_B = mint(NodeId("node-b"))
 STRANGER = mint(NodeId("stranger"))
-
-
-@dataclass
-class Relay:
-    """Node B: its relay's URL, its trust, its door context and its engine."""
-
-    url: str
-    peer_tls: PeerTls
-    context: DoorContext
-    local: RouteTarget
-    jobs: list[dict[str, object]]
-
-    def trust(self, *ders: bytes) -> None:
-        targets = _table(self.local, ders)
-        self.peer_tls.follow(targets)
-        self.context.router.update(targets)
-
-
-def _table(local: RouteTarget, trusted: tuple[bytes, ...]) -> ProxyTargets:
-    return ProxyTargets(node_id="node-b", engines={"ollama": [local]}, trusted=list(trusted))
 
 
 @pytest.fixture
 async def relay() -> AsyncIterator[Relay]:
-    engine = EmulatorServer(build_ollama_app(OllamaConfig(models=("llama3.2",), timing=QUICK)))
-    await engine.start()
-    peer_tls = PeerTls()
-    peer_tls.adopt_identity(credentials_from(identity_payload(NODE_B)))
-    jobs: list[dict[str, object]] = []
-
-    def sent(events: list[JobEvent]) -> None:
-        jobs.extend(msgspec.to_builtins(event) for event in events)
-
-    async with aiohttp.ClientSession() as session:
-        router = make_router(session, JobLog(sent), clock=FakeClock(), peer_tls=peer_tls)
-        local = RouteTarget(
-            node_id="node-b", kind="local", base_url=engine.url, models=["llama3.2:latest"]
-        )
-        context = DoorContext("ollama", router, RelayBoard())
-        served = Relay("", peer_tls, context, local, jobs)
-        served.trust(NODE_A.cert_der)
-        runner = web.AppRunner(
-            build_relay_app({"ollama": context}, context.board, peer_tls),
-            handler_cancellation=True,
-        )
-        await runner.setup()
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        site = web.SockSite(runner, sock, ssl_context=peer_tls.server_context())
-        await site.start()
-        served.url = f"https://127.0.0.1:{sock.getsockname()[1]}"
-        try:
-            yield served
-        finally:
-            await runner.cleanup()
-            await engine.stop()
-
-
-def _client_of(credentials: NodeCredentials) -> ssl.SSLContext:
-    return tls.client_context(credentials, NODE_B.cert_der)
+    async with serving_relay(OllamaConfig(models=("llama3.2",), timing=QUICK)) as served:
+        yield served
 
 
 async def _get(url: str, context: ssl.SSLContext) -> tuple[int, dict[str, str], bytes]:
@@ -113,7 +47,7 @@ async def _get(url: str, context: ssl.SSLContext) -> tuple[int, dict[str, str], 
 
 
 async def test_a_pinned_peer_is_served_by_this_nodes_engine(relay: Relay) -> None:
-    status, _, body = await _get(f"{relay.url}/_pair/relay/ollama/api/tags", _client_of(NODE_A))
+    status, _, body = await _get(f"{relay.url}/_pair/relay/ollama/api/tags", client_of(NODE_A))
     assert status == 200 and b"llama3.2" in body
     async with (
         aiohttp.ClientSession() as session,
@@ -121,7 +55,7 @@ async def test_a_pinned_peer_is_served_by_this_nodes_engine(relay: Relay) -> Non
             f"{relay.url}/_pair/relay/ollama/api/chat",
             json={"model": "llama3.2", "messages": [], "stream": False},
             headers={"X-PAIR-Job": "node-a/r1/1", "X-PAIR-Attempt": "2", "X-PAIR-Origin": "node-a"},
-            ssl=_client_of(NODE_A),
+            ssl=client_of(NODE_A),
         ) as response,
     ):
         assert response.status == 200
@@ -140,7 +74,7 @@ async def test_a_client_without_a_certificate_fails_the_handshake(relay: Relay) 
 
 async def test_a_certificate_nobody_pinned_is_refused(relay: Relay) -> None:
     with pytest.raises(aiohttp.ClientConnectionError):
-        await _get(f"{relay.url}/_pair/relay/ollama/api/tags", _client_of(STRANGER))
+        await _get(f"{relay.url}/_pair/relay/ollama/api/tags", client_of(STRANGER))
 
 
 async def test_a_member_removed_after_the_handshake_is_refused_on_its_kept_connection(
@@ -148,7 +82,7 @@ async def test_a_member_removed_after_the_handshake_is_refused_on_its_kept_conne
 ) -> None:
     url = f"{relay.url}/_pair/relay/ollama/api/tags"
     connector = aiohttp.TCPConnector(limit=1)
-    context = _client_of(NODE_A)
+    context = client_of(NODE_A)
     async with aiohttp.ClientSession(connector=connector) as session:
         async with session.get(url, ssl=context) as warm:
             assert warm.status == 200
@@ -160,7 +94,7 @@ async def test_a_member_removed_after_the_handshake_is_refused_on_its_kept_conne
             assert "not paired" in (await refused.json())["error"]["message"]
     # A new handshake is refused by TLS itself.
     with pytest.raises(aiohttp.ClientConnectionError):
-        await _get(url, _client_of(NODE_A))
+        await _get(url, client_of(NODE_A))
 
 
 async def test_a_member_gets_inference_and_lists_only_never_engine_admin(relay: Relay) -> None:
@@ -175,11 +109,11 @@ async def test_a_member_gets_inference_and_lists_only_never_engine_admin(relay: 
         )
         for method, path, payload in asked:
             async with session.request(
-                method, base + path, json=payload, ssl=_client_of(NODE_A)
+                method, base + path, json=payload, ssl=client_of(NODE_A)
             ) as response:
                 assert response.status == 403, path
                 assert "inference and model lists" in (await response.json())["error"]
-    status, _, body = await _get(f"{base}/api/tags", _client_of(NODE_A))
+    status, _, body = await _get(f"{base}/api/tags", client_of(NODE_A))
     assert status == 200 and b"llama3.2" in body, "the model is still there"
 
 
@@ -201,14 +135,14 @@ async def test_a_doors_other_paths_never_go_to_a_member(relay: Relay) -> None:
         assert "does not run on this computer" in (await deleted.json())["error"]
     finally:
         await client.close()
-    status, _, body = await _get(f"{relay.url}/_pair/relay/ollama/api/tags", _client_of(NODE_A))
+    status, _, body = await _get(f"{relay.url}/_pair/relay/ollama/api/tags", client_of(NODE_A))
     assert status == 200 and b"llama3.2" in body
 
 
 async def test_the_relay_serves_only_its_own_paths(relay: Relay) -> None:
-    status, _, _ = await _get(f"{relay.url}/api/tags", _client_of(NODE_A))
+    status, _, _ = await _get(f"{relay.url}/api/tags", client_of(NODE_A))
     assert status == 404
-    status, _, _ = await _get(f"{relay.url}/_pair/relay/vllm/api/tags", _client_of(NODE_A))
+    status, _, _ = await _get(f"{relay.url}/_pair/relay/vllm/api/tags", client_of(NODE_A))
     assert status == 404
 
 
