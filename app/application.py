@@ -27,10 +27,13 @@ from app.controllers.components import ComponentsController
 from app.controllers.endpoints import EndpointsController, FrontDoorSettingsController
 from app.controllers.engines import EnginesController
 from app.controllers.errors import ErrorsController
+from app.controllers.hub import HubController
+from app.controllers.inference_check import InferenceCheckController
 from app.controllers.invitee import InviteeController
 from app.controllers.jobs import JobsController
 from app.controllers.models import ModelsController
 from app.controllers.nodes import NodesController
+from app.controllers.playground import PlaygroundController
 from app.controllers.service import ServiceController, UrlOpener
 from app.identity import name_application, qt_arguments
 from app.models.components import ComponentsModel
@@ -54,6 +57,7 @@ from app.stores.settings import SettingsStore
 from app.tray import Tray, TrayWatch, tray_available
 from app.window.about_dialog import AboutDialog
 from app.window.add_node_dialog import AddNodeDialog
+from app.window.appearance_box import stored_appearance
 from app.window.cluster_page import ClusterPage
 from app.window.endpoints_window import EndpointsWindow
 from app.window.engines_page import EnginesPage
@@ -62,7 +66,9 @@ from app.window.jobs_page import JobsPage
 from app.window.main_window import MainWindow, Page
 from app.window.models_page import ModelsPage
 from app.window.overview_page import OverviewPage
+from app.window.playground_page import PlaygroundPage
 from app.window.settings_general import GeneralSettings, minimise_to_tray
+from app.window.theme import ThemeFollower
 from app.window.welcome import Welcome
 from backend.common import buildinfo
 
@@ -114,6 +120,7 @@ class PairApplication:
             connection, self.engines, self.pending, engines, discovery, settings
         )
         self.models_controller = ModelsController(connection, self.pending, engines, discovery)
+        self.hub_controller = HubController(self.models_controller, self.nodes)
         self.jobs = JobsModel()
         self.jobs_controller = JobsController(
             connection, self.jobs, jobs_store, discovery, engines=engines
@@ -132,9 +139,14 @@ class PairApplication:
         self.add_node = AddNodeController(connection, discovery, self.cluster_store)
         self.invitee = InviteeController(connection, self.cluster_store)
         self.settings = preferences()
+        qt_app = QApplication.instance()
+        assert isinstance(qt_app, QApplication)
+        self.theme = ThemeFollower(qt_app, stored_appearance(self.settings))
         self.activity = ActivityController(connection, self.errors, jobs_store, engines)
         self.endpoints = EndpointsController(connection, engines, settings, discovery=discovery)
         self.front_door_settings = FrontDoorSettingsController(connection, settings)
+        self.playground = PlaygroundController(self.endpoints, engines, self.cluster_store)
+        self.inference_check = InferenceCheckController(self.endpoints, engines, self.cluster_store)
         self.cluster_page = ClusterPage(connection, self.cluster_controller)
         with_tray = tray_check() if use_tray is None else use_tray
         self.tray = Tray(self.connection, self.service, self.activity) if with_tray else None
@@ -158,9 +170,20 @@ class PairApplication:
                 Page(
                     "engines",
                     "Engines",
-                    EnginesPage(self.connection, self.engines, self.engines_controller),
+                    EnginesPage(
+                        self.connection, self.engines, self.engines_controller, nodes=self.nodes
+                    ),
                 ),
-                Page("models", "Models", ModelsPage(self.models_controller, load_catalog())),
+                Page(
+                    "models",
+                    "Models",
+                    ModelsPage(self.models_controller, load_catalog(), self.hub_controller),
+                ),
+                Page(
+                    "playground",
+                    "Playground",
+                    PlaygroundPage(self.playground, self.inference_check),
+                ),
                 Page("jobs", "Jobs", JobsPage(self.jobs_controller, self.settings)),
                 Page("cluster", "Cluster", self.cluster_page),
             ],
@@ -227,6 +250,7 @@ class PairApplication:
             self.jobs_controller,
             self.engines_controller,
             self.models_controller,
+            self.hub_controller,
             self.activity,
             self.endpoints,
             self.front_door_settings,
@@ -297,6 +321,8 @@ class PairApplication:
             self.welcome.dialog.hide()
         for controller in self._controllers():
             await controller.close()
+        await self.playground.close()
+        await self.inference_check.close()
         for store in self._stores():
             await store.close()
         await self.settings_store.close()
