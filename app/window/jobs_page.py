@@ -141,6 +141,11 @@ class JobsPage(QWidget):
         self._restore_columns()
         self._refresh()
 
+    def focus_search(self) -> None:
+        """Put the keyboard focus in the search field, its text selected (Ctrl+F)."""
+        self.filter_bar.search_field.setFocus()
+        self.filter_bar.search_field.selectAll()
+
     def _lay_out(self) -> None:
         header = QHBoxLayout()
         header.addWidget(page_title("Jobs"))

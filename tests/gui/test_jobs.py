@@ -23,6 +23,7 @@ from app.stores.discovery import DiscoveryStore
 from app.stores.engines import EnginesStore
 from app.stores.jobs import JobsStore
 from app.window.jobs_page import JobsPage, load_filter
+from app.window.shortcuts import focus_search_of
 from backend.protocol import methods
 from backend.protocol.types.jobs import JobRecord
 from tests.gui.helpers import EngineEvents, FakeConnection, settle, wait_until
@@ -606,3 +607,16 @@ async def test_the_computer_column_and_filter_cover_every_member(
     finally:
         for closing in (jobs, jobs_store, discovery, engines):
             await closing.close()
+
+
+async def test_ctrl_f_puts_the_focus_in_the_search_field(
+    qtbot: QtBot, controller: JobsController, settings: QSettings
+) -> None:
+    page = JobsPage(controller, settings)
+    qtbot.addWidget(page)
+    page.filter_bar.search_field.setText("qwen")
+    page.show()
+    qtbot.waitExposed(page)
+    assert focus_search_of(page), "the Jobs page offers a search for Ctrl+F"
+    await wait_until(page.filter_bar.search_field.hasFocus)
+    assert page.filter_bar.search_field.selectedText() == "qwen"
