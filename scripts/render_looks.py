@@ -14,7 +14,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -27,7 +30,8 @@ import qasync  # noqa: E402
 import render_gpu_card  # noqa: E402
 import render_hub  # noqa: E402
 import render_playground  # noqa: E402
-from PySide6.QtWidgets import QApplication, QWidget  # noqa: E402
+from PySide6.QtGui import QColor, QPalette, QPixmap  # noqa: E402
+from PySide6.QtWidgets import QApplication, QLabel, QWidget  # noqa: E402
 
 from app.broker.state import ServiceState  # noqa: E402
 from app.models.nodes import NodesModel  # noqa: E402
@@ -37,6 +41,92 @@ from app.window.theme import Appearance, ThemeFollower  # noqa: E402
 
 SCHEMES = (Appearance.LIGHT, Appearance.DARK)
 EMPTY_SIZE = (900, 520)
+READABLE = 4.5  # WCAG's contrast for body text
+# Secondary text takes the palette's placeholder colour; Fusion's light one is 3.9:1 on white,
+# so muted labels are held to WCAG's figure for large text and interface parts.
+MUTED_READABLE = 3.0
+_INLINE_COLOUR = re.compile(r"color:\s*(#[0-9a-fA-F]{6})")
+
+
+def luminance(colour: QColor) -> float:
+    """WCAG's relative luminance of an opaque colour."""
+
+    def linear(channel: float) -> float:
+        return channel / 12.92 if channel <= 0.03928 else ((channel + 0.055) / 1.055) ** 2.4
+
+    red, green, blue = (linear(c) for c in (colour.redF(), colour.greenF(), colour.blueF()))
+    return 0.2126 * red + 0.7152 * green + 0.0722 * blue
+
+
+def over(colour: QColor, background: QColor) -> QColor:
+    """``colour`` painted over an opaque ``background`` (a translucent text colour reads as
+    this)."""
+    alpha = colour.alphaF()
+    mixed = [
+        alpha * top + (1 - alpha) * bottom
+        for top, bottom in zip(
+            (colour.redF(), colour.greenF(), colour.blueF()),
+            (background.redF(), background.greenF(), background.blueF()),
+            strict=True,
+        )
+    ]
+    return QColor.fromRgbF(*mixed)
+
+
+def contrast(text: QColor, background: QColor) -> float:
+    """WCAG's contrast ratio (1-21) of ``text`` on ``background``."""
+    lighter, darker = sorted((luminance(over(text, background)), luminance(background)))[::-1]
+    return (lighter + 0.05) / (darker + 0.05)
+
+
+def text_colours(label: QLabel) -> list[QColor]:
+    """The colours ``label``'s text is drawn in: its foreground role and any inline colour."""
+    colours = [label.palette().color(label.foregroundRole())]
+    for source in (label.text(), label.styleSheet()):
+        colours += [QColor(found) for found in _INLINE_COLOUR.findall(source)]
+    return colours
+
+
+def unreadable_labels(widget: QWidget) -> list[str]:
+    """Each shown, enabled label of ``widget`` whose text is fainter than ``READABLE`` (muted
+    text: ``MUTED_READABLE``) on its window or base colour (a page's or a card's background),
+    with the ratio."""
+    found = []
+    for label in widget.findChildren(QLabel):
+        if not (label.isVisible() and label.isEnabled() and label.text().strip()):
+            continue
+        palette = label.palette()
+        backgrounds = (
+            palette.color(QPalette.ColorRole.Window),
+            palette.color(QPalette.ColorRole.Base),
+        )
+        worst = min(contrast(text, back) for text in text_colours(label) for back in backgrounds)
+        muted = label.foregroundRole() == QPalette.ColorRole.PlaceholderText
+        if worst < (MUTED_READABLE if muted else READABLE):
+            found.append(f"{label.text()[:60]!r}: {worst:.1f}:1")
+    return found
+
+
+@contextmanager
+def checking_grabs(check: Callable[[QWidget], None]) -> Iterator[None]:
+    """Run ``check`` on every widget grabbed (the render scripts grab each page they save)."""
+    grab = QWidget.grab
+
+    def checked_grab(widget: QWidget, *args: object) -> QPixmap:
+        check(widget)
+        return grab(widget, *args)  # type: ignore[arg-type]
+
+    setattr(QWidget, "grab", checked_grab)  # noqa: B010 - mypy refuses a method assignment
+    try:
+        yield
+    finally:
+        setattr(QWidget, "grab", grab)  # noqa: B010
+
+
+def report_unreadable(widget: QWidget) -> None:
+    """Print the labels of ``widget`` that are hard to read."""
+    for problem in unreadable_labels(widget):
+        print(f"  hard to read on {type(widget).__name__}: {problem}")
 
 
 def save(widget: QWidget, path: Path) -> None:
@@ -93,7 +183,10 @@ def main() -> int:
     qt_app = QApplication.instance() or QApplication(sys.argv[:1])
     assert isinstance(qt_app, QApplication)
     qt_app.setQuitOnLastWindowClosed(False)  # closing a page must not stop the loop
-    with asyncio.Runner(loop_factory=lambda: qasync.QEventLoop(qt_app)) as runner:
+    with (
+        asyncio.Runner(loop_factory=lambda: qasync.QEventLoop(qt_app)) as runner,
+        checking_grabs(report_unreadable),
+    ):
         runner.run(render_all(arguments.out_dir, schemes))
     return 0
 

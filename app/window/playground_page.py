@@ -26,7 +26,7 @@ from app.controllers.playground_stream import ChatResult
 from app.controllers.playground_wire import API_TITLES, ApiName, ChatRequest
 from app.window.inference_check import InferenceCheckBox
 from app.window.playground_answer import AnswerBox, SnippetBox, empty_note
-from app.window.widgets import page_title
+from app.window.widgets import PAGE_MARGINS, page_title
 
 DEFAULT_TEMPERATURE = 0.7
 DEFAULT_MAX_TOKENS = 512
@@ -169,7 +169,7 @@ class PlaygroundPage(QWidget):
         scroll.setFrameShape(QScrollArea.Shape.NoFrame)
         scroll.setWidget(content)
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(24, 20, 24, 24)
+        layout.setContentsMargins(*PAGE_MARGINS)
         layout.addWidget(page_title("Playground"))
         layout.addWidget(scroll, 1)
 
