@@ -17,16 +17,9 @@ from aiohttp import web
 from backend.common import tls
 from backend.common.tasks import TaskSet
 from backend.components.discovery.component import DiscoveryComponent
-from backend.components.discovery.manual import ManualNodeStore
 from backend.components.discovery.records import Announcement
-from backend.components.discovery.state import EvictionPolicy
-from backend.components.discovery.timing import DiscoveryTiming
-from backend.components.errors.registry import ErrorsRegistry
 from backend.components.identity.certificate import mint
-from backend.core.clock import SystemClock
-from backend.core.rpc import ClientHub, NumberedStream
 from backend.core.store import Store
-from backend.protocol import methods
 from backend.protocol.types.broker import Ports
 from backend.protocol.types.nodes import (
     DiscoveredNode,
@@ -48,18 +41,11 @@ from tests.unit.cluster.harness import (
     start_node,
     stop_node,
 )
+from tests.unit.components.discovery_rig import FAST, another_computer, discovery_of
 
 B_ENGINES = {"ollama": NodeEngineModels(models=["mistral:7b", "phi3:mini"], loaded=[])}
 FAKE_ENGINES = {"ollama": NodeEngineModels(models=["gpt-oss:120b"], loaded=[])}
 IMPOSTOR_HOST = "127.0.0.2"
-FAST = DiscoveryTiming(
-    scan_interval=0.1,
-    telemetry_interval=0.1,
-    telemetry_backoff=(0.1,),
-    manual_probe_interval=0.1,
-    fetch_timeout=1.0,
-    policy=EvictionPolicy(),
-)
 
 
 def _second_loopback_usable() -> bool:
@@ -74,10 +60,6 @@ def _second_loopback_usable() -> bool:
 pytestmark = pytest.mark.skipif(
     not _second_loopback_usable(), reason=f"{IMPOSTOR_HOST} cannot be bound on this system"
 )
-
-
-def _another_computer(_: str | None) -> bool:
-    return False
 
 
 @dataclass
@@ -131,23 +113,11 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     clock = FakeClock(start=1_700_000_000.0)
     a = await start_node(tmp_path, "desk", clock, A_ID)
     b = await start_node(
-        tmp_path, "laptop", clock, B_ID, engines=B_ENGINES, this_computer=_another_computer
+        tmp_path, "laptop", clock, B_ID, engines=B_ENGINES, this_computer=another_computer
     )
     store = Store(tmp_path / "discovery.db")
     await store.open()
-    discovery = DiscoveryComponent(
-        node_id=A_ID,
-        ports=Ports(node=a.port, ollama=free_port(), openai=free_port(), llamacpp=free_port()),
-        name=lambda: "desk",
-        clock=SystemClock(),
-        events=NumberedStream(methods.DISCOVERY_EVENT, ClientHub()),
-        errors_sink=ErrorsRegistry(node_id=A_ID, clock=SystemClock(), on_update=lambda _: None),
-        manual_store=ManualNodeStore(store),
-        timing=FAST,
-        use_mdns=False,
-        members=lambda: a.service.membership.trusted(),
-        credentials=a.credentials,
-    )
+    discovery = discovery_of(a, store)
     tasks = TaskSet("test:discovery")
     try:
         await pair(a, b)

@@ -19,48 +19,27 @@ from backend.common.tasks import TaskSet
 from backend.components.cluster.members import Member
 from backend.components.discovery import probe
 from backend.components.discovery.component import DiscoveryComponent
-from backend.components.discovery.manual import ManualNodeStore
 from backend.components.discovery.member_tls import MemberContexts
-from backend.components.discovery.state import EvictionPolicy
-from backend.components.discovery.timing import DiscoveryTiming
-from backend.components.errors.registry import ErrorsRegistry
 from backend.components.identity.certificate import mint
-from backend.core.clock import SystemClock
-from backend.core.rpc import ClientHub, NumberedStream
 from backend.core.store import Store
-from backend.protocol import methods
 from backend.protocol.types.base import NodeId
-from backend.protocol.types.broker import Ports
 from backend.protocol.types.nodes import DiscoveredNode, ManualNodeAdd, NodeEngineModels
 from tests.fakes import FakeClock
+from tests.support.ports import free_port
 from tests.unit.cluster.harness import (
     A_ID,
     B_ID,
     C_ID,
     Node,
     eventually,
-    free_port,
     pair,
     start_node,
     stop_node,
 )
+from tests.unit.components.discovery_rig import FAST, another_computer, discovery_of
 
 B_ENGINES = {"ollama": NodeEngineModels(models=["member-model:1b"], loaded=[])}
 C_ENGINES = {"ollama": NodeEngineModels(models=["stranger-model:1b"], loaded=[])}
-FAST = DiscoveryTiming(
-    scan_interval=0.1,
-    telemetry_interval=0.1,
-    telemetry_backoff=(0.1,),
-    manual_probe_interval=0.1,
-    fetch_timeout=1.0,
-    policy=EvictionPolicy(),
-)
-
-
-def _another_computer(_: str | None) -> bool:
-    # Every harness node listens on loopback; this makes B and C tell inventories only to
-    # members, as they would to a client on another computer.
-    return False
 
 
 @dataclass
@@ -83,26 +62,16 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     clock = FakeClock(start=1_700_000_000.0)
     a = await start_node(tmp_path, "desk", clock, A_ID)
     b = await start_node(
-        tmp_path, "laptop", clock, B_ID, engines=B_ENGINES, this_computer=_another_computer
+        tmp_path, "laptop", clock, B_ID, engines=B_ENGINES, this_computer=another_computer
     )
     c = await start_node(
-        tmp_path, "stranger", clock, C_ID, engines=C_ENGINES, this_computer=_another_computer
+        tmp_path, "stranger", clock, C_ID, engines=C_ENGINES, this_computer=another_computer
     )
     store = Store(tmp_path / "discovery.db")
     await store.open()
-    discovery = DiscoveryComponent(
-        node_id=A_ID,
-        ports=Ports(node=a.port, ollama=free_port(), openai=free_port(), llamacpp=free_port()),
-        name=lambda: "desk",
-        clock=SystemClock(),
-        events=NumberedStream(methods.DISCOVERY_EVENT, ClientHub()),
-        errors_sink=ErrorsRegistry(node_id=A_ID, clock=SystemClock(), on_update=lambda _: None),
-        manual_store=ManualNodeStore(store),
-        timing=FAST,
-        use_mdns=False,
-        members=lambda: a.service.membership.trusted(),
-        credentials=a.credentials,
-    )
+    # A removed member's manual entry stays (as if it were found over mDNS): what is tested
+    # here is which TLS each node is asked over.
+    discovery = discovery_of(a, store, follow_removals=False)
     tasks = TaskSet("test:discovery")
     try:
         await pair(a, b)

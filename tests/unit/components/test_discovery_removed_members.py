@@ -12,17 +12,12 @@ import pytest
 
 from backend.common.tasks import TaskSet
 from backend.components.discovery.component import DiscoveryComponent
-from backend.components.discovery.manual import ManualNodeStore, entries_of_removed, manual_id
-from backend.components.errors.registry import ErrorsRegistry
-from backend.core.clock import SystemClock
-from backend.core.rpc import ClientHub, NumberedStream
+from backend.components.discovery.manual import entries_of_removed, manual_id
 from backend.core.store import Store
-from backend.protocol import errors, methods
+from backend.protocol import errors
 from backend.protocol.types.base import NodeId
-from backend.protocol.types.broker import Ports
 from backend.protocol.types.nodes import ManualNode, ManualNodeAdd
 from tests.fakes import FakeClock
-from tests.support.ports import free_port
 from tests.unit.cluster.harness import (
     A_ID,
     B_ID,
@@ -33,27 +28,7 @@ from tests.unit.cluster.harness import (
     start_node,
     stop_node,
 )
-from tests.unit.components.test_discovery_member_tls import FAST
-
-
-async def discovery_of(node: Node, store: Store) -> DiscoveryComponent:
-    """A discovery that follows ``node``'s membership and its removals."""
-    return DiscoveryComponent(
-        node_id=node.node_id,
-        ports=Ports(node=node.port, ollama=free_port(), openai=free_port(), llamacpp=free_port()),
-        name=lambda: node.name,
-        clock=SystemClock(),
-        events=NumberedStream(methods.DISCOVERY_EVENT, ClientHub()),
-        errors_sink=ErrorsRegistry(
-            node_id=node.node_id, clock=SystemClock(), on_update=lambda _: None
-        ),
-        manual_store=ManualNodeStore(store),
-        timing=FAST,
-        use_mdns=False,
-        members=lambda: node.service.membership.trusted(),
-        removed=lambda: node.service.membership.removed_node_ids(),
-        credentials=node.credentials,
-    )
+from tests.unit.components.discovery_rig import discovery_of
 
 
 @pytest.fixture
@@ -76,7 +51,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[list[tuple[Node, DiscoveryCom
                 store = Store(tmp_path / f"{node.name}-discovery.db")
                 await store.open()
                 stack.push_async_callback(store.close)
-                discovery = await discovery_of(node, store)
+                discovery = discovery_of(node, store)
                 for other in nodes:
                     if other is not node:
                         await discovery.add_manual(

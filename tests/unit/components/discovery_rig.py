@@ -1,0 +1,59 @@
+"""What the discovery tests over the cluster harness share: quick timing, a node that answers as
+another computer would, and a discovery component that follows a harness node's membership."""
+
+from __future__ import annotations
+
+from backend.components.discovery.component import DiscoveryComponent
+from backend.components.discovery.manual import ManualNodeStore
+from backend.components.discovery.state import EvictionPolicy
+from backend.components.discovery.timing import DiscoveryTiming
+from backend.components.errors.registry import ErrorsRegistry
+from backend.core.clock import SystemClock
+from backend.core.rpc import ClientHub, NumberedStream
+from backend.core.store import Store
+from backend.protocol import methods
+from backend.protocol.types.broker import Ports
+from tests.support.ports import free_port
+from tests.unit.cluster.harness import Node
+
+FAST = DiscoveryTiming(
+    scan_interval=0.1,
+    telemetry_interval=0.1,
+    telemetry_backoff=(0.1,),
+    manual_probe_interval=0.1,
+    fetch_timeout=1.0,
+    policy=EvictionPolicy(),
+)
+
+
+def another_computer(_: str | None) -> bool:
+    """Every harness node listens on loopback; this makes one tell its inventories only to
+    members, as it would to a client on another computer."""
+    return False
+
+
+def discovery_of(node: Node, store: Store, *, follow_removals: bool = True) -> DiscoveryComponent:
+    """A discovery (no mDNS, quick timing) for ``node`` that follows its membership live: its
+    trusted members over mutual TLS and (``follow_removals``) its removals, which take the
+    removed nodes' manual entries with them."""
+
+    def removed() -> frozenset[str]:
+        # Read live: each change of the membership is a new object.
+        return node.service.membership.removed_node_ids() if follow_removals else frozenset()
+
+    return DiscoveryComponent(
+        node_id=node.node_id,
+        ports=Ports(node=node.port, ollama=free_port(), openai=free_port(), llamacpp=free_port()),
+        name=lambda: node.name,
+        clock=SystemClock(),
+        events=NumberedStream(methods.DISCOVERY_EVENT, ClientHub()),
+        errors_sink=ErrorsRegistry(
+            node_id=node.node_id, clock=SystemClock(), on_update=lambda _: None
+        ),
+        manual_store=ManualNodeStore(store),
+        timing=FAST,
+        use_mdns=False,
+        members=lambda: node.service.membership.trusted(),
+        removed=removed,
+        credentials=node.credentials,
+    )
