@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from PySide6.QtCore import SignalInstance
+
 from app.broker.connection import BrokerConnection
 from app.broker.launch import BrokerLaunch
 from app.broker.state import Ownership, ServiceState
@@ -36,6 +38,24 @@ async def wait_until(predicate: Callable[[], bool], timeout: float = 30.0, what:
         if loop.time() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
         await asyncio.sleep(0.02)
+
+
+async def emitted(signal: SignalInstance, action: Callable[[], object]) -> tuple[Any, ...]:
+    """Run ``action`` and let the loop run until ``signal`` is emitted; its arguments.
+
+    Not ``qtbot.waitSignal``: its nested Qt loop would not run the asyncio tasks that emit."""
+    seen: list[tuple[Any, ...]] = []
+
+    def record(*args: Any) -> None:
+        seen.append(args)
+
+    signal.connect(record)
+    try:
+        action()
+        await wait_until(lambda: bool(seen), 5, f"{signal}")
+    finally:
+        signal.disconnect(record)
+    return seen[0]
 
 
 async def settle() -> None:

@@ -4,13 +4,13 @@ connection."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 import pytest
-from PySide6.QtCore import Qt, QTimer, SignalInstance
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QApplication, QLabel, QLineEdit, QMessageBox, QPlainTextEdit, QWidget
 from pytestqt.modeltest import ModelTester
@@ -39,7 +39,7 @@ from backend.protocol.types.cluster import ClusterMember
 from backend.protocol.types.engines import MemberEngines
 from backend.protocol.types.nodes import DiscoveredNode
 from tests.fakes import FakeClock
-from tests.gui.helpers import NO_MODELS, FakeConnection, settle, wait_until
+from tests.gui.helpers import NO_MODELS, FakeConnection, emitted, settle, wait_until
 
 NOW = 1_750_000_000.0
 SELF = "n-self"
@@ -199,24 +199,6 @@ async def start(
     await wait_until(lambda: ui.controller.lan_access is not None, 5, "the settings")
     await wait_until(lambda: bool(connection.called(methods.APIKEYS_LIST)), 5, "the keys")
     await settle()
-
-
-async def emitted(signal: SignalInstance, action: Callable[[], object]) -> tuple[Any, ...]:
-    """Run ``action`` and let the loop run until ``signal`` is emitted; its arguments.
-
-    Not ``qtbot.waitSignal``: its nested Qt loop would not run the asyncio tasks that emit."""
-    seen: list[tuple[Any, ...]] = []
-
-    def record(*args: Any) -> None:
-        seen.append(args)
-
-    signal.connect(record)
-    try:
-        action()
-        await wait_until(lambda: bool(seen), 5, f"{signal}")
-    finally:
-        signal.disconnect(record)
-    return seen[0]
 
 
 def visible_texts(widget: QWidget) -> str:

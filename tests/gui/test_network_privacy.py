@@ -5,12 +5,11 @@ connection."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from PySide6.QtCore import SignalInstance
 from PySide6.QtWidgets import QLabel
 from pytestqt.qtbot import QtBot
 
@@ -24,7 +23,7 @@ from app.window.cluster_page import ClusterPage
 from app.window.network_privacy import lan_switch_shown
 from backend.protocol import methods
 from backend.protocol.errors import InvalidParams, Unavailable
-from tests.gui.helpers import NO_MODELS, FakeConnection, settle, wait_until
+from tests.gui.helpers import NO_MODELS, FakeConnection, emitted, settle, wait_until
 
 KEYS = ("lan_access", "local_discovery", "public_network")
 CLUSTER: dict[str, Any] = {
@@ -37,23 +36,6 @@ def settings(**values: bool) -> dict[str, Any]:
     """A ``settings:get`` answer: the three switches' settings, off unless given."""
     schema = [{"key": key, "type": "bool", "default": False, "description": "d"} for key in KEYS]
     return {"values": {key: values.get(key, False) for key in KEYS}, "schema": schema}
-
-
-async def emitted(signal: SignalInstance, action: Callable[[], object]) -> tuple[Any, ...]:
-    """Run ``action`` and let the loop run until ``signal`` is emitted; its arguments (not
-    ``qtbot.waitSignal``: its nested Qt loop would not run the asyncio tasks that emit)."""
-    seen: list[tuple[Any, ...]] = []
-
-    def record(*args: Any) -> None:
-        seen.append(args)
-
-    signal.connect(record)
-    try:
-        action()
-        await wait_until(lambda: bool(seen), 5, f"{signal}")
-    finally:
-        signal.disconnect(record)
-    return seen[0]
 
 
 @dataclass
