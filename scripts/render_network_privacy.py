@@ -16,67 +16,28 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from _offscreen import ScriptedConnection, run_on_qt, wait_until
+from PySide6.QtCore import QRect
 
-import qasync  # noqa: E402
-from PySide6.QtCore import QRect  # noqa: E402
-from PySide6.QtWidgets import QApplication  # noqa: E402
+from app.controllers.cluster_page import ClusterPageController
+from app.models.members import ApiKeysModel, MembersModel
+from app.stores.cluster import ClusterStore
+from app.stores.discovery import DiscoveryStore
+from app.stores.engines import EnginesStore
+from app.stores.settings import SettingsStore
+from app.window.cluster_page import ClusterPage
+from backend.protocol import methods
 
-from app.broker.connection import BrokerConnection  # noqa: E402
-from app.broker.launch import BrokerLaunch  # noqa: E402
-from app.broker.state import Ownership, ServiceState  # noqa: E402
-from app.controllers.cluster_page import ClusterPageController  # noqa: E402
-from app.models.members import ApiKeysModel, MembersModel  # noqa: E402
-from app.stores.cluster import ClusterStore  # noqa: E402
-from app.stores.discovery import DiscoveryStore  # noqa: E402
-from app.stores.engines import EnginesStore  # noqa: E402
-from app.stores.settings import SettingsStore  # noqa: E402
-from app.window.cluster_page import ClusterPage  # noqa: E402
-from backend.protocol import methods  # noqa: E402
-from backend.protocol.contract import Method  # noqa: E402
-
-P = TypeVar("P")
-R = TypeVar("R")
 PAGE_SIZE = (900, 1300)
 MARGIN = 12
 SELF, LAPTOP = "3f6c1a2e-0000-4000-8000-000000000001", "9a1b7c3d-0000-4000-8000-000000000002"
 KEYS = ("lan_access", "local_discovery", "public_network")
 NO_MODELS: dict[str, Any] = {"models": [], "by_engine": {}, "loaded_by_engine": {}}
 DEFAULTS = {"lan_access": False, "local_discovery": True, "public_network": False}
-
-
-class ScriptedConnection(BrokerConnection):
-    """A connection without a broker: each method answers its scripted raw result."""
-
-    def __init__(self, answers: dict[str, Any]) -> None:
-        super().__init__(BrokerLaunch(Path("/nonexistent/pair-render")))
-        self.answers = answers
-
-    @property
-    def ownership(self) -> Ownership | None:
-        return Ownership.OWNED
-
-    async def call(self, method: Method[P, R], params: P | None = None, timeout: float = 10.0) -> R:
-        return method.decode_result(self.answers.get(method.name))
-
-    def become_ready(self) -> None:
-        """Pretend a session started and is ready."""
-        self.session_changed.emit()
-        self._set_state(ServiceState.READY)
-        self.session_ready.emit()
-
-    def push(self, method: str, params: Any) -> None:
-        """Deliver one push as the broker would."""
-        self.notification_received.emit(method, params)
 
 
 def settings(**values: bool) -> dict[str, Any]:
@@ -111,15 +72,6 @@ def answers() -> dict[str, Any]:
         methods.SETTINGS_GET.name: settings(lan_access=True),
         methods.APIKEYS_LIST.name: [key],
     }
-
-
-async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Poll ``condition()`` until it holds (the page fills as the scripted answers arrive)."""
-    async with asyncio.timeout(timeout):
-        while True:
-            if condition():
-                return
-            await asyncio.sleep(0.05)
 
 
 def save_boxes(page: ClusterPage, out: Path) -> None:
@@ -165,11 +117,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out-dir", type=Path, default=Path("/tmp/network-privacy"))
     arguments = parser.parse_args()
-    qt_app = QApplication.instance() or QApplication(sys.argv[:1])
-    assert isinstance(qt_app, QApplication)
     arguments.out_dir.mkdir(parents=True, exist_ok=True)
-    with asyncio.Runner(loop_factory=lambda: qasync.QEventLoop(qt_app)) as runner:
-        runner.run(render(arguments.out_dir))
+    run_on_qt(lambda: render(arguments.out_dir))
     return 0
 
 

@@ -15,66 +15,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from _offscreen import ScriptedConnection, run_on_qt, wait_until
 
-import qasync  # noqa: E402
-from PySide6.QtWidgets import QApplication  # noqa: E402
+from app.controllers.engines import EnginesController
+from app.models.engines import EnginesModel
+from app.pending import PendingActions
+from app.stores.discovery import DiscoveryStore
+from app.stores.engines import EnginesStore
+from app.stores.settings import SettingsStore
+from app.window.engines_page import EnginesPage
+from backend.protocol import methods
+from backend.protocol.types.base import EngineName, NodeId
 
-from app.broker.connection import BrokerConnection  # noqa: E402
-from app.broker.launch import BrokerLaunch  # noqa: E402
-from app.broker.state import Ownership, ServiceState  # noqa: E402
-from app.controllers.engines import EnginesController  # noqa: E402
-from app.models.engines import EnginesModel  # noqa: E402
-from app.pending import PendingActions  # noqa: E402
-from app.stores.discovery import DiscoveryStore  # noqa: E402
-from app.stores.engines import EnginesStore  # noqa: E402
-from app.stores.settings import SettingsStore  # noqa: E402
-from app.window.engines_page import EnginesPage  # noqa: E402
-from backend.protocol import methods  # noqa: E402
-from backend.protocol.contract import Method  # noqa: E402
-from backend.protocol.types.engines import EngineRef  # noqa: E402
-
-P = TypeVar("P")
-R = TypeVar("R")
 PAGE_SIZE = (980, 1020)
 SELF, LAPTOP = "3f6c1a2e-0000-4000-8000-000000000001", "9a1b7c3d-0000-4000-8000-000000000002"
 DOORS = {"ollama": 11434, "openai": 1234, "llamacpp": 8080}
-
-
-class ScriptedConnection(BrokerConnection):
-    """A connection without a broker: each method answers its scripted raw result."""
-
-    def __init__(self, answers: dict[str, Any]) -> None:
-        super().__init__(BrokerLaunch(Path("/nonexistent/pair-render")))
-        self.answers = answers
-
-    @property
-    def ownership(self) -> Ownership | None:
-        return Ownership.OWNED
-
-    async def call(self, method: Method[P, R], params: P | None = None, timeout: float = 10.0) -> R:
-        if method is methods.ENGINE_VERSIONS and isinstance(params, EngineRef):
-            return method.decode_result(VERSIONS[params.engine])
-        return method.decode_result(self.answers.get(method.name))
-
-    def become_ready(self) -> None:
-        """Pretend a session started and is ready."""
-        self.session_changed.emit()
-        self._set_state(ServiceState.READY)
-        self.session_ready.emit()
-
-    def push(self, event: dict[str, Any]) -> None:
-        """Deliver one ``engine:event`` as the broker would."""
-        self.notification_received.emit(methods.ENGINE_EVENT.name, event)
 
 
 def engine(name: str, display: str, door: str, port: int, **facts: Any) -> dict[str, Any]:
@@ -146,16 +105,8 @@ def answers() -> dict[str, Any]:
         methods.ENGINE_SUBSCRIBE.name: snapshot,
         methods.ENGINE_GET_INSTALLED.name: [OLLAMA, LLAMACPP],
         methods.DISCOVERY_SUBSCRIBE.name: {"seq": 1, "nodes": [node]},
+        methods.ENGINE_VERSIONS.name: lambda ref: VERSIONS[ref.engine] if ref else None,
     }
-
-
-async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Poll ``condition()`` until it holds (the page fills as the scripted answers arrive)."""
-    async with asyncio.timeout(timeout):
-        while True:
-            if condition():
-                return
-            await asyncio.sleep(0.05)
 
 
 async def render(out: Path) -> None:
@@ -171,10 +122,11 @@ async def render(out: Path) -> None:
     page.show()
     try:
         connection.become_ready()
-        await wait_until(
-            lambda: None not in (page.card(SELF, "llamacpp"), page.card(LAPTOP, "llamacpp"))
-        )
-        connection.push({"seq": 2, "event": "scheduler_changed", "scheduler": BUSY})
+        llamacpp = EngineName("llamacpp")
+        cards = (NodeId(SELF), llamacpp), (NodeId(LAPTOP), llamacpp)
+        await wait_until(lambda: None not in [page.card(*card) for card in cards])
+        busy = {"seq": 2, "event": "scheduler_changed", "scheduler": BUSY}
+        connection.push(methods.ENGINE_EVENT.name, busy)
         await asyncio.sleep(0.4)  # layouts settle
         if not page.grab().save(str(out)):
             raise OSError(f"could not write {out}")
@@ -191,10 +143,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("/tmp/scheduler-card.png"))
     arguments = parser.parse_args()
-    qt_app = QApplication.instance() or QApplication(sys.argv[:1])
-    assert isinstance(qt_app, QApplication)
-    with asyncio.Runner(loop_factory=lambda: qasync.QEventLoop(qt_app)) as runner:
-        runner.run(render(arguments.out))
+    run_on_qt(lambda: render(arguments.out))
     return 0
 
 
