@@ -48,6 +48,7 @@ from app.stores.engines import EnginesStore  # noqa: E402
 from app.stores.settings import SettingsStore  # noqa: E402
 from app.window.engines_page import EnginesPage  # noqa: E402
 from app.window.overview_page import OverviewPage  # noqa: E402
+from backend.protocol import methods  # noqa: E402
 from backend.protocol.types.base import EngineName, NodeId  # noqa: E402
 from backend.protocol.types.engines import EngineStatus  # noqa: E402
 from backend.protocol.types.nodes import DiscoveredNode, NodeInfo, NodeTelemetry  # noqa: E402
@@ -131,7 +132,8 @@ async def render(out_dir: Path) -> None:
         connection.become_ready()
         me = NodeId(SELF)
         await wait_until(lambda: engines_page.card(me, EngineName("llamacpp")) is not None)
-        connection.push({"seq": 2, "event": "scheduler_changed", "scheduler": BUSY})
+        busy = {"seq": 2, "event": "scheduler_changed", "scheduler": BUSY}
+        connection.push(methods.ENGINE_EVENT.name, busy)
         ollama = engines_page.card(me, EngineName("ollama"))
         assert ollama is not None
         ollama.port_edit.setText("80")  # refused by the form: the error reads beside the field
