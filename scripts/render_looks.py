@@ -163,14 +163,18 @@ async def render_all(out_dir: Path, schemes: tuple[Appearance, ...]) -> None:
     app = QApplication.instance()
     assert isinstance(app, QApplication)
     follower = ThemeFollower(app, Appearance.LIGHT)
-    for scheme in schemes:
-        follower.set_choice(scheme)
-        folder = out_dir / scheme.value
-        folder.mkdir(parents=True, exist_ok=True)
-        await render_gpu_card.render(folder)
-        await render_hub.render(folder)
-        await render_playground.render(folder)
-        await render_empty(folder)
+    try:
+        for scheme in schemes:
+            follower.set_choice(scheme)
+            folder = out_dir / scheme.value
+            folder.mkdir(parents=True, exist_ok=True)
+            await render_gpu_card.render(folder)
+            await render_hub.render(folder)
+            await render_playground.render(folder)
+            await render_empty(folder)
+    finally:
+        follower.setParent(None)  # let it go: the desktop's scheme no longer moves the palette
+        app.setPalette(QPalette())
 
 
 def main() -> int:
