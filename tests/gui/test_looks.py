@@ -4,6 +4,7 @@ states that offer the action that fills them."""
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +25,7 @@ SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 if str(SCRIPTS) not in sys.path:
     sys.path.insert(0, str(SCRIPTS))
 
-import render_looks  # type: ignore[import-not-found]  # noqa: E402
+render_looks = importlib.import_module("render_looks")  # a script, not a package
 
 PAGES = {"OverviewPage", "EnginesPage", "ModelsPage", "PlaygroundPage", "EmptyPage"}
 
