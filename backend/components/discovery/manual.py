@@ -76,18 +76,14 @@ def validate(params: ManualNodeAdd) -> ManualNodeAdd:
     """Normalised parameters of ``nodes:add`` (the host alone: an IPv4 or IPv6 address, with or
     without brackets, or a host name), or ``InvalidParams`` saying what is wrong."""
     if not params.address.strip():
-        raise errors.InvalidParams("Invalid params for nodes:add: address must not be empty")
+        raise errors.InvalidParams("give the other computer's address (an IP address or a name)")
     try:
         address = parse_host(params.address)
     except AddressError as exc:
         shown = params.address.strip()[:_SHOWN_LENGTH]
-        raise errors.InvalidParams(
-            f"Invalid params for nodes:add: address {shown!r}: {exc}"
-        ) from None
+        raise errors.InvalidParams(f'"{shown}" is not an address: {exc}') from None
     if not 1 <= params.port <= 65535:
-        raise errors.InvalidParams(
-            f"Invalid params for nodes:add: port {params.port} is outside 1-65535"
-        )
+        raise errors.InvalidParams(f"port {params.port} is outside 1-65535")
     name = params.name.strip() if params.name and params.name.strip() else None
     return ManualNodeAdd(address=address, port=params.port, name=name)
 

@@ -215,7 +215,7 @@ async def test_bad_manual_input_gets_clear_errors(no_mdns: None, start_broker: S
     broker = start_broker()
     async with broker.connect() as client:
         for params, text in [
-            ({"address": ""}, "must not be empty"),
+            ({"address": ""}, "give the other computer's address"),
             ({"address": "10.0.0.1", "port": 0}, "outside 1-65535"),
             ({"address": "10.0.0.1", "port": 65536}, "outside 1-65535"),
             ({"address": "10.0.0.1", "port": "x"}, "port"),

@@ -105,12 +105,15 @@ def test_manual_input_is_validated_with_clear_messages() -> None:
     assert manual.validate(ManualNodeAdd(address="fe80::1%eth0")).address == "fe80::1%eth0"
     assert manual.validate(ManualNodeAdd(address="gpu-box.tailnet.ts.net", port=1)).port == 1
     for bad, message in [
-        (ManualNodeAdd(address="  "), "must not be empty"),
+        (ManualNodeAdd(address="  "), "give the other computer's address"),
         (ManualNodeAdd(address="10.0.0.1", port=0), "outside 1-65535"),
         (ManualNodeAdd(address="10.0.0.1", port=70000), "outside 1-65535"),
         (ManualNodeAdd(address="http://x/y"), "without http:// or a path"),
         # A client may send anything: a port in the address is never taken for part of the host.
-        (ManualNodeAdd(address="10.0.0.5:14320"), "'10.0.0.5:14320': the port goes separately"),
+        (
+            ManualNodeAdd(address="10.0.0.5:14320"),
+            '"10.0.0.5:14320" is not an address: the port goes separately',
+        ),
         (ManualNodeAdd(address="[::1]:14320"), "the port goes separately"),
         (ManualNodeAdd(address="[::1"), "close the IPv6 address with ]"),
         (ManualNodeAdd(address="a b"), "no spaces in an address"),
@@ -119,6 +122,7 @@ def test_manual_input_is_validated_with_clear_messages() -> None:
         with pytest.raises(errors.InvalidParams, match=re.escape(message)) as caught:
             manual.validate(bad)
         assert caught.value.code == -32602
+        assert "Invalid params" not in caught.value.message  # a user reads it
 
 
 def test_three_failed_probes_raise_the_error_and_an_answer_clears_it() -> None:
