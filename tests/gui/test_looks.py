@@ -16,10 +16,12 @@ from pytestqt.qtbot import QtBot
 
 from app.models.nodes import NodesModel
 from app.window.look import SERIES_SHADES, STATE_SHADES, State, state_colour
+from app.window.models_page import OPEN_HUB
 from app.window.overview_page import ADD_COMPUTER, OPEN_SERVICE, OverviewPage
 from app.window.theme import Appearance, ThemeFollower, dark_palette, is_dark
 from app.window.widgets import EmptyState, tint, tinted_state
-from tests.gui.helpers import FakeConnection, settle
+from tests.gui.helpers import FakeConnection, settle, wait_until
+from tests.gui.test_models_page import close, listing, make_ui, start
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 if str(SCRIPTS) not in sys.path:
@@ -150,3 +152,16 @@ def test_an_empty_state_without_an_action_shows_no_button(qtbot: QtBot) -> None:
     empty.show_text("No models yet", "Pull one above.")
     assert empty.action_button.isHidden()
     assert empty.headline.text() == "No models yet"
+
+
+async def test_no_models_yet_offers_the_model_hub(qtbot: QtBot) -> None:
+    ui = await make_ui(qtbot)
+    try:
+        await start(ui, local=listing({"ollama": [], "lmstudio": []}), nodes=[])
+        empty = ui.page.models_tab.empty_note
+        await wait_until(lambda: empty.headline.text() == "No models yet")
+        assert empty.action_button.text() == OPEN_HUB
+        empty.action_button.click()
+        assert ui.page.tabs.currentWidget() is ui.page.hub
+    finally:
+        await close(ui)
