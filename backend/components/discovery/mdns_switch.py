@@ -61,10 +61,16 @@ class MdnsSwitch:
             log.error("mDNS is unavailable (%s); only manual nodes will be found", exc)
             self._errors.raise_error(
                 UNAVAILABLE_ERROR,
-                f"mDNS could not start ({exc}); add other computers by address.",
+                f"mDNS could not start ({_reason(exc)}); add other computers by address.",
                 severity="warning",
             )
             self.link = None
             await link.close()
             return
         self._errors.clear_error(UNAVAILABLE_ERROR)
+
+
+def _reason(exc: OSError) -> str:
+    """The system's words for ``exc`` without its errno number (``[Errno 98] ...``)."""
+    text = exc.strerror or str(exc) or "the network refused it"
+    return text[0].lower() + text[1:]

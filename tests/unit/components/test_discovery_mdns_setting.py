@@ -123,8 +123,10 @@ async def test_with_discovery_off_from_the_start_mdns_never_starts(
 async def test_a_link_that_cannot_start_is_reported_once_and_not_retried_every_tick(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    FakeLink.fail_with = OSError("no multicast here")
+    FakeLink.fail_with = OSError(98, "Address already in use")
     async with running(tmp_path, monkeypatch, {"announce": True}) as registry:
         await eventually(lambda: any(e.id == UNAVAILABLE_ERROR for e in registry.snapshot()))
+        [said] = [e.message for e in registry.snapshot() if e.id == UNAVAILABLE_ERROR]
+        assert said.startswith("mDNS could not start (address already in use);")  # no [Errno 98]
         await _some_ticks()
         assert len(FakeLink.made) == 1
