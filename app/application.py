@@ -148,6 +148,8 @@ class PairApplication:
         self.playground = PlaygroundController(self.endpoints, engines, self.cluster_store)
         self.inference_check = InferenceCheckController(self.endpoints, engines, self.cluster_store)
         self.cluster_page = ClusterPage(connection, self.cluster_controller)
+        self.catalog = load_catalog()
+        self.playground_page = PlaygroundPage(self.playground, self.inference_check)
         with_tray = tray_check() if use_tray is None else use_tray
         self.tray = Tray(self.connection, self.service, self.activity) if with_tray else None
         # Without a tray now, the desktop's panel may still be starting: watch for it.
@@ -177,13 +179,9 @@ class PairApplication:
                 Page(
                     "models",
                     "Models",
-                    ModelsPage(self.models_controller, load_catalog(), self.hub_controller),
+                    ModelsPage(self.models_controller, self.catalog, self.hub_controller),
                 ),
-                Page(
-                    "playground",
-                    "Playground",
-                    PlaygroundPage(self.playground, self.inference_check),
-                ),
+                Page("playground", "Playground", self.playground_page),
                 Page("jobs", "Jobs", JobsPage(self.jobs_controller, self.settings)),
                 Page("cluster", "Cluster", self.cluster_page),
             ],
@@ -199,6 +197,10 @@ class PairApplication:
             self.endpoints,
             self.settings,
             self.window,
+            models=self.models_controller,
+            nodes=self.nodes,
+            catalog=self.catalog,
+            open_playground=self.try_model,
             demo=self.service.demo,
         )
         self._quit = asyncio.Event()
@@ -282,6 +284,12 @@ class PairApplication:
         self.window.showNormal()
         self.window.raise_()
         self.window.activateWindow()
+
+    def try_model(self, model: str) -> None:
+        """Show the Playground page with ``model`` picked."""
+        self.playground_page.select_model(model)
+        self.window.show_page("playground")
+        self.show_window()
 
     def show_add_node(self) -> None:
         """Open the Add node dialog (the one dialog, shown again)."""

@@ -120,6 +120,7 @@ class PlaygroundPage(QWidget):
     ) -> None:
         super().__init__(parent)
         self._controller = controller
+        self._wanted_model: str | None = None  # picked once the cluster lists it
         self.form = RequestForm()
         self.answer = AnswerBox()
         self.snippets = SnippetBox()
@@ -142,6 +143,11 @@ class PlaygroundPage(QWidget):
         controller.answer_started.connect(self._on_controller_answer_started)
         controller.text_arrived.connect(self.answer.append)
         controller.answer_ended.connect(self._on_controller_answer_ended)
+        self._fill_models()
+
+    def select_model(self, name: str) -> None:
+        """Pick ``name`` in the model list, now or as soon as the cluster lists it."""
+        self._wanted_model = name
         self._fill_models()
 
     def send(self) -> None:
@@ -175,13 +181,15 @@ class PlaygroundPage(QWidget):
 
     def _fill_models(self) -> None:
         combo = self.form.model_combo
-        current = combo.currentData()
+        current = self._wanted_model or combo.currentData()
         combo.blockSignals(True)
         combo.clear()
         for choice in self._controller.choices:
             combo.addItem(choice.label, choice.name)
         index = combo.findData(current) if current is not None else -1
         combo.setCurrentIndex(index if index >= 0 else 0 if combo.count() else -1)
+        if index >= 0 and current == self._wanted_model:
+            self._wanted_model = None
         combo.blockSignals(False)
         self.form.empty_note.setVisible(combo.count() == 0)
         self._show_request()

@@ -1,11 +1,12 @@
 """First run: a welcome dialog, shown once, that finds this computer's engines, offers to start
-or install them, and says where apps connect."""
+or install them, gets a first model that fits this computer, opens the Playground to try it, and
+says where apps connect."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from PySide6.QtCore import QObject, QSettings, Qt, QTimer
+from PySide6.QtCore import QObject, QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QPalette, QShowEvent
 from PySide6.QtWidgets import (
     QDialog,
@@ -20,11 +21,16 @@ from PySide6.QtWidgets import (
 
 from app.broker.connection import BrokerConnection
 from app.broker.state import ServiceState
+from app.catalog import Catalog
 from app.controllers.activity import ActivityController
 from app.controllers.endpoints import EndpointsController
+from app.controllers.models import ModelsController
+from app.controllers.welcome_model import FirstModelController
 from app.models.display_text import display_text
 from app.models.errors import SEVERITY_COLOURS
+from app.models.nodes import NodesModel
 from app.window.look import STATE_LOOKS
+from app.window.welcome_model import FirstModelBox, TryBox
 from app.window.widgets import muted_label, page_title
 from backend.protocol.types.engines import EngineStatus
 
@@ -178,12 +184,17 @@ class EngineRows(QGroupBox):
 
 
 class WelcomeDialog(QDialog):
-    """The first-run dialog: engines to start or install, and where apps connect."""
+    """The first-run dialog: engines to start or install, a first model to get and try, and
+    where apps connect. ``try_requested`` carries the model to open in the Playground (the
+    dialog has closed by then)."""
+
+    try_requested = Signal(str)
 
     def __init__(
         self,
         activity: ActivityController,
         endpoints: EndpointsController,
+        first_model: FirstModelController,
         parent: QWidget | None = None,
         *,
         demo: bool = False,
@@ -193,6 +204,10 @@ class WelcomeDialog(QDialog):
         self._activity = activity
         self._endpoints = endpoints
         self.engine_rows = EngineRows(activity, demo=demo)
+        self.first_model = FirstModelBox(first_model)
+        self.try_box = TryBox(first_model)
+        self.try_box.try_requested.connect(self._on_try_box_try_requested)
+        first_model.changed.connect(self._on_activity_changed)
         activity.changed.connect(self._on_activity_changed)
         self.endpoints_label = QLabel()
         self.endpoints_label.setWordWrap(True)
@@ -213,6 +228,8 @@ class WelcomeDialog(QDialog):
         layout.setSpacing(12)
         for widget in (page_title("Welcome to PAIR"), muted_label(INTRO), self.engine_rows):
             layout.addWidget(widget)
+        layout.addWidget(self.first_model)
+        layout.addWidget(self.try_box)
         layout.addWidget(endpoints_box)
         layout.addWidget(muted_label(CLUSTER_HINT))
         layout.addStretch(1)
@@ -230,6 +247,10 @@ class WelcomeDialog(QDialog):
         self.endpoints_label.setText(text)
         self._fit_height()
 
+    def _on_try_box_try_requested(self, model: str) -> None:
+        self.accept()
+        self.try_requested.emit(model)
+
     def _on_activity_changed(self) -> None:
         # After the rows took their new texts and the layouts their new heights.
         QTimer.singleShot(0, self, self._fit_height)
@@ -245,7 +266,8 @@ class WelcomeDialog(QDialog):
 
 class Welcome(QObject):
     """Shows the welcome dialog the first time this app reaches a ready service, unless the
-    preferences say it was shown before; closing it in any way records that it was shown."""
+    preferences say it was shown before; closing it in any way records that it was shown.
+    Its Try it step calls ``open_playground`` with the model to select."""
 
     def __init__(
         self,
@@ -255,12 +277,18 @@ class Welcome(QObject):
         preferences: QSettings,
         window: QWidget | None = None,
         *,
+        models: ModelsController,
+        nodes: NodesModel,
+        catalog: Catalog,
+        open_playground: Callable[[str], None],
         demo: bool = False,
     ) -> None:
         super().__init__(window)
         self._demo = demo
         self._activity = activity
         self._endpoints = endpoints
+        self.first_model = FirstModelController(models, nodes, activity, catalog, self)
+        self._open_playground = open_playground
         self._preferences = preferences
         self._window = window
         self._offered = False
@@ -271,8 +299,11 @@ class Welcome(QObject):
         if self._offered or welcome_shown(self._preferences):
             return
         self._offered = True
-        self.dialog = WelcomeDialog(self._activity, self._endpoints, self._window, demo=self._demo)
+        self.dialog = WelcomeDialog(
+            self._activity, self._endpoints, self.first_model, self._window, demo=self._demo
+        )
         self.dialog.finished.connect(self._on_dialog_finished)
+        self.dialog.try_requested.connect(self._open_playground)
         self.dialog.show()
 
     def _on_dialog_finished(self, _result: int) -> None:

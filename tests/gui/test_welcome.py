@@ -1,5 +1,6 @@
-"""First run: the welcome dialog appears once, finds engines, starts or installs them, and says
-where apps connect."""
+"""First run: the welcome dialog appears once, finds engines, starts or installs them, offers a
+first model that fits this computer (pulled with its progress in place, loaded into llama.cpp),
+opens the Playground with it, and says where apps connect."""
 
 from __future__ import annotations
 
@@ -15,9 +16,15 @@ from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
+from app.catalog import Catalog, load_catalog
 from app.controllers.activity import ActivityController
 from app.controllers.endpoints import EndpointsController
+from app.controllers.hub import Memory
+from app.controllers.models import ModelsController
+from app.controllers.welcome_model import FirstModelController, choose_model, pull_engine
 from app.models.errors import ErrorsModel
+from app.models.nodes import NodesModel
+from app.pending import PendingActions
 from app.stores.settings import SettingsStore
 from app.window.welcome import (
     DEMO_NOT_INSTALLED,
@@ -33,6 +40,7 @@ from backend.protocol.errors import InternalError
 from backend.protocol.types.engines import EngineStatus
 from tests.gui.helpers import EngineEvents, FakeConnection, Stores, settle, wait_until
 
+CATALOG = load_catalog()
 DOORS = {
     "ollama": "http://127.0.0.1:11434",
     "openai": "http://127.0.0.1:1234",
@@ -73,6 +81,8 @@ class FirstRun:
     preferences: QSettings
     welcome: Welcome
     engines: EngineEvents
+    models: ModelsController
+    tried: list[str]
 
 
 @pytest.fixture
@@ -93,13 +103,24 @@ async def first_run(
     settings = SettingsStore(connection)
     endpoints = EndpointsController(connection, stores.engines, settings)
     preferences = QSettings(str(preferences_file), QSettings.Format.IniFormat)
-    welcome = Welcome(connection, activity, endpoints, preferences)
+    models = ModelsController(connection, PendingActions(), stores.engines, stores.discovery)
+    tried: list[str] = []
+    welcome = Welcome(
+        connection,
+        activity,
+        endpoints,
+        preferences,
+        models=models,
+        nodes=NodesModel(),
+        catalog=CATALOG,
+        open_playground=tried.append,
+    )
     events = EngineEvents(connection)
-    yield FirstRun(connection, activity, endpoints, preferences, welcome, events)
+    yield FirstRun(connection, activity, endpoints, preferences, welcome, events, models, tried)
     if welcome.dialog is not None:
         welcome.dialog.close()
         welcome.dialog.deleteLater()
-    for controller in (activity, endpoints):
+    for controller in (activity, endpoints, models):
         await controller.close()
     await stores.close()
     await settings.close()
@@ -107,10 +128,12 @@ async def first_run(
     qapp.setQuitOnLastWindowClosed(quit_on_close)
 
 
-def script_session(connection: FakeConnection, engines: list[dict[str, Any]]) -> None:
-    for _ in range(3):
+def script_session(
+    connection: FakeConnection, engines: list[dict[str, Any]], models: dict[str, Any] | None = None
+) -> None:
+    for _ in range(4):
         connection.script(methods.STATUS, status(DOORS))
-        EngineEvents(connection).script(*engines)
+        EngineEvents(connection).script(*engines, models=models)
     connection.script(methods.ENGINE_GET_INSTALLED, [e for e in engines if e["installed"]])
 
 
@@ -154,7 +177,14 @@ async def test_not_shown_when_the_flag_is_set(first_run: FirstRun) -> None:
     # ... and neither does the next start of the app.
     first_run.preferences.setValue(WELCOME_SHOWN_KEY, True)
     later = Welcome(
-        first_run.connection, first_run.activity, first_run.endpoints, first_run.preferences
+        first_run.connection,
+        first_run.activity,
+        first_run.endpoints,
+        first_run.preferences,
+        models=first_run.models,
+        nodes=NodesModel(),
+        catalog=CATALOG,
+        open_playground=first_run.tried.append,
     )
     script_session(first_run.connection, ENGINES)
     first_run.connection.become_ready()
@@ -278,7 +308,9 @@ async def test_the_demo_explains_instead_of_offering_an_install_that_cannot_work
 ) -> None:
     script_session(first_run.connection, ENGINES)
     first_run.connection.become_ready()
-    dialog = WelcomeDialog(first_run.activity, first_run.endpoints, demo=True)
+    dialog = WelcomeDialog(
+        first_run.activity, first_run.endpoints, first_run.welcome.first_model, demo=True
+    )
     qtbot.addWidget(dialog)
     rows = dialog.engine_rows
     await wait_until(lambda: len(rows.names) == 3, 5, "three engine rows")
@@ -291,3 +323,135 @@ def test_an_engine_error_shows_no_python_repr() -> None:
     failed = msgspec.convert(engine("ollama", "error"), EngineStatus)
     text = engine_state_text(failed, None, "Cannot connect ssl:<ssl.SSLContext object at 0x7f01>")
     assert text == "Cannot connect"
+
+
+SMALL = "qwen2.5-0.5b-instruct-q4_k_m"  # the smallest first model, as llama.cpp lists it
+GB = 1_000_000_000
+
+
+def listed(engine_name: str, *names: str, loaded: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {
+        "models": list(names), "by_engine": {engine_name: list(names)},
+        "loaded_by_engine": {engine_name: list(loaded)}, "slots_by_engine": {},
+    }  # fmt: skip
+
+
+def test_the_first_model_fits_the_memory_and_goes_where_it_can_be_served() -> None:
+    entries = CATALOG.entries
+    roomy = choose_model(entries, "llamacpp", Memory(16 * GB, "RAM"))
+    assert roomy is not None and roomy.entry.id == "qwen2.5-1.5b"
+    assert roomy.source.endswith(".gguf") and roomy.name == "qwen2.5-1.5b-instruct-q4_k_m"
+    small = choose_model(entries, "llamacpp", Memory(4 * GB, "RAM"))  # 1.1 GB is over 1/8
+    assert small is not None and small.name == SMALL
+    unknown = choose_model(entries, "ollama", None)
+    assert unknown is not None and unknown.source == "qwen2.5:0.5b"
+    assert choose_model((), "llamacpp", None) is None
+
+    def statuses(*rows: dict[str, Any]) -> dict[Any, EngineStatus]:
+        converted = (msgspec.convert(row, EngineStatus) for row in rows)
+        return {status.engine: status for status in converted}
+
+    not_installed = statuses(engine("llamacpp", "not-installed"), engine("ollama", "running"))
+    assert pull_engine(not_installed, installing=False) == "ollama"
+    assert pull_engine(not_installed, installing=True) == "llamacpp"
+    assert pull_engine(statuses(engine("llamacpp", "stopped")), installing=False) == "llamacpp"
+    assert pull_engine(statuses(engine("ollama", "stopped")), installing=False) is None
+
+
+async def open_dialog(first_run: FirstRun, engines: list[dict[str, Any]], **models: Any) -> Any:
+    script_session(first_run.connection, engines, models.get("models"))
+    first_run.connection.become_ready()
+    dialog = first_run.welcome.dialog
+    assert dialog is not None
+    await wait_until(lambda: first_run.models.node_id is not None, 5, "this node's id")
+    await wait_until(lambda: len(dialog.engine_rows.names) == len(engines), 5, "the rows")
+    return dialog
+
+
+async def test_a_first_model_is_pulled_loaded_and_tried_from_the_dialog(
+    first_run: FirstRun,
+) -> None:
+    connection, events = first_run.connection, first_run.engines
+    dialog = await open_dialog(first_run, [engine("llamacpp", "stopped")])
+    box, try_button = dialog.first_model, dialog.try_box.try_button
+    await wait_until(lambda: box.pull_button.isVisibleTo(dialog), 5, "the offer")
+    assert box.heading.text() == "<b>Qwen2.5 0.5B Instruct</b> · 491 MB"
+    assert "; llama.cpp will serve it." in box.offer.text()
+    assert not try_button.isEnabled()
+    pull: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    connection.script(methods.ENGINE_ACTION, pull)
+    box.pull_button.click()
+    await settle()
+    sent = connection.called(methods.ENGINE_ACTION)[-1]
+    assert sent["action"] == "pull_model" and sent["url"].endswith(f"/{SMALL}.gguf")
+    assert box.pull_button.isHidden() and box.progress.isVisibleTo(dialog)
+    progress = {"engine": "llamacpp", "model": SMALL, "stage": "downloading", "percent": 40.0,
+                "completed": 196_000_000, "total": 491_000_000}  # fmt: skip
+    events.pull(progress)
+    await wait_until(lambda: box.progress.value() == 40, 5, "the progress")
+    assert box.status.text() == "downloading… 40 % · 196 MB of 491 MB"
+    # Done and listed, but llama.cpp serves nothing yet: the step loads the file into it.
+    connection.script(methods.ENGINE_ACTION, {"ok": True})
+    events.models(listed("llamacpp", SMALL))
+    events.pull({**progress, "stage": "done", "percent": 100.0, "done": True})
+    pull.set_result({"ok": True})
+    await wait_until(lambda: len(connection.called(methods.ENGINE_ACTION)) == 2, 5, "the load")
+    load = connection.called(methods.ENGINE_ACTION)[-1]
+    assert (load["action"], load["model"]) == ("load_model", SMALL)
+    assert box.status.text() == "Loading it into llama.cpp…"
+    assert not try_button.isEnabled()
+    events.models(listed("llamacpp", SMALL, loaded=(SMALL,)))
+    await wait_until(try_button.isEnabled, 5, "the model to be ready")
+    assert box.status.text() == f"Ready on this computer: {SMALL} (llama.cpp)."
+    try_button.click()
+    assert first_run.tried == [SMALL]
+    assert not dialog.isVisible()
+    assert welcome_shown(first_run.preferences)
+
+
+async def test_a_failed_pull_says_why_and_offers_another_try(first_run: FirstRun) -> None:
+    connection = first_run.connection
+    dialog = await open_dialog(first_run, [engine("llamacpp", "stopped")])
+    box = dialog.first_model
+    await wait_until(lambda: box.pull_button.isVisibleTo(dialog), 5, "the offer")
+    connection.script(methods.ENGINE_ACTION, InternalError("cannot reach huggingface.co"))
+    box.pull_button.click()
+    await wait_until(lambda: box.pull_button.text() == "Try again", 5, "the failure")
+    assert box.status.text() == "Could not get it: cannot reach huggingface.co"
+    assert box.pull_button.isVisibleTo(dialog) and not dialog.try_box.try_button.isEnabled()
+
+
+async def test_a_model_already_here_skips_to_trying_it(first_run: FirstRun) -> None:
+    have = listed("ollama", "qwen3:8b", "llama3.2:1b")
+    dialog = await open_dialog(first_run, ENGINES, models=have)
+    box = dialog.first_model
+    await wait_until(dialog.try_box.try_button.isEnabled, 5, "the model found")
+    assert (
+        box.status.text()
+        == "This computer already has a model: llama3.2:1b (Ollama). Try it below."
+    )
+    assert box.pull_button.isHidden() and box.heading.isHidden()
+    dialog.try_box.try_button.click()
+    assert first_run.tried == ["llama3.2:1b"]
+
+
+async def test_without_an_engine_for_it_the_step_says_what_to_do_first(
+    first_run: FirstRun,
+) -> None:
+    dialog = await open_dialog(
+        first_run, [engine("llamacpp", "not-installed"), engine("ollama", "stopped")]
+    )
+    box = dialog.first_model
+    await settle()
+    assert first_run.welcome.first_model.state.phase == "no_engine"
+    assert box.pull_button.isHidden() and box.offer.text().startswith("Install llama.cpp")
+    assert not dialog.try_box.try_button.isEnabled()
+
+
+def test_an_empty_catalogue_offers_nothing(qapp: QApplication) -> None:
+    connection = FakeConnection()
+    stores = Stores.build(connection)
+    models = ModelsController(connection, PendingActions(), stores.engines, stores.discovery)
+    activity = ActivityController(connection, ErrorsModel(), stores.jobs, stores.engines)
+    controller = FirstModelController(models, NodesModel(), activity, Catalog())
+    assert controller.state.phase == "no_engine" and controller.state.model is None
