@@ -27,7 +27,7 @@ from app.models.keyed_table import ROW_ROLE
 from app.models.models import engine_title, on_any_change
 from app.window.hub_search import HubSearch
 from app.window.look import State
-from app.window.widgets import left_aligned_headers, muted_label, tint
+from app.window.widgets import left_aligned_headers, muted_label, segmented, tint
 from backend.protocol.types.base import EngineName
 
 ROW_HEIGHT = 34
@@ -139,6 +139,7 @@ class ModelHub(QWidget):
             group.addButton(button)
             row.addWidget(button)
         row.addStretch(1)
+        segmented(self.curated_button, self.hugging_face_button)
         self.curated_button.setChecked(True)
         self.curated_button.setToolTip(
             "Models picked for PAIR, for Ollama, LM Studio and llama.cpp"

@@ -89,6 +89,32 @@ def left_aligned_headers(view: QTableView) -> QTableView:
     return view
 
 
+# Both states share padding and border, so choosing a segment never moves its neighbour.
+SEGMENT_STYLE = """
+QPushButton { padding: 4px 12px; border: 1px solid palette(mid); background: palette(button);
+              color: palette(button-text); border-radius: 0px; }
+QPushButton:checked { background: palette(highlight); color: palette(highlighted-text);
+                      border-color: palette(highlight); }
+QPushButton:hover:!checked { background: palette(midlight); }
+"""
+_SEGMENT_ENDS = (
+    "border-top-left-radius: 4px; border-bottom-left-radius: 4px;",
+    "border-top-right-radius: 4px; border-bottom-right-radius: 4px;",
+)
+
+
+def segmented(*buttons: QPushButton) -> None:
+    """Style checkable ``buttons`` as one segmented control: the chosen one in the highlight
+    colour, light or dark, with rounded outer ends."""
+    for position, button in enumerate(buttons):
+        ends = ""
+        if position == 0:
+            ends += _SEGMENT_ENDS[0]
+        if position == len(buttons) - 1:
+            ends += _SEGMENT_ENDS[1]
+        button.setStyleSheet(SEGMENT_STYLE + (f"QPushButton {{ {ends} }}" if ends else ""))
+
+
 class EmptyState(QWidget):
     """What a page shows with nothing to list: a centred headline, a short sentence and,
     where something fills the page, the button that does it."""
