@@ -180,7 +180,9 @@ class EngineCard(QFrame):
         self.row = row
         self._controller = controller
         self.setObjectName("engineCard")
-        self.setFrameShape(QFrame.Shape.StyledPanel)
+        # The node cards' outline and corners; the window's colour inside, so the port field
+        # (drawn in the base colour) stands out.
+        self.setStyleSheet("#engineCard { border: 1px solid palette(mid); border-radius: 10px; }")
         self._build_header()
         self._build_ports()
         self._build_footer()
