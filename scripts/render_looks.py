@@ -140,7 +140,9 @@ def save(widget: QWidget, path: Path) -> None:
 async def render_empty(out_dir: Path) -> None:
     """The Overview with no computers yet and a page that is not built, as a newcomer sees."""
     connection = render_hub.ScriptedConnection(render_hub.answers())
-    overview = OverviewPage(connection, NodesModel())
+    overview = OverviewPage(
+        connection, NodesModel(), add_computer=lambda: None, open_service=lambda: None
+    )  # the buttons show once the page has somewhere to send them
     later = EmptyPage("Later", "Nothing here yet", "This page fills once the service answers.")
     for widget in (overview, later):
         widget.resize(*EMPTY_SIZE)
