@@ -272,12 +272,17 @@ def test_remove_takes_a_member_out_on_both_sides(no_mdns: None, start_broker: St
     assert member_ids(a) == [b_id]
     missing = run(a.data_dir, "remove", "no-such-computer", "--yes")
     assert missing.returncode == 1 and "`pair cluster` lists them" in missing.stderr
+    b_port = node_port(b)
+    # A's discovery follows its members: it adds B by address (no mDNS here).
+    eventually(lambda: any(e["port"] == b_port for e in json_of(a.data_dir, "nodes")["manual"]))
     removed = run(a.data_dir, "remove", b_id[:8], "--yes")
     assert removed.returncode == 0, removed.stderr
     assert removed.stdout.startswith("Removed ") and "for good" in removed.stdout
     assert member_ids(a) == []
     eventually(lambda: json_of(b.data_dir, "cluster").get("cluster_id") is None)
     assert "removed      from" in run(b.data_dir, "cluster").stdout
+    # That entry goes with the member: A no longer probes B or warns about it.
+    eventually(lambda: all(e["port"] != b_port for e in json_of(a.data_dir, "nodes")["manual"]))
 
 
 def test_rename_reaches_the_other_member_and_leave_ends_the_cluster(
