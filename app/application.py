@@ -168,7 +168,16 @@ class PairApplication:
             self.errors_controller,
             hide_on_close=self.tray is not None and minimise_to_tray(self.settings),
             pages=[
-                Page("overview", "Overview", OverviewPage(self.connection, self.nodes)),
+                Page(
+                    "overview",
+                    "Overview",
+                    OverviewPage(
+                        self.connection,
+                        self.nodes,
+                        add_computer=self.show_add_node,
+                        open_service=lambda: self.window.show_page("settings"),
+                    ),
+                ),
                 Page(
                     "engines",
                     "Engines",

@@ -28,15 +28,14 @@ for path in (ROOT, ROOT / "scripts"):
 
 import msgspec  # noqa: E402
 import qasync  # noqa: E402
+from _offscreen import ScriptedConnection, wait_until  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 from render_scheduler_card import (  # noqa: E402
     BUSY,
     DOORS,
     LAPTOP,
     SELF,
-    ScriptedConnection,
     answers,
-    wait_until,
 )
 
 from app.controllers.engines import EnginesController  # noqa: E402
