@@ -18,6 +18,7 @@ from backend.components.engines.exclusive import ExclusiveKind
 from backend.components.engines.http import engine_error_text, request_json
 from backend.components.engines.manifest import Action, HttpAction, ResultSpec
 from backend.components.engines.templating import expand, expand_all, expand_json
+from backend.core.plain_errors import plain_error
 from backend.protocol import errors
 from backend.protocol.types.base import EngineName
 from backend.protocol.types.engines import EngineActionResult, ModelDetails, PullProgress
@@ -180,7 +181,8 @@ async def _stream_ollama_progress(
                 async for raw in response.content:
                     report.line(raw)
     except (aiohttp.ClientError, TimeoutError) as exc:
-        report.fail(f"{engine.manifest.display_name} stopped answering: {exc}")
+        reason = plain_error(exc, f"port {engine.port}")
+        report.fail(f"{engine.manifest.display_name} stopped answering: {reason}")
     if not report.finished:
         report.fail("the engine ended the stream without reporting success")
     return EngineActionResult(ok=True)

@@ -9,6 +9,7 @@ from typing import Any
 
 import aiohttp
 
+from backend.core.plain_errors import plain_error
 from backend.protocol import errors
 from backend.protocol.types.base import EngineName
 
@@ -55,9 +56,8 @@ async def request_json(
             f"{engine.display_name} did not answer {method} {path} within {timeout:g} s"
         ) from None
     except aiohttp.ClientError as exc:
-        raise errors.Unavailable(
-            f"{engine.display_name} is not reachable on port {engine.port}: {exc}"
-        ) from None
+        reason = plain_error(exc, f"port {engine.port}")
+        raise errors.Unavailable(f"{engine.display_name} is not reachable: {reason}") from None
 
 
 def engine_error_text(text: str) -> str:

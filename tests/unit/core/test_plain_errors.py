@@ -15,6 +15,7 @@ from aiohttp import web
 
 from backend.components.cluster import peer_client
 from backend.components.discovery import probe
+from backend.components.engines.http import EngineEndpoint, request_json
 from backend.components.engines.model_store import ModelStore
 from backend.core.plain_errors import plain_error
 from backend.protocol import errors
@@ -121,6 +122,21 @@ async def test_a_pull_by_url_says_why_the_download_failed(tmp_path: Path) -> Non
 
 
 ENGINE = EngineName("llamacpp")
+
+
+async def test_an_engine_that_is_not_there_is_said_plainly() -> None:
+    with refusing_port() as closed:
+        async with aiohttp.ClientSession() as session:
+            engine = EngineEndpoint(
+                ENGINE, "llama.cpp", f"http://127.0.0.1:{closed}", closed, session
+            )
+            text = await failure_of(
+                lambda: request_json(engine, "GET", "/v1/models", None, timeout=5),
+                errors.Unavailable,
+            )
+    assert text == f"llama.cpp is not reachable: cannot connect to port {closed}: " + (
+        "connection refused (nothing listens there)"
+    )
 
 
 def test_a_silent_port_reads_differently_from_a_name_that_does_not_resolve() -> None:
