@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
@@ -27,6 +29,29 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 LOG_LEVEL_SETTING = "log_level"
 UrlOpener = Callable[[QUrl], bool]
+# ``pair demo`` sets it for the app it starts: the demo's service is not the user's own.
+DEMO_VARIABLE = "PAIR_DEMO"
+LOG_FILES = {"service": "broker.log", "app": "app.log"}
+TAIL_BYTES = 256 * 1024
+TAIL_LINES = 1000
+
+
+def running_in_demo(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether this app was started by ``pair demo``."""
+    return environ.get(DEMO_VARIABLE) == "1"
+
+
+def read_tail(path: Path, lines: int = TAIL_LINES) -> list[str]:
+    """The last ``lines`` lines of the text file ``path`` (blocking: run it in a thread);
+    raises OSError when it cannot be read."""
+    with path.open("rb") as file:
+        size = file.seek(0, os.SEEK_END)
+        file.seek(max(0, size - TAIL_BYTES))
+        data = file.read()
+    text = data.decode("utf-8", errors="replace").splitlines()
+    if size > TAIL_BYTES and text:
+        text = text[1:]  # the first line was cut by the seek
+    return text[-lines:]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +92,12 @@ class ServiceController(Controller):
         data_dir: Path,
         open_url: UrlOpener = QDesktopServices.openUrl,
         parent: QObject | None = None,
+        *,
+        demo: bool | None = None,
     ) -> None:
         super().__init__(connection, parent)
         self.data_dir = data_dir
+        self.demo = running_in_demo() if demo is None else demo
         self._open_url = open_url
         self._info = ServiceInfo()
         self._settings = settings
@@ -117,6 +145,15 @@ class ServiceController(Controller):
             return
         if not self._open_url(QUrl.fromLocalFile(str(folder))):
             self.command_failed.emit(f"Could not open the log folder {folder}")
+
+    def log_path(self, which: str) -> Path:
+        """The file of the ``which`` log (``service`` or ``app``)."""
+        return self.log_dir / LOG_FILES[which]
+
+    async def read_log(self, which: str) -> list[str]:
+        """The last lines of the ``which`` log (``service`` or ``app``); raises OSError with
+        the reason when the file cannot be read."""
+        return await asyncio.to_thread(read_tail, self.log_path(which))
 
     def _set_info(self, updated: ServiceInfo) -> None:
         if updated != self._info:

@@ -1,7 +1,9 @@
-"""Settings → Service: the service box, logging, versions and the components table."""
+"""Settings → Service: the service box, logging, versions, the inference check's slot, recent
+log lines, the components table and the reset of the app's data."""
 
 from __future__ import annotations
 
+from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -21,8 +23,10 @@ from PySide6.QtWidgets import (
 
 from app.broker.connection import BrokerConnection
 from app.broker.state import ServiceState
+from app.controllers.reset_data import ResetDataController
 from app.controllers.service import ServiceController
 from app.models.components import ComponentsModel
+from app.window.service_logs import LogsViewer, ResetBox
 from app.window.service_status import ServiceStatusBox
 from app.window.widgets import muted_label
 from backend.protocol.types.broker import LOG_LEVELS, LogLevel
@@ -130,6 +134,20 @@ def components_table(model: ComponentsModel) -> QTableView:
     return table
 
 
+class CheckSlot(QGroupBox):
+    """Where the inference check sits; hidden until a widget is added."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__("Inference check", parent)
+        self.slot = QVBoxLayout(self)
+        self.hide()
+
+    def add_widget(self, widget: QWidget) -> None:
+        """Show ``widget`` in the slot."""
+        self.slot.addWidget(widget)
+        self.show()
+
+
 class ServicePage(QScrollArea):
     """Everything about the local PAIR service on one scrollable page."""
 
@@ -139,13 +157,24 @@ class ServicePage(QScrollArea):
         controller: ServiceController,
         components: ComponentsModel,
         parent: QWidget | None = None,
+        *,
+        reset: ResetDataController | None = None,
     ) -> None:
         super().__init__(parent)
+        self.reset_controller = reset or ResetDataController(connection, controller.data_dir, self)
         self.status_box = ServiceStatusBox(connection, controller)
         self.logging_box = LoggingBox(connection, controller)
         self.versions_box = VersionsBox(controller)
+        self.check_slot = CheckSlot()
+        self.logs_viewer = LogsViewer(controller)
         self.components_box = ComponentsBox(components)
         self.components_table = self.components_box.table
+        self.reset_box = ResetBox(self.reset_controller)
+        self.setWidget(self._body())
+        self.setWidgetResizable(True)
+        self.setFrameShape(QScrollArea.Shape.NoFrame)
+
+    def _body(self) -> QWidget:
         body = QWidget()
         layout = QVBoxLayout(body)
         layout.setContentsMargins(0, 12, 0, 0)
@@ -156,7 +185,22 @@ class ServicePage(QScrollArea):
         row.addWidget(self.logging_box, 1)
         row.addWidget(self.versions_box, 1)
         layout.addLayout(row)
+        layout.addWidget(self.check_slot)
+        layout.addWidget(self.logs_viewer)
         layout.addWidget(self.components_box, 1)
-        self.setWidget(body)
-        self.setWidgetResizable(True)
-        self.setFrameShape(QScrollArea.Shape.NoFrame)
+        layout.addWidget(self.reset_box)
+        return body
+
+    def add_check_widget(self, widget: QWidget) -> None:
+        """Embed the inference check (``InferenceCheck``) under the logging and versions row."""
+        self.check_slot.add_widget(widget)
+
+    async def close_tasks(self) -> None:
+        """Cancel the log reads and a reset's preview (at the app's shutdown)."""
+        await self.logs_viewer.close_tasks()
+        await self.reset_controller.close()
+
+    def showEvent(self, event: QShowEvent) -> None:
+        """Read the shown log when the page first appears."""
+        super().showEvent(event)
+        self.logs_viewer.read_current_once()

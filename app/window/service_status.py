@@ -21,6 +21,7 @@ RECONNECT_TIP = (
     "re-reading everything."
 )
 START_TIP = "Start the PAIR service from this app (it attaches instead if one is running)."
+DEMO_NOTE = "pair demo started this service; quitting the app ends the demo and stops it."
 
 
 class ServiceStatusBox(QGroupBox):
@@ -79,7 +80,8 @@ class ServiceStatusBox(QGroupBox):
         self.dot.set_state(state)
         self.state_label.setText(f"<b>{STATE_LOOKS[state].label}</b>")
         self.details.setText(self._details_text(ownership))
-        self.description.setText(describe(state, ownership))
+        demo = self._controller.demo and state is ServiceState.READY
+        self.description.setText(DEMO_NOTE if demo else describe(state, ownership))
         down = state in (ServiceState.FAILED, ServiceState.DISCONNECTED)
         self.failure.setText(self._connection.failure_message if down else "")
         self.failure.setVisible(down and bool(self._connection.failure_message))
