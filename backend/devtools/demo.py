@@ -535,7 +535,12 @@ async def _run_cluster(demo: Demo, options: DemoOptions, say: Say) -> None:
 def app_environment(data_dir: Path) -> dict[str, str]:
     """The demo app's environment: its preferences (first run, filters) in the demo's data dir,
     apart from the user's own app (``PAIR_PREFERENCES``, read by ``app/preferences.py``)."""
-    return {**os.environ, "PAIR_PREFERENCES": str(data_dir / "app-preferences.ini")}
+    # PAIR_DEMO: the app says the service is the demo's, and offers no login item.
+    return {
+        **os.environ,
+        "PAIR_PREFERENCES": str(data_dir / "app-preferences.ini"),
+        "PAIR_DEMO": "1",
+    }
 
 
 async def _run_app(data_dir: Path) -> None:

@@ -20,6 +20,7 @@ from app.stores.settings import SettingsStore
 from app.window.reset_data_dialog import size_text
 from app.window.service_page import ServicePage
 from app.window.service_status import DEMO_NOTE
+from backend.devtools.demo import app_environment
 from tests.gui.helpers import FakeConnection, wait_until
 
 
@@ -56,7 +57,8 @@ async def demo_page(qtbot: QtBot, data_dir: Path) -> AsyncIterator[Page]:
         yield made
 
 
-def test_the_demo_marker_is_read_from_the_environment() -> None:
+def test_the_demo_marks_the_app_it_starts(tmp_path: Path) -> None:
+    assert running_in_demo(app_environment(tmp_path))
     assert running_in_demo({"PAIR_DEMO": "1"})
     assert not running_in_demo({}) and not running_in_demo({"PAIR_DEMO": "0"})
 
