@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from PySide6.QtCore import QObject
@@ -11,6 +11,7 @@ from PySide6.QtGui import QColor
 
 from app.models.display_text import display_text
 from app.models.keyed_table import Column, KeyedTableModel
+from app.window.look import SEVERITY_STATES, severity_colour
 from backend.protocol.types.base import NodeId
 from backend.protocol.types.broker import ServiceError, Severity
 
@@ -18,11 +19,21 @@ ErrorKey = tuple[str, str]
 # The one entry the broker keeps for a member whose link is down (instead of its own errors).
 UNREACHABLE_ID = "cluster:unreachable"
 
-SEVERITY_COLOURS: dict[Severity, QColor] = {
-    "info": QColor("#1565c0"),
-    "warning": QColor("#b26a00"),
-    "error": QColor("#c62828"),
-}
+
+class _SeverityColours(Mapping[Severity, QColor]):
+    """Each severity's colour from the one state table, on the palette in use when read."""
+
+    def __getitem__(self, severity: Severity) -> QColor:
+        return severity_colour(severity)
+
+    def __iter__(self) -> Iterator[Severity]:
+        return iter(SEVERITY_STATES)
+
+    def __len__(self) -> int:
+        return len(SEVERITY_STATES)
+
+
+SEVERITY_COLOURS: Mapping[Severity, QColor] = _SeverityColours()
 
 
 def error_key(error: ServiceError) -> ErrorKey:

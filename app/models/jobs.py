@@ -24,6 +24,7 @@ from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPainter, QPalette, QP
 
 from app.models.job_text import TERMINAL, TITLES, JobColumn, cell_text, cell_tooltip
 from app.models.keyed_table import ROW_ROLE
+from app.window.look import State, app_is_dark, state_colour
 from backend.protocol.types.jobs import JobRecord, JobState
 
 TICK_MS = 1000
@@ -46,12 +47,13 @@ TICK_GAP = 16
 ModelIndex = QModelIndex | QPersistentModelIndex
 SortKey = tuple[float, str]
 
-STATE_COLOURS: dict[JobState, str] = {
-    "in_flight": "#d08c00",
-    "running": "#1e88e5",
-    "completed": "#43a047",
-    "failed": "#d32f2f",
-    "cancelled": "#8d8d8d",
+# A running job is busy in a neutral way (blue), not yet the green of one that completed.
+JOB_STATES: dict[JobState, State] = {
+    "in_flight": State.PENDING,
+    "running": State.INFO,
+    "completed": State.OK,
+    "failed": State.ERROR,
+    "cancelled": State.IDLE,
 }
 
 
@@ -86,7 +88,7 @@ class JobsModel(QAbstractTableModel):
         self._names: dict[str, str] = {}
         self._self_id: str | None = None
         self._members: dict[str, str] = {}  # the other members of this node's cluster
-        self._dots: dict[JobState, QIcon] = {}  # drawn on first use
+        self._dots: dict[tuple[JobState, bool], QIcon] = {}  # drawn on first use, light or dark
         self._timer = QTimer(self)
         self._timer.setInterval(tick_ms)
         self._timer.timeout.connect(self.tick)
@@ -178,9 +180,10 @@ class JobsModel(QAbstractTableModel):
         return self._names.get(node_id) or node_id[:8]
 
     def _dot(self, state: JobState) -> QIcon:
-        dot = self._dots.get(state)
+        key = (state, app_is_dark())  # a view repaints after the palette turns
+        dot = self._dots.get(key)
         if dot is None:
-            dot = self._dots[state] = state_dot(state)
+            dot = self._dots[key] = state_dot(*key)
         return dot
 
     @property
@@ -374,14 +377,19 @@ def _runs(rows: list[int], gap: int = 1) -> Iterator[tuple[int, int]]:
         yield start, previous
 
 
-def state_dot(state: JobState) -> QIcon:
-    """A dot in the state's colour."""
+def job_state_colour(state: JobState, dark: bool | None = None) -> QColor:
+    """A job state's colour on a dark or light palette (None: the application's now)."""
+    return state_colour(JOB_STATES[state], dark)
+
+
+def state_dot(state: JobState, dark: bool | None = None) -> QIcon:
+    """A dot in the state's colour (None: for the application's palette now)."""
     pixmap = QPixmap(32, 32)
     pixmap.fill(Qt.GlobalColor.transparent)
     painter = QPainter(pixmap)
     painter.setRenderHint(QPainter.RenderHint.Antialiasing)
     painter.setPen(Qt.PenStyle.NoPen)
-    painter.setBrush(QColor(STATE_COLOURS[state]))
+    painter.setBrush(job_state_colour(state, dark))
     painter.drawEllipse(8, 8, 16, 16)
     painter.end()
     return QIcon(pixmap)
@@ -391,7 +399,7 @@ def _foreground(job: JobRecord, column: int) -> QColor | None:
     if job.state not in TERMINAL:
         return None
     if job.state == "failed" and column in (JobColumn.STATE, JobColumn.ERROR):
-        return QColor(STATE_COLOURS["failed"])
+        return job_state_colour("failed")
     palette = QGuiApplication.palette()
     return palette.color(QPalette.ColorGroup.Active, QPalette.ColorRole.PlaceholderText)
 

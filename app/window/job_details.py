@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from PySide6.QtCore import QSize, Qt
+from PySide6.QtCore import QEvent, QSize, Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QDialog,
@@ -24,7 +24,16 @@ from PySide6.QtWidgets import (
 from app.models.job_details_text import detail_rows, timeline_rows
 from app.models.job_text import NodeLabel, model_name
 from app.models.jobs import state_dot
-from app.window.widgets import muted_label, page_title
+from app.window.look import State
+from app.window.theme import is_dark
+from app.window.widgets import (
+    SPACE_SECTION,
+    SPACE_TIGHT,
+    muted_label,
+    page_title,
+    section_title,
+    tint,
+)
 from backend.protocol.types.jobs import JobDetails, JobRecord, JobStep
 
 TIMELINE_TITLES = ("Time", "Since received", "What happened")
@@ -56,16 +65,17 @@ class JobDetailsDialog(QDialog):
         self.state_icon = QLabel()
         self.title = page_title("")
         self.facts = QGridLayout()
-        self.facts.setHorizontalSpacing(12)
-        self.facts.setVerticalSpacing(6)
+        self.facts.setHorizontalSpacing(SPACE_SECTION)
+        self.facts.setVerticalSpacing(SPACE_TIGHT)
         self.facts.setColumnStretch(1, 1)
         self.facts.setColumnStretch(3, 1)
         self.fact_values: dict[str, QLabel] = {}
         self.timeline = _timeline_view()
         self.status = muted_label(READING)
-        self.error_title = QLabel("<b>Error</b>")
+        self.error_title = section_title("Error")
         self.error = QPlainTextEdit()
         self.error.setReadOnly(True)
+        tint(self.error, State.ERROR)
         self.error.setMaximumHeight(110)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         buttons.rejected.connect(self.reject)
@@ -81,13 +91,23 @@ class JobDetailsDialog(QDialog):
         """Show ``job`` as it is now (the timeline already read stays)."""
         self.job = job
         self.setWindowTitle(f"Job details: {model_name(job.model)}")
-        self.state_icon.setPixmap(state_dot(job.state).pixmap(14, 14))
+        self._draw_state_dot()
         self.title.setText(model_name(job.model))
         self._fill_facts(detail_rows(job, self._label, self._now()))
         self.error.setPlainText(job.error or "")
         self.error_title.setVisible(bool(job.error))
         self.error.setVisible(bool(job.error))
         self._fill_timeline()
+
+    def changeEvent(self, event: QEvent) -> None:
+        """Draw the state's dot again when the palette turns light or dark."""
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange:
+            self._draw_state_dot()
+
+    def _draw_state_dot(self) -> None:
+        dot = state_dot(self.job.state, is_dark(self.palette()))
+        self.state_icon.setPixmap(dot.pixmap(14, 14))
 
     def show_details(self, details: JobDetails) -> None:
         """Show the job and the timeline the broker keeps for it."""
@@ -112,10 +132,10 @@ class JobDetailsDialog(QDialog):
         header.addWidget(self.title, 1)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(20, 16, 20, 14)
-        layout.setSpacing(10)
+        layout.setSpacing(SPACE_SECTION)
         layout.addLayout(header)
         layout.addLayout(self.facts)
-        layout.addWidget(QLabel("<b>Timeline</b>"))
+        layout.addWidget(section_title("Timeline"))
         layout.addWidget(self.timeline, 1)
         layout.addWidget(self.status)
         layout.addWidget(self.error_title)

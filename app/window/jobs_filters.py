@@ -3,11 +3,14 @@ engine combos, a search field; and the filter saved between starts."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSettings, QSize, Qt
+from PySide6.QtCore import QEvent, QSettings, QSize, Qt
+from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLineEdit, QPushButton, QWidget
 
 from app.models.job_text import ALL_STATES, STATE_LABELS, engine_label
 from app.models.jobs import JobFilter, JobsModel, state_dot
+from app.window.theme import is_dark
+from app.window.widgets import SPACE, SPACE_SECTION
 from backend.protocol.types.jobs import JobState
 
 SETTINGS_PREFIX = "jobs/"
@@ -18,12 +21,26 @@ QPushButton {
 }
 QPushButton:hover { border-color: palette(highlight); }
 QPushButton:checked {
-    background: rgba(30, 136, 229, 0.16); color: palette(text);
+    background: %s; color: palette(text);
     border: 2px solid palette(highlight); padding: 2px 9px;
 }
 """
 # A checked chip is tinted, not filled with the highlight colour: each state's dot (the
 # Running one is blue) stays visible on it.
+CHECKED_TINT = 0.16  # how much of the highlight colour shows through a checked chip
+BASE, HIGHLIGHT = QPalette.ColorRole.Base, QPalette.ColorRole.Highlight
+
+
+def _channels(colour: QColor) -> tuple[float, float, float]:
+    return colour.redF(), colour.greenF(), colour.blueF()
+
+
+def chip_style(palette: QPalette) -> str:
+    """The chips' style sheet for ``palette``: checked ones tinted with its highlight."""
+    base, highlight = (_channels(palette.color(role)) for role in (BASE, HIGHLIGHT))
+    share = CHECKED_TINT
+    channels = [share * h + (1 - share) * b for h, b in zip(highlight, base, strict=True)]
+    return CHIP_STYLE % QColor.fromRgbF(*channels).name()
 
 
 def load_filter(settings: QSettings) -> JobFilter:
@@ -73,22 +90,36 @@ class JobsFilterBar(QWidget):
         self.search_field.setMinimumWidth(160)
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(6)
+        layout.setSpacing(SPACE)
         for state in ALL_STATES:
-            button = QPushButton(state_dot(state), STATE_LABELS[state])
+            button = QPushButton(STATE_LABELS[state])
             button.setIconSize(QSize(12, 12))
             button.setCheckable(True)
             button.setCursor(Qt.CursorShape.PointingHandCursor)
             button.setToolTip(f"Show {STATE_LABELS[state].lower()} jobs (none selected: all)")
             self.state_buttons[state] = button
             layout.addWidget(button)
-        layout.addSpacing(10)
+        layout.addSpacing(SPACE_SECTION - SPACE)
         layout.addWidget(self.node_combo)
         layout.addWidget(self.engine_combo)
         layout.addStretch(1)
         # The search field sits in the page's header row (more room there); it is still ours.
         # Chips: Fusion's checked buttons differ from unchecked ones by a shade only.
-        self.setStyleSheet(CHIP_STYLE)
+        self._follow_palette()
+
+    def changeEvent(self, event: QEvent) -> None:
+        """Draw the chips' dots and tint again when the palette turns light or dark."""
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange:
+            self._follow_palette()
+
+    def _follow_palette(self) -> None:
+        palette = self.palette()
+        style = chip_style(palette)
+        if style != self.styleSheet():  # setting it again would only restyle every chip
+            self.setStyleSheet(style)
+        for state, button in self.state_buttons.items():
+            button.setIcon(state_dot(state, is_dark(palette)))
 
     def read(self) -> JobFilter:
         """The filter the controls show."""

@@ -13,10 +13,8 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
     QHeaderView,
-    QLabel,
     QMessageBox,
     QPushButton,
-    QSizePolicy,
     QStackedWidget,
     QTableView,
     QVBoxLayout,
@@ -30,7 +28,7 @@ from app.models.jobs import JobFilter, JobsFilterModel
 from app.models.keyed_table import ROW_ROLE
 from app.window.job_details import JobDetailsDialog
 from app.window.jobs_filters import SETTINGS_PREFIX, JobsFilterBar, load_filter, save_filter
-from app.window.widgets import muted_label, page_title
+from app.window.widgets import EmptyState, muted_label, page_layout, page_title
 from backend.protocol.types.jobs import JobDetails, JobRecord
 
 __all__ = ["JobsFilterBar", "JobsPage", "confirm_clear", "load_filter", "save_filter"]
@@ -39,6 +37,7 @@ __all__ = ["JobsFilterBar", "JobsPage", "confirm_clear", "load_filter", "save_fi
 EMPTY_GRACE_MS = 1500
 Confirm = Callable[[QWidget, int], bool]  # (parent, finished jobs) -> go ahead?
 HEADER_KEY = SETTINGS_PREFIX + "columns"
+SHOW_ALL = "Show all jobs"
 # Typical contents that set the first column widths (the Error column takes the rest).
 COLUMN_SAMPLES = {
     JobColumn.MODEL: "qwen2.5-coder:14b",
@@ -64,36 +63,17 @@ def confirm_clear(parent: QWidget, finished: int) -> bool:
     return answer == QMessageBox.StandardButton.Yes
 
 
-class JobsEmptyState(QWidget):
+class JobsEmptyState(EmptyState):
     """The centred message shown instead of an empty table, with "Show all jobs" when the
     filters hide every job."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.headline = QLabel()
-        self.headline.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        font = self.headline.font()
-        font.setPointSizeF(font.pointSizeF() * 1.25)
-        font.setBold(True)
-        self.headline.setFont(font)
-        self.message = muted_label()
-        self.message.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.show_all_button = QPushButton("Show all jobs")
-        self.show_all_button.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
-        layout = QVBoxLayout(self)
-        layout.addStretch(1)
-        layout.addWidget(self.headline)
-        layout.addSpacing(6)
-        layout.addWidget(self.message)
-        layout.addSpacing(12)
-        layout.addWidget(self.show_all_button, 0, Qt.AlignmentFlag.AlignHCenter)
-        layout.addStretch(2)
+        self.show_all_button = self.action_button
 
     def show_message(self, headline: str, message: str, *, show_all: bool) -> None:
         """Say why there is nothing to show."""
-        self.headline.setText(headline)
-        self.message.setText(message)
-        self.show_all_button.setVisible(show_all)
+        self.show_text(headline, message, SHOW_ALL if show_all else None)
 
 
 class JobsPage(QWidget):
@@ -154,9 +134,7 @@ class JobsPage(QWidget):
         header.addWidget(self.filter_bar.search_field)
         header.addWidget(self.details_button)
         header.addWidget(self.clear_button)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(24, 20, 24, 16)
-        layout.setSpacing(10)
+        layout = page_layout(QVBoxLayout(self))
         layout.addLayout(header)
         layout.addWidget(self.filter_bar)
         layout.addWidget(self.body, 1)

@@ -10,6 +10,7 @@ from PySide6.QtGui import QColor, QGuiApplication
 
 from app.broker.state import Ownership, ServiceState
 from app.window.theme import is_dark
+from backend.protocol.types.broker import Severity
 
 
 class State(Enum):
@@ -77,19 +78,36 @@ def series_colour(series: Series, dark: bool | None = None) -> QColor:
     return SERIES_SHADES[series].pick(app_is_dark() if dark is None else dark)
 
 
+SEVERITY_STATES: dict[Severity, State] = {
+    "info": State.INFO,
+    "warning": State.WARN,
+    "error": State.ERROR,
+}
+
+
+def severity_colour(severity: Severity, dark: bool | None = None) -> QColor:
+    """A service error's colour by its severity (None: the application's palette now)."""
+    return state_colour(SEVERITY_STATES[severity], dark)
+
+
 @dataclass(frozen=True, slots=True)
 class StateLook:
-    """A state's short label and indicator colour."""
+    """A service state's short label and the state its indicator shows."""
 
     label: str
-    colour: QColor
+    state: State
+
+    @property
+    def colour(self) -> QColor:
+        """The indicator's colour on the application's palette now."""
+        return state_colour(self.state)
 
 
 STATE_LOOKS: dict[ServiceState, StateLook] = {
-    ServiceState.CONNECTING: StateLook("Connecting", QColor("#e0a000")),
-    ServiceState.READY: StateLook("Ready", QColor("#2e7d32")),
-    ServiceState.DISCONNECTED: StateLook("Disconnected", QColor("#808080")),
-    ServiceState.FAILED: StateLook("Failed", QColor("#c62828")),
+    ServiceState.CONNECTING: StateLook("Connecting", State.PENDING),
+    ServiceState.READY: StateLook("Ready", State.OK),
+    ServiceState.DISCONNECTED: StateLook("Disconnected", State.IDLE),
+    ServiceState.FAILED: StateLook("Failed", State.ERROR),
 }
 
 

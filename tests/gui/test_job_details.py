@@ -16,7 +16,7 @@ from pytestqt.qtbot import QtBot
 
 from app.controllers.jobs import JobsController
 from app.models.job_text import TITLES, JobColumn, clock_time
-from app.models.jobs import STATE_COLOURS, JobsModel
+from app.models.jobs import JobsModel, job_state_colour
 from app.stores.discovery import DiscoveryStore
 from app.stores.jobs import JobsStore
 from app.window.job_details import JobDetailsDialog
@@ -190,7 +190,7 @@ def test_a_checked_running_chip_keeps_its_blue_dot_visible(qtbot: QtBot, model: 
     bar.show()
     image = chip.grab().toImage()
     background = image.pixelColor(image.width() - 8, image.height() // 2)
-    assert _distance(background, QColor(STATE_COLOURS["running"])) > 120
+    assert _distance(background, job_state_colour("running")) > 120
 
 
 def _distance(one: QColor, other: QColor) -> float:
