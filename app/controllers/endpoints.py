@@ -72,7 +72,11 @@ PLACEMENT = "placement_policy"
 LLAMACPP_PARALLEL = "llamacpp_parallel"
 LLAMACPP_CONTEXT = "llamacpp_context"
 # The doors' ports (0: the one the service was started with); a change moves the door at once.
-DOOR_PORTS = {"ollama": "ollama_door_port", "openai": "openai_door_port"}
+DOOR_PORTS = {
+    "ollama": "ollama_door_port",
+    "openai": "openai_door_port",
+    "llamacpp": "llamacpp_door_port",
+}
 
 
 class EndpointsController(Controller):

@@ -13,13 +13,16 @@ from app.controllers.endpoints import (
     HEADER_TIMEOUT,
     PINNED_NODE,
     PLACEMENT,
+    EndpointsController,
     FrontDoorSettingsController,
 )
+from app.models.engines import MAX_PORT, MIN_PORT, door_ports
 from app.window.settings_fields import (
     BrokerSettingsBox,
     pinned_combo,
     placement_combo,
     port_spin,
+    show_error,
     timeout_spin,
     with_error,
 )
@@ -39,27 +42,43 @@ TIMEOUT_TIPS = {
     FIRST_CONTENT_TIMEOUT: "How long a front door waits, once an engine answered, for its first "
     "output before it tries another computer (a cold model load counts).",
 }
-PORT_LABELS = {DOOR_PORTS["ollama"]: "Ollama port", DOOR_PORTS["openai"]: "OpenAI port"}
+PORT_LABELS = {
+    DOOR_PORTS["ollama"]: "Ollama port",
+    DOOR_PORTS["openai"]: "OpenAI port",
+    DOOR_PORTS["llamacpp"]: "llama.cpp port",
+}
 PORT_TIPS = {
     DOOR_PORTS["ollama"]: "The port of the Ollama API door (11434 unless the service was started"
     " with another). Changing it moves the door at once: clients use the new port.",
     DOOR_PORTS["openai"]: "The port of the door where apps look for LM Studio (1234 unless the"
     " service was started with another). Changing it moves the door at once.",
+    DOOR_PORTS["llamacpp"]: "The port of the door where apps look for llama-server (8080 unless"
+    " the service was started with another). Changing it moves the door at once.",
 }
-PORTS_NOTE = "A new port is used at once; a port another program uses is refused."
+DOOR_NAMES = {"ollama": "Ollama", "openai": "OpenAI", "llamacpp": "llama.cpp"}
+PORTS_NOTE = (
+    f"A port from {MIN_PORT} to {MAX_PORT}, used at once; a port another program uses is refused."
+)
 PLACEMENT_NOTE = (
     "Fastest to finish weighs free slots, loaded models and each computer's measured speed."
 )
 
 
 class FrontDoorsBox(BrokerSettingsBox):
-    """The broker's front-door settings, saved one at a time with the reason shown on refusal."""
+    """The broker's front-door settings, saved one at a time with the reason shown on refusal;
+    each door's port as it is now (from ``endpoints``; without it a port the service was started
+    with shows as "As started")."""
 
     def __init__(
-        self, controller: FrontDoorSettingsController, parent: QWidget | None = None
+        self,
+        controller: FrontDoorSettingsController,
+        parent: QWidget | None = None,
+        *,
+        endpoints: EndpointsController | None = None,
     ) -> None:
         keys = (*PORT_LABELS, *TIMEOUT_LABELS, PINNED_NODE, PLACEMENT)
         super().__init__("Front doors", controller, keys, parent)
+        self._endpoints = endpoints
         self.spins: dict[str, QDoubleSpinBox] = {}
         self.port_spins: dict[str, QSpinBox] = {}
         self.pinned_combo = pinned_combo()
@@ -72,7 +91,7 @@ class FrontDoorsBox(BrokerSettingsBox):
         for key, label in PORT_LABELS.items():
             self.port_spins[key] = port = port_spin(PORT_TIPS[key])
             port.valueChanged.connect(
-                lambda value, key=key: self._controller.set_value(key, int(value))
+                lambda value, key=key: self._on_port_value_changed(key, int(value))
             )
             form.addRow(label, with_error(port, self.errors[key]))
         form.addRow(muted_label(PORTS_NOTE))
@@ -88,6 +107,8 @@ class FrontDoorsBox(BrokerSettingsBox):
         form.addRow("Choose by", with_error(self.placement_combo, self.errors[PLACEMENT]))
         form.addRow(muted_label(PLACEMENT_NOTE))
         controller.changed.connect(self.refresh)
+        if endpoints is not None:
+            endpoints.changed.connect(self._refresh_ports)
         self.refresh()
 
     def refresh(self) -> None:
@@ -110,15 +131,41 @@ class FrontDoorsBox(BrokerSettingsBox):
         if not connected:
             self.clear_errors()
 
+    def serving_ports(self) -> dict[str, int]:
+        """Door → the port it listens on now (empty while not known)."""
+        if self._endpoints is None:
+            return {}
+        return door_ports(self._endpoints.front_doors)
+
     def _refresh_ports(self) -> None:
-        for key, spin in self.port_spins.items():
-            spec, value = self._controller.spec(key), self._controller.value(key)
+        serving = self.serving_ports()
+        for door, key in DOOR_PORTS.items():
+            spin, value = self.port_spins[key], self._controller.value(key)
+            saved = value if isinstance(value, int) and not isinstance(value, bool) else 0
+            shown = serving.get(door) or saved
             with QSignalBlocker(spin):
-                if spec is not None:
-                    spin.setRange(int(spec.minimum or 0), int(spec.maximum or 65535))
-                if isinstance(value, int) and not isinstance(value, bool):
-                    spin.setValue(value)
-            spin.setEnabled(spec is not None)  # a broker without the setting leaves it off
+                # 0 ("As started") only while the door's real port is not known.
+                spin.setSpecialValueText("" if shown else "As started")
+                spin.setRange(min(MIN_PORT, shown) if shown else 0, MAX_PORT)
+                spin.setValue(shown)
+            # A broker without the setting leaves it off.
+            spin.setEnabled(self._controller.spec(key) is not None)
+
+    def _on_port_value_changed(self, key: str, port: int) -> None:
+        door = next(door for door, door_key in DOOR_PORTS.items() if door_key == key)
+        serving = self.serving_ports()
+        owner = next((other for other, at in serving.items() if at == port and other != door), None)
+        if owner is not None:
+            show_error(
+                self.errors[key],
+                f"Port {port} is used by PAIR's {DOOR_NAMES.get(owner, owner)} door; choose "
+                "another port.",
+            )
+            self._refresh_ports()
+            return
+        if port == serving.get(door):
+            return  # the door is there already
+        self._controller.set_value(key, port)
 
     def _refresh_placement(self) -> None:
         value = self._controller.value(PLACEMENT)

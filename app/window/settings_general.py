@@ -1,5 +1,6 @@
 """Settings → General: start at login, keep running in the tray (``settings_startup``), the
-front doors (``settings_front_doors``), then llama.cpp's requests at once and context size."""
+front doors with their ports as they are now (``settings_front_doors``), then llama.cpp's
+requests at once and context size."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from app.autostart import Autostart
 from app.controllers.endpoints import (
     LLAMACPP_CONTEXT,
     LLAMACPP_PARALLEL,
+    EndpointsController,
     FrontDoorSettingsController,
 )
+from app.controllers.service import running_in_demo
 from app.window.settings_fields import (
     BrokerSettingsBox,
     align_form_labels,
@@ -101,11 +104,18 @@ class GeneralSettings(QScrollArea):
         preferences: QSettings,
         *,
         tray_available: bool,
+        endpoints: EndpointsController | None = None,
+        demo: bool | None = None,
         parent: QWidget | None = None,
     ) -> None:
         super().__init__(parent)
-        self.startup_box = StartupBox(autostart, preferences, tray_available=tray_available)
-        self.front_doors_box = FrontDoorsBox(controller)
+        self.startup_box = StartupBox(
+            autostart,
+            preferences,
+            tray_available=tray_available,
+            demo=running_in_demo() if demo is None else demo,
+        )
+        self.front_doors_box = FrontDoorsBox(controller, endpoints=endpoints)
         self.llamacpp_box = LlamaCppBox(controller)
         align_form_labels(self.front_doors_box, self.llamacpp_box)
         self.startup_box.minimise_to_tray_changed.connect(self.minimise_to_tray_changed)

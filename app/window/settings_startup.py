@@ -10,6 +10,9 @@ from app.window.settings_fields import error_label, home_relative, show_error
 from app.window.widgets import muted_label
 
 MINIMISE_TO_TRAY_KEY = "window/minimise_to_tray"
+DEMO_AUTOSTART_NOTE = (
+    "Start at login is not offered in pair demo: it would start your own PAIR, not the demo."
+)
 
 
 def minimise_to_tray(preferences: QSettings) -> bool:
@@ -28,13 +31,16 @@ class StartupBox(QGroupBox):
         preferences: QSettings,
         *,
         tray_available: bool,
+        demo: bool = False,
         parent: QWidget | None = None,
     ) -> None:
         super().__init__("Startup and window", parent)
         self._autostart = autostart
         self._preferences = preferences
         self.autostart_check = QCheckBox("Start PAIR when I log in")
-        self.autostart_note = muted_label(f"Adds {home_relative(autostart.location)}")
+        self.autostart_note = muted_label(
+            DEMO_AUTOSTART_NOTE if demo else f"Adds {home_relative(autostart.location)}"
+        )
         self.autostart_error = error_label()
         self.tray_check = QCheckBox("Keep PAIR running in the tray when the window is closed")
         self.tray_note = muted_label()
@@ -45,6 +51,7 @@ class StartupBox(QGroupBox):
             layout.addWidget(widget)
         layout.addWidget(self.tray_check)
         layout.addWidget(self.tray_note)
+        self.autostart_check.setHidden(demo)
         self.autostart_check.toggled.connect(self._on_autostart_check_toggled)
         self.tray_check.toggled.connect(self._on_tray_check_toggled)
 
