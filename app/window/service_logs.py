@@ -3,7 +3,15 @@ reset box."""
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QLabel, QPushButton, QTabWidget, QVBoxLayout
+from PySide6.QtWidgets import (
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.controllers.reset_data import ResetDataController
 from app.controllers.reset_data_files import ResetOutcome
@@ -25,7 +33,7 @@ class LogsViewer(QGroupBox):
     """The last lines of the service's and this app's log, one tab each, read when a tab is
     first shown and on Refresh. Owns the read tasks."""
 
-    def __init__(self, controller: ServiceController, parent: QGroupBox | None = None) -> None:
+    def __init__(self, controller: ServiceController, parent: QWidget | None = None) -> None:
         super().__init__("Recent log lines", parent)
         self._controller = controller
         self._tasks = TaskSet(type(self).__name__)
@@ -90,7 +98,7 @@ def outcome_text(outcome: ResetOutcome) -> str:
 class ResetBox(QGroupBox):
     """Reset app data: the button opens the confirmation; the outcome is shown below it."""
 
-    def __init__(self, controller: ResetDataController, parent: QGroupBox | None = None) -> None:
+    def __init__(self, controller: ResetDataController, parent: QWidget | None = None) -> None:
         super().__init__("Reset", parent)
         self._controller = controller
         self.dialog = ResetDataDialog(controller, self)
