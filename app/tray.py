@@ -14,17 +14,17 @@ from app.broker.state import ServiceState
 from app.controllers.activity import ActivityController, OverallStatus, is_on, overall_status
 from app.controllers.service import ServiceController
 from app.icons import state_icon
-from app.window.look import STATE_LOOKS
+from app.window.look import STATE_LOOKS, State, state_colour
 from backend.protocol.types.base import EngineName
 from backend.protocol.types.engines import EngineStatus
 
 ICON_SIZES = (16, 22, 24, 32, 48, 64)
-DOT_COLOURS: dict[OverallStatus, QColor] = {
-    OverallStatus.READY: QColor("#2e7d32"),
-    OverallStatus.WORKING: QColor("#0288d1"),
-    OverallStatus.ERROR: QColor("#c62828"),
-    OverallStatus.CONNECTING: QColor("#e0a000"),
-    OverallStatus.STOPPED: QColor("#808080"),
+DOT_STATES: dict[OverallStatus, State] = {
+    OverallStatus.READY: State.OK,
+    OverallStatus.WORKING: State.INFO,
+    OverallStatus.ERROR: State.ERROR,
+    OverallStatus.CONNECTING: State.PENDING,
+    OverallStatus.STOPPED: State.IDLE,
 }
 
 
@@ -117,7 +117,7 @@ def status_icon(state: ServiceState, status: OverallStatus) -> QIcon:
     base = state_icon(state)
     icon = QIcon()
     for size in ICON_SIZES:
-        icon.addPixmap(_dotted_pixmap(base, size, DOT_COLOURS[status]))
+        icon.addPixmap(_dotted_pixmap(base, size, state_colour(DOT_STATES[status])))
     return icon
 
 

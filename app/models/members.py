@@ -19,6 +19,7 @@ from PySide6.QtGui import QColor
 
 from app.models.engines import STATE_LABELS
 from app.models.keyed_table import ROW_ROLE, Column, KeyedTableModel, Role
+from app.window.look import State, state_colour
 from backend.protocol.types.apikeys import ApiKeyId, ApiKeyInfo, ApiKeyScope
 from backend.protocol.types.base import NodeId
 from backend.protocol.types.cluster import ClusterMember
@@ -40,12 +41,11 @@ STATE_TIPS: dict[MemberState, str] = {
     "unreachable": "PAIR cannot reach it; it keeps trying.",
     "provisional": "Paired; the last step of the pairing is still outstanding.",
 }
-_GREEN, _AMBER, _GREY, _RED = "#2e7d32", "#b26a00", "#808080", "#c62828"
-STATE_COLOURS: dict[MemberState, str] = {
-    "online": _GREEN,
-    "offline": _GREY,
-    "unreachable": _RED,
-    "provisional": _AMBER,
+MEMBER_STATES: dict[MemberState, State] = {
+    "online": State.OK,
+    "offline": State.IDLE,
+    "unreachable": State.ERROR,
+    "provisional": State.PENDING,
 }
 
 
@@ -187,7 +187,7 @@ def _name_tip(row: MemberRow) -> str:
 
 
 def _state_colour(row: MemberRow) -> QColor:
-    return QColor(STATE_COLOURS[row.state])
+    return state_colour(MEMBER_STATES[row.state])
 
 
 MEMBER_COLUMNS: tuple[Column[MemberRow], ...] = (

@@ -35,9 +35,9 @@ from PySide6.QtWidgets import (
 
 from app.address import Address, Invalid, parse_address
 from app.controllers.add_node import AddNodeController, Candidate, ProbeResult
-from app.models.errors import SEVERITY_COLOURS
-from app.window.pin_panel import TONE_COLOURS, PinPanel
-from app.window.widgets import muted_label, page_title
+from app.window.look import State
+from app.window.pin_panel import PinPanel
+from app.window.widgets import muted_label, page_title, tint
 from backend.protocol.types.base import NodeId
 from backend.protocol.types.cluster import InviteCreated
 
@@ -52,7 +52,6 @@ NONE_FOUND = (
 )
 ADDRESS_HINT = "An IP address or a host name, with :port when it is not 14320."
 PLACEHOLDER = "192.168.1.20, gpu-box.local or [fd7a::5]:14320"
-ERROR_COLOUR = SEVERITY_COLOURS["error"].name()
 
 
 def candidate_details(candidate: Candidate) -> str:
@@ -239,7 +238,7 @@ class AddNodeDialog(QDialog):
         elif parsed.incomplete:
             self._say(self.address_message, _capitalised(parsed.message) + "…", None)
         else:
-            self._say(self.address_message, _capitalised(parsed.message) + ".", ERROR_COLOUR)
+            self._say(self.address_message, _capitalised(parsed.message) + ".", State.ERROR)
 
     def _on_address_return_pressed(self) -> None:
         if self.address_invite_button.isEnabled():
@@ -259,8 +258,8 @@ class AddNodeDialog(QDialog):
         if result.address != self._typed():
             return  # the text changed since: this answer is for another address
         self._checked = result
-        colour = TONE_COLOURS["good"] if result.invitable else ERROR_COLOUR
-        self._say(self.address_message, result.message, colour)
+        state = State.OK if result.invitable else State.ERROR
+        self._say(self.address_message, result.message, state)
         self.address_invite_button.setEnabled(result.invitable and not self.controller.inviting)
 
     def _on_address_invite_button_clicked(self) -> None:
@@ -293,14 +292,14 @@ class AddNodeDialog(QDialog):
     def _on_controller_invite_failed(self, message: str) -> None:
         self._show_chooser()
         typed = self._invited is not None and self._invited[2]
-        self._say(self.address_message if typed else self.list_message, message, ERROR_COLOUR)
+        self._say(self.address_message if typed else self.list_message, message, State.ERROR)
 
     @staticmethod
-    def _say(label: QLabel, text: str, colour: str | None) -> None:
+    def _say(label: QLabel, text: str, state: State | None) -> None:
         label.setText(text)
         label.setVisible(bool(text))
-        # Advice in the secondary text colour; outcomes (good or bad) in theirs.
-        label.setStyleSheet(f"color: {colour};" if colour else "")
+        # Advice in the secondary text colour; outcomes (good or bad) in their state's.
+        tint(label, state)
         label.setForegroundRole(
-            QPalette.ColorRole.PlaceholderText if colour is None else QPalette.ColorRole.WindowText
+            QPalette.ColorRole.PlaceholderText if state is None else QPalette.ColorRole.WindowText
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from PySide6.QtCore import QEvent
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
@@ -12,32 +13,60 @@ from app.broker.state import ServiceState
 from app.controllers.errors import ErrorsController
 from app.controllers.service import ServiceController
 from app.models.display_text import display_text
-from app.models.errors import SEVERITY_COLOURS, ErrorsModel, Problem
+from app.models.errors import ErrorsModel, Problem
+from app.window.look import SEVERITY_STATES, State, state_colour
+from app.window.widgets import SPACE, SPACE_SECTION, SPACE_TIGHT
 
 MAX_BANNERS = 4
 MESSAGE_MIN_WIDTH = 280
 _SEVERITY_TITLES = {"info": "Note", "warning": "Warning", "error": "Error"}
 
 
-class Banner(QFrame):
-    """A tinted strip with a bold title, a message and optional buttons on the right."""
+def banner_style(colour: QColor) -> str:
+    """A banner's frame: a faint wash of ``colour`` and a bar of it on the left."""
+    red, green, blue = colour.red(), colour.green(), colour.blue()
+    return (
+        f"#banner {{ background: rgba({red}, {green}, {blue}, 28);"
+        f" border-left: 4px solid {colour.name()}; border-radius: 3px; }}"
+    )
 
-    def __init__(self, colour: QColor, title: str, message: str, parent: QWidget | None = None):
+
+class Banner(QFrame):
+    """A tinted strip with a bold title, a message and optional buttons on the right; a
+    ``State`` tints it with that state's shade for the palette, light or dark."""
+
+    def __init__(
+        self, colour: QColor | State, title: str, message: str, parent: QWidget | None = None
+    ):
         super().__init__(parent)
         self.setObjectName("banner")
-        red, green, blue = colour.red(), colour.green(), colour.blue()
-        self.setStyleSheet(
-            f"#banner {{ background: rgba({red}, {green}, {blue}, 28);"
-            f" border-left: 4px solid {colour.name()}; border-radius: 3px; }}"
-        )
+        self._colour = colour
+        self._style = ""
+        self._follow_palette()
         self._layout = QHBoxLayout(self)
-        self._layout.setContentsMargins(12, 6, 8, 6)
+        self._layout.setContentsMargins(SPACE_SECTION, SPACE_TIGHT, SPACE, SPACE_TIGHT)
         self.title = QLabel(f"<b>{title}</b>")
         self.message = QLabel(display_text(message))
         self.message.setWordWrap(True)
         self.message.setMinimumWidth(MESSAGE_MIN_WIDTH)  # wrapped, never a one-word column
         self._layout.addWidget(self.title)
         self._layout.addWidget(self.message, 1)
+
+    def changeEvent(self, event: QEvent) -> None:
+        """Take the state's other shade when the palette turns light or dark."""
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange:
+            self._follow_palette()
+
+    def _follow_palette(self) -> None:
+        colour = self._colour
+        if isinstance(colour, State):
+            # The application's palette: the banner's own window colour is its tinted wash.
+            colour = state_colour(colour)
+        style = banner_style(colour)
+        if style != self._style:  # setting a style sheet sends a palette change
+            self._style = style
+            self.setStyleSheet(style)
 
     def add_button(self, text: str, on_click: Callable[[], None], tooltip: str = "") -> QPushButton:
         """Append a button on the right."""
@@ -99,7 +128,7 @@ class ErrorBanners(QWidget):
     def _banner(self, problem: Problem) -> Banner:
         error = problem.first
         banner = Banner(
-            SEVERITY_COLOURS[error.severity], _SEVERITY_TITLES[error.severity], problem.text
+            SEVERITY_STATES[error.severity], _SEVERITY_TITLES[error.severity], problem.text
         )
         if self._offers_action(problem) and error.action is not None:
             banner.add_button(
@@ -122,7 +151,7 @@ class ServiceNotice(Banner):
         controller: ServiceController,
         parent: QWidget | None = None,
     ) -> None:
-        super().__init__(SEVERITY_COLOURS["error"], "PAIR service", "", parent)
+        super().__init__(State.ERROR, "PAIR service", "", parent)
         self._connection = connection
         self.start_button = self.add_button(
             "Start", controller.start_service, "Start the PAIR service from this app."

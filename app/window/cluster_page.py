@@ -43,10 +43,11 @@ from app.window.cluster_parts import (
     group_fingerprint,
 )
 from app.window.lan_access_box import LanAccessBox
+from app.window.look import State
 from app.window.network_privacy import (
     NetworkPrivacyBox,
 )
-from app.window.widgets import muted_label, page_title
+from app.window.widgets import muted_label, page_layout, page_title, tint
 
 __all__ = ["ClusterBox", "ClusterPage", "LanAccessBox", "group_fingerprint"]
 
@@ -70,6 +71,7 @@ class ClusterPage(QScrollArea):
         self.connection_note = muted_label()
         self.problem = QLabel()
         self.problem.setWordWrap(True)
+        tint(self.problem, State.ERROR)
         self.retry_button = QPushButton("Try again")
         self.retry_button.clicked.connect(controller.reload)
         self.loading = muted_label("Reading the cluster…")
@@ -88,9 +90,7 @@ class ClusterPage(QScrollArea):
         problem_row.addWidget(self.problem, 1)
         problem_row.addWidget(self.retry_button)
         body = QWidget()
-        layout = QVBoxLayout(body)
-        layout.setContentsMargins(24, 20, 24, 24)
-        layout.setSpacing(10)
+        layout = page_layout(QVBoxLayout(body))
         layout.addWidget(page_title("Cluster"))
         layout.addWidget(muted_label(INTRO))
         layout.addWidget(self.connection_note)

@@ -18,10 +18,19 @@ from PySide6.QtWidgets import (
 
 from app.broker.state import ServiceState
 from app.fingerprint import grouped
-from app.models.errors import SEVERITY_COLOURS
 from app.models.keyed_table import ROW_ROLE
 from app.models.members import day_text
-from app.window.widgets import copy_to_clipboard, fixed_font, muted_label
+from app.window.look import State
+from app.window.widgets import (
+    SPACE,
+    SPACE_SECTION,
+    SPACE_TIGHT,
+    copy_to_clipboard,
+    fixed_font,
+    headline,
+    muted_label,
+    tint,
+)
 from backend.protocol.types.apikeys import ApiKeyInfo
 from backend.protocol.types.cluster import ClusterStatus
 
@@ -171,13 +180,13 @@ class Notice(QLabel):
 
     def say(self, text: str) -> None:
         """Show an outcome."""
-        self.setStyleSheet("")
+        tint(self, None)
         self.setText(text)
         self.setVisible(bool(text) or self._reserved)
 
     def warn(self, text: str) -> None:
         """Show a failure."""
-        self.setStyleSheet(f"color: {SEVERITY_COLOURS['error'].name()};")
+        tint(self, State.ERROR)
         self.setText(text)
         self.setVisible(bool(text) or self._reserved)
 
@@ -196,24 +205,21 @@ class EmptyState(QWidget):
 
     def __init__(self, join_row: QWidget | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.headline = QLabel(EMPTY_HEADLINE)
-        font = self.headline.font()
-        font.setPointSizeF(font.pointSizeF() * 1.25)
-        font.setBold(True)
-        self.headline.setFont(font)
+        self.headline = headline(EMPTY_HEADLINE)
         self.message = muted_label(EMPTY_MESSAGE)
         self.removed_note = muted_label()
         self.add_button = QPushButton("Add node…")
         self.add_button.clicked.connect(self.add_node_requested)
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 12, 0, 12)
+        layout.setContentsMargins(0, SPACE_SECTION, 0, SPACE_SECTION)
+        layout.setSpacing(SPACE)
         for widget in (self.headline, self.message, self.removed_note):
             widget.setAlignment(Qt.AlignmentFlag.AlignCenter)
             layout.addWidget(widget)
-        layout.addSpacing(6)
+        layout.addSpacing(SPACE_TIGHT)
         layout.addWidget(self.add_button, 0, Qt.AlignmentFlag.AlignCenter)
         if join_row is not None:
-            layout.addSpacing(6)
+            layout.addSpacing(SPACE_TIGHT)
             layout.addWidget(join_row)
 
     def set_status(self, status: ClusterStatus) -> None:

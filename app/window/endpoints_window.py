@@ -23,9 +23,17 @@ from PySide6.QtWidgets import (
 
 from app.controllers.endpoint_texts import KEY_NOTE
 from app.controllers.endpoints import Door, Endpoint, EndpointsController
-from app.models.errors import SEVERITY_COLOURS
 from app.window.banners import Banner
-from app.window.widgets import muted_label, page_title
+from app.window.look import State
+from app.window.widgets import (
+    PAGE_MARGINS,
+    SPACE,
+    SPACE_SECTION,
+    SPACE_TIGHT,
+    muted_label,
+    page_title,
+    section_title,
+)
 
 COPIED_FEEDBACK_MS = 1500
 INTRO = (
@@ -122,9 +130,9 @@ class EndpointCard(QFrame):
         heading.addWidget(self.title)
         heading.addWidget(self.model_note, 1)
         grid = QGridLayout(self)
-        grid.setContentsMargins(14, 8, 14, 8)
-        grid.setHorizontalSpacing(8)
-        grid.setVerticalSpacing(6)
+        grid.setContentsMargins(14, SPACE, 14, SPACE)
+        grid.setHorizontalSpacing(SPACE)
+        grid.setVerticalSpacing(SPACE_TIGHT)
         grid.setColumnStretch(0, 1)
         grid.addLayout(heading, 0, 0, 1, 2)
         grid.addWidget(self.url, 1, 0)
@@ -158,7 +166,7 @@ class DoorRow(QWidget):
         self.label.setMinimumWidth(130)
         self.url = _url_field()
         self.copy_url = CopyButton("Copy this address")
-        self.note = Banner(SEVERITY_COLOURS["warning"], "Port moved", "")
+        self.note = Banner(State.WARN, "Port moved", "")
         grid = QGridLayout(self)
         grid.setContentsMargins(0, 0, 0, 0)
         grid.setHorizontalSpacing(8)
@@ -191,18 +199,18 @@ class EndpointsWindow(QWidget):
         self.node_api = QWidget()
         self.node_api_urls = _code_label()
         node_api_layout = QVBoxLayout(self.node_api)
-        node_api_layout.setContentsMargins(0, 4, 14, 0)
-        node_api_layout.setSpacing(4)
-        node_api_layout.addWidget(QLabel("<b>Node API</b>"))
+        node_api_layout.setContentsMargins(0, SPACE_TIGHT, 14, 0)
+        node_api_layout.setSpacing(SPACE_TIGHT)
+        node_api_layout.addWidget(section_title("Node API"))
         node_api_layout.addWidget(muted_label(NODE_API_TEXT))
         node_api_layout.addWidget(self.node_api_urls)
         self._cards_layout = QVBoxLayout()
-        self._cards_layout.setSpacing(10)
+        self._cards_layout.setSpacing(SPACE_SECTION)
         self.ports = QWidget()
         self._doors_layout = QVBoxLayout(self.ports)
-        self._doors_layout.setContentsMargins(0, 4, 14, 0)  # the Copy buttons line up
-        self._doors_layout.setSpacing(4)
-        self._doors_layout.addWidget(QLabel("<b>Ports</b>"))
+        self._doors_layout.setContentsMargins(0, SPACE_TIGHT, 14, 0)  # the Copy buttons line up
+        self._doors_layout.setSpacing(SPACE_TIGHT)
+        self._doors_layout.addWidget(section_title("Ports"))
         self._doors_layout.addWidget(muted_label(PORTS_TEXT))
         close_button = QPushButton("Close")
         close_button.clicked.connect(self.close)
@@ -230,8 +238,9 @@ class EndpointsWindow(QWidget):
     def _lay_out(self, close_button: QPushButton) -> None:
         body = QWidget()
         body_layout = QVBoxLayout(body)
-        body_layout.setContentsMargins(24, 20, 24, 12)
-        body_layout.setSpacing(10)
+        left, top, right, _ = PAGE_MARGINS
+        body_layout.setContentsMargins(left, top, right, SPACE_SECTION)
+        body_layout.setSpacing(SPACE_SECTION)
         body_layout.addWidget(page_title("API endpoints"))
         body_layout.addWidget(muted_label(INTRO))
         body_layout.addWidget(self.empty_note)
@@ -245,7 +254,7 @@ class EndpointsWindow(QWidget):
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QScrollArea.Shape.NoFrame)
         buttons = QHBoxLayout()
-        buttons.setContentsMargins(24, 0, 24, 16)
+        buttons.setContentsMargins(left, 0, right, PAGE_MARGINS[3] - SPACE)
         buttons.addStretch(1)
         buttons.addWidget(close_button)
         layout = QVBoxLayout(self)

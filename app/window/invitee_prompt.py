@@ -40,7 +40,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.broker.state import ServiceState
 from app.controllers.invitee import (
     PIN_LENGTH,
     InviteeController,
@@ -51,10 +50,9 @@ from app.controllers.invitee import (
     outcome_text,
     peer_label,
 )
-from app.models.errors import SEVERITY_COLOURS
-from app.window.look import STATE_LOOKS
+from app.window.look import State
 from app.window.pin_boxes import PinBoxes
-from app.window.widgets import fixed_font, muted_label
+from app.window.widgets import fixed_font, muted_label, tint
 from backend.protocol.types.base import InviteId
 from backend.protocol.types.cluster import Invite
 
@@ -65,13 +63,14 @@ Clock = Callable[[], float]  # Unix seconds, like an invite's expires_at
 # Looks ---------------------------------------------------------------------------------------
 
 
-def outcome_colour(invite: Invite) -> str | None:
-    """The result's colour: green when paired, red when it failed, none when simply over."""
+def outcome_state(invite: Invite) -> State | None:
+    """The result's state colour: green when paired, red when it failed, none when simply
+    over."""
     if invite.state == "paired":
-        return STATE_LOOKS[ServiceState.READY].colour.name()
+        return State.OK
     if invite.state in ("pending", "declined", "canceled"):
         return None
-    return SEVERITY_COLOURS["error"].name()
+    return State.ERROR
 
 
 # The dialog ----------------------------------------------------------------------------------
@@ -217,13 +216,13 @@ class InviteePrompt(QDialog):
         if answering and self._asked:
             self._show_note(self._asked, None)
         elif self._error:
-            self._show_note(self._error, SEVERITY_COLOURS["error"].name())
+            self._show_note(self._error, State.ERROR)
         else:
             self._show_note("", None)
         self._fit_height()
 
     def _render_ended(self, invite: Invite) -> None:
-        self._show_note(outcome_text(invite), outcome_colour(invite), bold=True)
+        self._show_note(outcome_text(invite), outcome_state(invite), bold=True)
         if self._shown_ended:
             return
         self._shown_ended = True
@@ -250,10 +249,12 @@ class InviteePrompt(QDialog):
         if needed > self.height() or (shrink and needed < self.height()):
             self.resize(width, needed)
 
-    def _show_note(self, text: str, colour: str | None, *, bold: bool = False) -> None:
+    def _show_note(self, text: str, state: State | None, *, bold: bool = False) -> None:
         self.note.setText(text)
-        style = (f"color: {colour};" if colour else "") + (" font-weight: bold;" if bold else "")
-        self.note.setStyleSheet(style.strip())
+        tint(self.note, state)
+        font = self.note.font()
+        font.setBold(bold)
+        self.note.setFont(font)
 
     def _on_pin_changed(self) -> None:
         self._error = ""

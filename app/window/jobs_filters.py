@@ -74,6 +74,7 @@ class JobsFilterBar(QWidget):
     def __init__(self, model: JobsModel, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._model = model
+        self._style = ""
         self.state_buttons: dict[JobState, QPushButton] = {}
         self.node_combo = QComboBox()
         self.node_combo.setToolTip("Jobs asked on, sent to or run on one computer")
@@ -116,7 +117,9 @@ class JobsFilterBar(QWidget):
     def _follow_palette(self) -> None:
         palette = self.palette()
         style = chip_style(palette)
-        if style != self.styleSheet():  # setting it again would only restyle every chip
+        # Setting a style sheet changes the palette, which calls this again at once.
+        if style != self._style:
+            self._style = style
             self.setStyleSheet(style)
         for state, button in self.state_buttons.items():
             button.setIcon(state_dot(state, is_dark(palette)))

@@ -17,13 +17,13 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWi
 
 from app.controllers.add_node import AddNodeController
 from app.fingerprint import SHORT_DIGITS, grouped
-from app.models.errors import SEVERITY_COLOURS
-from app.window.widgets import fixed_font, muted_label, page_title
+from app.window.look import State
+from app.window.widgets import fixed_font, muted_label, page_title, tint
 from backend.protocol.types.base import InviteId
 from backend.protocol.types.cluster import Invite, InviteCreated, InviteState
 
 Tone = Literal["good", "bad", "neutral"]
-TONE_COLOURS = {"good": "#2e7d32", "bad": SEVERITY_COLOURS["error"].name()}
+TONE_STATES: dict[Tone, State] = {"good": State.OK, "bad": State.ERROR}
 PIN_POINT_SIZE = 40
 
 
@@ -214,7 +214,7 @@ class PinPanel(QWidget):
         self._cancel_wanted = self._canceling = False
         self.timer.stop()
         self.heading.setText(f"Inviting {name}…")
-        self.heading.setStyleSheet("")
+        tint(self.heading, None)
         for label in (self.pin_label, self.countdown_label, self.peer_label):
             label.hide()
         self._set_detail(f"Asking {name} to get ready for a PIN.", None)
@@ -275,7 +275,7 @@ class PinPanel(QWidget):
     def _render_pending(self, invite: Invite, name: str) -> None:
         left = invite.expires_at - self._clock()
         self.heading.setText(f"Type this PIN on {name}")
-        self.heading.setStyleSheet("")
+        tint(self.heading, None)
         self.pin_label.setText(format_pin(self._pin))
         self.pin_label.show()
         self.countdown_label.setText(f"Expires in {format_countdown(left)}")
@@ -298,16 +298,15 @@ class PinPanel(QWidget):
         shown = invite if state == invite.state else msgspec.structs.replace(invite, state=state)
         outcome = describe_outcome(shown)
         self.heading.setText(outcome.headline)
-        colour = TONE_COLOURS.get(outcome.tone)
-        self.heading.setStyleSheet(f"color: {colour};" if colour else "")
+        tint(self.heading, TONE_STATES.get(outcome.tone))
         for label in (self.pin_label, self.countdown_label, self.hint_label):
             label.hide()
         self._set_detail(outcome.detail, None)
         self._set_buttons(ended=True, retry=outcome.retry)
 
-    def _set_detail(self, text: str, colour: str | None) -> None:
+    def _set_detail(self, text: str, state: State | None) -> None:
         self.detail_label.setText(text)
-        self.detail_label.setStyleSheet(f"color: {colour};" if colour else "")
+        tint(self.detail_label, state)
 
     def _set_buttons(self, *, ended: bool, retry: bool = False) -> None:
         self.cancel_button.setText("Close" if ended else "Cancel")
@@ -338,4 +337,4 @@ class PinPanel(QWidget):
         self._canceling = False
         self._render()
         if not self.ended:
-            self._set_detail(message, SEVERITY_COLOURS["error"].name())
+            self._set_detail(message, State.ERROR)

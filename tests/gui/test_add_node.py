@@ -14,6 +14,8 @@ from pytestqt.qtbot import QtBot
 from app.address import Address
 from app.controllers.add_node import candidates
 from app.window.add_node_dialog import AddNodeDialog
+from app.window.look import State
+from app.window.widgets import tinted_state
 from backend.protocol import methods
 from backend.protocol.errors import Conflict, InvalidParams, Unavailable
 from backend.protocol.types.base import NodeId
@@ -135,7 +137,7 @@ async def test_the_address_is_checked_as_it_is_typed(rig: Rig, dialog: AddNodeDi
     assert message.styleSheet() == ""
     field.setText("gpu-box:0")
     assert shown(message) == "Port must be 1-65535."
-    assert "color" in message.styleSheet()
+    assert tinted_state(message) is State.ERROR
     assert not dialog.check_button.isEnabled()
     field.setText("fd7a:115c::5:14320")
     assert shown(message) == "IPv6 with a port needs brackets: [addr]:port."
