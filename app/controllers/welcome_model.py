@@ -62,6 +62,7 @@ class Here:
     statuses: Mapping[EngineName, EngineStatus]
     models: EngineModels | None
     memory: Memory | None = None
+    connected: bool = True  # commands can reach the broker (this node's id is known)
     installing: bool = False  # llama.cpp's install is on its way
     started: FirstModel | None = None  # the pull this step started
     pull: PullRow | None = None  # its progress row (kept with the reason once it failed)
@@ -79,6 +80,7 @@ class FirstModelState:
     pull: PullRow | None = None
     error: str = ""
     memory: Memory | None = None
+    can_pull: bool = False  # Pull (or Try again) would start a pull now
 
 
 def pull_engine(statuses: Mapping[EngineName, EngineStatus], installing: bool) -> PullEngine | None:
@@ -128,17 +130,18 @@ def first_model_state(here: Here, entries: Iterable[CatalogEntry]) -> FirstModel
     model = None if engine is None else choose_model(entries, engine, here.memory)
     if model is None:
         return FirstModelState("no_engine", memory=here.memory)
-    return FirstModelState("offer", model, memory=here.memory)
+    return FirstModelState("offer", model, memory=here.memory, can_pull=here.connected)
 
 
 def _started_state(here: Here, model: FirstModel) -> FirstModelState:
     pull = here.pull
     if pull is not None and pull.failed:
-        return FirstModelState("failed", model, pull=pull, error=plain_pull_error(pull))
+        error = plain_pull_error(pull)
+        return FirstModelState("failed", model, pull=pull, error=error, can_pull=here.connected)
     if pull is not None or not _listed(here.models, model):
         return FirstModelState("pulling", model, pull=pull)
     if here.load_error is not None:
-        return FirstModelState("failed", model, error=here.load_error)
+        return FirstModelState("failed", model, error=here.load_error, can_pull=here.connected)
     if model.engine == LLAMACPP and not _loaded(here.models, model):
         return FirstModelState("loading", model)
     engine = EngineName(model.engine)
@@ -188,12 +191,15 @@ class FirstModelController(QObject):
         self._refresh()
 
     def pull(self) -> None:
-        """Pull the model offered (again, after a failure) through the Models page's path."""
+        """Pull the model offered through the Models page's path; after a failure, pull again
+        (or, when the file came but llama.cpp could not load it, load it again)."""
         model = self.state.model
-        if self.state.phase not in ("offer", "failed") or model is None:
+        if not self.state.can_pull or model is None:
             return
+        retry_load = self._load_error is not None and self._started == model
         self._started, self._load_asked, self._load_error = model, False, None
-        self._models.pull(EngineName(model.engine), model.source)
+        if not retry_load:
+            self._models.pull(EngineName(model.engine), model.source)
         self._refresh()
 
     def _here(self) -> Here:
@@ -204,6 +210,7 @@ class FirstModelController(QObject):
             statuses=store.statuses,
             models=store.models,
             memory=self._memory(),
+            connected=self._models.connected,
             installing=LLAMACPP in self._activity.install_progress,
             started=started,
             pull=None if key is None else self._models.pulls.get(key),

@@ -181,14 +181,15 @@ class PlaygroundPage(QWidget):
 
     def _fill_models(self) -> None:
         combo = self.form.model_combo
-        current = self._wanted_model or combo.currentData()
+        current = combo.currentData()
         combo.blockSignals(True)
         combo.clear()
         for choice in self._controller.choices:
             combo.addItem(choice.label, choice.name)
-        index = combo.findData(current) if current is not None else -1
+        wanted = combo.findData(self._wanted_model) if self._wanted_model else -1
+        index = wanted if wanted >= 0 else combo.findData(current) if current is not None else -1
         combo.setCurrentIndex(index if index >= 0 else 0 if combo.count() else -1)
-        if index >= 0 and current == self._wanted_model:
+        if wanted >= 0:
             self._wanted_model = None
         combo.blockSignals(False)
         self.form.empty_note.setVisible(combo.count() == 0)

@@ -102,6 +102,7 @@ class FirstModelBox(QGroupBox):
         self.offer.setVisible(phase in ("offer", "no_engine", "failed"))
         self.pull_button.setVisible(phase in ("offer", "failed"))
         self.pull_button.setText("Try again" if phase == "failed" else "Pull")
+        self.pull_button.setEnabled(state.can_pull)
         self._show_progress(state)
         self.status.setText(status_text(state))
         self.status.setVisible(bool(self.status.text()))

@@ -21,11 +21,18 @@ from app.controllers.activity import ActivityController
 from app.controllers.endpoints import EndpointsController
 from app.controllers.hub import Memory
 from app.controllers.models import ModelsController
-from app.controllers.welcome_model import FirstModelController, choose_model, pull_engine
+from app.controllers.welcome_model import (
+    FirstModelController,
+    Here,
+    choose_model,
+    first_model_state,
+    pull_engine,
+)
 from app.models.errors import ErrorsModel
 from app.models.nodes import NodesModel
 from app.pending import PendingActions
 from app.stores.settings import SettingsStore
+from app.window.playground_page import PlaygroundPage
 from app.window.welcome import (
     DEMO_NOT_INSTALLED,
     WELCOME_SHOWN_KEY,
@@ -39,6 +46,7 @@ from backend.protocol import methods
 from backend.protocol.errors import InternalError
 from backend.protocol.types.engines import EngineStatus
 from tests.gui.helpers import EngineEvents, FakeConnection, Stores, settle, wait_until
+from tests.gui.playground_rig import LOCAL_MODELS, start_rig
 
 CATALOG = load_catalog()
 DOORS = {
@@ -455,3 +463,38 @@ def test_an_empty_catalogue_offers_nothing(qapp: QApplication) -> None:
     activity = ActivityController(connection, ErrorsModel(), stores.jobs, stores.engines)
     controller = FirstModelController(models, NodesModel(), activity, Catalog())
     assert controller.state.phase == "no_engine" and controller.state.model is None
+
+
+def test_pull_waits_until_the_broker_can_take_it() -> None:
+    statuses = {
+        status.engine: status
+        for status in [msgspec.convert(engine("llamacpp", "stopped"), EngineStatus)]
+    }
+    offline = first_model_state(Here(statuses, None, connected=False), CATALOG.entries)
+    assert offline.phase == "offer" and not offline.can_pull
+    online = first_model_state(Here(statuses, None, connected=True), CATALOG.entries)
+    assert online.can_pull
+
+
+async def test_the_playground_picks_the_model_it_is_given_once_it_is_listed(
+    qtbot: QtBot,
+) -> None:
+    rig = await start_rig()
+    try:
+        page = PlaygroundPage(rig.playground, rig.check)
+        qtbot.addWidget(page)
+        combo = page.form.model_combo
+        page.select_model("llama3.2:3b")
+        assert combo.currentData() == "llama3.2:3b"
+        page.select_model(SMALL)  # pulled a moment ago: not listed yet
+        assert combo.currentData() == "llama3.2:3b"
+        models = {**LOCAL_MODELS, "by_engine": {**LOCAL_MODELS["by_engine"], "llamacpp": [SMALL]}}
+        events = EngineEvents(rig.connection)
+        events.models(models)
+        await wait_until(lambda: combo.currentData() == SMALL, 5, "the new model picked")
+        combo.setCurrentIndex(combo.findData("qwen3:8b"))
+        events.models(LOCAL_MODELS)
+        await wait_until(lambda: combo.findData(SMALL) < 0, 5, "the list refilled")
+        assert combo.currentData() == "qwen3:8b"  # a later pick is the user's own
+    finally:
+        await rig.close()
