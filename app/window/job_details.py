@@ -180,6 +180,8 @@ def _selectable(text: str) -> QLabel:
     label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
     label.setTextFormat(Qt.TextFormat.PlainText)
     label.setWordWrap(True)
+    # Top-aligned like its title: a row as tall as a wrapped neighbour keeps both on one line.
+    label.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
     return label
 
 

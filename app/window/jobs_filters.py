@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLineEdit, QPushButton, QW
 from app.models.job_text import ALL_STATES, STATE_LABELS, engine_label
 from app.models.jobs import JobFilter, JobsModel, state_dot
 from app.window.theme import is_dark
-from app.window.widgets import SPACE, SPACE_SECTION
+from app.window.widgets import SPACE_SECTION, SPACE_TIGHT
 from backend.protocol.types.jobs import JobState
 
 SETTINGS_PREFIX = "jobs/"
@@ -91,7 +91,7 @@ class JobsFilterBar(QWidget):
         self.search_field.setMinimumWidth(160)
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(SPACE)
+        layout.setSpacing(SPACE_TIGHT)
         for state in ALL_STATES:
             button = QPushButton(STATE_LABELS[state])
             button.setIconSize(QSize(12, 12))
@@ -100,7 +100,7 @@ class JobsFilterBar(QWidget):
             button.setToolTip(f"Show {STATE_LABELS[state].lower()} jobs (none selected: all)")
             self.state_buttons[state] = button
             layout.addWidget(button)
-        layout.addSpacing(SPACE_SECTION - SPACE)
+        layout.addSpacing(SPACE_SECTION - 2 * SPACE_TIGHT)  # a section gap in all
         layout.addWidget(self.node_combo)
         layout.addWidget(self.engine_combo)
         layout.addStretch(1)
