@@ -61,6 +61,7 @@ from app.window.appearance_box import stored_appearance
 from app.window.cluster_page import ClusterPage
 from app.window.endpoints_window import EndpointsWindow
 from app.window.engines_page import EnginesPage
+from app.window.inference_check import InferenceCheckBox
 from app.window.invitee_prompt import InviteePrompts
 from app.window.jobs_page import JobsPage
 from app.window.main_window import MainWindow, Page
@@ -159,7 +160,9 @@ class PairApplication:
             for_this_system(),
             self.settings,
             tray_available=self.tray is not None,
+            endpoints=self.endpoints,
         )
+        self.general_settings.appearance_box.changed.connect(self.theme.set_choice)
         self.window = MainWindow(
             self.connection,
             self.service,
@@ -196,6 +199,7 @@ class PairApplication:
             ],
             settings_tabs=[("General", self.general_settings)],
         )
+        self.window.service_page.add_check_widget(InferenceCheckBox(self.inference_check))
         self.endpoints_window = EndpointsWindow(self.endpoints)
         self.add_node_dialog = AddNodeDialog(self.add_node, parent=self.window)
         self.about_dialog: AboutDialog | None = None  # made when first asked for
@@ -340,6 +344,7 @@ class PairApplication:
             await controller.close()
         await self.playground.close()
         await self.inference_check.close()
+        await self.window.service_page.close_tasks()
         for store in self._stores():
             await store.close()
         await self.settings_store.close()

@@ -15,6 +15,7 @@ from app.controllers.endpoints import (
     FrontDoorSettingsController,
 )
 from app.controllers.service import running_in_demo
+from app.window.appearance_box import AppearanceBox
 from app.window.settings_fields import (
     BrokerSettingsBox,
     align_form_labels,
@@ -93,7 +94,8 @@ class LlamaCppBox(BrokerSettingsBox):
 
 
 class GeneralSettings(QScrollArea):
-    """The General tab: startup and window preferences, the front doors, then llama.cpp."""
+    """The General tab: startup and window preferences, light or dark, the front doors, then
+    llama.cpp."""
 
     minimise_to_tray_changed = Signal(bool)
 
@@ -117,6 +119,7 @@ class GeneralSettings(QScrollArea):
         )
         self.front_doors_box = FrontDoorsBox(controller, endpoints=endpoints)
         self.llamacpp_box = LlamaCppBox(controller)
+        self.appearance_box = AppearanceBox(preferences)
         align_form_labels(self.front_doors_box, self.llamacpp_box)
         self.startup_box.minimise_to_tray_changed.connect(self.minimise_to_tray_changed)
         body = QWidget()
@@ -124,6 +127,7 @@ class GeneralSettings(QScrollArea):
         layout.setContentsMargins(0, 12, 0, 0)
         layout.setSpacing(12)
         layout.addWidget(self.startup_box)
+        layout.addWidget(self.appearance_box)
         layout.addWidget(self.front_doors_box)
         layout.addWidget(self.llamacpp_box)
         layout.addStretch(1)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import QObject, QSettings, Qt, Signal
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QApplication
+from pytestqt.qtbot import QtBot
 
+from app.window.appearance_box import AppearanceBox, stored_appearance
 from app.window.theme import (
     Appearance,
     ThemeFollower,
@@ -85,3 +88,20 @@ def test_a_fixed_choice_ignores_the_desktop(app: QApplication) -> None:
     assert not is_dark(app.palette())
     hints.switch(Qt.ColorScheme.Dark)
     assert not is_dark(app.palette())
+
+
+def test_the_settings_choice_is_kept_and_switches_the_palette(
+    app: QApplication, qtbot: QtBot, tmp_path: Path
+) -> None:
+    preferences = QSettings(str(tmp_path / "prefs.ini"), QSettings.Format.IniFormat)
+    box = AppearanceBox(preferences)
+    qtbot.addWidget(box)
+    assert box.combo.currentData() == "system", "nothing stored follows the system"
+    follower = ThemeFollower(app, stored_appearance(preferences), FakeHints(Qt.ColorScheme.Light))  # type: ignore[arg-type]
+    box.changed.connect(follower.set_choice)
+    box.combo.setCurrentIndex(box.combo.findData("dark"))
+    assert is_dark(app.palette())
+    assert stored_appearance(preferences) is Appearance.DARK
+    again = AppearanceBox(preferences)
+    qtbot.addWidget(again)
+    assert again.combo.currentText() == "Dark", "the next start shows the kept choice"
