@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtCore import QEvent, QSize, Qt, Signal
 from PySide6.QtGui import QCloseEvent, QPalette
 from PySide6.QtWidgets import (
     QHBoxLayout,
@@ -40,7 +40,14 @@ from app.window.shortcuts import (
     focus_search_of,
     page_keys,
 )
-from app.window.widgets import page_title
+from app.window.widgets import (
+    CARD_MARGINS,
+    PAGE_MARGINS,
+    SPACE,
+    SPACE_SECTION,
+    SPACE_TIGHT,
+    page_title,
+)
 
 EMPTY_PAGES: tuple[tuple[str, str, str, str], ...] = (
     (
@@ -107,7 +114,7 @@ class SettingsPage(QWidget):
             self.tabs.addTab(widget, title)
         self.tabs.addTab(service_page, "Service")
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(24, 20, 24, 24)
+        layout.setContentsMargins(*PAGE_MARGINS)
         layout.addWidget(page_title("Settings"))
         layout.addWidget(self.tabs, 1)
 
@@ -209,14 +216,15 @@ class MainWindow(QMainWindow):
 
     def _sidebar_panel(self) -> QWidget:
         self.sidebar.setFrameShape(QListWidget.Shape.NoFrame)
-        self.sidebar.setStyleSheet("QListWidget::item { padding: 8px 14px; }")
+        inset = CARD_MARGINS[0]  # the items' text starts under the name beside the mark
+        self.sidebar.setStyleSheet(f"QListWidget::item {{ padding: {SPACE}px {inset}px; }}")
         self.sidebar.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         mark = QLabel()
         mark.setPixmap(app_icon().pixmap(QSize(28, 28)))
         name = QLabel("<b>PAIR</b>")
         header = QHBoxLayout()
-        header.setContentsMargins(14, 16, 14, 12)
-        header.setSpacing(8)
+        header.setContentsMargins(inset, PAGE_MARGINS[1] - SPACE_TIGHT, inset, SPACE_SECTION)
+        header.setSpacing(SPACE)
         header.addWidget(mark)
         header.addWidget(name, 1)
         panel = QWidget()
@@ -238,13 +246,13 @@ class MainWindow(QMainWindow):
         self.about_button.setToolTip("Version, build commit, data folder and licences")
         self.about_button.clicked.connect(self.about_requested)
         layout.addWidget(self.about_button)
-        layout.addSpacing(10)
+        layout.addSpacing(SPACE_SECTION)
         return panel
 
     def _lay_out(self) -> None:
         banners = QVBoxLayout()
-        banners.setContentsMargins(24, 12, 24, 0)
-        banners.setSpacing(6)
+        banners.setContentsMargins(PAGE_MARGINS[0], SPACE_SECTION, PAGE_MARGINS[2], 0)
+        banners.setSpacing(SPACE)
         banners.addWidget(self.service_notice)
         banners.addWidget(self.error_banners)
         content = QVBoxLayout()
@@ -280,6 +288,12 @@ class MainWindow(QMainWindow):
 
     def _on_connection_state_changed(self, _state: ServiceState) -> None:
         self._refresh_status()
+
+    def changeEvent(self, event: QEvent) -> None:
+        """Colour the status dot again when the palette turns light or dark."""
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange:
+            self._refresh_status()
 
     def show_status_message(self, message: str) -> None:
         """Show a transient message (e.g. a failed command) in the status bar."""
