@@ -19,7 +19,14 @@ from app import versions
 from app.broker.connection import BrokerConnection
 from app.controllers.service import ServiceController
 from app.icons import app_icon
-from app.window.widgets import copy_to_clipboard, muted_label, page_title
+from app.window.widgets import (
+    DIALOG_MARGINS,
+    SPACE,
+    SPACE_SECTION,
+    copy_to_clipboard,
+    muted_label,
+    page_title,
+)
 
 TAGLINE = "The Personal AI Router: your computers as one private cluster for local LLMs."
 NOT_CONNECTED = "not connected"
@@ -96,7 +103,7 @@ class AboutDialog(QDialog):
         heading.addWidget(page_title("PAIR"))
         heading.addWidget(muted_label(TAGLINE))
         top = QHBoxLayout()
-        top.setSpacing(16)
+        top.setSpacing(2 * SPACE)
         top.addWidget(mark)
         top.addLayout(heading, 1)
         form = QFormLayout()
@@ -112,8 +119,8 @@ class AboutDialog(QDialog):
         self.copy_button.clicked.connect(self._on_copy_button_clicked)
         buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(24, 20, 24, 16)
-        layout.setSpacing(14)
+        layout.setContentsMargins(*DIALOG_MARGINS)
+        layout.setSpacing(SPACE_SECTION)
         layout.addLayout(top)
         layout.addLayout(form)
         layout.addWidget(self.licences)

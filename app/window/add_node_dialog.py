@@ -37,7 +37,14 @@ from app.address import Address, Invalid, parse_address
 from app.controllers.add_node import AddNodeController, Candidate, ProbeResult
 from app.window.look import State
 from app.window.pin_panel import PinPanel
-from app.window.widgets import muted_label, page_title, tint
+from app.window.widgets import (
+    DIALOG_MARGINS,
+    SPACE_SECTION,
+    SPACE_TIGHT,
+    muted_label,
+    page_title,
+    tint,
+)
 from backend.protocol.types.base import NodeId
 from backend.protocol.types.cluster import InviteCreated
 
@@ -86,7 +93,7 @@ class CandidateRow(QWidget):
         text.addWidget(self.name_label)
         text.addWidget(self.details_label)
         layout = QHBoxLayout(self)
-        layout.setContentsMargins(0, 4, 0, 4)
+        layout.setContentsMargins(0, SPACE_TIGHT, 0, SPACE_TIGHT)
         layout.addLayout(text, 1)
         layout.addWidget(self.note_label, 0, Qt.AlignmentFlag.AlignVCenter)
         layout.addWidget(self.invite_button, 0, Qt.AlignmentFlag.AlignVCenter)
@@ -121,7 +128,7 @@ class AddNodeDialog(QDialog):
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         self.buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(24, 20, 24, 16)
+        layout.setContentsMargins(*DIALOG_MARGINS)
         layout.addWidget(self.stack, 1)
         layout.addWidget(self.buttons)
         self._follow_controller()
@@ -132,7 +139,7 @@ class AddNodeDialog(QDialog):
         page = QWidget()
         layout = QVBoxLayout(page)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(12)
+        layout.setSpacing(SPACE_SECTION)
         layout.addWidget(page_title("Add a computer"))
         layout.addWidget(muted_label(INTRO))
         found = QGroupBox("On this network")

@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
 
 from app.controllers.cluster_page import NewKey, client_settings
 from app.window.settings_general import error_label, show_error
-from app.window.widgets import copy_to_clipboard, fixed_font
+from app.window.widgets import SPACE, copy_to_clipboard, fixed_font
 
 
 class Prompts:
@@ -88,7 +88,7 @@ class SecretDialog(QDialog):
         row.addWidget(self.secret, 1)
         row.addWidget(self.copy_button)
         layout.addLayout(row)
-        layout.addSpacing(8)
+        layout.addSpacing(SPACE)
         layout.addWidget(QLabel("On the other computer, set:"))
         layout.addWidget(self.settings)
         copy_row = QHBoxLayout()

@@ -27,7 +27,7 @@ from app.window.cluster_parts import (
 )
 from app.window.join_window import JoinWindowRow
 from app.window.settings_general import error_label, show_error
-from app.window.widgets import FittedTable, muted_label
+from app.window.widgets import SPACE_TIGHT, FittedTable, muted_label
 
 
 class ClusterBox(QGroupBox):
@@ -69,7 +69,7 @@ class ClusterBox(QGroupBox):
         name_row.addStretch(1)
         part.addLayout(name_row)
         part.addWidget(self.name_error)
-        part.addSpacing(4)
+        part.addSpacing(SPACE_TIGHT)
         part.addWidget(self.table)
         part.addWidget(self.no_members)
         buttons = QHBoxLayout()

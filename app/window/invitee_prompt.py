@@ -52,7 +52,15 @@ from app.controllers.invitee import (
 )
 from app.window.look import State
 from app.window.pin_boxes import PinBoxes
-from app.window.widgets import fixed_font, muted_label, tint
+from app.window.widgets import (
+    DIALOG_MARGINS,
+    SPACE,
+    SPACE_SECTION,
+    SPACE_TIGHT,
+    fixed_font,
+    muted_label,
+    tint,
+)
 from backend.protocol.types.base import InviteId
 from backend.protocol.types.cluster import Invite
 
@@ -187,18 +195,18 @@ class InviteePrompt(QDialog):
 
     def _lay_out(self) -> None:
         details = QFormLayout()
-        details.setHorizontalSpacing(16)
+        details.setHorizontalSpacing(2 * SPACE)
         details.addRow("Computer", _plain(self._invite.peer_name or "(no name)"))
         details.addRow("Address", _plain(self._invite.peer_address))
         details.addRow("Fingerprint", self.peer_fingerprint)
         layout = self._layout = QVBoxLayout(self)
-        layout.setContentsMargins(24, 20, 24, 16)
-        layout.setSpacing(10)
+        layout.setContentsMargins(*DIALOG_MARGINS)
+        layout.setSpacing(SPACE_SECTION)
         layout.addWidget(self.heading)
         layout.addWidget(self.intro)
         layout.addLayout(details)
         layout.addWidget(self.hint)
-        layout.addSpacing(6)
+        layout.addSpacing(SPACE_TIGHT)
         entry: tuple[QWidget, ...] = (self.instruction, self.pin, self.countdown, self.note)
         for widget in (*entry, self.waiting):
             layout.addWidget(widget)

@@ -27,6 +27,7 @@ from app.models.jobs import state_dot
 from app.window.look import State
 from app.window.theme import is_dark
 from app.window.widgets import (
+    DIALOG_MARGINS,
     SPACE_SECTION,
     SPACE_TIGHT,
     muted_label,
@@ -131,7 +132,7 @@ class JobDetailsDialog(QDialog):
         header.addWidget(self.state_icon)
         header.addWidget(self.title, 1)
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(20, 16, 20, 14)
+        layout.setContentsMargins(*DIALOG_MARGINS)
         layout.setSpacing(SPACE_SECTION)
         layout.addLayout(header)
         layout.addLayout(self.facts)

@@ -27,7 +27,7 @@ from app.window.network_privacy import (
     reason_label,
 )
 from app.window.settings_general import error_label, show_error
-from app.window.widgets import FittedTable, muted_label
+from app.window.widgets import SPACE_TIGHT, FittedTable, muted_label
 from backend.protocol.types.apikeys import ApiKeyInfo
 
 
@@ -58,7 +58,7 @@ class LanAccessBox(QGroupBox):
         note.addWidget(muted_label(LAN_NOTE))
         note.addWidget(self.switch_error)
         layout.addLayout(note)
-        layout.addSpacing(4)
+        layout.addSpacing(SPACE_TIGHT)
         layout.addWidget(self.table)
         layout.addWidget(self.no_keys)
         buttons = QHBoxLayout()

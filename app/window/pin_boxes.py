@@ -8,7 +8,7 @@ from PySide6.QtGui import QFocusEvent, QKeyEvent, QMouseEvent
 from PySide6.QtWidgets import QHBoxLayout, QLineEdit, QWidget
 
 from app.controllers.invitee import PIN_LENGTH, pin_digits
-from app.window.widgets import fixed_font
+from app.window.widgets import SPACE, SPACE_SECTION, fixed_font
 
 # How many boxes a key moves the focus by.
 _STEPS = {Qt.Key.Key_Left: -1, Qt.Key.Key_Right: 1, Qt.Key.Key_Home: -PIN_LENGTH}
@@ -78,11 +78,11 @@ class PinBoxes(QWidget):
         self._digits = [""] * PIN_LENGTH
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(8)
+        layout.setSpacing(SPACE)
         layout.addStretch(1)
         for index, box in enumerate(self.boxes):
             if index == PIN_LENGTH // 2:
-                layout.addSpacing(12)  # the PIN is shown and read in threes: 483 920
+                layout.addSpacing(SPACE_SECTION)  # the PIN is shown and read in threes: 483 920
             layout.addWidget(box)
             box.setAccessibleName(f"PIN digit {index + 1}")
             box.digit_typed.connect(lambda digit, i=index: self._fill(digit, i))

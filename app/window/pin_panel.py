@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWi
 from app.controllers.add_node import AddNodeController
 from app.fingerprint import SHORT_DIGITS, grouped
 from app.window.look import State
-from app.window.widgets import fixed_font, muted_label, page_title, tint
+from app.window.widgets import SPACE_SECTION, fixed_font, muted_label, page_title, tint
 from backend.protocol.types.base import InviteId
 from backend.protocol.types.cluster import Invite, InviteCreated, InviteState
 
@@ -170,7 +170,7 @@ class PinPanel(QWidget):
             "computer shows its own (pair status), to compare."
         )
         layout = QVBoxLayout(self)
-        layout.setSpacing(10)
+        layout.setSpacing(SPACE_SECTION)
         layout.addStretch(1)  # with the one below: the panel's content sits in the middle
         for label in (
             self.heading,

@@ -28,6 +28,7 @@ SPACE = 8  # widgets in a row, items in a list
 SPACE_SECTION = 12  # sections of a page, cards in a grid
 PAGE_MARGINS = (24, 20, 24, 24)  # left, top, right, bottom of every page
 CARD_MARGINS = (14, 12, 14, 12)  # inside a card's frame
+DIALOG_MARGINS = (24, 20, 24, 16)  # a dialog's edges: a page's, a little less under its buttons
 
 # The type scale, as factors of the system font.
 PAGE_TITLE_SCALE = 1.5
