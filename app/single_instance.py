@@ -22,13 +22,16 @@ from PySide6.QtNetwork import QLocalServer, QLocalSocket
 SHOW = b"show\n"
 CONNECT_TIMEOUT_MS = 1000
 READ_LIMIT = 64
+# A Unix socket's path has room for 107 bytes (sun_path); a longer runtime dir falls back.
+SOCKET_PATH_LIMIT = 100
 
 
-def runtime_dir(environ: Mapping[str, str] = os.environ) -> Path:
-    """A folder only this user can enter: ``$XDG_RUNTIME_DIR`` when set, else ``pair-<user>``
-    in the temp dir, made 0700 (refused when it exists and belongs to someone else)."""
+def runtime_dir(environ: Mapping[str, str] = os.environ, *, room: int = 0) -> Path:
+    """A folder only this user can enter: ``$XDG_RUNTIME_DIR`` when set (and short enough to
+    leave ``room`` bytes of a socket path), else ``pair-<user>`` in the temp dir, made 0700
+    (refused when it exists and belongs to someone else)."""
     given = environ.get("XDG_RUNTIME_DIR")
-    if given and Path(given).is_dir():
+    if given and Path(given).is_dir() and len(os.fsencode(given)) + room <= SOCKET_PATH_LIMIT:
         return Path(given)
     folder = Path(tempfile.gettempdir()) / f"pair-{getpass.getuser()}"
     folder.mkdir(mode=0o700, exist_ok=True)
@@ -45,7 +48,8 @@ def instance_name(data_dir: Path, environ: Mapping[str, str] = os.environ) -> st
     digest = hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:16]
     if sys.platform == "win32":
         return f"pair-{getpass.getuser()}-{digest}"
-    return str(runtime_dir(environ) / f"pair-app-{digest}.sock")
+    file_name = f"pair-app-{digest}.sock"
+    return str(runtime_dir(environ, room=len(file_name) + 1) / file_name)
 
 
 def ask_running_app_to_show(name: str, timeout_ms: int = CONNECT_TIMEOUT_MS) -> bool:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,10 +24,14 @@ from tests.gui.helpers import wait_until
 
 
 @pytest.fixture
-def run_dir(tmp_path: Path) -> Path:
-    folder = tmp_path / "run"
-    folder.mkdir(mode=0o700)
-    return folder
+def run_dir() -> Iterator[Path]:
+    # Short, as a real runtime dir is: pytest's own temp paths are too long for a socket.
+    folder = Path(
+        tempfile.mkdtemp(prefix="pair-run-", dir="/tmp" if sys.platform != "win32" else None)
+    )
+    folder.chmod(0o700)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture
@@ -46,12 +52,23 @@ def test_the_name_depends_on_the_data_dir_and_lives_in_the_runtime_dir(
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="Unix runtime folders")
+def test_a_runtime_dir_too_long_for_a_socket_path_gives_way_to_a_private_one(
+    tmp_path: Path, run_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TMPDIR", str(run_dir))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    long_dir = run_dir / ("deep" * 30)
+    long_dir.mkdir()
+    name = instance_name(tmp_path / "a", {"XDG_RUNTIME_DIR": str(long_dir)})
+    assert Path(name).parent.parent == run_dir, "the private folder in the temp dir"
+    assert len(os.fsencode(name)) <= 107
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="Unix runtime folders")
 def test_without_a_runtime_dir_it_makes_a_private_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TMPDIR", str(tmp_path))
-    import tempfile
-
     monkeypatch.setattr(tempfile, "tempdir", None)
     folder = runtime_dir({})
     assert folder.parent == tmp_path
