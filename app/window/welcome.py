@@ -239,6 +239,7 @@ class WelcomeDialog(QDialog):
     def showEvent(self, event: QShowEvent) -> None:
         """Look for engines afresh each time the dialog opens."""
         super().showEvent(event)
+        self.try_box.focus_if_ready()
         self._activity.detect_engines()
         self._endpoints.refresh()
 

@@ -7,8 +7,8 @@ from html import escape
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QGridLayout,
     QGroupBox,
+    QHBoxLayout,
     QLabel,
     QProgressBar,
     QPushButton,
@@ -20,6 +20,7 @@ from app.catalog import format_size
 from app.controllers.welcome_model import FirstModelController, FirstModelState
 from app.models.errors import SEVERITY_COLOURS
 from app.models.models import engine_title
+from app.models.pulls import PullRow
 from app.window.widgets import muted_label
 
 NO_ENGINE = (
@@ -47,9 +48,7 @@ def status_text(state: FirstModelState) -> str:
     """The line under the model: what the step is doing or what came of it."""
     model, pull = state.model, state.pull
     if state.phase == "pulling":
-        stage = pull.stage if pull is not None and pull.stage else "Starting the download"
-        figures = pull.progress_text() if pull is not None else ""
-        return f"{stage}… {figures}".strip()
+        return pulling_text(pull)
     if state.phase == "loading" and model is not None:
         return f"Loading it into {engine_title(model.engine)}…"
     if state.phase == "failed":
@@ -60,6 +59,15 @@ def status_text(state: FirstModelState) -> str:
             return f"This computer already has a model: {where}. Try it below."
         return f"Ready on this computer: {where}."
     return ""
+
+
+def pulling_text(pull: PullRow | None) -> str:
+    """``Downloading… 448 MB of 1.1 GB`` (the bar beside it shows the percent)."""
+    stage = pull.stage if pull is not None and pull.stage else "starting the download"
+    text = f"{stage[:1].upper()}{stage[1:]}…"
+    if pull is not None and pull.completed is not None and pull.total is not None:
+        text += f" {format_size(pull.completed)} of {format_size(pull.total)}"
+    return text
 
 
 class FirstModelBox(QGroupBox):
@@ -79,13 +87,16 @@ class FirstModelBox(QGroupBox):
         self.progress.setRange(0, 100)
         self.pull_button = QPushButton("Pull")
         self.pull_button.clicked.connect(controller.pull)
-        grid = QGridLayout(self)
-        grid.setColumnStretch(0, 1)
-        grid.addWidget(self.heading, 0, 0)
-        grid.addWidget(self.pull_button, 0, 1, 2, 1, Qt.AlignmentFlag.AlignRight)
-        grid.addWidget(self.offer, 1, 0)
-        grid.addWidget(self.progress, 2, 0, 1, 2)
-        grid.addWidget(self.status, 3, 0, 1, 2)
+        about = QVBoxLayout()
+        about.addWidget(self.heading)
+        about.addWidget(self.offer)
+        top = QHBoxLayout()
+        top.addLayout(about, 1)
+        top.addWidget(self.pull_button, 0, Qt.AlignmentFlag.AlignVCenter)
+        layout = QVBoxLayout(self)
+        layout.addLayout(top)
+        layout.addWidget(self.progress)
+        layout.addWidget(self.status)
         controller.changed.connect(self.refresh)
         self.refresh()
 
@@ -139,13 +150,21 @@ class TryBox(QGroupBox):
         self.refresh()
 
     def refresh(self) -> None:
-        """Enable the button once a model is ready."""
+        """Enable the button once a model is ready (and give it the focus then)."""
         ready = self._controller.state.ready_model
+        became_ready = ready is not None and not self.try_button.isEnabled()
         self.try_button.setEnabled(ready is not None)
-        self.try_button.setDefault(ready is not None)  # Enter goes on to try it
+        self.try_button.setDefault(ready is not None)
+        if became_ready:
+            self.focus_if_ready()
         self.try_button.setToolTip(
             f"Open the Playground with {ready}" if ready else "Get a first model above first"
         )
+
+    def focus_if_ready(self) -> None:
+        """Put the focus on Try it when it can be clicked, so Enter goes on to try the model."""
+        if self.try_button.isEnabled():
+            self.try_button.setFocus()
 
     def _on_try_button_clicked(self) -> None:
         ready = self._controller.state.ready_model

@@ -45,6 +45,7 @@ from app.window.welcome import (
 from backend.protocol import methods
 from backend.protocol.errors import InternalError
 from backend.protocol.types.engines import EngineStatus
+from backend.protocol.types.nodes import DiscoveredNode
 from tests.gui.helpers import EngineEvents, FakeConnection, Stores, settle, wait_until
 from tests.gui.playground_rig import LOCAL_MODELS, start_rig
 
@@ -91,6 +92,7 @@ class FirstRun:
     engines: EngineEvents
     models: ModelsController
     tried: list[str]
+    nodes: NodesModel
 
 
 @pytest.fixture
@@ -113,18 +115,21 @@ async def first_run(
     preferences = QSettings(str(preferences_file), QSettings.Format.IniFormat)
     models = ModelsController(connection, PendingActions(), stores.engines, stores.discovery)
     tried: list[str] = []
+    nodes = NodesModel()
     welcome = Welcome(
         connection,
         activity,
         endpoints,
         preferences,
         models=models,
-        nodes=NodesModel(),
+        nodes=nodes,
         catalog=CATALOG,
         open_playground=tried.append,
     )
     events = EngineEvents(connection)
-    yield FirstRun(connection, activity, endpoints, preferences, welcome, events, models, tried)
+    yield FirstRun(
+        connection, activity, endpoints, preferences, welcome, events, models, tried, nodes
+    )
     if welcome.dialog is not None:
         welcome.dialog.close()
         welcome.dialog.deleteLater()
@@ -397,7 +402,7 @@ async def test_a_first_model_is_pulled_loaded_and_tried_from_the_dialog(
                 "completed": 196_000_000, "total": 491_000_000}  # fmt: skip
     events.pull(progress)
     await wait_until(lambda: box.progress.value() == 40, 5, "the progress")
-    assert box.status.text() == "downloading… 40 % · 196 MB of 491 MB"
+    assert box.status.text() == "Downloading… 196 MB of 491 MB"
     # Done and listed, but llama.cpp serves nothing yet: the step loads the file into it.
     connection.script(methods.ENGINE_ACTION, {"ok": True})
     events.models(listed("llamacpp", SMALL))
@@ -498,3 +503,17 @@ async def test_the_playground_picks_the_model_it_is_given_once_it_is_listed(
         assert combo.currentData() == "qwen3:8b"  # a later pick is the user's own
     finally:
         await rig.close()
+
+
+async def test_the_offer_fits_this_computers_memory(first_run: FirstRun) -> None:
+    this_computer = {
+        "node_id": "n1", "name": "pc", "kind": "pair", "sources": ["self"], "addresses": [],
+        "ports": {}, "engines": {}, "reachable": True,
+        "telemetry": {"valid": True, "memory_total_bytes": 16 * GB},
+    }  # fmt: skip
+    first_run.nodes.upsert(msgspec.convert(this_computer, DiscoveredNode))
+    dialog = await open_dialog(first_run, [engine("llamacpp", "stopped")])
+    box = dialog.first_model
+    await wait_until(lambda: box.pull_button.isVisibleTo(dialog), 5, "the offer")
+    assert box.heading.text() == "<b>Qwen2.5 1.5B Instruct</b> · 1.1 GB"
+    assert box.offer.text().startswith("A small chat model that fits this computer's 16 GB of RAM")
