@@ -302,7 +302,8 @@ class EngineRun:
             raise errors.Conflict(
                 f"port {self.port} is in use by another program that is not "
                 f"{self.manifest.display_name}; PAIR never stops programs it did not start. "
-                f"Choose another port for {self.manifest.display_name}.",
+                f"Choose another port for {self.manifest.display_name}: its card's Port field "
+                f"on the Engines page, or `pair engine set-port {self.name} PORT`.",
                 {"engine": self.name, "port": self.port},
             )
 

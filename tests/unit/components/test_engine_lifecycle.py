@@ -375,8 +375,10 @@ async def test_a_port_held_by_another_program_is_a_conflict_and_nothing_is_kille
     harness: Harness,
 ) -> None:
     harness.world.listening.add(harness.port)
-    with pytest.raises(errors.Conflict, match=f"port {harness.port} is in use by another"):
+    with pytest.raises(errors.Conflict, match=f"port {harness.port} is in use by another") as held:
         await harness.controller.start()
+    # A second node on this computer meets its twin's engine port: the way out is named.
+    assert "`pair engine set-port ollama PORT`" in held.value.message
     status = harness.controller.status()
     assert (status.state, status.pid, status.adopted) == ("error", None, False)
     assert harness.world.spawned == [], "nothing was started, so nothing is stopped"
