@@ -30,14 +30,19 @@ PORT_FLAGS: tuple[tuple[str, int, str], ...] = (
 )
 
 
+# The range the door-port settings and the app's engine ports take: ports below 1024 need
+# administrator rights, which PAIR never asks for.
+LOWEST_PORT = 1024
+
+
 def port_number(text: str) -> int:
-    """An argparse type: a TCP port 1-65535."""
+    """An argparse type: a TCP port 1024-65535."""
     try:
         port = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"port {port} is outside 1-65535")
+    if not LOWEST_PORT <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is outside {LOWEST_PORT}-65535")
     return port
 
 

@@ -128,7 +128,7 @@ def test_set_port_moves_the_engine_and_status_shows_it(
 
     refused = _pair(data_dir, "engine", "set-port", "ollama", "65536")
     assert (refused.returncode, refused.stdout) == (2, "")
-    assert "port 65536 is outside 1-65535" in refused.stderr
+    assert "port 65536 is outside 1024-65535" in refused.stderr
     assert (
         f"running on port {running_port}\n" in _pair(data_dir, "engine", "status", "ollama").stdout
     )

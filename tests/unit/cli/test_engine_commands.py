@@ -213,8 +213,8 @@ def test_status_shows_every_known_fact_and_leaves_out_the_unknown() -> None:
     )
 
 
-@pytest.mark.parametrize("port", ["0", "65536", "-1", "99999", "http", "80.5", ""])
-def test_a_port_outside_1_to_65535_is_a_usage_error_before_anything_is_sent(
+@pytest.mark.parametrize("port", ["0", "1023", "65536", "-1", "99999", "http", "80.5", ""])
+def test_a_port_outside_1024_to_65535_is_a_usage_error_before_anything_is_sent(
     broker: StreamingBroker, capsys: pytest.CaptureFixture[str], port: str
 ) -> None:
     with pytest.raises(SystemExit) as exited:
@@ -224,7 +224,7 @@ def test_a_port_outside_1_to_65535_is_a_usage_error_before_anything_is_sent(
     assert (broker.connections, broker.calls) == (0, [])
 
 
-@pytest.mark.parametrize("port", [1, 65535])
+@pytest.mark.parametrize("port", [1024, 65535])
 def test_the_ends_of_the_port_range_are_sent(broker: StreamingBroker, port: int) -> None:
     assert main(["engine", "set-port", "ollama", str(port)]) == exit_codes.OK
     assert _engine_calls(broker) == [
