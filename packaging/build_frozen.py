@@ -68,10 +68,25 @@ def _environment(work: Path) -> dict[str, str]:
     return {"PYINSTALLER_CONFIG_DIR": str(work / "config"), **os.environ}
 
 
+def _shown(folder: Path) -> str:
+    """A default folder as the checkout names it."""
+    return f"{folder.relative_to(ROOT)}/"
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description="Build the frozen PAIR app (one folder).")
-    parser.add_argument("--dist", type=Path, default=DEFAULT_DIST, help="output folder")
-    parser.add_argument("--work", type=Path, default=DEFAULT_WORK, help="PyInstaller's work folder")
+    parser.add_argument(
+        "--dist",
+        type=Path,
+        default=DEFAULT_DIST,
+        help=f"output folder; the app lands in its {APP_NAME}/ (default: {_shown(DEFAULT_DIST)})",
+    )
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=DEFAULT_WORK,
+        help=f"PyInstaller's work folder (default: {_shown(DEFAULT_WORK)})",
+    )
     args = parser.parse_args(argv)
     try:
         import PyInstaller  # type: ignore[import-untyped]  # noqa: F401
