@@ -469,6 +469,7 @@ async def test_content_that_is_not_gguf_is_refused(store: ModelStore, server: Se
         await server.pull(store, server.at("page.gguf"), "page", progress=progress)
     assert _files(store.root) == []
     assert progress.final.error is not None and "not a GGUF model" in progress.final.error
+    assert "b'" not in progress.final.error, "the file's first bytes are no bytes literal"
 
 
 async def test_a_body_cut_short_is_unavailable_and_keeps_nothing(
