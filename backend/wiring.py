@@ -67,6 +67,7 @@ from backend.components.settings import rpc as settings_rpc
 from backend.components.settings.log_level import LogLevels
 from backend.components.settings.service import CORRUPT_ERROR_ID, SettingsService
 from backend.components.settings.view import SettingsView
+from backend.components.split.tunnel_server import RpcTunnels
 from backend.core import broker_rpc, logs
 from backend.core.broker_rpc import Readiness, StatusSource, Uptime
 from backend.core.clock import Clock
@@ -514,12 +515,14 @@ def _node_api(
     nodeinfo_rpc.register(services.dispatcher, source)
     pinned = tls.PinnedServer(base.credentials.credentials, _pins(cluster.membership))
     cluster.on_trust_changed(lambda membership: pinned.set_pins(_pins(membership)))
+    # Refused (503) until this computer's rpc-server supervisor names the port it listens on.
+    tunnels = RpcTunnels(cluster=cluster, rpc_port=lambda: None)
     server = NodeApiServer(
         port=base.config.ports.node,
         source=source,
         ssl_context=pinned.context,
         cluster=cluster,
-        routes=(member_rpc.add_routes,),
+        routes=(member_rpc.add_routes, tunnels.add_routes),
         public_network=lambda: services.settings.view().public_network,
     )
     return telemetry, server

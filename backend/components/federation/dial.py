@@ -33,13 +33,15 @@ async def dial(
     addresses: Sequence[tuple[str, int]],
     *,
     timeout: float,
+    path: str = LINK_PATH,
 ) -> Socket:
-    """The link's WebSocket from the first of ``addresses`` to open one within ``timeout``;
-    raises ``LinkFailed`` with each address's reason when none did."""
+    """The WebSocket at ``path`` (the member link's by default) from the first of ``addresses``
+    to open one within ``timeout``; raises ``LinkFailed`` with each address's reason when none
+    did."""
     if not addresses:
         raise LinkFailed("no address is known")
     tries = [
-        asyncio.ensure_future(_try(session, context, host, port, timeout))
+        asyncio.ensure_future(_try(session, context, host, port, timeout, path))
         for host, port in addresses
     ]
     problems: list[str] = []
@@ -69,10 +71,15 @@ async def _close_others(tries: Sequence[asyncio.Future[Socket | str]], kept: Soc
 
 
 async def _try(
-    session: aiohttp.ClientSession, context: ssl.SSLContext, host: str, port: int, timeout: float
+    session: aiohttp.ClientSession,
+    context: ssl.SSLContext,
+    host: str,
+    port: int,
+    timeout: float,
+    path: str,
 ) -> Socket | str:
-    """The link's WebSocket at one address, or why there is none."""
-    url = f"wss://{url_host(host)}:{port}{LINK_PATH}"
+    """The WebSocket at ``path`` at one address, or why there is none."""
+    url = f"wss://{url_host(host)}:{port}{path}"
     try:
         async with asyncio.timeout(timeout):
             return await session.ws_connect(

@@ -1,0 +1,1 @@
+"""One model spread over several members: planning the split and carrying llama.cpp's RPC."""

@@ -1,0 +1,147 @@
+"""Two paired nodes and an RPC tunnel between them, in process over real mutual TLS on loopback.
+
+B (the member that runs ``rpc-server``) serves ``RpcTunnels`` on a node API app (``build_app``,
+the members-only gate included) with its ``PinnedServer``; an echo server stands in for its
+``rpc-server``. A (the host that runs ``llama-server``) holds a ``TunnelListener`` to B.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiohttp import web
+
+from backend.components.cluster.members import Member
+from backend.components.nodeinfo.payload import NodeInfoSource
+from backend.components.nodeinfo.server import build_app
+from backend.components.nodeinfo.telemetry import TelemetryView
+from backend.components.split.tunnel_listener import MemberDialer, TunnelListener
+from backend.components.split.tunnel_server import RpcTunnels
+from backend.protocol.types.broker import Ports
+from backend.protocol.types.nodes import NodeOs
+from tests.fakes import FakeClock
+from tests.support.ports import free_port
+from tests.unit.cluster.harness import A_ID, B_ID, Node, pair, start_node, stop_node
+
+
+class EchoServer:
+    """Stands in for ``rpc-server`` on loopback: answers every byte with itself."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def start(self) -> int:
+        self._server = await asyncio.start_server(self._echo, "127.0.0.1", 0)
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for writer in list(self._writers):
+                writer.transport.abort()
+            await self._server.wait_closed()
+
+    async def _echo(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self._writers.add(writer)
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+
+
+@dataclass
+class Tunnels:
+    """A paired with B; B serves tunnels on ``port``; A's ``listener`` carries to B."""
+
+    a: Node
+    b: Node
+    port: int
+    tunnels: RpcTunnels
+    echo: EchoServer
+    listener: TunnelListener
+    dialer: MemberDialer
+    rpc_port: list[int | None] = field(default_factory=list)
+
+    def b_as_seen_by_a(self) -> Member:
+        """B's entry in A's membership (what the host dials)."""
+        return self.a.service.membership.members[B_ID]
+
+
+@contextlib.asynccontextmanager
+async def tunnels(root: Path) -> AsyncIterator[Tunnels]:
+    """A and B paired; B's tunnel route leads to an echo server; A listens for llama-server."""
+    clock = FakeClock(start=1_700_000_000.0)
+    a = await start_node(root, "desk", clock, A_ID)
+    b = await start_node(root, "laptop", clock, B_ID)
+    echo = EchoServer()
+    runner: web.AppRunner | None = None
+    listener: TunnelListener | None = None
+    dialer: MemberDialer | None = None
+    try:
+        await pair(a, b)
+        rpc_port: list[int | None] = [await echo.start()]
+        served = RpcTunnels(cluster=b.service, rpc_port=lambda: rpc_port[0])
+        runner = await _serve(b, served)
+        port = int(runner.addresses[0][1])
+        dialer = MemberDialer(a.credentials, lambda member: [("127.0.0.1", port)])
+        listener = TunnelListener(a.service.membership.members[B_ID], dialer)
+        await listener.start()
+        yield Tunnels(a, b, port, served, echo, listener, dialer, rpc_port)
+    finally:
+        if listener is not None:
+            await listener.close()
+        if dialer is not None:
+            await dialer.close()
+        if runner is not None:
+            await runner.cleanup()
+        await echo.close()
+        await stop_node(b)
+        await stop_node(a)
+
+
+async def _serve(b: Node, served: RpcTunnels) -> web.AppRunner:
+    source = NodeInfoSource(
+        node_id=b.node_id,
+        version="test",
+        ports=lambda: Ports(node=b.port, ollama=1, openai=2, llamacpp=3),
+        name=lambda: b.name,
+        telemetry=TelemetryView,
+        engine_models=dict,
+        os=NodeOs(system="Linux"),
+        fingerprint=b.credentials.fingerprint,
+    )
+    app = build_app(source, b.service, routes=(served.add_routes,))
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", free_port(), ssl_context=b.pinned.context).start()
+    return runner
+
+
+async def connect(listener: TunnelListener) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """What llama-server does: a plain TCP connection to the listener's loopback port."""
+    return await asyncio.open_connection("127.0.0.1", listener.port)
+
+
+async def closed_within(reader: asyncio.StreamReader, seconds: float) -> bool:
+    """Whether the connection ends (EOF or reset) within ``seconds``, reading whatever comes."""
+    try:
+        async with asyncio.timeout(seconds):
+            while await reader.read(65536):
+                pass
+    except ConnectionError:
+        return True
+    except TimeoutError:
+        return False
+    return True
