@@ -171,3 +171,29 @@ async def test_closing_the_listener_drops_the_connections_it_carries(pair_of: Tu
     writer.close()
     with pytest.raises(ConnectionRefusedError):
         await connect(pair_of.listener)
+
+
+async def test_an_rpc_server_that_stops_reading_stops_the_host_writing(pair_of: Tunnels) -> None:
+    async def never_reads(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(30)
+        writer.close()
+
+    stalled_server = await asyncio.start_server(never_reads, "127.0.0.1", 0)
+    pair_of.rpc_port[0] = int(stalled_server.sockets[0].getsockname()[1])
+    try:
+        _, writer = await connect(pair_of.listener)
+        chunk, written, limit = os.urandom(1024 * 1024), 0, 96 * 1024 * 1024
+        while written < limit:
+            writer.write(chunk)
+            written += len(chunk)
+            try:
+                await asyncio.wait_for(writer.drain(), timeout=0.5)
+            except TimeoutError:
+                break  # the tunnel stopped taking bytes: backpressure reached llama-server
+        # Socket buffers on three connections hold some megabytes; nothing else piles up.
+        assert written < limit, "the tunnel kept buffering what rpc-server did not read"
+        writer.transport.abort()
+    finally:
+        stalled_server.close()
+        await pair_of.listener.close()
+        await stalled_server.wait_closed()
