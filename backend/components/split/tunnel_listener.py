@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Awaitable, Callable, Sequence
 
 import aiohttp
@@ -36,6 +37,8 @@ class MemberDialer:
         self._credentials = credentials
         self._addresses = addresses
         self._session: aiohttp.ClientSession | None = None
+        # Building a context loads our key (a file round trip): once per member certificate.
+        self._contexts: dict[bytes, ssl.SSLContext] = {}
 
     async def __call__(self, member: Member) -> Socket:
         """A tunnel to ``member``'s rpc-server; ``LinkFailed`` says why there is none."""
@@ -43,7 +46,10 @@ class MemberDialer:
             # The context is per member and per dial; the connector's is never used.
             connector = aiohttp.TCPConnector(force_close=True, socket_factory=lan_socket)
             self._session = aiohttp.ClientSession(connector=connector)
-        context = tls.client_context(self._credentials, member.cert_der)
+        context = self._contexts.get(member.cert_der)
+        if context is None:
+            context = tls.client_context(self._credentials, member.cert_der)
+            self._contexts[member.cert_der] = context
         return await dial(
             self._session,
             context,
