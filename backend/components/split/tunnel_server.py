@@ -80,9 +80,13 @@ class RpcTunnels:
         frames = web.WebSocketResponse(
             max_msg_size=tunnel.MAX_FRAME_BYTES, compress=False, timeout=tunnel.CLOSE_LIMIT_S
         )
-        await frames.prepare(request)
+        try:
+            await frames.prepare(request)
+        except BaseException:  # the member hung up during the upgrade, or we are stopping
+            writer.close()
+            raise
         member_side = request.transport
-        if member_side is None:  # the member hung up during the upgrade
+        if member_side is None:  # it hung up right after
             writer.close()
             return frames
         _lan_keep_alive(member_side)
