@@ -243,8 +243,10 @@ class FirstModelController(QObject):
         status = self._models.engines.statuses.get(EngineName(LLAMACPP))
         if key is None or status is None or not status.installed:
             return
-        self._load_asked = True
         self._models.load(key)
+        # The models controller refuses quietly while another command on the file is pending
+        # (the pull's mark, for a moment): then ask again at the next change.
+        self._load_asked = self._models.pending.get(key) is not None
 
     def _on_models_action_failed(self, message: str) -> None:
         if self._load_asked and self.state.phase == "loading":

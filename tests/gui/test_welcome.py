@@ -517,3 +517,24 @@ async def test_the_offer_fits_this_computers_memory(first_run: FirstRun) -> None
     await wait_until(lambda: box.pull_button.isVisibleTo(dialog), 5, "the offer")
     assert box.heading.text() == "<b>Qwen2.5 1.5B Instruct</b> · 1.1 GB"
     assert box.offer.text().startswith("A small chat model that fits this computer's 16 GB of RAM")
+
+
+async def test_a_failed_load_says_why_and_try_again_loads_without_a_new_download(
+    first_run: FirstRun,
+) -> None:
+    connection, events = first_run.connection, first_run.engines
+    dialog = await open_dialog(first_run, [engine("llamacpp", "stopped")])
+    box = dialog.first_model
+    await wait_until(lambda: box.pull_button.isVisibleTo(dialog), 5, "the offer")
+    connection.script(methods.ENGINE_ACTION, {"ok": True}, InternalError("llama-server exited"))
+    box.pull_button.click()
+    events.models(listed("llamacpp", SMALL))
+    await wait_until(lambda: box.pull_button.text() == "Try again", 5, "the failed load")
+    assert "llama-server exited" in box.status.text()
+    connection.script(methods.ENGINE_ACTION, {"ok": True})
+    box.pull_button.click()
+    await wait_until(lambda: len(connection.called(methods.ENGINE_ACTION)) == 3, 5, "a retry")
+    actions = [params["action"] for params in connection.called(methods.ENGINE_ACTION)]
+    assert actions == ["pull_model", "load_model", "load_model"]
+    events.models(listed("llamacpp", SMALL, loaded=(SMALL,)))
+    await wait_until(dialog.try_box.try_button.isEnabled, 5, "the model to be ready")

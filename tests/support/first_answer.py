@@ -88,8 +88,11 @@ async def pull_first_model(dialog: WelcomeDialog) -> str:
     box = dialog.first_model
     await wait_until(box.pull_button.isVisible, READY_S, "the offer of a first model")
     click(box.pull_button)
-    try_button = dialog.try_box.try_button
-    await wait_until(try_button.isEnabled, PULL_S, f"the first model ({box.status.text()})")
+    try:
+        await wait_until(dialog.try_box.try_button.isEnabled, PULL_S, "the first model")
+    except AssertionError as exc:
+        state = dialog.first_model.status.text() or dialog.first_model.offer.text()
+        raise AssertionError(f"{exc}; the step says: {state}") from None
     ready = dialog.first_model.status.text()
     assert ready.startswith("Ready on this computer"), ready
     return ready
@@ -116,7 +119,10 @@ async def send(app: PairApplication, first_token: asyncio.Event | None = None) -
     await wait_until(page.form.send_button.isEnabled, 20, "Send")
     await door_routes(app.playground.door_url, page.form.model_combo.currentData())
     click(page.form.send_button)
-    await wait_until(lambda: bool(answer.results), ANSWER_S, "the answer")
+    try:
+        await wait_until(lambda: bool(answer.results), ANSWER_S, "the answer")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; {len(answer.pieces)} pieces came") from None
     return answer
 
 
@@ -124,10 +130,14 @@ async def door_routes(door: str | None, model: str) -> None:
     """Wait until the door lists ``model`` (the proxy worker gets the engines' new routing
     table a moment after the engines store lists the model)."""
     assert door is not None
-    async with aiohttp.ClientSession() as session, asyncio.timeout(30):
-        while True:
-            async with session.get(door + "/api/tags") as response:
-                listed = await response.json()
-            if any(entry["name"] == model for entry in listed["models"]):
-                return
-            await asyncio.sleep(0.1)
+    names: list[str] = []
+    try:
+        async with aiohttp.ClientSession() as session, asyncio.timeout(30):
+            while True:
+                async with session.get(door + "/api/tags") as response:
+                    names = [entry["name"] for entry in (await response.json())["models"]]
+                if model in names:
+                    return
+                await asyncio.sleep(0.1)
+    except TimeoutError:
+        raise AssertionError(f"the door never listed {model}; it lists {names}") from None
