@@ -10,7 +10,9 @@ result is a ``SplitPlan`` (the host that runs ``llama-server``, the ``--rpc`` me
 - the host takes a share when it has room, then the fewest other members that fit, largest
   free first (ties by node id), so the same figures always give the same plan;
 - layers are shared in proportion to usable memory, in whole layers that sum exactly to the
-  model's, and no device gets more than it can hold.
+  model's, and no device gets more than it can hold;
+- ``--tensor-split`` lists llama-server's devices in its order (the host's GPUs, then each
+  ``--rpc`` endpoint's), the last one holding layers counting the output layer's slot too.
 """
 
 from __future__ import annotations
@@ -204,7 +206,7 @@ def _assemble(layer_count: int, shares: Sequence[MemberShare]) -> SplitPlan:
     # llama-server's devices: the host's own GPUs first, then each --rpc endpoint's, in order.
     # A host lending RAM keeps its layers on its CPU, which --tensor-split does not list.
     offloaded = [] if host.memory == "ram" else list(host.device_layers)
-    tensor_split = tuple(offloaded + [n for share in rpc for n in share.device_layers])
+    tensor_split = _with_output_slot(offloaded + [n for share in rpc for n in share.device_layers])
     return SplitPlan(
         host=host.node_id,
         rpc_members=tuple(share.node_id for share in rpc),
@@ -213,6 +215,15 @@ def _assemble(layer_count: int, shares: Sequence[MemberShare]) -> SplitPlan:
         shares=tuple(shares),
         reason=_reason(layer_count, shares),
     )
+
+
+def _with_output_slot(device_layers: list[int]) -> tuple[int, ...]:
+    """The proportions llama.cpp reads: it shares out the offloaded layers plus the output as
+    one more slot, which lands on the last device given any, so that device counts it too."""
+    holding = [index for index, layers in enumerate(device_layers) if layers > 0]
+    if holding:
+        device_layers[holding[-1]] += 1
+    return tuple(device_layers)
 
 
 def _gpu_layers(layer_count: int, host: MemberShare, tensor_split: Sequence[int]) -> int:

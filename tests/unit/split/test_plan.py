@@ -41,8 +41,8 @@ def test_shares_follow_free_memory() -> None:
     plan = _planned(plan_split(24 * GIB, 30, members, PC, context_bytes=0))
     assert plan.host == PC
     assert plan.rpc_members == (LAPTOP,)
-    assert plan.tensor_split == (20, 10)
-    assert plan.tensor_split_arg() == "20,10"
+    assert plan.tensor_split == (20, 11)  # the laptop also takes the output layer's slot
+    assert plan.tensor_split_arg() == "20,11"
     assert plan.gpu_layers == ALL_LAYERS
     assert [(s.node_id, s.layers, s.share_bytes) for s in plan.shares] == [
         (PC, 20, 16 * GIB),
@@ -54,16 +54,16 @@ def test_the_host_keeps_the_context_allowance_out_of_its_share() -> None:
     # The host's 18 GiB usable less 9 GiB of context leaves 9: an even split now.
     members = [_gpu_member(PC, 20 * GIB), _gpu_member(LAPTOP, 10 * GIB)]
     plan = _planned(plan_split(12 * GIB, 30, members, PC, context_bytes=9 * GIB))
-    assert plan.tensor_split == (15, 15)
+    assert [share.layers for share in plan.shares] == [15, 15]
 
 
 def test_layers_are_whole_and_sum_exactly_with_uneven_figures() -> None:
     members = [_gpu_member(PC, 7 * GIB), _gpu_member(LAPTOP, 5 * GIB), _gpu_member(MINI, 3 * GIB)]
     plan = _planned(plan_split(12 * GIB, 41, members, PC, context_bytes=0))
-    assert sum(plan.tensor_split) == 41
+    assert sum(plan.tensor_split) == 41 + 1
     assert sum(share.share_bytes for share in plan.shares) == 12 * GIB
     # 41 * 7/15 = 19.13, 41 * 5/15 = 13.67, 41 * 3/15 = 8.2: the largest remainder gets one.
-    assert plan.tensor_split == (19, 14, 8)
+    assert plan.tensor_split == (19, 14, 8 + 1)
 
 
 def test_the_members_cannot_hold_it_is_refused_with_the_figures() -> None:
@@ -119,14 +119,14 @@ def test_a_gpu_without_vram_figures_lends_the_members_ram() -> None:
     mac = Candidate(MINI, 20 * GIB, (MemberGpu("Apple M2", None),))
     plan = _planned(plan_split(20 * GIB, 20, [_gpu_member(PC, 10 * GIB), mac], PC, context_bytes=0))
     assert [share.memory for share in plan.shares] == ["vram", "ram"]
-    assert plan.tensor_split == (7, 13)  # 9 and 18 GiB usable, 20 layers: 6.67 and 13.33
+    assert [share.layers for share in plan.shares] == [7, 13]  # 9 : 18 GiB, so 6.67 : 13.33
 
 
 def test_a_host_lending_ram_keeps_its_layers_on_its_cpu() -> None:
     members = [_ram_member(PC, 20 * GIB), _gpu_member(LAPTOP, 10 * GIB)]
     plan = _planned(plan_split(24 * GIB, 30, members, PC, context_bytes=0))
     assert [share.layers for share in plan.shares] == [20, 10]
-    assert plan.tensor_split == (10,)  # only the laptop's GPU is an offload device
+    assert plan.tensor_split == (11,)  # only the laptop's GPU is an offload device
     assert plan.gpu_layers == 11  # the last 10 layers and the output go to the laptop
 
 
@@ -134,14 +134,14 @@ def test_a_host_with_no_room_for_layers_still_runs_the_model() -> None:
     members = [_gpu_member(PC, GIB * 12 // 10), _gpu_member(LAPTOP, 30 * GIB)]
     plan = _planned(plan_split(20 * GIB, 20, members, PC, context_bytes=GIB))
     assert plan.shares[0].layers == 0
-    assert plan.tensor_split == (0, 20)
+    assert plan.tensor_split == (0, 21)
     assert plan.gpu_layers == ALL_LAYERS
 
 
 def test_a_member_with_two_gpus_gets_one_proportion_per_gpu_in_order() -> None:
     members = [_gpu_member(PC, 10 * GIB), _gpu_member(LAPTOP, 10 * GIB, 5 * GIB)]
     plan = _planned(plan_split(20 * GIB, 25, members, PC, context_bytes=0))
-    assert plan.tensor_split == (10, 10, 5)
+    assert plan.tensor_split == (10, 10, 6)
     assert plan.shares[1].device_layers == (10, 5)
     assert plan.shares[1].layers == 15
 
@@ -186,6 +186,13 @@ def test_the_reason_names_each_members_share() -> None:
     )
 
 
+def test_the_output_slot_goes_to_the_last_device_holding_layers() -> None:
+    # The laptop's second GPU has nothing free: the output must not land on it.
+    members = [_gpu_member(PC, 10 * GIB), _gpu_member(LAPTOP, 10 * GIB, 0)]
+    plan = _planned(plan_split(18 * GIB, 20, members, PC, context_bytes=0))
+    assert plan.tensor_split == (10, 11, 0)
+
+
 def test_a_model_one_member_holds_needs_no_split() -> None:
     members = [_gpu_member(PC, 8 * GIB, ram=16 * GIB), _ram_member(LAPTOP, 32 * GIB)]
     assert not plan_needs_split(20 * GIB, members, context_bytes=GIB)  # the laptop's RAM
@@ -228,4 +235,22 @@ def test_a_candidate_is_read_from_node_info() -> None:
     )
     assert candidate_from_node_info(info) == Candidate(
         PC, 40 * GIB, (MemberGpu("RTX 4090", 23 * GIB), MemberGpu("amd", None)), "Gaming PC"
+    )
+
+
+def test_the_worked_example_of_docs_split() -> None:
+    gb = 10**9
+    pc = Candidate(PC, 32 * gb, (MemberGpu("RTX 4090", 24 * gb),), "gaming-pc")
+    laptop = Candidate(LAPTOP, 16 * gb, (), "laptop")
+    mini = Candidate(MINI, 32 * gb, (MemberGpu("Apple M4 Pro", None),), "mac-mini")
+    assert plan_needs_split(40 * gb, [pc, laptop])
+    assert plan_split(40 * gb, 80, [pc, laptop], PC) == SplitRefused(
+        "the model needs 41.1 GB; the members have 36.0 GB free together "
+        "(after keeping 10 % of each free)"
+    )
+    plan = _planned(plan_split(40 * gb, 80, [pc, laptop, mini], PC))
+    assert (plan.rpc_members, plan.tensor_split_arg(), plan.gpu_layers) == ((MINI,), "33,48", 999)
+    assert plan.reason == (
+        "Spread over 2 members, in proportion to their free memory: gaming-pc runs the model and "
+        "holds 33 of its 80 layers (16.5 GB in VRAM); mac-mini holds 47 (23.5 GB in RAM)."
     )

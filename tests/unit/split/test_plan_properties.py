@@ -8,8 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from backend.components.split.members import HEADROOM_PERCENT, Candidate, MemberGpu
-from backend.components.split.plan import ALL_LAYERS, SplitPlan, plan_split
+from backend.components.split.plan import SplitPlan, plan_split
 from backend.protocol.types.base import NodeId
+from tests.unit.split.llama_layers import CPU, placed_layers
 
 GIB = 1024**3
 
@@ -116,10 +117,21 @@ def _check_plan(
         for layers, usable in zip(share.device_layers, device_usable, strict=True):
             assert layers * model_bytes <= usable * layer_count
         assert sum(share.device_layers) == share.layers
-    host_share = plan.shares[0]
-    on_host_cpu = host_share.layers if host_share.memory == "ram" else 0
-    assert sum(plan.tensor_split) == layer_count - on_host_cpu
-    if plan.tensor_split and on_host_cpu:
-        assert plan.gpu_layers == layer_count + 1 - on_host_cpu
-    elif plan.tensor_split:
-        assert plan.gpu_layers == ALL_LAYERS
+    _check_flags(plan, layer_count)
+
+
+def _check_flags(plan: SplitPlan, layer_count: int) -> None:
+    """llama.cpp, given the plan's -ngl and --tensor-split, puts each share where it belongs."""
+    host, *rpc = plan.shares
+    expected: list[int] = []
+    device = 0
+    if host.memory == "ram":
+        expected += [CPU] * host.layers
+        offloaded_shares = rpc
+    else:
+        offloaded_shares = list(plan.shares)
+    for share in offloaded_shares:
+        for layers in share.device_layers:
+            expected += [device] * layers
+            device += 1
+    assert placed_layers(layer_count, plan.gpu_layers, plan.tensor_split) == expected
