@@ -42,7 +42,9 @@ async def test_a_short_bound_after_a_long_one_still_fires_on_time() -> None:
 
 
 async def test_the_wait_that_outlived_its_bound_is_the_one_named() -> None:
-    assert await _waits([("writing", 0.05, 0.01), ("reading", 0.05, 0.5)]) == "reading"
+    # The first wait's bound is 100 times its length, so a loaded machine cannot make it the
+    # one that overran.
+    assert await _waits([("writing", 1.0, 0.01), ("reading", 0.05, 2.0)]) == "reading"
 
 
 async def test_an_unbounded_wait_is_not_cut() -> None:
