@@ -122,13 +122,12 @@ async def test_a_killed_worker_loses_no_waiting_request_and_leaves_no_job_open(
             sent_after = await asyncio.gather(*after)
         restarted = _proxy_pid(await client.call("status"))
         open_jobs = await _wait_no_open_jobs(client)
-        jobs = (await client.call("jobs:get-initial", {"limit": 1000}))["workloads"]
-    # Jobs the kill failed before the engine had them: queued in the old worker's scheduler.
+        listed = (await client.call("jobs:get-initial", {"limit": 1000}))["workloads"]
     # The door's own refusals while the warm-up waited for the model to be routable name no
-    # engine: they were never queued.
-    queued = [
-        j for j in jobs if j["state"] == "failed" and j.get("started_at") is None and j["engine"]
-    ]
+    # engine: they were never requests an engine was to serve.
+    jobs = [j for j in listed if j["engine"]]
+    # Jobs the kill failed before the engine had them: queued in the old worker's scheduler.
+    queued = [j for j in jobs if j["state"] == "failed" and j.get("started_at") is None]
     given = _given_back(broker)
     print(
         f"\nworker kill burst: before the kill {Counter(o for o, _ in sent_before)}, "
