@@ -72,6 +72,13 @@ EMPTY_PAGES: tuple[tuple[str, str, str, str], ...] = (
         "ready to load, eject, delete or pull.",
     ),
     (
+        "playground",
+        "Playground",
+        "Nothing to try yet",
+        "Once an engine runs a model, send it a message here and see which computer answers "
+        "and how fast.",
+    ),
+    (
         "jobs",
         "Jobs",
         "No jobs yet",

@@ -134,12 +134,13 @@ def components_table(model: ComponentsModel) -> QTableView:
     return table
 
 
-class CheckSlot(QGroupBox):
-    """Where the inference check sits; hidden until a widget is added."""
+class CheckSlot(QWidget):
+    """Where the inference check sits (a box with its own title); hidden until it is added."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__("Inference check", parent)
+        super().__init__(parent)
         self.slot = QVBoxLayout(self)
+        self.slot.setContentsMargins(0, 0, 0, 0)
         self.hide()
 
     def add_widget(self, widget: QWidget) -> None:

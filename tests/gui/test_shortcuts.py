@@ -45,7 +45,7 @@ async def window(qtbot: QtBot, tmp_path: Path) -> AsyncIterator[MainWindow]:
     store = ComponentsStore(connection)
     components = ComponentsController(connection, ComponentsModel(), store)
     errors = ErrorsController(connection, ErrorsModel(), components)
-    pages = [Page("jobs", "Jobs", SearchPage()), Page("playground", "Playground", QWidget())]
+    pages = [Page("jobs", "Jobs", SearchPage()), Page("later", "Later", QWidget())]
     main = MainWindow(
         connection, service, components.model, errors.model, errors,
         hide_on_close=False, pages=pages,
@@ -67,16 +67,18 @@ def press(qtbot: QtBot, window: MainWindow, key: Qt.Key) -> None:
 async def test_ctrl_and_a_digit_switch_pages_in_sidebar_order(
     qtbot: QtBot, window: MainWindow
 ) -> None:
-    press(qtbot, window, Qt.Key.Key_4)
+    press(qtbot, window, Qt.Key.Key_5)
     assert window.current_page == "jobs"
     press(qtbot, window, Qt.Key.Key_1)
     assert window.current_page == "overview"
-    # A page added after the five named ones gets the next number; Settings stays last.
-    press(qtbot, window, Qt.Key.Key_6)
-    assert window.current_page == "playground"
+    press(qtbot, window, Qt.Key.Key_4)
+    assert window.current_page == "playground", "the Playground comes after Models"
+    # A page added after the six named ones gets the next number; Settings stays last.
     press(qtbot, window, Qt.Key.Key_7)
+    assert window.current_page == "later"
+    press(qtbot, window, Qt.Key.Key_8)
     assert window.current_page == "settings"
-    assert window.sidebar.item(6).toolTip() == "Ctrl+7"
+    assert window.sidebar.item(7).toolTip() == "Ctrl+8"
 
 
 def test_only_nine_pages_get_a_digit() -> None:
@@ -86,7 +88,7 @@ def test_only_nine_pages_get_a_digit() -> None:
 async def test_ctrl_f_focuses_the_search_field_of_a_page_that_has_one(
     qtbot: QtBot, window: MainWindow
 ) -> None:
-    press(qtbot, window, Qt.Key.Key_4)
+    press(qtbot, window, Qt.Key.Key_5)
     page = window.stack.currentWidget()
     assert isinstance(page, SearchPage)
     page.field.setText("llama")
