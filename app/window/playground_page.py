@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QScrollArea,
+    QSizePolicy,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -50,6 +51,8 @@ class RequestForm(QGroupBox):
             QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
         )
         self.model_combo.setMinimumContentsLength(16)
+        # As wide as the fields below it: "deepseek-r1:32b  (gpu-box)" reads whole.
+        self.model_combo.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.api_combo = QComboBox()
         for api, title in API_TITLES.items():
             self.api_combo.addItem(title, api)

@@ -91,6 +91,15 @@ def dark_palette() -> QPalette:
     return palette
 
 
+def restyle_sheeted_widgets(app: QApplication) -> None:
+    """Apply each widget's style sheet again: a widget with a style sheet keeps the palette it
+    had when the sheet was applied, so without this it stays light in a dark app."""
+    for widget in app.allWidgets():
+        sheet = widget.styleSheet()
+        if sheet:
+            widget.setStyleSheet(sheet)
+
+
 class ThemeFollower(QObject):
     """Keeps the application's palette light or dark as the choice and the desktop say."""
 
@@ -121,9 +130,11 @@ class ThemeFollower(QObject):
         """Set the palette this choice and the desktop's scheme want."""
         want_dark = wants_dark(self.choice, scheme if scheme is not None else self._scheme())
         self._app.setPalette(QPalette())  # an empty palette: the platform's own again
-        if is_dark(self._app.palette()) == want_dark:
-            return
-        self._app.setPalette(dark_palette() if want_dark else self._app.style().standardPalette())
+        if is_dark(self._app.palette()) != want_dark:
+            self._app.setPalette(
+                dark_palette() if want_dark else self._app.style().standardPalette()
+            )
+        restyle_sheeted_widgets(self._app)
 
     def _scheme(self) -> Qt.ColorScheme:
         return self._hints.colorScheme()

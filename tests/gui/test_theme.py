@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QObject, QSettings, Qt, Signal
 from PySide6.QtGui import QPalette
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QListWidget
 from pytestqt.qtbot import QtBot
 
 from app.window.appearance_box import AppearanceBox, stored_appearance
 from app.window.theme import (
+    DARK_LIGHTNESS,
     Appearance,
     ThemeFollower,
     dark_palette,
@@ -105,3 +106,18 @@ def test_the_settings_choice_is_kept_and_switches_the_palette(
     again = AppearanceBox(preferences)
     qtbot.addWidget(again)
     assert again.combo.currentText() == "Dark", "the next start shows the kept choice"
+
+
+def test_a_widget_with_a_style_sheet_turns_dark_with_the_app(
+    app: QApplication, qtbot: QtBot
+) -> None:
+    listing = QListWidget()
+    listing.addItem("Overview")
+    listing.setStyleSheet("QListWidget::item { padding: 8px 14px; }")
+    qtbot.addWidget(listing)
+    listing.show()
+    qtbot.waitExposed(listing)
+    follower = ThemeFollower(app, Appearance.LIGHT, FakeHints(Qt.ColorScheme.Light))  # type: ignore[arg-type]
+    follower.set_choice(Appearance.DARK)
+    corner = listing.grab().toImage().pixelColor(listing.width() - 4, listing.height() - 4)
+    assert corner.lightness() < DARK_LIGHTNESS, corner.name()
