@@ -32,6 +32,9 @@ from PySide6.QtWidgets import QApplication, QWidget  # noqa: E402
 from app.application import PairApplication  # noqa: E402
 from app.broker.state import ServiceState  # noqa: E402
 from app.options import AppOptions  # noqa: E402
+from app.window.jobs_page import JobsPage  # noqa: E402
+from app.window.models_page import ModelsPage  # noqa: E402
+from app.window.theme import Appearance  # noqa: E402
 from backend.devtools.demo import Demo  # noqa: E402
 from backend.devtools.demo_trickle import Trickle  # noqa: E402
 from backend.protocol import methods  # noqa: E402
@@ -58,6 +61,64 @@ async def grab(widget: QWidget, path: Path) -> Path:
         raise OSError(f"could not write {path}")
     print(f"saved {path}")
     return path
+
+
+async def everyday_screens(app: PairApplication, out_dir: Path) -> list[Path]:
+    """The Playground with a real answer from the cluster, a job's details, the hub's search
+    of the demo's emulated Hugging Face, and the Overview and Playground in dark."""
+    saved: list[Path] = []
+    app.window.show_page("playground")
+    form = app.playground_page.form
+    await wait_until(lambda: form.model_combo.count() > 0 and form.send_button.isEnabled())
+    form.max_tokens_box.setValue(48)
+    answers: list[object] = []
+    app.playground.answer_ended.connect(answers.append)
+    form.send_button.click()
+    await wait_until(lambda: bool(answers))
+    saved.append(await grab(app.window, out_dir / "demo-playground.png"))
+    saved += await job_details_screen(app, out_dir)
+    saved += await hub_search_screen(app, out_dir)
+    app.theme.set_choice(Appearance.DARK)
+    for page in ("overview", "playground"):
+        app.window.show_page(page)
+        saved.append(await grab(app.window, out_dir / f"demo-{page}-dark.png"))
+    app.theme.set_choice(Appearance.SYSTEM)
+    return saved
+
+
+async def job_details_screen(app: PairApplication, out_dir: Path) -> list[Path]:
+    """The details of the newest job that went to another computer (else the newest)."""
+    app.window.show_page("jobs")
+    page = app.window.stack.currentWidget()
+    assert isinstance(page, JobsPage)
+    rows = app.jobs.rows()
+    if not rows:
+        return []
+    remote = [job for job in rows if job.serving and not app.jobs.is_self(job.serving)]
+    dialog = page.open_details((remote or rows)[0])
+    await asyncio.sleep(1.0)  # its timeline arrives from the broker
+    saved = [await grab(dialog, out_dir / "demo-job-details.png")]
+    dialog.close()
+    return saved
+
+
+async def hub_search_screen(app: PairApplication, out_dir: Path) -> list[Path]:
+    """The Model hub searching the demo's emulated Hugging Face, a repository's files shown."""
+    app.window.show_page("models")
+    page = app.window.stack.currentWidget()
+    assert isinstance(page, ModelsPage)
+    page.tabs.setCurrentWidget(page.hub)
+    page.hub.hugging_face_button.click()
+    search = page.hub.hugging_face
+    search.search.setText("qwen2.5 instruct")
+    search.search.returnPressed.emit()  # as Enter does; setText is not an edit
+    try:
+        await wait_until(lambda: search.results.model().rowCount() > 0, 15.0)
+    except TimeoutError:
+        return []  # the demo runs its hub only where llama-server is installed
+    search.results.selectRow(0)
+    await asyncio.sleep(1.0)  # the repository's files arrive
+    return [await grab(app.window, out_dir / "demo-hub-search.png")]
 
 
 async def render(out_dir: Path, warm_up: float) -> list[Path]:
@@ -93,6 +154,7 @@ async def render(out_dir: Path, warm_up: float) -> list[Path]:
                 saved.append(await grab(app.window, out_dir / f"demo-settings-{name}.png"))
             app.endpoints_window.show_and_raise()
             saved.append(await grab(app.endpoints_window, out_dir / "demo-endpoints.png"))
+            saved += await everyday_screens(app, out_dir)
             saved += await pairing_screens(app, Path(temp), out_dir)
         finally:
             trickle.cancel()
