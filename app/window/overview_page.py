@@ -98,8 +98,13 @@ class CardGrid(QScrollArea):
         columns = column_count(width)
         if not force and columns == self._columns:
             return
-        while self._grid.count():
-            self._grid.takeAt(0)
+        # removeWidget deletes each card's grid item. Qt tells a card's new height only to the
+        # first item made for it, so a taken item kept alive leaves the new item stale: the
+        # card would be drawn at its old height once engine rows are added.
+        for index in reversed(range(self._grid.count())):
+            placed = self._grid.itemAt(index)
+            if placed is not None and (card := placed.widget()) is not None:
+                self._grid.removeWidget(card)
         for position, card in enumerate(self._cards):
             row, column = divmod(position, columns)
             # Top-aligned: each card is as tall as its content, not as its row's tallest.

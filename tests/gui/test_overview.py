@@ -382,6 +382,43 @@ async def test_cards_reflow_into_columns_that_fit(
     await wait_until(lambda: page.grid.columns == 1)
 
 
+def overlapping_rows(card: NodeCardWidget) -> list[str]:
+    """The engine rows of ``card`` that run into the row below or past the card's bottom."""
+    rows = [row for row in card.engine_rows if row.isVisible()]
+    bottoms = [row.mapTo(card, row.rect().bottomLeft()).y() for row in rows]
+    tops = [row.mapTo(card, row.rect().topLeft()).y() for row in rows[1:]] + [card.height()]
+    clipped = [row.height() < row.minimumSizeHint().height() for row in rows]
+    return [
+        row.name.text()
+        for row, bottom, top, squeezed in zip(rows, bottoms, tops, clipped, strict=True)
+        if bottom >= top or squeezed
+    ]
+
+
+async def test_every_card_is_as_tall_as_its_engine_rows(
+    qtbot: QtBot, connection: FakeConnection, controller: NodesController
+) -> None:
+    page = OverviewPage(connection, controller.model)
+    qtbot.addWidget(page)
+    one = {"ollama": {"loaded": ["llama3.2:3b"]}}
+    two = {"llamacpp": {"loaded": ["tiny-random-llama"]}, "ollama": {"loaded": ["qwen2.5:7b"]}}
+    start(connection, 1, node("me", "gaming-pc", sources=("self",), engines=one),
+          node("g", "gpu-box", engines=one), node("l", "laptop", engines=two))  # fmt: skip
+    await wait_until(lambda: len(page.cards()) == 3)
+    page.resize(930, 720)  # the page of a 1100 px window beside the sidebar
+    page.show()
+    await wait_until(lambda: page.grid.columns == 2)
+    # A second engine starts on a card that is already laid out.
+    push(connection, 2, "node_updated", "g", node=node("g", "gpu-box", engines=two))
+    await settle()
+    await asyncio.sleep(0.2)  # layout requests are posted events: let them all run
+    gpu_box = page.card("g")
+    assert gpu_box is not None and len(gpu_box.engine_rows) == 2
+    for card in page.cards():
+        assert card.height() >= card.minimumSizeHint().height(), card.name.text()
+        assert overlapping_rows(card) == [], card.name.text()
+
+
 # Pure helpers ---------------------------------------------------------------------------------
 
 
