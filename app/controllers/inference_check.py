@@ -15,16 +15,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
 
-import aiohttp
 from PySide6.QtCore import QObject, Signal
 
+from app.controllers.door_chat import DoorChatController
 from app.controllers.endpoints import EndpointsController
 from app.controllers.playground import THIS_COMPUTER, door_for
 from app.controllers.playground_stream import ChatProgress, ChatResult, Clock, stream_chat
 from app.controllers.playground_wire import ChatRequest
 from app.stores.cluster import ClusterStore
 from app.stores.engines import EnginesStore
-from backend.common.tasks import TaskSet
 from backend.protocol.types.base import EngineName
 from backend.protocol.types.engines import EngineModels, EngineStatus, MemberEngines
 
@@ -123,7 +122,7 @@ def check_request(door_url: str, target: CheckTarget) -> ChatRequest:
     )
 
 
-class InferenceCheckController(QObject):
+class InferenceCheckController(DoorChatController):
     """Runs the check of every engine at once and keeps each engine's row up to date."""
 
     rows_changed = Signal()
@@ -137,13 +136,7 @@ class InferenceCheckController(QObject):
         clock: Clock = time.monotonic,
         parent: QObject | None = None,
     ) -> None:
-        super().__init__(parent)
-        self._endpoints = endpoints
-        self._engines = engines
-        self._cluster = cluster
-        self._clock = clock
-        self._tasks = TaskSet(type(self).__name__)
-        self._session: aiohttp.ClientSession | None = None
+        super().__init__(endpoints, engines, cluster, clock, parent)
         self.rows: list[CheckRow] = []
         self.note = ""  # why nothing was checked, when nothing was
 
@@ -172,19 +165,10 @@ class InferenceCheckController(QObject):
         if not self.running:
             self.finished.emit()
 
-    async def close(self) -> None:
-        """Stop the checks under way and close the HTTP session."""
-        await self._tasks.close(timeout=2.0)
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-
     async def _check_one(self, index: int, request: ChatRequest) -> None:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession()
         try:
             result = await stream_chat(
-                self._session, request, ChatProgress(self._clock), _ignore_text
+                self._http(), request, ChatProgress(self._clock), _ignore_text
             )
         except asyncio.CancelledError:
             self._set(index, "failed", ChatResult(error="The check was stopped."))

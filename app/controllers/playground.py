@@ -14,15 +14,14 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import aiohttp
 from PySide6.QtCore import QObject, Signal
 
+from app.controllers.door_chat import DoorChatController
 from app.controllers.endpoints import EndpointsController, door_order
 from app.controllers.playground_stream import ChatProgress, ChatResult, Clock, stream_chat
 from app.controllers.playground_wire import ChatRequest, loopback_url
 from app.stores.cluster import ClusterStore
 from app.stores.engines import EnginesStore
-from backend.common.tasks import TaskSet
 from backend.protocol.types.engines import EngineModels, MemberEngines
 
 THIS_COMPUTER = "this computer"
@@ -77,7 +76,7 @@ def computer_name(node_id: str | None, own_id: str | None, members: Iterable[Mem
     return next((m.name for m in members if m.node_id == node_id), node_id)
 
 
-class PlaygroundController(QObject):
+class PlaygroundController(DoorChatController):
     """Sends the playground's requests (one at a time) and reports their answers."""
 
     choices_changed = Signal()
@@ -94,13 +93,7 @@ class PlaygroundController(QObject):
         clock: Clock = time.monotonic,
         parent: QObject | None = None,
     ) -> None:
-        super().__init__(parent)
-        self._endpoints = endpoints
-        self._engines = engines
-        self._cluster = cluster
-        self._clock = clock
-        self._tasks = TaskSet(type(self).__name__)
-        self._session: aiohttp.ClientSession | None = None
+        super().__init__(endpoints, engines, cluster, clock, parent)
         self._running: asyncio.Task[None] | None = None
         self.last_request: ChatRequest | None = None
         for signal in (engines.reset, engines.models_changed, engines.member_changed):
@@ -140,13 +133,6 @@ class PlaygroundController(QObject):
         if self._running is not None:
             self._running.cancel()
 
-    async def close(self) -> None:
-        """Stop the answer on its way and close the HTTP session."""
-        await self._tasks.close(timeout=2.0)
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-
     async def _answer(self, request: ChatRequest) -> None:
         progress = ChatProgress(self._clock)
         try:
@@ -164,11 +150,6 @@ class PlaygroundController(QObject):
     def _on_text(self, text: str) -> None:
         if self._current():
             self.text_arrived.emit(text)
-
-    def _http(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession()
-        return self._session
 
     def _on_engines_changed(self, *_args: object) -> None:
         self.choices_changed.emit()
