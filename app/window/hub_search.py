@@ -26,7 +26,7 @@ from app.controllers.hub import LLAMACPP, HubController, HubState, pull_blocker
 from app.models.keyed_table import ROW_ROLE, KeyedTableModel
 from app.models.models import on_any_change
 from app.window.look import State
-from app.window.widgets import left_aligned_headers, muted_label, tint
+from app.window.widgets import muted_label, read_only_table, tint
 from backend.protocol.types.hub import HUB_QUERY_MAX_CHARS, HubFile, HubModel
 
 ROW_HEIGHT = 30
@@ -36,19 +36,9 @@ SEARCH_DELAY_MS = 500
 
 
 def _table(model: KeyedTableModel[str, HubModel] | KeyedTableModel[str, HubFile]) -> QTableView:
-    table = QTableView()
-    table.setModel(model)
-    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-    table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+    table = read_only_table(model, ROW_HEIGHT, stretch_column=0)
     table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-    table.setAlternatingRowColors(True)
-    table.setWordWrap(False)
-    table.verticalHeader().hide()
-    table.verticalHeader().setDefaultSectionSize(ROW_HEIGHT)
-    header = table.horizontalHeader()
-    header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-    header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-    return left_aligned_headers(table)
+    return table
 
 
 def _stack(*pages: QWidget) -> QStackedWidget:

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QButtonGroup,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QLineEdit,
     QPushButton,
@@ -27,7 +25,7 @@ from app.models.keyed_table import ROW_ROLE
 from app.models.models import engine_title, on_any_change
 from app.window.hub_search import HubSearch
 from app.window.look import State
-from app.window.widgets import left_aligned_headers, muted_label, segmented, tint
+from app.window.widgets import muted_label, read_only_table, segmented, tint
 from backend.protocol.types.base import EngineName
 
 ROW_HEIGHT = 34
@@ -201,18 +199,7 @@ class ModelHub(QWidget):
         self.matches.setCurrentWidget(self.no_match if unmatched else self.table)
 
     def _make_table(self) -> QTableView:
-        table = QTableView()
-        table.setModel(self.proxy)
-        table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        table.setAlternatingRowColors(True)
-        table.setWordWrap(False)
-        table.verticalHeader().hide()
-        table.verticalHeader().setDefaultSectionSize(ROW_HEIGHT)
-        header = table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
-        return left_aligned_headers(table)
+        return read_only_table(self.proxy, ROW_HEIGHT, stretch_column=2)
 
     def _connect_controller(self) -> None:
         controller = self._controller

@@ -90,6 +90,22 @@ def left_aligned_headers(view: QTableView) -> QTableView:
     return view
 
 
+def read_only_table(model: QAbstractItemModel, row_height: int, stretch_column: int) -> QTableView:
+    """A table nobody edits, selected by whole rows, one line a row, ``stretch_column`` widest."""
+    table = QTableView()
+    table.setModel(model)
+    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+    table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+    table.setAlternatingRowColors(True)
+    table.setWordWrap(False)
+    table.verticalHeader().hide()
+    table.verticalHeader().setDefaultSectionSize(row_height)
+    header = table.horizontalHeader()
+    header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+    header.setSectionResizeMode(stretch_column, QHeaderView.ResizeMode.Stretch)
+    return left_aligned_headers(table)
+
+
 # Both states share padding and border, so choosing a segment never moves its neighbour.
 SEGMENT_STYLE = """
 QPushButton { padding: 4px 12px; border: 1px solid palette(mid); background: palette(button);
