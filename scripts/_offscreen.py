@@ -19,7 +19,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import qasync  # noqa: E402
-from PySide6.QtWidgets import QApplication  # noqa: E402
+from PySide6.QtWidgets import QApplication, QWidget  # noqa: E402
 
 from app.broker.connection import BrokerConnection  # noqa: E402
 from app.broker.launch import BrokerLaunch  # noqa: E402
@@ -64,6 +64,13 @@ async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> No
             if condition():
                 return
             await asyncio.sleep(0.05)
+
+
+def save_png(widget: QWidget, out: Path) -> None:
+    """Save what ``widget`` shows to ``out`` (a PNG), or say why it could not."""
+    if not widget.grab().save(str(out)):
+        raise OSError(f"could not write {out}")
+    print(f"saved {out}")
 
 
 def run_on_qt(work: Callable[[], Coroutine[Any, Any, None]]) -> None:

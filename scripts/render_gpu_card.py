@@ -27,9 +27,7 @@ for path in (ROOT, ROOT / "scripts"):
         sys.path.insert(0, str(path))
 
 import msgspec  # noqa: E402
-import qasync  # noqa: E402
-from _offscreen import ScriptedConnection, wait_until  # noqa: E402
-from PySide6.QtWidgets import QApplication  # noqa: E402
+from _offscreen import ScriptedConnection, run_on_qt, save_png, wait_until  # noqa: E402
 from render_scheduler_card import (  # noqa: E402
     BUSY,
     DOORS,
@@ -140,10 +138,7 @@ async def render(out_dir: Path) -> None:
         ollama.apply_port_button.click()
         await asyncio.sleep(0.4)  # layouts settle
         for name, page in (("overview", overview), ("engines", engines_page)):
-            target = out_dir / f"{name}.png"
-            if not page.grab().save(str(target)):
-                raise OSError(f"could not write {target}")
-            print(f"saved {target}")
+            save_png(page, out_dir / f"{name}.png")
     finally:
         await controller.close()
         await engines.close()
@@ -157,10 +152,7 @@ def main() -> int:
     parser.add_argument("--out-dir", type=Path, default=Path("/tmp/gpu-card"))
     arguments = parser.parse_args()
     arguments.out_dir.mkdir(parents=True, exist_ok=True)
-    qt_app = QApplication.instance() or QApplication(sys.argv[:1])
-    assert isinstance(qt_app, QApplication)
-    with asyncio.Runner(loop_factory=lambda: qasync.QEventLoop(qt_app)) as runner:
-        runner.run(render(arguments.out_dir))
+    run_on_qt(lambda: render(arguments.out_dir))
     return 0
 
 

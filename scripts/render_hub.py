@@ -29,8 +29,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import msgspec  # noqa: E402
-import qasync  # noqa: E402
-from PySide6.QtWidgets import QApplication, QWidget  # noqa: E402
+from _offscreen import run_on_qt, save_png  # noqa: E402
+from PySide6.QtWidgets import QWidget  # noqa: E402
 
 from app.broker.connection import BrokerConnection  # noqa: E402
 from app.broker.launch import BrokerLaunch  # noqa: E402
@@ -168,9 +168,7 @@ async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> No
 async def save(widget: QWidget, out: Path) -> None:
     """Let layouts settle, then save ``widget`` to ``out``."""
     await asyncio.sleep(0.3)
-    if not widget.grab().save(str(out)):
-        raise OSError(f"could not write {out}")
-    print(f"saved {out}")
+    save_png(widget, out)
 
 
 async def render(out_dir: Path) -> None:
@@ -228,10 +226,7 @@ def main() -> int:
     parser.add_argument("--out-dir", type=Path, default=Path("/tmp/hub-screens"))
     arguments = parser.parse_args()
     arguments.out_dir.mkdir(parents=True, exist_ok=True)
-    qt_app = QApplication.instance() or QApplication(sys.argv[:1])
-    assert isinstance(qt_app, QApplication)
-    with asyncio.Runner(loop_factory=lambda: qasync.QEventLoop(qt_app)) as runner:
-        runner.run(render(arguments.out_dir))
+    run_on_qt(lambda: render(arguments.out_dir))
     return 0
 
 

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from _offscreen import ScriptedConnection, run_on_qt, wait_until
+from _offscreen import ScriptedConnection, run_on_qt, save_png, wait_until
 
 from app.controllers.engines import EnginesController
 from app.models.engines import EnginesModel
@@ -128,9 +128,7 @@ async def render(out: Path) -> None:
         busy = {"seq": 2, "event": "scheduler_changed", "scheduler": BUSY}
         connection.push(methods.ENGINE_EVENT.name, busy)
         await asyncio.sleep(0.4)  # layouts settle
-        if not page.grab().save(str(out)):
-            raise OSError(f"could not write {out}")
-        print(f"saved {out}")
+        save_png(page, out)
     finally:
         await controller.close()
         await engines.close()
