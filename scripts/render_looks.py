@@ -16,9 +16,10 @@ import asyncio
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,8 +161,10 @@ async def render_empty(out_dir: Path) -> None:
         await connection.stop()
 
 
-async def render_all(out_dir: Path, schemes: tuple[Appearance, ...]) -> None:
-    """Every page in every scheme, each scheme in its own folder."""
+async def in_each_scheme(
+    out_dir: Path, schemes: tuple[Appearance, ...], render: Callable[[Path], Awaitable[None]]
+) -> None:
+    """Run ``render`` once a scheme, the app's palette in that scheme, each in its own folder."""
     app = QApplication.instance()
     assert isinstance(app, QApplication)
     follower = ThemeFollower(app, Appearance.LIGHT)
@@ -170,19 +173,33 @@ async def render_all(out_dir: Path, schemes: tuple[Appearance, ...]) -> None:
             follower.set_choice(scheme)
             folder = out_dir / scheme.value
             folder.mkdir(parents=True, exist_ok=True)
-            await render_gpu_card.render(folder)
-            await render_hub.render(folder)
-            await render_playground.render(folder)
-            await render_empty(folder)
+            await render(folder)
     finally:
         follower.setParent(None)  # let it go: the desktop's scheme no longer moves the palette
         app.setPalette(QPalette())
 
 
-def main() -> int:
-    """Parse arguments and render."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--out-dir", type=Path, default=Path("/tmp/looks"))
+async def render_scheme(folder: Path) -> None:
+    """Every page of this script in the palette in use now."""
+    await render_gpu_card.render(folder)
+    await render_hub.render(folder)
+    await render_playground.render(folder)
+    await render_empty(folder)
+
+
+async def render_all(out_dir: Path, schemes: tuple[Appearance, ...]) -> None:
+    """Every page in every scheme, each scheme in its own folder."""
+    await in_each_scheme(out_dir, schemes, render_scheme)
+
+
+def run_schemes(
+    description: str | None,
+    default_out_dir: Path,
+    render: Callable[[Path, tuple[Appearance, ...]], Coroutine[Any, Any, None]],
+) -> int:
+    """Parse ``--out-dir`` and ``--only``, then ``render`` the chosen schemes, grabs checked."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--out-dir", type=Path, default=default_out_dir)
     parser.add_argument("--only", choices=[scheme.value for scheme in SCHEMES])
     arguments = parser.parse_args()
     schemes = tuple(s for s in SCHEMES if arguments.only in (None, s.value))
@@ -193,8 +210,14 @@ def main() -> int:
         asyncio.Runner(loop_factory=lambda: qasync.QEventLoop(qt_app)) as runner,
         checking_grabs(report_unreadable),
     ):
-        runner.run(render_all(arguments.out_dir, schemes))
+        runner.run(render(arguments.out_dir, schemes))
     return 0
+
+
+def main() -> int:
+    """Parse arguments and render."""
+    description = __doc__.splitlines()[0] if __doc__ else None
+    return run_schemes(description, Path("/tmp/looks"), render_all)
 
 
 if __name__ == "__main__":

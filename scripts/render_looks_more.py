@@ -11,8 +11,6 @@ which prints every label too faint to read. Each scheme's PNGs go to their own f
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import os
 import sys
 import tempfile
@@ -27,12 +25,10 @@ for path in (ROOT, ROOT / "scripts"):
         sys.path.insert(0, str(path))
 
 import msgspec  # noqa: E402
-import qasync  # noqa: E402
 import render_app_shell  # noqa: E402
 import render_job_details  # noqa: E402
 import render_looks  # noqa: E402
 from PySide6.QtCore import QSettings  # noqa: E402
-from PySide6.QtGui import QPalette  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from app.application import PairApplication  # noqa: E402
@@ -55,7 +51,7 @@ from app.window.cluster_page import ClusterPage  # noqa: E402
 from app.window.invitee_prompt import InviteePrompt  # noqa: E402
 from app.window.jobs_page import JobsPage  # noqa: E402
 from app.window.main_window import MINIMUM_SIZE  # noqa: E402
-from app.window.theme import Appearance, ThemeFollower  # noqa: E402
+from app.window.theme import Appearance  # noqa: E402
 from backend.protocol import methods  # noqa: E402
 from backend.protocol.types.base import NodeId  # noqa: E402
 from backend.protocol.types.cluster import Invite  # noqa: E402
@@ -295,37 +291,18 @@ async def render_scheme(out_dir: Path, temp: Path) -> None:
 
 async def render_all(out_dir: Path, schemes: tuple[Appearance, ...]) -> None:
     """Every window in every scheme, each scheme in its own folder."""
-    app = QApplication.instance()
-    assert isinstance(app, QApplication)
-    follower = ThemeFollower(app, Appearance.LIGHT)
-    try:
-        for scheme in schemes:
-            follower.set_choice(scheme)
-            folder = out_dir / scheme.value
-            folder.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory() as temp:
-                await render_scheme(folder, Path(temp))
-    finally:
-        follower.setParent(None)  # let it go: the desktop's scheme no longer moves the palette
-        app.setPalette(QPalette())
+
+    async def render_in_temp(folder: Path) -> None:
+        with tempfile.TemporaryDirectory() as temp:
+            await render_scheme(folder, Path(temp))
+
+    await render_looks.in_each_scheme(out_dir, schemes, render_in_temp)
 
 
 def main() -> int:
     """Parse arguments and render."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--out-dir", type=Path, default=Path("/tmp/looks-more"))
-    parser.add_argument("--only", choices=[scheme.value for scheme in SCHEMES])
-    arguments = parser.parse_args()
-    schemes = tuple(s for s in SCHEMES if arguments.only in (None, s.value))
-    qt_app = QApplication.instance() or QApplication(sys.argv[:1])
-    assert isinstance(qt_app, QApplication)
-    qt_app.setQuitOnLastWindowClosed(False)  # closing a window must not stop the loop
-    with (
-        asyncio.Runner(loop_factory=lambda: qasync.QEventLoop(qt_app)) as runner,
-        render_looks.checking_grabs(render_looks.report_unreadable),
-    ):
-        runner.run(render_all(arguments.out_dir, schemes))
-    return 0
+    description = __doc__.splitlines()[0] if __doc__ else None
+    return render_looks.run_schemes(description, Path("/tmp/looks-more"), render_all)
 
 
 if __name__ == "__main__":
