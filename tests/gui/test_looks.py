@@ -18,9 +18,10 @@ from app.models.nodes import NodesModel
 from app.window.look import SERIES_SHADES, STATE_SHADES, State, state_colour
 from app.window.models_page import OPEN_HUB
 from app.window.overview_page import ADD_COMPUTER, OPEN_SERVICE, OverviewPage
-from app.window.theme import Appearance, ThemeFollower, dark_palette, is_dark
+from app.window.theme import Appearance, ThemeFollower, dark_palette
 from app.window.widgets import EmptyState, tint, tinted_state
 from tests.gui.helpers import FakeConnection, settle, wait_until
+from tests.gui.looks_grabs import watch_grabs
 from tests.gui.test_models_page import close, listing, make_ui, start
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
@@ -103,22 +104,10 @@ def test_the_check_names_a_label_too_faint_to_read(app: QApplication, qtbot: QtB
 async def test_every_finished_page_reads_in_light_and_dark(
     app: QApplication, tmp_path: Path, scheme: Appearance
 ) -> None:
-    problems: list[str] = []
-    grabbed: set[str] = set()
-    darkness: set[bool] = set()
-
-    def check(widget: QWidget) -> None:
-        grabbed.add(type(widget).__name__)
-        darkness.add(is_dark(widget.palette()))
-        problems.extend(
-            f"{type(widget).__name__}: {p}" for p in render_looks.unreadable_labels(widget)
-        )
-
-    with render_looks.checking_grabs(check):
-        await render_looks.render_all(tmp_path, (scheme,))
-    assert grabbed >= PAGES
-    assert darkness == {scheme is Appearance.DARK}
-    assert problems == []
+    grabs = await watch_grabs(lambda: render_looks.render_all(tmp_path, (scheme,)))
+    assert grabs.names >= PAGES
+    assert grabs.darkness == {scheme is Appearance.DARK}
+    assert grabs.problems == []
     assert len(list((tmp_path / scheme.value).glob("*.png"))) >= 10
 
 

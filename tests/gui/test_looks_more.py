@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QPalette
-from PySide6.QtWidgets import QApplication, QWidget
+from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
 from app.broker.state import ServiceState
@@ -35,9 +35,10 @@ from app.window.jobs_filters import JobsFilterBar, chip_style
 from app.window.jobs_page import JobsEmptyState
 from app.window.look import STATE_LOOKS, STATE_SHADES, State, state_colour
 from app.window.main_window import MainWindow
-from app.window.theme import Appearance, dark_palette, is_dark
+from app.window.theme import Appearance, dark_palette
 from app.window.widgets import EmptyState, tinted_state
 from tests.gui.helpers import FakeConnection
+from tests.gui.looks_grabs import watch_grabs
 from tests.gui.test_jobs import record
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
@@ -189,23 +190,11 @@ def test_a_checked_chip_is_tinted_from_the_palette_and_its_dots_follow_it(
 async def test_jobs_cluster_pairing_and_the_window_read_in_light_and_dark(
     app: QApplication, tmp_path: Path, scheme: Appearance
 ) -> None:
-    problems: list[str] = []
-    grabbed: set[str] = set()
-    darkness: set[bool] = set()
-
-    def check(widget: QWidget) -> None:
-        grabbed.add(type(widget).__name__)
-        darkness.add(is_dark(widget.palette()))
-        problems.extend(
-            f"{type(widget).__name__}: {p}" for p in render_looks.unreadable_labels(widget)
-        )
-
     app.setQuitOnLastWindowClosed(False)
-    with render_looks.checking_grabs(check):
-        await render_looks_more.render_all(tmp_path, (scheme,))
-    assert grabbed >= WINDOWS
-    assert darkness == {scheme is Appearance.DARK}
-    assert problems == []
+    grabs = await watch_grabs(lambda: render_looks_more.render_all(tmp_path, (scheme,)))
+    assert grabs.names >= WINDOWS
+    assert grabs.darkness == {scheme is Appearance.DARK}
+    assert grabs.problems == []
     assert len(list((tmp_path / scheme.value).glob("*.png"))) >= 19
 
 
