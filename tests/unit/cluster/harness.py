@@ -150,6 +150,28 @@ async def start_node(
     )
 
 
+async def serve_routes(
+    node: Node, add_routes: Callable[[web.Application], None]
+) -> tuple[web.AppRunner, int]:
+    """A second port of ``node``: its node info plus ``add_routes``, over its pinned TLS."""
+    source = NodeInfoSource(
+        node_id=node.node_id,
+        version="test",
+        ports=lambda: Ports(node=node.port, ollama=1, openai=2, llamacpp=3),
+        name=lambda: node.name,
+        telemetry=TelemetryView,
+        engine_models=dict,
+        os=NodeOs(system="Linux"),
+        fingerprint=node.credentials.fingerprint,
+    )
+    app = build_app(source, node.service, routes=(add_routes,))
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port, ssl_context=node.pinned.context).start()
+    return runner, port
+
+
 async def run_component(node: Node) -> None:
     """Run the node's cluster component (invite clock and roster pushes) in the background."""
     node.component = ClusterComponent(node.service, clock=SystemClock(), tick=0.05)

@@ -18,15 +18,18 @@ from backend.common import tls
 from backend.common.certificates import NodeCredentials
 from backend.components.federation import websocket
 from backend.components.federation.server import LINK_PATH, MemberRpc
-from backend.components.nodeinfo.payload import NodeInfoSource
-from backend.components.nodeinfo.server import build_app
-from backend.components.nodeinfo.telemetry import TelemetryView
 from backend.core.rpc import ClientHub, Dispatcher
 from backend.protocol.peer import RpcPeer
-from backend.protocol.types.broker import Ports
-from backend.protocol.types.nodes import NodeOs
 from tests.fakes import FakeClock
-from tests.unit.cluster.harness import A_ID, B_ID, Node, free_port, pair, start_node, stop_node
+from tests.unit.cluster.harness import (
+    A_ID,
+    B_ID,
+    Node,
+    pair,
+    serve_routes,
+    start_node,
+    stop_node,
+)
 
 
 class RecordingDispatcher(Dispatcher):
@@ -72,21 +75,7 @@ async def member_server(root: Path) -> AsyncIterator[MemberServer]:
         dispatcher = RecordingDispatcher()
         hub = ClientHub()
         rpc = MemberRpc(node_id=b.node_id, dispatcher=dispatcher, hub=hub, cluster=b.service)
-        source = NodeInfoSource(
-            node_id=b.node_id,
-            version="test",
-            ports=lambda: Ports(node=b.port, ollama=1, openai=2, llamacpp=3),
-            name=lambda: b.name,
-            telemetry=TelemetryView,
-            engine_models=dict,
-            os=NodeOs(system="Linux"),
-            fingerprint=b.credentials.fingerprint,
-        )
-        app = build_app(source, b.service, routes=(rpc.add_routes,))
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await runner.setup()
-        port = free_port()
-        await web.TCPSite(runner, "127.0.0.1", port, ssl_context=b.pinned.context).start()
+        runner, port = await serve_routes(b, rpc.add_routes)
         yield MemberServer(a, b, port, dispatcher, hub, rpc, runner)
     finally:
         if runner is not None:

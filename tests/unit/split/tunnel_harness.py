@@ -16,16 +16,10 @@ from pathlib import Path
 from aiohttp import web
 
 from backend.components.cluster.members import Member
-from backend.components.nodeinfo.payload import NodeInfoSource
-from backend.components.nodeinfo.server import build_app
-from backend.components.nodeinfo.telemetry import TelemetryView
 from backend.components.split.tunnel_listener import MemberDialer, TunnelListener
 from backend.components.split.tunnel_server import RpcTunnels
-from backend.protocol.types.broker import Ports
-from backend.protocol.types.nodes import NodeOs
 from tests.fakes import FakeClock
-from tests.support.ports import free_port
-from tests.unit.cluster.harness import A_ID, B_ID, Node, pair, start_node, stop_node
+from tests.unit.cluster.harness import A_ID, B_ID, Node, pair, serve_routes, start_node, stop_node
 
 
 class EchoServer:
@@ -93,8 +87,7 @@ async def tunnels(root: Path) -> AsyncIterator[Tunnels]:
         await pair(a, b)
         rpc_port: list[int | None] = [await echo.start()]
         served = RpcTunnels(cluster=b.service, rpc_port=lambda: rpc_port[0])
-        runner = await _serve(b, served)
-        port = int(runner.addresses[0][1])
+        runner, port = await serve_routes(b, served.add_routes)
         dialer = MemberDialer(a.credentials, lambda member: [("127.0.0.1", port)])
         listener = TunnelListener(a.service.membership.members[B_ID], dialer)
         await listener.start()
@@ -109,24 +102,6 @@ async def tunnels(root: Path) -> AsyncIterator[Tunnels]:
         await echo.close()
         await stop_node(b)
         await stop_node(a)
-
-
-async def _serve(b: Node, served: RpcTunnels) -> web.AppRunner:
-    source = NodeInfoSource(
-        node_id=b.node_id,
-        version="test",
-        ports=lambda: Ports(node=b.port, ollama=1, openai=2, llamacpp=3),
-        name=lambda: b.name,
-        telemetry=TelemetryView,
-        engine_models=dict,
-        os=NodeOs(system="Linux"),
-        fingerprint=b.credentials.fingerprint,
-    )
-    app = build_app(source, b.service, routes=(served.add_routes,))
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", free_port(), ssl_context=b.pinned.context).start()
-    return runner
 
 
 async def connect(listener: TunnelListener) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
