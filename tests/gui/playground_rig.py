@@ -18,15 +18,15 @@ from app.controllers.playground import PlaygroundController
 from app.stores.cluster import ClusterStore
 from app.stores.engines import EnginesStore
 from app.stores.settings import SettingsStore
-from backend.devtools.emulators.server import EmulatorServer
 from backend.protocol import methods
 from tests.gui.helpers import EngineEvents, FakeConnection, wait_until
+from tests.support.scripted_server import ScriptedServer
 
 SELF_ID, LAPTOP_ID = "node-desk", "node-laptop"
 
 
 @dataclass
-class ScriptedDoor:
+class ScriptedDoor(ScriptedServer):
     """A front door whose answers the test decides; it records the models asked for."""
 
     words: tuple[str, ...] = ("Packets ", "find ", "their ", "way ", "home.")
@@ -34,23 +34,9 @@ class ScriptedDoor:
     served_by: dict[str, str] = field(default_factory=dict)  # model → node id (else SELF_ID)
     refuse: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
     received: list[str] = field(default_factory=list)
-    server: EmulatorServer | None = None
 
-    @property
-    def url(self) -> str:
-        assert self.server is not None
-        return self.server.url
-
-    async def start(self) -> ScriptedDoor:
-        app = web.Application()
+    def add_routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", self._chat)
-        self.server = EmulatorServer(app)
-        await self.server.start()
-        return self
-
-    async def stop(self) -> None:
-        if self.server is not None:
-            await self.server.stop()
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         model = str((await request.json())["model"])

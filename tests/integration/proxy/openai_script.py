@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from aiohttp import web
 
-from backend.devtools.emulators.server import EmulatorServer
+from tests.support.scripted_server import ScriptedServer
 
 Reply = Literal["text", "tool", "cut"]
 MODEL = "scripted"
@@ -22,29 +22,15 @@ TOOL = {"name": "get_weather", "arguments": '{"city": "Paris"}'}
 
 
 @dataclass
-class OpenAiScript:
+class OpenAiScript(ScriptedServer):
     """``reply`` decides every chat answer; ``received`` holds each request body."""
 
     reply: Reply = "text"
     received: list[dict[str, Any]] = field(default_factory=list)
-    server: EmulatorServer | None = None
 
-    @property
-    def url(self) -> str:
-        assert self.server is not None
-        return self.server.url
-
-    async def start(self) -> OpenAiScript:
-        app = web.Application()
+    def add_routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
-        self.server = EmulatorServer(app)
-        await self.server.start()
-        return self
-
-    async def stop(self) -> None:
-        if self.server is not None:
-            await self.server.stop()
 
     async def _models(self, _: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
