@@ -87,11 +87,23 @@ def add_routes(app: web.Application, service: ClusterService) -> None:
         app.router.add_post(path, _protocol_errors(handler))
 
 
+MEMBERS_ONLY = "this route is for members of this node's cluster only"
+
+
 def member_of(service: ClusterService, request: web.Request) -> Member | None:
     """The trusted (not provisional) member that made ``request``, if any."""
     cert = _peer_cert(request)
     member = service.membership.pin_for(cert) if cert is not None else None
     return member if member is not None and not member.provisional else None
+
+
+def member_or_forbidden(service: ClusterService, request: web.Request) -> Member:
+    """The trusted member that made ``request``; anyone else gets a 403 (the backstop behind
+    the members-only middleware, which answers first)."""
+    member = member_of(service, request)
+    if member is None:
+        raise web.HTTPForbidden(reason=MEMBERS_ONLY)
+    return member
 
 
 @web.middleware
@@ -152,7 +164,7 @@ def _answer(message: m.Message) -> web.Response:
 
 
 def _forbidden() -> web.Response:
-    return _json(403, {"error": "this route is for members of this node's cluster only"})
+    return _json(403, {"error": MEMBERS_ONLY})
 
 
 def _json(status: int, body: dict[str, str]) -> web.Response:

@@ -60,9 +60,7 @@ class MemberRpc:
             peer.abort()
 
     async def _serve(self, request: web.Request) -> web.StreamResponse:
-        member = cluster_routes.member_of(self._cluster, request)
-        if member is None:  # the members-only middleware answers first; this is the backstop
-            raise web.HTTPForbidden(reason="this route is for members of this node's cluster only")
+        member = cluster_routes.member_or_forbidden(self._cluster, request)
         # The heartbeat is ``websocket.serve``'s (aiohttp's own would close after 1.5 periods).
         socket = web.WebSocketResponse(max_msg_size=websocket.MAX_FRAME_BYTES)
         await socket.prepare(request)

@@ -70,9 +70,7 @@ class RpcTunnels:
             open_tunnel.cut()
 
     async def _serve(self, request: web.Request) -> web.StreamResponse:
-        member = cluster_routes.member_of(self._cluster, request)
-        if member is None:  # the members-only middleware answers first; this is the backstop
-            raise web.HTTPForbidden(reason="this route is for members of this node's cluster only")
+        member = cluster_routes.member_or_forbidden(self._cluster, request)
         connected = await self._connect_rpc_server(member.name)
         if isinstance(connected, web.Response):
             return connected
