@@ -6,6 +6,7 @@ Importing it is what sets the platform and the path, so a script imports it befo
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import sys
@@ -79,3 +80,17 @@ def run_on_qt(work: Callable[[], Coroutine[Any, Any, None]]) -> None:
     assert isinstance(qt_app, QApplication)
     with asyncio.Runner(loop_factory=lambda: qasync.QEventLoop(qt_app)) as runner:
         runner.run(work())
+
+
+def render_to_out_dir(
+    description: str | None,
+    default_out_dir: Path,
+    render: Callable[[Path], Coroutine[Any, Any, None]],
+) -> int:
+    """Parse ``--out-dir``, make that folder, and ``render`` into it on Qt's event loop."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--out-dir", type=Path, default=default_out_dir)
+    arguments = parser.parse_args()
+    arguments.out_dir.mkdir(parents=True, exist_ok=True)
+    run_on_qt(lambda: render(arguments.out_dir))
+    return 0

@@ -12,7 +12,6 @@ Writes ``overview.png`` and ``engines.png``.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import math
 import os
@@ -27,7 +26,7 @@ for path in (ROOT, ROOT / "scripts"):
         sys.path.insert(0, str(path))
 
 import msgspec  # noqa: E402
-from _offscreen import ScriptedConnection, run_on_qt, save_png, wait_until  # noqa: E402
+from _offscreen import ScriptedConnection, render_to_out_dir, save_png, wait_until  # noqa: E402
 from render_scheduler_card import (  # noqa: E402
     BUSY,
     DOORS,
@@ -148,12 +147,7 @@ async def render(out_dir: Path) -> None:
 
 def main() -> int:
     """Parse arguments and render."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out-dir", type=Path, default=Path("/tmp/gpu-card"))
-    arguments = parser.parse_args()
-    arguments.out_dir.mkdir(parents=True, exist_ok=True)
-    run_on_qt(lambda: render(arguments.out_dir))
-    return 0
+    return render_to_out_dir(__doc__, Path("/tmp/gpu-card"), render)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ progress under the tabs), ``hub-empty.png`` (a search without results), ``pull-f
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import sys
@@ -29,7 +28,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import msgspec  # noqa: E402
-from _offscreen import run_on_qt, save_png  # noqa: E402
+from _offscreen import render_to_out_dir, save_png  # noqa: E402
 from PySide6.QtWidgets import QWidget  # noqa: E402
 
 from app.broker.connection import BrokerConnection  # noqa: E402
@@ -222,12 +221,7 @@ async def render(out_dir: Path) -> None:
 
 def main() -> int:
     """Parse arguments and render."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out-dir", type=Path, default=Path("/tmp/hub-screens"))
-    arguments = parser.parse_args()
-    arguments.out_dir.mkdir(parents=True, exist_ok=True)
-    run_on_qt(lambda: render(arguments.out_dir))
-    return 0
+    return render_to_out_dir(__doc__, Path("/tmp/hub-screens"), render)
 
 
 if __name__ == "__main__":

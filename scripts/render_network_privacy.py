@@ -14,13 +14,12 @@ Each PNG shows the two boxes only, cut from the page.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 from pathlib import Path
 from typing import Any
 
-from _offscreen import ScriptedConnection, run_on_qt, wait_until
+from _offscreen import ScriptedConnection, render_to_out_dir, wait_until
 from PySide6.QtCore import QRect
 
 from app.controllers.cluster_page import ClusterPageController
@@ -114,12 +113,7 @@ async def render(out_dir: Path) -> None:
 
 def main() -> int:
     """Parse arguments and render."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out-dir", type=Path, default=Path("/tmp/network-privacy"))
-    arguments = parser.parse_args()
-    arguments.out_dir.mkdir(parents=True, exist_ok=True)
-    run_on_qt(lambda: render(arguments.out_dir))
-    return 0
+    return render_to_out_dir(__doc__, Path("/tmp/network-privacy"), render)
 
 
 if __name__ == "__main__":

@@ -14,14 +14,13 @@ with the ports the doors listen on, the llama.cpp door's included).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from _offscreen import ScriptedConnection, run_on_qt, wait_until
+from _offscreen import ScriptedConnection, render_to_out_dir, wait_until
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QLabel, QWidget
 
@@ -189,12 +188,7 @@ async def render(out_dir: Path) -> None:
 
 def main() -> int:
     """Parse arguments and render."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out-dir", type=Path, default=Path("/tmp/service-page"))
-    arguments = parser.parse_args()
-    arguments.out_dir.mkdir(parents=True, exist_ok=True)
-    run_on_qt(lambda: render(arguments.out_dir))
-    return 0
+    return render_to_out_dir(__doc__, Path("/tmp/service-page"), render)
 
 
 if __name__ == "__main__":
