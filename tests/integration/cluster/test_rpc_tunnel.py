@@ -11,8 +11,6 @@ import os
 import ssl
 from collections.abc import Callable
 
-import aiohttp
-
 from backend.common import tls
 from backend.common.certificates import NodeCredentials
 from backend.components.identity.certificate import IdentityStore, vault_from
@@ -28,21 +26,13 @@ from tests.integration.cluster.test_three_nodes import (
     hosts,
     start_node,
 )
+from tests.support.handshake import handshake_status
 
 __all__ = ["hosts", "start_node"]  # fixtures
 
 
 async def _tunnel_status(address: str, port: int, context: ssl.SSLContext) -> int | str:
-    connector = aiohttp.TCPConnector(ssl=context, force_close=True)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        try:
-            socket = await session.ws_connect(f"wss://{address}:{port}{TUNNEL_PATH}")
-        except aiohttp.WSServerHandshakeError as exc:
-            return exc.status
-        except (aiohttp.ClientError, ssl.SSLError, OSError) as exc:
-            return type(exc).__name__
-        await socket.close()
-        return 101
+    return await handshake_status(f"wss://{address}:{port}{TUNNEL_PATH}", context)
 
 
 def _credentials(node: Node, node_id: NodeId) -> NodeCredentials:

@@ -11,7 +11,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp import web
 
@@ -22,6 +21,7 @@ from backend.protocol import contract, errors, jsonrpc, methods
 from backend.protocol.peer import RpcPeer
 from backend.protocol.types.base import EngineName, NodeId
 from backend.protocol.types.engines import EngineRef, EngineStatus, NodeScope
+from tests.support.handshake import handshake_status
 from tests.unit.cluster.harness import A_ID, B_ID, C_ID, free_port
 from tests.unit.federation.member_server import (
     MemberServer,
@@ -71,17 +71,7 @@ async def server(tmp_path: Path) -> AsyncIterator[MemberServer]:
 
 async def link_status(server: MemberServer, context: ssl.SSLContext) -> int | str:
     """The HTTP status a link attempt got, or the kind of error that refused it."""
-    connector = aiohttp.TCPConnector(ssl=context, force_close=True)
-    url = f"wss://127.0.0.1:{server.port}/v1/cluster/link"
-    async with aiohttp.ClientSession(connector=connector) as session:
-        try:
-            socket = await session.ws_connect(url, ssl=context)
-        except aiohttp.WSServerHandshakeError as exc:
-            return exc.status
-        except (aiohttp.ClientError, ssl.SSLError, OSError) as exc:
-            return type(exc).__name__
-        await socket.close()
-        return 101
+    return await handshake_status(f"wss://127.0.0.1:{server.port}/v1/cluster/link", context)
 
 
 async def test_a_client_without_a_certificate_gets_403(server: MemberServer) -> None:

@@ -12,7 +12,6 @@ import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import aiohttp
 import pytest
 
 from backend.common import tls
@@ -20,6 +19,7 @@ from backend.components.cluster import peer_client
 from backend.components.identity.certificate import mint
 from backend.components.split.tunnel import TUNNEL_PATH
 from backend.components.split.tunnel_listener import MemberDialer, TunnelListener
+from tests.support.handshake import handshake_status
 from tests.support.ports import free_port
 from tests.unit.cluster.harness import A_ID, C_ID
 from tests.unit.split.tunnel_harness import Tunnels, closed_within, connect, tunnels
@@ -33,16 +33,7 @@ async def pair_of(tmp_path: Path) -> AsyncIterator[Tunnels]:
 
 async def tunnel_status(made: Tunnels, context: ssl.SSLContext) -> int | str:
     """The HTTP status a tunnel attempt on B got, or the kind of error that refused it."""
-    connector = aiohttp.TCPConnector(ssl=context, force_close=True)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        try:
-            socket = await session.ws_connect(f"wss://127.0.0.1:{made.port}{TUNNEL_PATH}")
-        except aiohttp.WSServerHandshakeError as exc:
-            return exc.status
-        except (aiohttp.ClientError, ssl.SSLError, OSError) as exc:
-            return type(exc).__name__
-        await socket.close()
-        return 101
+    return await handshake_status(f"wss://127.0.0.1:{made.port}{TUNNEL_PATH}", context)
 
 
 async def test_a_large_message_comes_back_whole_and_in_order(pair_of: Tunnels) -> None:
