@@ -13,6 +13,7 @@ Fixtures:
   is not installed or does not start. ``PAIR_REQUIRE_ENGINES=1`` turns that skip into a failure.
 - ``tiny_model_path`` / ``busy_model_path`` (session): generated models, cached in the
   gitignored ``build/test-models/`` and regenerated when the generator changes.
+- ``hub`` (function): the Hugging Face emulator on a free port, every file the tiny model.
 - ``start_llama_server`` (function): ``start_llama_server(model, parallel=2, context=1024)``
   starts ``llama-server`` on a free loopback port, waits for ``/health``, and returns a
   ``LlamaServer``; every server it started is stopped by PID at teardown.
@@ -24,7 +25,7 @@ import hashlib
 import os
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -33,6 +34,8 @@ import httpx
 import pytest
 
 from backend.devtools import tiny_model
+from backend.devtools.emulators.hub import build_hub_app
+from backend.devtools.emulators.server import EmulatorServer
 from backend.devtools.llama_server import search_llama_server
 from tests.support.ports import free_port
 
@@ -116,6 +119,17 @@ def tiny_model_path() -> Path:
 def busy_model_path() -> Path:
     """The larger generated model (~110 MB), slow enough to keep a slot busy for seconds."""
     return cached_model("busy")
+
+
+@pytest.fixture
+async def hub(tiny_model_path: Path) -> AsyncIterator[EmulatorServer]:
+    """The Hugging Face emulator on a free port; every file it lists is the tiny model."""
+    server = EmulatorServer(build_hub_app(tiny_model_path))
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
 
 
 @pytest.fixture

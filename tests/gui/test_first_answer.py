@@ -14,24 +14,12 @@ from pytestqt.qtbot import QtBot
 
 from app.application import PairApplication
 from app.options import AppOptions
-from backend.devtools.emulators.hub import build_hub_app
 from backend.devtools.emulators.server import EmulatorServer
 from tests.support import first_answer
 from tests.support.first_answer import MODEL
 
 pytest_plugins = ["tests.engines.fixtures"]
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
-
-
-@pytest.fixture
-async def hub(tiny_model_path: Path) -> AsyncIterator[EmulatorServer]:
-    """The Hugging Face emulator on a free port; every file it lists is the tiny model."""
-    server = EmulatorServer(build_hub_app(tiny_model_path))
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop()
 
 
 @pytest.fixture

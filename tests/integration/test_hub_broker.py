@@ -5,12 +5,11 @@ follows the hub's redirect and puts the suggested file in the store, where it is
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from backend.devtools.emulators.hub import build_hub_app
 from backend.devtools.emulators.server import EmulatorServer
 from backend.protocol import errors, methods
 from backend.protocol.types.hub import HubQuery, HubRepoQuery
@@ -20,17 +19,6 @@ pytest_plugins = ["tests.engines.fixtures"]
 
 REPO = "Qwen/Qwen2.5-0.5B-Instruct-GGUF"
 SUGGESTED = "qwen2.5-0.5b-instruct-q4_k_m.gguf"
-
-
-@pytest.fixture
-async def hub(tiny_model_path: Path) -> AsyncIterator[EmulatorServer]:
-    """The hub emulator on a free port."""
-    server = EmulatorServer(build_hub_app(tiny_model_path))
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop()
 
 
 async def test_search_files_and_pull_the_suggested_file_into_llamacpp(

@@ -7,7 +7,6 @@ import asyncio
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -16,23 +15,11 @@ import pytest
 from aiohttp import web
 
 from backend.components.hub.client import HubClient, hub_url
-from backend.devtools.emulators.hub import build_hub_app
 from backend.devtools.emulators.server import EmulatorServer
 from backend.protocol import errors
 from tests.support.ports import free_port
 
 pytest_plugins = ["tests.engines.fixtures"]
-
-
-@pytest.fixture
-async def hub(tiny_model_path: Path) -> AsyncIterator[EmulatorServer]:
-    """The hub emulator on a free port."""
-    server = EmulatorServer(build_hub_app(tiny_model_path))
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop()
 
 
 async def test_a_search_answers_matching_gguf_repositories_most_downloaded_first(
