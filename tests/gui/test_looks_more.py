@@ -17,29 +17,22 @@ from pytestqt.qtbot import QtBot
 
 from app.broker.state import ServiceState
 from app.controllers.activity import OverallStatus
-from app.controllers.components import ComponentsController
-from app.controllers.errors import ErrorsController
-from app.controllers.service import ServiceController
 from app.icons import state_icon
-from app.models.components import ComponentsModel
-from app.models.errors import SEVERITY_COLOURS, ErrorsModel
+from app.models.errors import SEVERITY_COLOURS
 from app.models.job_text import JobColumn
 from app.models.jobs import JOB_STATES, JobsModel, job_state_colour
 from app.models.members import MEMBER_STATES
-from app.stores.components import ComponentsStore
-from app.stores.settings import SettingsStore
 from app.tray import DOT_STATES, status_icon
 from app.window.banners import Banner
 from app.window.cluster_parts import Notice
 from app.window.jobs_filters import JobsFilterBar, chip_style
 from app.window.jobs_page import JobsEmptyState
 from app.window.look import STATE_LOOKS, STATE_SHADES, State, state_colour
-from app.window.main_window import MainWindow
 from app.window.theme import Appearance, dark_palette
 from app.window.widgets import EmptyState, tinted_state
-from tests.gui.helpers import FakeConnection
 from tests.gui.looks_grabs import watch_grabs
 from tests.gui.test_jobs import record
+from tests.gui.window_rig import window_rig
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 if str(SCRIPTS) not in sys.path:
@@ -202,23 +195,12 @@ async def test_the_status_dot_takes_the_dark_shade_when_the_palette_turns(
     app: QApplication, qtbot: QtBot, tmp_path: Path
 ) -> None:
     light(app)
-    connection = FakeConnection()
-    settings = SettingsStore(connection)
-    service = ServiceController(connection, settings, tmp_path, lambda _url: True)
-    store = ComponentsStore(connection)
-    components = ComponentsController(connection, ComponentsModel(), store)
-    errors = ErrorsController(connection, ErrorsModel(), components)
-    window = MainWindow(
-        connection, service, components.model, errors.model, errors, hide_on_close=False
-    )
-    qtbot.addWidget(window)
-    try:
-        pending = STATE_SHADES[State.PENDING]
-        assert window.status_dot.colour == QColor(pending.light)
-        app.setPalette(dark_palette())
-        qtbot.waitUntil(lambda: window.status_dot.colour == QColor(pending.dark))
-    finally:
-        window.close()
-        for closing in (errors, components, store, service, settings):
-            await closing.close()
-        await connection.stop()
+    async with window_rig(qtbot, tmp_path) as rig:
+        window = rig.window
+        try:
+            pending = STATE_SHADES[State.PENDING]
+            assert window.status_dot.colour == QColor(pending.light)
+            app.setPalette(dark_palette())
+            qtbot.waitUntil(lambda: window.status_dot.colour == QColor(pending.dark))
+        finally:
+            window.close()

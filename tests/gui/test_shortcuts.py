@@ -11,17 +11,10 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QLineEdit, QVBoxLayout, QWidget
 from pytestqt.qtbot import QtBot
 
-from app.controllers.components import ComponentsController
-from app.controllers.errors import ErrorsController
-from app.controllers.service import ServiceController
 from app.identity import APPLICATION_NAME, name_application, qt_arguments
-from app.models.components import ComponentsModel
-from app.models.errors import ErrorsModel
-from app.stores.components import ComponentsStore
-from app.stores.settings import SettingsStore
 from app.window.main_window import MainWindow, Page
 from app.window.shortcuts import page_keys
-from tests.gui.helpers import FakeConnection
+from tests.gui.window_rig import window_rig
 
 
 class SearchPage(QWidget):
@@ -39,25 +32,13 @@ class SearchPage(QWidget):
 
 @pytest.fixture
 async def window(qtbot: QtBot, tmp_path: Path) -> AsyncIterator[MainWindow]:
-    connection = FakeConnection()
-    settings = SettingsStore(connection)
-    service = ServiceController(connection, settings, tmp_path, lambda _url: True)
-    store = ComponentsStore(connection)
-    components = ComponentsController(connection, ComponentsModel(), store)
-    errors = ErrorsController(connection, ErrorsModel(), components)
     pages = [Page("jobs", "Jobs", SearchPage()), Page("later", "Later", QWidget())]
-    main = MainWindow(
-        connection, service, components.model, errors.model, errors,
-        hide_on_close=False, pages=pages,
-    )  # fmt: skip
-    qtbot.addWidget(main)
-    main.show()
-    qtbot.waitExposed(main)
-    main.activateWindow()
-    yield main
-    for controller in (service, errors, components, store, settings):
-        await controller.close()
-    await connection.stop()
+    async with window_rig(qtbot, tmp_path, pages) as rig:
+        main = rig.window
+        main.show()
+        qtbot.waitExposed(main)
+        main.activateWindow()
+        yield main
 
 
 def press(qtbot: QtBot, window: MainWindow, key: Qt.Key) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,47 +11,21 @@ from PySide6.QtWidgets import QPushButton
 from pytestqt.qtbot import QtBot
 
 from app.broker.state import Ownership, ServiceState
-from app.controllers.components import ComponentsController
-from app.controllers.errors import ErrorsController
-from app.controllers.service import ServiceController
 from app.icons import app_icon, state_icon
-from app.models.components import ComponentsModel
-from app.models.errors import ErrorsModel
-from app.stores.components import ComponentsStore
-from app.stores.settings import SettingsStore
 from app.tray import Tray
 from app.window.empty_page import EmptyPage
-from app.window.main_window import EMPTY_PAGES, MINIMUM_SIZE, MainWindow
+from app.window.main_window import EMPTY_PAGES, MINIMUM_SIZE
 from app.window.service_status import RECONNECT_TIP
 from backend.protocol import methods
-from tests.gui.helpers import FakeConnection, settle
-
-
-@dataclass
-class Ui:
-    connection: FakeConnection
-    service: ServiceController
-    errors: ErrorsController
-    components: ComponentsController
-    window: MainWindow
+from tests.gui.helpers import settle
+from tests.gui.window_rig import WindowRig as Ui
+from tests.gui.window_rig import window_rig
 
 
 @pytest.fixture
 async def ui(qtbot: QtBot, tmp_path: Path) -> AsyncIterator[Ui]:
-    connection = FakeConnection()
-    settings = SettingsStore(connection)
-    service = ServiceController(connection, settings, tmp_path, lambda _url: True)
-    store = ComponentsStore(connection)
-    components = ComponentsController(connection, ComponentsModel(), store)
-    errors = ErrorsController(connection, ErrorsModel(), components)
-    window = MainWindow(
-        connection, service, components.model, errors.model, errors, hide_on_close=False
-    )
-    qtbot.addWidget(window)
-    yield Ui(connection, service, errors, components, window)
-    for controller in (service, errors, components, store, settings):
-        await controller.close()
-    await connection.stop()
+    async with window_rig(qtbot, tmp_path) as rig:
+        yield rig
 
 
 def error(error_id: str, severity: str = "error", **extra: Any) -> dict[str, Any]:
