@@ -16,35 +16,25 @@ progress under the tabs), ``hub-empty.png`` (a search without results), ``pull-f
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import msgspec
+from _offscreen import ScriptedConnection, render_to_out_dir, save_png, wait_until
+from PySide6.QtWidgets import QWidget
 
-import msgspec  # noqa: E402
-from _offscreen import render_to_out_dir, save_png  # noqa: E402
-from PySide6.QtWidgets import QWidget  # noqa: E402
-
-from app.broker.connection import BrokerConnection  # noqa: E402
-from app.broker.launch import BrokerLaunch  # noqa: E402
-from app.broker.state import Ownership, ServiceState  # noqa: E402
-from app.catalog import load_catalog  # noqa: E402
-from app.controllers.hub import HubController  # noqa: E402
-from app.controllers.models import ModelsController  # noqa: E402
-from app.models.nodes import NodesModel  # noqa: E402
-from app.pending import PendingActions  # noqa: E402
-from app.stores.discovery import DiscoveryStore  # noqa: E402
-from app.stores.engines import EnginesStore  # noqa: E402
-from app.window.models_page import ModelsPage  # noqa: E402
-from backend.protocol import methods  # noqa: E402
-from backend.protocol.contract import Method  # noqa: E402
-from backend.protocol.types.nodes import DiscoveredNode  # noqa: E402
+from app.catalog import load_catalog
+from app.controllers.hub import HubController
+from app.controllers.models import ModelsController
+from app.models.nodes import NodesModel
+from app.pending import PendingActions
+from app.stores.discovery import DiscoveryStore
+from app.stores.engines import EnginesStore
+from app.window.models_page import ModelsPage
+from backend.protocol import methods
+from backend.protocol.contract import Method
+from backend.protocol.types.nodes import DiscoveredNode
 
 P = TypeVar("P")
 R = TypeVar("R")
@@ -55,35 +45,17 @@ BASE = f"https://huggingface.co/{REPO}/resolve/main/"
 SERVED = "qwen2.5-0.5b-instruct-q4_k_m"
 
 
-class ScriptedConnection(BrokerConnection):
-    """A connection without a broker: each method answers its scripted raw result (a list is
-    answered in turn, its last item from then on)."""
-
-    def __init__(self, answers: dict[str, Any]) -> None:
-        super().__init__(BrokerLaunch(Path("/nonexistent/pair-render")))
-        self.answers = answers
-
-    @property
-    def ownership(self) -> Ownership | None:
-        return Ownership.OWNED
+class HubConnection(ScriptedConnection):
+    """The scripted connection, but for two methods: a list of Hub search answers is answered
+    in turn (its last item from then on), and a pull never answers (it stays in progress)."""
 
     async def call(self, method: Method[P, R], params: P | None = None, timeout: float = 10.0) -> R:
         answer = self.answers.get(method.name)
         if isinstance(answer, list) and method is methods.HUB_SEARCH:
-            answer = answer.pop(0) if len(answer) > 1 else answer[0]
+            return method.decode_result(answer.pop(0) if len(answer) > 1 else answer[0])
         if method is methods.ENGINE_ACTION:
-            await asyncio.Event().wait()  # a pull in progress never answers here
-        return method.decode_result(answer)
-
-    def become_ready(self) -> None:
-        """Pretend a session started and is ready."""
-        self.session_changed.emit()
-        self._set_state(ServiceState.READY)
-        self.session_ready.emit()
-
-    def push(self, event: dict[str, Any]) -> None:
-        """Deliver one ``engine:event`` as the broker would."""
-        self.notification_received.emit(methods.ENGINE_EVENT.name, event)
+            await asyncio.Event().wait()
+        return await super().call(method, params, timeout)
 
 
 def engine(name: str, display: str, **facts: Any) -> dict[str, Any]:
@@ -155,15 +127,6 @@ def answers() -> dict[str, Any]:
     }
 
 
-async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Poll ``condition()`` until it holds (the page fills as the scripted answers arrive)."""
-    async with asyncio.timeout(timeout):
-        while True:
-            if condition():
-                return
-            await asyncio.sleep(0.05)
-
-
 async def save(widget: QWidget, out: Path) -> None:
     """Let layouts settle, then save ``widget`` to ``out``."""
     await asyncio.sleep(0.3)
@@ -172,7 +135,7 @@ async def save(widget: QWidget, out: Path) -> None:
 
 async def render(out_dir: Path) -> None:
     """Build the page, show the models, then search and choose a repository, then pull."""
-    connection = ScriptedConnection(answers())
+    connection = HubConnection(answers())
     engines, discovery = EnginesStore(connection), DiscoveryStore(connection)
     nodes = NodesModel()
     nodes.load([msgspec.convert(SELF_NODE, DiscoveredNode)])
@@ -206,7 +169,9 @@ async def render(out_dir: Path) -> None:
         page.tabs.setCurrentWidget(page.models_tab)
         done = {"engine": "llamacpp", "model": "qwen2.5-1.5b-instruct-q8_0", "stage": "success",
                 "percent": 100.0, "done": True}  # fmt: skip
-        connection.push({"seq": 2, "event": "pull_progressed", "progress": done})
+        connection.push(
+            methods.ENGINE_EVENT.name, {"seq": 2, "event": "pull_progressed", "progress": done}
+        )
         await wait_until(lambda: not page.pulls_panel.items)
         await save(page, out_dir / "pull-finished.png")
         page.resize(640, 480)
