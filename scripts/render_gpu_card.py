@@ -26,22 +26,17 @@ for path in (ROOT, ROOT / "scripts"):
         sys.path.insert(0, str(path))
 
 import msgspec  # noqa: E402
-from _offscreen import ScriptedConnection, render_to_out_dir, save_png, wait_until  # noqa: E402
+from _offscreen import render_to_out_dir, save_png, wait_until  # noqa: E402
 from render_scheduler_card import (  # noqa: E402
     BUSY,
     DOORS,
     LAPTOP,
     SELF,
     answers,
+    engines_rig,
 )
 
-from app.controllers.engines import EnginesController  # noqa: E402
-from app.models.engines import EnginesModel  # noqa: E402
 from app.models.nodes import NodesModel  # noqa: E402
-from app.pending import PendingActions  # noqa: E402
-from app.stores.discovery import DiscoveryStore  # noqa: E402
-from app.stores.engines import EnginesStore  # noqa: E402
-from app.stores.settings import SettingsStore  # noqa: E402
 from app.window.engines_page import EnginesPage  # noqa: E402
 from app.window.overview_page import OverviewPage  # noqa: E402
 from backend.protocol import methods  # noqa: E402
@@ -113,14 +108,10 @@ def nodes_model() -> NodesModel:
 
 async def render(out_dir: Path) -> None:
     """Build both pages on one scripted connection, let them fill, save them."""
-    connection = ScriptedConnection(answers())
-    engines, discovery = EnginesStore(connection), DiscoveryStore(connection)
-    model, nodes = EnginesModel(), nodes_model()
-    controller = EnginesController(
-        connection, model, PendingActions(), engines, discovery, SettingsStore(connection)
-    )
+    rig = engines_rig()
+    connection, nodes = rig.connection, nodes_model()
     overview = OverviewPage(connection, nodes)
-    engines_page = EnginesPage(connection, model, controller, nodes=nodes)
+    engines_page = EnginesPage(connection, rig.model, rig.controller, nodes=nodes)
     for page, size in ((overview, OVERVIEW_SIZE), (engines_page, ENGINES_SIZE)):
         page.resize(*size)
         page.show()
@@ -139,10 +130,7 @@ async def render(out_dir: Path) -> None:
         for name, page in (("overview", overview), ("engines", engines_page)):
             save_png(page, out_dir / f"{name}.png")
     finally:
-        await controller.close()
-        await engines.close()
-        await discovery.close()
-        await connection.stop()
+        await rig.close()
 
 
 def main() -> int:

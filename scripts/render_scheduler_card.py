@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -109,15 +110,41 @@ def answers() -> dict[str, Any]:
     }
 
 
-async def render(out: Path) -> None:
-    """Build the page, let the snapshot and the busy push arrive, save the page."""
+@dataclass(frozen=True)
+class EnginesRig:
+    """The Engines page's stores, model and controller on the scripted connection, built as
+    the composition root builds them."""
+
+    connection: ScriptedConnection
+    engines: EnginesStore
+    discovery: DiscoveryStore
+    model: EnginesModel
+    controller: EnginesController
+
+    async def close(self) -> None:
+        """Close the controller and stores, then the connection."""
+        await self.controller.close()
+        await self.engines.close()
+        await self.discovery.close()
+        await self.connection.stop()
+
+
+def engines_rig() -> EnginesRig:
+    """A fresh rig on the scripted answers."""
     connection = ScriptedConnection(answers())
     engines, discovery = EnginesStore(connection), DiscoveryStore(connection)
     model = EnginesModel()
     controller = EnginesController(
         connection, model, PendingActions(), engines, discovery, SettingsStore(connection)
     )
-    page = EnginesPage(connection, model, controller)
+    return EnginesRig(connection, engines, discovery, model, controller)
+
+
+async def render(out: Path) -> None:
+    """Build the page, let the snapshot and the busy push arrive, save the page."""
+    rig = engines_rig()
+    connection = rig.connection
+    page = EnginesPage(connection, rig.model, rig.controller)
     page.resize(*PAGE_SIZE)
     page.show()
     try:
@@ -130,10 +157,7 @@ async def render(out: Path) -> None:
         await asyncio.sleep(0.4)  # layouts settle
         save_png(page, out)
     finally:
-        await controller.close()
-        await engines.close()
-        await discovery.close()
-        await connection.stop()
+        await rig.close()
 
 
 def main() -> int:
