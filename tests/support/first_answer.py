@@ -86,7 +86,13 @@ async def wait_for_engines(app: PairApplication) -> WelcomeDialog:
 async def pull_first_model(dialog: WelcomeDialog) -> str:
     """Click Pull on the offered model and wait until Try it can be clicked; the model's name."""
     box = dialog.first_model
-    await wait_until(box.pull_button.isVisible, READY_S, "the offer of a first model")
+    # Pull stays disabled until the service has said which computer this is: a person waits
+    # for the button to turn on, and so does this.
+    await wait_until(
+        lambda: box.pull_button.isVisible() and box.pull_button.isEnabled(),
+        READY_S,
+        "the offer of a first model, ready to pull",
+    )
     click(box.pull_button)
     try:
         await wait_until(dialog.try_box.try_button.isEnabled, PULL_S, "the first model")
