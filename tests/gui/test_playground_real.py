@@ -12,7 +12,6 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import aiohttp
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
@@ -31,6 +30,7 @@ from backend.protocol.types.base import EngineName
 from backend.protocol.types.engines import EngineRef
 from tests.gui.helpers import wait_until
 from tests.integration.engines.conftest import OLLAMA_SHIM, write_override, write_script
+from tests.support.first_answer import door_routes
 from tests.support.ports import free_port
 
 READY_S = 60.0
@@ -106,7 +106,7 @@ async def _answers_with_its_figures(app: PairApplication, page: Page) -> None:
     form, answer = page.widget.form, page.widget.answer
     await wait_until(lambda: form.model_combo.findData(MODEL) >= 0, 30, "the model list")
     await wait_until(lambda: page.controller.door_url is not None, 20, "the door")
-    await _door_routes(page.controller.door_url, MODEL)
+    await door_routes(page.controller.door_url, MODEL)
     form.model_combo.setCurrentIndex(form.model_combo.findData(MODEL))
     assert "this computer" in form.model_combo.currentText()
     form.max_tokens_box.setValue(12)
@@ -123,19 +123,6 @@ async def _answers_with_its_figures(app: PairApplication, page: Page) -> None:
     assert result.first_token_s is not None and result.tokens_per_s is not None
     assert answer.error.text() == ""
     assert "/v1/chat/completions" in page.widget.snippets.curl.toPlainText()
-
-
-async def _door_routes(door: str | None, model: str) -> None:
-    """Wait until the door's routing table has ``model`` (the worker gets it a little after
-    the engines store lists it)."""
-    assert door is not None
-    async with aiohttp.ClientSession() as session, asyncio.timeout(20):
-        while True:
-            async with session.get(door + "/api/tags") as response:
-                listed = await response.json()
-            if any(entry["name"] == model for entry in listed["models"]):
-                return
-            await asyncio.sleep(0.1)
 
 
 async def _every_api_answers(page: Page) -> None:

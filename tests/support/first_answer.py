@@ -133,17 +133,18 @@ async def send(app: PairApplication, first_token: asyncio.Event | None = None) -
 
 
 async def door_routes(door: str | None, model: str) -> None:
-    """Wait until the door lists ``model`` (the proxy worker gets the engines' new routing
-    table a moment after the engines store lists the model)."""
+    """Wait until the door routes ``model``: ``/api/show`` is answered from the routing table,
+    while the lists ask the engines themselves, so a list can name a model a moment before the
+    proxy worker's table has it (the table follows the engines' next inventory)."""
     assert door is not None
-    names: list[str] = []
+    status, text = 0, ""
     try:
         async with aiohttp.ClientSession() as session, asyncio.timeout(30):
             while True:
-                async with session.get(door + "/api/tags") as response:
-                    names = [entry["name"] for entry in (await response.json())["models"]]
-                if model in names:
+                async with session.post(door + "/api/show", json={"model": model}) as response:
+                    status, text = response.status, await response.text()
+                if status == 200:
                     return
                 await asyncio.sleep(0.1)
     except TimeoutError:
-        raise AssertionError(f"the door never listed {model}; it lists {names}") from None
+        raise AssertionError(f"the door never routed {model}: {status} {text[:200]}") from None
