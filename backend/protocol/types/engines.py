@@ -15,6 +15,28 @@ EngineActionName = Literal[
 ]
 
 
+class SpreadShare(Wire, frozen=True, kw_only=True):
+    """One member's part of a spread model: how many of its layers, in what memory."""
+
+    node: NodeId
+    name: str
+    layers: int
+    bytes: int
+    memory: Literal["vram", "ram"]
+    host: bool = False
+
+
+class SpreadStatus(Wire, frozen=True, kw_only=True):
+    """A model this computer runs spread over members (llama.cpp's RPC backend): who holds
+    which share, and whether it runs as planned (``degraded``: a member was lost; ``reason``
+    says which and what PAIR did about it)."""
+
+    model: str
+    state: Literal["running", "degraded"]
+    shares: list[SpreadShare]
+    reason: str = ""
+
+
 class EngineStatus(Wire, frozen=True, kw_only=True):
     """One engine on this node: installation, process state, ports, intent and slots."""
 
@@ -33,6 +55,10 @@ class EngineStatus(Wire, frozen=True, kw_only=True):
     revision: int = 0
     error: str | None = None
     slots: int | None = None
+    # What the engine computes on ("CPU", "CUDA 12.4", "Vulkan", "Metal", "ROCm"); None: unknown.
+    backend: str | None = None
+    # The model runs spread over members (llama.cpp only); None: on this computer alone.
+    spread: SpreadStatus | None = None
 
 
 class EngineRef(Wire, frozen=True, kw_only=True, omit_defaults=True):
@@ -67,6 +93,9 @@ class EngineActionParams(Wire, frozen=True, kw_only=True, omit_defaults=True):
     # from, and the SHA-256 (hex) it must have; ``model`` is the short name it is saved as.
     url: str | None = None
     sha256: str | None = None
+    # ``load_model`` of llama.cpp: spread the model over these members (names or node ids)
+    # as well as this computer; absent: spread only when no single computer has room.
+    across: list[str] | None = None
 
 
 class EngineActionResult(Wire, frozen=True, kw_only=True, omit_defaults=True):
