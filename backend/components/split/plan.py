@@ -95,9 +95,11 @@ def plan_split(
     host: NodeId,
     *,
     context_bytes: int = DEFAULT_CONTEXT_BYTES,
+    every_member: bool = False,
 ) -> SplitPlan | SplitRefused:
     """The plan spreading a ``model_bytes``, ``layer_count``-layer model over ``candidates``
-    with ``host`` running ``llama-server``, or why none fits."""
+    with ``host`` running ``llama-server``, or why none fits. ``every_member``: every candidate
+    takes a share (the user named them), not only the fewest that fit."""
     _check_model(model_bytes, layer_count, context_bytes)
     check_candidates(candidates, host)
     for candidate in candidates:
@@ -113,7 +115,11 @@ def plan_split(
     refusal = _refusal(model_bytes, layer_count, context_bytes, placed, host_placed)
     if refusal is not None:
         return refusal
-    chosen = [host_placed, *_fewest_that_fit(placed, host_placed, layer_count)]
+    others = _largest_first(placed, host_placed)
+    chosen = [
+        host_placed,
+        *(others if every_member else _fewest_that_fit(others, host_placed, layer_count)),
+    ]
     return _plan(model_bytes, layer_count, chosen)
 
 
@@ -160,11 +166,14 @@ def _refusal(
     return None
 
 
-def _fewest_that_fit(placed: Sequence[_Placed], host: _Placed, layer_count: int) -> list[_Placed]:
-    others = sorted(
+def _largest_first(placed: Sequence[_Placed], host: _Placed) -> list[_Placed]:
+    return sorted(
         (p for p in placed if p is not host),
         key=lambda p: (-sum(d.usable_bytes for d in p.devices), p.candidate.node_id),
     )
+
+
+def _fewest_that_fit(others: Sequence[_Placed], host: _Placed, layer_count: int) -> list[_Placed]:
     chosen: list[_Placed] = []
     room = sum(host.caps)
     for member in others:

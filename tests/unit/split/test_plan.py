@@ -159,6 +159,18 @@ def test_the_fewest_members_that_fit_are_taken_largest_first() -> None:
     assert plan.rpc_members == (MINI, NAS)
 
 
+def test_named_members_each_take_a_share_even_when_fewer_would_fit() -> None:
+    members = [_ram_member(PC, 8 * GIB), _ram_member(LAPTOP, 8 * GIB), _ram_member(MINI, 4 * GIB)]
+    # The host alone holds a 1 GiB model; the user named the others, so all three share it.
+    assert _planned(plan_split(GIB, 10, members, PC, context_bytes=0)).rpc_members == ()
+    plan = _planned(plan_split(GIB, 10, members, PC, context_bytes=0, every_member=True))
+    assert plan.rpc_members == (LAPTOP, MINI)
+    assert [share.layers for share in plan.shares] == [4, 4, 2]
+    # The host keeps its 4 layers on its CPU: llama.cpp offloads the other 6 and the output.
+    assert plan.gpu_layers == 7
+    assert plan.tensor_split == (4, 3)
+
+
 def test_members_with_equal_room_are_taken_by_node_id() -> None:
     members = [_gpu_member(PC, 10 * GIB), _gpu_member(NAS, 10 * GIB), _gpu_member(MINI, 10 * GIB)]
     plan = _planned(plan_split(14 * GIB, 30, members, PC, context_bytes=0))
