@@ -155,6 +155,7 @@ class Broker:
         return [
             Stage("front doors", 1.0, node.proxy.close_front_doors),
             Stage("engines", 5.0, node.engines.prepare_shutdown),
+            Stage("rpc-server", 2.0, node.rpc_server.close),
             Stage("components", 4.0, lambda: node.supervisor.stop(grace=2.0)),
             Stage("clients", 1.0, lambda: node.hub.close_all(timeout=1.0)),
             Stage("store", 2.0, lambda: self._ledger.record_stop(run)),

@@ -67,6 +67,7 @@ from backend.components.settings import rpc as settings_rpc
 from backend.components.settings.log_level import LogLevels
 from backend.components.settings.service import CORRUPT_ERROR_ID, SettingsService
 from backend.components.settings.view import SettingsView
+from backend.components.split.lender import RpcServerLender
 from backend.components.split.tunnel_server import RpcTunnels
 from backend.core import broker_rpc, logs
 from backend.core.broker_rpc import Readiness, StatusSource, Uptime
@@ -132,6 +133,7 @@ class Node:
     engines: EnginesComponent
     proxy: ProxyComponent
     node_name: Callable[[], str]
+    rpc_server: RpcServerLender
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,8 +175,9 @@ def build_node(base: Foundation) -> Node:
     # Exclusive operations on an engine wait for its scheduler in the proxy worker to drain it.
     engines.bind_gate(proxy.gate)
     federation, member_rpc = _federation(base, services, cluster.service, discovery, jobs, board)
+    rpc_server = _rpc_server(base, engines)
     telemetry, node_api = _node_api(
-        base, services, engines, jobs, proxy, cluster.service, member_rpc
+        base, services, engines, jobs, proxy, cluster.service, member_rpc, rpc_server
     )
     _register_broker(base, services, proxy)
     # Start order; stop is the reverse. Jobs before the proxy, so the proxy's last job
@@ -200,6 +203,7 @@ def build_node(base: Foundation) -> Node:
         engines=engines,
         proxy=proxy,
         node_name=services.node_name,
+        rpc_server=rpc_server,
     )
 
 
@@ -499,6 +503,7 @@ def _node_api(
     proxy: ProxyComponent,
     cluster: ClusterService,
     member_rpc: MemberRpc,
+    rpc_server: RpcServerLender,
 ) -> tuple[TelemetryComponent, NodeApiServer]:
     telemetry = TelemetryComponent(clock=base.clock)
     node_id = base.identity.node_id
@@ -515,8 +520,7 @@ def _node_api(
     nodeinfo_rpc.register(services.dispatcher, source)
     pinned = tls.PinnedServer(base.credentials.credentials, _pins(cluster.membership))
     cluster.on_trust_changed(lambda membership: pinned.set_pins(_pins(membership)))
-    # Refused (503) until this computer's rpc-server supervisor names the port it listens on.
-    tunnels = RpcTunnels(cluster=cluster, rpc_port=lambda: None)
+    tunnels = RpcTunnels(cluster=cluster, rpc_server=rpc_server)
     server = NodeApiServer(
         port=base.config.ports.node,
         source=source,
@@ -526,6 +530,21 @@ def _node_api(
         public_network=lambda: services.settings.view().public_network,
     )
     return telemetry, server
+
+
+def _rpc_server(base: Foundation, engines: EnginesComponent) -> RpcServerLender:
+    """This computer's rpc-server, from the llama.cpp build the engines found."""
+
+    def llama_server() -> Path | None:
+        controller = engines.controllers.get("llamacpp")  # the llama.cpp engine's manifest
+        binary = controller.status().binary if controller is not None else None
+        return Path(binary) if binary else None
+
+    return RpcServerLender(
+        llama_server=llama_server,
+        data_dir=base.config.data_dir,
+        ledger=EngineLedger(base.store, base.clock),
+    )
 
 
 def _register_broker(base: Foundation, services: _Services, proxy: ProxyComponent) -> None:

@@ -71,9 +71,7 @@ async def _measure(made: Tunnels, echo_port: int, count: int) -> dict[tuple[str,
 async def _main(count: int) -> None:
     with tempfile.TemporaryDirectory(prefix="pair-bench-tunnel-") as root:
         async with tunnels(Path(root)) as made:
-            echo_port = made.rpc_port[0]
-            assert echo_port is not None
-            results = await _measure(made, echo_port, count)
+            results = await _measure(made, made.rpc_server.port, count)
     print(f"round trips per row: {count}, one at a time, loopback, one process\n")
     print("| path | message | median µs | p99 µs |")
     print("|---|---|---|---|")

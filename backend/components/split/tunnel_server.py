@@ -11,15 +11,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from aiohttp import web
 
 from backend.components.cluster import routes as cluster_routes
-from backend.components.cluster.members import Membership
+from backend.components.cluster.members import Member, Membership
 from backend.components.cluster.service import ClusterService
 from backend.components.split import tunnel
+from backend.components.split.lender import RpcServerUnavailable
 from backend.core.lan_tcp import keep_alive
 from backend.protocol.types.base import NodeId
 
@@ -27,7 +28,22 @@ log = logging.getLogger(__name__)
 
 # rpc-server answers a loopback connect at once, or it is not there.
 LOCAL_CONNECT_TIMEOUT_S = 2.0
-RpcPort = Callable[[], int | None]
+
+
+class RpcServerSource(Protocol):
+    """This computer's ``rpc-server``, started on demand (``RpcServerLender``)."""
+
+    async def ensure(self) -> int:
+        """Its loopback port, started if need be; ``RpcServerUnavailable`` says why not."""
+        ...
+
+    def hold(self) -> None:
+        """A tunnel is using it: it is not stopped for idleness until released."""
+        ...
+
+    def release(self) -> None:
+        """A tunnel ended."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -47,13 +63,14 @@ class _Tunnel:
 class RpcTunnels:
     """Serves members' RPC tunnels; owns their connections to the local ``rpc-server``.
 
-    ``rpc_port`` names the loopback port of the ``rpc-server`` this computer runs for a spread
-    model, or None when it runs none (a tunnel is then refused with 503 and a logged reason).
+    ``rpc_server`` starts this computer's ``rpc-server`` when a tunnel asks for it and is held
+    for as long as each tunnel lasts; when it cannot run, a tunnel is refused with 503 and a
+    logged reason.
     """
 
-    def __init__(self, *, cluster: ClusterService, rpc_port: RpcPort) -> None:
+    def __init__(self, *, cluster: ClusterService, rpc_server: RpcServerSource) -> None:
         self._cluster = cluster
-        self._rpc_port = rpc_port
+        self._rpc_server = rpc_server
         self._open: set[_Tunnel] = set()
         cluster.on_trust_changed(self._trust_changed)
 
@@ -71,6 +88,13 @@ class RpcTunnels:
 
     async def _serve(self, request: web.Request) -> web.StreamResponse:
         member = cluster_routes.member_or_forbidden(self._cluster, request)
+        self._rpc_server.hold()
+        try:
+            return await self._serve_member(request, member)
+        finally:
+            self._rpc_server.release()
+
+    async def _serve_member(self, request: web.Request, member: Member) -> web.StreamResponse:
         connected = await self._connect_rpc_server(member.name)
         if isinstance(connected, web.Response):
             return connected
@@ -102,9 +126,10 @@ class RpcTunnels:
         self, member: str
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | web.Response:
         """A connection to the local rpc-server, or the 503 that tells the member why not."""
-        port = self._rpc_port()
-        if port is None:
-            return _refused(member, "no rpc-server runs on this computer")
+        try:
+            port = await self._rpc_server.ensure()
+        except RpcServerUnavailable as exc:
+            return _refused(member, str(exc))
         try:
             async with asyncio.timeout(LOCAL_CONNECT_TIMEOUT_S):
                 reader, writer = await asyncio.open_connection(

@@ -21,7 +21,7 @@ from backend.components.split.tunnel import TUNNEL_PATH
 from backend.components.split.tunnel_listener import MemberDialer, TunnelListener
 from tests.support.handshake import handshake_status
 from tests.support.ports import free_port
-from tests.unit.cluster.harness import A_ID, C_ID
+from tests.unit.cluster.harness import A_ID, C_ID, eventually
 from tests.unit.split.tunnel_harness import Tunnels, closed_within, connect, tunnels
 
 
@@ -74,6 +74,15 @@ async def test_each_local_connection_is_its_own_tunnel(pair_of: Tunnels) -> None
     second[1].close()
 
 
+async def test_a_tunnel_holds_the_rpc_server_from_its_request_to_its_end(pair_of: Tunnels) -> None:
+    reader, writer = await connect(pair_of.listener)
+    writer.write(b"ping")
+    assert await asyncio.wait_for(reader.readexactly(4), timeout=5) == b"ping"
+    assert (pair_of.rpc_server.starts, pair_of.rpc_server.holds) == (1, 1)
+    writer.close()
+    await eventually(lambda: pair_of.rpc_server.holds == 0)
+
+
 async def test_a_client_without_a_certificate_gets_403(pair_of: Tunnels) -> None:
     context = peer_client.pinned_anonymous_context(pair_of.b.credentials.cert_der)
     assert await tunnel_status(pair_of, context) == 403
@@ -107,23 +116,24 @@ async def test_a_member_removed_while_its_tunnel_is_open_is_cut_at_once(pair_of:
     assert pair_of.echo.connections == 1
 
 
-async def test_no_rpc_server_closes_the_local_connection_with_a_logged_reason(
+async def test_an_rpc_server_that_cannot_run_closes_the_local_connection_with_a_logged_reason(
     pair_of: Tunnels, caplog: pytest.LogCaptureFixture
 ) -> None:
-    pair_of.rpc_port[0] = None
+    pair_of.rpc_server.unavailable = "llama.cpp's rpc-server is not installed on this computer"
     caplog.set_level(logging.WARNING)
     reader, writer = await connect(pair_of.listener)
     assert await closed_within(reader, 5.0), "llama-server would hang on the tunnel"
     writer.close()
-    assert "no rpc-server runs on this computer" in caplog.text  # the member's log
+    assert "rpc-server is not installed on this computer" in caplog.text  # the member's log
     assert "rpc-tunnel:laptop not opened" in caplog.text  # the host's log
     assert "503" in caplog.text
+    assert pair_of.rpc_server.holds == 0
 
 
 async def test_an_rpc_server_gone_from_its_port_is_refused_with_the_reason(
     pair_of: Tunnels, caplog: pytest.LogCaptureFixture
 ) -> None:
-    pair_of.rpc_port[0] = free_port()
+    pair_of.rpc_server.port = free_port()
     caplog.set_level(logging.WARNING)
     reader, writer = await connect(pair_of.listener)
     assert await closed_within(reader, 5.0)
@@ -170,7 +180,7 @@ async def test_an_rpc_server_that_stops_reading_stops_the_host_writing(pair_of: 
         writer.close()
 
     stalled_server = await asyncio.start_server(never_reads, "127.0.0.1", 0)
-    pair_of.rpc_port[0] = int(stalled_server.sockets[0].getsockname()[1])
+    pair_of.rpc_server.port = int(stalled_server.sockets[0].getsockname()[1])
     try:
         _, writer = await connect(pair_of.listener)
         chunk, written, limit = os.urandom(1024 * 1024), 0, 96 * 1024 * 1024

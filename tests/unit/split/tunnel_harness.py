@@ -16,6 +16,7 @@ from pathlib import Path
 from aiohttp import web
 
 from backend.components.cluster.members import Member
+from backend.components.split.lender import RpcServerUnavailable
 from backend.components.split.tunnel_listener import MemberDialer, TunnelListener
 from backend.components.split.tunnel_server import RpcTunnels
 from tests.fakes import FakeClock
@@ -56,6 +57,29 @@ class EchoServer:
 
 
 @dataclass
+class ScriptedRpcServer:
+    """Stands in for ``RpcServerLender``: names a port, or refuses with ``unavailable``; counts
+    the tunnels holding it."""
+
+    port: int
+    unavailable: str | None = None
+    holds: int = 0
+    starts: int = 0
+
+    async def ensure(self) -> int:
+        if self.unavailable is not None:
+            raise RpcServerUnavailable(self.unavailable)
+        self.starts += 1
+        return self.port
+
+    def hold(self) -> None:
+        self.holds += 1
+
+    def release(self) -> None:
+        self.holds -= 1
+
+
+@dataclass
 class Tunnels:
     """A paired with B; B serves tunnels on ``port``; A's ``listener`` carries to B."""
 
@@ -66,7 +90,7 @@ class Tunnels:
     echo: EchoServer
     listener: TunnelListener
     dialer: MemberDialer
-    rpc_port: list[int | None] = field(default_factory=list)
+    rpc_server: ScriptedRpcServer = field(default_factory=lambda: ScriptedRpcServer(0))
 
     def b_as_seen_by_a(self) -> Member:
         """B's entry in A's membership (what the host dials)."""
@@ -85,13 +109,13 @@ async def tunnels(root: Path) -> AsyncIterator[Tunnels]:
     dialer: MemberDialer | None = None
     try:
         await pair(a, b)
-        rpc_port: list[int | None] = [await echo.start()]
-        served = RpcTunnels(cluster=b.service, rpc_port=lambda: rpc_port[0])
+        rpc_server = ScriptedRpcServer(await echo.start())
+        served = RpcTunnels(cluster=b.service, rpc_server=rpc_server)
         runner, port = await serve_routes(b, served.add_routes)
         dialer = MemberDialer(a.credentials, lambda member: [("127.0.0.1", port)])
         listener = TunnelListener(a.service.membership.members[B_ID], dialer)
         await listener.start()
-        yield Tunnels(a, b, port, served, echo, listener, dialer, rpc_port)
+        yield Tunnels(a, b, port, served, echo, listener, dialer, rpc_server)
     finally:
         if listener is not None:
             await listener.close()
