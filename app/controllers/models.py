@@ -37,6 +37,7 @@ from app.models.models import (
     remote_rows,
     restarts_after_delete,
     supports,
+    with_spread,
 )
 from app.models.pulls import PullRow, PullsModel
 from app.pending import (
@@ -346,6 +347,7 @@ class ModelsController(Controller):
         if self.node_id is None or models is None:
             return
         rows = local_rows(self.node_id, self.node_name, models, self._listed(None))
+        rows = with_spread(rows, self.engines.statuses.values())
         self.models.sync_node(self.node_id, rows)
         self._settle_confirmed(self.node_id)
 
@@ -438,7 +440,7 @@ class ModelsController(Controller):
         node = member.node_id
         if not member.reachable:
             self.pending.settle_node(node)
-        self.models.sync_node(node, member_rows(member))
+        self.models.sync_node(node, with_spread(member_rows(member), member.engines))
         self._settle_confirmed(node)
         reported = {PendingKey(node, pull.engine, pull.model): pull for pull in member.pulls}
         if member.reachable:  # away, its pulls stay as last seen until their calls answer

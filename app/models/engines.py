@@ -124,6 +124,7 @@ class EngineRow:
     port_error: str | None = None
     install: InstallStep | None = None
     version: str | None = None
+    backend: str | None = None  # what it computes on: "CPU", "CUDA 12.4"
     update_to: str | None = None
     update_note: str | None = None
     scheduler: SchedulerState | None = None
@@ -210,6 +211,7 @@ def managed_row(host: Host, status: EngineStatus, extras: RowExtras) -> EngineRo
         port_error=extras.port_error,
         install=extras.install,
         version=version,
+        backend=status.backend,
         update_to=update_to,
         update_note=update_note,
         scheduler=extras.scheduler if host.local else None,

@@ -17,10 +17,17 @@ from PySide6.QtGui import QColor
 
 from app.catalog import format_size
 from app.models.keyed_table import ROW_ROLE, Column, KeyedTableModel, ModelIndex
+from app.models.spread import spread_status_text, spread_tip
 from app.pending import PendingActions, PendingKey
 from app.window.look import State, state_colour
 from backend.protocol.types.base import EngineName, NodeId
-from backend.protocol.types.engines import EngineModels, EngineStatus, MemberEngines, ModelDetails
+from backend.protocol.types.engines import (
+    EngineModels,
+    EngineStatus,
+    MemberEngines,
+    ModelDetails,
+    SpreadStatus,
+)
 from backend.protocol.types.nodes import DiscoveredNode
 
 ModelAction = Literal["load_model", "unload_model", "delete_model", "pull_model"]
@@ -104,7 +111,9 @@ def _with_tag(name: str) -> str:
 class ModelRow:
     """One model on one node's engine; rows of this node (``local``) and of the other members
     (``member``) can be acted on, a member's only while it can be ``reachable``. ``details``
-    is what the model file says about itself, where its engine reads it (llama.cpp)."""
+    is what the model file says about itself, where its engine reads it (llama.cpp);
+    ``spread`` says which members hold which share of a model this node's engine runs spread
+    over them."""
 
     key: PendingKey
     node_name: str
@@ -114,6 +123,7 @@ class ModelRow:
     size_bytes: int | None = None  # None when the engine does not report it
     member: bool = False
     details: ModelDetails | None = None
+    spread: SpreadStatus | None = None
 
     @property
     def managed(self) -> bool:
@@ -180,6 +190,18 @@ def local_rows(
             row = ModelRow(key, node_name, name in loaded, not member, reachable, sizes.get(name))
             rows.append(replace(row, member=member, details=details.get(name)))
     return rows
+
+
+def with_spread(rows: list[ModelRow], statuses: Iterable[EngineStatus]) -> list[ModelRow]:
+    """``rows`` with each engine's spread (from its status) on the row of the model it runs."""
+    spreads = {status.engine: status.spread for status in statuses if status.spread is not None}
+    return [
+        replace(row, spread=spread)
+        if (spread := spreads.get(row.engine)) is not None
+        and same_model(row.engine, row.model, spread.model)
+        else row
+        for row in rows
+    ]
 
 
 def details_text(details: ModelDetails | None) -> str:
@@ -272,7 +294,9 @@ class ModelsModel(KeyedTableModel[PendingKey, ModelRow]):
                 lambda row: details_text(row.details),
                 tooltip=lambda row: details_tip(row.details),
             ),
-            Column("Status", self.status_text, foreground=self._status_colour),
+            Column(
+                "Status", self.status_text, tooltip=self._status_tip, foreground=self._status_colour
+            ),
             Column("", lambda _row: ""),  # the page puts the row's buttons here
         )
         super().__init__(columns, lambda row: row.key, parent)
@@ -284,6 +308,8 @@ class ModelsModel(KeyedTableModel[PendingKey, ModelRow]):
         action = self._pending.action(row.key)
         if action is not None:
             return f"{action}…"
+        if row.spread is not None:
+            return spread_status_text(row.spread)
         state = "Loaded" if row.loaded else ("On disk" if row.managed else "Available")
         return state if row.reachable else f"{state} (offline)"
 
@@ -327,7 +353,13 @@ class ModelsModel(KeyedTableModel[PendingKey, ModelRow]):
             return state_colour(State.PENDING)
         if not row.reachable:
             return state_colour(State.IDLE)
-        return state_colour(State.OK) if row.loaded else None
+        if row.spread is not None and row.spread.state == "degraded":
+            return state_colour(State.WARN)
+        return state_colour(State.OK) if row.loaded or row.spread is not None else None
+
+    @staticmethod
+    def _status_tip(row: ModelRow) -> str | None:
+        return spread_tip(row.spread) if row.spread is not None else None
 
     @staticmethod
     def _computer(row: ModelRow) -> str:

@@ -55,3 +55,41 @@ def action_tip(row: ModelRow, button: RowButton, served: str | None) -> str:
     verbs = {"load": "Load into memory", "eject": "Unload from memory", "delete": "Delete from"}
     where = f" on {row.where}" if button == "delete" else ""
     return f"{verbs[button]}{' disk' if button == 'delete' else ''}{where}."
+
+
+# The engines that can spread one model over several members (llama.cpp's RPC backend).
+_SPREADS: frozenset[str] = frozenset({"llamacpp"})
+
+
+def can_spread(row: ModelRow) -> bool:
+    """Whether ``row`` offers "Spread…": a model file of this computer's spreading engine."""
+    return row.local and row.engine in _SPREADS
+
+
+def spread_blocked_reason(
+    row: ModelRow, *, pending: str | None, connected: bool, members: int, reachable: int
+) -> str | None:
+    """Why "Spread…" cannot be used on ``row`` now (None: it can); ``members`` is how many
+    other members there are, ``reachable`` how many of them can be reached."""
+    if not connected:
+        return "The PAIR service is not running."
+    if pending is not None:
+        return f"{pending}… wait until it finishes."
+    if row.spread is not None and row.spread.state == "running":
+        return "Spread over its members now (the Status column says who holds what)."
+    if members == 0:
+        return (
+            "No other computer is paired with this one: pair one on the Cluster page to "
+            "spread a model over it."
+        )
+    if reachable == 0:
+        return "No other member can be reached now: a spread needs at least one of them."
+    return None
+
+
+def spread_action_tip(row: ModelRow) -> str:
+    """What "Spread…" does to ``row``."""
+    return (
+        f"Load {row.model} with {engine_title(row.engine)} spread over this computer and "
+        "members you choose: for a model bigger than one computer's memory."
+    )

@@ -123,6 +123,8 @@ def detail_text(row: EngineRow) -> str:
         there = "" if row.local else f" on {row.node_name}"
         return f"Not found on {row.where}. Install downloads it into PAIR's data folder{there}."
     parts = [f"version {row.version}"] if row.version else []
+    if row.backend:
+        parts.append(f"runs on {row.backend}")
     if row.adopted:
         parts.append("already running when PAIR found it: PAIR will not stop or move it")
     elif row.pid is not None:

@@ -1,16 +1,21 @@
 """The Models page: models per computer and engine (with the architecture, quantization and
 context length of llama.cpp's model files) with Load, Eject and Delete (on this computer and on
-every other member alike), a Pull bar that pulls on any member with live progress, and
-the model hub. Views only: every command goes through ``ModelsController``.
+every other member alike), "Load spread across members…" beside Load for this computer's
+llama.cpp models (a spread model's row says who holds which share), a Pull bar that pulls
+on any member with live progress, and the model hub. Views only: every command goes through
+``ModelsController``.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
     QHeaderView,
+    QMenu,
     QMessageBox,
     QTableView,
     QTabWidget,
@@ -22,6 +27,7 @@ from PySide6.QtWidgets import (
 from app.catalog import Catalog
 from app.controllers.hub import HubController
 from app.controllers.models import ModelsController
+from app.controllers.spread import SpreadCandidate, SpreadLoader
 from app.models.keyed_table import ROW_ROLE
 from app.models.models import (
     ModelRow,
@@ -32,12 +38,20 @@ from app.models.models import (
     on_any_change,
     restarts_after_delete,
 )
-from app.models.row_actions import RowButton, action_tip, blocked_reason
+from app.models.row_actions import (
+    RowButton,
+    action_tip,
+    blocked_reason,
+    can_spread,
+    spread_action_tip,
+    spread_blocked_reason,
+)
 from app.pending import PendingKey
 from app.window.banners import Banner
 from app.window.look import State, state_colour
 from app.window.model_hub import ModelHub
 from app.window.models_pulls import PullBar, PullsPanel
+from app.window.spread_dialog import SpreadDialog
 from app.window.widgets import (
     PAGE_MARGINS,
     SPACE,
@@ -49,6 +63,8 @@ from app.window.widgets import (
 
 ROW_HEIGHT = 34
 OPEN_HUB = "Open the Model hub"
+SPREAD_ENTRY = "Load spread across members…"
+MORE_TIP = "More ways to load: spread the model across members"
 
 
 def confirm_delete(parent: QWidget, row: ModelRow) -> bool:
@@ -73,10 +89,11 @@ def confirm_delete(parent: QWidget, row: ModelRow) -> bool:
 
 
 class RowActions(QWidget):
-    """Load, Eject and Delete for one row of this computer or another member; a note for
+    """Load, Eject and Delete for one row of this computer or another member (and, beside Load,
+    a menu to load a llama.cpp model of this computer spread across members); a note for
     computers outside the cluster."""
 
-    clicked = Signal(str, object)  # "load" | "eject" | "delete", PendingKey
+    clicked = Signal(str, object)  # "load" | "eject" | "delete" | "spread", PendingKey
 
     def __init__(self, key: PendingKey, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -93,17 +110,35 @@ class RowActions(QWidget):
             button.clicked.connect(lambda _checked=False, n=name: self.clicked.emit(n, self.key))
             layout.addWidget(button)
             self.buttons[name] = button
+        # An arrow, not a fourth word: the names keep their room in a narrow window.
+        self.more = QToolButton()
+        self.more.setArrowType(Qt.ArrowType.DownArrow)
+        self.more.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.more.setStyleSheet("QToolButton::menu-indicator { image: none; }")
+        self.more.setToolTip(MORE_TIP)
+        menu = QMenu(self.more)
+        menu.setToolTipsVisible(True)  # a disabled entry says why
+        self.spread_action = menu.addAction(SPREAD_ENTRY)
+        self.spread_action.triggered.connect(lambda: self.clicked.emit("spread", self.key))
+        self.more.setMenu(menu)
+        layout.insertWidget(1, self.more)
         self.view_only = muted_label("View only")
         self.view_only.setToolTip("Pair this computer to manage its models from here.")
         layout.addWidget(self.view_only)
         layout.addStretch(1)
 
     def refresh(
-        self, row: ModelRow, pending: str | None, connected: bool, served: str | None = None
+        self,
+        row: ModelRow,
+        pending: str | None,
+        connected: bool,
+        served: str | None = None,
+        members: Sequence[SpreadCandidate] = (),
     ) -> None:
         """Enable what makes sense now (nothing while an action is ``pending`` or the member
         that has the model cannot be reached); a disabled button's tooltip says why, an
-        enabled one's what it does (``served``: the model the row's engine serves now)."""
+        enabled one's what it does (``served``: the model the row's engine serves now;
+        ``members``: the members a spread could use)."""
         self.view_only.setVisible(not row.managed)
         buttons: tuple[RowButton, ...] = ("load", "eject", "delete")
         for name in buttons:
@@ -112,6 +147,22 @@ class RowActions(QWidget):
             reason = blocked_reason(row, name, pending=pending, connected=connected)
             button.setEnabled(row.managed and reason is None)
             button.setToolTip(reason or action_tip(row, name, served))
+        self._refresh_spread(row, pending, connected, members)
+
+    def _refresh_spread(
+        self,
+        row: ModelRow,
+        pending: str | None,
+        connected: bool,
+        members: Sequence[SpreadCandidate],
+    ) -> None:
+        self.more.setVisible(can_spread(row))
+        reachable = sum(member.reachable for member in members)
+        reason = spread_blocked_reason(
+            row, pending=pending, connected=connected, members=len(members), reachable=reachable
+        )
+        self.spread_action.setEnabled(can_spread(row) and reason is None)
+        self.spread_action.setToolTip(reason or spread_action_tip(row))
 
 
 class ModelsTab(QWidget):
@@ -121,6 +172,8 @@ class ModelsTab(QWidget):
         super().__init__(parent)
         self._controller = controller
         self._model: ModelsModel = controller.models
+        self.spread = SpreadLoader(controller, self)
+        self.spread_dialog: SpreadDialog | None = None
         self.proxy = ModelsSortProxy(self._model, self)
         self.table = QTableView()
         self.table.setModel(self.proxy)
@@ -177,7 +230,8 @@ class ModelsTab(QWidget):
                 widget.clicked.connect(self._on_row_actions_clicked)
                 self.table.setIndexWidget(index, widget)
             pending = self._controller.pending.action(row.key)
-            widget.refresh(row, pending, connected, self._served(row))
+            members = self.spread.candidates(row.key) if can_spread(row) else []
+            widget.refresh(row, pending, connected, self._served(row), members)
         # Only model files say what they are (llama.cpp's): no column of blanks without them.
         described = any(details_text(row.details) for row in self._model.rows())
         self.table.setColumnHidden(ModelsModel.DETAILS_COLUMN, not described)
@@ -216,6 +270,18 @@ class ModelsTab(QWidget):
             self._controller.eject(key)
         elif action == "delete" and confirm_delete(self, row):
             self._controller.delete(key)
+        elif action == "spread":
+            self.open_spread_dialog(row)
+
+    def open_spread_dialog(self, row: ModelRow) -> SpreadDialog:
+        """Show the dialog that loads ``row``'s model spread over members (window-modal, so
+        the loop keeps running while it is open)."""
+        if self.spread_dialog is not None:
+            self.spread_dialog.close()
+            self.spread_dialog.deleteLater()
+        self.spread_dialog = SpreadDialog(self.spread, row, self)
+        self.spread_dialog.open()
+        return self.spread_dialog
 
 
 class ModelsPage(QWidget):
@@ -255,6 +321,16 @@ class ModelsPage(QWidget):
         # Below the tabs, so a pull that starts never moves the rows under the cursor.
         layout.addWidget(self.pulls_panel)
         controller.action_failed.connect(self._on_controller_action_failed)
+        self.models_tab.spread.answered.connect(self._on_spread_answered)
+
+    def _on_spread_answered(self, key: PendingKey, reason: str) -> None:
+        """A refusal goes in the strip only when its dialog was closed before the answer."""
+        dialog = self.models_tab.spread_dialog
+        if not reason or (dialog is not None and dialog.isVisible() and dialog.key == key):
+            return
+        self._on_controller_action_failed(
+            f"Could not load {key.model} spread over members: {reason}"
+        )
 
     def _on_controller_action_failed(self, message: str) -> None:
         self.notice.message.setText(message)
