@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+import psutil
+
 from backend.common.files import ensure_private_dir
 from backend.common.tasks import TaskSet
 from backend.components.engines.process import EngineLog, EngineProcess, RunningProcess, Spawn
@@ -177,7 +179,7 @@ class RpcServerLender:
     async def _launch(self, binary: Path) -> _Running:
         port = _free_loopback_port()
         output = EngineLog(OUTPUT_LINES)
-        argv = [str(binary), "-H", "127.0.0.1", "-p", str(port), "-c"]
+        argv = [str(binary), "-H", "127.0.0.1", "-p", str(port), "-c", "-t", str(_cores())]
         try:
             process = await self._spawn(argv, self._environment(), output)
         except OSError as exc:
@@ -275,6 +277,11 @@ class RpcServerLender:
 def rpc_server_beside(llama_server: Path) -> Path:
     """The ``rpc-server`` of the same llama.cpp build as ``llama_server`` (the same folder)."""
     return llama_server.with_name("rpc-server.exe" if sys.platform == "win32" else "rpc-server")
+
+
+def _cores() -> int:
+    """rpc-server's CPU device runs one thread unless told; a member lending RAM computes there."""
+    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
 
 
 def _free_loopback_port() -> int:
