@@ -25,6 +25,7 @@ ENGINE_COLUMNS = (
     ("PORT", 7),
     ("PID", 9),
     ("SLOTS", 7),
+    ("BACKEND", 10),
     ("WANTED", 8),
     ("DETAIL", 0),
 )
@@ -60,6 +61,7 @@ def engine_row(status: EngineStatus) -> tuple[str, ...]:
         str(status.port),
         str(pid),
         str(slots),
+        status.backend or "-",
         WANTED[status.desired],
         detail,
     )

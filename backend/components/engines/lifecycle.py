@@ -212,8 +212,9 @@ Observation = Exited | Unhealthy | CrashRestartDue | SlotsCounted
 Event = Configuration | Progress | Observation
 
 
-def status_of(manifest: Manifest, state: Lifecycle) -> EngineStatus:
-    """The wire status of the engine ``manifest`` describes, in ``state``."""
+def status_of(manifest: Manifest, state: Lifecycle, backend: str | None = None) -> EngineStatus:
+    """The wire status of the engine ``manifest`` describes, in ``state``; ``backend`` is what
+    its build computes on, when known."""
     return EngineStatus(
         engine=EngineName(manifest.engine),
         display_name=manifest.display_name,
@@ -230,6 +231,7 @@ def status_of(manifest: Manifest, state: Lifecycle) -> EngineStatus:
         revision=state.revision,
         error=state.error,
         slots=state.slots if state.running else None,
+        backend=backend,
     )
 
 

@@ -550,6 +550,7 @@ async def test_engines_columns_widen_for_an_adopted_engine_and_long_values(
             slots=1_048_576,
             desired=True,
             binary="/usr/local/bin/llama-server",
+            backend="CUDA 12.4",
         ),
     ]
     broker.answer(methods.ENGINE_LIST.name, rows)
@@ -562,12 +563,15 @@ async def test_engines_columns_widen_for_an_adopted_engine_and_long_values(
         "65535",
         "4194304123",
         "1048576",
+        "CUDA",
+        "12.4",
         "on",
         "/usr/local/bin/llama-server",
     ]
     assert "running (adopted)  65535" in adopted
     # Every column starts where its title does, on every line.
-    for title, value in (("PORT", "65535"), ("PID", "4194304123"), ("SLOTS", "1048576")):
+    cells = (("PORT", "65535"), ("PID", "4194304123"), ("SLOTS", "1048576"), ("BACKEND", "CUDA"))
+    for title, value in cells:
         assert adopted.index(value) == header.index(title)
     assert stopped.index("11500") == header.index("PORT")
     assert adopted.index("/usr") == header.index("DETAIL") == stopped.index("not installed")
