@@ -151,9 +151,10 @@ async def start_node(
 
 
 async def serve_routes(
-    node: Node, add_routes: Callable[[web.Application], None]
+    node: Node, add_routes: Callable[[web.Application], None], *, host: str = "127.0.0.1"
 ) -> tuple[web.AppRunner, int]:
-    """A second port of ``node``: its node info plus ``add_routes``, over its pinned TLS."""
+    """A second port of ``node`` on ``host``: its node info plus ``add_routes``, over its
+    pinned TLS."""
     source = NodeInfoSource(
         node_id=node.node_id,
         version="test",
@@ -168,7 +169,7 @@ async def serve_routes(
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port, ssl_context=node.pinned.context).start()
+    await web.TCPSite(runner, host, port, ssl_context=node.pinned.context).start()
     return runner, port
 
 
