@@ -207,7 +207,9 @@ class EngineRun:
 
     def status(self) -> EngineStatus:
         """A snapshot; never waits for a lifecycle operation."""
-        return lifecycle.status_of(self.manifest, self._life)
+        from backend.components.engines.backend_label import backend_label  # cached per binary
+
+        return lifecycle.status_of(self.manifest, self._life, backend_label(self._life.binary))
 
     def placeholder_values(self, **extra: str) -> dict[str, str]:
         """Values for the manifest's placeholders."""
