@@ -111,9 +111,8 @@ def _with_tag(name: str) -> str:
 class ModelRow:
     """One model on one node's engine; rows of this node (``local``) and of the other members
     (``member``) can be acted on, a member's only while it can be ``reachable``. ``details``
-    is what the model file says about itself, where its engine reads it (llama.cpp);
-    ``spread`` says which members hold which share of a model this node's engine runs spread
-    over them."""
+    is what the model file says about itself, where its engine reads it (llama.cpp); ``spread``
+    which members hold which share of a model the engine runs spread over them."""
 
     key: PendingKey
     node_name: str
