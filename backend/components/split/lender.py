@@ -13,7 +13,6 @@ import contextlib
 import logging
 import os
 import socket
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ import psutil
 from backend.common.files import ensure_private_dir
 from backend.common.tasks import TaskSet
 from backend.components.engines.process import EngineLog, EngineProcess, RunningProcess, Spawn
+from backend.components.engines.rpc_binary import rpc_server_path
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +153,7 @@ class RpcServerLender:
 
     async def _start(self) -> _Running | RpcServerUnavailable:
         try:
-            running = await self._launch(self._binary())
+            running = await self._launch(await self._binary())
         except RpcServerUnavailable as exc:
             log.warning("rpc-server not started: %s", exc)
             return exc
@@ -164,15 +164,15 @@ class RpcServerLender:
         self._count_idle_from_now()
         return running
 
-    def _binary(self) -> Path:
+    async def _binary(self) -> Path:
         llama_server = self._llama_server()
         if llama_server is None:
             raise RpcServerUnavailable("llama.cpp is not installed on this computer")
-        binary = rpc_server_beside(llama_server)
-        if not binary.is_file() or not os.access(binary, os.X_OK):
+        binary = await asyncio.to_thread(rpc_server_path, llama_server)
+        if binary is None:
             raise RpcServerUnavailable(
-                f"llama.cpp's rpc-server is not installed on this computer ({binary} is missing; "
-                "reinstall llama.cpp from the Engines page)"
+                "llama.cpp's rpc-server is not installed on this computer (none beside "
+                f"{llama_server}; reinstall llama.cpp from the Engines page)"
             )
         return binary
 
@@ -272,11 +272,6 @@ class RpcServerLender:
     async def _forget(self, pid: int) -> None:
         if self._ledger is not None:
             await self._ledger.forget_process(pid)
-
-
-def rpc_server_beside(llama_server: Path) -> Path:
-    """The ``rpc-server`` of the same llama.cpp build as ``llama_server`` (the same folder)."""
-    return llama_server.with_name("rpc-server.exe" if sys.platform == "win32" else "rpc-server")
 
 
 def _cores() -> int:

@@ -20,8 +20,8 @@ import pytest
 
 from backend.common import tls
 from backend.common.certificates import NodeCredentials
+from backend.components.engines.rpc_binary import rpc_server_path
 from backend.components.identity.certificate import IdentityStore, vault_from
-from backend.components.split.lender import rpc_server_beside
 from backend.components.split.tunnel import TUNNEL_PATH
 from backend.devtools.llama_server import search_llama_server
 from backend.protocol import methods
@@ -51,9 +51,7 @@ def _credentials(node: Node, node_id: NodeId) -> NodeCredentials:
 def _installed_rpc_server() -> Path | None:
     """The rpc-server beside the llama-server a broker here detects, if there is one."""
     llama_server = search_llama_server().binary
-    if llama_server is None or not rpc_server_beside(llama_server).is_file():
-        return None
-    return rpc_server_beside(llama_server)
+    return None if llama_server is None else rpc_server_path(llama_server)
 
 
 def _rpc_servers_of(node: Node) -> list[psutil.Process]:

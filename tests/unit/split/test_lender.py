@@ -19,12 +19,12 @@ from pathlib import Path
 import psutil
 import pytest
 
+from backend.components.engines.rpc_binary import rpc_server_path
 from backend.components.split.lender import (
     CACHE_DIR,
     LEDGER_NAME,
     RpcServerLender,
     RpcServerUnavailable,
-    rpc_server_beside,
 )
 from tests.unit.cluster.harness import eventually
 
@@ -63,9 +63,10 @@ class RecordingLedger:
 @pytest.fixture
 def real_llama_server(llama_server_binary: Path) -> Path:
     """The installed llama-server, when an ``rpc-server`` of the same build lies beside it."""
-    rpc_server = rpc_server_beside(llama_server_binary)
-    if not rpc_server.is_file():
-        pytest.skip(f"{rpc_server} is missing: llama.cpp was built without -DGGML_RPC=ON")
+    if rpc_server_path(llama_server_binary) is None:
+        pytest.skip(
+            f"no rpc-server beside {llama_server_binary}: llama.cpp was built without -DGGML_RPC=ON"
+        )
     return llama_server_binary
 
 
@@ -94,7 +95,7 @@ def fake_llama_cpp(root: Path, rpc_server_body: str) -> Path:
     folder.mkdir()
     llama_server = folder / "llama-server"
     llama_server.write_text("")
-    rpc_server = rpc_server_beside(llama_server)
+    rpc_server = folder / "rpc-server"
     rpc_server.write_text(f"#!{sys.executable}\n{rpc_server_body}")
     rpc_server.chmod(0o755)
     return llama_server
@@ -266,7 +267,7 @@ async def test_a_llama_cpp_without_rpc_server_says_so(
     tmp_path: Path, make_lender: MakeLender
 ) -> None:
     llama_server = fake_llama_cpp(tmp_path, "")
-    rpc_server_beside(llama_server).unlink()
+    (llama_server.parent / "rpc-server").unlink()
     with pytest.raises(
         RpcServerUnavailable, match=r"llama\.cpp's rpc-server is not installed on this computer"
     ):
