@@ -27,7 +27,7 @@ from backend.components.engines.rpc_binary import rpc_server_path
 
 log = logging.getLogger(__name__)
 
-# Long enough that one model's tunnels closing and reopening (a reload) keep its cached tensors.
+# Long enough that a model reloading (its tunnels close, then reopen) finds rpc-server running.
 IDLE_S = 60.0
 # A GPU build initialises its devices before it listens.
 LISTEN_TIMEOUT_S = 30.0
