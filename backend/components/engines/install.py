@@ -17,15 +17,29 @@ import shutil
 import tarfile
 import zipfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import aiohttp
 
+from backend.components.engines.accel import ArchiveChoice, DetectedGpu
+from backend.components.engines.archive_choice import (
+    accelerated_archive,
+    detected_gpus,
+    merge_folder,
+    takes_accelerated_archive,
+)
+from backend.components.engines.backend_label import write_archive_backend
 from backend.components.engines.commands import run_command
-from backend.components.engines.manifest import Manifest, platform_keys, release_asset
+from backend.components.engines.manifest import (
+    InstallSpec,
+    Manifest,
+    platform_keys,
+    release_asset,
+)
 from backend.components.engines.process import EngineLog
 from backend.components.engines.templating import expand, expand_all
 from backend.components.engines.versions import VersionUnknown, fetch_text, latest_version
@@ -47,8 +61,10 @@ async def install(
     values: dict[str, str],
     output: EngineLog,
     progress: ProgressSink,
+    gpus: Sequence[DetectedGpu] | None = None,
 ) -> None:
-    """Run the manifest's installer; raises with an actionable message on failure."""
+    """Run the manifest's installer; raises with an actionable message on failure. llama.cpp's
+    release archive is the build for ``gpus`` (None: the GPUs found on this computer)."""
     spec = manifest.install
     if spec is None:
         raise errors.InvalidParams(
@@ -62,31 +78,14 @@ async def install(
         download = None
         if spec.url is not None:
             values = await _release_values(manifest, values, session, report, advice)
-            url = expand(spec.url, values)
-            listed = None
-            if spec.sha256 is None and spec.sha256_url is not None:
-                listed = await listed_sha256(
-                    expand(spec.sha256_url, values),
-                    url,
-                    session=session,
-                    name=name,
-                    nothing_done="nothing was installed",
-                )
-            download = await download_file(
-                url,
-                sha256=spec.sha256 or listed,
-                target=install_dir.parent / f"{install_dir.name}.download",
-                session=session,
-                report=report,
-                name=name,
-                advice=advice,
-                nothing_done="nothing was installed",
-            )
-            if spec.archive is not None:
-                report.stage("unpacking")
-                await asyncio.to_thread(
-                    unpack, download, spec.archive, install_dir, unwrap=spec.unwrap, name=name
-                )
+            choice = await _chosen_archive(manifest, gpus)
+            if choice is not None:
+                values = {**values, "asset": expand(choice.asset, values)}
+            fetch = Fetch(spec, session, report, name, advice)
+            download = await fetch.fetch(values, install_dir, spec.sha256)
+            if choice is not None:
+                await _install_runtime(fetch, choice, values, install_dir)
+                await asyncio.to_thread(write_archive_backend, install_dir, choice.backend)
         if spec.run is not None:
             report.stage("running the installer")
             argv = expand_all(spec.run, {**values, "download": str(download or "")})
@@ -97,6 +96,79 @@ async def install(
         report.fail(exc.message)
         raise
     report.done()
+
+
+@dataclass(frozen=True, slots=True)
+class Fetch:
+    """Downloads (checked) and unpacks the files of one install spec's release."""
+
+    spec: InstallSpec
+    session: aiohttp.ClientSession
+    report: Reporter
+    name: str
+    advice: str
+
+    async def fetch(self, values: dict[str, str], target: Path, sha256: str | None) -> Path:
+        """Download ``url`` as ``values`` fill it, checked against ``sha256`` (else the
+        checksum ``sha256_url`` lists), and unpack it into a fresh ``target``."""
+        spec, nothing_done = self.spec, "nothing was installed"
+        assert spec.url is not None
+        url = expand(spec.url, values)
+        if sha256 is None and spec.sha256_url is not None:
+            sha256 = await listed_sha256(
+                expand(spec.sha256_url, values),
+                url,
+                session=self.session,
+                name=self.name,
+                nothing_done=nothing_done,
+            )
+        download = await download_file(
+            url,
+            sha256=sha256,
+            target=target.parent / f"{target.name}.download",
+            session=self.session,
+            report=self.report,
+            name=self.name,
+            advice=self.advice,
+            nothing_done=nothing_done,
+        )
+        if spec.archive is not None:
+            self.report.stage("unpacking")
+            await asyncio.to_thread(
+                unpack, download, spec.archive, target, unwrap=spec.unwrap, name=self.name
+            )
+        return download
+
+
+async def _chosen_archive(
+    manifest: Manifest, gpus: Sequence[DetectedGpu] | None
+) -> ArchiveChoice | None:
+    """llama.cpp's archive for this computer's accelerator; None for any other install."""
+    if not takes_accelerated_archive(manifest):
+        return None
+    found = gpus if gpus is not None else await asyncio.to_thread(detected_gpus)
+    return accelerated_archive(manifest, found)
+
+
+async def _install_runtime(
+    fetch: Fetch, choice: ArchiveChoice, values: dict[str, str], install_dir: Path
+) -> None:
+    """Unpack the runtime the chosen build needs (CUDA's DLLs) into the install dir too; a
+    failure leaves nothing installed."""
+    if choice.runtime_asset is None:
+        return
+    scratch = install_dir.with_name(f"{install_dir.name}.runtime")
+    try:
+        await fetch.fetch({**values, "asset": choice.runtime_asset}, scratch, None)
+        await asyncio.to_thread(merge_folder, scratch, install_dir)
+    except BaseException:
+        await asyncio.shield(asyncio.to_thread(_remove_folders, install_dir, scratch))
+        raise
+
+
+def _remove_folders(*folders: Path) -> None:
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 async def _release_values(

@@ -347,6 +347,7 @@ async def _install(
         values={},
         output=EngineLog(),
         progress=progress.append,
+        gpus=(),  # the CPU archive the site serves, whatever GPU this computer has
     )
     return progress
 
