@@ -29,12 +29,13 @@ from pathlib import Path
 from typing import Literal
 
 import aiohttp
+import psutil
 from _common import ROOT, free_port
 from _soak_netns import SUBNET, SoakNetwork
 from _split_node import save_credentials
 
 from backend.common.gguf import read_file
-from backend.components.split.lender import rpc_server_beside
+from backend.components.engines.rpc_binary import rpc_server_path
 from backend.components.split.members import Candidate
 from backend.components.split.model_shape import layer_count
 from backend.components.split.plan import SplitPlan, SplitRefused, plan_split
@@ -46,10 +47,11 @@ from tests.fakes import FakeClock
 from tests.support.netfaults import run_ip
 from tests.unit.cluster.harness import A_ID, B_ID, C_ID, pair, start_node, stop_node
 
-# Six blocks share out evenly over one, two and three nodes; 256 wide so that a token is real
-# work (some 4 M parameters, 16 MB in F32) but the hops still show.
+# Six blocks share out evenly over one, two and three nodes. Twice the tiny model's width (1.3 M
+# parameters, 5.4 MB in F32): some 2,500 tokens/s on one core here, steadier than the tiny
+# model's 5,000; four times its width ran 100-400 tokens/s, swinging with the machine's load.
 MODEL_SHAPE = tiny_model.ModelShape(
-    embedding_length=256, block_count=6, head_count=4, feed_forward_length=768
+    embedding_length=128, block_count=6, head_count=4, feed_forward_length=384
 )
 MODEL_CACHE = ROOT / "build" / "test-models"
 HOST_NAME = "a"
@@ -108,9 +110,9 @@ def binaries() -> tuple[Path, Path] | str:
     found = search_llama_server()
     if found.binary is None:
         return found.reason
-    rpc_server = rpc_server_beside(found.binary)
-    if not rpc_server.is_file():
-        return f"{rpc_server} is missing: this llama.cpp was built without GGML_RPC"
+    rpc_server = rpc_server_path(found.binary)
+    if rpc_server is None:
+        return f"no rpc-server beside {found.binary}: this llama.cpp was built without GGML_RPC"
     shown = subprocess.run(
         [str(found.binary), "--help"], capture_output=True, text=True, timeout=30
     ).stdout
@@ -156,6 +158,7 @@ async def network() -> AsyncIterator[tuple[dict[str, Place], str | None]]:
     if why is not None:
         yield {name: Place(None, "127.0.0.1") for name, _ in MEMBERS}, why
         return
+    _remove_leftovers()
     made = SoakNetwork(tuple(name for name, _ in MEMBERS))
     try:
         made.open()
@@ -164,6 +167,27 @@ async def network() -> AsyncIterator[tuple[dict[str, Place], str | None]]:
         yield places, None
     finally:
         await made.close()
+
+
+def _remove_leftovers() -> None:
+    """Remove the bridge (and its namespaces) of a run that was killed before it could: its
+    address on the bridge would leave this namespace two routes to the members' subnet (so
+    two runs at once cannot work either)."""
+    shown = subprocess.run(
+        ["ip", "-o", "-4", "addr", "show", "to", f"{SUBNET}.1/32"],
+        capture_output=True,
+        text=True,
+        timeout=10,
+    ).stdout
+    for bridge in {line.split()[1] for line in shown.splitlines()}:
+        tag = bridge.removeprefix("psb")
+        if tag == bridge:
+            continue  # not one of ours
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        for namespace in (line.split()[0] for line in listed.splitlines() if line.strip()):
+            if namespace.startswith(f"psns{tag}"):
+                subprocess.run(["ip", "netns", "del", namespace], capture_output=True, timeout=10)
+        subprocess.run(["ip", "link", "del", bridge], capture_output=True, timeout=10)
 
 
 class Processes:
@@ -298,10 +322,12 @@ class Rig:
         return await self._llama_server(f"{key}-llama-server", split)
 
     async def _rpc_server(self, name: str, place: Place) -> str:
-        """rpc-server with the lender's flags (``-c``: its tensor cache), bound to the address
-        the host dials: the plain-TCP baseline only, never how PAIR runs it."""
+        """rpc-server with the flags ``RpcServerLender`` gives it (``-c``: its tensor cache;
+        ``-t``: a thread per physical core), but bound to the address the host dials: the
+        plain-TCP baseline only, never how PAIR runs it."""
         port, cache = tcp_port(), self.work / f"{name}-cache"
-        argv = [str(self.rpc_server), "-H", place.address, "-p", str(port), "-c"]
+        threads = str(psutil.cpu_count(logical=False) or os.cpu_count() or 1)
+        argv = [str(self.rpc_server), "-H", place.address, "-p", str(port), "-c", "-t", threads]
         process = await self.processes.start(name, argv, place=place, env=environment(cache))
         async with asyncio.timeout(READY_TIMEOUT_S):
             while not await accepts(place.address, port):

@@ -1,11 +1,11 @@
 """What spreading a model over members costs: time to first token and tokens/s on one node, and
 spread over two and three, over plain TCP and through PAIR's RPC tunnel, on loopback and across
-network namespaces; the tunnel's added time per token; whether the text stays the same.
+network namespaces; the tunnel's added time per token; whether the tokens stay the same.
 
     .venv/bin/python bench/split.py [--quick] [--requests 30]
 
-The model is the tiny test model's generator with six blocks, 256 wide (``_split_rig.MODEL_SHAPE``;
-about 16 MB in F32), so one, two or three nodes each get whole layers. The layers are shared out
+The model is the tiny test model's generator with six blocks, 128 wide (``_split_rig.MODEL_SHAPE``;
+5.4 MB in F32), so one, two or three nodes each get whole layers. The layers are shared out
 by PAIR's planner (``plan.py``) from equal, made-up free memory: ``--tensor-split`` and ``-ngl``
 as PAIR would launch them. Every configuration runs at once (its own ``llama-server``, its own
 ``rpc-server`` per member, its own tunnel processes); requests go one at a time, a round being
@@ -15,7 +15,8 @@ on all of them alike. Each request is greedy and seeded (temperature 0, seed 42,
 
 - time to first token: from sending the request to the first token's chunk (the prompt's
   evaluation, through every member's layers, and the first token);
-- tokens/s: the tokens after the first over the time from the first to the last;
+- tokens/s and ms per token: llama-server's own timing of the tokens after the first (each a
+  pass through every member's layers);
 - the tunnel's added time per token: median time per token through the tunnel less over plain
   TCP, same topology and network.
 
@@ -63,12 +64,13 @@ REQUEST_TIMEOUT_S = 120.0
 
 @dataclass(frozen=True)
 class Sample:
-    """One request: seconds to the first token, seconds per later token, tokens, the text."""
+    """One request: seconds to the first token (at the client), seconds per later token (by
+    llama-server's own clock), and each token's id and log-probability."""
 
     first_token_s: float
     per_token_s: float
-    tokens: int
-    text: str
+    tokens: tuple[int, ...]
+    logprobs: tuple[float, ...]
 
 
 @dataclass
@@ -98,39 +100,48 @@ def prompt(number: int) -> str:
 
 
 async def request(session: aiohttp.ClientSession, url: str, number: int) -> Sample:
-    """One streamed, greedy, seeded chat completion, timed at each token's chunk."""
+    """One streamed, greedy, seeded completion. llama-server's own ``/completion``, for the
+    token ids and log-probabilities (the random model's bytes are seldom valid UTF-8, and it
+    repeats a token for long: the log-probabilities differ from token to token) and for its
+    own timings (a client on a busy machine may read several tokens' chunks at once)."""
     body = {
-        "messages": [{"role": "user", "content": prompt(number)}],
-        "max_tokens": MAX_TOKENS,
+        "prompt": prompt(number),
+        "n_predict": MAX_TOKENS,
         "temperature": 0,
         "seed": SEED,
         "stream": True,
         "cache_prompt": False,
+        "n_probs": 1,
     }
-    times: list[float] = []
-    pieces: list[str] = []
+    first_token_at, timings = 0.0, dict[str, float]()
+    tokens: list[int] = []
+    logprobs: list[float] = []
     began = time.perf_counter()
-    async with session.post(f"{url}/v1/chat/completions", json=body) as answer:
+    async with session.post(f"{url}/completion", json=body) as answer:
         answer.raise_for_status()
         async for line in answer.content:
-            if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
+            if not line.startswith(b"data: "):
                 continue
-            choices = json.loads(line[6:])["choices"]
-            content = choices[0]["delta"].get("content") if choices else None
-            if content:
-                times.append(time.perf_counter())
-                pieces.append(content)
-    if len(times) < 2:
-        raise RuntimeError(f"{url} streamed {len(times)} tokens")
-    per_token = (times[-1] - times[0]) / (len(times) - 1)
-    return Sample(times[0] - began, per_token, len(times), "".join(pieces))
+            chunk = json.loads(line[6:])
+            for chosen in chunk.get("completion_probabilities") or ():
+                first_token_at = first_token_at or time.perf_counter()
+                tokens.append(chosen["id"])
+                logprobs.append(chosen["logprob"])
+            timings = chunk.get("timings") or timings
+    if len(tokens) != MAX_TOKENS or "predicted_per_token_ms" not in timings:
+        raise RuntimeError(f"{url} streamed {len(tokens)} tokens and timings {timings}")
+    per_token_s = timings["predicted_per_token_ms"] / 1000
+    return Sample(first_token_at - began, per_token_s, tuple(tokens), tuple(logprobs))
 
 
 async def measure(rows: list[Row], requests: int) -> None:
     """``WARM_UP`` unrecorded requests per configuration, then ``requests`` rounds."""
     running = [row for row in rows if not row.failed]
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
+    # A connection per request: llama-server may close one after a stream, and a pooled
+    # connection it closed fails the next request.
+    connector = aiohttp.TCPConnector(force_close=True)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         for row in running:
             for number in range(WARM_UP):
                 await request(session, row.url, 9000 + number)
@@ -152,11 +163,11 @@ def milliseconds(values: Sequence[float], fraction: float) -> float:
 
 
 def results_table(rows: list[Row]) -> list[str]:
-    """Per configuration: TTFT median and p99, tokens/s median, ms per token, same text."""
+    """Per configuration: TTFT median and p99, tokens/s median, ms per token, same tokens."""
     reference = rows[0].samples
     lines = [
         "| configuration | TTFT median ms | TTFT p99 ms | tokens/s median | ms per token "
-        "| text as on 1 node |",
+        "| tokens as on 1 node |",
         "|---|--:|--:|--:|--:|---|",
     ]
     for row in rows:
@@ -176,20 +187,26 @@ def results_table(rows: list[Row]) -> list[str]:
 
 
 def text_check(reference: dict[int, Sample], samples: dict[int, Sample]) -> str:
-    """ "identical" or where the first difference from the reference lies."""
+    """ "identical" (request by request, the same token ids as on one node, and the largest
+    difference in their log-probabilities), or where the first different token lies."""
+    largest = 0.0
     for number, sample in sorted(samples.items()):
         expected = reference.get(number)
-        if expected is None or sample.text == expected.text:
+        if expected is None:
             continue
-        pairs = zip(sample.text, expected.text, strict=False)
-        at = next((i for i, (got, want) in enumerate(pairs) if got != want), None)
-        if at is None:
-            at = min(len(sample.text), len(expected.text))
-        return (
-            f"differs in request {number} at character {at}: "
-            f"{expected.text[at : at + 20]!r} on 1 node, {sample.text[at : at + 20]!r} here"
-        )
-    return "identical" if samples else "-"
+        if sample.tokens != expected.tokens:
+            pairs = zip(sample.tokens, expected.tokens, strict=False)
+            at = next((i for i, (got, want) in enumerate(pairs) if got != want), 0)
+            return (
+                f"differs in request {number} from token {at}: "
+                f"{list(expected.tokens[at : at + 4])} on 1 node, here "
+                f"{list(sample.tokens[at : at + 4])}"
+            )
+        for got, want in zip(sample.logprobs, expected.logprobs, strict=True):
+            largest = max(largest, abs(got - want))
+    if not samples:
+        return "-"
+    return "identical" if largest == 0 else f"same tokens; log-probabilities within {largest:.1e}"
 
 
 def tunnel_table(rows: list[Row]) -> list[str]:
