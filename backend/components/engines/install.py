@@ -37,6 +37,7 @@ from backend.components.engines.commands import run_command
 from backend.components.engines.manifest import (
     InstallSpec,
     Manifest,
+    UpdateSpec,
     platform_keys,
     release_asset,
 )
@@ -78,14 +79,13 @@ async def install(
         download = None
         if spec.url is not None:
             values = await _release_values(manifest, values, session, report, advice)
-            choice = await _chosen_archive(manifest, gpus)
+            choice = await chosen_archive(manifest, gpus)
             if choice is not None:
                 values = {**values, "asset": expand(choice.asset, values)}
             fetch = Fetch(spec, session, report, name, advice)
             download = await fetch.fetch(values, install_dir, spec.sha256)
             if choice is not None:
-                await _install_runtime(fetch, choice, values, install_dir)
-                await asyncio.to_thread(write_archive_backend, install_dir, choice.backend)
+                await complete_archive(fetch, choice, values, install_dir)
         if spec.run is not None:
             report.stage("running the installer")
             argv = expand_all(spec.run, {**values, "download": str(download or "")})
@@ -100,18 +100,20 @@ async def install(
 
 @dataclass(frozen=True, slots=True)
 class Fetch:
-    """Downloads (checked) and unpacks the files of one install spec's release."""
+    """Downloads (checked) and unpacks the files of one install or update spec's release;
+    ``advice`` and ``nothing_done`` say what a failure leaves the user to do and as it was."""
 
-    spec: InstallSpec
+    spec: InstallSpec | UpdateSpec
     session: aiohttp.ClientSession
     report: Reporter
     name: str
     advice: str
+    nothing_done: str = "nothing was installed"
 
     async def fetch(self, values: dict[str, str], target: Path, sha256: str | None) -> Path:
         """Download ``url`` as ``values`` fill it, checked against ``sha256`` (else the
         checksum ``sha256_url`` lists), and unpack it into a fresh ``target``."""
-        spec, nothing_done = self.spec, "nothing was installed"
+        spec, nothing_done = self.spec, self.nothing_done
         assert spec.url is not None
         url = expand(spec.url, values)
         if sha256 is None and spec.sha256_url is not None:
@@ -140,29 +142,29 @@ class Fetch:
         return download
 
 
-async def _chosen_archive(
+async def chosen_archive(
     manifest: Manifest, gpus: Sequence[DetectedGpu] | None
 ) -> ArchiveChoice | None:
-    """llama.cpp's archive for this computer's accelerator; None for any other install."""
+    """llama.cpp's archive for ``gpus`` (None: this computer's); None for any other engine."""
     if not takes_accelerated_archive(manifest):
         return None
     found = gpus if gpus is not None else await asyncio.to_thread(detected_gpus)
     return accelerated_archive(manifest, found)
 
 
-async def _install_runtime(
-    fetch: Fetch, choice: ArchiveChoice, values: dict[str, str], install_dir: Path
+async def complete_archive(
+    fetch: Fetch, choice: ArchiveChoice, values: dict[str, str], folder: Path
 ) -> None:
-    """Unpack the runtime the chosen build needs (CUDA's DLLs) into the install dir too; a
-    failure leaves nothing installed."""
-    if choice.runtime_asset is None:
-        return
-    scratch = install_dir.with_name(f"{install_dir.name}.runtime")
+    """Add the runtime the chosen build needs (CUDA's DLLs) to the archive unpacked in
+    ``folder`` and record the build's label there; a failure removes ``folder``."""
+    scratch = folder.with_name(f"{folder.name}.runtime")
     try:
-        await fetch.fetch({**values, "asset": choice.runtime_asset}, scratch, None)
-        await asyncio.to_thread(merge_folder, scratch, install_dir)
+        if choice.runtime_asset is not None:
+            await fetch.fetch({**values, "asset": choice.runtime_asset}, scratch, None)
+            await asyncio.to_thread(merge_folder, scratch, folder)
+        await asyncio.to_thread(write_archive_backend, folder, choice.backend)
     except BaseException:
-        await asyncio.shield(asyncio.to_thread(_remove_folders, install_dir, scratch))
+        await asyncio.shield(asyncio.to_thread(_remove_folders, folder, scratch))
         raise
 
 

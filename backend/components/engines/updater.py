@@ -11,15 +11,20 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 
+from backend.components.engines.accel import DetectedGpu
 from backend.components.engines.commands import run_command
 from backend.components.engines.install import (
+    Fetch,
     Reporter,
     asset_values,
+    chosen_archive,
+    complete_archive,
     download_file,
     listed_sha256,
     unpack,
@@ -96,8 +101,10 @@ async def stage(
     values: dict[str, str],
     output: EngineLog,
     report: Reporter,
+    gpus: Sequence[DetectedGpu] | None = None,
 ) -> dict[str, str]:
     """Get ``version`` ready beside the installed one; returns the values ``replace`` needs.
+    llama.cpp's archive is the build for ``gpus`` (None: this computer's), as installed.
 
     Fails (leaving the installed engine as it is) when the download fails, does not match
     its checksum, lacks the executable, or the staging command fails.
@@ -107,9 +114,16 @@ async def stage(
     values = {**values, "version": version, "staging": str(paths.staging), "download": ""}
     try:
         values.update(asset_values(manifest, values))
+        choice = await chosen_archive(manifest, gpus) if spec.url is not None else None
+        if choice is not None:
+            values["asset"] = expand(choice.asset, values)
         if spec.url is not None:
             download = await _fetch(manifest, version, paths, binary, session, values, report)
             values["download"] = str(download)
+        if choice is not None:
+            advice = f"or try again later; {LEFT_AS_IT_IS}"
+            fetch = Fetch(spec, session, report, manifest.display_name, advice, LEFT_AS_IT_IS)
+            await complete_archive(fetch, choice, values, paths.staging)
         if spec.stage is not None:
             report.stage("preparing")
             await asyncio.to_thread(paths.staging.mkdir, parents=True, exist_ok=True)

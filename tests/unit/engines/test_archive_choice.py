@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from backend.components.engines import archive_choice
+from backend.components.engines import archive_choice, updater
 from backend.components.engines import install as installer
 from backend.components.engines import manifest as manifests
 from backend.components.engines.accel import DetectedGpu
@@ -32,6 +32,7 @@ from backend.components.engines.process import EngineLog
 from backend.components.engines.templating import expand
 from backend.components.nodeinfo.gpus import NvidiaReader
 from backend.protocol import errors
+from backend.protocol.types.base import EngineName
 from backend.protocol.types.engines import InstallProgress
 from tests.unit.components.local_server import served
 
@@ -199,7 +200,7 @@ async def cuda_site() -> AsyncIterator[tuple[str, aiohttp.ClientSession, dict[st
 def _windows_site_manifest(url: str) -> manifests.Manifest:
     release = {"url": url + "/b{version}/{asset}", "sha256_url": url + "/tags/b{version}"}
     this = manifests.platform_keys()[1]
-    block = {"install": release, "latest": {"url": url + "/latest"}}
+    block = {"install": release, "update": release, "latest": {"url": url + "/latest"}}
     document = deep_merge(
         manifests.bundled_documents()["llamacpp"], {"methods": {"archive": block}}
     )
@@ -259,3 +260,30 @@ async def test_a_runtime_that_cannot_be_had_leaves_nothing_installed(
     with pytest.raises(errors.InternalError, match="does not match its pinned checksum"):
         await _install_on_windows(url, session, install_dir, monkeypatch)
     assert list(install_dir.parent.iterdir()) == []
+
+
+async def test_an_update_keeps_the_build_of_this_computers_gpu(
+    tmp_path: Path,
+    cuda_site: tuple[str, aiohttp.ClientSession, dict[str, bytes]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url, session, _ = cuda_site
+    install_dir = tmp_path / "engines" / "llamacpp"
+    await _install_on_windows(url, session, install_dir, monkeypatch)
+    await updater.stage(
+        _windows_site_manifest(url),
+        "7",
+        install_dir=install_dir,
+        binary=install_dir / "llama-server",
+        session=session,
+        values={},
+        output=EngineLog(),
+        report=installer.Reporter(EngineName("llamacpp"), lambda _: None),
+        gpus=[RTX],
+    )
+    staged = updater.UpdatePaths(install_dir).staging
+    assert {"cudart64_12.dll", "ggml-cuda.dll", ARCHIVE_BACKEND_FILE} <= {
+        p.name for p in staged.iterdir()
+    }
+    assert json.loads((staged / ARCHIVE_BACKEND_FILE).read_text()) == {"backend": "CUDA 12.4"}
+    await updater.discard(install_dir)
