@@ -145,7 +145,8 @@ def call(command: list[str], env: dict[str, str] | None = None) -> int:
 
 
 def ensure_environment() -> None:
-    """Create the venv and install PAIR with its dev extras, unless already current."""
+    """Create the venv and install PAIR with its extras, unless it was set up for this
+    pyproject.toml and this engine build already."""
     builds = engines_builds(engines_requirement(ROOT / "pyproject.toml"), detected_source_build())
     pyproject = (ROOT / "pyproject.toml").read_bytes()
     wanted = hashlib.sha256(pyproject + builds[0].key.encode()).hexdigest()

@@ -233,5 +233,30 @@ def test_nvidia_smi_and_nvcc_output_are_read(bootstrap: ModuleType) -> None:
     assert bootstrap.nvcc_release("") is None
 
 
+def test_the_venv_is_set_up_again_when_the_engine_build_changes(
+    bootstrap: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    python = bootstrap.VENV / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("")
+    monkeypatch.setattr(bootstrap, "PYTHON", python)
+    monkeypatch.setattr(bootstrap, "STAMP", bootstrap.VENV / ".bootstrap-stamp")
+    chosen = [CPU]
+    monkeypatch.setattr(bootstrap, "detected_source_build", lambda: chosen[-1])
+    built: list[str] = []
+
+    def engines_wheel(builds: list[Any]) -> None:
+        built.append(builds[0].backend)  # and fails, so the rest is installed without it
+
+    monkeypatch.setattr(bootstrap, "engines_wheel", engines_wheel)
+    monkeypatch.setattr(bootstrap.subprocess, "check_call", lambda *args, **kwargs: 0)
+    bootstrap.ensure_environment()
+    bootstrap.ensure_environment()
+    assert built == ["CPU"]
+    chosen.append(CUDA)  # the toolkit and the GPU are here now
+    bootstrap.ensure_environment()
+    assert built == ["CPU", "CUDA 12.4"]
+
+
 def _never_called(*args: object) -> None:
     raise AssertionError("a cached wheel must not be built again")
