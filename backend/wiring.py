@@ -67,7 +67,10 @@ from backend.components.settings import rpc as settings_rpc
 from backend.components.settings.log_level import LogLevels
 from backend.components.settings.service import CORRUPT_ERROR_ID, SettingsService
 from backend.components.settings.view import SettingsView
+from backend.components.split.component import SpreadComponent, SpreadSources
+from backend.components.split.host import SpreadHost
 from backend.components.split.lender import RpcServerLender
+from backend.components.split.tunnel_listener import MemberDialer
 from backend.components.split.tunnel_server import RpcTunnels
 from backend.core import broker_rpc, logs
 from backend.core.broker_rpc import Readiness, StatusSource, Uptime
@@ -179,11 +182,15 @@ def build_node(base: Foundation) -> Node:
     telemetry, node_api = _node_api(
         base, services, engines, jobs, proxy, cluster.service, member_rpc, rpc_server
     )
+    spread = _spread(base, services, cluster.service, board, discovery, telemetry)
+    engines.bind_shaper("llamacpp", spread.host)
+    spread.host.bind_replan(lambda: engines.controller("llamacpp").restart())
     _register_broker(base, services, proxy)
     # Start order; stop is the reverse. Jobs before the proxy, so the proxy's last job
     # reports are written; discovery after the node API, so the node is announced once it serves.
     started: list[Component] = [
         control,
+        spread,  # stops after the engines: their llama-server uses its tunnels to the end
         engines,
         jobs,
         proxy,
@@ -455,18 +462,7 @@ def _federation(
     """The member links: this node's calls to other members and the mirrors of their engines,
     errors and jobs; and the link route other members call this node's methods on."""
     node_id = base.identity.node_id
-
-    def addresses(member: Member) -> list[tuple[str, int]]:
-        """Where discovery last reached the member first, then where it was paired."""
-        found = [
-            (address, node.ports["node"])
-            for node in discovery.nodes()
-            if node.node_id == member.node_id and "node" in node.ports
-            for address in node.addresses
-        ]
-        paired = (member.address, member.node_port)
-        return [*found, *([paired] if paired not in found else [])]
-
+    addresses = _member_addresses(discovery)
     sinks = LinkSinks(
         engines=board.changed,
         errors=services.errors.replace_node,
@@ -488,6 +484,47 @@ def _federation(
         node_id=node_id, dispatcher=services.dispatcher, hub=services.hub, cluster=cluster
     )
     return federation, member_rpc
+
+
+def _member_addresses(
+    discovery: DiscoveryComponent,
+) -> Callable[[Member], list[tuple[str, int]]]:
+    def addresses(member: Member) -> list[tuple[str, int]]:
+        """Where discovery last reached the member first, then where it was paired."""
+        found = [
+            (address, node.ports["node"])
+            for node in discovery.nodes()
+            if node.node_id == member.node_id and "node" in node.ports
+            for address in node.addresses
+        ]
+        paired = (member.address, member.node_port)
+        return [*found, *([paired] if paired not in found else [])]
+
+    return addresses
+
+
+def _spread(
+    base: Foundation,
+    services: _Services,
+    cluster: ClusterService,
+    board: MemberEnginesBoard,
+    discovery: DiscoveryComponent,
+    telemetry: TelemetryComponent,
+) -> SpreadComponent:
+    """llama.cpp's launch planner: GPU offload here, or a model spread over members."""
+    sources = SpreadSources(
+        node_id=base.identity.node_id,
+        name=services.node_name,
+        telemetry=telemetry.view,
+        membership=lambda: cluster.membership,
+        reachable=board.reachable,
+        nodes=discovery.nodes,
+    )
+    dialer = MemberDialer(base.credentials.credentials, _member_addresses(discovery))
+    host = SpreadHost(host=sources.host, peers=sources.peers, dial=dialer)
+    cluster.on_trust_changed(lambda _: host.members_changed())
+    board.on_presence(host.members_changed)
+    return SpreadComponent(host, dialer)
 
 
 def _pins(membership: Membership) -> list[bytes]:

@@ -24,6 +24,7 @@ from backend.components.engines.port_override import moved_manifest
 from backend.components.engines.probes import port_in_use
 from backend.components.engines.process import reap_orphan
 from backend.components.engines.runner import REAL_DRIVERS, EngineDrivers
+from backend.components.engines.shaping import LaunchShaper
 from backend.core.clock import Clock
 from backend.core.component import Component
 from backend.core.rpc import NumberedStream
@@ -83,6 +84,7 @@ class EnginesComponent(Component):
         self._data_dir = data_dir
         self._settings: EngineSettings = settings if settings is not None else NoSettings()
         self._gate: ExclusiveGate = OPEN_GATE
+        self._shapers: dict[str, LaunchShaper] = {}
         self._relaunches = TaskSet("engines:settings-restart")
         self._relaunch_pending: set[str] = set()
         self._scheduler = scheduler
@@ -117,6 +119,10 @@ class EnginesComponent(Component):
                     await asyncio.shield(self.prepare_shutdown())
                 self.controllers = {}
 
+    def bind_shaper(self, engine: str, shaper: LaunchShaper) -> None:
+        """Shape every launch of ``engine`` with ``shaper`` (bound before the component runs)."""
+        self._shapers[engine] = shaper
+
     def bind_gate(self, gate: ExclusiveGate) -> None:
         """Hold ``gate`` (the proxy's schedulers) around every exclusive operation."""
         self._gate = gate
@@ -149,6 +155,7 @@ class EnginesComponent(Component):
                 data_dir=self._data_dir,
                 settings=self._settings,
                 drivers=self._drivers,
+                shaper=self._shapers.get(name),
             )
             for name, manifest in loaded.manifests.items()
         }
@@ -318,11 +325,19 @@ class EnginesComponent(Component):
         *,
         url: str | None = None,
         sha256: str | None = None,
+        across: list[str] | None = None,
     ) -> EngineActionResult:
         """``engine:action``; pull progress is pushed as it comes. An engine with a model store
-        acts on its store; the others' load, unload and delete wait for the gate."""
+        acts on its store; the others' load, unload and delete wait for the gate. ``across``
+        (load of an engine that can spread a model): the members to spread it over."""
         controller = self.controller(name)
         try:
+            if across is not None and (action != "load_model" or controller.shaper is None):
+                raise errors.InvalidParams(
+                    f"{controller.manifest.display_name} cannot spread a model over members; "
+                    "only llama.cpp's load can",
+                    {"engine": controller.name},
+                )
             if controller.store is not None:
                 return await store_actions.run_store_action(
                     controller,
@@ -330,6 +345,7 @@ class EnginesComponent(Component):
                     model,
                     url=url,
                     sha256=sha256,
+                    across=tuple(across) if across is not None else None,
                     gate=self._gate,
                     progress=self._on_pull_progress,
                 )

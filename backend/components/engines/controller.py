@@ -60,10 +60,13 @@ class EngineController(EngineRun):
                 await self._start_locked()
             return self.status()
 
-    async def switch_model(self, model: str) -> EngineStatus:
+    async def switch_model(self, model: str, across: tuple[str, ...] | None = None) -> EngineStatus:
         """Relaunch a store engine on ``model`` (start it with it when stopped) and remember
         the choice once it runs. A model not in the store raises ``NotFound`` before anything
-        stops; one the engine cannot load leaves it failed, the error carrying its output."""
+        stops; one the engine cannot load leaves it failed, the error carrying its output.
+        ``across``: the members to spread it over (None: as it runs when it is the model served,
+        else only when this computer cannot hold it; empty: this computer alone); asking for
+        another spread of the model it serves relaunches it."""
         store = self._require_store()
         await asyncio.to_thread(store.get, model)
         async with self._lock:
@@ -73,9 +76,10 @@ class EngineController(EngineRun):
                     "so PAIR cannot load another model into it",
                     {"engine": self.name, "adopted": True},
                 )
-            if self.current_model == model:
+            if self.current_model == model and across in (None, self._across):
                 return self.status()
             running = self.running
+            self._across = across
             await self._require_startable()
             await self._command("restart" if running else "start", explicit=not running)
             with self._relaunch(running):

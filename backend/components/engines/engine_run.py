@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
+import msgspec
 
 from backend.common.files import ensure_private_dir
 from backend.common.hostport import url_host
@@ -41,6 +42,7 @@ from backend.components.engines.runner import (
     EngineRunner,
     StartCommandFailed,
 )
+from backend.components.engines.shaping import LaunchExtras, LaunchShaper
 from backend.components.engines.templating import expand, expand_all, expand_path
 from backend.core.clock import Clock
 from backend.core.supervisor import ErrorSink
@@ -85,6 +87,7 @@ class EngineRun:
         drivers: EngineDrivers = REAL_DRIVERS,
         data_dir: Path | None = None,
         settings: EngineSettings | None = None,
+        shaper: LaunchShaper | None = None,
     ) -> None:
         self.manifest = manifest
         self.install_dir = install_dir
@@ -94,6 +97,10 @@ class EngineRun:
         self.store = self._model_store()
         self._settings: EngineSettings = settings if settings is not None else NoSettings()
         self._plan: LaunchPlan | None = None  # the last launch of a store engine
+        self._shaper = shaper
+        # The members the user asked to spread the model over (None: only when it must be).
+        self._across: tuple[str, ...] | None = None
+        self._extras = LaunchExtras()
         self._relaunching = False
         self._crash_restarting = False  # a restart after a crash is under way
         # The key an engine that takes one is launched with: random, known only to PAIR, one
@@ -117,6 +124,11 @@ class EngineRun:
     def name(self) -> EngineName:
         """The engine's name (``ollama``, ``lmstudio``, ``llamacpp``)."""
         return EngineName(self.manifest.engine)
+
+    @property
+    def shaper(self) -> LaunchShaper | None:
+        """What shapes this engine's launches (llama.cpp: GPU offload and spreading)."""
+        return self._shaper
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -209,7 +221,10 @@ class EngineRun:
         """A snapshot; never waits for a lifecycle operation."""
         from backend.components.engines.backend_label import backend_label  # cached per binary
 
-        return lifecycle.status_of(self.manifest, self._life, backend_label(self._life.binary))
+        status = lifecycle.status_of(self.manifest, self._life, backend_label(self._life.binary))
+        if self._shaper is not None:
+            status = msgspec.structs.replace(status, spread=self._shaper.spread())
+        return status
 
     def placeholder_values(self, **extra: str) -> dict[str, str]:
         """Values for the manifest's placeholders."""
@@ -329,6 +344,9 @@ class EngineRun:
 
     async def _launch(self, model: str | None) -> None:
         await self._plan_launch(model)
+        self._extras = LaunchExtras()
+        if self._shaper is not None and self._plan is not None:
+            self._extras = await self._shaper.shape(self._plan.model, self._plan.path, self._across)
         values = self.placeholder_values()
         if self.manifest.runtime.mode == "process":
             await self._spawn_process(values)
@@ -365,7 +383,9 @@ class EngineRun:
         assert self._life.binary is not None, "a start requires the executable"
         name = self.manifest.runtime.api_key_env
         keyed = {name: self._key} if name is not None and self._key is not None else None
-        process = await self._runner.spawn(self.manifest, self._life.binary, values, keyed)
+        process = await self._runner.spawn(
+            self.manifest, self._life.binary, values, keyed, extras=self._extras
+        )
         self._process = process
         self._apply(lifecycle.Spawned(process.pid))
         await self._hooks.record_process(self.name, process.pid, process.create_time)
@@ -377,6 +397,7 @@ class EngineRun:
                 await self._stop_owned()
             except errors.RpcError as stop_failure:
                 message = f"{message}; stopping what it started failed too: {stop_failure}"
+        await self._release(crashed=False)
         self._apply(lifecycle.StartFailed(message))
         self._hooks.errors.raise_error(
             self._error_id("start-failed"),
@@ -407,6 +428,7 @@ class EngineRun:
             stop = self.manifest.runtime.stop
             await process.stop(kill=stop.signal == "kill", grace=stop.grace_s)
             await self._hooks.forget_process(process.pid)
+            await self._release(crashed=False)
         if self._life.owner == "daemon":
             try:
                 await self._runner.stop_daemon(self.manifest, self.placeholder_values())
@@ -446,6 +468,7 @@ class EngineRun:
                 return  # a stop or restart got there first: not a crash
             self._process = None
             await self._hooks.forget_process(process.pid)
+            await self._release(crashed=True)
             self._report_crash(reason)
 
     async def _watch_health(self, run: int) -> None:
@@ -533,6 +556,10 @@ class EngineRun:
                 self._crash_restarting = False
 
     # -- helpers -------------------------------------------------------------------------------
+
+    async def _release(self, *, crashed: bool) -> None:
+        if self._shaper is not None:
+            await self._shaper.released(crashed=crashed)
 
     def _apply(self, event: Event) -> bool:
         """Move the lifecycle on; whether it changed (a stale observation changes nothing)."""

@@ -74,7 +74,12 @@ def register(
 
     async def action(params: EngineActionParams, _: RpcPeer) -> EngineActionResult:
         return await engines.run_action(
-            params.engine, params.action, params.model, url=params.url, sha256=params.sha256
+            params.engine,
+            params.action,
+            params.model,
+            url=params.url,
+            sha256=params.sha256,
+            across=params.across,
         )
 
     async def models(_: NodeScope, __: RpcPeer) -> EngineModels:

@@ -18,6 +18,7 @@ from backend.components.engines.commands import CommandRunner, run_command
 from backend.components.engines.manifest import Manifest, Probe, Runtime
 from backend.components.engines.probes import HttpProbe, PortCheck, port_in_use, probe_http
 from backend.components.engines.process import EngineLog, EngineProcess, RunningProcess, Spawn
+from backend.components.engines.shaping import LaunchExtras
 from backend.components.engines.templating import expand, expand_all
 from backend.core.clock import Clock
 from backend.protocol import errors
@@ -53,6 +54,7 @@ class EngineDrivers:
 
 
 REAL_DRIVERS = EngineDrivers()
+NO_EXTRAS = LaunchExtras()
 
 
 class EngineRunner:
@@ -85,12 +87,15 @@ class EngineRunner:
         binary: Path,
         values: Mapping[str, str],
         secrets: Mapping[str, str] | None = None,
+        *,
+        extras: LaunchExtras = NO_EXTRAS,
     ) -> RunningProcess:
         """Start ``binary`` with the manifest's arguments and environment, plus ``secrets``
         (variables never logged: an environment is not shown by ``ps`` as arguments are)."""
         runtime = manifest.runtime
-        argv = [str(binary), *expand_all(runtime.args, values)]
+        argv = [str(binary), *expand_all(runtime.args, values), *extras.args]
         env = {**os.environ, **{k: expand(v, values) for k, v in runtime.env.items()}}
+        env.update(extras.env)
         env.update(secrets or {})
         log.info("starting %s: %s", manifest.engine, " ".join(argv))
         self._output.add(f"[pair] starting: {' '.join(argv)}")

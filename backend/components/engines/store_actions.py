@@ -112,6 +112,7 @@ async def run_store_action(
     sha256: str | None,
     gate: ExclusiveGate,
     progress: ProgressSink,
+    across: tuple[str, ...] | None = None,
 ) -> EngineActionResult:
     """``engine:action`` of a store engine; only load and delete wait for the gate."""
     if name == "list_models":
@@ -132,7 +133,7 @@ async def run_store_action(
     await asyncio.to_thread(store_of(engine).get, chosen)  # NotFound before waiting at the gate
     if name == "load_model":
         async with gate.hold(engine.name, "switch", chosen):
-            await engine.switch_model(chosen)
+            await engine.switch_model(chosen, across)
         return EngineActionResult(ok=True)
     return await _delete(engine, chosen, gate)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from backend.protocol.types.base import NodeId
-from backend.protocol.types.nodes import NodeInfo
+from backend.protocol.types.nodes import NodeGpu, NodeInfo
 
 MemoryKind = Literal["vram", "ram"]
 HEADROOM_PERCENT = 10  # of each device's free memory, left for the KV cache, buffers, the OS
@@ -54,12 +54,24 @@ class Device:
 def candidate_from_node_info(info: NodeInfo) -> Candidate:
     """A candidate from a member's node-info: free = total - used, unknown stays None."""
     memory = info.memory
-    gpus = tuple(
-        MemberGpu(gpu.name or gpu.vendor, _free(gpu.vram_total_bytes, gpu.vram_used_bytes))
-        for gpu in info.gpus
+    return candidate_from_figures(
+        info.node_id, info.name, memory.total_bytes, memory.used_bytes, info.gpus
     )
-    ram_free = _free(memory.total_bytes, memory.used_bytes)
-    return Candidate(info.node_id, ram_free, gpus, info.name)
+
+
+def candidate_from_figures(
+    node_id: NodeId,
+    name: str,
+    ram_total: int | None,
+    ram_used: int | None,
+    gpus: Sequence[NodeGpu],
+) -> Candidate:
+    """A candidate from memory readings (node-info's or discovery's telemetry)."""
+    lent = tuple(
+        MemberGpu(gpu.name or gpu.vendor, _free(gpu.vram_total_bytes, gpu.vram_used_bytes))
+        for gpu in gpus
+    )
+    return Candidate(node_id, _free(ram_total, ram_used), lent, name)
 
 
 def has_memory_figures(candidate: Candidate) -> bool:
