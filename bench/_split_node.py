@@ -8,7 +8,9 @@ namespace it was launched in, as a broker would:
 - ``member``: the node that lends its devices. It serves ``RpcTunnels`` (the node API's
   ``/v1/cluster/rpc-tunnel``, members-only gate included) on ``--listen``, leading to the
   ``rpc-server`` that PAIR's ``RpcServerLender`` starts on this namespace's loopback when the
-  first tunnel asks (the one beside ``--llama-server``), stopped when this process stops.
+  first tunnel asks (the one beside ``--llama-server``), stopped when this process stops;
+  ``--rpc-threads`` replaces the lender's thread count (a thread per core), because every
+  node of the benchmark shares one computer's cores.
 - ``host``: the node that runs ``llama-server``. It holds one ``TunnelListener`` per
   ``--member NODE_ID=ADDRESS:PORT`` (in that order), each on a loopback port of its own.
 
@@ -16,7 +18,7 @@ When ready it prints one JSON line (``{"ports": [...]}``: the member's tunnel po
 host's listener ports) and runs until SIGTERM, SIGINT or the end of its standard input.
 
     python bench/_split_node.py member --root DIR --name b --node-id ID --listen ADDR \
-        --llama-server PATH
+        --llama-server PATH --rpc-threads 1
     python bench/_split_node.py host --root DIR --name a --node-id ID --member ID=ADDR:PORT ...
 """
 
@@ -27,6 +29,7 @@ import asyncio
 import json
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,6 +42,7 @@ from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
 
 from backend.common.certificates import NodeCredentials, fingerprint_of  # noqa: E402
 from backend.components.cluster.members import Member  # noqa: E402
+from backend.components.engines.process import EngineLog, EngineProcess, Spawn  # noqa: E402
 from backend.components.split.lender import RpcServerLender  # noqa: E402
 from backend.components.split.tunnel_listener import MemberDialer, TunnelListener  # noqa: E402
 from backend.components.split.tunnel_server import RpcTunnels  # noqa: E402
@@ -85,7 +89,9 @@ async def _serve_member(options: argparse.Namespace, stopped: asyncio.Event) -> 
     try:
         llama_server: Path = options.llama_server
         lender = RpcServerLender(
-            llama_server=lambda: llama_server, data_dir=options.root / options.name
+            llama_server=lambda: llama_server,
+            data_dir=options.root / options.name,
+            spawn=_with_threads(options.rpc_threads),
         )
         tunnels = RpcTunnels(cluster=node.service, rpc_server=lender)
         runner, port = await serve_routes(node, tunnels.add_routes, host=options.listen)
@@ -97,6 +103,17 @@ async def _serve_member(options: argparse.Namespace, stopped: asyncio.Event) -> 
             await lender.close()
     finally:
         await stop_node(node)
+
+
+def _with_threads(threads: int) -> Spawn:
+    """The lender's way of starting a process, with ``-t threads`` in place of its own."""
+
+    async def spawn(argv: Sequence[str], env: dict[str, str], output: EngineLog) -> EngineProcess:
+        changed = list(argv)
+        changed[changed.index("-t") + 1] = str(threads)
+        return await EngineProcess.spawn(changed, env, output)
+
+    return spawn
 
 
 def _member_addresses(specs: list[str]) -> dict[NodeId, tuple[str, int]]:
@@ -164,6 +181,7 @@ def main() -> int:
     parser.add_argument("--node-id", required=True)
     parser.add_argument("--listen", default="127.0.0.1", help="member: the tunnel's address")
     parser.add_argument("--llama-server", type=Path, help="member: rpc-server's neighbour")
+    parser.add_argument("--rpc-threads", type=int, default=1, help="member: rpc-server's -t")
     parser.add_argument("--member", action="append", default=[], help="host: ID=ADDRESS:PORT")
     asyncio.run(_main(parser.parse_args()))
     return 0

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Literal
 
 import aiohttp
-import psutil
 from _common import ROOT, free_port
 from _soak_netns import SUBNET, SoakNetwork
 from _split_node import save_credentials
@@ -59,6 +58,10 @@ MEMBERS: tuple[tuple[str, NodeId], ...] = (("b", B_ID), ("c", C_ID))
 # What the planner is told each node has free: equal, so the layers share out evenly.
 FREE_RAM_BYTES = 64 * 1024**3
 CONTEXT = 1024
+# Every llama-server and rpc-server computes on one thread: the nodes share this computer's
+# cores, and llama.cpp's threads spin while they wait, so with two threads each on two cores the
+# processes of one spread took turns at 100 ms a token (1.3 ms with one thread each).
+THREADS = 1
 READY_TIMEOUT_S = 120.0
 STOP_GRACE_S = 5.0
 
@@ -322,12 +325,12 @@ class Rig:
         return await self._llama_server(f"{key}-llama-server", split)
 
     async def _rpc_server(self, name: str, place: Place) -> str:
-        """rpc-server with the flags ``RpcServerLender`` gives it (``-c``: its tensor cache;
-        ``-t``: a thread per physical core), but bound to the address the host dials: the
-        plain-TCP baseline only, never how PAIR runs it."""
+        """rpc-server with the flags ``RpcServerLender`` gives it (``-c``: its tensor cache),
+        ``THREADS`` threads, bound to the address the host dials: the plain-TCP baseline only,
+        never how PAIR runs it."""
         port, cache = tcp_port(), self.work / f"{name}-cache"
-        threads = str(psutil.cpu_count(logical=False) or os.cpu_count() or 1)
-        argv = [str(self.rpc_server), "-H", place.address, "-p", str(port), "-c", "-t", threads]
+        argv = [str(self.rpc_server), "-H", place.address, "-p", str(port), "-c"]
+        argv += ["-t", str(THREADS)]
         process = await self.processes.start(name, argv, place=place, env=environment(cache))
         async with asyncio.timeout(READY_TIMEOUT_S):
             while not await accepts(place.address, port):
@@ -349,6 +352,7 @@ class Rig:
             place = places[name]
             argv = [*node, "member", "--root", str(folder), "--name", name, "--node-id", node_id]
             argv += ["--listen", place.address, "--llama-server", str(self.llama_server)]
+            argv += ["--rpc-threads", str(THREADS)]
             port = await self._ready(f"{key}-member-{name}", argv, place)
             wanted += ["--member", f"{node_id}={place.address}:{port[0]}"]
         copy_node(self.work / "paired", HOST_NAME, folder)
@@ -368,7 +372,8 @@ class Rig:
     async def _llama_server(self, name: str, split: tuple[str, ...]) -> str:
         port = tcp_port()
         argv = [str(self.llama_server), "-m", str(self.model), "--host", "127.0.0.1"]
-        argv += ["--port", str(port), "-np", "1", "-c", str(CONTEXT), *split]
+        argv += ["--port", str(port), "-np", "1", "-c", str(CONTEXT), "-t", str(THREADS)]
+        argv += split
         process = await self.processes.start(name, argv)
         url = f"http://127.0.0.1:{port}"
         try:

@@ -11,10 +11,13 @@ as PAIR would launch them. Every configuration runs at once (its own ``llama-ser
 ``rpc-server`` per member, its own tunnel processes); requests go one at a time, a round being
 one request to each configuration in a rotating order, so a change in the machine's load falls
 on all of them alike. Each request is greedy and seeded (temperature 0, seed 42, no prompt cache,
-64 tokens) with a prompt of its own, the same prompts for every configuration.
+64 tokens) with a prompt of its own, the same prompts for every configuration. Every
+``llama-server`` and ``rpc-server`` computes on one thread (``_split_rig.THREADS``): all the
+nodes share this computer's cores, which members of a real cluster do not.
 
 - time to first token: from sending the request to the first token's chunk (the prompt's
-  evaluation, through every member's layers, and the first token);
+  evaluation, through every member's layers, and the first token); p99 is the nearest rank,
+  so with 30 requests or fewer it is the slowest;
 - tokens/s and ms per token: llama-server's own timing of the tokens after the first (each a
   pass through every member's layers);
 - the tunnel's added time per token: median time per token through the tunnel less over plain
