@@ -11,7 +11,7 @@ import sys
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
-from backend.cli import client_commands, confirm, exit_codes, model_commands
+from backend.cli import client_commands, confirm, exit_codes, load_command, model_commands
 from backend.cli.engine_format import (
     ENGINE_COLUMNS,
     ModelOperation,
@@ -35,6 +35,7 @@ from backend.cli.node_ref import (
 )
 from backend.cli.progress_bar import ProgressBar
 from backend.cli.scheduler_format import scheduler_lines
+from backend.cli.spread_format import spread_lines
 from backend.protocol import contract, errors, methods
 from backend.protocol.contract import Method
 from backend.protocol.peer import RpcPeer
@@ -118,6 +119,7 @@ def add_parsers(commands: Any, add_data_dir: Any) -> None:
     for parser in on_model.values():
         parser.add_argument("engine", metavar="ENGINE")
         parser.add_argument("model", metavar="MODEL")
+    load_command.add_across_option(on_model["load"])
     on_engine["set-port"].add_argument("port", metavar="PORT", type=port_number)
     on_engine["logs"].add_argument(
         "--lines",
@@ -218,9 +220,14 @@ def _run_model(args: argparse.Namespace) -> int:
         return client_commands.run_with_broker(args.data_dir, model_commands.hub_work(args))
     operation: ModelOperation = MODEL_OPERATIONS[args.operation]
     engine, model = EngineName(args.engine), args.model
+    try:
+        across = load_command.across_names(getattr(args, "across", None))
+    except errors.InvalidParams as exc:
+        print(f"pair: {exc.message}", file=sys.stderr)
+        return exit_codes.USAGE
 
     def work(peer: RpcPeer, member: KnownNode | None) -> Awaitable[int]:
-        return _model(peer, operation, engine, model, member)
+        return _model(peer, operation, engine, model, member, across)
 
     if operation.action != "delete_model":
         return _on_node(args, work)
@@ -247,6 +254,8 @@ async def _engines(peer: RpcPeer, member: KnownNode | None, *, verbose: bool = F
     print(table_line([title for title, _ in ENGINE_COLUMNS], widths))
     for status, row in zip(statuses, rows, strict=True):
         print(table_line(row, widths))
+        if status.spread is not None:
+            print("\n".join(spread_lines(status.spread)))
         scheduler = schedulers.pop(status.engine, None) if schedulers is not None else None
         if scheduler is not None or (schedulers is not None and status.state == "running"):
             print("\n".join(scheduler_lines(scheduler)))
@@ -357,10 +366,15 @@ async def _model(
     engine: EngineName,
     model: str,
     member: KnownNode | None,
+    across: list[str] | None = None,
 ) -> int:
     params = EngineActionParams(
-        engine=engine, action=operation.action, model=model, node=node_id_of(member)
+        engine=engine, action=operation.action, model=model, node=node_id_of(member), across=across
     )
+    if across is not None:
+        print(load_command.describe_loading(params, member), file=sys.stderr)
     result = await contract.call(peer, methods.ENGINE_ACTION, params, timeout=LONG_TIMEOUT_S)
     print(describe_model_action(operation, params, result, member))
+    if load_command.reads_where_it_runs(params):
+        await load_command.say_where_it_runs(peer, params, member)
     return exit_codes.OK

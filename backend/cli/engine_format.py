@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from backend.cli.node_ref import SHORT_ID, KnownNode, on_node
+from backend.cli.spread_format import spread_lines
 from backend.protocol.types.engines import (
     EngineActionName,
     EngineActionParams,
@@ -15,6 +16,7 @@ from backend.protocol.types.engines import (
     EngineStatus,
     EngineVersions,
     ModelDetails,
+    SpreadStatus,
 )
 
 WANTED = {True: "on", False: "off", None: "-"}
@@ -154,11 +156,18 @@ def model_rows(models: EngineModels, computer: str) -> list[tuple[str, ...]]:
     return rows
 
 
-def models_table(rows: Sequence[Sequence[str]]) -> str:
-    """The rows of ``model_rows`` under a header, in columns."""
+def models_table(
+    rows: Sequence[Sequence[str]], spreads: Mapping[str, SpreadStatus] | None = None
+) -> str:
+    """The rows of ``model_rows`` under a header, in columns; a model its engine runs spread
+    over members (``spreads``, by engine) has its shares on the lines under its row."""
     widths = column_widths(MODEL_COLUMNS, rows)
     lines = [table_line([title for title, _ in MODEL_COLUMNS], widths)]
-    lines += [table_line(row, widths).rstrip() for row in rows]
+    for row in rows:
+        lines.append(table_line(row, widths).rstrip())
+        spread = (spreads or {}).get(row[1])  # the row's engine
+        if spread is not None and spread.model == row[2]:  # and model
+            lines += spread_lines(spread)
     return "\n".join(lines)
 
 

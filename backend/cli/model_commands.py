@@ -19,7 +19,7 @@ from backend.cli.progress_bar import ProgressBar
 from backend.protocol import contract, errors, methods
 from backend.protocol.peer import RpcPeer
 from backend.protocol.types.base import EngineName
-from backend.protocol.types.engines import EngineActionParams, NodeScope
+from backend.protocol.types.engines import EngineActionParams, NodeScope, SpreadStatus
 from backend.protocol.types.hub import HUB_LIMIT_MAX, HubQuery, HubRepoQuery
 
 T = TypeVar("T")
@@ -152,8 +152,15 @@ async def list_models(peer: RpcPeer, member: KnownNode | None) -> int:
         print(f"no engine is running{on_node(member)}")
         return exit_codes.OK
     computer = member.name if member is not None else "this computer"
-    print(models_table(model_rows(models, computer)))
+    print(models_table(model_rows(models, computer), await _spreads(peer, scope)))
     return exit_codes.OK
+
+
+async def _spreads(peer: RpcPeer, scope: NodeScope) -> dict[str, SpreadStatus]:
+    """The models the node's engines run spread over members, by engine (the engine list
+    says; the model list does not)."""
+    statuses = await contract.call(peer, methods.ENGINE_LIST, scope, timeout=LIST_TIMEOUT_S)
+    return {status.engine: status.spread for status in statuses if status.spread is not None}
 
 
 def hub_work(args: argparse.Namespace) -> Callable[[RpcPeer], Awaitable[int]]:

@@ -166,6 +166,7 @@ async def test_models_shows_what_a_stores_files_say(capsys: pytest.CaptureFixtur
             details_by_engine={LLAMACPP: {"qwen": details, "tiny": ModelDetails(file="t.gguf")}},
         ),
     )
+    broker.answer(methods.ENGINE_LIST.name, [])  # no engine runs a model spread over members
     assert await model_commands.list_models(broker.peer, None) == exit_codes.OK
     facts = "491.4 MB  qwen2  Q4_K_M  trained ctx 32768"
     lines = capsys.readouterr().out.splitlines()
