@@ -198,7 +198,7 @@ class Processes:
 
     def __init__(self, logs: Path) -> None:
         self.logs = logs
-        self._started: list[tuple[asyncio.subprocess.Process, bool]] = []
+        self._started: list[tuple[str, asyncio.subprocess.Process, bool]] = []
 
     async def start(
         self,
@@ -223,7 +223,7 @@ class Processes:
                 preexec_fn=child_preexec(),
                 start_new_session=True,  # Ctrl+C reaches this process only; it stops the rest
             )
-        self._started.append((process, python))
+        self._started.append((name, process, python))
         return process
 
     def tail(self, name: str, lines: int = 6) -> str:
@@ -233,15 +233,18 @@ class Processes:
 
     async def stop_all(self) -> None:
         """Stop every process started here (stdin's end for Python children, then SIGTERM, then
-        SIGKILL), all at once."""
+        SIGKILL): every ``llama-server`` first, then the rest, each wave at once. A
+        ``llama-server`` whose members went first dies freeing their buffers, with a backtrace."""
         started, self._started = self._started, []
-        await asyncio.gather(
-            *(
-                stop_child(process, grace=STOP_GRACE_S, close_stdin=python)
-                for process, python in reversed(started)
-            ),
-            return_exceptions=True,
-        )
+        servers = [entry for entry in started if entry[0].endswith("llama-server")]
+        for wave in (servers, [entry for entry in started if entry not in servers]):
+            await asyncio.gather(
+                *(
+                    stop_child(process, grace=STOP_GRACE_S, close_stdin=python)
+                    for _, process, python in wave
+                ),
+                return_exceptions=True,
+            )
 
 
 async def ready_ports(process: asyncio.subprocess.Process) -> list[int]:

@@ -2,7 +2,7 @@
 spread over two and three, over plain TCP and through PAIR's RPC tunnel, on loopback and across
 network namespaces; the tunnel's added time per token; whether the tokens stay the same.
 
-    .venv/bin/python bench/split.py [--quick] [--requests 30]
+    .venv/bin/python bench/split.py [--quick] [--requests 30] [--logs DIR]
 
 The model is the tiny test model's generator with six blocks, 128 wide (``_split_rig.MODEL_SHAPE``;
 5.4 MB in F32), so one, two or three nodes each get whole layers. The layers are shared out
@@ -17,7 +17,7 @@ nodes share this computer's cores, which members of a real cluster do not.
 
 - time to first token: from sending the request to the first token's chunk (the prompt's
   evaluation, through every member's layers, and the first token); p99 is the nearest rank,
-  so with 30 requests or fewer it is the slowest;
+  so with 50 requests or fewer it is the slowest;
 - tokens/s and ms per token: llama-server's own timing of the tokens after the first (each a
   pass through every member's layers);
 - the tunnel's added time per token: median time per token through the tunnel less over plain
@@ -268,26 +268,24 @@ async def launch_all(rig: Rig, rows: list[Row]) -> None:
             row.failed = f"not started: {exc or type(exc).__name__}"
 
 
-async def run(requests: int) -> list[str]:
+async def run(requests: int, logs: Path | None) -> list[str]:
     """Set everything up, measure, tear everything down; the report's lines."""
     found = binaries()
     if isinstance(found, str):
         raise SystemExit(f"bench/split.py needs llama.cpp built with RPC: {found}")
-    llama_server, rpc_server = found
     model = split_model()
-    load_before = os.getloadavg()
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="pair-bench-split-") as folder:
         work = Path(folder)
-        (work / "logs").mkdir()
+        logs = logs or work / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
         await pair_nodes(work / "paired")
-        processes = Processes(work / "logs")
+        processes = Processes(logs)
         async with network() as (places, why_loopback):
             loopback = {name: Place(None, "127.0.0.1") for name in places}
-            spots: dict[NetworkKind, dict[str, Place]] = {
-                "loopback": loopback,
-                "namespaces": places,
-            }
-            rig = Rig(processes, work, model, llama_server, rpc_server, spots)
+            spots: dict[NetworkKind, dict[str, Place]] = {"loopback": loopback}
+            spots["namespaces"] = places
+            rig = Rig(processes, work, model, *found, spots)
             rows = [Row(config) for config in configs(why_loopback is None)]
             try:
                 await launch_all(rig, rows)
@@ -296,11 +294,10 @@ async def run(requests: int) -> list[str]:
                 took = time.monotonic() - began
             finally:
                 await processes.stop_all()
-    load_after = os.getloadavg()
+    load = f"load average (1 min): {load_before:.2f} before, {os.getloadavg()[0]:.2f} after"
     return [
         *header(model, requests, why_loopback),
-        f"load average (1 min): {load_before[0]:.2f} before, {load_after[0]:.2f} after; "
-        f"measuring took {took:.0f} s",
+        f"{load}; measuring took {took:.0f} s",
         "",
         *results_table(rows),
         "",
@@ -309,12 +306,12 @@ async def run(requests: int) -> list[str]:
     ]
 
 
-async def main_task(requests: int) -> list[str]:
+async def main_task(requests: int, logs: Path | None) -> list[str]:
     """``run``, cancelled (so that everything is stopped) on SIGTERM as on Ctrl+C."""
     task = asyncio.current_task()
     assert task is not None
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
-    return await run(requests)
+    return await run(requests, logs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -322,10 +319,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="5 requests per configuration")
     parser.add_argument("--requests", type=int, default=30, help="per configuration (30)")
+    parser.add_argument("--logs", type=Path, help="keep every process's output in DIR")
     options = parser.parse_args(argv)
     requests = 5 if options.quick else options.requests
     try:
-        lines = asyncio.run(main_task(requests))
+        lines = asyncio.run(main_task(requests, options.logs))
     except (KeyboardInterrupt, asyncio.CancelledError):
         print("stopped; every process and namespace it made is gone", file=sys.stderr)
         return 130
