@@ -154,10 +154,10 @@ async def pair_nodes(folder: Path) -> None:
 
 
 @contextlib.asynccontextmanager
-async def network() -> AsyncIterator[tuple[dict[str, Place], str | None]]:
+async def network(*, loopback_only: bool) -> AsyncIterator[tuple[dict[str, Place], str | None]]:
     """The members' places, and why they are on loopback (None: in namespaces on a bridge,
     which this namespace reaches at the bridge's own address)."""
-    why = SoakNetwork.unavailable()
+    why = "--loopback-only was given" if loopback_only else SoakNetwork.unavailable()
     if why is not None:
         yield {name: Place(None, "127.0.0.1") for name, _ in MEMBERS}, why
         return
@@ -194,9 +194,11 @@ def _remove_leftovers() -> None:
 
 
 class Processes:
-    """Owns every process the benchmark starts; ``stop_all`` stops them by PID, newest first."""
+    """Owns every process the benchmark starts (output in ``logs``, made if need be);
+    ``stop_all`` stops them by PID."""
 
     def __init__(self, logs: Path) -> None:
+        logs.mkdir(parents=True, exist_ok=True)
         self.logs = logs
         self._started: list[tuple[str, asyncio.subprocess.Process, bool]] = []
 

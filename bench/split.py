@@ -2,7 +2,7 @@
 spread over two and three, over plain TCP and through PAIR's RPC tunnel, on loopback and across
 network namespaces; the tunnel's added time per token; whether the tokens stay the same.
 
-    .venv/bin/python bench/split.py [--quick] [--requests 30] [--logs DIR]
+    .venv/bin/python bench/split.py [--quick] [--requests 30] [--logs DIR] [--loopback-only]
 
 The model is the tiny test model's generator with six blocks, 128 wide (``_split_rig.MODEL_SHAPE``;
 5.4 MB in F32), so one, two or three nodes each get whole layers. The layers are shared out
@@ -268,7 +268,7 @@ async def launch_all(rig: Rig, rows: list[Row]) -> None:
             row.failed = f"not started: {exc or type(exc).__name__}"
 
 
-async def run(requests: int, logs: Path | None) -> list[str]:
+async def run(options: argparse.Namespace) -> list[str]:
     """Set everything up, measure, tear everything down; the report's lines."""
     found = binaries()
     if isinstance(found, str):
@@ -277,11 +277,9 @@ async def run(requests: int, logs: Path | None) -> list[str]:
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="pair-bench-split-") as folder:
         work = Path(folder)
-        logs = logs or work / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
+        processes = Processes(options.logs or work / "logs")
         await pair_nodes(work / "paired")
-        processes = Processes(logs)
-        async with network() as (places, why_loopback):
+        async with network(loopback_only=options.loopback_only) as (places, why_loopback):
             loopback = {name: Place(None, "127.0.0.1") for name in places}
             spots: dict[NetworkKind, dict[str, Place]] = {"loopback": loopback}
             spots["namespaces"] = places
@@ -290,13 +288,13 @@ async def run(requests: int, logs: Path | None) -> list[str]:
             try:
                 await launch_all(rig, rows)
                 began = time.monotonic()
-                await measure(rows, requests)
+                await measure(rows, options.requests)
                 took = time.monotonic() - began
             finally:
                 await processes.stop_all()
     load = f"load average (1 min): {load_before:.2f} before, {os.getloadavg()[0]:.2f} after"
     return [
-        *header(model, requests, why_loopback),
+        *header(model, options.requests, why_loopback),
         f"{load}; measuring took {took:.0f} s",
         "",
         *results_table(rows),
@@ -306,12 +304,12 @@ async def run(requests: int, logs: Path | None) -> list[str]:
     ]
 
 
-async def main_task(requests: int, logs: Path | None) -> list[str]:
+async def main_task(options: argparse.Namespace) -> list[str]:
     """``run``, cancelled (so that everything is stopped) on SIGTERM as on Ctrl+C."""
     task = asyncio.current_task()
     assert task is not None
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
-    return await run(requests, logs)
+    return await run(options)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -320,10 +318,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="5 requests per configuration")
     parser.add_argument("--requests", type=int, default=30, help="per configuration (30)")
     parser.add_argument("--logs", type=Path, help="keep every process's output in DIR")
+    parser.add_argument("--loopback-only", action="store_true", help="no namespace rows")
     options = parser.parse_args(argv)
-    requests = 5 if options.quick else options.requests
+    if options.quick:
+        options.requests = 5
     try:
-        lines = asyncio.run(main_task(requests, options.logs))
+        lines = asyncio.run(main_task(options))
     except (KeyboardInterrupt, asyncio.CancelledError):
         print("stopped; every process and namespace it made is gone", file=sys.stderr)
         return 130
