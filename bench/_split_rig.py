@@ -31,7 +31,7 @@ from typing import Literal
 import aiohttp
 from _common import ROOT, free_port
 from _soak_netns import SUBNET, SoakNetwork
-from _split_node import save_credentials
+from _split_node import CLOCK_START, save_credentials
 
 from backend.common.gguf import read_file
 from backend.components.engines.rpc_binary import rpc_server_path
@@ -140,7 +140,7 @@ def plan_for(model: Path, nodes: int) -> SplitPlan | None:
 async def pair_nodes(folder: Path) -> None:
     """A paired with B and with C (real pairing over mutual TLS on loopback, in this process);
     their files and credentials are left under ``folder`` for ``_split_node.py``."""
-    clock = FakeClock(start=1_700_000_000.0)
+    clock = FakeClock(start=CLOCK_START)
     a = await start_node(folder, HOST_NAME, clock, A_ID)
     members = [await start_node(folder, name, clock, node_id) for name, node_id in MEMBERS]
     try:
