@@ -86,8 +86,9 @@ def answers() -> dict[str, Any]:
     degraded = {"model": HUGE, "state": "degraded", "shares": [
         share(STUDIO, "workstation", 50, 28.0, "vram", host=True),
         share(LAPTOP, "laptop", 30, 16.8, "ram"),
-    ], "reason": "laptop was lost; workstation holds its 30 layers in RAM until it is back, "
-                 "so answers come slower"}  # fmt: skip
+    ], "reason": "laptop went away; the members left cannot hold it: the model needs "
+                 "46.2 GB; the members have 30.6 GB free together (after keeping 10 % of "
+                 "each free)"}  # fmt: skip
     studio_models = listing([HUGE], HUGE, {HUGE: int(44.8 * GB)})
     members = [
         member(MAC, "mac-mini", True),
