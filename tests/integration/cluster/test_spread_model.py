@@ -3,10 +3,10 @@
 Three brokers on three hosts (network namespaces on a bridge, or loopback addresses, as in
 ``test_three_nodes``), each with the real llama.cpp build (``llama-server`` and its RPC server).
 A holds a generated six-layer model and spreads it over B and C; the official OpenAI client at
-A's door gets, greedy, the same text as from the model on A alone. C's broker is killed while an
-answer streams: the stream ends with an error, not a hang; A marks the spread degraded naming
-C, and plans again over A and B, which answer again. A client without a member's certificate
-gets nothing from the tunnel route.
+A's door, and at B's, gets, greedy, the same text as from the model on A alone. C's broker is
+killed while an answer streams: the stream ends with an error, not a hang; A marks the spread
+degraded naming C, and plans again over A and B, which answer again; so does a crash of A's own
+llama-server. A client without a member's certificate gets nothing from the tunnel route.
 """
 
 from __future__ import annotations
@@ -229,6 +229,8 @@ async def test_a_model_spread_over_three_members_answers_as_on_one_and_survives_
         assert sum(s.layers for s in spread.shares) == SHAPE.block_count
         assert all(s.layers > 0 for s in spread.shares)
         assert await _answer(a.host, door) == alone
+        # Every member's door has it: B's sends it to A, the one that runs it.
+        assert await _answer(b.host, status[1].front_doors["llamacpp"]) == alone
 
         # A stranger (no member certificate) gets nothing from B's tunnel route.
         refused = await asyncio.to_thread(_tunnel_as_stranger, b.host, status[1].ports.node)
@@ -273,4 +275,16 @@ async def test_a_model_spread_over_three_members_answers_as_on_one_and_survives_
         assert replanned.spread is not None and replanned.spread.state == "degraded"
         c_name = next(share.name for share in spread.shares if share.node == c_id)
         assert replanned.spread.reason.startswith(f"{c_name} "), replanned.spread.reason
+        assert await _answer(a.host, door) == alone
+
+        # The host's own llama-server crashes: it comes back, spread over the members there are.
+        assert replanned.pid is not None
+        os.kill(replanned.pid, signal.SIGKILL)
+        back = await _until_status(
+            ca,
+            lambda s: s.state == "running" and s.pid not in (None, replanned.pid),
+            why="llama.cpp did not come back after its crash",
+        )
+        assert back.spread is not None
+        assert [share.node for share in back.spread.shares] == [a_id, b_id]
         assert await _answer(a.host, door) == alone
