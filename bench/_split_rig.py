@@ -38,6 +38,7 @@ from backend.components.engines.rpc_binary import rpc_server_path
 from backend.components.split.members import Candidate
 from backend.components.split.model_shape import layer_count
 from backend.components.split.plan import SplitPlan, SplitRefused, plan_split
+from backend.core.net import port_in_use
 from backend.core.processes import child_preexec, stop_child
 from backend.devtools import tiny_model
 from backend.devtools.llama_server import search_llama_server
@@ -260,18 +261,6 @@ async def ready_ports(process: asyncio.subprocess.Process) -> list[int]:
     return [int(port) for port in ports]
 
 
-async def accepts(address: str, port: int) -> bool:
-    """Whether ``address:port`` takes a TCP connection now (closed again at once)."""
-    try:
-        _, writer = await asyncio.open_connection(address, port)
-    except OSError:
-        return False
-    writer.close()
-    with contextlib.suppress(OSError):
-        await writer.wait_closed()
-    return True
-
-
 async def until_healthy(url: str, process: asyncio.subprocess.Process) -> None:
     """Poll ``url/health`` until it answers 200; raise if the process exits or time runs out."""
     timeout = aiohttp.ClientTimeout(total=2)
@@ -338,7 +327,7 @@ class Rig:
         argv += ["-t", str(THREADS)]
         process = await self.processes.start(name, argv, place=place, env=environment(cache))
         async with asyncio.timeout(READY_TIMEOUT_S):
-            while not await accepts(place.address, port):
+            while not await port_in_use(place.address, port):
                 if process.returncode is not None:
                     raise RuntimeError(f"{name} exited: {self.processes.tail(name)}")
                 await asyncio.sleep(0.05)

@@ -9,7 +9,6 @@ the broker on Linux, recorded in the engine ledger so the next broker reaps it a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
@@ -24,6 +23,7 @@ from backend.common.files import ensure_private_dir
 from backend.common.tasks import TaskSet
 from backend.components.engines.process import EngineLog, EngineProcess, RunningProcess, Spawn
 from backend.components.engines.rpc_binary import rpc_server_path
+from backend.core.net import port_in_use
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +209,7 @@ class RpcServerLender:
         """Until its port takes a connection; an exit or a silent port raises with its output."""
         try:
             async with asyncio.timeout(self._listen_timeout_s):
-                while not await _accepts(running.port):
+                while not await port_in_use("127.0.0.1", running.port):
                     if running.process.returncode is not None:
                         code = await running.process.wait()  # and its last output
                         raise RpcServerUnavailable(
@@ -283,15 +283,3 @@ def _free_loopback_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-async def _accepts(port: int) -> bool:
-    """Whether 127.0.0.1:``port`` takes a TCP connection now (closed again at once)."""
-    try:
-        _, writer = await asyncio.open_connection("127.0.0.1", port)
-    except OSError:
-        return False
-    writer.close()
-    with contextlib.suppress(OSError):
-        await writer.wait_closed()
-    return True
