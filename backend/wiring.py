@@ -23,7 +23,7 @@ from backend.components.apikeys.service import ApiKeysService
 from backend.components.apikeys.store import ApiKeyStore
 from backend.components.cluster import rpc as cluster_rpc
 from backend.components.cluster.component import ClusterComponent
-from backend.components.cluster.members import Member, Members, Membership
+from backend.components.cluster.members import Members, Membership
 from backend.components.cluster.service import ClusterService
 from backend.components.discovery import rpc as discovery_rpc
 from backend.components.discovery.component import DiscoveryComponent
@@ -36,6 +36,7 @@ from backend.components.engines.ledger import EngineLedger
 from backend.components.engines.scheduler_view import SchedulerView
 from backend.components.errors import rpc as errors_rpc
 from backend.components.errors.registry import ErrorsRegistry
+from backend.components.federation.addresses import MemberAddresses
 from backend.components.federation.component import FederationComponent, MemberEnginesBoard
 from backend.components.federation.link import LinkSinks
 from backend.components.federation.server import MemberRpc
@@ -68,7 +69,6 @@ from backend.components.settings.log_level import LogLevels
 from backend.components.settings.service import CORRUPT_ERROR_ID, SettingsService
 from backend.components.settings.view import SettingsView
 from backend.components.split.component import SpreadComponent, SpreadSources
-from backend.components.split.host import SpreadHost
 from backend.components.split.lender import RpcServerLender
 from backend.components.split.tunnel_listener import MemberDialer
 from backend.components.split.tunnel_server import RpcTunnels
@@ -462,7 +462,7 @@ def _federation(
     """The member links: this node's calls to other members and the mirrors of their engines,
     errors and jobs; and the link route other members call this node's methods on."""
     node_id = base.identity.node_id
-    addresses = _member_addresses(discovery)
+    addresses = MemberAddresses(discovery.nodes)
     sinks = LinkSinks(
         engines=board.changed,
         errors=services.errors.replace_node,
@@ -486,23 +486,6 @@ def _federation(
     return federation, member_rpc
 
 
-def _member_addresses(
-    discovery: DiscoveryComponent,
-) -> Callable[[Member], list[tuple[str, int]]]:
-    def addresses(member: Member) -> list[tuple[str, int]]:
-        """Where discovery last reached the member first, then where it was paired."""
-        found = [
-            (address, node.ports["node"])
-            for node in discovery.nodes()
-            if node.node_id == member.node_id and "node" in node.ports
-            for address in node.addresses
-        ]
-        paired = (member.address, member.node_port)
-        return [*found, *([paired] if paired not in found else [])]
-
-    return addresses
-
-
 def _spread(
     base: Foundation,
     services: _Services,
@@ -520,11 +503,12 @@ def _spread(
         reachable=board.reachable,
         nodes=discovery.nodes,
     )
-    dialer = MemberDialer(base.credentials.credentials, _member_addresses(discovery))
-    host = SpreadHost(host=sources.host, peers=sources.peers, dial=dialer)
-    cluster.on_trust_changed(lambda _: host.members_changed())
-    board.on_presence(host.members_changed)
-    return SpreadComponent(host, dialer)
+    spread = SpreadComponent(
+        sources, MemberDialer(base.credentials.credentials, MemberAddresses(discovery.nodes))
+    )
+    cluster.on_trust_changed(lambda _: spread.host.members_changed())
+    board.on_presence(spread.host.members_changed)
+    return spread
 
 
 def _pins(membership: Membership) -> list[bytes]:
@@ -571,14 +555,8 @@ def _node_api(
 
 def _rpc_server(base: Foundation, engines: EnginesComponent) -> RpcServerLender:
     """This computer's rpc-server, from the llama.cpp build the engines found."""
-
-    def llama_server() -> Path | None:
-        controller = engines.controllers.get("llamacpp")  # the llama.cpp engine's manifest
-        binary = controller.status().binary if controller is not None else None
-        return Path(binary) if binary else None
-
     return RpcServerLender(
-        llama_server=llama_server,
+        llama_server=lambda: engines.binary("llamacpp"),
         data_dir=base.config.data_dir,
         ledger=EngineLedger(base.store, base.clock),
     )

@@ -119,6 +119,12 @@ class EnginesComponent(Component):
                     await asyncio.shield(self.prepare_shutdown())
                 self.controllers = {}
 
+    def binary(self, name: str) -> Path | None:
+        """The executable found for engine ``name``; None when not found (or no such engine)."""
+        controller = self.controllers.get(name)
+        binary = controller.status().binary if controller is not None else None
+        return Path(binary) if binary else None
+
     def bind_shaper(self, engine: str, shaper: LaunchShaper) -> None:
         """Shape every launch of ``engine`` with ``shaper`` (bound before the component runs)."""
         self._shapers[engine] = shaper

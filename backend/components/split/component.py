@@ -62,9 +62,9 @@ class SpreadSources:
 class SpreadComponent(Component):
     """Owns the spread host and the dialer of its tunnels."""
 
-    def __init__(self, host: SpreadHost, dialer: MemberDialer) -> None:
+    def __init__(self, sources: SpreadSources, dialer: MemberDialer) -> None:
         super().__init__("spread")
-        self.host = host
+        self.host = SpreadHost(host=sources.host, peers=sources.peers, dial=dialer)
         self._dialer = dialer
         self._stopped = asyncio.Event()
 
