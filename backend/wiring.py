@@ -184,7 +184,7 @@ def build_node(base: Foundation) -> Node:
     )
     spread = _spread(base, services, cluster.service, board, discovery, telemetry)
     engines.bind_shaper("llamacpp", spread.host)
-    spread.host.bind_replan(lambda: engines.controller("llamacpp").restart())
+    spread.host.bind_replan(lambda: engines.controller("llamacpp").restart(kill=True))
     _register_broker(base, services, proxy)
     # Start order; stop is the reverse. Jobs before the proxy, so the proxy's last job
     # reports are written; discovery after the node API, so the node is announced once it serves.

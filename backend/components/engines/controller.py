@@ -51,12 +51,14 @@ class EngineController(EngineRun):
             await self._stop_locked()
             return self.status()
 
-    async def restart(self) -> EngineStatus:
-        """Stop and start again (an adopted engine is refused)."""
+    async def restart(self, *, kill: bool = False) -> EngineStatus:
+        """Stop and start again (an adopted engine is refused); ``kill``: a process PAIR
+        started is killed at once rather than asked to stop (it is stuck: a spread model's
+        member is gone, and llama.cpp waits on it instead of finishing its requests)."""
         async with self._lock:
             await self._command("restart")
             with self._relaunch(self.running):
-                await self._stop_locked()
+                await self._stop_locked(kill=kill)
                 await self._start_locked()
             return self.status()
 

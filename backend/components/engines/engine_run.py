@@ -405,7 +405,7 @@ class EngineRun:
             action=ErrorAction(kind="retry", label="Try again", target=self.name),
         )
 
-    async def _stop_locked(self) -> None:
+    async def _stop_locked(self, *, kill: bool = False) -> None:
         if self._life.adopted:
             raise errors.Conflict(
                 f"{self.manifest.display_name} on port {self.port} was not started by PAIR, so "
@@ -413,11 +413,11 @@ class EngineRun:
                 {"engine": self.name, "adopted": True},
             )
         if self.owned:
-            await self._stop_owned()
+            await self._stop_owned(kill=kill)
         else:
             self._apply(lifecycle.Stopped())
 
-    async def _stop_owned(self, *, resume: bool = True) -> None:
+    async def _stop_owned(self, *, resume: bool = True, kill: bool = False) -> None:
         """Stop what PAIR started. A daemon whose port still answers afterwards raises; one
         that was serving (and ``resume``) runs on in a new run, watched again."""
         serving = resume and self.running and self._life.run is not None
@@ -426,7 +426,7 @@ class EngineRun:
         process, self._process = self._process, None
         if process is not None:
             stop = self.manifest.runtime.stop
-            await process.stop(kill=stop.signal == "kill", grace=stop.grace_s)
+            await process.stop(kill=kill or stop.signal == "kill", grace=stop.grace_s)
             await self._hooks.forget_process(process.pid)
             await self._release(crashed=False)
         if self._life.owner == "daemon":

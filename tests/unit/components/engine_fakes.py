@@ -29,6 +29,7 @@ from backend.components.engines.manifest import (
 )
 from backend.components.engines.process import EngineLog
 from backend.components.engines.runner import REAL_DRIVERS, EngineDrivers
+from backend.components.engines.shaping import LaunchShaper
 from backend.protocol.types.base import EngineName
 from backend.protocol.types.engines import EngineEvent, EngineModelsChanged, EngineStatus
 from tests.fakes import FakeClock, RecordingErrors
@@ -196,6 +197,7 @@ def rig(
     data_dir: Path,
     settings: FakeSettings | None = None,
     world: FakeWorld | None = None,
+    shaper: LaunchShaper | None = None,
 ) -> ControllerRig:
     """A controller for ``manifest`` whose drivers are a fake world."""
     world = world if world is not None else FakeWorld()
@@ -221,6 +223,7 @@ def rig(
         drivers=world.drivers(),
         data_dir=data_dir,
         settings=settings,
+        shaper=shaper,
     )
     return ControllerRig(controller, world, clock, recording, pushed)
 
