@@ -16,7 +16,8 @@ from backend.common.tasks import TaskSet
 
 
 class DoorChatController(QObject):
-    """Owns the tasks of its chat requests and the one HTTP session they share."""
+    """Owns the tasks of its chat requests and the one HTTP session they share; a subclass sets
+    up its own state in ``_setup``, called at the end of construction."""
 
     def __init__(
         self,
@@ -33,6 +34,10 @@ class DoorChatController(QObject):
         self._clock = clock
         self._tasks = TaskSet(type(self).__name__)
         self._session: aiohttp.ClientSession | None = None
+        self._setup()
+
+    def _setup(self) -> None:
+        """A subclass's own state and signal connections (the stores are set by then)."""
 
     async def close(self) -> None:
         """Stop the requests under way and close the HTTP session."""

@@ -10,20 +10,16 @@ member's), the door from the endpoints controller. Owns the checks' tasks and HT
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import Signal
 
 from app.controllers.door_chat import DoorChatController
-from app.controllers.endpoints import EndpointsController
 from app.controllers.playground import THIS_COMPUTER, door_for
-from app.controllers.playground_stream import ChatProgress, ChatResult, Clock, stream_chat
+from app.controllers.playground_stream import ChatProgress, ChatResult, stream_chat
 from app.controllers.playground_wire import ChatRequest
-from app.stores.cluster import ClusterStore
-from app.stores.engines import EnginesStore
 from backend.protocol.types.base import EngineName
 from backend.protocol.types.engines import EngineModels, EngineStatus, MemberEngines
 
@@ -128,15 +124,7 @@ class InferenceCheckController(DoorChatController):
     rows_changed = Signal()
     finished = Signal()
 
-    def __init__(
-        self,
-        endpoints: EndpointsController,
-        engines: EnginesStore,
-        cluster: ClusterStore,
-        clock: Clock = time.monotonic,
-        parent: QObject | None = None,
-    ) -> None:
-        super().__init__(endpoints, engines, cluster, clock, parent)
+    def _setup(self) -> None:
         self.rows: list[CheckRow] = []
         self.note = ""  # why nothing was checked, when nothing was
 

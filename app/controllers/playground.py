@@ -10,18 +10,15 @@ and its HTTP session.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import Signal
 
 from app.controllers.door_chat import DoorChatController
-from app.controllers.endpoints import EndpointsController, door_order
-from app.controllers.playground_stream import ChatProgress, ChatResult, Clock, stream_chat
+from app.controllers.endpoints import door_order
+from app.controllers.playground_stream import ChatProgress, ChatResult, stream_chat
 from app.controllers.playground_wire import ChatRequest, loopback_url
-from app.stores.cluster import ClusterStore
-from app.stores.engines import EnginesStore
 from backend.protocol.types.engines import EngineModels, MemberEngines
 
 THIS_COMPUTER = "this computer"
@@ -85,20 +82,13 @@ class PlaygroundController(DoorChatController):
     text_arrived = Signal(str)
     answer_ended = Signal(object)  # ChatResult
 
-    def __init__(
-        self,
-        endpoints: EndpointsController,
-        engines: EnginesStore,
-        cluster: ClusterStore,
-        clock: Clock = time.monotonic,
-        parent: QObject | None = None,
-    ) -> None:
-        super().__init__(endpoints, engines, cluster, clock, parent)
+    def _setup(self) -> None:
         self._running: asyncio.Task[None] | None = None
         self.last_request: ChatRequest | None = None
+        engines = self._engines
         for signal in (engines.reset, engines.models_changed, engines.member_changed):
             signal.connect(self._on_engines_changed)
-        endpoints.changed.connect(self.door_changed)
+        self._endpoints.changed.connect(self.door_changed)
 
     @property
     def choices(self) -> list[ModelChoice]:
