@@ -26,7 +26,7 @@ from backend.common.tasks import TaskSet
 from backend.components.cluster.members import Member
 from backend.components.engines.accel import offload_layers
 from backend.components.engines.shaping import LaunchExtras
-from backend.components.split.members import Candidate
+from backend.components.split.members import Candidate, has_memory_figures
 from backend.components.split.model_shape import layer_count
 from backend.components.split.plan import (
     DEFAULT_CONTEXT_BYTES,
@@ -107,7 +107,7 @@ class SpreadHost:
         host = self._host()
         if across is not None and not across:
             return self._alone(host, size, layers)
-        if across is None and not plan_needs_split(size, [host], context_bytes=self._context_bytes):
+        if across is None and not self._needs_spreading(host, size):
             return self._alone(host, size, layers)
         if isinstance(layers, str):
             raise errors.InvalidParams(f"{path.name} cannot be spread: {layers}", {"model": model})
@@ -161,6 +161,13 @@ class SpreadHost:
         if not vram or isinstance(layers, str):
             return LaunchExtras()  # no VRAM figures or layers: llama.cpp's default (Metal, CPU)
         return LaunchExtras(("-ngl", str(offload_layers(sum(vram), size, layers))), SPREAD_ENV)
+
+    def _needs_spreading(self, host: Candidate, size: int) -> bool:
+        # Before this computer's first telemetry sample (a start right after the broker's)
+        # nothing says it cannot hold the model: llama.cpp is left to judge.
+        if not has_memory_figures(host):
+            return False
+        return plan_needs_split(size, [host], context_bytes=self._context_bytes)
 
     def _chosen_peers(self, across: tuple[str, ...] | None) -> list[Peer]:
         reachable = [peer for peer in self._peers() if peer.reachable]

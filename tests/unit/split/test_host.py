@@ -36,7 +36,7 @@ def _member(name: str) -> Member:
 class Cluster:
     """This computer and its members, as the spread host reads them; the figures are set."""
 
-    def __init__(self, ram: int = 8 * GIB, gpus: tuple[MemberGpu, ...] = ()) -> None:
+    def __init__(self, ram: int | None = 8 * GIB, gpus: tuple[MemberGpu, ...] = ()) -> None:
         self.host = Candidate(HOST, ram, gpus, "host")
         self.peers: dict[str, Peer] = {}
         self.dialled: list[str] = []
@@ -89,6 +89,16 @@ async def test_a_model_this_computer_holds_runs_here_with_offload_sized_to_its_v
     assert extras.env == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     assert host.spread() is None
     assert cluster.dialled == []
+
+
+async def test_before_the_first_telemetry_sample_the_model_runs_here_unjudged(
+    model: Path,
+) -> None:
+    cluster = Cluster(ram=None)  # the broker just started: no reading of this computer yet
+    cluster.add("laptop")
+    host = cluster.spread_host()
+    assert (await host.shape("six", model, None)).args == ()
+    assert host.spread() is None
 
 
 async def test_without_vram_figures_llama_cpp_keeps_its_own_default(model: Path) -> None:
