@@ -16,14 +16,20 @@ log = logging.getLogger(__name__)
 _PR_SET_PDEATHSIG = 1
 
 
-def child_preexec() -> Callable[[], None] | None:
-    """On Linux: the child gets SIGKILL when the broker thread that spawned it dies."""
-    if not sys.platform.startswith("linux"):
+def child_preexec(*, ignore_sigpipe: bool = False) -> Callable[[], None] | None:
+    """On Linux: the child gets SIGKILL when the broker thread that spawned it dies.
+    ``ignore_sigpipe`` (POSIX): a write to a peer that hung up fails with EPIPE in the child
+    instead of killing it (the disposition survives exec; subprocess resets it first)."""
+    linux = sys.platform.startswith("linux")
+    if sys.platform == "win32" or not (linux or ignore_sigpipe):
         return None
-    libc = ctypes.CDLL(None, use_errno=True)
+    libc = ctypes.CDLL(None, use_errno=True) if linux else None
 
     def preexec() -> None:
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if libc is not None:
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if ignore_sigpipe:
+            signal.signal(signal.SIGPIPE, signal.SIG_IGN)
 
     return preexec
 

@@ -85,16 +85,22 @@ class EngineProcess:
 
     @classmethod
     async def spawn(
-        cls, argv: Sequence[str], env: dict[str, str], output: EngineLog
+        cls,
+        argv: Sequence[str],
+        env: dict[str, str],
+        output: EngineLog,
+        *,
+        ignore_sigpipe: bool = False,
     ) -> EngineProcess:
-        """Start ``argv`` in a new session (its own process group) that dies with us on Linux."""
+        """Start ``argv`` in a new session (its own process group) that dies with us on Linux;
+        ``ignore_sigpipe``: it outlives a peer that hangs up while it writes."""
         process = await asyncio.create_subprocess_exec(
             *argv,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             env=env,
-            preexec_fn=child_preexec(),
+            preexec_fn=child_preexec(ignore_sigpipe=ignore_sigpipe),
             start_new_session=sys.platform != "win32",
         )
         return cls(process, output)

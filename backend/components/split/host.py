@@ -44,6 +44,9 @@ log = logging.getLogger(__name__)
 
 # CUDA numbers GPUs fastest first unless told otherwise; the plan follows NVML's (bus) order.
 SPREAD_ENV = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+# A re-plan's launch can fail for a moment: a member's rpc-server is still ending the lost
+# spread's connection when the new llama-server says hello. Tried again after these waits.
+REPLAN_WAITS_S = (0.0, 1.0, 3.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,11 +77,13 @@ class SpreadHost:
         peers: Callable[[], Sequence[Peer]],
         dial: Dial,
         context_bytes: int = DEFAULT_CONTEXT_BYTES,
+        replan_waits: Sequence[float] = REPLAN_WAITS_S,
     ) -> None:
         self._host = host
         self._peers = peers
         self._dial = dial
         self._context_bytes = context_bytes
+        self._replan_waits = tuple(replan_waits)
         self._listeners: dict[NodeId, TunnelListener] = {}
         self._plan: SplitPlan | None = None
         self._status: SpreadStatus | None = None
@@ -239,11 +244,15 @@ class SpreadHost:
     async def _replan_after_loss(self, listener: TunnelListener | None) -> None:
         if listener is not None:
             await listener.close()  # llama-server's requests through it end now, not later
-        if self._replan is not None:
+        if self._replan is None:
+            return
+        for attempt, wait in enumerate(self._replan_waits, start=1):
+            await asyncio.sleep(wait)
             try:
                 await self._replan()
+                return
             except errors.RpcError as exc:
-                log.warning("planning the spread again failed: %s", exc)
+                log.warning("planning the spread again failed (try %d): %s", attempt, exc)
 
     async def _close_listeners(self) -> None:
         listeners, self._listeners = list(self._listeners.values()), {}

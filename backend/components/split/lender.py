@@ -12,7 +12,7 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -69,6 +69,14 @@ class _Running:
         return " / ".join(self.output.tail(TAIL_LINES)) or "no output"
 
 
+async def spawn_rpc_server(
+    argv: Sequence[str], env: dict[str, str], output: EngineLog
+) -> EngineProcess:
+    """Start rpc-server ignoring SIGPIPE: it does not, and a host that vanishes while it
+    answers (a spread's llama-server killed) would otherwise kill it with its next write."""
+    return await EngineProcess.spawn(argv, env, output, ignore_sigpipe=True)
+
+
 class RpcServerLender:
     """Owns this computer's ``rpc-server`` process, its watcher and idle-stop tasks.
 
@@ -86,7 +94,7 @@ class RpcServerLender:
         ledger: ProcessLedger | None = None,
         idle_s: float = IDLE_S,
         listen_timeout_s: float = LISTEN_TIMEOUT_S,
-        spawn: Spawn = EngineProcess.spawn,
+        spawn: Spawn = spawn_rpc_server,
     ) -> None:
         self._llama_server = llama_server
         self._cache_dir = data_dir / CACHE_DIR

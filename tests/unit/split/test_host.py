@@ -41,6 +41,7 @@ class Cluster:
         self.peers: dict[str, Peer] = {}
         self.dialled: list[str] = []
         self.replans = 0
+        self.replans_failing = 0  # how many re-plans fail before one succeeds
 
     def add(self, name: str, ram: int = 8 * GIB, *, reachable: bool = True) -> None:
         member = _member(name)
@@ -56,6 +57,8 @@ class Cluster:
 
     async def replan(self) -> None:
         self.replans += 1
+        if self.replans <= self.replans_failing:
+            raise errors.InternalError("llama.cpp exited with code -6 before it was ready")
 
     def spread_host(self) -> SpreadHost:
         host = SpreadHost(
@@ -63,6 +66,7 @@ class Cluster:
             peers=lambda: list(self.peers.values()),
             dial=self.dial,
             context_bytes=0,
+            replan_waits=(0.0, 0.01, 0.01),
         )
         host.bind_replan(self.replan)
         return host
@@ -208,6 +212,25 @@ async def test_losing_a_member_degrades_the_spread_and_plans_again_without_it(
         host.members_changed()
         assert host.spread() is not None
         assert host.spread().reason.startswith("laptop went away")  # type: ignore[union-attr]
+    finally:
+        await host.close()
+
+
+async def test_a_re_plan_that_fails_for_a_moment_is_tried_again(model: Path) -> None:
+    cluster = Cluster()
+    cluster.add("laptop")
+    cluster.add("mini")
+    cluster.replans_failing = 1
+    host = cluster.spread_host()
+    try:
+        await host.shape("six", model, ("laptop", "mini"))
+        cluster.away("mini")
+        host.members_changed()
+        for _ in range(200):
+            if cluster.replans >= 2:
+                break
+            await asyncio.sleep(0.01)
+        assert cluster.replans == 2
     finally:
         await host.close()
 

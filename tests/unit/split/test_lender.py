@@ -158,6 +158,21 @@ async def test_it_listens_on_loopback_only(
             await asyncio.wait_for(asyncio.open_connection(other, port), timeout=5)
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="no SIGPIPE on Windows")
+async def test_it_outlives_a_host_that_hangs_up_while_it_writes(
+    real_llama_server: Path, make_lender: MakeLender
+) -> None:
+    # What a write to a vanished host raises in it; rpc-server does not ignore it itself.
+    lender = make_lender(real_llama_server)
+    port = await lender.ensure()
+    assert lender.pid is not None
+    os.kill(lender.pid, signal.SIGPIPE)
+    await asyncio.sleep(0.5)
+    assert psutil.Process(lender.pid).status() != psutil.STATUS_ZOMBIE
+    _, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.close()
+
+
 async def test_concurrent_ensures_start_one_process(
     real_llama_server: Path, make_lender: MakeLender
 ) -> None:
@@ -252,7 +267,8 @@ async def test_fake_rpc_server_that_never_listens_is_stopped_and_refused(
     tmp_path: Path, make_lender: MakeLender
 ) -> None:
     silent = "import time\nprint('loading devices', flush=True)\ntime.sleep(60)\n"
-    lender = make_lender(fake_llama_cpp(tmp_path, silent), listen_timeout_s=1.0)
+    # Long enough for the script to print (an interpreter start on a loaded machine).
+    lender = make_lender(fake_llama_cpp(tmp_path, silent), listen_timeout_s=3.0)
     with pytest.raises(RpcServerUnavailable, match=r"did not listen .* loading devices"):
         await lender.ensure()
     await eventually(lambda: rpc_servers_running() == [])
