@@ -354,8 +354,13 @@ async def test_a_request_waiting_on_a_member_whose_route_dies_fails_over_to_anot
         seen = waiting.result()
         assert seen.seconds is not None, f"no answer within {CLIENT_TIMEOUT_S:g} s"
         assert seen.status == 200 and seen.records[-1]["done"] is True, seen
-        jobs = (await ca.typed(methods.JOBS_GET_INITIAL, {"limit": 5})).jobs
-        served = next(job for job in jobs if job.model == WAITING)
+        # The proxy worker reports the job's end a moment after the client has the answer.
+        snapshot = await _until(
+            ca,
+            methods.JOBS_GET_INITIAL,
+            lambda s: any(j.model == WAITING and j.state != "running" for j in s.jobs),
+        )
+        served = next(job for job in snapshot.jobs if job.model == WAITING)
         assert served.state == "completed" and served.serving == cluster.ids[2], served
 
 
