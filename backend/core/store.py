@@ -133,6 +133,14 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE jobs ADD COLUMN tokens INTEGER;
     ALTER TABLE jobs ADD COLUMN timeline TEXT;
     """,
+    """
+    ALTER TABLE jobs ADD COLUMN note TEXT;
+    CREATE TABLE model_aliases (
+        name TEXT PRIMARY KEY,
+        target TEXT NOT NULL,
+        created_at REAL NOT NULL
+    );
+    """,
 )
 
 

@@ -108,6 +108,9 @@ class RouteTarget(Wire, frozen=True, kw_only=True):
     # Local only: the key this node's engine was launched with; sent to it as a bearer token
     # and never to another computer.
     api_key: str | None = None
+    # model (as this target names it) -> ``sha256:<hex>`` of its weights: targets whose models
+    # share a digest serve one model, each under its own name.
+    digests: dict[str, str] = msgspec.field(default_factory=dict)
 
     def __repr__(self) -> str:
         # Never print the engine's key, whatever logs or tracebacks show a target.
@@ -175,6 +178,45 @@ class ProxyTargets(Wire, frozen=True, kw_only=True):
     placement: PlacementPolicy = DEFAULT_PLACEMENT
     gpu: dict[str, GpuSample] = msgspec.field(default_factory=dict)
     away: list[AwayModels] = msgspec.field(default_factory=list)
+    # The user's model aliases (``pair model alias NAME TARGET``): a request for NAME is one
+    # for TARGET, and reaches every replica of it.
+    aliases: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class ModelDemand(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """Demand for one model at this node's doors since the worker's last report.
+
+    ``model`` is the name clients asked for, ``digest`` its weights' identity where known,
+    ``requests`` how many were admitted, ``wait_s`` the longest wait placement expected for
+    one of them before it could start (for a slot, plus a load where the model was not
+    resident) on the node it chose, ``queued`` how many wait for a slot now, ``owners`` the
+    nodes that had it loaded or on disk."""
+
+    model: str
+    digest: str | None = None
+    requests: int = 0
+    wait_s: float = 0.0
+    queued: int = 0
+    owners: list[str] = msgspec.field(default_factory=list)
+
+
+class LocalUse(Wire, frozen=True, kw_only=True):
+    """One model of this node's engine: when a request last ran on it (Unix time), whoever
+    asked (this node's doors or a member's, through the relay), and how many run now."""
+
+    engine: str
+    model: str
+    last_used_at: float
+    active: int = 0
+
+
+class DemandReport(Wire, frozen=True, kw_only=True):
+    """``proxy:demand``: what the worker saw since its last report (about once a second,
+    only when something changed): demand per model and the local engines' use per model."""
+
+    at: float
+    models: list[ModelDemand] = msgspec.field(default_factory=list)
+    local: list[LocalUse] = msgspec.field(default_factory=list)
 
 
 class ProxyIdentity(Wire, frozen=True, kw_only=True):

@@ -12,6 +12,7 @@ from typing import Final
 
 from backend.protocol.contract import Method, NoParams, Push
 from backend.protocol.proxy import (
+    DemandReport,
     DoorHandover,
     DoorServed,
     ExclusiveLease,
@@ -55,6 +56,12 @@ PROXY_SCHEDULER: Final[Push[SchedulerStates]] = Push(
     "proxy:scheduler",
     SchedulerStates,
     "worker to broker: the local engines' schedulers, whenever they change (at most 4 a second)",
+)
+PROXY_DEMAND: Final[Push[DemandReport]] = Push(
+    "proxy:demand",
+    DemandReport,
+    "worker to broker: demand per model and the local engines' use, about once a second while"
+    " anything changed (the replica planner's input)",
 )
 PROXY_EXCLUSIVE: Final = Method(
     "proxy:exclusive",

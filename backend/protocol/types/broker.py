@@ -7,6 +7,7 @@ from typing import Literal
 import msgspec
 
 from backend.protocol.types.base import EngineName, NodeId, Wire
+from backend.protocol.types.replicas import ReplicasStatus
 
 LogLevel = Literal["debug", "info", "warning", "error"]
 LOG_LEVELS: tuple[LogLevel, ...] = ("debug", "info", "warning", "error")
@@ -136,6 +137,7 @@ class BrokerStatus(Wire, frozen=True, kw_only=True):
     fingerprint: str | None = None  # sha256: + hex of this node's certificate
     cluster_id: str | None = None
     placement: str | None = None  # the front doors' placement policy (the setting)
+    replicas: ReplicasStatus | None = None  # the replica planner (docs/REPLICAS.md)
 
 
 class LogLevelParams(Wire, frozen=True, kw_only=True):

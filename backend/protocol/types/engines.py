@@ -96,6 +96,11 @@ class EngineActionParams(Wire, frozen=True, kw_only=True, omit_defaults=True):
     # ``load_model`` of llama.cpp: spread the model over these members (names or node ids)
     # as well as this computer; absent: spread only when no single computer has room.
     across: list[str] | None = None
+    # ``load_model`` asked by a replica planner (docs/REPLICAS.md): the model is marked as a
+    # replica PAIR loaded, unloaded again once idle past its TTL; ``reason`` says why it was
+    # loaded. A load without it (the user's) clears the mark: PAIR never unloads that.
+    replica: bool = False
+    reason: str | None = None
 
 
 class EngineActionResult(Wire, frozen=True, kw_only=True, omit_defaults=True):
@@ -122,6 +127,25 @@ class EngineModels(Wire, frozen=True, kw_only=True):
     details_by_engine: dict[EngineName, dict[str, ModelDetails]] = msgspec.field(
         default_factory=dict
     )
+    # engine -> model -> the identity of its weights, ``sha256:<hex>`` (a llama.cpp GGUF's
+    # SHA-256, Ollama's model layer digest); a model not hashed yet (or unreadable) is absent.
+    digests_by_engine: dict[EngineName, dict[str, str]] = msgspec.field(default_factory=dict)
+    # engine -> model -> the mark of a replica PAIR's planner loaded (unloaded once idle past
+    # its TTL); models the user loaded have none.
+    replicas_by_engine: dict[EngineName, dict[str, ReplicaMark]] = msgspec.field(
+        default_factory=dict
+    )
+
+
+class ReplicaMark(Wire, frozen=True, kw_only=True, omit_defaults=True):
+    """A model PAIR's replica planner loaded on this engine: when, why (``reason``: "qwen2.5
+    waited 18 s on gpu-box"), by which node's planner, and the idle time after which it is
+    unloaded again (``ttl_s``)."""
+
+    loaded_at: float
+    reason: str
+    by: NodeId | None = None
+    ttl_s: float | None = None
 
 
 class ModelDetails(Wire, frozen=True, kw_only=True, omit_defaults=True):

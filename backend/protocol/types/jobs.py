@@ -51,6 +51,8 @@ class JobEvent(Wire, frozen=True, kw_only=True, omit_defaults=True):
     first_token_at: float | None = None
     chunks: int | None = None
     tokens: int | None = None
+    # A job the replica planner made (path ``replica:load`` / ``replica:unload``): its reason.
+    note: str | None = None
 
 
 class JobEvents(Wire, frozen=True, kw_only=True):
@@ -83,6 +85,8 @@ class JobRecord(Wire, frozen=True, kw_only=True, omit_defaults=True):
     first_token_at: float | None = None
     chunks: int | None = None
     tokens: int | None = None
+    # A job the replica planner made (path ``replica:load`` / ``replica:unload``): its reason.
+    note: str | None = None
 
 
 class JobStep(Wire, frozen=True, kw_only=True, omit_defaults=True):

@@ -52,6 +52,10 @@ class NodeEngineModels(Wire, frozen=True, kw_only=True, omit_defaults=True):
     loaded: list[str] | None = None
     slots: int | None = None
     model_slots: dict[str, int] | None = None
+    # model -> ``sha256:<hex>`` of its weights (replicas of one model share it), and model ->
+    # bytes on disk; models not known are absent.
+    digests: dict[str, str] | None = None
+    sizes: dict[str, int] | None = None
 
 
 class NodeInfo(Wire, frozen=True, kw_only=True, omit_defaults=True):
