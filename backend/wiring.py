@@ -5,7 +5,9 @@ later: the services (errors, settings, log levels, supervisor) first, then the e
 ledger, discovery, the cluster, the proxy (its routing table reads all four: only trusted
 members are peers), the federation (the member links: calls aimed at other members, mirrors of
 their engines, errors and jobs) and the node API (it publishes the proxy's real ports and serves
-the member link). Every component's JSON-RPC methods are routed as it is built.
+the member link). Every component's JSON-RPC methods are routed as it is built. What it builds
+on and hands around is in ``wiring_base.py``; the cluster-facing pieces are built by
+``wiring_members.py``; ``build_node`` here is the one place that puts them together.
 """
 
 from __future__ import annotations
@@ -13,17 +15,12 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 
-from backend import __version__
-from backend.common import buildinfo, tls
+from backend import wiring_members
+from backend.common import buildinfo
 from backend.components.apikeys import rpc as apikeys_rpc
 from backend.components.apikeys.service import ApiKeysService
 from backend.components.apikeys.store import ApiKeyStore
-from backend.components.cluster import rpc as cluster_rpc
-from backend.components.cluster.component import ClusterComponent
-from backend.components.cluster.members import Members, Membership
 from backend.components.cluster.service import ClusterService
 from backend.components.discovery import rpc as discovery_rpc
 from backend.components.discovery.component import DiscoveryComponent
@@ -36,22 +33,14 @@ from backend.components.engines.ledger import EngineLedger
 from backend.components.engines.scheduler_view import SchedulerView
 from backend.components.errors import rpc as errors_rpc
 from backend.components.errors.registry import ErrorsRegistry
-from backend.components.federation.addresses import MemberAddresses
-from backend.components.federation.component import FederationComponent, MemberEnginesBoard
-from backend.components.federation.link import LinkSinks
-from backend.components.federation.server import MemberRpc
+from backend.components.federation.component import MemberEnginesBoard
 from backend.components.hub import rpc as hub_rpc
 from backend.components.hub.client import HubClient, hub_url
-from backend.components.identity.certificate import StoredIdentity
-from backend.components.identity.identity import NodeIdentity, report_identity
+from backend.components.identity.identity import report_identity
 from backend.components.jobs import rpc as jobs_rpc
 from backend.components.jobs.component import JobsComponent
 from backend.components.jobs.journal import JournalFolders
 from backend.components.jobs.store import JobRecordStore
-from backend.components.nodeinfo import rpc as nodeinfo_rpc
-from backend.components.nodeinfo.payload import NodeInfoSource, last_engine_models
-from backend.components.nodeinfo.server import NodeApiServer
-from backend.components.nodeinfo.telemetry import TelemetryComponent
 from backend.components.proxy.away import local_away
 from backend.components.proxy.component import ProxyComponent, local_engines
 from backend.components.proxy.table import (
@@ -68,89 +57,28 @@ from backend.components.settings import rpc as settings_rpc
 from backend.components.settings.log_level import LogLevels
 from backend.components.settings.service import CORRUPT_ERROR_ID, SettingsService
 from backend.components.settings.view import SettingsView
-from backend.components.split.component import SpreadComponent, SpreadSources
-from backend.components.split.lender import RpcServerLender
-from backend.components.split.tunnel_listener import MemberDialer
-from backend.components.split.tunnel_server import RpcTunnels
 from backend.core import broker_rpc, logs
-from backend.core.broker_rpc import Readiness, StatusSource, Uptime
-from backend.core.clock import Clock
+from backend.core.broker_rpc import Readiness, StatusSource
 from backend.core.component import Component
 from backend.core.control_server import ControlServer
 from backend.core.rpc import ClientHub, Dispatcher, NumberedStream
-from backend.core.store import Store
 from backend.core.supervisor import Supervisor
 from backend.core.worker import WorkerProcess
 from backend.protocol import methods
 from backend.protocol.proxy import RELAY_IDLE_S
-from backend.protocol.types.broker import LogLevel, LogLevelParams, Ports
+from backend.protocol.types.broker import LogLevel, LogLevelParams
+from backend.wiring_base import (
+    BrokerConfig,
+    Foundation,
+    Node,
+    Services,
+    WorkerSpec,
+    published_ports,
+)
+
+__all__ = ["BrokerConfig", "Foundation", "Node", "WorkerSpec", "build_node", "published_ports"]
 
 PROXY_GONE = "interrupted: the proxy worker stopped"
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerConfig:
-    """What ``pair node`` was asked to run."""
-
-    data_dir: Path
-    ports: Ports
-    stdio: bool = False
-    log_level: LogLevel | None = None
-    log_file: Path | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerSpec:
-    """An extra worker process for the broker to supervise; its caller names it (tests do)."""
-
-    name: str
-    argv: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Foundation:
-    """What the broker holds before the node is built: its config, the open store and the
-    identity read from it, the clock, and how to ask the broker to stop."""
-
-    config: BrokerConfig
-    extra_workers: Sequence[WorkerSpec]
-    store: Store
-    identity: NodeIdentity
-    credentials: StoredIdentity
-    members: Members
-    clock: Clock
-    started_at: float
-    uptime_ms: Uptime
-    control_address: str
-    request_shutdown: Callable[[], None]
-
-
-@dataclass(frozen=True, slots=True)
-class Node:
-    """The built node: what the broker starts, serves with and stops in stages."""
-
-    hub: ClientHub
-    dispatcher: Dispatcher
-    supervisor: Supervisor
-    readiness: Readiness
-    engines: EnginesComponent
-    proxy: ProxyComponent
-    node_name: Callable[[], str]
-    rpc_server: RpcServerLender
-
-
-@dataclass(frozen=True, slots=True)
-class _Services:
-    """The first layer: what every component may be handed."""
-
-    hub: ClientHub
-    dispatcher: Dispatcher
-    errors: ErrorsRegistry
-    settings: SettingsService
-    levels: LogLevels
-    supervisor: Supervisor
-    node_name: Callable[[], str]
-    readiness: Readiness
 
 
 def build_node(base: Foundation) -> Node:
@@ -169,7 +97,7 @@ def build_node(base: Foundation) -> Node:
     engines = _engines(base, services, board, schedulers)
     jobs = _jobs(base, services)
     discovery = _discovery(base, services)
-    cluster = _cluster(base, services, board)
+    cluster = wiring_members.cluster(base, services, board)
     apikeys = _apikeys(base, services)
     hub_rpc.register(services.dispatcher, HubClient(hub_url(os.environ)))
     proxy = _proxy(
@@ -177,12 +105,14 @@ def build_node(base: Foundation) -> Node:
     )
     # Exclusive operations on an engine wait for its scheduler in the proxy worker to drain it.
     engines.bind_gate(proxy.gate)
-    federation, member_rpc = _federation(base, services, cluster.service, discovery, jobs, board)
-    rpc_server = _rpc_server(base, engines)
-    telemetry, node_api = _node_api(
+    federation, member_rpc = wiring_members.federation(
+        base, services, cluster.service, discovery, jobs, board
+    )
+    rpc_server = wiring_members.rpc_server(base, engines)
+    telemetry, node_api = wiring_members.node_api(
         base, services, engines, jobs, proxy, cluster.service, member_rpc, rpc_server
     )
-    spread = _spread(base, services, cluster.service, board, discovery, telemetry)
+    spread = wiring_members.spread(base, services, cluster.service, board, discovery, telemetry)
     engines.bind_shaper("llamacpp", spread.host)
     spread.host.bind_replan(lambda: engines.controller("llamacpp").restart(kill=True))
     _register_broker(base, services, proxy)
@@ -214,20 +144,7 @@ def build_node(base: Foundation) -> Node:
     )
 
 
-def published_ports(configured: Ports, proxy: ProxyComponent) -> Ports:
-    """The ports peers should use: the front doors' and the relay's real ones once open."""
-    doors = proxy.ports()
-    relay = proxy.relay_port()
-    return Ports(
-        node=configured.node,
-        ollama=doors.get("ollama", configured.ollama),
-        openai=doors.get("openai", configured.openai),
-        llamacpp=doors.get("llamacpp", configured.llamacpp),
-        relay=relay if relay is not None else configured.relay,
-    )
-
-
-def _services(base: Foundation) -> _Services:
+def _services(base: Foundation) -> Services:
     hub = ClientHub()
     registry = ErrorsRegistry(
         node_id=base.identity.node_id,
@@ -247,7 +164,7 @@ def _services(base: Foundation) -> _Services:
     errors_rpc.register(dispatcher, registry)
     name = _node_name(settings)
     readiness = Readiness(hub, name)
-    return _Services(hub, dispatcher, registry, settings, levels, supervisor, name, readiness)
+    return Services(hub, dispatcher, registry, settings, levels, supervisor, name, readiness)
 
 
 def _settings(base: Foundation, hub: ClientHub, registry: ErrorsRegistry) -> SettingsService:
@@ -293,7 +210,7 @@ def _worker(base: Foundation, spec: WorkerSpec, levels: LogLevels) -> WorkerProc
     )
 
 
-def _register_settings(services: _Services, workers: Sequence[WorkerProcess]) -> None:
+def _register_settings(services: Services, workers: Sequence[WorkerProcess]) -> None:
     def apply_level(level: LogLevel) -> None:
         logs.set_level(level)
         for worker in workers:
@@ -305,7 +222,7 @@ def _register_settings(services: _Services, workers: Sequence[WorkerProcess]) ->
 
 
 def _engines(
-    base: Foundation, services: _Services, board: MemberEnginesBoard, schedulers: SchedulerView
+    base: Foundation, services: Services, board: MemberEnginesBoard, schedulers: SchedulerView
 ) -> EnginesComponent:
     from backend.components.engines.launch import SettingsValues
 
@@ -325,7 +242,7 @@ def _engines(
     return engines
 
 
-def _jobs(base: Foundation, services: _Services) -> JobsComponent:
+def _jobs(base: Foundation, services: Services) -> JobsComponent:
     events = NumberedStream(methods.JOBS_EVENT, services.hub)
     jobs = JobsComponent(
         store=JobRecordStore(base.store),
@@ -339,7 +256,7 @@ def _jobs(base: Foundation, services: _Services) -> JobsComponent:
     return jobs
 
 
-def _discovery(base: Foundation, services: _Services) -> DiscoveryComponent:
+def _discovery(base: Foundation, services: Services) -> DiscoveryComponent:
     events = NumberedStream(methods.DISCOVERY_EVENT, services.hub)
     discovery = DiscoveryComponent(
         node_id=base.identity.node_id,
@@ -363,7 +280,7 @@ def _discovery(base: Foundation, services: _Services) -> DiscoveryComponent:
 
 def _proxy(
     base: Foundation,
-    services: _Services,
+    services: Services,
     engines: EnginesComponent,
     jobs: JobsComponent,
     discovery: DiscoveryComponent,
@@ -427,142 +344,13 @@ def _proxy_timeouts(settings: SettingsService) -> Callable[[], tuple[float, floa
     return timeouts
 
 
-def _apikeys(base: Foundation, services: _Services) -> ApiKeysService:
+def _apikeys(base: Foundation, services: Services) -> ApiKeysService:
     apikeys = ApiKeysService(ApiKeyStore(base.store), clock=base.clock)
     apikeys_rpc.register(services.dispatcher, apikeys)
     return apikeys
 
 
-def _cluster(base: Foundation, services: _Services, board: MemberEnginesBoard) -> ClusterComponent:
-    events = NumberedStream(methods.CLUSTER_EVENT, services.hub)
-    service = ClusterService(
-        node_id=base.identity.node_id,
-        name=services.node_name,
-        node_port=lambda: base.config.ports.node,
-        credentials=base.credentials.credentials,
-        key_protection=base.credentials.protected_by,
-        members=base.members,
-        clock=base.clock,
-        events=events,
-        online=board.reachable,
-    )
-    board.on_presence(service.presence_changed)
-    cluster_rpc.register(services.dispatcher, service, events)
-    return ClusterComponent(service, clock=base.clock)
-
-
-def _federation(
-    base: Foundation,
-    services: _Services,
-    cluster: ClusterService,
-    discovery: DiscoveryComponent,
-    jobs: JobsComponent,
-    board: MemberEnginesBoard,
-) -> tuple[FederationComponent, MemberRpc]:
-    """The member links: this node's calls to other members and the mirrors of their engines,
-    errors and jobs; and the link route other members call this node's methods on."""
-    node_id = base.identity.node_id
-    addresses = MemberAddresses(discovery.nodes)
-    sinks = LinkSinks(
-        engines=board.changed,
-        errors=services.errors.replace_node,
-        jobs=jobs.mirror_jobs,
-        job_removed=jobs.mirror_removed,
-    )
-    federation = FederationComponent(
-        node_id=node_id,
-        credentials=base.credentials.credentials,
-        membership=lambda: cluster.membership,
-        addresses=addresses,
-        sinks=sinks,
-        board=board,
-        clock=base.clock,
-    )
-    cluster.on_trust_changed(federation.trust_changed)
-    services.dispatcher.forward((*methods.FORWARDED, methods.ERRORS_CLEAR), federation.forward)
-    member_rpc = MemberRpc(
-        node_id=node_id, dispatcher=services.dispatcher, hub=services.hub, cluster=cluster
-    )
-    return federation, member_rpc
-
-
-def _spread(
-    base: Foundation,
-    services: _Services,
-    cluster: ClusterService,
-    board: MemberEnginesBoard,
-    discovery: DiscoveryComponent,
-    telemetry: TelemetryComponent,
-) -> SpreadComponent:
-    """llama.cpp's launch planner: GPU offload here, or a model spread over members."""
-    sources = SpreadSources(
-        node_id=base.identity.node_id,
-        name=services.node_name,
-        telemetry=telemetry.view,
-        membership=lambda: cluster.membership,
-        reachable=board.reachable,
-        nodes=discovery.nodes,
-    )
-    spread = SpreadComponent(
-        sources, MemberDialer(base.credentials.credentials, MemberAddresses(discovery.nodes))
-    )
-    cluster.on_trust_changed(lambda _: spread.host.members_changed())
-    board.on_presence(spread.host.members_changed)
-    return spread
-
-
-def _pins(membership: Membership) -> list[bytes]:
-    """Every certificate the node API lets in: members, provisional ones too (their hello)."""
-    return [member.cert_der for member in membership.members.values()]
-
-
-def _node_api(
-    base: Foundation,
-    services: _Services,
-    engines: EnginesComponent,
-    jobs: JobsComponent,
-    proxy: ProxyComponent,
-    cluster: ClusterService,
-    member_rpc: MemberRpc,
-    rpc_server: RpcServerLender,
-) -> tuple[TelemetryComponent, NodeApiServer]:
-    telemetry = TelemetryComponent(clock=base.clock)
-    node_id = base.identity.node_id
-    source = NodeInfoSource(
-        node_id=node_id,
-        version=__version__,
-        ports=lambda: published_ports(base.config.ports, proxy),
-        name=services.node_name,
-        telemetry=telemetry.view,
-        engine_models=lambda: last_engine_models(engines),
-        pending_jobs=lambda: jobs.pending_by_node().get(node_id, 0),
-        fingerprint=base.credentials.credentials.fingerprint,
-    )
-    nodeinfo_rpc.register(services.dispatcher, source)
-    pinned = tls.PinnedServer(base.credentials.credentials, _pins(cluster.membership))
-    cluster.on_trust_changed(lambda membership: pinned.set_pins(_pins(membership)))
-    tunnels = RpcTunnels(cluster=cluster, rpc_server=rpc_server)
-    server = NodeApiServer(
-        port=base.config.ports.node,
-        source=source,
-        ssl_context=pinned.context,
-        cluster=cluster,
-        routes=(member_rpc.add_routes, tunnels.add_routes),
-        public_network=lambda: services.settings.view().public_network,
-    )
-    return telemetry, server
-
-
-def _rpc_server(base: Foundation, engines: EnginesComponent) -> RpcServerLender:
-    """This computer's rpc-server, from the llama.cpp build the engines found."""
-    return RpcServerLender(
-        llama_server=lambda: engines.binary("llamacpp"),
-        data_dir=base.config.data_dir,
-        ledger=EngineLedger(base.store, base.clock),
-    )
-
-
-def _register_broker(base: Foundation, services: _Services, proxy: ProxyComponent) -> None:
+def _register_broker(base: Foundation, services: Services, proxy: ProxyComponent) -> None:
     status = StatusSource(
         started_at=base.started_at,
         data_dir=base.config.data_dir,
