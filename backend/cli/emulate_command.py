@@ -59,6 +59,14 @@ def add_parser(commands: Any) -> None:
         " (empty fields: the engine's; repeat per model), e.g. llama3.2=60:4:2:0.1",
     )
     emulate.add_argument(
+        "--weights",
+        action="append",
+        default=[],
+        metavar="MODEL=sha256:HEX",
+        help="Ollama: a model's weights digest (/api/show's FROM blob), e.g. to be the same"
+        " weights as a llama.cpp GGUF (repeat per model; default: one of its own)",
+    )
+    emulate.add_argument(
         "--reply-tokens", type=_positive, help="tokens per reply (default: 8-24, seeded)"
     )
     emulate.add_argument(
@@ -86,13 +94,27 @@ def _timing(args: argparse.Namespace) -> Any:
     """The timing model of the options; raises ValueError for a bad ``--model-pace``."""
     from backend.devtools.emulators.generation import TimingModel, parse_model_pace
 
+    try:
+        models = dict(parse_model_pace(text) for text in args.model_pace)
+    except ValueError as exc:
+        raise ValueError(f"--model-pace {exc}") from exc
     return TimingModel(
         args.load_delay,
         args.token_delay,
         args.prompt_token_delay,
         first_token_delay=args.first_token_delay,
-        models=dict(parse_model_pace(text) for text in args.model_pace),
+        models=models,
     )
+
+
+def _weights(args: argparse.Namespace) -> dict[str, str]:
+    """``--weights`` as model -> digest; raises ValueError for a malformed one."""
+    from backend.devtools.emulators.catalog import parse_weights
+
+    try:
+        return dict(parse_weights(text) for text in args.weights)
+    except ValueError as exc:
+        raise ValueError(f"--weights {exc}") from exc
 
 
 def _seconds(text: str) -> float:
@@ -111,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         app = _ollama_app(args) if args.engine == "ollama" else _lmstudio_app(args)
     except ValueError as exc:
-        print(f"pair emulate: --model-pace {exc}", flush=True)
+        print(f"pair emulate: {exc}", flush=True)
         return exit_codes.USAGE
     name = "Ollama" if args.engine == "ollama" else "LM Studio"
     return _serve(app, args, name)
@@ -166,6 +188,7 @@ def _ollama_app(args: argparse.Namespace) -> web.Application:
         limits = OllamaLimits(parallel=limits.parallel, keep_alive_ns=int(args.keep_alive * 1e9))
     config = OllamaConfig(
         models=_models(args),
+        weights=_weights(args),
         timing=_timing(args),
         limits=limits,
         reply_tokens=args.reply_tokens,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -54,7 +54,10 @@ class ModelSpec:
     parameter_count: int
     quantization: str
     size: int
+    # The manifest's digest (``/api/tags``) and the weights blob's (``/api/show``'s ``FROM``):
+    # real Ollama's differ, and only the weights' names the model across names and engines.
     digest: str
+    weights_digest: str
     context_length: int
     embedding_length: int
     capabilities: tuple[str, ...]
@@ -132,10 +135,15 @@ _BITS: Final = {
 }
 _PARAMETERS: Final = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)([bm])(?![a-z])")
 _QUANTIZATION: Final = re.compile(r"(q\d_k_[sml]|q\d_k|q\d_\d|bf16|fp16|f16)", re.IGNORECASE)
+_SHA256_HEX: Final = re.compile(r"[0-9a-f]{64}")
 
 
-def spec_for(name: str, modified_ns: int) -> ModelSpec:
-    """A deterministic, plausible model for ``name`` (family, size, digest, quantization)."""
+def spec_for(name: str, modified_ns: int, weights_digest: str | None = None) -> ModelSpec:
+    """A deterministic, plausible model for ``name`` (family, size, digests, quantization).
+
+    ``weights_digest`` (hex, or ``sha256:<hex>``) is the weights blob's digest; absent, one
+    derived from the manifest digest, so two names never share weights unless told to.
+    """
     lowered = name.lower()
     family = _family_of(lowered)
     parameters = _parameters_of(lowered, family)
@@ -150,11 +158,28 @@ def spec_for(name: str, modified_ns: int) -> ModelSpec:
         quantization=quantization,
         size=int(parameters * bits / 8) + overhead,
         digest=digest,
+        weights_digest=_bare_hex(weights_digest) or hashlib.sha256(digest.encode()).hexdigest(),
         context_length=family.context_length,
         embedding_length=family.embedding_length,
         capabilities=family.capabilities,
         modified_ns=modified_ns,
     )
+
+
+def _bare_hex(digest: str | None) -> str:
+    """``sha256:<hex>`` or ``<hex>`` as lower-case hex; empty for None."""
+    if not digest:
+        return ""
+    return digest.removeprefix("sha256:").lower()
+
+
+def parse_weights(text: str) -> tuple[str, str]:
+    """``NAME=sha256:<hex>`` (or ``NAME=<hex>``) as (name, hex); ValueError when malformed."""
+    name, separator, digest = text.partition("=")
+    hex_digest = _bare_hex(digest.strip())
+    if not separator or not name.strip() or not _SHA256_HEX.fullmatch(hex_digest):
+        raise ValueError(f"{text!r} is not NAME=sha256:<64 hex digits>")
+    return name.strip(), hex_digest
 
 
 def is_known_family(name: str) -> bool:
@@ -226,12 +251,27 @@ class Catalog:
         return len(self._models)
 
 
-def ollama_catalog(names: tuple[str, ...], now_ns: int) -> Catalog:
-    """An Ollama catalog holding ``names``, listed in the given order (first is newest)."""
+def ollama_catalog(
+    names: tuple[str, ...], now_ns: int, weights: Mapping[str, str] | None = None
+) -> Catalog:
+    """An Ollama catalog holding ``names``, listed in the given order (first is newest).
+
+    ``weights`` maps a model name to its weights digest (see ``spec_for``).
+    """
     catalog = Catalog(lambda name: parse_model_name(name).display)
     for index, name in enumerate(names):
-        catalog.add(spec_for(catalog.canonical(name), now_ns - index * 60 * 1_000_000_000))
+        canonical = catalog.canonical(name)
+        modified_ns = now_ns - index * 60 * 1_000_000_000
+        catalog.add(spec_for(canonical, modified_ns, weights_for(weights or {}, canonical)))
     return catalog
+
+
+def weights_for(weights: Mapping[str, str], canonical: str) -> str | None:
+    """The weights digest ``weights`` gives the Ollama model ``canonical`` (any spelling)."""
+    for name, digest in weights.items():
+        if parse_model_name(name).display.lower() == canonical.lower():
+            return digest
+    return None
 
 
 def lmstudio_catalog(keys: tuple[str, ...], now_ns: int) -> Catalog:

@@ -42,7 +42,7 @@ def layers_for(spec: ModelSpec) -> list[Layer]:
         for kind, size in _SMALL_LAYERS
     ]
     weights = spec.size - sum(layer.total for layer in small)
-    return [Layer(hashlib.sha256(spec.digest.encode()).hexdigest(), max(weights, 1)), *small]
+    return [Layer(spec.weights_digest, max(weights, 1)), *small]
 
 
 def progress_line(layer: Layer, completed: int) -> dict[str, Any]:

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from backend.core.clock import Clock
-from backend.devtools.emulators.catalog import ModelSpec, ollama_catalog, parse_model_name, spec_for
+from backend.devtools.emulators.catalog import (
+    ModelSpec,
+    ollama_catalog,
+    parse_model_name,
+    spec_for,
+    weights_for,
+)
 from backend.devtools.emulators.generation import TimingModel
 from backend.devtools.emulators.ollama_pull import PullManager
 from backend.devtools.emulators.ollama_scheduler import OllamaLimits, OllamaScheduler
@@ -36,9 +43,14 @@ DEFAULT_LIBRARY: Final = (
 
 @dataclass(frozen=True)
 class OllamaConfig:
-    """How an Ollama emulator behaves: installed models, timing, scheduler limits, pulls."""
+    """How an Ollama emulator behaves: installed models, timing, scheduler limits, pulls.
+
+    ``weights`` maps a model name to its weights blob's digest (``sha256:<hex>``), for a model
+    that must be the same weights as a file elsewhere (a llama.cpp GGUF); others get their own.
+    """
 
     models: tuple[str, ...] = ("llama3.2",)
+    weights: Mapping[str, str] = field(default_factory=dict)
     timing: TimingModel = field(default_factory=TimingModel)
     limits: OllamaLimits = field(default_factory=OllamaLimits)
     reply_tokens: int | None = None
@@ -54,7 +66,7 @@ class OllamaEngine:
     def __init__(self, config: OllamaConfig, clock: Clock) -> None:
         self.config = config
         self.clock = clock
-        self.catalog = ollama_catalog(config.models, self.wall_ns())
+        self.catalog = ollama_catalog(config.models, self.wall_ns(), config.weights)
         self.log = RequestLog(clock)
         self.scheduler = OllamaScheduler(clock=clock, timing=config.timing, limits=config.limits)
         self.pulls = PullManager(
@@ -78,7 +90,8 @@ class OllamaEngine:
         known = {entry.lower() for entry in self.config.library}
         if parsed.model.lower() not in known:
             return None
-        return spec_for(parsed.display, self.wall_ns())
+        weights = weights_for(self.config.weights, parsed.display)
+        return spec_for(parsed.display, self.wall_ns(), weights)
 
     def state(self) -> dict[str, Any]:
         """The introspection view (``GET /_emulator/state``)."""
