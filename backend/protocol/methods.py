@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from backend.protocol.contract import Method, NoParams, Push
+from backend.protocol.types.aliases import AliasRef, AliasSet, ModelAlias
 from backend.protocol.types.apikeys import ApiKeyCreate, ApiKeyCreated, ApiKeyInfo, ApiKeyRef
 from backend.protocol.types.broker import (
     AppReady,
@@ -239,6 +240,17 @@ APIKEYS_CREATE: Final = Method(
 )
 APIKEYS_LIST: Final = Method("apikeys:list", NoParams, list[ApiKeyInfo], "LAN API keys, no secrets")
 APIKEYS_REVOKE: Final = Method("apikeys:revoke", ApiKeyRef, ApiKeyInfo, "revoke a LAN API key")
+
+# Model aliases: other names for a model at this computer's front doors ---------------------------
+MODELS_ALIASES: Final = Method(
+    "models:aliases", NoParams, list[ModelAlias], "this computer's model aliases, by name"
+)
+MODELS_ALIAS_SET: Final = Method(
+    "models:alias-set", AliasSet, ModelAlias, "let a name reach a model (no chains)"
+)
+MODELS_ALIAS_REMOVE: Final = Method(
+    "models:alias-remove", AliasRef, ModelAlias, "forget a model alias"
+)
 
 # Hugging Face: GGUF models to pull into llama.cpp ------------------------------------------------
 HUB_SEARCH: Final = Method(

@@ -134,6 +134,41 @@ SCHEMA: tuple[SettingSpec, ...] = (
         " invites from other computers refused to all but this cluster's members, and the"
         " front doors kept to this computer (as with lan_access off).",
     ),
+    SettingSpec(
+        key="replicas_mode",
+        type="enum",
+        default="auto",
+        choices=["auto", "on", "off"],
+        description="Whether PAIR loads a busy model on more computers of the cluster: auto (on"
+        " while the cluster has more than one member), on or off.",
+    ),
+    SettingSpec(
+        key="replicas_target_wait_s",
+        type="float",
+        default=10.0,
+        minimum=1.0,
+        maximum=600.0,
+        description="Seconds a request may expect to wait for a model before PAIR loads it on"
+        " another computer that can run it.",
+    ),
+    SettingSpec(
+        key="replicas_ttl_s",
+        type="float",
+        default=300.0,
+        minimum=30.0,
+        maximum=86400.0,
+        description="Seconds a copy of a model that PAIR loaded may sit unused before PAIR"
+        " unloads it (models you loaded yourself stay).",
+    ),
+    SettingSpec(
+        key="replicas_max_per_model",
+        type="int",
+        default=3,
+        minimum=1,
+        maximum=16,
+        description="Most computers that hold one model loaded at once, counting those where"
+        " you loaded it yourself.",
+    ),
 )
 SPECS: dict[str, SettingSpec] = {spec.key: spec for spec in SCHEMA}
 # A door takes the ports an engine may (below 1024 needs administrator rights); 0 keeps the

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from backend.protocol.proxy import PlacementPolicy
 from backend.protocol.types.base import NodeId
 from backend.protocol.types.broker import LOG_LEVELS, LogLevel
+from backend.protocol.types.replicas import ReplicasMode
 from backend.protocol.types.settings import SettingValue
 
 
@@ -33,6 +34,10 @@ class SettingsView:
     llamacpp_model: str = ""  # the store model llama-server loads at start; empty: the first
     local_discovery: bool = True  # mDNS announce and browse
     public_network: bool = False  # strangers get refusals; see ``lan_access`` and discovery
+    replicas_mode: ReplicasMode = "auto"  # docs/REPLICAS.md
+    replicas_target_wait_s: float = 10.0  # the expected wait that calls for another replica
+    replicas_ttl_s: float = 300.0  # idle time before a replica PAIR loaded is unloaded
+    replicas_max_per_model: int = 3  # members holding one model loaded, the user's counted
 
     @property
     def announces(self) -> bool:
@@ -62,6 +67,10 @@ class SettingsView:
             llamacpp_model=_text(values, "llamacpp_model"),
             local_discovery=_flag(values, "local_discovery"),
             public_network=public,
+            replicas_mode=_replicas_mode(values["replicas_mode"]),
+            replicas_target_wait_s=_number(values, "replicas_target_wait_s"),
+            replicas_ttl_s=_number(values, "replicas_ttl_s"),
+            replicas_max_per_model=_whole(values, "replicas_max_per_model"),
         )
 
 
@@ -111,3 +120,13 @@ def _log_level(value: SettingValue) -> LogLevel:
         if value == level:
             return level
     raise TypeError(f"setting 'log_level' holds {value!r}, not a log level")
+
+
+def _replicas_mode(value: SettingValue) -> ReplicasMode:
+    for mode in REPLICAS_MODES:
+        if value == mode:
+            return mode
+    raise TypeError(f"setting 'replicas_mode' holds {value!r}, not auto, on or off")
+
+
+REPLICAS_MODES: tuple[ReplicasMode, ...] = ("auto", "on", "off")
