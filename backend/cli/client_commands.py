@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from backend.cli import exit_codes
+from backend.cli.replicas_format import replicas_lines
 from backend.protocol import contract, errors, methods
 from backend.protocol.endpoint import control_address, open_control_connection, resolve_data_dir
 from backend.protocol.peer import RpcPeer
@@ -115,6 +116,7 @@ def format_status(status: BrokerStatus) -> str:
         "front doors "
         + (", ".join(f"{d} {doors[d]}" for d in sorted(doors, key=door_rank)) or "-"),
         f"placement   {_placement(status.placement)}",
+        *replicas_lines(status.replicas, time.time()),
         "",
         f"{'COMPONENT':<14}{'KIND':<8}{'STATE':<10}{'RESTARTS':<10}{'PID':<8}DETAIL",
     ]

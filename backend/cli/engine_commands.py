@@ -11,7 +11,14 @@ import sys
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
-from backend.cli import client_commands, confirm, exit_codes, load_command, model_commands
+from backend.cli import (
+    alias_commands,
+    client_commands,
+    confirm,
+    exit_codes,
+    load_command,
+    model_commands,
+)
 from backend.cli.engine_format import (
     ENGINE_COLUMNS,
     ModelOperation,
@@ -114,6 +121,7 @@ def add_parsers(commands: Any, add_data_dir: Any) -> None:
     for parser in (pull, pull_model):
         model_commands.configure_pull(parser)
     hub = model_commands.add_hub_parsers(model_ops)
+    alias_commands.add_parsers(model_ops, add_data_dir)
     for parser in on_engine.values():
         parser.add_argument("engine", metavar="ENGINE")
     for parser in on_model.values():
@@ -216,6 +224,8 @@ def _engine_work(args: argparse.Namespace, engine: EngineName) -> NodeWork:
 def _run_model(args: argparse.Namespace) -> int:
     if args.operation == "pull":
         return _run_model_pull(args)
+    if args.operation in alias_commands.OPERATIONS:
+        return alias_commands.run(args)
     if args.operation in model_commands.HUB_OPERATIONS:
         return client_commands.run_with_broker(args.data_dir, model_commands.hub_work(args))
     operation: ModelOperation = MODEL_OPERATIONS[args.operation]
