@@ -1,6 +1,6 @@
 """Settings → General: start at login, keep running in the tray (``settings_startup``), the
-front doors with their ports as they are now (``settings_front_doors``), then llama.cpp's
-requests at once and context size."""
+front doors with their ports as they are now (``settings_front_doors``), replicas of busy models
+(``settings_replicas``), then llama.cpp's requests at once and context size."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from app.window.settings_fields import (
 from app.window.settings_fields import error_label as error_label
 from app.window.settings_fields import show_error as show_error
 from app.window.settings_front_doors import FrontDoorsBox
+from app.window.settings_replicas import ReplicasBox
 from app.window.settings_startup import MINIMISE_TO_TRAY_KEY as MINIMISE_TO_TRAY_KEY
 from app.window.settings_startup import StartupBox
 from app.window.settings_startup import minimise_to_tray as minimise_to_tray
@@ -94,8 +95,8 @@ class LlamaCppBox(BrokerSettingsBox):
 
 
 class GeneralSettings(QScrollArea):
-    """The General tab: startup and window preferences, light or dark, the front doors, then
-    llama.cpp."""
+    """The General tab: startup and window preferences, light or dark, the front doors,
+    replicas, then llama.cpp."""
 
     minimise_to_tray_changed = Signal(bool)
 
@@ -119,8 +120,9 @@ class GeneralSettings(QScrollArea):
         )
         self.front_doors_box = FrontDoorsBox(controller, endpoints=endpoints)
         self.llamacpp_box = LlamaCppBox(controller)
+        self.replicas_box = ReplicasBox(controller)
         self.appearance_box = AppearanceBox(preferences)
-        align_form_labels(self.front_doors_box, self.llamacpp_box)
+        align_form_labels(self.front_doors_box, self.replicas_box, self.llamacpp_box)
         self.startup_box.minimise_to_tray_changed.connect(self.minimise_to_tray_changed)
         body = QWidget()
         layout = QVBoxLayout(body)
@@ -129,6 +131,7 @@ class GeneralSettings(QScrollArea):
         layout.addWidget(self.startup_box)
         layout.addWidget(self.appearance_box)
         layout.addWidget(self.front_doors_box)
+        layout.addWidget(self.replicas_box)
         layout.addWidget(self.llamacpp_box)
         layout.addStretch(1)
         self.setWidget(body)
