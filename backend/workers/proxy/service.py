@@ -35,6 +35,7 @@ from backend.protocol.types.results import Ok
 from backend.protocol.types.scheduler import SchedulerStates
 from backend.protocol.worker_methods import (
     PROXY_ADOPT_DOOR,
+    PROXY_DEMAND,
     PROXY_EXCLUSIVE,
     PROXY_EXCLUSIVE_END,
     PROXY_IDENTITY,
@@ -56,6 +57,7 @@ from backend.workers.proxy.doors.key_use import KeyUseLog, report_interval
 from backend.workers.proxy.relay.app import build_relay_app
 from backend.workers.proxy.relay.peer_tls import PeerTls, credentials_from
 from backend.workers.proxy.relay.serving import PeerStarted, RelayBoard
+from backend.workers.proxy.routing.demand import REPORT_EVERY_S, Demand
 from backend.workers.proxy.routing.dispatch import Router
 from backend.workers.proxy.routing.failover import RandomSource, RetryPolicy
 from backend.workers.proxy.routing.links import Links
@@ -217,6 +219,15 @@ class ProxyService:
     def _send_keys_used(self, report: KeysUsed) -> None:
         self._notify(PROXY_KEYS_USED.name, report)
 
+    async def _report_demand(self, demand: Demand) -> None:
+        """Send what the doors and the engines saw, every ``REPORT_EVERY_S`` while anything
+        changed (the replica planner's input); nothing while idle."""
+        while True:
+            await self._clock.sleep(REPORT_EVERY_S)
+            report = demand.report(self._clock.wall())
+            if report is not None:
+                self._notify(PROXY_DEMAND.name, report)
+
     def _push_states(self) -> None:
         self._push_due = False
         self._notify(PROXY_SCHEDULER.name, msgspec.to_builtins(self.scheduler_states()))
@@ -366,8 +377,10 @@ class ProxyService:
             journal = router.jobs.journal
             if journal is not None:  # confirmed segments deleted in the background
                 group.create_task(journal.keep_trimmed(self._jobs_stored), name="proxy:journal")
+            demand = group.create_task(self._report_demand(router.demand), name="proxy:demand")
             await self._closing.wait()
             relay.cancel()
+            demand.cancel()
             for site in self._sites:
                 await site.stop()
         await asyncio.Event().wait()

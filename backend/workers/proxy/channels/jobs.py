@@ -143,6 +143,8 @@ class Job:
         # The serving attempt's answer as relayed: when its first chunk went out, how many
         # chunks it had, and whether those were a stream's (a whole body's chunks count nothing).
         self.first_chunk_at: float | None = None
+        # When an attempt committed (its first body byte came; Unix time): no other follows.
+        self.committed_at: float | None = None
         self.chunks = 0
         self.streamed = False
 

@@ -18,6 +18,7 @@ from backend.workers.proxy.routing.candidates import (
     reserved,
     with_snapshot,
 )
+from backend.workers.proxy.routing.demand import Demand
 from backend.workers.proxy.routing.naming import normalize
 from backend.workers.proxy.routing.placement.inputs import Candidate
 from backend.workers.proxy.routing.placement.placer import Placed, Placer
@@ -29,10 +30,13 @@ class NodeChoice:
     """The table's placement policy (docs/PLACEMENT.md) over the candidates of each request,
     fed the reservations that spread bursts and the node that served each conversation last;
     ``placer`` learns each node's pace from the dispatches it samples. The reservations are a
-    frozen value, replaced by each reserve, release and snapshot."""
+    frozen value, replaced by each reserve, release and snapshot. Each placement of a request
+    from this node's doors also tells ``demand`` how long it is expected to wait there."""
 
-    def __init__(self, clock: Clock, *, affinity: bool) -> None:
+    def __init__(self, clock: Clock, *, affinity: bool, demand: Demand | None = None) -> None:
         self.placer = Placer(clock)
+        self.demand = demand if demand is not None else Demand()
+        self._clock = clock
         self._reservations = Reservations()
         self._affinity = Affinity()
         self._use_affinity = affinity
@@ -67,6 +71,8 @@ class NodeChoice:
             if placing is None:
                 placing, index = self._inputs(admission, [chosen], affinity=False), 0
             placed = placer.placed(placing[index], engine, admission.model)
+        if admission.origin is None:
+            self._expect_wait(admission, chosen, placing, index, model)
         table = self._reservations
         self._reservations = reserved(table, chosen.node_id)
         return chosen, table.generation, placed
@@ -78,6 +84,25 @@ class NodeChoice:
     def served(self, session: str | None, node: str) -> None:
         """``node`` committed a response for the conversation ``session``."""
         self._affinity.served(session, node)
+
+    def _expect_wait(
+        self,
+        admission: Admission,
+        chosen: RouteTarget,
+        placing: list[Candidate] | None,
+        index: int,
+        model: str,
+    ) -> None:
+        """Tell the demand meter the wait expected on ``chosen``: worked out afresh at most
+        every ``demand.ESTIMATE_EVERY_S`` per model (from the inputs placement already has,
+        else the chosen node's alone), the last figure in between."""
+        demand, now = self.demand, self._clock.monotonic()
+        if not demand.estimate_due(admission.model, now):
+            demand.reuse_wait(admission.model)
+            return
+        if placing is None:
+            placing, index = self._inputs(admission, [chosen], affinity=False), 0
+        demand.waited(admission.model, self.placer.expected_wait(placing, index, model), now)
 
     def _inputs(
         self, admission: Admission, targets: list[RouteTarget], *, affinity: bool

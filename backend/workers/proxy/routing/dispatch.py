@@ -43,6 +43,7 @@ from backend.workers.proxy.routing.admission import (
 )
 from backend.workers.proxy.routing.candidates import away_owner, candidates, owners, vanished
 from backend.workers.proxy.routing.choice import NodeChoice
+from backend.workers.proxy.routing.demand import Demand
 from backend.workers.proxy.routing.departures import Departures, unless_gone
 from backend.workers.proxy.routing.failover import Failover, RandomSource, RetryPolicy
 from backend.workers.proxy.routing.links import Links
@@ -72,7 +73,8 @@ class Router:
     table sets the events of the nodes it no longer lists, and those attempts end themselves.
     Owns the local engines' schedulers; ``close`` ends them and the engines' connections.
     ``table`` is the routing table as last sent by the broker: replaced by ``update``, never
-    changed, so a reader holds one consistent table for as long as it keeps it.
+    changed, so a reader holds one consistent table for as long as it keeps it. ``demand``
+    meters what the doors ask for and what this node's engines run (``demand.py``).
     """
 
     def __init__(
@@ -103,7 +105,8 @@ class Router:
             on_change=links.on_scheduler_change,
             affinity=affinity,
         )
-        self._choice = NodeChoice(clock, affinity=affinity)
+        self.demand = Demand()
+        self._choice = NodeChoice(clock, affinity=affinity, demand=self.demand)
 
     # The table.
 
@@ -145,15 +148,20 @@ class Router:
         held = custody.resumed(request.transport) if admission.origin is None else None
         if held is not None:
             admission.job_key, admission.attempt = JobKey(held.job), held.attempt + 1
+        found = self._candidates(admission)
         job = self.jobs.new(
             origin=admission.origin or NodeId(self.table.node_id),
-            engine=self._first_engine(admission),
+            engine=EngineName(found[0].engine if found else ""),
             model=admission.model,
             path=admission.path.split("?", 1)[0],
             key=admission.job_key,
             resumed=(held.seq, held.created_at) if held is not None else None,
             client=job_client(request, self.table),
         )
+        # A member's request counts where its client asked; here only as local use.
+        asked = admission.origin is None
+        if asked:
+            self.demand.admitted(admission.model, self.table, found)
         try:
             return await self._dispatch_loop(request, admission, job)
         except (asyncio.CancelledError, ConnectionResetError, aiohttp.ClientConnectionResetError):
@@ -164,6 +172,8 @@ class Router:
                 custody.release(admission.held)
             if not job.finished:
                 job.failed("internal error: the request ended without an outcome")
+            if asked and job.committed_at is None:
+                self.demand.committed(admission.model)
 
     async def _dispatch_loop(
         self, request: web.Request, admission: Admission, job: Job
@@ -198,11 +208,6 @@ class Router:
         if admission.only is not None:
             return admission.only
         return candidates(self.table, admission.model, admission.dialect)
-
-    def _first_engine(self, admission: Admission) -> EngineName:
-        """The engine the job starts with (a failover may change it)."""
-        found = self._candidates(admission)
-        return EngineName(found[0].engine if found else "")
 
     def _final(
         self,
@@ -270,6 +275,7 @@ class Router:
                 self._failed_at(node, outcome)
                 return outcome
             self._busy_until = failover.busy_freed(self._busy_until, node)
+            self._committed(admission, dispatch)
             self._choice.served(admission.session, node)
             await self._let_go(admission, outcome)
             return await self._stream(request, outcome, dispatch)
@@ -278,6 +284,18 @@ class Router:
                 watcher.cancel()
             if dispatch.ticket is not None:
                 self.scheduler(dispatch.target.engine).release(dispatch.ticket)
+            if dispatch.target.kind == "local" and dispatch.job.committed_at is not None:
+                engine = dispatch.target.engine
+                self.demand.local_ended(engine, normalize(engine, admission.model))
+
+    def _committed(self, admission: Admission, dispatch: Dispatch) -> None:
+        """The attempt committed: its request waits no more, and a local engine runs it."""
+        at = dispatch.job.committed_at = self._clock.wall()
+        if admission.origin is None:
+            self.demand.committed(admission.model)
+        engine = dispatch.target.engine
+        if dispatch.target.kind == "local":
+            self.demand.local_started(engine, normalize(engine, admission.model), at)
 
     def _failed_at(self, node: str, failure: Failure) -> None:
         """A node that answered busy is held busy a while (``busy_reply``)."""

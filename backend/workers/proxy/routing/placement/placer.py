@@ -110,6 +110,13 @@ class Placer:
             chosen = pair.pick(candidates, answer)
         return next(i for i, c in enumerate(candidates) if c.node == chosen)
 
+    def expected_wait(self, candidates: Sequence[Candidate], index: int, model: str) -> float:
+        """Seconds the request is expected to wait on ``candidates[index]`` before it starts
+        (for a slot, plus a load where the model is not resident), by ``pair``'s estimate."""
+        answer = self.speeds.answer_tokens(model) or pair.DEFAULT_ANSWER_TOKENS
+        chosen = pair.estimates(candidates, answer)[index]
+        return chosen.wait_s + chosen.load_s
+
     def sampling(self, node: NodeId, model: str) -> bool:
         """Whether a dispatch to ``node`` now is one to learn from: none was for ``model``
         (normalized) in the last ``SAMPLE_EVERY_S`` (this one then counts as sampled)."""
