@@ -65,7 +65,7 @@ class ReplicasBox(BrokerSettingsBox):
         form.addRow(muted_label(REPLICAS_NOTE))
         rows = (
             ("Load on more computers", self.mode_combo, REPLICAS_MODE),
-            ("When a request would wait", self.wait_spin, REPLICAS_TARGET_WAIT),
+            ("When a request would wait over", self.wait_spin, REPLICAS_TARGET_WAIT),
             ("Unload an unused copy after", self.ttl_spin, REPLICAS_TTL),
             ("Most computers per model", self.max_spin, REPLICAS_MAX),
         )
@@ -119,10 +119,18 @@ class ReplicasBox(BrokerSettingsBox):
         self._controller.set_value(REPLICAS_MAX, int(value))
 
 
+class MinutesSpin(QDoubleSpinBox):
+    """A minutes box that writes whole minutes without decimals (``60 min``, ``0.5 min``)."""
+
+    def textFromValue(self, value: float) -> str:
+        """``value`` as people write it: no trailing ``.0``."""
+        return f"{value:g}"
+
+
 def _minutes_spin(tooltip: str) -> QDoubleSpinBox:
     """A minutes box (half a minute is the shortest idle time) that reports a typed number
     once, not every keystroke."""
-    spin = QDoubleSpinBox()
+    spin = MinutesSpin()
     spin.setSuffix(" min")
     spin.setDecimals(1)
     spin.setSingleStep(1)

@@ -97,6 +97,10 @@ async def test_the_fields_are_off_until_connected_then_show_the_saved_values(tab
     )
     assert (box.max_spin.minimum(), box.max_spin.maximum(), box.max_spin.value()) == (1, 16, 3)
     assert set_calls(tab.connection) == []  # showing values saves nothing
+    assert box.ttl_spin.text() == "10 min"
+    tab.connection.push(methods.SETTINGS_CHANGED, snapshot(**{REPLICAS_TTL: 30.0}))
+    assert (box.ttl_spin.value(), box.ttl_spin.text()) == (0.5, "0.5 min")
+    assert set_calls(tab.connection) == []
 
 
 async def test_changing_each_field_saves_its_setting(tab: Tab) -> None:
