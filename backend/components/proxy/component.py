@@ -19,6 +19,7 @@ from backend.components.engines.component import EnginesComponent
 from backend.components.engines.manifest import SchedulerSpec
 from backend.components.engines.slots import routing_slots
 from backend.components.proxy.custody import CustodyDesk, Progress
+from backend.components.proxy.demand import DemandInbox
 from backend.components.proxy.exclusive_gate import WorkerGate
 from backend.components.proxy.listeners import (
     EVERY_ADDRESS,
@@ -46,8 +47,10 @@ from backend.protocol import errors, methods
 from backend.protocol.errors import BadResult
 from backend.protocol.proxy import (
     DOORS,
+    DemandReport,
     Door,
     DoorHandover,
+    LocalUse,
     ModelSwitched,
     ProxyIdentity,
     ProxyTargets,
@@ -60,6 +63,7 @@ from backend.protocol.types.scheduler import SchedulerStates
 from backend.protocol.worker_methods import (
     PROXY_ADOPT_DOOR,
     PROXY_CLOSE_LISTENERS,
+    PROXY_DEMAND,
     PROXY_IDENTITY,
     PROXY_JOBS,
     PROXY_JOBS_STORED,
@@ -115,6 +119,7 @@ class ProxyComponent(Component):
         on_worker_exit: Callable[[frozenset[str]], None] = lambda kept: None,
         job_progress: Progress = lambda job: None,
         on_scheduler: Callable[[SchedulerStates], None] = lambda states: None,
+        on_demand: Callable[[DemandReport], None] | None = None,
         load_model: Callable[[str, str], Awaitable[int]] | None = None,
         jobs_stored: Callable[[], Awaitable[None]] | None = None,
         jobs_journal: Path | None = None,
@@ -151,6 +156,7 @@ class ProxyComponent(Component):
         self._jobs_stored = jobs_stored
         self._jobs_journal = jobs_journal  # where the workers journal job ends
         self._scheduler = SchedulerStates(engines=[])
+        self._demand = DemandInbox(on_demand)  # the worker's demand reports (demand.py)
         self.gate = WorkerGate(lambda: self._worker)
         self._heartbeat_interval = heartbeat_interval
         self._targets_interval = targets_interval
@@ -174,6 +180,10 @@ class ProxyComponent(Component):
     def scheduler_states(self) -> SchedulerStates:
         """The local engines' schedulers as the worker last reported them."""
         return self._scheduler
+
+    def last_local_use(self) -> list[LocalUse]:
+        """Each local engine model's last use (and how many run it now), as reported."""
+        return self._demand.last_local_use()
 
     async def fetch_scheduler(self) -> SchedulerStates | None:
         """The schedulers now, asked of the worker; None when it cannot answer."""
@@ -223,6 +233,7 @@ class ProxyComponent(Component):
             # Whatever the worker held is gone with it: its jobs end, they do not stay Running,
             # except those whose requests wait with us for the next worker (custody.py).
             self._on_worker_exit(kept)
+            self._demand.worker_gone()
             if self._scheduler.engines:
                 self._scheduler = SchedulerStates(engines=[])
                 self._on_scheduler(self._scheduler)
@@ -324,6 +335,8 @@ class ProxyComponent(Component):
                 log.error("ignoring a malformed scheduler state: %s", exc)
                 return
             self._on_scheduler(self._scheduler)
+        elif method == PROXY_DEMAND.name:
+            self._demand.received(params)
         elif method == PROXY_KEYS_USED.name:
             try:
                 self._on_keys_used(PROXY_KEYS_USED.decode(params))
