@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from backend.components.jobs.journal import JournalFolders, LeftEnds, read_left, settle
-from backend.components.jobs.reports import job_from_report, parse_report
+from backend.components.jobs.reports import job_from_report, parse_report, report_problem, step_of
 from backend.components.jobs.state import TERMINAL, Job, apply, apply_in_order, interrupted
 from backend.components.jobs.state import JobEvent as Step
 from backend.components.jobs.store import JobRecordStore
@@ -24,6 +24,7 @@ from backend.protocol import errors
 from backend.protocol.types.base import JobKey, NodeId
 from backend.protocol.types.jobs import (
     JobDetails,
+    JobEvent,
     JobRecord,
     JobRemoved,
     JobsEvent,
@@ -133,9 +134,20 @@ class JobsComponent(Component):
     def on_job_event(self, params: Any) -> None:
         """Apply one ``proxy:jobs`` report; a malformed one is logged and dropped."""
         parsed = parse_report(params)
-        if parsed is None:
-            return
-        report, step = parsed
+        if parsed is not None:
+            self._apply_report(*parsed)
+
+    def record_external(self, events: Sequence[JobEvent]) -> None:
+        """Apply events of jobs this broker ran itself, not a request's (a replica planner's
+        load or unload, with its ``note``); one the reducer cannot take is logged and dropped."""
+        for report in events:
+            problem = report_problem(report)
+            if problem is not None:
+                log.warning("job %r: event dropped: %s", report.key, problem)
+                continue
+            self._apply_report(report, step_of(report))
+
+    def _apply_report(self, report: JobEvent, step: Step) -> None:
         known = self._jobs.get(report.key)
         if report.key in self._forgotten or (known is not None and known.state in TERMINAL):
             return
@@ -443,7 +455,7 @@ def _mirror_problem(member: NodeId, record: JobRecord) -> str | None:
         return "negative chunks or tokens"
     texts = (
         *(record.key, record.model, record.engine, record.path, record.error or ""),
-        *(record.client or "", record.client_address or ""),
+        *(record.client or "", record.client_address or "", record.note or ""),
     )
     if any(len(text) > MAX_FIELD_CHARS for text in texts):
         return "a field is too long"
@@ -473,6 +485,7 @@ def from_record(record: JobRecord) -> Job:
         first_token_at=record.first_token_at,
         chunks=record.chunks,
         tokens=record.tokens,
+        note=record.note,
     )
 
 
@@ -499,6 +512,7 @@ def to_record(job: Job) -> JobRecord:
         first_token_at=job.first_token_at,
         chunks=job.chunks,
         tokens=job.tokens,
+        note=job.note,
     )
 
 

@@ -77,4 +77,5 @@ def job_from_report(report: JobEvent) -> Job:
         path=report.path,
         client=report.client,
         client_address=report.client_address,
+        note=report.note,
     )

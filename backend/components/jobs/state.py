@@ -46,6 +46,7 @@ class Job:
     first_token_at: float | None = None  # the serving attempt's first byte to the client
     chunks: int | None = None  # a streamed answer's chunks (about one per token)
     tokens: int | None = None  # as the engine counted them, where the worker read it
+    note: str | None = None  # a replica planner's job: why it loaded or unloaded the model
     # The events applied, oldest first: the first one and the latest (``MAX_TIMELINE``).
     timeline: tuple[JobEvent, ...] = ()
 

@@ -32,11 +32,12 @@ COLUMNS = (
     "first_token_at",
     "chunks",
     "tokens",
+    "note",
     "timeline",
     "updated_at",
 )
-# 22 columns per row: 45 rows stay under the 999 variables older SQLite builds allow.
-ROWS_PER_STATEMENT = 45
+# 23 columns per row: 43 rows stay under the 999 variables older SQLite builds allow.
+ROWS_PER_STATEMENT = 43
 KEYS_PER_STATEMENT = 500
 _STATES: frozenset[str] = frozenset(get_args(JobState))
 _FINISHED = ", ".join(f"'{state}'" for state in sorted(TERMINAL))
@@ -112,6 +113,7 @@ def _values(job: Job, updated_at: float) -> tuple[Any, ...]:
         job.first_token_at,
         job.chunks,
         job.tokens,
+        job.note,
         encode_timeline(job.timeline),
         updated_at,
     )
@@ -140,5 +142,6 @@ def _job(row: Row) -> Job:
         first_token_at=row[17],
         chunks=row[18],
         tokens=row[19],
-        timeline=decode_timeline(row[20]),
+        note=row[20],
+        timeline=decode_timeline(row[21]),
     )
