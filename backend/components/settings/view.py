@@ -11,6 +11,8 @@ from backend.protocol.types.broker import LOG_LEVELS, LogLevel
 from backend.protocol.types.replicas import ReplicasMode
 from backend.protocol.types.settings import SettingValue
 
+REPLICAS_MODES: tuple[ReplicasMode, ...] = ("auto", "on", "off")
+
 
 @dataclass(frozen=True, slots=True)
 class SettingsView:
@@ -127,6 +129,3 @@ def _replicas_mode(value: SettingValue) -> ReplicasMode:
         if value == mode:
             return mode
     raise TypeError(f"setting 'replicas_mode' holds {value!r}, not auto, on or off")
-
-
-REPLICAS_MODES: tuple[ReplicasMode, ...] = ("auto", "on", "off")
