@@ -16,6 +16,7 @@ from backend.common.files import write_private_atomic
 from backend.common.tasks import TaskSet, wait_first
 from backend.components.engines import actions, inventory, store_actions
 from backend.components.engines.controller import EngineController, EngineHooks
+from backend.components.engines.digests import EngineDigests
 from backend.components.engines.exclusive import OPEN_GATE, ExclusiveGate, ExclusiveKind
 from backend.components.engines.launch import EngineSettings, NoSettings
 from backend.components.engines.ledger import EngineLedger
@@ -23,6 +24,7 @@ from backend.components.engines.manifest import load_all
 from backend.components.engines.port_override import moved_manifest
 from backend.components.engines.probes import port_in_use
 from backend.components.engines.process import reap_orphan
+from backend.components.engines.replica_marks import ReplicaMarks
 from backend.components.engines.runner import REAL_DRIVERS, EngineDrivers
 from backend.components.engines.shaping import LaunchShaper
 from backend.core.clock import Clock
@@ -105,6 +107,9 @@ class EnginesComponent(Component):
         self._stop_requested = asyncio.Event()
         # Set when an engine starts running: list its models now, not at the next watch tick.
         self._recheck = asyncio.Event()
+        # Weights digests follow the lists: a refresh that learns one lists and publishes again.
+        self._digests = EngineDigests(data_dir / "models" / "digests.json", self._recheck.set)
+        self.replica_marks = ReplicaMarks(wall=clock.wall, on_change=self._recheck.set)
 
     async def run(self) -> None:
         """Build controllers, reap orphans, restore intent, then watch models until cancelled."""
@@ -117,6 +122,7 @@ class EnginesComponent(Component):
             finally:
                 with contextlib.suppress(errors.RpcError):  # logged by the sweep
                     await asyncio.shield(self.prepare_shutdown())
+                await asyncio.shield(self._digests.close())
                 self.controllers = {}
 
     def binary(self, name: str) -> Path | None:
@@ -252,6 +258,10 @@ class EnginesComponent(Component):
             for name, controller in self.controllers.items()
             if controller.running
         }
+
+    def last_weights(self) -> tuple[dict[EngineName, dict[str, str]], dict[EngineName, dict[str, int]]]:
+        """The last listing's weights digests and sizes, by engine and model (nothing asked)."""
+        return self._last_models.digests_by_engine, self._last_models.sizes_by_engine
 
     async def stop(self) -> None:
         """Stop owned engines now and let ``run()`` return."""
@@ -413,6 +423,7 @@ class EnginesComponent(Component):
         loaded = {c.name: self._loaded.get(c.name, []) if c.running else [] for c in shown}
         slots = {c.name: await inventory.slots_per_model(c, loaded[c.name]) for c in shown}
         union = sorted({model for names in by_engine.values() for model in names})
+        self._digests.refresh_nowait([(c, by_engine[c.name]) for c in shown])
         self._last_models = EngineModels(
             models=union,
             by_engine=by_engine,
@@ -420,6 +431,7 @@ class EnginesComponent(Component):
             slots_by_engine=slots,
             sizes_by_engine=sizes,
             details_by_engine=details,
+            digests_by_engine=self._digests.current(by_engine),
         )
         return self._last_models
 
@@ -541,9 +553,11 @@ class EnginesComponent(Component):
     def _on_engine_change(self, status: EngineStatus) -> None:
         controller = self.controllers.get(status.engine)
         stored = controller is not None and controller.store is not None
+        relaunching = controller is not None and controller.relaunching
         # A store engine that stopped serves nothing: say so now, not at the next tick.
         if status.state == "running" or (stored and status.state != "starting"):
             self._recheck.set()
+        self.replica_marks.engine_changed(status.engine, status.state, relaunching=relaunching)
         self._events.publish(lambda seq: EngineStateChanged(seq=seq, status=status))
 
     def on_install_progress(self, progress: InstallProgress) -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from backend.components.engines import replica_actions
 from backend.components.engines.component import EnginesComponent
 from backend.core.rpc import Dispatcher, NumberedStream
 from backend.protocol import methods
 from backend.protocol.contract import NoParams
 from backend.protocol.peer import RpcPeer
+from backend.protocol.types.base import NodeId
 from backend.protocol.types.engines import (
     EngineActionParams,
     EngineActionResult,
@@ -72,15 +74,8 @@ def register(
     async def set_port(params: EngineSetPort, _: RpcPeer) -> EngineStatus:
         return await engines.set_port(params.engine, params.port)
 
-    async def action(params: EngineActionParams, _: RpcPeer) -> EngineActionResult:
-        return await engines.run_action(
-            params.engine,
-            params.action,
-            params.model,
-            url=params.url,
-            sha256=params.sha256,
-            across=params.across,
-        )
+    async def action(params: EngineActionParams, peer: RpcPeer) -> EngineActionResult:
+        return await replica_actions.run_marked_action(engines, params, by=_calling_node(peer))
 
     async def models(_: NodeScope, __: RpcPeer) -> EngineModels:
         return await engines.models()
@@ -110,3 +105,9 @@ def register(
     dispatcher.add(methods.ENGINE_MODELS, models)
     dispatcher.add(methods.ENGINE_LOGS, logs)
     dispatcher.add(methods.ENGINE_PREPARE_SHUTDOWN, prepare_shutdown)
+
+
+def _calling_node(peer: RpcPeer) -> NodeId | None:
+    """The member whose link the call came over, where the link says (``node_id``)."""
+    node = peer.context.get("node_id")
+    return NodeId(node) if isinstance(node, str) else None
