@@ -1,7 +1,8 @@
 """Which nodes may serve a request and in what order; reservations that spread bursts.
 
 Owners: every node whose inventory lists the model, whatever its engine (by that engine's naming
-rule); one engine per node.
+rule), or a replica of it: the same weights under another name, or the model a user's alias
+stands for (``identity.py``); one engine per node.
 Order: a manual pin (if eligible), then the scheduler's priority list, then a stable order.
 Which of them goes first is placement's choice (``placement/``, docs/PLACEMENT.md), fed the
 pending work and the reservations kept here: a frozen ``Reservations`` value and pure functions
@@ -18,6 +19,7 @@ import msgspec
 
 from backend.protocol.proxy import DOOR_ENGINES, AwayModels, Door, ProxyTargets, RouteTarget
 from backend.workers.proxy.doors.wire import Dialect
+from backend.workers.proxy.routing.identity import Identity, resolve
 from backend.workers.proxy.routing.naming import has_model
 from backend.workers.proxy.translate.native import speaks
 
@@ -167,23 +169,25 @@ def local_target(targets: ProxyTargets, engine: str) -> RouteTarget | None:
 
 
 def owners(targets: ProxyTargets, model: str, dialect: Dialect = "openai") -> list[RouteTarget]:
-    """The nodes whose inventory has ``model`` (by each engine's naming rule), whatever the
-    engine: one entry per node, where a node has the model in two engines the one that
-    speaks ``dialect`` natively (no translation), then ``ENGINE_ORDER``.
+    """The nodes whose inventory has ``model`` (by each engine's naming rule) or a replica of
+    it (``identity.py``), whatever the engine: one entry per node, where a node has the model
+    in two engines the one that speaks ``dialect`` natively (no translation), then
+    ``ENGINE_ORDER``.
 
     Asked several times per request of the same (immutable) table: answered from a cache
     that lives as long as the table does."""
     _renew(targets)
     found = _owners.found.get((dialect, model))
     if found is None:
-        found = _owners.found[(dialect, model)] = _owners_of(_owners.flat, model, dialect)
+        identity = resolve(targets, model)
+        found = _owners.found[(dialect, model)] = _owners_of(_owners.flat, identity, dialect)
     return list(found)
 
 
-def _owners_of(flat: list[RouteTarget], model: str, dialect: Dialect) -> list[RouteTarget]:
+def _owners_of(flat: list[RouteTarget], identity: Identity, dialect: Dialect) -> list[RouteTarget]:
     by_node: dict[str, RouteTarget] = {}
     for target in flat:
-        if not has_model(target.engine, target.models, model):
+        if not identity.listed_by(target):
             continue
         kept = by_node.get(target.node_id)
         if kept is None or _preference(target, dialect) < _preference(kept, dialect):
@@ -231,8 +235,12 @@ _owners = _Owners()
 
 
 def away_owner(targets: ProxyTargets, model: str) -> AwayModels | None:
-    """A member that served ``model`` (with any engine) a short while ago and does not now."""
-    return next((a for a in targets.away if has_model(a.engine, a.models, model)), None)
+    """A member that served ``model`` (with any engine, or the model an alias of it stands
+    for) a short while ago and does not now."""
+    if not targets.away:
+        return None
+    wanted = resolve(targets, model).model
+    return next((a for a in targets.away if has_model(a.engine, a.models, wanted)), None)
 
 
 def vanished(targets: ProxyTargets, model: str) -> bool:

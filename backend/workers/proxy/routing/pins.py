@@ -4,7 +4,9 @@ A name any node lists as it is always means that model (LM Studio's own names ca
 Ollama's may have a namespace). Only a name that matches nothing is read as a pin: the part
 after the last ``@`` naming a node (its id or name, any case) keeps the request to that node;
 a first segment that is an engine's name (``ollama``, ``lmstudio``, ``llamacpp``) to that
-engine. Both can be combined (``llamacpp/tiny@gpu-box``). The engine gets the bare name.
+engine. Both can be combined (``llamacpp/tiny@gpu-box``). The bare name may be any name of the
+model (an alias, or a replica's name on another engine: ``identity.py``); the engine gets its
+own name for it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 from backend.protocol.proxy import ProxyTargets, RouteTarget
 from backend.workers.proxy.doors.wire import Dialect
 from backend.workers.proxy.routing.candidates import ENGINE_ORDER, candidates, engine_targets
-from backend.workers.proxy.routing.naming import has_model
+from backend.workers.proxy.routing.identity import resolve
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,11 +57,13 @@ def _split_node(table: ProxyTargets, name: str) -> tuple[str, str | None]:
 
 
 def _all_owners(table: ProxyTargets, model: str, dialect: Dialect) -> list[RouteTarget]:
-    """Every engine of every node that has ``model`` (not one per node: a pin picks)."""
+    """Every engine of every node that has ``model`` under any of its names (not one per
+    node: a pin picks)."""
     first = candidates(table, model, dialect)
+    identity = resolve(table, model)
     rest = [
         target
         for target in engine_targets(table)
-        if has_model(target.engine, target.models, model) and target not in first
+        if identity.listed_by(target) and target not in first
     ]
     return first + rest

@@ -1,7 +1,13 @@
-"""Send one attempt to its node and read it up to the commit: headers, TLS, the peer's refusal."""
+"""Send one attempt to its node and read it up to the commit: headers, TLS, the peer's refusal.
+
+Each node is sent the request under its own name for the model (a replica's name on another
+engine, or the model a user's alias stands for: ``identity.py``); the body is re-encoded only
+when that name differs from the one the client asked for.
+"""
 
 from __future__ import annotations
 
+import msgspec
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
@@ -16,6 +22,7 @@ from backend.workers.proxy.routing.admission import (
     Dispatch,
 )
 from backend.workers.proxy.routing.candidates import upstream_url
+from backend.workers.proxy.routing.identity import name_at
 from backend.workers.proxy.routing.links import Links
 from backend.workers.proxy.upstream.attempt import Commit, Failure, Timeouts, precommit
 from backend.workers.proxy.upstream.forward import request_headers
@@ -35,6 +42,9 @@ async def send(
         tls = links.peer_tls.client_tls(target)
     except NoIdentity as exc:
         return Failure("transport", str(exc))
+    name = name_at(target, admission.model)
+    if name != admission.model:
+        body = with_model(body, name)
     outcome = await precommit(
         links.session,
         request.method,
@@ -54,6 +64,19 @@ async def send(
         outcome.discard()
         return Failure("transport", f"node {target.node_id} refused this computer")
     return outcome
+
+
+def with_model(body: bytes, model: str) -> bytes:
+    """``body`` (a JSON object) naming ``model`` instead (the client's own when it is no
+    object: the engine answers it as it would have)."""
+    try:
+        decoded = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return body
+    if not isinstance(decoded, dict):
+        return body
+    decoded["model"] = model
+    return msgspec.json.encode(decoded)
 
 
 def _headers(request: web.Request, dispatch: Dispatch) -> CIMultiDict[str]:
