@@ -85,7 +85,11 @@ class ReplicasComponent(Component):
 
     def on_demand(self, report: DemandReport) -> None:
         """Take one ``proxy:demand`` report from this node's proxy worker."""
-        self._history.add(report)
+        names: dict[str, str] = {}
+        if any(demand.owners for demand in report.models):
+            names = {node.node_id: node.name for node in self._nodes()}
+            names[self._node_id] = self._node_name()
+        self._history.add(report, names)
 
     # Queries -----------------------------------------------------------------------------------
 

@@ -48,11 +48,13 @@ class DemandHistory:
         self._local: dict[tuple[str, str], LocalUse] = {}
         self._max = max_samples
 
-    def add(self, report: DemandReport) -> None:
-        """Take one report: a sample per model it names, and the local engines' use."""
+    def add(self, report: DemandReport, names: Mapping[str, str] | None = None) -> None:
+        """Take one report: a sample per model it names (``names``: node id -> name, for where
+        the requests waited), and the local engines' use."""
         for demand in report.models:
             samples = self._samples.setdefault(demand.model, deque(maxlen=self._max))
-            samples.append(WaitSample(report.at, demand.requests, demand.wait_s, demand.queued))
+            on = ", ".join((names or {}).get(owner, owner) for owner in demand.owners)
+            samples.append(WaitSample(report.at, demand.requests, demand.wait_s, demand.queued, on))
             if demand.digest:
                 self._digests[demand.model] = demand.digest
         for use in report.local:
@@ -164,7 +166,10 @@ def hosts_for(
                     free_bytes=view.free_bytes,
                     model_bytes=(listed.sizes or {}).get(name),
                     single_model=single,
-                    other_busy=single and view.pending_jobs > 0 and name not in loaded,
+                    other_busy=single
+                    and bool(loaded)
+                    and name not in loaded
+                    and view.pending_jobs > 0,
                     loading=view.node_id in loading,
                 )
             )

@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from backend.components.replicas.component import ReplicasComponent
+from backend.components.replicas.component import Planner, ReplicasComponent
 from backend.components.replicas.plan import Action, ModelView, Policy, Replica
 from backend.protocol.types.base import EngineName, NodeId
 from backend.protocol.types.engines import EngineActionParams, EngineModels, ReplicaMark
@@ -136,11 +136,12 @@ def build(
     members: Sequence[str] = (ME, MEMBER),
     models: EngineModels | None = None,
     record_jobs: Callable[[Sequence[JobEvent]], None] | None = None,
+    planner: Planner | None = None,
 ) -> Rig:
-    """A component over fakes (the planner scripted: nothing until told)."""
+    """A component over fakes (the planner scripted, nothing until told, unless given)."""
     clock = FakeClock(1_000_000.0)
     settings = Settings(replicas_mode=mode)
-    planner = ScriptedPlanner()
+    scripted = ScriptedPlanner()
     engines = Engines(models or own_models())
     listed = list(members)
     nodes = [member()]
@@ -156,6 +157,6 @@ def build(
         local_action=engines.local_action,
         member_action=engines.member_action,
         record_jobs=record_jobs or jobs.extend,
-        planner=planner,
+        planner=planner or scripted,
     )
-    return Rig(component, clock, settings, planner, engines, listed, nodes, jobs)
+    return Rig(component, clock, settings, scripted, engines, listed, nodes, jobs)
