@@ -1,11 +1,20 @@
-"""Guards for every test: no leaked threads, no leaked child processes."""
+"""Guards for every test: no leaked threads, no leaked child processes. And, under
+pytest-xdist, a worker that dies of a fatal signal names its cause: each worker's faulthandler
+dump (every thread's stack) goes to a file of its own, which the controller appends to the
+"crashed while running" failure, so the stacks sit in the run's summary instead of scrolling
+past in the middle of the output."""
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import TextIO
 
 import psutil
 import pytest
@@ -56,3 +65,68 @@ def no_leaked_processes() -> Iterator[None]:
     for child in leaked:
         child.kill()  # our own descendant, killed by PID so the next test starts clean
     assert not leaked, f"processes leaked: {[(c.pid, c.cmdline()) for c in leaked]}"
+
+
+# The folder of the workers' crash dumps: made by the controller before it starts the workers,
+# which inherit its environment.
+_CRASH_DIR_VARIABLE = "PAIR_TEST_CRASH_DIR"
+_WORKER_HEADER = "== pytest-xdist worker "
+_crash_log = pytest.StashKey[TextIO]()
+_crash_dir = pytest.StashKey[Path]()
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's faulthandler plugin, which writes to stderr
+def pytest_configure(config: pytest.Config) -> None:
+    """Route a worker's faulthandler dump to its file; on the controller, make the folder."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        if config.pluginmanager.hasplugin("xdist"):
+            folder = Path(tempfile.mkdtemp(prefix="pair-test-crashes-"))
+            os.environ[_CRASH_DIR_VARIABLE] = str(folder)
+            config.stash[_crash_dir] = folder
+            config.pluginmanager.register(CrashDumps(folder), "pair-crash-dumps")
+        return
+    folder_name = os.environ.get(_CRASH_DIR_VARIABLE)
+    if folder_name is None:
+        return
+    # Appended to: a worker that replaces a crashed one has the same id.
+    log = (Path(folder_name) / f"{worker}.log").open("a", encoding="utf-8")
+    log.write(f"{_WORKER_HEADER}{worker} (pid {os.getpid()})\n")
+    log.flush()
+    faulthandler.enable(file=log, all_threads=True)
+    config.stash[_crash_log] = log
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's faulthandler plugin has let go of the file
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Close the worker's dump file; the controller removes the folder."""
+    if _crash_log in config.stash:
+        config.stash[_crash_log].close()
+    if _crash_dir in config.stash:
+        shutil.rmtree(config.stash[_crash_dir], ignore_errors=True)
+
+
+def crashed_worker_dump(log: str) -> str:
+    """The part of a worker's dump file written by its last process (the one that crashed)."""
+    _before, header, dump = log.rpartition(_WORKER_HEADER)
+    if not header:
+        return ""
+    _worker_line, _newline, dump = dump.partition("\n")
+    return dump.strip()
+
+
+class CrashDumps:
+    """On the controller: appends a crashed worker's faulthandler dump to its failure report."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport) -> None:
+        worker = report.node.gateway.id  # type: ignore[attr-defined]
+        path = self.folder / f"{worker}.log"
+        dump = crashed_worker_dump(path.read_text("utf-8", "replace")) if path.exists() else ""
+        if not dump:
+            # Nothing a fatal signal would have written: SIGKILL (the OOM killer, a test that
+            # killed the wrong PID) or os._exit.
+            dump = "(no faulthandler dump: the worker was killed by SIGKILL, or called _exit)"
+        report.longrepr = f"{report.longrepr}\n\n{worker}'s faulthandler dump:\n{dump}"
