@@ -33,6 +33,8 @@ LOAD_DEADLINE_S = 900.0
 # A member's node-info lists a model it loaded only after its next poll: until then (or this
 # long) the member counts as loading, so the same load is not asked for twice.
 SETTLE_S = 30.0
+# A failure stays in the status this long unless the planner asks for the action again.
+FAILED_SHOWN_S = 600.0
 
 EngineAction = Callable[[EngineActionParams], Awaitable[object]]
 RecordJobs = Callable[[Sequence[JobEvent]], None]
@@ -102,9 +104,12 @@ class Actions:
 
     def forget_gone(self, resident: Collection[Key]) -> None:
         """Drop the ready replicas no longer resident where they were loaded (unloaded there):
-        once seen resident, or ``SETTLE_S`` after the load said it was done."""
+        once seen resident, or ``SETTLE_S`` after the load said it was done; and the failures
+        older than ``FAILED_SHOWN_S``."""
         now = self._clock.wall()
         for key, info in list(self._replicas.items()):
+            if info.state == "failed" and now - info.since >= FAILED_SHOWN_S:
+                del self._replicas[key]  # the planner has not asked again: the error is old
             if info.state != "ready":
                 continue
             if key in resident:
@@ -122,11 +127,7 @@ class Actions:
 
     def _begin_load(self, load: Load) -> Awaitable[None] | None:
         key = (load.node_id, load.engine, load.name)
-        failed = self._failed_at.get(key)
-        now = self._clock.monotonic()
-        if load.node_id in self.loading() or (
-            failed is not None and now - failed < self._retry_after_s
-        ):
+        if load.node_id in self.loading() or self._failed_lately(key):
             return None
         self._loading.add(load.node_id)
         self._seen.discard(key)
@@ -147,7 +148,7 @@ class Actions:
     def _begin_unload(self, unload: Unload) -> Awaitable[None] | None:
         key = (self._node_id, unload.engine, unload.name)
         known = self._replicas.get(key)
-        if known is not None and known.state == "unloading":
+        if (known is not None and known.state == "unloading") or self._failed_lately(key):
             return None
         model = known.model if known is not None else unload.name
         self._set(key, model, self._node_name, "unloading", unload.reason)
@@ -156,6 +157,10 @@ class Actions:
             engine=EngineName(unload.engine), action="unload_model", model=unload.name
         )
         return self._unload(key, job, partial(self._local_action, params))
+
+    def _failed_lately(self, key: Key) -> bool:
+        failed = self._failed_at.get(key)
+        return failed is not None and self._clock.monotonic() - failed < self._retry_after_s
 
     async def _load(
         self, key: Key, load: Load, job: Job, call: Callable[[], Awaitable[object]]
@@ -186,10 +191,12 @@ class Actions:
         except Exception as exc:
             error = str(exc) or type(exc).__name__
             log.warning("replica %s: the unload failed: %s", key[2], error)
+            self._failed_at[key] = self._clock.monotonic()
             known = self._replicas[key]
             self._replicas[key] = _replace(known, state="failed", error=error)
             self._end(job, error)
         else:
+            self._failed_at.pop(key, None)
             self._replicas.pop(key, None)
             self._end(job, None)
             log.info("replica %s unloaded from %s: %s", key[2], key[1], job.note)

@@ -227,3 +227,20 @@ async def test_settings_it_lacks_keep_the_planner_defaults() -> None:
     settings, active = rig.component.current()
     assert (settings.mode, active) == ("auto", True)
     assert settings.policy.target_wait_s == 10.0
+
+
+async def test_a_failed_unload_waits_before_the_next_and_its_error_fades() -> None:
+    mark = ReplicaMark(loaded_at=999_000.0, reason="asked", ttl_s=120.0)
+    rig = build(models=own_models({"qwen2.5:7b": mark}))
+    rig.engines.fail_with = RuntimeError("the engine is busy")
+    rig.planner.answer = (Unload(engine="ollama", name="qwen2.5:7b", reason="idle"),)
+    async with running(rig):
+        for _ in range(5):
+            await rig.clock.advance(2.0)
+        assert len(rig.engines.local) == 1
+        (info,) = [i for i in rig.component.status().replicas if i.state == "failed"]
+        assert info.error == "the engine is busy"
+        rig.planner.answer = ()
+        await rig.clock.advance(600.0)
+    assert len(rig.engines.local) == 1
+    assert all(info.state != "failed" for info in rig.component.status().replicas)

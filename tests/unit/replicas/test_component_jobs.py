@@ -18,7 +18,7 @@ from backend.core.store import Store
 from backend.protocol import methods
 from backend.protocol.proxy import DemandReport, ModelDemand
 from backend.protocol.types.base import EngineName, JobKey, NodeId
-from backend.protocol.types.jobs import JobEvent
+from backend.protocol.types.jobs import JobEvent, JobRecord
 from tests.fakes import FakeClock, settle
 from tests.unit.components.jobs_rig import running
 from tests.unit.replicas.component_rig import DIGEST, MEMBER, build
@@ -103,3 +103,31 @@ async def test_an_event_the_reducer_cannot_take_is_dropped(store: Store) -> None
         jobs.record_external([msgspec.structs.replace(event, seq=1)])
         (job,) = jobs.records(10)
     assert (job.state, job.note) == ("in_flight", REASON)
+
+
+async def test_a_members_replica_job_keeps_its_note_here(store: Store) -> None:
+    jobs = JobsComponent(
+        store=JobRecordStore(store),
+        clock=FakeClock(1_000.0, on_sleep="brief"),
+        node_id="node-me",
+        events=NumberedStream(methods.JOBS_EVENT, ClientHub()),
+    )
+    record = JobRecord(
+        key=JobKey(f"{MEMBER}/replicas-1/1"),
+        engine=EngineName("ollama"),
+        model="qwen2.5:7b",
+        origin=NodeId(MEMBER),
+        run_id="replicas-1",
+        state="completed",
+        created_at=1.0,
+        seq=3,
+        path="replica:unload",
+        note="idle for 5 min",
+    )
+    async with running(jobs):
+        assert jobs.mirror(NodeId(MEMBER), [record], complete=True) == 1
+        (job,) = jobs.records(10)
+        await jobs.wait_stored()
+    assert job.note == "idle for 5 min"
+    (stored,) = await JobRecordStore(store).load()
+    assert stored.note == "idle for 5 min"
