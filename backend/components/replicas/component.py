@@ -5,6 +5,7 @@ inputs (``inputs.py``), ask ``plan()`` what to load and unload, and carry it out
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Collection, Sequence
@@ -29,7 +30,8 @@ from backend.protocol.types.replicas import ReplicasStatus
 log = logging.getLogger(__name__)
 
 INTERVAL_S = 2.0
-# The engines' lists are read once per round; a slow sweep skips the round rather than stall.
+# This node's engines' lists are read once per round (their last sweep, where the engines
+# component offers it without asking the engines); a slow read skips the round.
 MODELS_DEADLINE_S = 10.0
 
 Planner = Callable[[tuple[ModelView, ...], tuple[Replica, ...], Policy, float], tuple[Action, ...]]
@@ -48,7 +50,7 @@ class ReplicasComponent(Component):
         settings: Callable[[], object],
         members: Callable[[], Collection[str]],
         nodes: Callable[[], Sequence[DiscoveredNode]],
-        engine_models: Callable[[], Awaitable[EngineModels]],
+        engine_models: Callable[[], EngineModels | Awaitable[EngineModels]],
         local_action: EngineAction,
         member_action: EngineAction,
         record_jobs: RecordJobs,
@@ -134,12 +136,16 @@ class ReplicasComponent(Component):
         self._stopped.set()
 
     async def _loop(self) -> None:
+        failing = ""  # the last round's error: a planner that keeps failing is logged once
         while True:
             await self._clock.sleep(self._interval)
             try:
                 await self.plan_once()
-            except Exception:
-                log.exception("replicas: a planning round failed")
+                failing = ""
+            except Exception as exc:
+                if repr(exc) != failing:
+                    log.exception("replicas: a planning round failed")
+                failing = repr(exc)
 
     async def plan_once(self) -> tuple[Action, ...]:
         """One round: gather, plan, start what may start now. Returns the actions started."""
@@ -148,7 +154,8 @@ class ReplicasComponent(Component):
             return ()
         try:
             async with asyncio.timeout(MODELS_DEADLINE_S):
-                models = await self._engine_models()
+                read = self._engine_models()
+                models = await read if inspect.isawaitable(read) else read
         except (Exception, TimeoutError) as exc:
             log.debug("replicas: this node's models could not be read: %s", exc)
             return ()

@@ -137,6 +137,7 @@ def build(
     models: EngineModels | None = None,
     record_jobs: Callable[[Sequence[JobEvent]], None] | None = None,
     planner: Planner | None = None,
+    models_read_nowait: bool = False,
 ) -> Rig:
     """A component over fakes (the planner scripted, nothing until told, unless given)."""
     clock = FakeClock(1_000_000.0)
@@ -153,7 +154,7 @@ def build(
         settings=lambda: settings,
         members=lambda: listed,
         nodes=lambda: nodes,
-        engine_models=engines.read_models,
+        engine_models=(lambda: engines.models) if models_read_nowait else engines.read_models,
         local_action=engines.local_action,
         member_action=engines.member_action,
         record_jobs=record_jobs or jobs.extend,

@@ -5,8 +5,11 @@ one at a time, a failed one not retried at once), its status, and when it does n
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+
+import pytest
 
 from backend.components.replicas.plan import Load, Unload
 from backend.protocol.proxy import DemandReport, LocalUse, ModelDemand
@@ -244,3 +247,18 @@ async def test_a_failed_unload_waits_before_the_next_and_its_error_fades() -> No
         await rig.clock.advance(600.0)
     assert len(rig.engines.local) == 1
     assert all(info.state != "failed" for info in rig.component.status().replicas)
+
+
+async def test_a_planner_that_keeps_failing_is_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def broken(*_: object) -> tuple[Load, ...]:
+        raise ValueError("no plan")
+
+    rig = build(planner=broken)
+    with caplog.at_level(logging.ERROR, "backend.components.replicas"):
+        async with running(rig):
+            rig.component.on_demand(hot(rig.clock.now))
+            for _ in range(4):
+                await rig.clock.advance(2.0)
+    assert [r.message for r in caplog.records] == ["replicas: a planning round failed"]
