@@ -12,27 +12,33 @@ Each model is listed once, the first answer's entry kept. Two names are the same
 one engine lists both and its naming rule (``routing/naming.py``) says so, or when two engines
 list them and, each normalized by its own engine's rule, they are equal ignoring case and a
 trailing ``:latest``: ``tiny`` from llama-server and ``tiny:latest`` from Ollama are one entry,
-while LM Studio's ``Llama-3`` and ``llama-3`` stay two (LM Studio tells them apart).
+while LM Studio's ``Llama-3`` and ``llama-3`` stay two (LM Studio tells them apart). Models whose
+weights have the same digest (``RouteTarget.digests``) are one model whatever their names: listed
+once, where the first of them would be, by the entry of the door's own engine family when one
+lists it, else of the first engine in ``ENGINE_ORDER``, else the first name. Any of its names,
+or an alias of it, finds it at ``/v1/models/{id}`` (``routing/identity.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import aiohttp
 import msgspec
 from aiohttp import web
 
-from backend.protocol.proxy import RouteTarget
+from backend.protocol.proxy import DOOR_ENGINES, ProxyTargets, RouteTarget
 from backend.workers.proxy.doors.engine_models import synthesized_list
 from backend.workers.proxy.doors.list_fetch import ListKind, Skipped, get_decoded
 from backend.workers.proxy.doors.missing import away_answer
 from backend.workers.proxy.doors.show import show_model
 from backend.workers.proxy.doors.wire import error_body
-from backend.workers.proxy.routing.candidates import engine_targets, upstream_url
+from backend.workers.proxy.routing.candidates import ENGINE_ORDER, engine_targets, upstream_url
+from backend.workers.proxy.routing.identity import digest_of, names_of
 from backend.workers.proxy.routing.naming import normalize
 
 if TYPE_CHECKING:
@@ -59,6 +65,8 @@ _CONTENT_TYPE = "application/json"
 _KIND_PATHS: dict[ListKind, str] = {"tags": "/api/tags", "ps": "/api/ps", "models": "/v1/models"}
 # A listed entry and the engine whose naming rule it follows.
 Listed = tuple[str, msgspec.Raw]
+# One engine's answer: the target that gave it and its entries.
+Answer = tuple[RouteTarget, list[msgspec.Raw]]
 
 
 class _TagsEnvelope(msgspec.Struct):
@@ -104,10 +112,11 @@ async def federated_model(
 ) -> web.StreamResponse:
     """``GET /v1/models/{id}``: that model's entry from the merged list, or 404."""
     merged = await _merged(request, context, "models")
-    found = _find(merged, model_id) if merged is not None else None
+    table = context.router.table
+    found = _find(merged, model_id, table) if merged is not None else None
     if found is not None:
         return web.Response(body=bytes(found), content_type=_CONTENT_TYPE)
-    away = away_answer(context.router.table, model_id, "/v1/models")
+    away = away_answer(table, model_id, "/v1/models")
     if away is not None:
         return away  # the node that lists it is coming back (its list may be what failed)
     if merged is None:
@@ -141,26 +150,97 @@ def same_listing(name: str) -> str:
     return name.casefold().removesuffix(":latest")
 
 
-def merge(kind: ListKind, answers: Sequence[tuple[str, list[msgspec.Raw]]]) -> list[Listed]:
-    """Each model once (see the module's docstring), the earliest answer's entry kept;
-    ``answers`` are each engine's entries with that engine's name."""
-    exact: set[tuple[str, str]] = set()
-    engines_of: dict[str, set[str]] = {}
+def merge(kind: ListKind, answers: Sequence[Answer], door_engine: str = "") -> list[Listed]:
+    """Each model once (see the module's docstring), the earliest answer's entry kept (for
+    replicas, ``door_engine``'s where it lists one); ``answers`` in routing order."""
+    found = _entries_of(kind, answers)
+    chosen = _replicas_chosen(found, door_engine)
+    seen = _Seen()
     merged: list[Listed] = []
-    for engine, entries in answers:
+    for entry in found:
+        digest = entry.digest
+        if digest is None:
+            if not seen.listed(entry):
+                seen.note(entry)
+                merged.append((entry.engine, entry.raw))
+            continue
+        if digest in seen.digests:
+            continue
+        seen.digests.add(digest)
+        best, replicas = chosen[digest]
+        if not seen.listed(best):
+            merged.append((best.engine, best.raw))
+        for replica in replicas:
+            seen.note(replica)
+    return merged
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """One engine's entry: its engine, its name (normalized by the engine's rule), its
+    weights' digest where the target knows it, and the entry as the engine sent it."""
+
+    engine: str
+    name: str
+    digest: str | None
+    raw: msgspec.Raw
+
+
+def _entries_of(kind: ListKind, answers: Sequence[Answer]) -> list[_Entry]:
+    found: list[_Entry] = []
+    for target, entries in answers:
         for entry in entries:
             identity = _identity(kind, entry)
             if identity is None:
                 log.warning("model list entry without a usable identity left out: %.200r", entry)
                 continue
-            name = normalize(engine, identity)
-            listed_by = engines_of.setdefault(same_listing(name), set())
-            if (engine, name) in exact or listed_by - {engine}:
-                continue
-            exact.add((engine, name))
-            listed_by.add(engine)
-            merged.append((engine, entry))
-    return merged
+            digest = digest_of(target, identity)
+            found.append(_Entry(target.engine, normalize(target.engine, identity), digest, entry))
+    return found
+
+
+def _replicas_chosen(
+    found: Sequence[_Entry], door_engine: str
+) -> Mapping[str, tuple[_Entry, list[_Entry]]]:
+    """Per digest, the entry that lists it (the door's engine's, else by ``ENGINE_ORDER``,
+    else the first name; the earliest of equals) and every entry that carries it."""
+
+    def rank(entry: _Entry) -> tuple[int, int, str]:
+        order = ENGINE_ORDER.index(entry.engine) if entry.engine in ENGINE_ORDER else 99
+        return (0 if entry.engine == door_engine else 1, order, entry.name)
+
+    chosen: dict[str, tuple[_Entry, list[_Entry]]] = {}
+    for entry in found:
+        if entry.digest is None:
+            continue
+        kept = chosen.get(entry.digest)
+        if kept is None:
+            chosen[entry.digest] = (entry, [entry])
+            continue
+        kept[1].append(entry)
+        if rank(entry) < rank(kept[0]):
+            chosen[entry.digest] = (entry, kept[1])
+    return chosen
+
+
+class _Seen:
+    """The names listed so far (per engine, and by the key two engines are compared by),
+    and the digests."""
+
+    def __init__(self) -> None:
+        self.exact: set[tuple[str, str]] = set()
+        self.engines_of: dict[str, set[str]] = {}
+        self.digests: set[str] = set()
+
+    def listed(self, entry: _Entry) -> bool:
+        """Whether ``entry``'s name is a model already listed."""
+        if (entry.engine, entry.name) in self.exact:
+            return True
+        return bool(self.engines_of.get(same_listing(entry.name), set()) - {entry.engine})
+
+    def note(self, entry: _Entry) -> None:
+        self.exact.add((entry.engine, entry.name))
+        self.engines_of.setdefault(same_listing(entry.name), set()).add(entry.engine)
 
 
 def with_stored(engine: str, entries: list[msgspec.Raw], stored: list[str]) -> list[msgspec.Raw]:
@@ -193,17 +273,19 @@ async def _merged(
             for target in targets
         ]
     answers = [
-        (target.engine, entries)
+        (target, entries)
         for target, task in zip(targets, tasks, strict=True)
         if (entries := task.result()) is not None
     ]
     if not answers:
         return None
-    return merge(kind, answers)
+    return merge(kind, answers, DOOR_ENGINES[context.door])
 
 
-def _find(merged: list[Listed], model_id: str) -> msgspec.Raw | None:
-    """The entry named ``model_id``: by its engine's own rule first, else by the shared key."""
+def _find(merged: list[Listed], model_id: str, table: ProxyTargets) -> msgspec.Raw | None:
+    """The entry named ``model_id``: by its engine's own rule first, else by the shared key,
+    else any entry of the model it means (a replica's name, an alias), answered under
+    ``model_id``."""
     wanted = same_listing(model_id.strip())
     loose: msgspec.Raw | None = None
     for engine, entry in merged:
@@ -215,7 +297,20 @@ def _find(merged: list[Listed], model_id: str) -> msgspec.Raw | None:
             return entry
         if loose is None and same_listing(name) == wanted:
             loose = entry
-    return loose
+    return loose if loose is not None else _replica(merged, model_id, table)
+
+
+def _replica(merged: list[Listed], model_id: str, table: ProxyTargets) -> msgspec.Raw | None:
+    names = names_of(table, model_id)
+    for engine, entry in merged:
+        identity = _identity("models", entry)
+        if identity is not None and (engine, normalize(engine, identity)) in names:
+            renamed = msgspec.json.decode(entry)
+            if isinstance(renamed, dict):
+                renamed["id"] = model_id
+                return msgspec.Raw(_encoder.encode(renamed))
+            return entry
+    return None
 
 
 def _nobody_answered(context: DoorContext) -> web.Response:

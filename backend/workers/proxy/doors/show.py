@@ -2,7 +2,8 @@
 
 Ollama answers for its own models (forwarded as is); a peer's relay answers for the engine it
 runs there (forwarded too); for another engine of this node or one added by address the answer
-is made here from what the model is (``engine_models.details_of``).
+is made here from what the model is (``engine_models.details_of``). The node is asked under its
+own name for the model (a replica's or an alias's target: ``routing/identity.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from backend.workers.proxy.doors.engine_models import details_of
 from backend.workers.proxy.doors.errors import ErrorReply
 from backend.workers.proxy.doors.forwarding import forward_or_502
 from backend.workers.proxy.doors.list_fetch import Skipped
+from backend.workers.proxy.routing.identity import name_on
 from backend.workers.proxy.upstream.forward import json_answer
 
 if TYPE_CHECKING:
@@ -47,10 +49,14 @@ _encoder = msgspec.json.Encoder()
 async def show_model(
     request: web.Request, context: DoorContext, target: RouteTarget, body: bytes
 ) -> web.StreamResponse:
-    """Ollama's ``/api/show`` answer for the model named in ``body``, which ``target`` has."""
+    """Ollama's ``/api/show`` answer for the model named in ``body``, which ``target`` has
+    (under that name or another of the model's)."""
+    asked = _model_named(body)
+    model = asked if asked is None else name_on(context.router.table, target, asked)
     if target.kind == "peer" or target.engine == "ollama":
+        if model is not None and model != asked:
+            body = _renamed(body, model)
         return await forward_or_502(request, context, target, body, SHOW_PATH)
-    model = _model_named(body)
     if model is None:
         return json_answer(400, {"error": "model is required"})
     try:
@@ -65,6 +71,16 @@ async def show_model(
     return web.Response(
         body=_encoder.encode(show_body(details)), content_type="application/json", charset="utf-8"
     )
+
+
+def _renamed(body: bytes, model: str) -> bytes:
+    """The show request naming ``model`` (in ``model``, the field Ollama reads first)."""
+    asked = msgspec.json.decode(body)
+    if not isinstance(asked, dict):
+        return body
+    asked["model"] = model
+    asked.pop("name", None)
+    return _encoder.encode(asked)
 
 
 def _model_named(body: bytes) -> str | None:

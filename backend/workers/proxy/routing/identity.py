@@ -75,6 +75,13 @@ def resolve(table: ProxyTargets, asked: str) -> Identity:
     return found
 
 
+def name_on(table: ProxyTargets, target: RouteTarget, asked: str) -> str:
+    """The name ``target`` lists what ``asked`` means in ``table`` under (``asked`` itself
+    where it lists that, or does not list the model at all)."""
+    found = resolve(table, asked)
+    return asked if found.plain else own_name(found, target) or asked
+
+
 def name_at(target: RouteTarget, asked: str) -> str:
     """The name ``target`` is sent for a request that asked for ``asked``, as the last table
     resolved it (the one the attempt's candidates came from, or a newer one): ``asked`` itself
