@@ -33,6 +33,7 @@ LOAD_DEADLINE_S = 900.0
 # A member's node-info lists a model it loaded only after its next poll: until then (or this
 # long) the member counts as loading, so the same load is not asked for twice.
 SETTLE_S = 30.0
+STOPPED = "interrupted: the replica planner stopped"
 # A failure stays in the status this long unless the planner asks for the action again.
 FAILED_SHOWN_S = 600.0
 
@@ -168,6 +169,9 @@ class Actions:
         try:
             async with asyncio.timeout(self._deadline_s):
                 await call()
+        except asyncio.CancelledError:
+            self._end(job, STOPPED)  # its job must not stay in flight while the broker runs on
+            raise
         except Exception as exc:
             error = str(exc) or type(exc).__name__
             log.warning(
@@ -188,6 +192,9 @@ class Actions:
         try:
             async with asyncio.timeout(self._deadline_s):
                 await call()
+        except asyncio.CancelledError:
+            self._end(job, STOPPED)  # its job must not stay in flight while the broker runs on
+            raise
         except Exception as exc:
             error = str(exc) or type(exc).__name__
             log.warning("replica %s: the unload failed: %s", key[2], error)

@@ -262,3 +262,16 @@ async def test_a_planner_that_keeps_failing_is_logged_once(
             for _ in range(4):
                 await rig.clock.advance(2.0)
     assert [r.message for r in caplog.records] == ["replicas: a planning round failed"]
+
+
+async def test_a_load_under_way_when_the_planner_stops_ends_its_job() -> None:
+    rig = build()
+    rig.engines.gate = asyncio.Event()  # never set: the load is still under way at the stop
+    rig.planner.answer = (LOAD,)
+    async with running(rig):
+        rig.component.on_demand(hot(rig.clock.now))
+        await rig.clock.advance(2.0)
+    assert [(e.kind, e.error) for e in rig.jobs][-1] == (
+        "errored",
+        "interrupted: the replica planner stopped",
+    )
