@@ -64,7 +64,7 @@ class Actions:
         self,
         *,
         node_id: str,
-        node_name: str,
+        node_name: Callable[[], str],
         clock: Clock,
         local_action: EngineAction,
         member_action: EngineAction,
@@ -152,7 +152,7 @@ class Actions:
         if (known is not None and known.state == "unloading") or self._failed_lately(key):
             return None
         model = known.model if known is not None else unload.name
-        self._set(key, model, self._node_name, "unloading", unload.reason)
+        self._set(key, model, self._node_name(), "unloading", unload.reason)
         job = self._job("replica:unload", model, unload.engine, self._node_id, unload.reason)
         params = EngineActionParams(
             engine=EngineName(unload.engine), action="unload_model", model=unload.name

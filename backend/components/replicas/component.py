@@ -70,7 +70,7 @@ class ReplicasComponent(Component):
         self._history = inputs.DemandHistory()
         self._actions = Actions(
             node_id=node_id,
-            node_name=node_name(),
+            node_name=node_name,
             clock=clock,
             local_action=local_action,
             member_action=member_action,
@@ -194,6 +194,9 @@ class ReplicasComponent(Component):
                 self._serving[model] = serving
             samples = self._history.samples(model)
             views.append(ModelView(model, samples, hosts, self._changed_at.get(model)))
+        for gone in self._serving.keys() - set(self._history.models()):
+            del self._serving[gone]  # forgotten by the history: nobody asked for it lately
+            self._changed_at.pop(gone, None)
         return tuple(views), resident
 
     def _other_members(self) -> list[str]:

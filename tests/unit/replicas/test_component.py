@@ -275,3 +275,16 @@ async def test_a_load_under_way_when_the_planner_stops_ends_its_job() -> None:
         "errored",
         "interrupted: the replica planner stopped",
     )
+
+
+async def test_a_model_that_lands_on_another_member_gets_a_changed_time() -> None:
+    rig = build()
+    async with running(rig):
+        rig.component.on_demand(hot(rig.clock.now))
+        await rig.clock.advance(2.0)
+        rig.nodes[0] = member(loaded=["qwen2.5-7b-instruct-q4_k_m.gguf"])
+        landed = rig.clock.now + 2.0
+        await rig.clock.advance(2.0)
+        await rig.clock.advance(2.0)
+    first, second, third = (call[0][0].changed_at for call in rig.planner.calls)
+    assert (first, second, third) == (None, landed, landed)
