@@ -64,6 +64,7 @@ from backend.protocol.types.nodes import (
     ManualNodeRef,
     NodeInfo,
 )
+from backend.protocol.types.replicas import ReplicasStatus
 from backend.protocol.types.results import Cleared, Ok, Removed, Unsubscribed
 from backend.protocol.types.scheduler import SchedulerStates
 from backend.protocol.types.settings import SettingsSnapshot, SettingsUpdate
@@ -250,6 +251,12 @@ MODELS_ALIAS_SET: Final = Method(
 )
 MODELS_ALIAS_REMOVE: Final = Method(
     "models:alias-remove", AliasRef, ModelAlias, "forget a model alias"
+)
+REPLICAS_STATUS: Final = Method(
+    "replicas:status",
+    NoParams,
+    ReplicasStatus,
+    "the replica planner: its mode, limits and the replicas it manages (docs/REPLICAS.md)",
 )
 
 # Hugging Face: GGUF models to pull into llama.cpp ------------------------------------------------
