@@ -14,6 +14,7 @@ from app.models.job_text import (
     engine_label,
     format_job_duration,
 )
+from app.models.replica_text import replica_job_kind
 from backend.protocol.types.jobs import JobRecord, JobState, JobStep
 
 LOOPBACK_CLIENT = "loopback"
@@ -78,12 +79,15 @@ def detail_rows(job: JobRecord, label: NodeLabel, now: float) -> list[tuple[str,
     """The facts of the details dialog, in order: (label, value)."""
     end = job.completed_at if job.completed_at is not None else now
     ran = job.serving or job.target
+    kind = replica_job_kind(job)
+    asked = [("Client API", api_text(job.path)), ("Client", client_text(job, label))]
+    if kind is not None:  # PAIR's replica planner asked, not a client
+        asked = [("Action", kind), ("Why", " ".join((job.note or "Not recorded").split()))]
     return [
         ("State", STATE_LABELS[job.state]),
         ("Model", job.model),
         ("Engine", engine_label(job.engine) if job.engine else "None (never sent)"),
-        ("Client API", api_text(job.path)),
-        ("Client", client_text(job, label)),
+        *asked,
         ("Asked on", label(job.origin)),
         ("Ran on", label(ran) if ran is not None else "No computer"),
         ("Attempts", attempt_text(job) or ("1" if job.attempt == 1 else "None")),

@@ -1,5 +1,6 @@
 """What the Jobs table says about a job: its columns, state labels, engine and model names,
-clock times, durations, where a job was asked and ran, when, and the timeline tooltip. Plain
+clock times, durations, where a job was asked and ran, when, a replica planner's job as such
+(``replica_text.py``), and the timeline tooltip. Plain
 functions, no Qt (the details dialog's texts are ``job_details_text.py``)."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from collections.abc import Callable
 from enum import IntEnum
 from typing import get_args
 
+from app.models.replica_text import replica_job_kind, replica_job_note
 from backend.protocol.types.jobs import MAX_ATTEMPTS, JobRecord, JobState
 
 ALL_STATES: tuple[JobState, ...] = get_args(JobState)
@@ -28,7 +30,8 @@ class JobColumn(IntEnum):
 
 
 # The Time column is when each job was received: the rows are ordered by that same time.
-TITLES = ("State", "Model", "Engine", "Computer", "Started", "Duration", "Error")
+# The last column holds a failed job's error, and a replica planner's job's reason.
+TITLES = ("State", "Model", "Engine", "Computer", "Started", "Duration", "Error / note")
 STATE_LABELS: dict[JobState, str] = {
     "in_flight": "In flight",
     "running": "Running",
@@ -132,20 +135,27 @@ def cell_text(job: JobRecord, column: int, label: NodeLabel, now: float) -> str:
         case JobColumn.DURATION:
             end = job.completed_at if job.completed_at is not None else now
             return format_job_duration(end - job.created_at, live=job.state not in TERMINAL)
-    return " ".join((job.error or "").split())  # one line in the table
+    return " ".join(last_text(job).split())  # one line in the table
+
+
+def last_text(job: JobRecord) -> str:
+    """The last column: the error, and for a replica planner's job what it did and why."""
+    parts = (job.error, replica_job_note(job))
+    return " — ".join(part for part in parts if part)
 
 
 def cell_tooltip(job: JobRecord, column: int, label: NodeLabel, now: float) -> str | None:
     """The details behind a cell: timings, node ids, the path, the whole error."""
     match column:
         case JobColumn.MODEL:
-            return f"{job.model}\n{job.path}" if job.path else job.model
+            shown = replica_job_kind(job) or job.path
+            return f"{job.model}\n{shown}" if shown else job.model
         case JobColumn.COMPUTER:
             return computer_tooltip(job, label)
         case JobColumn.TIME | JobColumn.DURATION:
             return _timeline(job, label, now)
         case JobColumn.ERROR:
-            return job.error
+            return last_text(job) or None
     return None
 
 
@@ -166,5 +176,6 @@ def _timeline(job: JobRecord, label: NodeLabel, now: float) -> str:
         verb = "Ran" if job.started_at is not None else "Waited"
         ended = STATE_LABELS[job.state].lower()
         lines.append(f"{verb} {took}, {ended} at {clock_time(job.completed_at, now)}")
-    lines.append(f"{job.path}  ·  job {job.key}" if job.path else f"Job {job.key}")
+    shown = replica_job_kind(job) or job.path
+    lines.append(f"{shown}  ·  job {job.key}" if shown else f"Job {job.key}")
     return "\n".join(lines)

@@ -22,7 +22,7 @@ from PySide6.QtCore import (
 )
 from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPainter, QPalette, QPixmap
 
-from app.models.job_text import TERMINAL, TITLES, JobColumn, cell_text, cell_tooltip
+from app.models.job_text import TERMINAL, TITLES, JobColumn, cell_text, cell_tooltip, last_text
 from app.models.keyed_table import ROW_ROLE
 from app.window.look import State, app_is_dark, state_colour
 from backend.protocol.types.jobs import JobRecord, JobState
@@ -407,7 +407,8 @@ def _foreground(job: JobRecord, column: int) -> QColor | None:
 @dataclass(frozen=True, slots=True)
 class JobFilter:
     """What the Jobs list shows: no ``states`` means every state; ``node`` matches the node a job
-    was requested from, sent to or ran on; ``text`` is searched in the model and the error."""
+    was requested from, sent to or ran on; ``text`` is searched in the model, the error and a
+    replica job's note."""
 
     states: frozenset[JobState] = field(default_factory=frozenset)
     node: str | None = None
@@ -432,7 +433,7 @@ class JobFilter:
             if node is not None and node not in (job.origin, job.target, job.serving):
                 return False
             if needle and needle not in job.model.casefold():
-                return job.error is not None and needle in job.error.casefold()
+                return needle in last_text(job).casefold()
             return True
 
         return accepts

@@ -8,6 +8,7 @@ the rows themselves.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -17,6 +18,8 @@ from PySide6.QtGui import QColor
 
 from app.catalog import format_size
 from app.models.keyed_table import ROW_ROLE, Column, KeyedTableModel, ModelIndex
+from app.models.model_details import details_text, details_tip
+from app.models.replica_text import replica_mark_text, replica_mark_tooltip
 from app.models.spread import spread_status_text, spread_tip
 from app.pending import PendingActions, PendingKey
 from app.window.look import State, state_colour
@@ -26,6 +29,7 @@ from backend.protocol.types.engines import (
     EngineStatus,
     MemberEngines,
     ModelDetails,
+    ReplicaMark,
     SpreadStatus,
 )
 from backend.protocol.types.nodes import DiscoveredNode
@@ -112,7 +116,8 @@ class ModelRow:
     """One model on one node's engine; rows of this node (``local``) and of the other members
     (``member``) can be acted on, a member's only while it can be ``reachable``. ``details``
     is what the model file says about itself, where its engine reads it (llama.cpp); ``spread``
-    which members hold which share of a model the engine runs spread over them."""
+    which members hold which share of a model the engine runs spread over them; ``replica``
+    the mark of a model PAIR's replica planner loaded (unloaded again once idle)."""
 
     key: PendingKey
     node_name: str
@@ -123,6 +128,7 @@ class ModelRow:
     member: bool = False
     details: ModelDetails | None = None
     spread: SpreadStatus | None = None
+    replica: ReplicaMark | None = None
 
     @property
     def managed(self) -> bool:
@@ -184,10 +190,12 @@ def local_rows(
         loaded = set(models.loaded_by_engine.get(engine, []))
         sizes = models.sizes_by_engine.get(engine, {})
         details = models.details_by_engine.get(engine, {})
+        replicas = models.replicas_by_engine.get(engine, {})
         for name in names:
             key = PendingKey(node_id, engine, name)
             row = ModelRow(key, node_name, name in loaded, not member, reachable, sizes.get(name))
-            rows.append(replace(row, member=member, details=details.get(name)))
+            mark = replicas.get(name) if name in loaded else None
+            rows.append(replace(row, member=member, details=details.get(name), replica=mark))
     return rows
 
 
@@ -201,38 +209,6 @@ def with_spread(rows: list[ModelRow], statuses: Iterable[EngineStatus]) -> list[
         else row
         for row in rows
     ]
-
-
-def details_text(details: ModelDetails | None) -> str:
-    """``llama · Q4_K_M · 32K context``: what is known of a model file, compactly."""
-    if details is None:
-        return ""
-    context = details.context_length
-    parts = [details.architecture, details.quantization]
-    parts.append(f"{_tokens(context)} context" if context is not None else None)
-    return " · ".join(part for part in parts if part)
-
-
-def details_tip(details: ModelDetails | None) -> str | None:
-    """The same, one fact a line, with the file's name and the exact context length."""
-    if details is None:
-        return None
-    context = details.context_length
-    facts = [
-        ("Architecture", details.architecture),
-        ("Quantization", details.quantization),
-        ("Context length", f"{context:,} tokens" if context is not None else None),
-        ("File", details.file),
-    ]
-    lines = [f"{name}: {value}" for name, value in facts if value]
-    return "\n".join(lines) or None
-
-
-def _tokens(count: int) -> str:
-    """A context length as people write it: 32768 is ``32K``; an odd one stays exact."""
-    if count >= 1024 and count % 1024 == 0:
-        return f"{count // 1024}K"
-    return f"{count:,}"
 
 
 def member_rows(member: MemberEngines) -> list[ModelRow]:
@@ -282,7 +258,12 @@ class ModelsModel(KeyedTableModel[PendingKey, ModelRow]):
     STATUS_COLUMN = 5
     ACTIONS_COLUMN = 6
 
-    def __init__(self, pending: PendingActions, parent: QObject | None = None) -> None:
+    def __init__(
+        self,
+        pending: PendingActions,
+        parent: QObject | None = None,
+        now: Callable[[], float] = time.time,
+    ) -> None:
         columns: tuple[Column[ModelRow], ...] = (
             Column("Computer", self._computer, tooltip=self._computer_tip),
             Column("Engine", lambda row: engine_title(row.engine)),
@@ -300,6 +281,7 @@ class ModelsModel(KeyedTableModel[PendingKey, ModelRow]):
         )
         super().__init__(columns, lambda row: row.key, parent)
         self._pending = pending
+        self._now = now  # a replica's "loaded 3 min ago"
         pending.changed.connect(self._on_pending_changed)
 
     def status_text(self, row: ModelRow) -> str:
@@ -309,6 +291,8 @@ class ModelsModel(KeyedTableModel[PendingKey, ModelRow]):
             return f"{action}…"
         if row.spread is not None:
             return spread_status_text(row.spread)
+        if row.replica is not None:
+            return replica_mark_text(row.replica, self._now())
         state = "Loaded" if row.loaded else ("On disk" if row.managed else "Available")
         return state if row.reachable else f"{state} (offline)"
 
@@ -358,6 +342,8 @@ class ModelsModel(KeyedTableModel[PendingKey, ModelRow]):
 
     @staticmethod
     def _status_tip(row: ModelRow) -> str | None:
+        if row.replica is not None and row.spread is None:
+            return replica_mark_tooltip(row.replica)
         return spread_tip(row.spread) if row.spread is not None else None
 
     @staticmethod

@@ -29,11 +29,11 @@ from app.controllers.hub import HubController
 from app.controllers.models import ModelsController
 from app.controllers.spread import SpreadCandidate, SpreadLoader
 from app.models.keyed_table import ROW_ROLE
+from app.models.model_details import details_text
 from app.models.models import (
     ModelRow,
     ModelsModel,
     ModelsSortProxy,
-    details_text,
     engine_title,
     on_any_change,
     restarts_after_delete,

@@ -45,10 +45,12 @@ STATE_LABELS: dict[JobState, str] = {
     "failed": "Failed",
     "cancelled": "Cancelled",
 }
+# A replica planner's jobs (no client asked them): what they did; their note says why.
+REPLICA_ACTIONS = {"replica:load": "Load replica", "replica:unload": "Unload replica"}
 HEADER = (
     f"{'STATE':<11}{'MODEL':<{MODEL_WIDTH}}{'ENGINE':<10}{'CLIENT':<{CLIENT_WIDTH}}"
     f"{'ORIGIN→NODE':<{ROUTE_WIDTH}}"
-    f"{'AGE':<6}{'DURATION':<10}ERROR"
+    f"{'AGE':<6}{'DURATION':<10}ERROR / NOTE"
 )
 
 
@@ -242,8 +244,8 @@ def format_job(job: JobRecord, now: float, names: Mapping[NodeId, str] | None = 
     known = names or {}
     serving = job.serving or job.target
     route = f"{_node(job.origin, known)}→{_node(serving, known)}"
-    error = " ".join((job.error or "").split())
-    client = _fit("_".join((job.client or "-").split()), CLIENT_WIDTH - 1)
+    error = last_text(job)
+    client = _fit(_client(job), CLIENT_WIDTH - 1)
     return (
         f"{STATE_LABELS[job.state]:<11}{_fit(job.model, MODEL_WIDTH - 1):<{MODEL_WIDTH}}"
         f"{_fit(job.engine, 9):<10}{client:<{CLIENT_WIDTH}}{route:<{ROUTE_WIDTH}}"
@@ -260,13 +262,31 @@ def format_change(job: JobRecord, now: float, names: Mapping[NodeId, str] | None
     if job.attempt > 1:
         state += f" (attempt {job.attempt}/{MAX_ATTEMPTS})"
     route = f"{_node(job.origin, known)}→{_node(job.serving or job.target, known)}"
-    client = _fit("_".join((job.client or "-").split()), CLIENT_WIDTH - 1)
-    error = " ".join((job.error or "").split())
+    client = _fit(_client(job), CLIENT_WIDTH - 1)
+    error = last_text(job)
     return (
         f"{time.strftime('%H:%M:%S', time.localtime(now))}  {short_job_id(job.key):<{SHORT_JOB}}"
         f"{state:<24}{_fit(job.model, MODEL_WIDTH - 1):<{MODEL_WIDTH}}{_fit(job.engine, 9):<10}"
         f"{client:<{CLIENT_WIDTH}}{route:<{ROUTE_WIDTH}}{_duration(job, now):<10}{error}"
     ).rstrip()
+
+
+def last_text(job: JobRecord) -> str:
+    """The last column, on one line: the error, and a replica planner's job's action and
+    note (``Load replica: qwen2.5 waited 18 s on gpu-box; loading it on laptop``)."""
+    parts = [" ".join((job.error or "").split())]
+    action = REPLICA_ACTIONS.get(job.path)
+    if action is not None:
+        note = " ".join((job.note or "").split())
+        parts.append(f"{action}: {note}" if note else action)
+    return " — ".join(part for part in parts if part)
+
+
+def _client(job: JobRecord) -> str:
+    """Who asked, as one word: the key's name, ``loopback``, or ``PAIR`` for its planner."""
+    if job.client is None and job.path in REPLICA_ACTIONS:
+        return "PAIR"
+    return "_".join((job.client or "-").split())
 
 
 def short_job_id(key: str) -> str:
