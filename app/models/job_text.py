@@ -139,9 +139,8 @@ def cell_text(job: JobRecord, column: int, label: NodeLabel, now: float) -> str:
 
 
 def last_text(job: JobRecord) -> str:
-    """The last column: the error, and for a replica planner's job what it did and why."""
-    parts = (job.error, replica_job_note(job))
-    return " — ".join(part for part in parts if part)
+    """The last column: the error, or for a replica planner's job what it did and why."""
+    return replica_job_note(job) or job.error or ""
 
 
 def cell_tooltip(job: JobRecord, column: int, label: NodeLabel, now: float) -> str | None:

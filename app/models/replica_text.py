@@ -15,12 +15,16 @@ def replica_job_kind(job: JobRecord) -> str | None:
 
 
 def replica_job_note(job: JobRecord) -> str | None:
-    """``Load replica: qwen2.5 waited 18 s on gpu-box; loading it on laptop`` (the kind alone
-    without a note); None for a request."""
+    """What a replica planner's job did and why, on one line: ``Load replica: qwen2.5 waited
+    18 s on gpu-box; loading it on laptop``, and a failed one's error first (``Load replica
+    failed: out of memory — qwen2.5 waited…``); None for a request."""
     kind = replica_job_kind(job)
     if kind is None:
         return None
     note = " ".join((job.note or "").split())
+    error = " ".join((job.error or "").split())
+    if error:
+        return f"{kind} failed: {error}" + (f" — {note}" if note else "")
     return f"{kind}: {note}" if note else kind
 
 
@@ -46,11 +50,11 @@ def ago_text(seconds: float) -> str:
 
 
 def replica_mark_text(mark: ReplicaMark, now: float, by: str | None = None) -> str:
-    """A replica's line on the Models page: ``replica · loaded by PAIR 3 min ago: qwen2.5:7b
+    """A replica's status on the Models page: ``Replica · loaded by PAIR 3 min ago: qwen2.5:7b
     waited 18 s on gpu-box · unloads after 5 min idle``. ``by`` names the node whose planner
     loaded it, where it is another computer."""
     who = f"PAIR on {by}" if by else "PAIR"
-    parts = [f"replica · loaded by {who} {ago_text(now - mark.loaded_at)}"]
+    parts = [f"Replica · loaded by {who} {ago_text(now - mark.loaded_at)}"]
     reason = " ".join(mark.reason.split())
     if reason:
         parts[0] += f": {reason}"

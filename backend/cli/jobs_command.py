@@ -272,14 +272,17 @@ def format_change(job: JobRecord, now: float, names: Mapping[NodeId, str] | None
 
 
 def last_text(job: JobRecord) -> str:
-    """The last column, on one line: the error, and a replica planner's job's action and
-    note (``Load replica: qwen2.5 waited 18 s on gpu-box; loading it on laptop``)."""
-    parts = [" ".join((job.error or "").split())]
+    """The last column, on one line: the error, or a replica planner's job's action and note
+    (``Load replica: qwen2.5 waited 18 s on gpu-box; loading it on laptop``; a failed one's
+    error after the action)."""
+    error = " ".join((job.error or "").split())
     action = REPLICA_ACTIONS.get(job.path)
-    if action is not None:
-        note = " ".join((job.note or "").split())
-        parts.append(f"{action}: {note}" if note else action)
-    return " — ".join(part for part in parts if part)
+    if action is None:
+        return error
+    note = " ".join((job.note or "").split())
+    if error:
+        return f"{action} failed: {error}" + (f" — {note}" if note else "")
+    return f"{action}: {note}" if note else action
 
 
 def _client(job: JobRecord) -> str:

@@ -41,12 +41,12 @@ def replica_listing(loaded_at: float, ttl_s: float | None = 300.0) -> Any:
 def test_a_marks_text_says_who_when_why_and_when_it_goes() -> None:
     loaded = ReplicaMark(loaded_at=NOW - 185, reason=REASON, ttl_s=300.0)
     assert replica_mark_text(loaded, NOW) == (
-        f"replica · loaded by PAIR 3 min ago: {REASON} · unloads after 5 min idle"
+        f"Replica · loaded by PAIR 3 min ago: {REASON} · unloads after 5 min idle"
     )
     bare = ReplicaMark(loaded_at=NOW - 5, reason="")
     assert (
         replica_mark_text(bare, NOW)
-        == "replica · loaded by PAIR just now · unloaded again once idle"
+        == "Replica · loaded by PAIR just now · unloaded again once idle"
     )
     assert [idle_text(s) for s in (45, 300, 5400, 7200)] == ["45 s", "5 min", "1 h 30 min", "2 h"]
     assert ago_text(7300) == "2 h ago"
@@ -72,7 +72,7 @@ async def test_a_replica_row_says_so_and_the_users_model_does_not(
 ) -> None:
     await start(ui, local=replica_listing(time.time() - 185))
     text, tip = status_cell(ui, "node-self", "qwen2.5:7b")
-    assert text == f"replica · loaded by PAIR 3 min ago: {REASON} · unloads after 5 min idle"
+    assert text == f"Replica · loaded by PAIR 3 min ago: {REASON} · unloads after 5 min idle"
     assert tip is not None and f"Why: {REASON}" in tip and "loading it yourself" in tip
     assert status_cell(ui, "node-self", "llama3") == ("Loaded", None)
     qtmodeltester.check(ui.controller.models, force_py=True)
@@ -85,7 +85,7 @@ async def test_a_members_replica_row_says_so_too(ui: Ui) -> None:
     }  # fmt: skip
     await start(ui, members=(member,))
     text, _ = status_cell(ui, MAC, "qwen2.5:7b")
-    assert text == f"replica · loaded by PAIR just now: {REASON} · unloaded again once idle"
+    assert text == f"Replica · loaded by PAIR just now: {REASON} · unloaded again once idle"
     assert status_cell(ui, MAC, "llama3")[0] == "Loaded"
 
 
@@ -114,7 +114,8 @@ def test_a_replica_job_reads_as_such_with_its_note() -> None:
     assert timeline is not None and timeline.endswith("Load replica  ·  job node-self/run1/9")
     assert "replica:load" not in timeline
     failed = job(state="failed", error="out of memory")
-    assert cell_text(failed, JobColumn.ERROR, label, NOW) == f"out of memory — Load replica: {NOTE}"
+    expected = f"Load replica failed: out of memory — {NOTE}"
+    assert cell_text(failed, JobColumn.ERROR, label, NOW) == expected
 
 
 def test_a_request_keeps_its_path_and_error() -> None:

@@ -51,7 +51,7 @@ def test_an_unload_and_a_failed_load_say_what_and_why() -> None:
     unload = format_job(_replica_job("replica:unload", note="idle for 5 min"), NOW)
     assert unload.endswith("Unload replica: idle for 5 min")
     failed = format_job(_replica_job(state="failed", error="out of\nmemory"), NOW)
-    assert failed.endswith(f"out of memory — Load replica: {NOTE}")
+    assert failed.endswith(f"Load replica failed: out of memory — {NOTE}")
 
 
 def test_a_request_keeps_its_error_and_no_note() -> None:
