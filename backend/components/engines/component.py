@@ -16,6 +16,7 @@ from backend.common.files import write_private_atomic
 from backend.common.tasks import TaskSet, wait_first
 from backend.components.engines import actions, inventory, store_actions
 from backend.components.engines.controller import EngineController, EngineHooks
+from backend.components.engines.digests import EngineDigests
 from backend.components.engines.exclusive import OPEN_GATE, ExclusiveGate, ExclusiveKind
 from backend.components.engines.launch import EngineSettings, NoSettings
 from backend.components.engines.ledger import EngineLedger
@@ -106,6 +107,8 @@ class EnginesComponent(Component):
         self._stop_requested = asyncio.Event()
         # Set when an engine starts running: list its models now, not at the next watch tick.
         self._recheck = asyncio.Event()
+        # Weights digests follow the lists: a refresh that learns one lists and publishes again.
+        self._digests = EngineDigests(data_dir / "models" / "digests.json", self._recheck.set)
         self.replica_marks = ReplicaMarks(wall=clock.wall, on_change=self._recheck.set)
 
     async def run(self) -> None:
@@ -119,6 +122,7 @@ class EnginesComponent(Component):
             finally:
                 with contextlib.suppress(errors.RpcError):  # logged by the sweep
                     await asyncio.shield(self.prepare_shutdown())
+                await asyncio.shield(self._digests.close())
                 self.controllers = {}
 
     def binary(self, name: str) -> Path | None:
@@ -254,6 +258,12 @@ class EnginesComponent(Component):
             for name, controller in self.controllers.items()
             if controller.running
         }
+
+    def last_weights(
+        self,
+    ) -> tuple[dict[EngineName, dict[str, str]], dict[EngineName, dict[str, int]]]:
+        """The last listing's weights digests and sizes, by engine and model (nothing asked)."""
+        return self._last_models.digests_by_engine, self._last_models.sizes_by_engine
 
     async def stop(self) -> None:
         """Stop owned engines now and let ``run()`` return."""
@@ -415,6 +425,7 @@ class EnginesComponent(Component):
         loaded = {c.name: self._loaded.get(c.name, []) if c.running else [] for c in shown}
         slots = {c.name: await inventory.slots_per_model(c, loaded[c.name]) for c in shown}
         union = sorted({model for names in by_engine.values() for model in names})
+        self._digests.refresh_nowait([(c, by_engine[c.name]) for c in shown])
         self._last_models = EngineModels(
             models=union,
             by_engine=by_engine,
@@ -422,6 +433,7 @@ class EnginesComponent(Component):
             slots_by_engine=slots,
             sizes_by_engine=sizes,
             details_by_engine=details,
+            digests_by_engine=self._digests.current(by_engine),
         )
         return self._last_models
 

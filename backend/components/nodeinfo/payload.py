@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from backend.components.engines.slots import routing_slots
 from backend.components.nodeinfo.host import read_os
 from backend.components.nodeinfo.telemetry import TelemetryView
-from backend.protocol.types.base import NodeId
+from backend.protocol.types.base import EngineName, NodeId
 from backend.protocol.types.broker import Ports
 from backend.protocol.types.nodes import NodeCpu, NodeEngineModels, NodeInfo, NodeMemory, NodeOs
 
 if TYPE_CHECKING:
     from backend.components.engines.component import EnginesComponent
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,11 +83,13 @@ def last_engine_models(engines: EnginesComponent | None) -> dict[str, NodeEngine
 
     Peers poll node-info every few seconds; asking the engines each time would load them and
     let one slow engine stall the answer, so the watcher's lists are read instead. The slot
-    counts are the ones this node's own routing table uses (peers place requests by them).
+    counts are the ones this node's own routing table uses (peers place requests by them); the
+    weights digests and sizes let members find replicas of one model under other names.
     """
     if engines is None:
         return {}
     counted = engines.last_slots()
+    digests, sizes = engines.last_weights()
     found: dict[str, NodeEngineModels] = {}
     for name, (listed, loaded) in engines.last_models().items():
         controller = engines.controllers.get(name)
@@ -101,8 +105,19 @@ def last_engine_models(engines: EnginesComponent | None) -> dict[str, NodeEngine
             loaded=_copy(loaded),
             slots=slots.slots if slots is not None else None,
             model_slots=dict(slots.per_model) if slots is not None and slots.per_model else None,
+            digests=_listed_only(digests.get(EngineName(name)), listed),
+            sizes=_listed_only(sizes.get(EngineName(name)), listed),
         )
     return found
+
+
+def _listed_only(values: Mapping[str, T] | None, listed: list[str] | None) -> dict[str, T] | None:
+    """``values`` of the models the engine lists now (None: nothing known); replicas are
+    found by digest, and a member must not be sent a model it does not serve."""
+    if not values or listed is None:
+        return None
+    kept = {model: values[model] for model in listed if model in values}
+    return kept or None
 
 
 def _copy(names: list[str] | None) -> list[str] | None:

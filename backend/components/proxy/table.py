@@ -16,6 +16,7 @@ import math
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import msgspec
 
@@ -46,6 +47,7 @@ FIRST_CONTENT_TIMEOUT_ENV = "PAIR_PROXY_FIRST_CONTENT_TIMEOUT_S"
 RELAY_IDLE_TIMEOUT_ENV = "PAIR_PROXY_RELAY_IDLE_TIMEOUT_S"
 # A node whose node-info names no relay port is dialled at the default one.
 DEFAULT_RELAY_PORT = Ports(node=0, ollama=0, openai=0, llamacpp=0).relay
+_NO_ALIASES: Mapping[str, str] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +63,8 @@ class LanAccess:
 @dataclass(frozen=True, slots=True)
 class LocalEngine:
     """A running engine of this node: where it listens, what it lists, its slots per model
-    (``model_slots`` for the models the engine counts one by one, ``slots`` for the others)."""
+    (``model_slots`` for the models the engine counts one by one, ``slots`` for the others),
+    and the weights digest of each model known by one (replicas share it)."""
 
     base_url: str
     models: list[str]
@@ -74,6 +77,7 @@ class LocalEngine:
     slots_known: bool = True
     resident_known: bool = True
     api_key: str | None = None  # the key PAIR launched it with (only PAIR reaches it)
+    digests: Mapping[str, str] = field(default_factory=dict)
 
 
 def node_targets(
@@ -112,8 +116,8 @@ def node_targets(
 def _peer_target(
     node: DiscoveredNode, base_url: str, listed: NodeEngineModels, cert_der: bytes
 ) -> RouteTarget:
-    """A member's engine at its relay, with what its node-info says of the engine's slots and
-    resident models (placement reads them)."""
+    """A member's engine at its relay, with what its node-info says of the engine's slots,
+    resident models (placement reads them) and weights digests (replicas share one)."""
     return RouteTarget(
         node_id=node.node_id,
         kind="peer",
@@ -125,7 +129,18 @@ def _peer_target(
         model_slots={m: n for m, n in (listed.model_slots or {}).items() if n > 0},
         resident=list(listed.loaded or []),
         resident_known=listed.loaded is not None,
+        digests=listed_digests(listed.digests, listed.models),
     )
+
+
+def listed_digests(
+    digests: Mapping[str, str] | None, models: Collection[str] | None
+) -> dict[str, str]:
+    """The digests of the models a target lists (a digest of a model it does not list would
+    make it an owner of that model)."""
+    if not digests or not models:
+        return {}
+    return {model: digests[model] for model in models if model in digests}
 
 
 def gpu_samples(nodes: Sequence[DiscoveredNode]) -> dict[str, GpuSample]:
@@ -176,13 +191,15 @@ def build_table(
     lan: LanAccess | None = None,
     placement: PlacementPolicy = DEFAULT_PLACEMENT,
     linked: Collection[str] | None = None,
+    aliases: Mapping[str, str] = _NO_ALIASES,
 ) -> ProxyTargets:
     """This node's engines first, then every other node's by node id; ``pinned`` tried first.
 
     Other PAIR nodes are in it only as trusted members of ``membership`` (and of ``linked``,
     when given: ``node_targets``), whose certificates are also the table's ``trusted`` list
     (the clients the relay lets in). The key hashes of ``lan`` go to the worker only while LAN
-    access is on: off, it holds none.
+    access is on: off, it holds none. ``aliases`` are the user's model aliases (name ->
+    target), passed on as they are.
     """
     lan = lan or LanAccess()
     trusted = trusted_members(membership or Membership())
@@ -204,6 +221,7 @@ def build_table(
                 slots_known=engine.slots_known,
                 resident_known=engine.resident_known,
                 api_key=engine.api_key,
+                digests=listed_digests(engine.digests, engine.models),
             )
         )
     for node in sorted(nodes, key=lambda n: n.node_id):
@@ -227,6 +245,7 @@ def build_table(
         allowed_origins=list(lan.origins),
         placement=placement,
         gpu=gpu_samples(nodes),
+        aliases=dict(aliases),
     )
 
 
@@ -254,6 +273,7 @@ class TableSource:
         local_away: Callable[[], Sequence[AwayModels]] = tuple,
         linked: Callable[[], Collection[str]] | None = None,
         relay_idle: Callable[[], float] = lambda: RELAY_IDLE_S,
+        aliases: Callable[[], Mapping[str, str]] = dict,
     ) -> None:
         self._node_id = node_id
         self._local = local
@@ -268,6 +288,7 @@ class TableSource:
         self._local_away = local_away
         self._linked = linked
         self._relay_idle = relay_idle
+        self._aliases = aliases
         self._inventory = MemberInventory()
         self._away = AwayMemory()
         self._generation = 0
@@ -299,6 +320,7 @@ class TableSource:
             lan=self._lan(),
             placement=self._placement(),
             linked=linked,
+            aliases=self._aliases(),
         )
         away = [*self._local_away(), *self._away.update(table.engines, members, self._clock())]
         return msgspec.structs.replace(table, away=away) if away else table
