@@ -306,20 +306,29 @@ def plan_unloads(
     the model's own name, whatever the engine); sorted by engine then name."""
     keep = keep or set()
     keep_models = keep_models or set()
-    unloads: list[Unload] = []
+    records: dict[tuple[str, str], list[Replica]] = {}
     for replica in held:
-        if replica.active > 0 or replica.name in keep_models:
+        records.setdefault((replica.engine, replica.name), []).append(replica)
+    unloads: list[Unload] = []
+    for (engine, name), replicas in sorted(records.items()):
+        if name in keep_models or (engine, name) in keep:
             continue
-        if (replica.engine, replica.name) in keep:
-            continue
-        ttl_s = replica.ttl_s if replica.ttl_s is not None else policy.ttl_s
-        since = replica.last_used_at if replica.last_used_at is not None else replica.loaded_at
-        idle_s = now - since
-        if idle_s >= ttl_s:
+        idle = [_idle_past_ttl(replica, policy, now) for replica in replicas]
+        if all(entry is not None for entry in idle):
+            idle_s, ttl_s = min(entry for entry in idle if entry is not None)
             reason = f"idle for {format_duration(idle_s)} (TTL {format_duration(ttl_s)})"
-            unloads.append(Unload(engine=replica.engine, name=replica.name, reason=reason))
-    unloads.sort(key=lambda unload: (unload.engine, unload.name))
+            unloads.append(Unload(engine=engine, name=name, reason=reason))
     return unloads
+
+
+def _idle_past_ttl(replica: Replica, policy: Policy, now: float) -> tuple[float, float] | None:
+    """How long the replica has been idle and its TTL, when that is past it (else None)."""
+    if replica.active > 0:
+        return None
+    ttl_s = replica.ttl_s if replica.ttl_s is not None else policy.ttl_s
+    since = replica.last_used_at if replica.last_used_at is not None else replica.loaded_at
+    idle_s = now - since
+    return (idle_s, ttl_s) if idle_s >= ttl_s else None
 
 
 def format_duration(seconds: float) -> str:
