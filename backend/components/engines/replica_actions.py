@@ -9,6 +9,7 @@ nothing before; the user's models keep that refusal.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from backend.components.engines.replica_marks import (
@@ -26,6 +27,17 @@ if TYPE_CHECKING:
     from backend.components.engines.component import EnginesComponent
 
 _CLEARING = ("unload_model", "delete_model")
+LocalAction = Callable[[EngineActionParams], Awaitable[EngineActionResult]]
+
+
+def local_action(engines: EnginesComponent, node_id: NodeId) -> LocalAction:
+    """``engine:action`` on this node's engines for this node's own replica planner: marks
+    are recorded as for a call over RPC, by ``node_id``."""
+
+    async def act(params: EngineActionParams) -> EngineActionResult:
+        return await run_marked_action(engines, params, by=node_id)
+
+    return act
 
 
 async def run_marked_action(

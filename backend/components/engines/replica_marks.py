@@ -192,12 +192,13 @@ class ReplicaMarks:
             self.record(EngineDown(engine))
 
     def marks(
-        self, loaded: Mapping[str, Sequence[str]] | None = None
+        self, loaded: Mapping[EngineName, Sequence[str]] | Mapping[str, Sequence[str]] | None = None
     ) -> dict[EngineName, dict[str, ReplicaMark]]:
         """engine -> model -> mark; with ``loaded`` (what each engine lists as loaded), marks
         of models no longer loaded go first (quietly: the caller is publishing the listing)."""
         if loaded is not None:
-            self._state = apply(self._state, LoadedListed(loaded))
+            listed = {str(engine): models for engine, models in loaded.items()}
+            self._state = apply(self._state, LoadedListed(listed))
         return marks_by_engine(self._state)
 
     def entry(self, engine: str, model: str) -> Marked | None:

@@ -17,7 +17,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from backend.components.engines.component import EnginesComponent
-from backend.components.engines.replica_actions import run_marked_action
+from backend.components.engines.replica_actions import local_action, run_marked_action
 from backend.protocol import errors
 from backend.protocol.types.base import EngineName, NodeId
 from backend.protocol.types.engines import EngineActionName, EngineActionParams
@@ -123,6 +123,16 @@ async def test_a_replica_load_is_marked_and_the_users_load_clears_it(rigged: Rig
     assert mark.loaded_at == T0, "stamped by the component's clock"
     await _act(rigged, "ollama", "load_model", "m")
     assert _marked(rigged) == {}, "the user's load makes it the user's"
+
+
+async def test_this_nodes_planner_marks_through_the_local_action(rigged: Rigged) -> None:
+    await rigged.engines.controller("ollama").start()
+    act = local_action(rigged.engines, BY)
+    params = EngineActionParams(
+        engine=EngineName("ollama"), action="load_model", model="m", replica=True, reason="hot"
+    )
+    assert (await act(params)).ok
+    assert rigged.engines.replica_marks.marks()[EngineName("ollama")]["m"].by == BY
 
 
 async def test_a_model_the_user_had_loaded_is_not_marked(rigged: Rigged) -> None:
