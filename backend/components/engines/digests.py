@@ -51,6 +51,7 @@ class EngineDigests:
         self._refreshing: set[str] = set()
         self._again: set[str] = set()
         self._last: dict[str, tuple[EngineController, list[str]]] = {}
+        self._closing = False
 
     def current(
         self, listed: Mapping[EngineName, Sequence[str]]
@@ -68,6 +69,8 @@ class EngineDigests:
     def refresh_nowait(self, listed: Sequence[tuple[EngineController, list[str]]]) -> None:
         """Refresh, in the background, the digests of each engine's listed models; an engine
         whose refresh is under way is refreshed once more after it."""
+        if self._closing:
+            return
         for controller, names in listed:
             self._last[controller.name] = (controller, list(names))
             if controller.name in self._refreshing:
@@ -77,11 +80,15 @@ class EngineDigests:
             self._tasks.spawn(self._refresh(controller.name), name=controller.name)
 
     async def close(self) -> None:
-        """Stop the refreshes and the hashing."""
-        await self._tasks.close()
-        await self._files.close()
-        for state in (self._refreshing, self._again, self._last, self._known, self._ollama):
-            state.clear()
+        """Stop the refreshes and the hashing (none starts meanwhile); usable again after."""
+        self._closing = True
+        try:
+            await self._tasks.close()
+            await self._files.close()
+        finally:
+            for state in (self._refreshing, self._again, self._last, self._known, self._ollama):
+                state.clear()
+            self._closing = False
 
     def _on_hashed(self) -> None:
         """A file was hashed: refresh the engines whose digests are files' (not Ollama's)."""

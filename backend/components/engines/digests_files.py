@@ -68,6 +68,8 @@ class FileDigests:
             stamp = stamps.get(path)
             if name not in found and stamp is not None and self._failed.get(path) != stamp:
                 self._queue[path] = stamp
+        if self._stop.is_set():
+            return found  # closing: nothing new is hashed
         if self._queue and (self._worker is None or self._worker.done()):
             self._worker = self._tasks.spawn(self._work(), name="hash")
         return found
