@@ -66,11 +66,11 @@ def replica_mark_text(mark: ReplicaMark, now: float, by: str | None = None) -> s
 
 
 def replica_mark_tooltip(mark: ReplicaMark, by: str | None = None) -> str:
-    """Why the replica is there, for a tooltip: PAIR loaded it and unloads it once idle; what
-    the user loads PAIR never unloads."""
+    """Why the replica is there, for a tooltip: PAIR loaded it and unloads it once idle, unlike
+    what the user loads."""
     who = f"PAIR's replica planner on {by}" if by else "PAIR's replica planner"
     lines = [f"{who} loaded this model to share the work of a busy model."]
     if mark.reason:
         lines.append(f"Why: {' '.join(mark.reason.split())}")
-    lines.append("It is unloaded again once idle; loading it yourself keeps it loaded.")
+    lines.append("PAIR unloads it again once idle; what you load yourself, PAIR never unloads.")
     return "\n".join(lines)

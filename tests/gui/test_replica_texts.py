@@ -73,7 +73,7 @@ async def test_a_replica_row_says_so_and_the_users_model_does_not(
     await start(ui, local=replica_listing(time.time() - 185))
     text, tip = status_cell(ui, "node-self", "qwen2.5:7b")
     assert text == f"Replica · loaded by PAIR 3 min ago: {REASON} · unloads after 5 min idle"
-    assert tip is not None and f"Why: {REASON}" in tip and "loading it yourself" in tip
+    assert tip is not None and f"Why: {REASON}" in tip and "once idle" in tip
     assert status_cell(ui, "node-self", "llama3") == ("Loaded", None)
     qtmodeltester.check(ui.controller.models, force_py=True)
 
