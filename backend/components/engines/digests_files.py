@@ -131,7 +131,7 @@ class FileDigests:
     async def _in_thread(self, function: Callable[[Path], T], path: Path) -> T:
         """``function(path)`` in a worker thread; when cancelled, the thread is told to stop
         and waited for (it stops within one block), so it never outlives its owner."""
-        future = asyncio.ensure_future(asyncio.to_thread(function, path))
+        future = asyncio.get_running_loop().run_in_executor(None, function, path)
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
