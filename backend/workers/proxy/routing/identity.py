@@ -87,8 +87,8 @@ def name_at(target: RouteTarget, asked: str) -> str:
     resolved it (the one the attempt's candidates came from, or a newer one): ``asked`` itself
     (the same object) when the target lists it so or nothing else is known."""
     cache = _cache
-    if cache.table is None:
-        return asked
+    if cache.plain or cache.table is None:
+        return asked  # no digest and no alias in the table: every name means itself
     found = cache.resolved.get(asked) or resolve(cache.table, asked)
     if found.plain:
         return asked
@@ -198,6 +198,7 @@ class _Cache:
     index: _Index = field(default_factory=lambda: _Index({}, {}, False))
     resolved: dict[str, Identity] = field(default_factory=dict)
     names: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    plain: bool = True  # the table has no digest and no alias
 
 
 _cache = _Cache()
@@ -210,5 +211,6 @@ def _renewed(table: ProxyTargets) -> _Cache:
         return cache
     if cache.table is not table:
         cache.index = _index(table)
+        cache.plain = not cache.index.any_digest and not table.aliases
     cache.table, cache.resolved, cache.names = table, {}, {}
     return cache
