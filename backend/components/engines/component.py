@@ -109,7 +109,7 @@ class EnginesComponent(Component):
         self._recheck = asyncio.Event()
         # Weights digests follow the lists: a refresh that learns one lists and publishes again.
         self._digests = EngineDigests(data_dir / "models" / "digests.json", self._recheck.set)
-        self.replica_marks = ReplicaMarks(wall=clock.wall, on_change=self._recheck.set)
+        self.replica_marks = ReplicaMarks(clock, on_change=self._recheck.set)
 
     async def run(self) -> None:
         """Build controllers, reap orphans, restore intent, then watch models until cancelled."""

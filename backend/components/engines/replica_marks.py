@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import assert_never
 
+from backend.core.clock import Clock
 from backend.protocol.types.base import EngineName
 from backend.protocol.types.engines import EngineState, ReplicaMark
 
@@ -159,19 +160,17 @@ def marks_by_engine(state: Marks) -> dict[EngineName, dict[str, ReplicaMark]]:
 
 class ReplicaMarks:
     """The engines component's marks: the I/O around it records events, ``marks`` reads them.
-    ``wall`` stamps a mark's ``loaded_at``; ``on_change`` hears that a mark came or went (the
-    component lists its models again, so subscribers see it)."""
+    ``clock``'s wall time stamps a mark's ``loaded_at``; ``on_change`` hears that a mark came
+    or went (the component lists its models again, so subscribers see it)."""
 
-    def __init__(
-        self, *, wall: Callable[[], float], on_change: Callable[[], None] = lambda: None
-    ) -> None:
+    def __init__(self, clock: Clock, *, on_change: Callable[[], None] = lambda: None) -> None:
         self._state = Marks()
-        self._wall = wall
+        self._clock = clock
         self._on_change = on_change
 
     def now(self) -> float:
         """Wall time for a new mark."""
-        return self._wall()
+        return self._clock.wall()
 
     @property
     def state(self) -> Marks:

@@ -19,6 +19,7 @@ from backend.components.engines.replica_marks import (
 )
 from backend.protocol.types.base import NodeId
 from backend.protocol.types.engines import ReplicaMark
+from tests.fakes import FakeClock
 
 MARK = ReplicaMark(loaded_at=100.0, reason="qwen2.5:7b waited 18 s on gpu-box", by=NodeId("n1"))
 OTHER = ReplicaMark(loaded_at=50.0, reason="llama3 waited 12 s on laptop")
@@ -111,7 +112,7 @@ def test_switching_back_from_a_replica_that_replaced_the_users_model_leaves_no_m
 
 def test_the_holder_tells_of_changes_and_ignores_a_relaunch() -> None:
     changes: list[None] = []
-    holder = ReplicaMarks(wall=lambda: 5.0, on_change=lambda: changes.append(None))
+    holder = ReplicaMarks(FakeClock(5.0), on_change=lambda: changes.append(None))
     holder.record(ReplicaLoaded("llamacpp", "beta", MARK, single_model=True))
     holder.record(ReplicaLoaded("llamacpp", "beta", MARK, single_model=True))
     assert len(changes) == 1, "the same mark again changes nothing"
@@ -123,7 +124,7 @@ def test_the_holder_tells_of_changes_and_ignores_a_relaunch() -> None:
 
 
 def test_the_holder_drops_marks_of_models_no_longer_loaded_when_read() -> None:
-    holder = ReplicaMarks(wall=lambda: 5.0)
+    holder = ReplicaMarks(FakeClock(5.0))
     holder.record(ReplicaLoaded("ollama", "qwen", MARK))
     assert holder.marks({"ollama": ["qwen"]}) == {"ollama": {"qwen": MARK}}
     assert holder.marks({"ollama": []}) == {}
