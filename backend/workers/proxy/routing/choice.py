@@ -97,8 +97,7 @@ class NodeChoice:
         every ``demand.ESTIMATE_EVERY_S`` per model (from the inputs placement already has,
         else the chosen node's alone), the last figure in between."""
         demand, now = self.demand, self._clock.monotonic()
-        if not demand.estimate_due(admission.model, now):
-            demand.reuse_wait(admission.model)
+        if demand.reused_wait(admission.model, now):
             return
         if placing is None:
             placing, index = self._inputs(admission, [chosen], affinity=False), 0

@@ -30,12 +30,22 @@ REPORT_EVERY_S = 1.0
 class _Asked:
     """One requested model's tally since the last report (mutable, owned by ``Demand``)."""
 
-    __slots__ = ("digest", "estimated_at", "last_wait_s", "owners", "queued", "requests", "table")
+    __slots__ = (
+        "digest",
+        "estimated_at",
+        "last_wait_s",
+        "longest_s",
+        "owners",
+        "queued",
+        "requests",
+        "table",
+    )
     table: ProxyTargets | None
 
     def __init__(self) -> None:
         self.requests = 0
         self.queued = 0
+        self.longest_s = 0.0  # the longest expected wait since the last report
         self.last_wait_s = 0.0
         self.estimated_at = float("-inf")  # monotonic seconds of ``last_wait_s``
         self.owners: list[str] = []
@@ -58,7 +68,6 @@ class Demand:
 
     def __init__(self) -> None:
         self._asked: dict[str, _Asked] = {}
-        self._waits: dict[str, float] = {}  # the longest expected wait since the last report
         self._used: dict[tuple[str, str], _Used] = {}
         self._changed = False
 
@@ -84,11 +93,16 @@ class Demand:
             asked.queued -= 1
             self._changed = True
 
-    def estimate_due(self, model: str, now: float) -> bool:
-        """Whether ``model``'s expected wait is to be worked out afresh at ``now`` (monotonic);
-        otherwise ``reuse_wait`` applies the last figure."""
+    def reused_wait(self, model: str, now: float) -> bool:
+        """Count ``model``'s last worked-out wait for this request too, if it is recent (from
+        ``ESTIMATE_EVERY_S`` before ``now``, monotonic); False: work it out (``waited``)."""
         asked = self._asked.get(model)
-        return asked is None or now - asked.estimated_at >= ESTIMATE_EVERY_S
+        if asked is None or now - asked.estimated_at >= ESTIMATE_EVERY_S:
+            return False
+        if asked.last_wait_s > asked.longest_s:
+            asked.longest_s = asked.last_wait_s
+            self._changed = True
+        return True
 
     def waited(self, model: str, wait_s: float, now: float) -> None:
         """Placement expects the request to wait ``wait_s`` before it starts where it goes."""
@@ -96,17 +110,8 @@ class Demand:
         if asked is None:
             asked = self._asked[model] = _Asked()
         asked.last_wait_s, asked.estimated_at = wait_s, now
-        self._longest(model, wait_s)
-
-    def reuse_wait(self, model: str) -> None:
-        """Count the last worked-out wait for this request too (``estimate_due`` said no)."""
-        asked = self._asked.get(model)
-        if asked is not None:
-            self._longest(model, asked.last_wait_s)
-
-    def _longest(self, model: str, wait_s: float) -> None:
-        if wait_s > self._waits.get(model, 0.0):
-            self._waits[model] = wait_s
+        if wait_s > asked.longest_s:
+            asked.longest_s = wait_s
             self._changed = True
 
     # This node's engines.
@@ -139,7 +144,7 @@ class Demand:
                 model=model,
                 digest=asked.digest,
                 requests=asked.requests,
-                wait_s=round(self._waits.get(model, 0.0), 3),
+                wait_s=round(asked.longest_s, 3),
                 queued=asked.queued,
                 owners=asked.owners,
             )
@@ -154,8 +159,7 @@ class Demand:
         # clients try once do not pile up.
         self._asked = {model: asked for model, asked in self._asked.items() if asked.queued}
         for asked in self._asked.values():
-            asked.requests = 0
-        self._waits = {}
+            asked.requests, asked.longest_s = 0, 0.0
         return DemandReport(at=at, models=models, local=local)
 
     def queued(self, model: str) -> int:
