@@ -3,6 +3,12 @@
 
 Skipped when PyInstaller is not installed, unless ``PAIR_REQUIRE_PACKAGING=1`` (CI), which makes
 that a failure.
+
+Bounds: the tests that use the build time only their own bodies (pytest-timeout's
+``func_only``); the fixture is bounded by itself instead, by the lock's timeout and the build's.
+A test's timeout that also counted the setup would have to cover a wait for another worker's
+build plus a build of its own, and under load (four workers on two cores) a fixed sum of the
+parts it happens to see does not: it fires during the setup, in whichever test asked first.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DIST = ROOT / "build" / "frozen"
 BUILD_TIMEOUT_S = 1200
+# A worker waits on the lock for at most one build by another worker (and its clean-up).
+LOCK_TIMEOUT_S = BUILD_TIMEOUT_S + 60
 
 
 @pytest.fixture(scope="session")
@@ -36,7 +44,12 @@ def frozen_pair() -> Path:
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
     stamp = DIST / "built-for-run"
     DIST.mkdir(parents=True, exist_ok=True)
-    with filelock.FileLock(DIST.parent / "frozen.lock"):
+    lock = filelock.FileLock(DIST.parent / "frozen.lock", timeout=LOCK_TIMEOUT_S)
+    try:
+        lock.acquire()
+    except filelock.Timeout:
+        pytest.fail(f"another worker held the frozen build's lock for over {LOCK_TIMEOUT_S} s")
+    with lock:
         if run and executable.exists() and stamp.exists() and stamp.read_text() == run:
             return executable
         stamp.unlink(missing_ok=True)
