@@ -10,12 +10,13 @@ import os
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before any QApplication exists
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 
 import pytest
 import qasync
-from PySide6.QtCore import QSettings, QtMsgType
+from PySide6.QtCore import QCoreApplication, QEvent, QSettings, QtMsgType
 from PySide6.QtWidgets import QApplication
 
 from tests.gui.helpers import FakeConnection
@@ -50,6 +51,23 @@ def _no_qt_warnings(qapp: QApplication, qtlog: object) -> Iterator[None]:
         and not record.message.startswith(_HARMLESS_QT_MESSAGES)
     ]
     assert not warnings, f"Qt warnings: {warnings}"
+
+
+@pytest.fixture(autouse=True)
+def _no_windows_left(qapp: QApplication) -> Iterator[None]:
+    """Delete the top-level widgets a test leaves, and the Qt objects of its cyclic garbage,
+    at its end: the application lives for the whole session, so otherwise they outlive the test
+    (hundreds of windows per worker, their timers included) and are destroyed at a random later
+    point, by the garbage collector in whatever test then runs, where a fault would be
+    charged to that test instead of the one that made them."""
+    before = set(qapp.topLevelWidgets())
+    yield
+    for widget in qapp.topLevelWidgets():
+        if widget not in before:
+            widget.deleteLater()
+    # Deferred deletions are delivered when asked for by type, even with no event loop running.
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    gc.collect()
 
 
 @pytest.fixture(autouse=True)
