@@ -56,10 +56,10 @@ def _no_qt_warnings(qapp: QApplication, qtlog: object) -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def _no_windows_left(qapp: QApplication) -> Iterator[None]:
     """Delete the top-level widgets a test leaves, and the Qt objects of its cyclic garbage,
-    at its end: the application lives for the whole session, so otherwise they outlive the test
-    (hundreds of windows per worker, their timers included) and are destroyed at a random later
-    point, by the garbage collector in whatever test then runs, where a fault would be
-    charged to that test instead of the one that made them."""
+    at its end. The application lives for the whole session: left alone, the windows stay until
+    the worker exits (hundreds per worker, their timers included) and the garbage is destroyed
+    at a random later point, by the collector in whatever test then runs, where a fault would
+    be charged to that test instead of the one that made it."""
     before = set(qapp.topLevelWidgets())
     yield
     for widget in qapp.topLevelWidgets():
