@@ -15,9 +15,13 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from backend import wiring_members
 from backend.common import buildinfo
+from backend.components.aliases import rpc as aliases_rpc
+from backend.components.aliases.service import AliasesService
+from backend.components.aliases.store import AliasStore
 from backend.components.apikeys import rpc as apikeys_rpc
 from backend.components.apikeys.service import ApiKeysService
 from backend.components.apikeys.store import ApiKeyStore
@@ -26,14 +30,14 @@ from backend.components.discovery import rpc as discovery_rpc
 from backend.components.discovery.component import DiscoveryComponent
 from backend.components.discovery.manual import ManualNodeStore
 from backend.components.discovery.timing import DiscoveryTiming, mdns_enabled
+from backend.components.engines import replica_actions, scheduler_view
 from backend.components.engines import rpc as engines_rpc
-from backend.components.engines import scheduler_view
 from backend.components.engines.component import EnginesComponent
 from backend.components.engines.ledger import EngineLedger
 from backend.components.engines.scheduler_view import SchedulerView
 from backend.components.errors import rpc as errors_rpc
 from backend.components.errors.registry import ErrorsRegistry
-from backend.components.federation.component import MemberEnginesBoard
+from backend.components.federation.component import FederationComponent, MemberEnginesBoard
 from backend.components.hub import rpc as hub_rpc
 from backend.components.hub.client import HubClient, hub_url
 from backend.components.identity.identity import report_identity
@@ -53,6 +57,8 @@ from backend.components.proxy.table import (
     timeout_from,
 )
 from backend.components.proxy.targets import DOOR_PORT_SETTINGS, door_ports
+from backend.components.replicas import rpc as replicas_rpc
+from backend.components.replicas.component import ReplicasComponent
 from backend.components.settings import rpc as settings_rpc
 from backend.components.settings.log_level import LogLevels
 from backend.components.settings.service import CORRUPT_ERROR_ID, SettingsService
@@ -66,6 +72,7 @@ from backend.core.supervisor import Supervisor
 from backend.core.worker import WorkerProcess
 from backend.protocol import methods
 from backend.protocol.proxy import RELAY_IDLE_S
+from backend.protocol.types.base import NodeId
 from backend.protocol.types.broker import LogLevel, LogLevelParams
 from backend.wiring_base import (
     BrokerConfig,
@@ -99,9 +106,20 @@ def build_node(base: Foundation) -> Node:
     discovery = _discovery(base, services)
     cluster = wiring_members.cluster(base, services, board)
     apikeys = _apikeys(base, services)
+    aliases = AliasesService(AliasStore(base.store), clock=base.clock)
+    aliases_rpc.register(services.dispatcher, aliases)
     hub_rpc.register(services.dispatcher, HubClient(hub_url(os.environ)))
     proxy = _proxy(
-        base, services, engines, jobs, discovery, cluster.service, apikeys, schedulers, board
+        base,
+        services,
+        engines,
+        jobs,
+        discovery,
+        cluster.service,
+        apikeys,
+        aliases,
+        schedulers,
+        board,
     )
     # Exclusive operations on an engine wait for its scheduler in the proxy worker to drain it.
     engines.bind_gate(proxy.gate)
@@ -115,7 +133,9 @@ def build_node(base: Foundation) -> Node:
     spread = wiring_members.spread(base, services, cluster.service, board, discovery, telemetry)
     engines.bind_shaper("llamacpp", spread.host)
     spread.host.bind_replan(lambda: engines.controller("llamacpp").restart(kill=True))
-    _register_broker(base, services, proxy)
+    replicas = _replicas(base, services, engines, jobs, discovery, federation)
+    proxy.bind_demand(replicas.on_demand)
+    _register_broker(base, services, proxy, replicas)
     # Start order; stop is the reverse. Jobs before the proxy, so the proxy's last job
     # reports are written; discovery after the node API, so the node is announced once it serves.
     started: list[Component] = [
@@ -129,6 +149,7 @@ def build_node(base: Foundation) -> Node:
         node_api,
         discovery,
         federation,
+        replicas,  # stops first: no load or unload is left half done by the engines stopping
     ]
     for component in (*started, *workers):
         services.supervisor.add(component)
@@ -286,6 +307,7 @@ def _proxy(
     discovery: DiscoveryComponent,
     cluster: ClusterService,
     apikeys: ApiKeysService,
+    aliases: AliasesService,
     schedulers: SchedulerView,
     board: MemberEnginesBoard,
 ) -> ProxyComponent:
@@ -307,6 +329,7 @@ def _proxy(
         local_away=lambda: local_away(engines.returning_models(), node_id, services.node_name()),
         linked=board.linked,
         relay_idle=lambda: timeout_from(RELAY_IDLE_S, os.environ, RELAY_IDLE_TIMEOUT_ENV),
+        aliases=aliases.aliases,
     )
     proxy = ProxyComponent(
         ports=base.config.ports,
@@ -350,7 +373,35 @@ def _apikeys(base: Foundation, services: Services) -> ApiKeysService:
     return apikeys
 
 
-def _register_broker(base: Foundation, services: Services, proxy: ProxyComponent) -> None:
+def _replicas(
+    base: Foundation,
+    services: Services,
+    engines: EnginesComponent,
+    jobs: JobsComponent,
+    discovery: DiscoveryComponent,
+    federation: FederationComponent,
+) -> ReplicasComponent:
+    """The replica planner: more members for a hot model, unloaded again when idle."""
+    node_id = base.identity.node_id
+    replicas = ReplicasComponent(
+        node_id=node_id,
+        node_name=services.node_name,
+        clock=base.clock,
+        settings=services.settings.view,
+        members=lambda: [member.node_id for member in base.members.current.trusted()],
+        nodes=discovery.nodes,
+        engine_models=engines.last_listing,
+        local_action=replica_actions.local_action(engines, NodeId(node_id)),
+        member_action=partial(federation.forward, methods.ENGINE_ACTION),
+        record_jobs=jobs.record_external,
+    )
+    replicas_rpc.register(services.dispatcher, replicas, methods.REPLICAS_STATUS)
+    return replicas
+
+
+def _register_broker(
+    base: Foundation, services: Services, proxy: ProxyComponent, replicas: ReplicasComponent
+) -> None:
     status = StatusSource(
         started_at=base.started_at,
         data_dir=base.config.data_dir,
@@ -366,6 +417,7 @@ def _register_broker(base: Foundation, services: Services, proxy: ProxyComponent
         fingerprint=base.credentials.credentials.fingerprint,
         cluster_id=lambda: base.members.current.cluster_id,
         placement=lambda: services.settings.view().placement_policy,
+        replicas=replicas.status,
         commit=buildinfo.commit(),
     )
     broker_rpc.register(services.dispatcher, status=status, request_shutdown=base.request_shutdown)

@@ -31,6 +31,7 @@ from backend.protocol.types.broker import (
     ServiceError,
     VersionInfo,
 )
+from backend.protocol.types.replicas import ReplicasStatus
 from backend.protocol.types.results import Ok, Unsubscribed
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,7 @@ class StatusSource:
     fingerprint: str | None = None
     cluster_id: Callable[[], str | None] = lambda: None
     placement: Callable[[], str | None] = lambda: None
+    replicas: Callable[[], ReplicasStatus | None] = lambda: None
     # Looked up once, when the broker is set up, so no ``version`` call waits for git.
     commit: str | None = None
 
@@ -87,6 +89,7 @@ class StatusSource:
             fingerprint=self.fingerprint,
             cluster_id=self.cluster_id(),
             placement=self.placement(),
+            replicas=self.replicas(),
         )
 
 

@@ -135,6 +135,7 @@ async def test_components_subscription_is_a_snapshot_then_numbered_events(
             "federation",
             "node-api",
             "proxy",
+            "replicas",
             "spread",
             "jobs",
             "testworker",

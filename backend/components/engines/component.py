@@ -259,6 +259,10 @@ class EnginesComponent(Component):
             if controller.running
         }
 
+    def last_listing(self) -> EngineModels:
+        """The watcher's last whole listing (nothing asked; empty before the first)."""
+        return self._last_models
+
     def last_weights(
         self,
     ) -> tuple[dict[EngineName, dict[str, str]], dict[EngineName, dict[str, int]]]:
@@ -434,6 +438,7 @@ class EnginesComponent(Component):
             sizes_by_engine=sizes,
             details_by_engine=details,
             digests_by_engine=self._digests.current(by_engine),
+            replicas_by_engine=self.replica_marks.marks(loaded),
         )
         return self._last_models
 

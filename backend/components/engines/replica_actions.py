@@ -65,7 +65,12 @@ async def run_marked_action(
         across=params.across,
     )
     if params.action == "load_model" and params.replica:
-        mark = ReplicaMark(loaded_at=engines.replica_marks.now(), reason=params.reason or "", by=by)
+        mark = ReplicaMark(
+            loaded_at=engines.replica_marks.now(),
+            reason=params.reason or "",
+            by=by,
+            ttl_s=params.ttl_s,
+        )
         event = ReplicaLoaded(controller.name, model, mark, single, resident, before)
         engines.replica_marks.record(event)
     elif params.action == "load_model":

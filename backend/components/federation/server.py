@@ -68,6 +68,7 @@ class MemberRpc:
             socket, name=f"member:{member.name}", on_request=self._handle
         )
         self._peers[peer] = member.node_id
+        peer.context["node_id"] = member.node_id  # who asked, for what its calls leave behind
         self._hub.add(peer)
         log.info("member link from %s (%s) open", member.name, member.node_id)
         try:

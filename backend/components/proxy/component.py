@@ -57,6 +57,7 @@ from backend.protocol.proxy import (
     SlotApi,
 )
 from backend.protocol.types.apikeys import KeysUsed
+from backend.protocol.types.base import EngineName
 from backend.protocol.types.broker import Ports
 from backend.protocol.types.results import Ok
 from backend.protocol.types.scheduler import SchedulerStates
@@ -184,6 +185,11 @@ class ProxyComponent(Component):
     def last_local_use(self) -> list[LocalUse]:
         """Each local engine model's last use (and how many run it now), as reported."""
         return self._demand.last_local_use()
+
+    def bind_demand(self, on_demand: Callable[[DemandReport], None]) -> None:
+        """Hand the worker's demand reports to ``on_demand`` from now on (the replica
+        planner, built after the proxy: it calls members through the federation)."""
+        self._demand.bind(on_demand)
 
     async def fetch_scheduler(self) -> SchedulerStates | None:
         """The schedulers now, asked of the worker; None when it cannot answer."""
@@ -517,6 +523,7 @@ def local_engines(engines: EnginesComponent) -> dict[str, LocalEngine]:
     in the table, so the requests queued at its scheduler wait for it instead of failing over.
     """
     listed, counted = engines.last_models(), engines.last_slots()
+    digests, _ = engines.last_weights()
     found: dict[str, LocalEngine] = {}
     for name, controller in engines.controllers.items():
         if not (controller.running or controller.relaunching) or name not in listed:
@@ -540,6 +547,7 @@ def local_engines(engines: EnginesComponent) -> dict[str, LocalEngine]:
             slots_known=not (controller.status().adopted and manifest.slots.source == "env"),
             resident_known=bool(current) or listed[name][1] is not None,
             api_key=controller.api_key,
+            digests=digests.get(EngineName(name), {}),
         )
     return found
 

@@ -39,6 +39,10 @@ class DemandInbox:
         if self._on_demand is not None:
             self._on_demand(report)
 
+    def bind(self, on_demand: Callable[[DemandReport], None]) -> None:
+        """Hand every later report to ``on_demand``."""
+        self._on_demand = on_demand
+
     def last_local_use(self) -> list[LocalUse]:
         """Each local engine model's last use, as the worker last reported it."""
         return list(self._local.values())

@@ -101,6 +101,7 @@ class EngineActionParams(Wire, frozen=True, kw_only=True, omit_defaults=True):
     # loaded. A load without it (the user's) clears the mark: PAIR never unloads that.
     replica: bool = False
     reason: str | None = None
+    ttl_s: float | None = None  # the replica's idle time before it is unloaded
 
 
 class EngineActionResult(Wire, frozen=True, kw_only=True, omit_defaults=True):
