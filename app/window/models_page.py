@@ -52,6 +52,7 @@ from app.window.look import State, state_colour
 from app.window.model_hub import ModelHub
 from app.window.models_pulls import PullBar, PullsPanel
 from app.window.spread_dialog import SpreadDialog
+from app.window.squeeze_columns import StretchedColumns
 from app.window.widgets import (
     PAGE_MARGINS,
     SPACE,
@@ -206,6 +207,10 @@ class ModelsTab(QWidget):
         # what is left, and both shrink (down to this) only when the window is narrow.
         header.setMinimumSectionSize(self.fontMetrics().horizontalAdvance("Status") + 16)
         self.table.setTextElideMode(Qt.TextElideMode.ElideRight)
+        # Qt leaves them wide when the other columns alone fill the table: held at the minimum.
+        self.squeeze = StretchedColumns(
+            self.table, (ModelsModel.DETAILS_COLUMN, ModelsModel.STATUS_COLUMN)
+        )
 
     def actions_for(self, key: PendingKey) -> RowActions | None:
         """The buttons shown on the row of ``key``."""

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QMessageBox
 from pytestqt.qtbot import QtBot
 
 from app.models.models import LOADING, ModelsModel, serves_one_model, supports
+from app.window.models_pulls import NAME_MIN_CHARS
 from backend.components.engines.manifest import bundled_documents
 from backend.protocol import methods
 from backend.protocol.errors import Conflict
@@ -200,8 +201,13 @@ async def test_a_narrow_window_keeps_the_names_and_the_pull_field(qtbot: QtBot, 
     details = {"llamacpp": {SERVED: {"architecture": "qwen2", "quantization": "Q4_K_M"}}}
     await start_llama(ui, models={**LLAMA, "details_by_engine": details})
     table = ui.page.models_tab.table
+    # Shown: a hidden widget's resize is held until it is shown, and its header keeps the
+    # sections it had (whether that happened depended on what the machine had drawn before).
+    ui.page.show()
+    qtbot.waitExposed(ui.page)
     ui.page.resize(1400, 700)
     await settle()
+    qtbot.waitUntil(lambda: table.viewport().width() > 1000, timeout=5000)
     wide = {column: table.columnWidth(column) for column in range(7)}
     ui.page.resize(640, 480)
     qtbot.waitUntil(lambda: table.columnWidth(ModelsModel.STATUS_COLUMN) < wide[5], timeout=5000)
@@ -210,5 +216,7 @@ async def test_a_narrow_window_keeps_the_names_and_the_pull_field(qtbot: QtBot, 
     assert table.columnWidth(model_column) >= table.sizeHintForColumn(model_column)
     assert table.columnWidth(ModelsModel.DETAILS_COLUMN) < wide[ModelsModel.DETAILS_COLUMN]
     name_edit = ui.page.pull_bar.name_edit
-    assert name_edit.width() >= name_edit.minimumWidth() > 150
+    # Room for NAME_MIN_CHARS characters of this machine's font, whatever the font is.
+    least = name_edit.fontMetrics().averageCharWidth() * NAME_MIN_CHARS
+    assert name_edit.width() >= name_edit.minimumWidth() >= least > 0
     assert SELF in ui.controller.models.nodes()
