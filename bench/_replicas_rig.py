@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 import msgspec
@@ -26,6 +26,9 @@ from _replicas_trace import HOT, STEADY
 from backend.protocol.proxy import ProxyTargets, RouteTarget
 
 MODELS = (HOT, *STEADY)
+# What node A routes a model to: every node with it on disk (placement may load it there, as
+# PAIR does today) or only the nodes with it loaded (static: only the planner adds replicas).
+Routes = Literal["on-disk", "resident"]
 SAMPLE_S = 2.0  # node-info telemetry every ~2 s
 TIMEOUT_S = 900.0  # no request may fail over for waiting in a long queue
 KEEP_S = 3600  # what is loaded stays loaded for the whole run
@@ -116,9 +119,12 @@ def node_emulator(shape: NodeShape, log_path: Path) -> Emulator:
 class Cluster:
     """Three nodes; ``front`` is node A's proxy. ``reset`` puts the models back as at start."""
 
-    def __init__(self, shapes: tuple[NodeShape, ...], logs: Path) -> None:
+    def __init__(
+        self, shapes: tuple[NodeShape, ...], logs: Path, routes: Routes = "on-disk"
+    ) -> None:
         self.shapes = shapes
         self.logs = logs
+        self.routes = routes
         self.emulators: list[Emulator] = []
         self.peers: dict[str, ProxyHost] = {}
         self.front: ProxyHost | None = None
@@ -133,11 +139,19 @@ class Cluster:
                 log_path=self.logs / f"{shape.node_id}-proxy.log",
                 node_id=shape.node_id,
             )
-        self.front = ProxyHost(
+        self.front = self._new_front()
+        self._trust_front()
+
+    def _new_front(self) -> ProxyHost:
+        return ProxyHost(
             ProxyTargets(node_id=self.shapes[0].node_id),
             log_path=self.logs / "node-a-proxy.log",
             node_id=self.shapes[0].node_id,
         )
+
+    def _trust_front(self) -> None:
+        """The peers' tables: their own engine, trusting node A's (new) certificate."""
+        assert self.front is not None
         for shape, emulator in zip(self.shapes[1:], self.emulators[1:], strict=True):
             self.peers[shape.node_id].update(
                 ProxyTargets(
@@ -163,11 +177,16 @@ class Cluster:
         return self.front.doors["ollama"]
 
     async def reset(self) -> None:
-        """Every run starts alike: each node's warm models loaded, the others not."""
+        """Every run starts alike: each node's warm models loaded, the others not, and node A's
+        proxy new (so no run inherits another's measurements of the nodes)."""
         async with aiohttp.ClientSession() as session:
             for shape, emulator in zip(self.shapes, self.emulators, strict=True):
                 for model, pace in shape.paces.items():
                     await load(session, emulator.url, model, KEEP_S if pace.warm else 0)
+        if self.front is not None:
+            await asyncio.to_thread(self.front.stop)
+        self.front = await asyncio.to_thread(self._new_front)
+        await asyncio.to_thread(self._trust_front)
         await self.refresh()
 
     async def refresh(self) -> None:
@@ -177,7 +196,7 @@ class Cluster:
         for index, (shape, emulator) in enumerate(zip(self.shapes, self.emulators, strict=True)):
             resident = sorted(resident_models(states[index]))
             if index == 0:
-                owners.append(self._local(shape, emulator, resident))
+                owners.append(self._local(shape, emulator, resident, self._served(resident)))
                 continue
             peer = self.peers[shape.node_id]
             owners.append(
@@ -185,7 +204,7 @@ class Cluster:
                     node_id=shape.node_id,
                     kind="peer",
                     base_url=peer.relay_url,
-                    models=list(MODELS),
+                    models=self._served(resident),
                     cert_der=peer.cert_der,
                     slots=max(p.slots for p in shape.paces.values()),
                     resident=resident,
@@ -224,13 +243,20 @@ class Cluster:
             for shape, state in zip(self.shapes, states, strict=True)
         }
 
+    def _served(self, resident: list[str]) -> list[str]:
+        """The models node A's table lists for a node: all it has on disk, or with ``resident``
+        routes only what it has loaded (static placement: no load by routing)."""
+        return list(MODELS) if self.routes == "on-disk" else resident
+
     @staticmethod
-    def _local(shape: NodeShape, emulator: Emulator, resident: list[str]) -> RouteTarget:
+    def _local(
+        shape: NodeShape, emulator: Emulator, resident: list[str], models: list[str] | None = None
+    ) -> RouteTarget:
         return RouteTarget(
             node_id=shape.node_id,
             kind="local",
             base_url=emulator.url,
-            models=list(MODELS),
+            models=list(MODELS) if models is None else models,
             slots=max(p.slots for p in shape.paces.values()),
             resident=resident,
             resident_known=True,

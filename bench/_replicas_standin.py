@@ -3,10 +3,10 @@ waits estimated from the emulators' queues, its loads carried out with Ollama's 
 
 Not run by hand (``bench/replicas.py`` uses it with replicas on). The broker's component takes
 placement's expected waits from the doors' demand reports; here every ``SAMPLE_S`` the wait of
-a model is estimated as the best resident node's queue for it times the mean answer's time per
-slot (a node that does not hold it anywhere: the shortest load time), and the requests are the
-trace's arrivals since the last round. The lead swaps this for the component once the broker
-runs it. Unloads are not carried out: the TTL outlasts a run.
+a model is what its requests still without a first token have waited so far (the longest; the
+queue forms at the door, which holds a request until a slot is free, so the engines' queues
+say little), and the requests are the trace's arrivals since the last round. The lead swaps
+this for the component once the broker runs it. Unloads are not carried out: the TTL outlasts a run.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from typing import Any
 
 import aiohttp
 from _replicas_rig import KEEP_S, MODELS, SAMPLE_S, Cluster, base_name, load, resident_models
-from _replicas_trace import MEAN_TOKENS
 
 from backend.components.replicas.plan import Host, Load, ModelView, Policy, WaitSample, plan
 
@@ -36,10 +35,20 @@ class StandInPlanner:
         self.changed_at: dict[str, float] = {}
         self.loading: set[str] = set()
         self.loads: list[tuple[float, Load]] = []
+        self.peak_wait_s: dict[str, float] = dict.fromkeys(MODELS, 0.0)
+        self.waiting: dict[int, tuple[str, float]] = {}
+        self._sent = 0
 
-    def arrived(self, model: str) -> None:
-        """One request of the trace for ``model`` was sent."""
+    def arrived(self, model: str) -> int:
+        """One request of the trace for ``model`` was sent: its handle for ``answering``."""
         self.arrivals[model] += 1
+        self._sent += 1
+        self.waiting[self._sent] = (model, time.monotonic())
+        return self._sent
+
+    def answering(self, handle: int) -> None:
+        """The request's first token came (or it ended): it no longer waits."""
+        self.waiting.pop(handle, None)
 
     async def run_until(self, done: asyncio.Event) -> None:
         """Plan and carry out the loads every ``SAMPLE_S`` until ``done``."""
@@ -58,6 +67,7 @@ class StandInPlanner:
         views = []
         for model in MODELS:
             wait_s, on = self._estimate(model, states)
+            self.peak_wait_s[model] = max(self.peak_wait_s[model], wait_s)
             if self.arrivals[model]:
                 self.samples[model].append(WaitSample(now, self.arrivals[model], wait_s, on=on))
             self.arrivals[model] = 0
@@ -65,16 +75,16 @@ class StandInPlanner:
         return plan(tuple(views), (), self.policy, now)
 
     def _estimate(self, model: str, states: list[dict[str, Any]]) -> tuple[float, str]:
-        """The expected wait of a new request for ``model`` at the best node, and that node."""
-        best = (min(p.load_s for s in self.cluster.shapes for p in [s.paces[model]]), "")
+        """The longest wait so far of ``model``'s requests without a first token, and the node
+        holding the model with the most requests running (where they wait)."""
+        now = time.monotonic()
+        wait_s = max((now - at for m, at in self.waiting.values() if m == model), default=0.0)
+        busiest = (0, "")
         for shape, state in zip(self.cluster.shapes, states, strict=True):
-            pace = shape.paces[model]
             for runner in state.get("loaded", []):
                 if base_name(runner["name"]) == model:
-                    service_s = MEAN_TOKENS / pace.tokens_per_s
-                    wait_s = (runner["queued"] + 1) * service_s / pace.slots
-                    best = min(best, (wait_s, shape.node_id))
-        return best
+                    busiest = max(busiest, (runner["active"], shape.node_id))
+        return wait_s, busiest[1]
 
     def _view(self, model: str, states: list[dict[str, Any]], now: float) -> ModelView:
         horizon = now - self.policy.stable_window_s

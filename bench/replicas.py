@@ -25,12 +25,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import platform
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
@@ -56,8 +58,27 @@ def progress(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-async def ask(session: aiohttp.ClientSession, door: str, arrival: Arrival) -> Outcome:
-    """One streamed chat through the door; its latency and time to first token."""
+def _nothing() -> None:
+    """No stand-in planner to tell."""
+
+
+async def ask(
+    session: aiohttp.ClientSession,
+    door: str,
+    arrival: Arrival,
+    answering: Callable[[], None] = _nothing,
+) -> Outcome:
+    """One streamed chat through the door; its latency and time to first token. ``answering``
+    is called at the first token (or the end, whichever comes first)."""
+    try:
+        return await _ask(session, door, arrival, answering)
+    finally:
+        answering()
+
+
+async def _ask(
+    session: aiohttp.ClientSession, door: str, arrival: Arrival, answering: Callable[[], None]
+) -> Outcome:
     body = {
         "model": arrival.model,
         "messages": [{"role": "user", "content": f"Request at {arrival.at:.3f} s."}],
@@ -75,6 +96,7 @@ async def ask(session: aiohttp.ClientSession, door: str, arrival: Arrival) -> Ou
                 said = line.strip() and json.loads(line).get("message", {}).get("content")
                 if first is None and said:
                     first = time.perf_counter() - started
+                    answering()
     except (aiohttp.ClientError, TimeoutError) as exc:
         return Outcome(arrival, error=repr(exc))
     return Outcome(arrival, latency=time.perf_counter() - started, first_token=first)
@@ -98,7 +120,11 @@ async def refresh_until(cluster: Cluster, done: asyncio.Event) -> None:
 
 
 async def play(
-    cluster: Cluster, trace: list[Arrival], shape: TraceShape, planner: StandInPlanner | None
+    cluster: Cluster,
+    trace: list[Arrival],
+    shape: TraceShape,
+    planner: StandInPlanner | None,
+    speedup: float = 1.0,
 ) -> Run:
     """Play ``trace`` through node A's door; with ``planner``, replicas on."""
     await cluster.reset()
@@ -124,14 +150,18 @@ async def play(
                     s.node_id: HOT in resident_models(st)
                     for s, st in zip(cluster.shapes, states, strict=True)
                 }
+            answering: Callable[[], None] = _nothing
             if planner is not None:
-                planner.arrived(arrival.model)
-            asks.append(group.create_task(ask(session, cluster.door(), arrival)))
+                answering = functools.partial(planner.answering, planner.arrived(arrival.model))
+            asks.append(group.create_task(ask(session, cluster.door(), arrival, answering)))
         run.outcomes = list(await asyncio.gather(*asks))
         done.set()
     run.first_replica_s = first_replica_served(await cluster.started(), warm, burst_at)
     if planner is not None:
-        run.loads = [f"{at - burst_at:+.1f} s: {load.reason}" for at, load in planner.loads]
+        # The reasons' waits are the emulated cluster's (speedup times faster), the offsets nominal.
+        run.loads = [
+            f"{(at - burst_at) * speedup:+.1f} s: {load.reason}" for at, load in planner.loads
+        ]
     return run
 
 
@@ -164,7 +194,7 @@ async def bench(args: argparse.Namespace, logs: Path) -> None:
     shapes = tuple(shape.scaled(args.speedup) for shape in SHAPES)
     trace_shape = TraceShape().scaled(args.speedup)
     trace = draw_trace(trace_shape, args.seed)
-    cluster = Cluster(shapes, logs)
+    cluster = Cluster(shapes, logs, args.routes)
     progress(f"starting three emulators and three proxies; {len(trace)} requests per run")
     await asyncio.to_thread(cluster.start)
     runs: dict[str, Run] = {}
@@ -179,7 +209,12 @@ async def bench(args: argparse.Namespace, logs: Path) -> None:
                     panic_window_s=6.0 / args.speedup,
                 )
                 planner = StandInPlanner(cluster, policy)
-            runs[mode] = await play(cluster, trace, trace_shape, planner)
+            runs[mode] = await play(cluster, trace, trace_shape, planner, args.speedup)
+            if planner is not None:
+                peaks = ", ".join(
+                    f"{m} {w * args.speedup:.1f} s" for m, w in planner.peak_wait_s.items()
+                )
+                progress(f"  the planner's loads: {len(runs[mode].loads)}; peak waits: {peaks}")
             for line in runs[mode].loads:
                 progress(f"  load {line}")
     finally:
@@ -204,13 +239,20 @@ def main() -> int:
     parser.add_argument("--speedup", type=float, default=None, help="run the cluster faster (1)")
     parser.add_argument("--modes", default="off,on", help="which runs, in order (off,on)")
     parser.add_argument("--seed", type=int, default=38)
+    parser.add_argument(
+        "--routes",
+        choices=["on-disk", "resident"],
+        default="on-disk",
+        help="node A routes to nodes with the model on disk (placement may load it) or loaded",
+    )
     parser.add_argument("--logs", type=Path, default=None, help="keep the processes' logs here")
     args = parser.parse_args()
     args.speedup = args.speedup or (2.0 if args.quick else 1.0)
     args.modes = [part for part in args.modes.split(",") if part]
     print(
         f"## Replicas on three emulated nodes ({platform.node()}, {os.cpu_count()} cores, "
-        f"load {os.getloadavg()[0]:.2f}); speedup {args.speedup:g}, seed {args.seed}"
+        f"load {os.getloadavg()[0]:.2f}); speedup {args.speedup:g}, seed {args.seed}, "
+        f"routes to nodes with the model {args.routes}"
     )
     if args.logs is not None:
         args.logs.mkdir(parents=True, exist_ok=True)
