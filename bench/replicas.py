@@ -1,6 +1,7 @@
 """Replicas on demand: p50/p95 latency of a bursty trace with replicas off and on.
 
     .venv/bin/python bench/replicas.py [--quick] [--speedup 1] [--seed 38] [--logs DIR]
+                                       [--modes off,on] [--routes on-disk|resident]
 
 Three emulated nodes on this computer (``_replicas_rig.py``), each an Ollama emulator with every
 model on disk at its own pace and load time, behind the real proxy worker: node A's front door
@@ -11,7 +12,10 @@ The trace (``_replicas_trace.py``): the steady models at a steady Poisson rate, 
 trickle plus a burst (by default 1.5 requests/s for 60 s from 20 s in). The same trace is
 played twice: replicas **off** (placement as it is: routes among the nodes as they are) and
 **on** (the replica planner, today ``_replicas_standin.py`` until the broker runs the
-component, loading the hot model on the members that have it on disk).
+component, loading the hot model on the members that have it on disk). ``--routes``: node A
+routes a model to every node with it on disk (placement may then load it there itself, as PAIR
+does today: the planner then finds little to add) or only to the nodes with it loaded (static
+placement: only the planner adds replicas).
 
 Reported per mode: p50 and p95 latency (request to the last chunk) and time to first token, for
 all requests, the hot model's and the steady ones', in seconds at the nodes' nominal speeds;
