@@ -35,7 +35,9 @@ from backend.workers.proxy.doors.wire import (
 )
 from backend.workers.proxy.routing.admission import Admission
 from backend.workers.proxy.routing.candidates import owners, targets_for
+from backend.workers.proxy.routing.identity import name_on
 from backend.workers.proxy.routing.pins import pinned
+from backend.workers.proxy.routing.send import with_model
 from backend.workers.proxy.translate.native import speaks
 from backend.workers.proxy.upstream.forward import (
     LAN_CLIENT_KEY,
@@ -223,7 +225,9 @@ async def _count_tokens(request: web.Request) -> web.StreamResponse:
             f"({engines}) cannot count tokens; only llama-server can"
         )
         return ErrorReply(400, message, "invalid_request_error").response(COUNT_TOKENS)
-    return await forward_or_502(request, context, counting[0], admission.body)
+    # Counted under the target's own name for the model (a replica's, an alias's target).
+    body = with_model(admission.body, name_on(context.router.table, counting[0], admission.model))
+    return await forward_or_502(request, context, counting[0], body)
 
 
 async def _tags(request: web.Request) -> web.StreamResponse:

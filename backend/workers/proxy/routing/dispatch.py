@@ -46,6 +46,7 @@ from backend.workers.proxy.routing.choice import NodeChoice
 from backend.workers.proxy.routing.demand import Demand
 from backend.workers.proxy.routing.departures import Departures, unless_gone
 from backend.workers.proxy.routing.failover import Failover, RandomSource, RetryPolicy
+from backend.workers.proxy.routing.identity import name_at
 from backend.workers.proxy.routing.links import Links
 from backend.workers.proxy.routing.liveness import PeerStreamWatch, relay_idle
 from backend.workers.proxy.routing.local import LocalSchedulers
@@ -394,7 +395,7 @@ class Router:
         starts (``custody.py``), so a worker crash does not lose it."""
         engine = dispatch.target.engine
         scheduler = self.scheduler(engine)
-        model = normalize(engine, admission.model)
+        model = normalize(engine, name_at(dispatch.target, admission.model))
         # Admitted at once in the common case, without a wait (or a coroutine) for it.
         dispatch.ticket = scheduler.admit_now(model, session=admission.session)
         if dispatch.ticket is None:
