@@ -119,14 +119,16 @@ class Actions:
                 del self._replicas[key]
                 self._seen.discard(key)
 
-    def begin(self, action: Action) -> Awaitable[None] | None:
+    def begin(self, action: Action, *, ttl_s: float | None = None) -> Awaitable[None] | None:
         """Mark ``action`` started and return its work, or None when it may not run now (a load
-        on a member already loading, or failed there lately; the same unload under way)."""
+        on a member already loading, or failed there lately; the same unload under way).
+        ``ttl_s`` goes with a load: the member that holds the replica unloads it after this
+        planner's TTL, not its own."""
         if isinstance(action, Load):
-            return self._begin_load(action)
+            return self._begin_load(action, ttl_s)
         return self._begin_unload(action)
 
-    def _begin_load(self, load: Load) -> Awaitable[None] | None:
+    def _begin_load(self, load: Load, ttl_s: float | None) -> Awaitable[None] | None:
         key = (load.node_id, load.engine, load.name)
         if load.node_id in self.loading() or self._failed_lately(key):
             return None
@@ -142,6 +144,7 @@ class Actions:
             node=node,
             replica=True,
             reason=load.reason,
+            ttl_s=ttl_s,
         )
         call = self._local_action if node is None else self._member_action
         return self._load(key, load, job, partial(call, params))

@@ -166,7 +166,7 @@ class ReplicasComponent(Component):
         held = inputs.held_replicas(models, self._history)
         started = []
         for action in self._planner(views, held, settings.policy, now):
-            work = self._actions.begin(action)
+            work = self._actions.begin(action, ttl_s=settings.policy.ttl_s)
             if work is not None:
                 self._spawn(work, action)
                 started.append(action)
