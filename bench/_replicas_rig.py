@@ -1,276 +1,248 @@
-"""The replica benchmark's emulated cluster: three nodes, three models, per-model load times.
+"""The replica benchmark's cluster: three real brokers on this computer, paired by PIN.
 
-Not run by hand (``bench/replicas.py`` uses it). Built like ``_placement_cluster.py``: each node
-is an Ollama emulator child process with every model on disk, each at the node's own pace and
-load time (``--model-pace``), and a ``ProxyHost`` (the real proxy worker); node A's front door
-is the one measured, B and C are its paired peers over mutual TLS. A's table is refreshed every
-``SAMPLE_S`` from the emulators' state the way its broker would from node-info.
+Not run by hand (``bench/replicas.py`` uses it). Each node is a ``pair node`` process on its own
+loopback address (127.0.0.2-4, mDNS off, the others added by address) whose Ollama is the
+emulator at a steady pace (``--token-delay``, one slot per model) and load time
+(``--load-delay``), started through an engine override document as the integration tests do.
+A invites B and C and accepts each by the PIN the RPC hands back. Every broker started here is
+stopped here, by its own PID, and its engine with it.
 
-With replicas on, ``_replicas_standin.py`` drives the real planner against this cluster.
-Every process started here is stopped here, by its own PID.
+At the start the hot model is the user's on A (``engine:action load_model``, no ``replica``),
+on disk on B and C; each steady model is the user's on one of B and C.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import contextlib
+import os
+import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import aiohttp
-import msgspec
-from _common import Emulator, ProxyHost
 from _replicas_trace import HOT, STEADY
 
-from backend.protocol.proxy import ProxyTargets, RouteTarget
+from backend.protocol import methods
+from backend.protocol.types.jobs import JobRecord
+from backend.workers.proxy.upstream.forward import SERVED_BY_HEADER
+from tests.integration.cluster.test_three_nodes import _pair, _until
+from tests.integration.conftest import ROOT, Broker, Client, free_port, node_argv
+from tests.integration.conftest import wait_until_serving as _wait_until_serving
+from tests.integration.discovery.test_manual_nodes import FAST
+from tests.integration.engines.conftest import write_override, write_script
 
 MODELS = (HOT, *STEADY)
-# What node A routes a model to: every node with it on disk (placement may load it there, as
-# PAIR does today) or only the nodes with it loaded (static: only the planner adds replicas).
-Routes = Literal["on-disk", "resident"]
-SAMPLE_S = 2.0  # node-info telemetry every ~2 s
-TIMEOUT_S = 900.0  # no request may fail over for waiting in a long queue
-KEEP_S = 3600  # what is loaded stays loaded for the whole run
+LOAD_S = 12.0  # a 7-8 GB model from an SSD into a GPU
+TOKEN_S = 0.05  # per token: a request of the trace's mean length takes about a second
+ADDRESSES = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
+NAMES = ("A", "B", "C")
+# The models each node's user loaded at the start: the hot one on A, one steady model each on
+# B and C.
+USER_LOADED = ((HOT,), (STEADY[0],), (STEADY[1],))
+ACTION_TIMEOUT_S = 120.0  # a load waits on the engine's exclusive gate behind running requests
+
+# The Ollama emulator standing in for ``ollama serve``, at a steady pace and load time.
+_SHIM = """#!{python}
+import os, sys
+host, _, port = os.environ.get("OLLAMA_HOST", "127.0.0.1:11434").rpartition(":")
+argv = [sys.executable, "-m", "backend", "emulate", "ollama", "--host", host, "--port", port,
+        "--parallel", "1", *ARGS]
+if sys.argv[1:] != ["serve"]:
+    sys.exit("this shim only knows `ollama serve`")
+os.execv(sys.executable, argv)
+"""
 
 
-@dataclass(frozen=True)
-class Pace:
-    """One model on one node: tokens/s, slots, load time, first-token delay, loaded at start."""
-
-    tokens_per_s: float
-    slots: int
-    load_s: float
-    first_token_s: float
-    warm: bool
-
-
-@dataclass(frozen=True)
-class NodeShape:
-    """One emulated node and its models' paces."""
-
-    node_id: str
-    paces: Mapping[str, Pace]
-
-    def scaled(self, speedup: float) -> NodeShape:
-        return NodeShape(
-            self.node_id,
-            {
-                model: Pace(
-                    p.tokens_per_s * speedup,
-                    p.slots,
-                    p.load_s / speedup,
-                    p.first_token_s / speedup,
-                    p.warm,
-                )
-                for model, p in self.paces.items()
-            },
-        )
-
-
-# The hot model is loaded only on node A at the start; B (fast) and C have it on disk.
-SHAPES = (
-    NodeShape(
-        "node-a",
-        {
-            HOT: Pace(30, 2, 4, 0.15, True),
-            "chat": Pace(30, 2, 4, 0.15, True),
-            "notes": Pace(30, 2, 4, 0.15, False),
-        },
-    ),
-    NodeShape(
-        "node-b",
-        {
-            HOT: Pace(60, 4, 6, 0.10, False),
-            "chat": Pace(60, 4, 6, 0.10, False),
-            "notes": Pace(60, 4, 6, 0.10, True),
-        },
-    ),
-    NodeShape(
-        "node-c",
-        {
-            HOT: Pace(40, 2, 8, 0.20, False),
-            "chat": Pace(40, 2, 8, 0.20, True),
-            "notes": Pace(40, 2, 8, 0.20, False),
-        },
-    ),
-)
-
-
-def base_name(name: str) -> str:
-    """The emulator's name for a model without Ollama's default tag."""
-    return name.removesuffix(":latest")
-
-
-def node_emulator(shape: NodeShape, log_path: Path) -> Emulator:
-    """The Ollama emulator with every model on disk at the node's own figures."""
-    paces = [
-        f"{model}={p.tokens_per_s}:{p.slots}:{p.load_s}:{p.first_token_s}"
-        for model, p in shape.paces.items()
+def _engine_override(folder: Path, name: str) -> dict[str, Any]:
+    """An engine override whose Ollama is the paced emulator with every model on disk."""
+    args = [
+        *("--models", ",".join(MODELS), "--load-delay", str(LOAD_S)),
+        *("--token-delay", str(TOKEN_S), "--reply-tokens", "100000"),
+        *("--prompt-token-delay", "0", "--first-token-delay", "0", "--keep-alive", "86400"),
     ]
-    options = [
-        *("--models", ",".join(MODELS), "--reply-tokens", "100000"),
-        *(option for pace in paces for option in ("--model-pace", pace)),
-        *("--prompt-token-delay", "0", "--keep-alive", str(KEEP_S)),
-    ]
-    return Emulator(options, log_path)
+    shim = write_script(folder / f"ollama-{name}", _SHIM.replace("*ARGS", repr(args)[1:-1]))
+    return {
+        "detect": [{"path": str(shim)}],
+        "runtime": {"port": free_port(), "ready": {"timeout_s": 60}},
+    }
 
 
-class Cluster:
-    """Three nodes; ``front`` is node A's proxy. ``reset`` puts the models back as at start."""
+@dataclass
+class Node:
+    """One broker of the rig: its name in the report, address, process, client, status."""
 
-    def __init__(
-        self, shapes: tuple[NodeShape, ...], logs: Path, routes: Routes = "on-disk"
-    ) -> None:
-        self.shapes = shapes
-        self.logs = logs
-        self.routes = routes
-        self.emulators: list[Emulator] = []
-        self.peers: dict[str, ProxyHost] = {}
-        self.front: ProxyHost | None = None
+    name: str
+    address: str
+    broker: Broker
+    client: Client | None = None
+    node_id: str = ""
+    node_port: int = 0
+    door: str = ""
 
-    def start(self) -> None:
-        """The emulators and the proxies (the peers trusting node A)."""
-        for shape in self.shapes:
-            self.emulators.append(node_emulator(shape, self.logs / f"{shape.node_id}-engine.log"))
-        for shape in self.shapes[1:]:
-            self.peers[shape.node_id] = ProxyHost(
-                ProxyTargets(node_id=shape.node_id),
-                log_path=self.logs / f"{shape.node_id}-proxy.log",
-                node_id=shape.node_id,
-            )
-        self.front = self._new_front()
-        self._trust_front()
 
-    def _new_front(self) -> ProxyHost:
-        return ProxyHost(
-            ProxyTargets(node_id=self.shapes[0].node_id),
-            log_path=self.logs / "node-a-proxy.log",
-            node_id=self.shapes[0].node_id,
+class Rig:
+    """Three paired brokers; ``nodes[0]`` (A) is the one whose door the trace is played at."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.nodes: list[Node] = []
+        self._clients = contextlib.AsyncExitStack()
+
+    @property
+    def a(self) -> Client:
+        client = self.nodes[0].client
+        assert client is not None
+        return client
+
+    def label(self, node_id: str | None) -> str:
+        """A node's name in the report (A, B, C) from its id."""
+        return next((n.name for n in self.nodes if n.node_id == node_id), str(node_id))
+
+    async def start(self) -> None:
+        """Start the brokers and their engines, pair A with B and with C."""
+        for name, address in zip(NAMES, ADDRESSES, strict=True):
+            self.nodes.append(await asyncio.to_thread(self._start_broker, name, address))
+        for node in self.nodes:
+            node.client = await self._clients.enter_async_context(node.broker.connect())
+            await node.client.call(methods.ENGINE_START, {"engine": "ollama"}, timeout=90)
+            await node.client.call(methods.SETTINGS_SET, {"values": {"node_name": node.name}})
+            status = await node.client.typed(methods.STATUS)
+            node.node_id, node.node_port = status.node_id, status.ports.node
+            node.door = status.front_doors["ollama"]
+        for node in self.nodes[1:]:
+            assert node.client is not None
+            await _pair(self.a, node.client, node.address, node.node_port)
+            await self.a.call(methods.NODE_ADD, {"address": node.address, "port": node.node_port})
+        ids = {node.node_id for node in self.nodes[1:]}
+        # A reaches B and C over the member link (and lists their engines) a moment later.
+        await _until(self.a, methods.DISCOVERY_GET_NODES, lambda ns: ids <= engines_known(ns), 60)
+        await _until(
+            self.a, methods.CLUSTER_STATUS, lambda s: ids <= {m.node_id for m in s.members}, 60
         )
 
-    def _trust_front(self) -> None:
-        """The peers' tables: their own engine, trusting node A's (new) certificate."""
-        assert self.front is not None
-        for shape, emulator in zip(self.shapes[1:], self.emulators[1:], strict=True):
-            self.peers[shape.node_id].update(
-                ProxyTargets(
-                    node_id=shape.node_id,
-                    engines={"ollama": [self._local(shape, emulator, list(MODELS))]},
-                    trusted=[self.front.cert_der],
-                    header_timeout_s=TIMEOUT_S,
-                    first_content_timeout_s=TIMEOUT_S,
+    def _start_broker(self, name: str, address: str) -> Node:
+        data_dir = self.folder / f"node-{name.lower()}"
+        write_override(data_dir, "ollama", _engine_override(self.folder, name.lower()))
+        env = {**os.environ, **FAST, "PAIR_DISCOVERY_MDNS": "0"}
+        stderr_path = self.folder / f"node-{name.lower()}.log"
+        with stderr_path.open("wb") as stderr:
+            process = subprocess.Popen(
+                node_argv(data_dir),
+                cwd=ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                env=env,
+            )
+        broker = Broker(process, data_dir, stderr_path)
+        try:
+            _wait_until_serving(broker, timeout=60)
+        except BaseException:
+            broker.stop()
+            raise
+        return Node(name, address, broker)
+
+    async def stop(self) -> None:
+        """Close the clients, stop every broker (and so its engine), last first."""
+        with contextlib.suppress(Exception):
+            await self._clients.aclose()
+        for node in reversed(self.nodes):
+            await asyncio.to_thread(node.broker.stop, 30)
+
+    async def action(self, action: str, model: str, node: Node, **extra: Any) -> None:
+        """``engine:action`` at A, on ``node`` (through the member link for B and C)."""
+        params: dict[str, Any] = {"engine": "ollama", "action": action, "model": model, **extra}
+        if node is not self.nodes[0]:
+            params["node"] = node.node_id
+        await self.a.call(methods.ENGINE_ACTION, params, timeout=ACTION_TIMEOUT_S)
+
+    async def load_user_models(self) -> None:
+        """Each node's user's models, loaded at each node (in parallel: one load each)."""
+        await asyncio.gather(
+            *(
+                own(node).call(
+                    methods.ENGINE_ACTION,
+                    {"engine": "ollama", "action": "load_model", "model": model},
+                    timeout=ACTION_TIMEOUT_S,
                 )
+                for node, models in zip(self.nodes, USER_LOADED, strict=True)
+                for model in models
             )
-
-    def stop(self) -> None:
-        """Stop every process started, last first."""
-        for host in [self.front, *self.peers.values()]:
-            if host is not None:
-                host.stop()
-        for emulator in reversed(self.emulators):
-            emulator.stop()
-
-    def door(self) -> str:
-        """Node A's Ollama front door."""
-        assert self.front is not None
-        return self.front.doors["ollama"]
-
-    async def reset(self) -> None:
-        """Every run starts alike: each node's warm models loaded, the others not, and node A's
-        proxy new (so no run inherits another's measurements of the nodes)."""
-        async with aiohttp.ClientSession() as session:
-            for shape, emulator in zip(self.shapes, self.emulators, strict=True):
-                for model, pace in shape.paces.items():
-                    await load(session, emulator.url, model, KEEP_S if pace.warm else 0)
-        if self.front is not None:
-            await asyncio.to_thread(self.front.stop)
-        self.front = await asyncio.to_thread(self._new_front)
-        await asyncio.to_thread(self._trust_front)
-        await self.refresh()
-
-    async def refresh(self) -> None:
-        """Send node A a table with what node-info would say now (the resident models)."""
-        states = await self.states()
-        owners: list[RouteTarget] = []
-        for index, (shape, emulator) in enumerate(zip(self.shapes, self.emulators, strict=True)):
-            resident = sorted(resident_models(states[index]))
-            if index == 0:
-                owners.append(self._local(shape, emulator, resident, self._served(resident)))
-                continue
-            peer = self.peers[shape.node_id]
-            owners.append(
-                RouteTarget(
-                    node_id=shape.node_id,
-                    kind="peer",
-                    base_url=peer.relay_url,
-                    models=self._served(resident),
-                    cert_der=peer.cert_der,
-                    slots=max(p.slots for p in shape.paces.values()),
-                    resident=resident,
-                    resident_known=True,
-                )
-            )
-        table = ProxyTargets(
-            node_id=self.shapes[0].node_id,
-            engines={"ollama": owners},
-            trusted=[host.cert_der for host in self.peers.values()],
-            header_timeout_s=TIMEOUT_S,
-            first_content_timeout_s=TIMEOUT_S,
-            placement="pair",
-        )
-        assert self.front is not None
-        await asyncio.to_thread(self.front.update, table)
-
-    async def states(self) -> list[dict[str, Any]]:
-        """Each emulator's ``/_emulator/state``."""
-        async with aiohttp.ClientSession() as session:
-            found = []
-            for emulator in self.emulators:
-                async with session.get(f"{emulator.url}/_emulator/state") as answer:
-                    found.append(msgspec.json.decode(await answer.read()))
-            return found
-
-    async def started(self) -> dict[str, list[tuple[str, float]]]:
-        """Per node, (model, started_at) of the requests its engine ran (the last 500)."""
-        states = await self.states()
-        return {
-            shape.node_id: [
-                (base_name(r["model"]), float(r["started_at"]))
-                for r in state.get("finished", [])
-                if r.get("started_at") is not None
-            ]
-            for shape, state in zip(self.shapes, states, strict=True)
-        }
-
-    def _served(self, resident: list[str]) -> list[str]:
-        """The models node A's table lists for a node: all it has on disk, or with ``resident``
-        routes only what it has loaded (static placement: no load by routing)."""
-        return list(MODELS) if self.routes == "on-disk" else resident
-
-    @staticmethod
-    def _local(
-        shape: NodeShape, emulator: Emulator, resident: list[str], models: list[str] | None = None
-    ) -> RouteTarget:
-        return RouteTarget(
-            node_id=shape.node_id,
-            kind="local",
-            base_url=emulator.url,
-            models=list(MODELS) if models is None else models,
-            slots=max(p.slots for p in shape.paces.values()),
-            resident=resident,
-            resident_known=True,
         )
 
+    async def settings(self, **values: Any) -> None:
+        """``settings:set`` on A."""
+        await self.a.call(methods.SETTINGS_SET, {"values": values})
 
-def resident_models(state: Mapping[str, Any]) -> set[str]:
-    """The models an emulator has loaded now."""
-    return {base_name(runner["name"]) for runner in state.get("loaded", [])}
+    async def warm_up(self, node: Node) -> None:
+        """One hot request at A's door served by ``node`` (A pinned to it), then the hot model
+        unloaded there again: A's placement has measured ``node``'s load time."""
+        await self.settings(proxy_pinned_node=node.node_id)
+        try:
+            async with asyncio.timeout(ACTION_TIMEOUT_S):
+                while await served_by(self.nodes[0].door) != node.node_id:  # noqa: ASYNC110
+                    await asyncio.sleep(0.5)  # A's table does not route there yet
+        finally:
+            await self.settings(proxy_pinned_node="")
+        await self.unload_hot(node)
+
+    async def unload_hot(self, node: Node) -> None:
+        """Unload the hot model on ``node`` and wait until A's discovery sees it gone."""
+        await self.action("unload_model", HOT, node)
+        await _until(
+            self.a, methods.DISCOVERY_GET_NODES, lambda ns: not hot_on(ns, node.node_id), 60
+        )
+
+    async def hot_loaded_on(self) -> list[Node]:
+        """The members A's discovery says hold the hot model now."""
+        nodes = await self.a.typed(methods.DISCOVERY_GET_NODES)
+        return [n for n in self.nodes[1:] if hot_on(nodes, n.node_id)]
+
+    async def jobs(self, since: float) -> list[JobRecord]:
+        """A's jobs created at or after ``since`` (wall clock), oldest first."""
+        answer = await self.a.typed(methods.JOBS_GET_INITIAL, {"limit": 1000}, timeout=30)
+        return sorted((j for j in answer.jobs if j.created_at >= since), key=lambda j: j.created_at)
+
+    def log_lines(self, node: Node, keep: Callable[[str], bool]) -> list[str]:
+        """The lines of ``node``'s broker log that ``keep`` picks."""
+        text = node.broker.stderr_path.read_text(errors="replace")
+        return [line for line in text.splitlines() if keep(line)]
 
 
-async def load(session: aiohttp.ClientSession, url: str, model: str, keep_s: int) -> None:
-    """Ollama's load (or unload, ``keep_s`` 0): a generate request with no prompt."""
-    async with session.post(
-        f"{url}/api/generate", json={"model": model, "keep_alive": keep_s}
-    ) as answer:
-        await answer.read()
+def own(node: Node) -> Client:
+    """``node``'s own RPC client."""
+    assert node.client is not None
+    return node.client
+
+
+def engines_known(nodes: list[Any]) -> set[str]:
+    """The nodes a discovery listing shows with their Ollama reachable."""
+    return {node.node_id for node in nodes if "ollama" in node.engines}
+
+
+def hot_on(nodes: list[Any], node_id: str) -> bool:
+    """Whether a discovery listing shows the hot model loaded on ``node_id``."""
+    for node in nodes:
+        if node.node_id == node_id and "ollama" in node.engines:
+            return HOT in (node.engines["ollama"].loaded or [])
+    return False
+
+
+async def served_by(door: str) -> str | None:
+    """One short hot request at ``door``: the node that served it (None when it failed)."""
+    body = {
+        "model": HOT,
+        "messages": [{"role": "user", "content": "warm-up"}],
+        "stream": False,
+        "options": {"num_predict": 4},
+    }
+    timeout = aiohttp.ClientTimeout(total=ACTION_TIMEOUT_S)
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as session,
+        session.post(f"{door}/api/chat", json=body) as response,
+    ):
+        await response.read()
+        return response.headers.get(SERVED_BY_HEADER) if response.status == 200 else None

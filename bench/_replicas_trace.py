@@ -5,49 +5,43 @@ figures are computed from what the client saw and what the engines recorded, so 
 is played with replicas off and on and the two runs compare request for request.
 
 The figure the issue names besides p50/p95: the time from the burst's start to the first hot
-request that a node started serving although it did not have the hot model loaded when the
-burst began (a replica at work). The emulators record each request's start on their monotonic
-clock, which on Linux is the system's, the same as this process's ``time.monotonic``.
+request served by a replica the planner loaded, read from the door's jobs (``jobs:list``): the
+``replica:load`` jobs (target, end) and the requests' ``serving`` node and start. Job times are
+the brokers' wall clock, the same as this process's ``time.time`` (one computer).
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from _common import median, percentile
 
-HOT = "coder"
-STEADY = ("chat", "notes")
-MEAN_TOKENS = 200.0
+from backend.protocol.types.jobs import JobRecord
+
+HOT = "coder:latest"
+STEADY = ("chat:latest", "notes:latest")
+MEAN_TOKENS = 20.0  # about a second at the rig's pace
 SIGMA = 0.5
-TOKEN_RANGE = (16, 800)
+TOKEN_RANGE = (4, 80)
 
 
 @dataclass(frozen=True)
 class TraceShape:
-    """How the trace is drawn: the steady models' rate, the burst's start, length and rate
-    (requests per second, Poisson), and the whole trace's length (seconds)."""
+    """How the trace is drawn: the steady models' rate (each), the hot model's trickle, the
+    burst's start, length and rate (requests per second, Poisson), and the trace's length (s)."""
 
     steady_rate: float = 0.3
     burst_start_s: float = 20.0
-    burst_s: float = 60.0
-    burst_rate: float = 1.5
+    burst_s: float = 40.0
+    burst_rate: float = 2.0
     hot_rate: float = 0.1
-    duration_s: float = 120.0
+    duration_s: float = 90.0
 
-    def scaled(self, speedup: float) -> TraceShape:
-        """The same trace ``speedup`` times faster (rates up, times down)."""
-        return TraceShape(
-            self.steady_rate * speedup,
-            self.burst_start_s / speedup,
-            self.burst_s / speedup,
-            self.burst_rate * speedup,
-            self.hot_rate * speedup,
-            self.duration_s / speedup,
-        )
+
+QUICK = TraceShape(burst_start_s=10.0, burst_s=25.0, duration_s=45.0)
 
 
 @dataclass(frozen=True)
@@ -69,6 +63,7 @@ class Outcome:
     latency: float | None = None
     first_token: float | None = None
     error: str | None = None
+    served_by: str | None = None
 
 
 def _poisson(chooser: random.Random, rate: float, start: float, end: float) -> list[float]:
@@ -142,23 +137,49 @@ def grouped(outcomes: list[Outcome]) -> dict[str, Figures]:
     }
 
 
-def first_replica_served(
-    started: Mapping[str, Iterable[tuple[str, float]]],
-    warm_at_burst: Mapping[str, bool],
-    burst_at: float,
-) -> float | None:
-    """Seconds from the burst's start (``burst_at``, monotonic) to the first hot request a
-    node started although the hot model was not loaded there when the burst began.
+def is_request(job: JobRecord) -> bool:
+    """A client's request (not a replica planner's load or unload)."""
+    return not job.path.startswith("replica:")
 
-    ``started``: per node, (model, started_at monotonic) of the requests its engine ran;
-    ``warm_at_burst``: per node, whether the hot model was loaded there at the burst's start.
-    None when no such request ran (no replica served).
-    """
-    firsts = [
-        at
-        for node, records in started.items()
-        if not warm_at_burst.get(node, False)
-        for model, at in records
-        if model == HOT and at >= burst_at
+
+def planner_loads(jobs: Iterable[JobRecord]) -> list[JobRecord]:
+    """The ``replica:load`` jobs among ``jobs``, oldest first."""
+    return sorted((j for j in jobs if j.path == "replica:load"), key=lambda j: j.created_at)
+
+
+def first_replica_served(jobs: list[JobRecord], burst_at: float) -> float | None:
+    """Seconds from ``burst_at`` (wall clock) to the start of the first hot request served on
+    a node where the planner loaded the hot model, after that load ended; None if none."""
+    loads = [j for j in planner_loads(jobs) if j.model == HOT and j.completed_at is not None]
+    starts = [
+        job.started_at
+        for job in jobs
+        if is_request(job) and job.model == HOT and job.started_at is not None
+        for load in loads
+        if job.serving == load.target and job.started_at >= (load.completed_at or 0.0)
     ]
-    return min(firsts) - burst_at if firsts else None
+    return min(starts) - burst_at if starts else None
+
+
+def first_served_elsewhere(jobs: list[JobRecord], door_node: str, burst_at: float) -> float | None:
+    """Seconds from ``burst_at`` to the first hot request of the burst that a node other than
+    the door's own started (a second copy of the model at work, whoever loaded it)."""
+    starts = [
+        job.started_at
+        for job in jobs
+        if is_request(job)
+        and job.model == HOT
+        and job.started_at is not None
+        and job.started_at >= burst_at
+        and job.serving not in (None, door_node)
+    ]
+    return min(starts) - burst_at if starts else None
+
+
+def served_counts(outcomes: Iterable[Outcome], model: str) -> dict[str, int]:
+    """How many of ``model``'s requests each node served (by the served-by header)."""
+    counts: dict[str, int] = {}
+    for outcome in outcomes:
+        if outcome.arrival.model == model and outcome.served_by is not None:
+            counts[outcome.served_by] = counts.get(outcome.served_by, 0) + 1
+    return counts

@@ -1,88 +1,79 @@
-"""Replicas on demand: p50/p95 latency of a bursty trace with replicas off and on.
+"""Replicas on demand: p50/p95 latency of a bursty trace with the replica planner off and on.
 
-    .venv/bin/python bench/replicas.py [--quick] [--speedup 1] [--seed 38] [--logs DIR]
-                                       [--modes off,on] [--routes on-disk|resident]
+    .venv/bin/python bench/replicas.py [--quick] [--seed 38] [--target-wait 3] [--modes off,on]
+                                       [--logs DIR]
 
-Three emulated nodes on this computer (``_replicas_rig.py``), each an Ollama emulator with every
-model on disk at its own pace and load time, behind the real proxy worker: node A's front door
-is measured; B and C are its peers over mutual TLS. At the start the hot model (``coder``) is
-loaded on node A only; the steady models (``chat``, ``notes``) on one node each.
+Three real brokers (``pair node``) on this computer's loopback addresses, paired by PIN, each
+with the Ollama emulator as its engine (``_replicas_rig.py``): every model on disk everywhere,
+a load takes 12 s, an answer about a second, one slot per model. The hot model (``coder``) is
+the user's on A only; the steady ones (``chat``, ``notes``) are the user's on B and C. The
+trace is played at A's Ollama door.
 
-The trace (``_replicas_trace.py``): the steady models at a steady Poisson rate, the hot one at a
-trickle plus a burst (by default 1.5 requests/s for 60 s from 20 s in). The same trace is
-played twice: replicas **off** (placement as it is: routes among the nodes as they are) and
-**on** (the replica planner, today ``_replicas_standin.py`` until the broker runs the
-component, loading the hot model on the members that have it on disk). ``--routes``: node A
-routes a model to every node with it on disk (placement may then load it there itself, as PAIR
-does today: the planner then finds little to add) or only to the nodes with it loaded (static
-placement: only the planner adds replicas).
+Warm-up: A's door sends one hot request to B and one to C (A pinned to each in turn) and the
+hot model is unloaded there again. Placement (docs/PLACEMENT.md) charges a node the load time
+it has MEASURED there; a node never measured pays no load and is tried at once, so without the
+warm-up the burst's first requests would go to B and C and load the model there by routing,
+which hides the difference between a queue on A and a replica the planner loads ahead of it.
 
-Reported per mode: p50 and p95 latency (request to the last chunk) and time to first token, for
-all requests, the hot model's and the steady ones', in seconds at the nodes' nominal speeds;
-the time from the burst's start to the first hot request started on a node that did not have
-the hot model loaded then; the planner's loads. Target (issue 38): p95 with replicas on at most
-half of p95 with them off. ``--quick``: speedup 2.
+The same trace (``_replicas_trace.py``: the steady models at a Poisson rate, the hot one at a
+trickle plus a burst) is played twice on the same brokers: ``replicas_mode=off`` (placement
+alone, which may still load the hot model on B or C when A's queue grows longer than their
+load) and ``on`` (the broker's planner, ``backend/components/replicas/``, with
+``replicas_target_wait_s``). Between runs the hot model is unloaded on B and C again (with the
+planner off), so each run starts as the first; placement keeps its measurements. Brokers are
+not restarted per run: their start and the pairing take a minute on a small machine.
+
+Printed per mode: p50/p95 latency (request to the last chunk) and time to first token for all
+requests, the hot model's and the steady ones'; the time from the burst's start to the first
+hot request served by a replica the planner loaded, and to the first served by any node but A;
+the hot requests each node served; the planner's loads and their reasons (A's ``jobs:list``).
+Target (issue 38): p95 with replicas on at most half of p95 with them off. ``--quick``: a
+shorter burst and trace (under 3 minutes with the rig's start).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import functools
 import json
 import os
 import platform
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
-from _replicas_rig import SAMPLE_S, SHAPES, Cluster, resident_models
-from _replicas_standin import StandInPlanner
+from _common import percentile
+from _replicas_rig import Rig
 from _replicas_trace import (
     HOT,
+    QUICK,
     Arrival,
     Figures,
     Outcome,
     TraceShape,
     draw_trace,
     first_replica_served,
+    first_served_elsewhere,
     grouped,
+    planner_loads,
+    served_counts,
 )
 
-from backend.components.replicas.plan import Policy
+from backend.protocol.types.jobs import JobRecord
+from backend.workers.proxy.upstream.forward import SERVED_BY_HEADER
 
 TARGET_P95_RATIO = 0.5
+SETTLE_S = 3.0  # between runs: the demand meter's last report has gone out
 
 
 def progress(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def _nothing() -> None:
-    """No stand-in planner to tell."""
-
-
-async def ask(
-    session: aiohttp.ClientSession,
-    door: str,
-    arrival: Arrival,
-    answering: Callable[[], None] = _nothing,
-) -> Outcome:
-    """One streamed chat through the door; its latency and time to first token. ``answering``
-    is called at the first token (or the end, whichever comes first)."""
-    try:
-        return await _ask(session, door, arrival, answering)
-    finally:
-        answering()
-
-
-async def _ask(
-    session: aiohttp.ClientSession, door: str, arrival: Arrival, answering: Callable[[], None]
-) -> Outcome:
+async def ask(session: aiohttp.ClientSession, door: str, arrival: Arrival) -> Outcome:
+    """One streamed chat through the door: its latency, first token and serving node."""
     body = {
         "model": arrival.model,
         "messages": [{"role": "user", "content": f"Request at {arrival.at:.3f} s."}],
@@ -100,167 +91,181 @@ async def _ask(
                 said = line.strip() and json.loads(line).get("message", {}).get("content")
                 if first is None and said:
                     first = time.perf_counter() - started
-                    answering()
+            served_by = response.headers.get(SERVED_BY_HEADER)
     except (aiohttp.ClientError, TimeoutError) as exc:
         return Outcome(arrival, error=repr(exc))
-    return Outcome(arrival, latency=time.perf_counter() - started, first_token=first)
+    latency = time.perf_counter() - started
+    return Outcome(arrival, latency=latency, first_token=first, served_by=served_by)
 
 
 class Run:
-    """One mode's run of the trace: what the client saw, the replica figure, the loads."""
+    """One mode's run: what the client saw, A's jobs of the run, the burst's start (wall)."""
 
-    def __init__(self) -> None:
-        self.outcomes: list[Outcome] = []
-        self.first_replica_s: float | None = None
-        self.loads: list[str] = []
-
-
-async def refresh_until(cluster: Cluster, done: asyncio.Event) -> None:
-    """Node A's table every ``SAMPLE_S`` until ``done``, as node-info would refresh it."""
-    while not done.is_set():
-        await cluster.refresh()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(done.wait(), SAMPLE_S)
+    def __init__(self, outcomes: list[Outcome], jobs: list[JobRecord], burst_at: float) -> None:
+        self.outcomes = outcomes
+        self.jobs = jobs
+        self.burst_at = burst_at
 
 
-async def play(
-    cluster: Cluster,
-    trace: list[Arrival],
-    shape: TraceShape,
-    planner: StandInPlanner | None,
-    speedup: float = 1.0,
-) -> Run:
-    """Play ``trace`` through node A's door; with ``planner``, replicas on."""
-    await cluster.reset()
-    run = Run()
-    done = asyncio.Event()
-    timeout = aiohttp.ClientTimeout(total=3600)
-    begin = time.perf_counter()
-    burst_at = time.monotonic() + shape.burst_start_s
-    warm: dict[str, bool] = {}
+async def play(rig: Rig, trace: list[Arrival], shape: TraceShape) -> Run:
+    """Play ``trace`` through A's door, every request to its end."""
+    timeout = aiohttp.ClientTimeout(total=900)
+    begin, begin_wall = time.perf_counter(), time.time()
     async with (
         asyncio.TaskGroup() as group,
         aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as session,
     ):
-        group.create_task(refresh_until(cluster, done), name="table refresh")
-        if planner is not None:
-            group.create_task(planner.run_until(done), name="stand-in planner")
         asks = []
         for arrival in trace:
             await asyncio.sleep(max(0.0, begin + arrival.at - time.perf_counter()))
-            if arrival.burst and not warm:
-                states = await cluster.states()
-                warm = {
-                    s.node_id: HOT in resident_models(st)
-                    for s, st in zip(cluster.shapes, states, strict=True)
-                }
-            answering: Callable[[], None] = _nothing
-            if planner is not None:
-                answering = functools.partial(planner.answering, planner.arrived(arrival.model))
-            asks.append(group.create_task(ask(session, cluster.door(), arrival, answering)))
-        run.outcomes = list(await asyncio.gather(*asks))
-        done.set()
-    run.first_replica_s = first_replica_served(await cluster.started(), warm, burst_at)
-    if planner is not None:
-        # The reasons' waits are the emulated cluster's (speedup times faster), the offsets nominal.
-        run.loads = [
-            f"{(at - burst_at) * speedup:+.1f} s: {load.reason}" for at, load in planner.loads
-        ]
-    return run
+            asks.append(group.create_task(ask(session, rig.nodes[0].door, arrival)))
+        outcomes = list(await asyncio.gather(*asks))
+    return Run(outcomes, await rig.jobs(since=begin_wall), begin_wall + shape.burst_start_s)
 
 
-def seconds(value: float | None, speedup: float) -> str:
-    return "-" if value is None or value != value else f"{value * speedup:.1f}"
+async def reset(rig: Rig) -> None:
+    """Planner off, the hot model unloaded on B and C: the next run starts as the first."""
+    await rig.settings(replicas_mode="off")
+    for node in await rig.hot_loaded_on():
+        progress(f"  unloading the hot model on {node.name}")
+        await rig.unload_hot(node)
+    await asyncio.sleep(SETTLE_S)
 
 
-def rows(mode: str, run: Run, speedup: float) -> list[str]:
+def seconds(value: float | None) -> str:
+    return "-" if value is None or value != value else f"{value:.1f}"
+
+
+def rows(mode: str, run: Run, rig: Rig) -> list[str]:
     """The table rows of one mode: one per group of requests."""
+    door = rig.nodes[0].node_id
+    replica = seconds(first_replica_served(run.jobs, run.burst_at))
+    elsewhere = seconds(first_served_elsewhere(run.jobs, door, run.burst_at))
     found = []
     for group, fig in grouped(run.outcomes).items():
+        extra = f"{replica} | {elsewhere}" if group == "all" else " | "
         found.append(
-            f"| {mode} | {group} | {fig.count} | {seconds(fig.p50_s, speedup)} "
-            f"| {seconds(fig.p95_s, speedup)} | {seconds(fig.first_token_p50_s, speedup)} "
-            f"| {seconds(fig.first_token_p95_s, speedup)} | {fig.failed} "
-            f"| {seconds(run.first_replica_s, speedup) if group == 'all' else ''} |"
+            f"| {mode} | {group} | {fig.count} | {seconds(fig.p50_s)} | {seconds(fig.p95_s)} "
+            f"| {seconds(fig.first_token_p50_s)} | {seconds(fig.first_token_p95_s)} "
+            f"| {fig.failed} | {extra} |"
         )
     return found
 
 
-def verdict(off: Figures, on: Figures) -> str:
+def where_served(run: Run, rig: Rig) -> str:
+    """The hot requests each node served, with their p95 latency there."""
+    parts = []
+    for node_id, count in sorted(served_counts(run.outcomes, HOT).items()):
+        latencies = [
+            o.latency
+            for o in run.outcomes
+            if o.arrival.model == HOT and o.served_by == node_id and o.latency is not None
+        ]
+        parts.append(f"{rig.label(node_id)} {count} (p95 {percentile(latencies, 0.95):.1f} s)")
+    return ", ".join(parts) or "none"
+
+
+def loads(run: Run, rig: Rig) -> list[str]:
+    """The planner's loads: when (from the burst's start), where, how long, why."""
+    found = []
+    for job in planner_loads(run.jobs):
+        took = f"{job.completed_at - job.created_at:.1f} s" if job.completed_at else job.state
+        found.append(
+            f"{job.created_at - run.burst_at:+.1f} s on {rig.label(job.target)} "
+            f"({job.model}, {took}): {job.note}"
+        )
+    return found
+
+
+def verdict(group: str, off: Figures, on: Figures) -> str:
     ratio = on.p95_s / off.p95_s if off.p95_s else float("nan")
-    met = ratio <= TARGET_P95_RATIO
-    return f"p95 with replicas on {ratio:.2f}x off (target <= {TARGET_P95_RATIO}): " + (
-        "met" if met else "NOT met"
+    met = "met" if ratio <= TARGET_P95_RATIO else "NOT met"
+    return (
+        f"p95 ({group}) with replicas on {on.p95_s:.1f} s / off {off.p95_s:.1f} s = "
+        f"{ratio:.2f} (target <= {TARGET_P95_RATIO}): {met}"
     )
 
 
-async def bench(args: argparse.Namespace, logs: Path) -> None:
-    shapes = tuple(shape.scaled(args.speedup) for shape in SHAPES)
-    trace_shape = TraceShape().scaled(args.speedup)
-    trace = draw_trace(trace_shape, args.seed)
-    cluster = Cluster(shapes, logs, args.routes)
-    progress(f"starting three emulators and three proxies; {len(trace)} requests per run")
-    await asyncio.to_thread(cluster.start)
+async def prepare(rig: Rig, args: argparse.Namespace) -> None:
+    """Start the rig, load the users' models, measure B's and C's load times at A."""
+    started = time.perf_counter()
+    progress("starting three brokers and pairing them")
+    await rig.start()
+    await rig.settings(
+        replicas_mode="off",
+        replicas_target_wait_s=args.target_wait,
+        replicas_ttl_s=3600.0,  # no replica goes idle mid-run
+        replicas_max_per_model=3,
+    )
+    progress("loading the users' models (12 s)")
+    await rig.load_user_models()
+    for node in rig.nodes[1:]:
+        progress(f"warm-up: one hot request served by {node.name}, then unloaded")
+        await rig.warm_up(node)
+    progress(f"ready in {time.perf_counter() - started:.0f} s")
+
+
+async def bench(args: argparse.Namespace, folder: Path) -> None:
+    shape = QUICK if args.quick else TraceShape()
+    trace = draw_trace(shape, args.seed)
+    rig = Rig(folder)
     runs: dict[str, Run] = {}
     try:
+        await prepare(rig, args)
         for mode in args.modes:
-            progress(f"replicas {mode}")
-            planner = None
-            if mode == "on":
-                policy = Policy(
-                    target_wait_s=10.0 / args.speedup,
-                    stable_window_s=60.0 / args.speedup,
-                    panic_window_s=6.0 / args.speedup,
-                )
-                planner = StandInPlanner(cluster, policy)
-            runs[mode] = await play(cluster, trace, trace_shape, planner, args.speedup)
-            if planner is not None:
-                peaks = ", ".join(
-                    f"{m} {w * args.speedup:.1f} s" for m, w in planner.peak_wait_s.items()
-                )
-                progress(f"  the planner's loads: {len(runs[mode].loads)}; peak waits: {peaks}")
-            for line in runs[mode].loads:
+            progress(f"replicas {mode}: {len(trace)} requests over {shape.duration_s:g} s")
+            await rig.settings(replicas_mode=mode)
+            runs[mode] = await play(rig, trace, shape)
+            for line in loads(runs[mode], rig):
                 progress(f"  load {line}")
+            await reset(rig)
     finally:
-        await asyncio.to_thread(cluster.stop)
+        await rig.stop()
+    report(runs, rig, shape, args)
+
+
+def report(runs: dict[str, Run], rig: Rig, shape: TraceShape, args: argparse.Namespace) -> None:
+    print(
+        f"\nTrace: burst {shape.burst_rate:g}/s for {shape.burst_s:g} s from "
+        f"{shape.burst_start_s:g} s, hot trickle {shape.hot_rate:g}/s, "
+        f"steady {shape.steady_rate:g}/s per model, {shape.duration_s:g} s; "
+        f"replicas_target_wait_s {args.target_wait:g}"
+    )
     print(
         "\n| replicas | requests | count | p50 s | p95 s | TTFT p50 s | TTFT p95 s | failed "
-        "| burst to first replica-served s |"
+        "| burst to first replica-served s | burst to first served off A s |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for mode, run in runs.items():
-        print("\n".join(rows(mode, run, args.speedup)))
+        print("\n".join(rows(mode, run, rig)))
+    for mode, run in runs.items():
+        print(f"\n{mode}: hot requests served by {where_served(run, rig)}")
+        for line in loads(run, rig) or ["no planner load"]:
+            print(f"  {line}")
     if {"off", "on"} <= runs.keys():
-        print(
-            "\n"
-            + verdict(grouped(runs["off"].outcomes)["all"], grouped(runs["on"].outcomes)["all"])
-        )
+        off, on = grouped(runs["off"].outcomes), grouped(runs["on"].outcomes)
+        print()
+        for group in ("all", "hot"):
+            print(verdict(group, off[group], on[group]))
+    print(f"\nload average after: {os.getloadavg()[0]:.2f}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="replicas.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="speedup 2")
-    parser.add_argument("--speedup", type=float, default=None, help="run the cluster faster (1)")
+    parser.add_argument("--quick", action="store_true", help="a shorter burst and trace")
     parser.add_argument("--modes", default="off,on", help="which runs, in order (off,on)")
     parser.add_argument("--seed", type=int, default=38)
-    parser.add_argument(
-        "--routes",
-        choices=["on-disk", "resident"],
-        default="on-disk",
-        help="node A routes to nodes with the model on disk (placement may load it) or loaded",
-    )
-    parser.add_argument("--logs", type=Path, default=None, help="keep the processes' logs here")
+    parser.add_argument("--target-wait", type=float, default=3.0, help="replicas_target_wait_s")
+    parser.add_argument("--logs", type=Path, default=None, help="keep the brokers' data here")
     args = parser.parse_args()
-    args.speedup = args.speedup or (2.0 if args.quick else 1.0)
     args.modes = [part for part in args.modes.split(",") if part]
     print(
-        f"## Replicas on three emulated nodes ({platform.node()}, {os.cpu_count()} cores, "
-        f"load {os.getloadavg()[0]:.2f}); speedup {args.speedup:g}, seed {args.seed}, "
-        f"routes to nodes with the model {args.routes}"
+        f"## Replicas on three real brokers ({platform.node()}, {os.cpu_count()} cores, "
+        f"load {os.getloadavg()[0]:.2f}); seed {args.seed}{', quick' if args.quick else ''}"
     )
     if args.logs is not None:
         args.logs.mkdir(parents=True, exist_ok=True)
-        asyncio.run(bench(args, args.logs))
+        asyncio.run(bench(args, args.logs.resolve()))
     else:
         with tempfile.TemporaryDirectory(prefix="pair-replicas-bench-") as directory:
             asyncio.run(bench(args, Path(directory)))
