@@ -180,9 +180,15 @@ def pressure_of(view: ModelView, policy: Policy, now: float) -> Pressure | None:
 
 
 def _window(view: ModelView, since: float) -> tuple[int, float, tuple[str, ...]]:
-    """A window's requests, mean wait and the members named by its samples (sorted)."""
+    """A window's requests, mean wait and the members named by its samples (sorted, each
+    once: a sample names one or several, joined by ", ")."""
     requests, wait_s = mean_wait(view.samples, since)
-    named = {s.on for s in view.samples if s.at > since and s.requests > 0 and s.on}
+    named = {
+        name
+        for s in view.samples
+        if s.at > since and s.requests > 0 and s.on
+        for name in s.on.split(", ")
+    }
     return requests, wait_s, tuple(sorted(named))
 
 
