@@ -79,6 +79,11 @@ class ReplicasComponent(Component):
         )
         self._serving: dict[str, frozenset[tuple[str, str]]] = {}
         self._changed_at: dict[str, float] = {}
+        # While inactive the planner does not watch the serving sets: the demand heard then
+        # may describe a cluster that is gone (a replica since unloaded), so after a pause it
+        # counts only samples from when it resumed.
+        self._paused = False
+        self._resumed_at: float | None = None
         self._last_models: EngineModels | None = None
         self._group: asyncio.TaskGroup | None = None
         self._stopped = asyncio.Event()
@@ -151,6 +156,7 @@ class ReplicasComponent(Component):
         """One round: gather, plan, start what may start now. Returns the actions started."""
         settings, active = self.current()
         if not active:
+            self._paused = True
             return ()
         try:
             async with asyncio.timeout(MODELS_DEADLINE_S):
@@ -161,6 +167,8 @@ class ReplicasComponent(Component):
             return ()
         self._last_models = models
         now = self._clock.wall()
+        if self._paused:
+            self._paused, self._resumed_at = False, now
         views, resident = self._model_views(models, now)
         self._actions.forget_gone(resident)
         held = inputs.held_replicas(models, self._history)
@@ -193,7 +201,10 @@ class ReplicasComponent(Component):
                     self._changed_at[model] = now
                 self._serving[model] = serving
             samples = self._history.samples(model)
-            views.append(ModelView(model, samples, hosts, self._changed_at.get(model)))
+            changed_at = self._changed_at.get(model)
+            if self._resumed_at is not None:
+                changed_at = max(changed_at or self._resumed_at, self._resumed_at)
+            views.append(ModelView(model, samples, hosts, changed_at))
         for gone in self._serving.keys() - set(self._history.models()):
             del self._serving[gone]  # forgotten by the history: nobody asked for it lately
             self._changed_at.pop(gone, None)
