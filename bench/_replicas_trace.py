@@ -183,3 +183,13 @@ def served_counts(outcomes: Iterable[Outcome], model: str) -> dict[str, int]:
         if outcome.arrival.model == model and outcome.served_by is not None:
             counts[outcome.served_by] = counts.get(outcome.served_by, 0) + 1
     return counts
+
+
+def waits_by_node(jobs: Iterable[JobRecord], hot: bool) -> dict[str, tuple[int, float]]:
+    """Per serving node, the hot (or steady) requests it started and the p95 of their wait
+    from arrival at the door to the start (seconds): where the requests waited."""
+    waits: dict[str, list[float]] = {}
+    for job in jobs:
+        if is_request(job) and (job.model == HOT) == hot and job.started_at is not None:
+            waits.setdefault(str(job.serving), []).append(job.started_at - job.created_at)
+    return {node: (len(found), percentile(found, 0.95)) for node, found in waits.items()}

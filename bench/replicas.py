@@ -59,6 +59,7 @@ from _replicas_trace import (
     grouped,
     planner_loads,
     served_counts,
+    waits_by_node,
 )
 
 from backend.protocol.types.jobs import JobRecord
@@ -165,6 +166,15 @@ def where_served(run: Run, rig: Rig) -> str:
     return ", ".join(parts) or "none"
 
 
+def where_waited(run: Run, rig: Rig, hot: bool) -> str:
+    """Per node, the requests started there and their p95 wait before the start (A's jobs)."""
+    found = waits_by_node(run.jobs, hot)
+    return ", ".join(
+        f"{rig.label(node)} {count} (p95 {wait:.1f} s)"
+        for node, (count, wait) in sorted(found.items())
+    )
+
+
 def loads(run: Run, rig: Rig) -> list[str]:
     """The planner's loads: when (from the burst's start), where, how long, why."""
     found = []
@@ -240,6 +250,8 @@ def report(runs: dict[str, Run], rig: Rig, shape: TraceShape, args: argparse.Nam
         print("\n".join(rows(mode, run, rig)))
     for mode, run in runs.items():
         print(f"\n{mode}: hot requests served by {where_served(run, rig)}")
+        print(f"  waited before the start (A's jobs): hot {where_waited(run, rig, hot=True)}")
+        print(f"  steady {where_waited(run, rig, hot=False)}")
         for line in loads(run, rig) or ["no planner load"]:
             print(f"  {line}")
     if {"off", "on"} <= runs.keys():
