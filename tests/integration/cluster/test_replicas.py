@@ -6,9 +6,10 @@ on B (a ``replica:load`` job whose note says how long M waited), the burst's lat
 are served by B, and once idle past its TTL B's planner unloads it while A's M (the user's)
 stays loaded. With the planner off the same burst loads nothing.
 
-B is tried once for M before the burst (pinned), so A's placement has measured its load time:
-a member never measured pays no load in placement and would take the burst's first request
-itself, loading M on its own (docs/PLACEMENT.md), which leaves the planner nothing to do.
+A's placement tries B cold for M once before the burst (then M is unloaded there again), so it
+knows B's load time: a member never measured pays no load in placement and would take the
+burst's first request itself, loading M on its own (docs/PLACEMENT.md), which would leave the
+planner nothing to do.
 Hosts as in ``test_three_nodes``: network namespaces on a bridge, or loopback addresses.
 """
 
@@ -169,20 +170,39 @@ async def _chat_once(door: str) -> tuple[int, str | None]:
         return response.status, response.headers.get(SERVED_BY_HEADER)
 
 
-async def _serve_once_on(a: Node, door: str, node_id: str) -> None:
-    """One request at A's door served by ``node_id`` (A pinned to it; retried while A's table
-    does not route M there yet)."""
+async def _measure_b(a: Node, ca: Client, cb: Client, door: str, ids: tuple[str, str]) -> None:
+    """Single requests at A's door until A's placement has tried B cold (then B's M is
+    unloaded again) and keeps the next one on A: B's load time is known to A."""
+    a_id, b_id = ids
+    tried_b = False
+    for _ in range(4):
+        await _until(ca, methods.DISCOVERY_GET_NODES, lambda nodes: _b_cold(nodes, b_id))
+        answer = await _ask_once(a.host, door)
+        assert answer[0] == 200, answer
+        if answer[1] == a_id and tried_b:
+            return
+        if answer[1] == b_id:
+            tried_b = True
+            await cb.call(
+                methods.ENGINE_ACTION,
+                {"engine": "ollama", "action": "unload_model", "model": MODEL},
+                timeout=30,
+            )
+            await _until(cb, methods.ENGINE_MODELS, lambda m: MODEL not in _loaded(m))
+    raise AssertionError("A's placement never measured B's load")
+
+
+async def _ask_once(host: Host, door: str) -> tuple[int, str | None]:
+    """One request at A's door (retried while A's table does not route M yet)."""
     answers: list[tuple[int, str | None]] = []
 
     async def ask() -> None:
         async with asyncio.timeout(60):
-            while True:
+            while not answers or answers[-1][0] in (404, 503):
                 answers.append(await _chat_once(door))
-                if answers[-1] == (200, node_id):
-                    return
-                await asyncio.sleep(0.3)
 
-    await asyncio.to_thread(_run_on, a.host, ask)
+    await asyncio.to_thread(_run_on, host, ask)
+    return answers[-1]
 
 
 async def _cluster(
@@ -220,7 +240,7 @@ async def test_a_burst_loads_a_replica_on_an_idle_member_until_idle_past_its_ttl
     async with _clients(a, b, c) as (ca, cb, cc):
         status, (a_id, b_id, _) = await _cluster((a, b, c), [ca, cb, cc])
         door = status[0].front_doors["ollama"]
-        # M is the user's on A; the planner stays off until B's load time is measured.
+        # M is the user's on A; the planner stays off until A has measured B's load time.
         await ca.call(
             methods.ENGINE_ACTION,
             {"engine": "ollama", "action": "load_model", "model": MODEL},
@@ -229,17 +249,7 @@ async def test_a_burst_loads_a_replica_on_an_idle_member_until_idle_past_its_ttl
         values = {"replicas_target_wait_s": 1, "replicas_ttl_s": TTL_S, "replicas_mode": "off"}
         await ca.call(methods.SETTINGS_SET, {"values": values})
 
-        # B tried once for M (pinned), then unloaded again: A knows B's load time.
-        await ca.call(methods.SETTINGS_SET, {"values": {"proxy_pinned_node": b_id}})
-        await _serve_once_on(a, door, b_id)
-        await ca.call(methods.SETTINGS_SET, {"values": {"proxy_pinned_node": ""}})
-        await cb.call(
-            methods.ENGINE_ACTION,
-            {"engine": "ollama", "action": "unload_model", "model": MODEL},
-            timeout=30,
-        )
-        await _until(cb, methods.ENGINE_MODELS, lambda m: MODEL not in _loaded(m))
-        await _until(ca, methods.DISCOVERY_GET_NODES, lambda nodes: _b_cold(nodes, b_id))
+        await _measure_b(a, ca, cb, door, (a_id, b_id))
 
         await ca.call(methods.SETTINGS_SET, {"values": {"replicas_mode": "auto"}})
         replicas = await ca.typed(methods.REPLICAS_STATUS)
@@ -257,7 +267,10 @@ async def test_a_burst_loads_a_replica_on_an_idle_member_until_idle_past_its_ttl
             assert load.target == b_id and load.engine == "ollama", load
             assert load.note is not None and f"{MODEL} waited " in load.note, load.note
             assert "(target 1 s)" in load.note or "(panic over 1 s target)" in load.note
-            assert load.note.endswith(f"loading it on {status[1].node_name}"), load.note
+            waited_on = f" on {status[0].node_name}"  # where the burst queued
+            assert waited_on in load.note and load.note.endswith(
+                f"; loading it on {status[1].node_name}"
+            ), load.note
 
             on_b = await _until(
                 cb,
@@ -323,5 +336,6 @@ def _b_cold(nodes: list[Any], b_id: str) -> bool:
     """Whether A's discovery lists B with M not loaded."""
     for node in nodes:
         if node.node_id == b_id and "ollama" in node.engines:
-            return MODEL not in (node.engines["ollama"].loaded or [])
+            loaded = node.engines["ollama"].loaded
+            return loaded is not None and MODEL not in loaded
     return False
