@@ -6,8 +6,8 @@ is played with replicas off and on and the two runs compare request for request.
 
 The figure the issue names besides p50/p95: the time from the burst's start to the first hot
 request served by a replica the planner loaded, read from the door's jobs (``jobs:list``): the
-``replica:load`` jobs (target, end) and the requests' ``serving`` node and start. Job times are
-the brokers' wall clock, the same as this process's ``time.time`` (one computer).
+``replica:load`` jobs (target, end) and the requests' ``serving`` node and first token. Job
+times are the brokers' wall clock, the same as this process's ``time.time`` (one computer).
 """
 
 from __future__ import annotations
@@ -142,35 +142,42 @@ def is_request(job: JobRecord) -> bool:
     return not job.path.startswith("replica:")
 
 
+def served_at(job: JobRecord) -> float | None:
+    """When ``job`` was being served: its first token (a job's start is its dispatch, which
+    for a node loading the model comes before the load), else its end."""
+    return job.first_token_at if job.first_token_at is not None else job.completed_at
+
+
 def planner_loads(jobs: Iterable[JobRecord]) -> list[JobRecord]:
     """The ``replica:load`` jobs among ``jobs``, oldest first."""
     return sorted((j for j in jobs if j.path == "replica:load"), key=lambda j: j.created_at)
 
 
 def first_replica_served(jobs: list[JobRecord], burst_at: float) -> float | None:
-    """Seconds from ``burst_at`` (wall clock) to the start of the first hot request served on
-    a node where the planner loaded the hot model, after that load ended; None if none."""
+    """Seconds from ``burst_at`` (wall clock) to the first token of the first hot request
+    served on a node where the planner loaded the hot model, after that load ended; None if
+    none."""
     loads = [j for j in planner_loads(jobs) if j.model == HOT and j.completed_at is not None]
     starts = [
-        job.started_at
+        at
         for job in jobs
-        if is_request(job) and job.model == HOT and job.started_at is not None
+        if is_request(job) and job.model == HOT and (at := served_at(job)) is not None
         for load in loads
-        if job.serving == load.target and job.started_at >= (load.completed_at or 0.0)
+        if job.serving == load.target and at >= (load.completed_at or 0.0)
     ]
     return min(starts) - burst_at if starts else None
 
 
 def first_served_elsewhere(jobs: list[JobRecord], door_node: str, burst_at: float) -> float | None:
-    """Seconds from ``burst_at`` to the first hot request of the burst that a node other than
-    the door's own started (a second copy of the model at work, whoever loaded it)."""
+    """Seconds from ``burst_at`` to the first token of the first hot request of the burst that
+    a node other than the door's own served (a second copy at work, whoever loaded it)."""
     starts = [
-        job.started_at
+        at
         for job in jobs
         if is_request(job)
         and job.model == HOT
-        and job.started_at is not None
-        and job.started_at >= burst_at
+        and (at := served_at(job)) is not None
+        and at >= burst_at
         and job.serving not in (None, door_node)
     ]
     return min(starts) - burst_at if starts else None
@@ -186,10 +193,11 @@ def served_counts(outcomes: Iterable[Outcome], model: str) -> dict[str, int]:
 
 
 def waits_by_node(jobs: Iterable[JobRecord], hot: bool) -> dict[str, tuple[int, float]]:
-    """Per serving node, the hot (or steady) requests it started and the p95 of their wait
-    from arrival at the door to the start (seconds): where the requests waited."""
+    """Per serving node, the hot (or steady) requests it served and the p95 of their wait
+    from arrival at the door to the first token (seconds, a load included): where the
+    requests waited."""
     waits: dict[str, list[float]] = {}
     for job in jobs:
-        if is_request(job) and (job.model == HOT) == hot and job.started_at is not None:
-            waits.setdefault(str(job.serving), []).append(job.started_at - job.created_at)
+        if is_request(job) and (job.model == HOT) == hot and (at := served_at(job)) is not None:
+            waits.setdefault(str(job.serving), []).append(at - job.created_at)
     return {node: (len(found), percentile(found, 0.95)) for node, found in waits.items()}

@@ -167,7 +167,7 @@ def where_served(run: Run, rig: Rig) -> str:
 
 
 def where_waited(run: Run, rig: Rig, hot: bool) -> str:
-    """Per node, the requests started there and their p95 wait before the start (A's jobs)."""
+    """Per node, the requests served there and their p95 wait to the first token (A's jobs)."""
     found = waits_by_node(run.jobs, hot)
     return ", ".join(
         f"{rig.label(node)} {count} (p95 {wait:.1f} s)"
@@ -250,7 +250,7 @@ def report(runs: dict[str, Run], rig: Rig, shape: TraceShape, args: argparse.Nam
         print("\n".join(rows(mode, run, rig)))
     for mode, run in runs.items():
         print(f"\n{mode}: hot requests served by {where_served(run, rig)}")
-        print(f"  waited before the start (A's jobs): hot {where_waited(run, rig, hot=True)}")
+        print(f"  waited to the first token (A's jobs): hot {where_waited(run, rig, hot=True)}")
         print(f"  steady {where_waited(run, rig, hot=False)}")
         for line in loads(run, rig) or ["no planner load"]:
             print(f"  {line}")
