@@ -6,10 +6,10 @@ on B (a ``replica:load`` job whose note says how long M waited), the burst's lat
 are served by B, and once idle past its TTL B's planner unloads it while A's M (the user's)
 stays loaded. With the planner off the same burst loads nothing.
 
-A's placement tries B cold for M once before the burst (then M is unloaded there again), so it
-knows B's load time: a member never measured pays no load in placement and would take the
-burst's first request itself, loading M on its own (docs/PLACEMENT.md), which would leave the
-planner nothing to do.
+A's placement tries B cold for M once before the burst (pinned; then M is unloaded there
+again), so it knows B's load time: a member never measured pays no load in placement and would
+take the burst's first request itself, loading M on its own (docs/PLACEMENT.md), which would
+leave the planner nothing to do.
 Hosts as in ``test_three_nodes``: network namespaces on a bridge, or loopback addresses.
 """
 
@@ -170,39 +170,20 @@ async def _chat_once(door: str) -> tuple[int, str | None]:
         return response.status, response.headers.get(SERVED_BY_HEADER)
 
 
-async def _measure_b(a: Node, ca: Client, cb: Client, door: str, ids: tuple[str, str]) -> None:
-    """Single requests at A's door until A's placement has tried B cold (then B's M is
-    unloaded again) and keeps the next one on A: B's load time is known to A."""
-    a_id, b_id = ids
-    tried_b = False
-    for _ in range(4):
-        await _until(ca, methods.DISCOVERY_GET_NODES, lambda nodes: _b_cold(nodes, b_id))
-        answer = await _ask_once(a.host, door)
-        assert answer[0] == 200, answer
-        if answer[1] == a_id and tried_b:
-            return
-        if answer[1] == b_id:
-            tried_b = True
-            await cb.call(
-                methods.ENGINE_ACTION,
-                {"engine": "ollama", "action": "unload_model", "model": MODEL},
-                timeout=30,
-            )
-            await _until(cb, methods.ENGINE_MODELS, lambda m: MODEL not in _loaded(m))
-    raise AssertionError("A's placement never measured B's load")
-
-
-async def _ask_once(host: Host, door: str) -> tuple[int, str | None]:
-    """One request at A's door (retried while A's table does not route M yet)."""
+async def _serve_once_on(a: Node, door: str, node_id: str) -> None:
+    """One request at A's door served by ``node_id`` (A pinned to it; retried while A's table
+    does not route M there yet)."""
     answers: list[tuple[int, str | None]] = []
 
     async def ask() -> None:
         async with asyncio.timeout(60):
-            while not answers or answers[-1][0] in (404, 503):
+            while True:
                 answers.append(await _chat_once(door))
+                if answers[-1] == (200, node_id):
+                    return
+                await asyncio.sleep(0.3)
 
-    await asyncio.to_thread(_run_on, host, ask)
-    return answers[-1]
+    await asyncio.to_thread(_run_on, a.host, ask)
 
 
 async def _cluster(
@@ -249,7 +230,19 @@ async def test_a_burst_loads_a_replica_on_an_idle_member_until_idle_past_its_ttl
         values = {"replicas_target_wait_s": 1, "replicas_ttl_s": TTL_S, "replicas_mode": "off"}
         await ca.call(methods.SETTINGS_SET, {"values": values})
 
-        await _measure_b(a, ca, cb, door, (a_id, b_id))
+        # B tried cold once for M (pinned, once A knows what B holds), then unloaded again:
+        # A's placement knows B's load time.
+        await _until(ca, methods.DISCOVERY_GET_NODES, lambda nodes: _b_cold(nodes, b_id))
+        await ca.call(methods.SETTINGS_SET, {"values": {"proxy_pinned_node": b_id}})
+        await _serve_once_on(a, door, b_id)
+        await ca.call(methods.SETTINGS_SET, {"values": {"proxy_pinned_node": ""}})
+        await cb.call(
+            methods.ENGINE_ACTION,
+            {"engine": "ollama", "action": "unload_model", "model": MODEL},
+            timeout=30,
+        )
+        await _until(cb, methods.ENGINE_MODELS, lambda m: MODEL not in _loaded(m))
+        await _until(ca, methods.DISCOVERY_GET_NODES, lambda nodes: _b_cold(nodes, b_id))
 
         await ca.call(methods.SETTINGS_SET, {"values": {"replicas_mode": "auto"}})
         replicas = await ca.typed(methods.REPLICAS_STATUS)
