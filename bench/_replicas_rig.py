@@ -177,17 +177,26 @@ class Rig:
         """``settings:set`` on A."""
         await self.a.call(methods.SETTINGS_SET, {"values": values})
 
-    async def warm_up(self, node: Node) -> None:
-        """One hot request at A's door served by ``node`` (A pinned to it), then the hot model
-        unloaded there again: A's placement has measured ``node``'s load time."""
-        await self.settings(proxy_pinned_node=node.node_id)
-        try:
-            async with asyncio.timeout(ACTION_TIMEOUT_S):
-                while await served_by(self.nodes[0].door) != node.node_id:  # noqa: ASYNC110
-                    await asyncio.sleep(0.5)  # A's table does not route there yet
-        finally:
-            await self.settings(proxy_pinned_node="")
-        await self.unload_hot(node)
+    async def warm_up(self) -> None:
+        """One hot request at A's door served by each member (A pinned to it in turn), then the
+        hot model unloaded wherever a member holds it: A's placement has measured their load
+        times. A pin reaches A's table a moment after it is set, so a request may still go to
+        the member pinned before (and load the model there): hence the unloads at the end,
+        on every member that served one (A's discovery may not list the load yet)."""
+        served: set[str | None] = set()
+        for node in self.nodes[1:]:
+            await self.settings(proxy_pinned_node=node.node_id)
+            try:
+                async with asyncio.timeout(ACTION_TIMEOUT_S):
+                    while (answered := await served_by(self.nodes[0].door)) != node.node_id:
+                        served.add(answered)
+                        await asyncio.sleep(0.5)  # A's table does not route there yet
+                served.add(answered)
+            finally:
+                await self.settings(proxy_pinned_node="")
+        for node in self.nodes[1:]:
+            if node.node_id in served:
+                await self.unload_hot(node)
 
     async def unload_hot(self, node: Node) -> None:
         """Unload the hot model on ``node`` and wait until A's discovery sees it gone."""

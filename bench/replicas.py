@@ -19,9 +19,9 @@ The same trace (``_replicas_trace.py``: the steady models at a Poisson rate, the
 trickle plus a burst) is played twice on the same brokers: ``replicas_mode=off`` (placement
 alone, which may still load the hot model on B or C when A's queue grows longer than their
 load) and ``on`` (the broker's planner, ``backend/components/replicas/``, with
-``replicas_target_wait_s``). Between runs the hot model is unloaded on B and C again (with the
-planner off), so each run starts as the first; placement keeps its measurements. Brokers are
-not restarted per run: their start and the pairing take a minute on a small machine.
+``replicas_target_wait_s``). Before each run the planner is off and the hot model unloaded
+wherever a member holds it, so each run starts alike; placement keeps its measurements. Brokers
+are not restarted per run: their start, the users' loads and the warm-up take a minute.
 
 Printed per mode: p50/p95 latency (request to the last chunk) and time to first token for all
 requests, the hot model's and the steady ones'; the time from the burst's start to the first
@@ -125,7 +125,7 @@ async def play(rig: Rig, trace: list[Arrival], shape: TraceShape) -> Run:
 
 
 async def reset(rig: Rig) -> None:
-    """Planner off, the hot model unloaded on B and C: the next run starts as the first."""
+    """Planner off, the hot model unloaded on B and C: every run starts alike."""
     await rig.settings(replicas_mode="off")
     for node in await rig.hot_loaded_on():
         progress(f"  unloading the hot model on {node.name}")
@@ -209,9 +209,8 @@ async def prepare(rig: Rig, args: argparse.Namespace) -> None:
     )
     progress("loading the users' models (12 s)")
     await rig.load_user_models()
-    for node in rig.nodes[1:]:
-        progress(f"warm-up: one hot request served by {node.name}, then unloaded")
-        await rig.warm_up(node)
+    progress("warm-up: one hot request served by B and one by C, then unloaded")
+    await rig.warm_up()
     progress(f"ready in {time.perf_counter() - started:.0f} s")
 
 
@@ -224,11 +223,13 @@ async def bench(args: argparse.Namespace, folder: Path) -> None:
         await prepare(rig, args)
         for mode in args.modes:
             progress(f"replicas {mode}: {len(trace)} requests over {shape.duration_s:g} s")
+            await reset(rig)
             await rig.settings(replicas_mode=mode)
+            held = ", ".join(node.name for node in await rig.hot_loaded_on()) or "none"
+            progress(f"  members holding the hot model at the start: {held}")
             runs[mode] = await play(rig, trace, shape)
             for line in loads(runs[mode], rig):
                 progress(f"  load {line}")
-            await reset(rig)
     finally:
         await rig.stop()
     report(runs, rig, shape, args)
