@@ -84,7 +84,7 @@ async def test_a_high_wait_loads_on_the_member_the_planner_names() -> None:
         "load_model",
         "qwen2.5-7b-instruct-q4_k_m.gguf",
     )
-    assert (params.replica, params.reason) == (True, REASON)
+    assert (params.replica, params.reason, params.ttl_s) == (True, REASON, 120.0)
     assert rig.engines.local == []
     (info,) = rig.component.status().replicas
     assert (info.node_id, info.state, info.reason, info.model) == (
