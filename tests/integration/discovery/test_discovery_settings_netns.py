@@ -33,7 +33,11 @@ async def test_discovery_follows_the_settings_without_a_restart(
     second = start_in_namespace(ns_b, tmp_path / "b")
     async with second.connect() as other:
         await other.call("settings:set", {"values": {"local_discovery": False}})
-        await asyncio.sleep(1.0)  # past the setting's one-second check: mDNS is off
+        # The setting is checked once a second: wait until B says mDNS is off (a loaded
+        # machine may take longer than that second).
+        async with asyncio.timeout(30):
+            while not any("mDNS: off" in str(line.get("msg", "")) for line in second.logs()):
+                await asyncio.sleep(0.1)
         first = start_in_namespace(ns_a, tmp_path / "a")
         async with first.connect() as client:
             first_id = (await client.call("status"))["node_id"]
