@@ -78,3 +78,31 @@ async def test_an_idle_replica_is_unloaded_after_its_ttl_and_a_used_one_is_not()
         await asyncio.wait_for(task, 5)
     assert [(p.action, p.model) for p in rig.engines.local] == [("unload_model", "qwen2.5:7b")]
     assert rig.jobs[-1].note is not None and "idle" in rig.jobs[-1].note
+
+
+async def test_waits_heard_while_off_load_nothing_once_turned_on_but_a_new_burst_does() -> None:
+    rig = build(mode="off", planner=plan, models_read_nowait=True)
+    rig.clock.on_sleep = "wait"
+    task = asyncio.create_task(rig.component.run(), name="replicas")
+    await settle()
+    try:
+        for _ in range(4):  # a burst while the planner is off: heard, not acted on
+            rig.component.on_demand(burst(rig.clock.now))
+            await rig.clock.advance(2.0)
+        assert rig.engines.forwarded == []
+        rig.settings.replicas_mode = "on"
+        for _ in range(3):  # turned on: the old waits describe a cluster it did not watch
+            await rig.clock.advance(2.0)
+        assert rig.engines.forwarded == []
+        for _ in range(4):  # a new burst, heard while on, loads the replica
+            rig.component.on_demand(burst(rig.clock.now))
+            await rig.clock.advance(2.0)
+    finally:
+        await rig.component.stop()
+        await asyncio.wait_for(task, 5)
+    (params,) = rig.engines.forwarded
+    assert (params.node, params.model, params.replica) == (
+        MEMBER,
+        "qwen2.5-7b-instruct-q4_k_m.gguf",
+        True,
+    )
