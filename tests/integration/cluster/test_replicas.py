@@ -6,10 +6,14 @@ on B (a ``replica:load`` job whose note says how long M waited), the burst's lat
 are served by B, and once idle past its TTL B's planner unloads it while A's M (the user's)
 stays loaded. With the planner off the same burst loads nothing.
 
-A's placement tries B cold for M once before the burst (pinned; then M is unloaded there
-again), so it knows B's load time: a member never measured pays no load in placement and would
-take the burst's first request itself, loading M on its own (docs/PLACEMENT.md), which would
-leave the planner nothing to do.
+Before the burst A's placement measures B's load time the way users' traffic makes it: a few
+requests at once at A's door while B is cold; B, never measured, wins the tie against A's busy
+slot, serves one cold and is then unloaded again, until a round's requests all stay on busy A
+(placement now charges B's load). A member never measured pays no load in placement and would
+take the burst's first requests itself, loading M on its own (docs/PLACEMENT.md), which would
+leave the planner nothing to do. Each round starts once A's proxy worker routes by a table that
+lists B cold and idle: a request placed by an older table (B still resident, or not yet saying
+what it holds) has B's load measured as its time to a first token.
 Hosts as in ``test_three_nodes``: network namespaces on a bridge, or loopback addresses.
 """
 
@@ -53,6 +57,7 @@ B_LOAD_S = 8.0  # above the wait the burst builds on A, so placement keeps the b
 TTL_S = 30.0  # the lowest replicas_ttl_s
 PLANNER_PERIOD_S = 2.0
 SLACK_S = 60.0  # under a loaded machine (4 xdist workers on 2 cores)
+WARM_UP_ROUNDS = 6  # B takes one round's request while unmeasured; then A keeps them
 
 # The Ollama emulator standing in for ``ollama serve``, at a steady pace and load time.
 _SHIM = """#!{python}
@@ -170,20 +175,78 @@ async def _chat_once(door: str) -> tuple[int, str | None]:
         return response.status, response.headers.get(SERVED_BY_HEADER)
 
 
-async def _serve_once_on(a: Node, door: str, node_id: str) -> None:
-    """One request at A's door served by ``node_id`` (A pinned to it; retried while A's table
-    does not route M there yet)."""
+async def _chat_at_once(a: Node, door: str, count: int) -> list[tuple[int, str | None]]:
+    """``count`` requests for M sent at once to A's door, from A's host."""
     answers: list[tuple[int, str | None]] = []
 
     async def ask() -> None:
-        async with asyncio.timeout(60):
-            while True:
-                answers.append(await _chat_once(door))
-                if answers[-1] == (200, node_id):
-                    return
-                await asyncio.sleep(0.3)
+        async with asyncio.timeout(60 + SLACK_S):
+            answers.extend(await asyncio.gather(*(_chat_once(door) for _ in range(count))))
 
     await asyncio.to_thread(_run_on, a.host, ask)
+    return answers
+
+
+async def _measure_load_on_b(a: Node, clients: tuple[Client, Client], door: str, b_id: str) -> None:
+    """Rounds of ``CLIENTS`` requests at once at A's door while B is cold, until A's placement
+    charges B's load: B, unmeasured, takes one from busy A and serves it cold (then M is
+    unloaded there again), until a round that kept A busy sent B none."""
+    ca, cb = clients
+    served_cold = 0
+    for round_ in range(WARM_UP_ROUNDS):
+        await _until(ca, methods.DISCOVERY_GET_NODES, lambda n: _b_cold(n, b_id), SLACK_S)
+        await _routes_by_now(a, ca, door, f"warm-up-{round_}")
+        sent_at = time.time()
+        answers = await _chat_at_once(a, door, CLIENTS)
+        assert all(status == 200 for status, _ in answers), answers
+        if any(by == b_id for _, by in answers):
+            served_cold += 1
+            await cb.call(
+                methods.ENGINE_ACTION,
+                {"engine": "ollama", "action": "unload_model", "model": MODEL},
+                timeout=30,
+            )
+            await _until(cb, methods.ENGINE_MODELS, lambda m: MODEL not in _loaded(m))
+        elif served_cold and _overlapped(await _round_jobs(ca, sent_at, CLIENTS)):
+            return
+    pytest.fail(f"B served {served_cold} of {WARM_UP_ROUNDS} rounds at busy A's door")
+
+
+async def _routes_by_now(a: Node, ca: Client, door: str, probe: str) -> None:
+    """Until A's proxy worker routes by a table built after this call (so it says of B what
+    A's discovery says now): an alias set now is found at A's door only in such a table."""
+    await ca.call(methods.MODELS_ALIAS_SET, {"name": probe, "target": MODEL})
+
+    async def found() -> None:
+        timeout = aiohttp.ClientTimeout(total=30)
+        async with aiohttp.ClientSession(timeout=timeout) as session, asyncio.timeout(SLACK_S):
+            while True:
+                async with session.get(f"{door}/v1/models/{probe}") as response:
+                    await response.read()
+                    if response.status == 200:
+                        return
+                await asyncio.sleep(0.1)
+
+    await asyncio.to_thread(_run_on, a.host, found)
+    await ca.call(methods.MODELS_ALIAS_REMOVE, {"name": probe})
+
+
+async def _round_jobs(ca: Client, since: float, count: int) -> list[JobRecord]:
+    """A's ``count`` jobs for M sent since ``since``, once all of them completed."""
+
+    def done(jobs: list[JobRecord]) -> bool:
+        found = [j for j in _replica_jobs(jobs, "/api/chat") if j.created_at >= since]
+        return len(found) >= count and all(j.completed_at is not None for j in found)
+
+    jobs = await _jobs_until(ca, done, SLACK_S)
+    return [j for j in _replica_jobs(jobs, "/api/chat") if j.created_at >= since]
+
+
+def _overlapped(jobs: list[JobRecord]) -> bool:
+    """Whether every one of ``jobs`` arrived before the first of them completed (so each after
+    the first was placed while A was busy)."""
+    ends = [j.completed_at for j in jobs if j.completed_at is not None]
+    return bool(ends) and max(j.created_at for j in jobs) < min(ends)
 
 
 async def _cluster(
@@ -230,20 +293,7 @@ async def test_a_burst_loads_a_replica_on_an_idle_member_until_idle_past_its_ttl
         values = {"replicas_target_wait_s": 1, "replicas_ttl_s": TTL_S, "replicas_mode": "off"}
         await ca.call(methods.SETTINGS_SET, {"values": values})
 
-        # B tried cold for M (pinned), then unloaded again: A's placement knows B's load
-        # time. Twice: a request sent as B enters A's table is not always measured as a load.
-        await ca.call(methods.SETTINGS_SET, {"values": {"proxy_pinned_node": b_id}})
-        for _ in range(2):
-            await _until(ca, methods.DISCOVERY_GET_NODES, lambda nodes: _b_cold(nodes, b_id))
-            await _serve_once_on(a, door, b_id)
-            await cb.call(
-                methods.ENGINE_ACTION,
-                {"engine": "ollama", "action": "unload_model", "model": MODEL},
-                timeout=30,
-            )
-            await _until(cb, methods.ENGINE_MODELS, lambda m: MODEL not in _loaded(m))
-        await ca.call(methods.SETTINGS_SET, {"values": {"proxy_pinned_node": ""}})
-        await _until(ca, methods.DISCOVERY_GET_NODES, lambda nodes: _b_cold(nodes, b_id))
+        await _measure_load_on_b(a, (ca, cb), door, b_id)
 
         await ca.call(methods.SETTINGS_SET, {"values": {"replicas_mode": "auto"}})
         replicas = await ca.typed(methods.REPLICAS_STATUS)
@@ -327,9 +377,10 @@ async def test_a_burst_loads_a_replica_on_an_idle_member_until_idle_past_its_ttl
 
 
 def _b_cold(nodes: list[Any], b_id: str) -> bool:
-    """Whether A's discovery lists B with M not loaded."""
+    """Whether A's discovery lists B idle with M not loaded."""
     for node in nodes:
         if node.node_id == b_id and "ollama" in node.engines:
             loaded = node.engines["ollama"].loaded
-            return loaded is not None and MODEL not in loaded
+            pending = node.telemetry.pending_jobs if node.telemetry is not None else None
+            return loaded is not None and MODEL not in loaded and not pending
     return False
