@@ -31,7 +31,7 @@ from backend.workers.proxy.channels.jobs import Job
 from backend.workers.proxy.doors.wire import dialect_for, error_body
 from backend.workers.proxy.translate.base import ReplyTranslator, Translation
 from backend.workers.proxy.upstream.answer import Upstream
-from backend.workers.proxy.upstream.attempt import FAILURE_BODY_LIMIT, Commit
+from backend.workers.proxy.upstream.attempt import Commit
 from backend.workers.proxy.upstream.engine_client import EngineResponse
 from backend.workers.proxy.upstream.forward import (
     JOB_KEY_HEADER,
@@ -44,6 +44,11 @@ from backend.workers.proxy.upstream.forward import (
     response_headers,
 )
 from backend.workers.proxy.upstream.markers import EndMarker
+from backend.workers.proxy.upstream.message_start import with_message_start
+from backend.workers.proxy.upstream.openai_errors import openai_error
+from backend.workers.proxy.upstream.openai_errors import (  # its callers import it from here
+    openai_error_body as openai_error_body,
+)
 from backend.workers.proxy.upstream.translated import is_stream, stream_headers, translated_whole
 from backend.workers.proxy.upstream.watchdog import Watchdog
 
@@ -77,12 +82,15 @@ async def stream_commit(
             whole = await translated_whole(upstream, commit.first, translation, job, on_output)
             return _name_server(whole, served_by, job)
         if not success and dialect_for(job.path) == "openai":
-            reshaped = await _openai_error(upstream, commit.first)
+            reshaped = await openai_error(upstream, commit.first)
             if reshaped is not None:
                 job.failed(f"the engine answered {upstream.status}")
                 return _name_server(reshaped, served_by, job)
         if success:
             on_output()
+            if translation is None and upstream.content_length is None:
+                content_type = upstream.headers.get("Content-Type", "")
+                commit.first = with_message_start(commit.first, job.path, content_type, job.model)
         response = _name_server(_prepared_headers(request, upstream), served_by, job)
         translator = None
         if translation is not None:
@@ -353,38 +361,6 @@ class _Relay:
             record += b"\n"
         # A line cut in the middle is ended first, so the record stands on a line of its own.
         return (b"\n" if marker.mid_line else b"") + record
-
-
-async def _openai_error(upstream: Upstream, first: bytes) -> web.Response | None:
-    """A small JSON error answer, read whole and put in OpenAI's shape; None to stream it."""
-    if (
-        "json" not in upstream.headers.get("Content-Type", "")
-        or (upstream.content_length or FAILURE_BODY_LIMIT + 1) > FAILURE_BODY_LIMIT
-    ):
-        return None
-    body = first + await upstream.content.read()
-    return web.Response(
-        status=upstream.status,
-        body=openai_error_body(body, upstream.status),
-        content_type="application/json",
-    )
-
-
-def openai_error_body(body: bytes, status: int) -> bytes:
-    """An engine's flat ``{"error": "text"}`` (LM Studio does this) as an OpenAI error object.
-
-    Anything else (already an object, not JSON) is returned unchanged.
-    """
-    try:
-        decoded = msgspec.json.decode(body)
-    except msgspec.DecodeError:
-        return body
-    if not isinstance(decoded, dict) or not isinstance(decoded.get("error"), str):
-        return body
-    kind = "not_found_error" if status == 404 else "invalid_request_error"
-    if status >= 500:
-        kind = "server_error"
-    return msgspec.json.encode(error_body("openai", decoded["error"], kind=kind, code=None))
 
 
 async def _write(response: web.StreamResponse, chunk: bytes, deadline: float) -> None:
