@@ -98,6 +98,9 @@ async def test_a_link_on_which_nothing_arrives_any_more_goes_down_on_its_own(
             proxy.silence()  # no FIN, no RST: only the link's own heartbeat can tell
             await until(lambda: not link.state.reachable, timeout=10.0)
             assert "nothing was heard" in (link.state.error or "")
+            # Closed before the link stops: its next dial, into the silence, would hold the
+            # link's cancellation until its handshake timed out.
+            await proxy.close()
     finally:
         await proxy.close()
 
