@@ -1,0 +1,185 @@
+"""Memory at rest: a fresh ``pair node``'s broker and proxy worker, idle.
+
+Starts ``python -m backend node`` on a temporary data dir with free ports (no engine, mDNS off
+unless ``--mdns``, keys in files so this computer's keyring is never touched), waits until the
+broker says it is ready, lets it idle ``--idle`` seconds, then prints the resident set
+(``VmRSS``, with its anonymous and file-backed parts, and the peak ``VmHWM``) of the broker and
+of its proxy worker from ``/proc``. Then the worker's start as ``python -X importtime`` sees it
+(``pair worker proxy --help`` imports what the worker serves with and stops before serving):
+how many modules, and the heaviest by cumulative import time.
+
+Linux only (``/proc``). The broker is started in its own session and stopped by its PID
+(SIGTERM, then SIGKILL after a grace); its worker ends with it.
+
+    python bench/idle_rss.py [--idle 10] [--imports 15] [--mdns]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from backend.core.processes import child_env, child_preexec, stop_child  # noqa: E402
+from backend.devtools.demo import free_port, wait_broker_ready  # noqa: E402
+
+LISTENERS = ("node", "relay", "ollama", "openai", "llamacpp")
+READY_TIMEOUT_S = 60.0
+STOP_GRACE_S = 15.0
+WORKER_TIMEOUT_S = 30.0
+FIELDS = ("VmRSS", "RssAnon", "RssFile", "VmHWM")
+
+
+@dataclass(frozen=True)
+class Memory:
+    """One process's resident memory, in kB as ``/proc/PID/status`` gives it."""
+
+    pid: int
+    kb: dict[str, int]
+
+    def row(self, name: str) -> str:
+        """A markdown table row, in MiB."""
+        cells = " | ".join(f"{self.kb[field] / 1024:.1f}" for field in FIELDS)
+        return f"| {name} | {self.pid} | {cells} |"
+
+
+def read_memory(pid: int) -> Memory:
+    """``FIELDS`` of ``/proc/PID/status``."""
+    kb: dict[str, int] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in FIELDS:
+            kb[key] = int(value.split()[0])
+    return Memory(pid, kb)
+
+
+def children(pid: int) -> list[int]:
+    """The direct children of ``pid``, from every one of its threads."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text()
+        found += [int(child) for child in text.split()]
+    return found
+
+
+def is_proxy_worker(pid: int) -> bool:
+    """Whether ``pid`` runs ``pair worker proxy`` (or ``python -m backend.workers.proxy``)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    words = [word.decode(errors="replace") for word in argv]
+    return ("worker" in words and "proxy" in words) or "backend.workers.proxy" in words
+
+
+async def find_worker(broker: int) -> int:
+    """The broker's proxy worker, once it runs."""
+    for _ in range(int(WORKER_TIMEOUT_S * 10)):
+        workers = [pid for pid in children(broker) if is_proxy_worker(pid)]
+        if workers:
+            return workers[0]
+        await asyncio.sleep(0.1)
+    raise TimeoutError(f"no proxy worker under broker {broker}")
+
+
+async def wait_ready(broker: asyncio.subprocess.Process, data_dir: Path) -> None:
+    """Return once the broker says it is ready; retried while its control socket is not there."""
+    for _ in range(int(READY_TIMEOUT_S / 2)):
+        if broker.returncode is not None:
+            raise RuntimeError(f"the broker exited with {broker.returncode}")
+        try:
+            await wait_broker_ready(data_dir, timeout=2)
+        except (OSError, TimeoutError):
+            await asyncio.sleep(0.1)
+        else:
+            return
+    raise TimeoutError("the broker was not ready")
+
+
+async def measure_node(idle_s: float, mdns: bool) -> tuple[Memory, Memory]:
+    """Start a node, let it idle ``idle_s`` seconds once ready, read broker and worker."""
+    with tempfile.TemporaryDirectory(prefix="pair-idle-rss-") as root:
+        data_dir = Path(root) / "node"
+        taken: set[int] = set()
+        argv = [sys.executable, "-m", "backend", "node", "--data-dir", str(data_dir)]
+        for listener in LISTENERS:
+            argv += [f"--{listener}-port", str(free_port(taken))]
+        environment = {"PAIR_KEYRING": "off", "PAIR_DISCOVERY_MDNS": "1" if mdns else "0"}
+        with (Path(root) / "broker.log").open("ab") as log:
+            broker = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=child_env(environment),
+                cwd=ROOT,
+                start_new_session=True,
+                preexec_fn=child_preexec(),
+            )
+        try:
+            await wait_ready(broker, data_dir)
+            worker = await find_worker(broker.pid)
+            await asyncio.sleep(idle_s)
+            return read_memory(broker.pid), read_memory(worker)
+        finally:
+            await stop_child(broker, grace=STOP_GRACE_S, close_stdin=False)
+
+
+def worker_imports() -> list[tuple[str, int]]:
+    """Every module the worker's start imports, with its cumulative import time in µs."""
+    command = [sys.executable, "-X", "importtime", "-m", "backend", "worker", "proxy", "--help"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True)
+    modules: list[tuple[str, int]] = []
+    for line in done.stderr.splitlines():
+        if not line.startswith("import time:") or "cumulative" in line:
+            continue
+        _, cumulative, name = line.removeprefix("import time:").split("|")
+        modules.append((name.strip(), int(cumulative)))
+    return modules
+
+
+def report(broker: Memory, worker: Memory, modules: list[tuple[str, int]], top: int) -> str:
+    """The markdown the bench prints."""
+    load = " ".join(f"{value:.2f}" for value in os.getloadavg())
+    lines = [
+        f"Idle RSS after the broker was ready (load average {load}), MiB:",
+        "",
+        "| process | pid | " + " | ".join(FIELDS) + " |",
+        "|---|---|" + "---|" * len(FIELDS),
+        broker.row("broker"),
+        worker.row("proxy worker"),
+        "",
+        f"The worker's start imports {len(modules)} modules; heaviest (cumulative ms):",
+        "",
+    ]
+    heaviest = sorted(modules, key=lambda module: module[1], reverse=True)[:top]
+    lines += [f"- {name} {micros / 1000:.1f}" for name, micros in heaviest]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    """Run the measurement and print it."""
+    if not sys.platform.startswith("linux"):
+        print("idle_rss.py reads /proc: Linux only", file=sys.stderr)
+        return 2
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--idle", type=float, default=10.0, help="seconds idle before reading")
+    parser.add_argument("--imports", type=int, default=15, help="how many imports to list")
+    parser.add_argument("--mdns", action="store_true", help="leave mDNS on, as a fresh node has")
+    arguments = parser.parse_args()
+    broker, worker = asyncio.run(measure_node(arguments.idle, arguments.mdns))
+    print(report(broker, worker, worker_imports(), arguments.imports))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
