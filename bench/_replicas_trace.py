@@ -31,7 +31,8 @@ TOKEN_RANGE = (4, 80)
 @dataclass(frozen=True)
 class TraceShape:
     """How the trace is drawn: the steady models' rate (each), the hot model's trickle, the
-    burst's start, length and rate (requests per second, Poisson), and the trace's length (s)."""
+    burst's start, length and peak rate (requests per second, Poisson), the trace's length (s),
+    and how long the burst's rate takes to rise from 0 to its peak (0: a step, all at once)."""
 
     steady_rate: float = 0.3
     burst_start_s: float = 20.0
@@ -39,9 +40,28 @@ class TraceShape:
     burst_rate: float = 2.0
     hot_rate: float = 0.1
     duration_s: float = 90.0
+    ramp_s: float = 0.0
+
+    @property
+    def name(self) -> str:
+        """``step`` (the burst at its peak at once) or ``ramp`` (rising over ``ramp_s``)."""
+        return "ramp" if self.ramp_s > 0 else "step"
+
+    def burst_rate_at(self, at: float) -> float:
+        """The burst's rate (requests per second) at ``at`` seconds from the trace's start."""
+        if not self.burst_start_s <= at < self.burst_start_s + self.burst_s:
+            return 0.0
+        if self.ramp_s <= 0:
+            return self.burst_rate
+        return self.burst_rate * min(1.0, (at - self.burst_start_s) / self.ramp_s)
 
 
 QUICK = TraceShape(burst_start_s=10.0, burst_s=25.0, duration_s=45.0)
+# Demand that builds up (a team arriving at work): the burst rises to its peak over 30 s (15 s
+# quick) and holds there about as long, so the peak still outruns one copy for a while.
+RAMP = TraceShape(burst_s=60.0, duration_s=100.0, ramp_s=30.0)
+QUICK_RAMP = TraceShape(burst_start_s=10.0, burst_s=32.0, duration_s=50.0, ramp_s=15.0)
+SHAPES = {"step": (TraceShape(), QUICK), "ramp": (RAMP, QUICK_RAMP)}
 
 
 @dataclass(frozen=True)
@@ -78,6 +98,16 @@ def _poisson(chooser: random.Random, rate: float, start: float, end: float) -> l
     return times
 
 
+def _thinned(chooser: random.Random, shape: TraceShape, end: float) -> list[float]:
+    """Arrival times of the burst's non-homogeneous Poisson process up to ``end``, by thinning:
+    candidates at the peak rate, each kept with probability (rate there) / (peak rate)."""
+    return [
+        at
+        for at in _poisson(chooser, shape.burst_rate, shape.burst_start_s, end)
+        if chooser.random() * shape.burst_rate < shape.burst_rate_at(at)
+    ]
+
+
 def _tokens(chooser: random.Random) -> int:
     mu = math.log(MEAN_TOKENS) - SIGMA**2 / 2
     return min(TOKEN_RANGE[1], max(TOKEN_RANGE[0], round(chooser.lognormvariate(mu, SIGMA))))
@@ -85,7 +115,8 @@ def _tokens(chooser: random.Random) -> int:
 
 def draw_trace(shape: TraceShape, seed: int) -> list[Arrival]:
     """The steady models at ``steady_rate`` each, the hot one at ``hot_rate`` throughout plus
-    ``burst_rate`` during the burst; sorted by time."""
+    the burst's rate during the burst (``burst_rate``, or rising to it over ``ramp_s``); sorted
+    by time."""
     chooser = random.Random(seed)
     trace: list[Arrival] = []
     for model in STEADY:
@@ -94,7 +125,11 @@ def draw_trace(shape: TraceShape, seed: int) -> list[Arrival]:
     for at in _poisson(chooser, shape.hot_rate, 0.0, shape.duration_s):
         trace.append(Arrival(at, HOT, _tokens(chooser)))
     burst_end = min(shape.duration_s, shape.burst_start_s + shape.burst_s)
-    for at in _poisson(chooser, shape.burst_rate, shape.burst_start_s, burst_end):
+    if shape.ramp_s > 0:
+        burst = _thinned(chooser, shape, burst_end)
+    else:
+        burst = _poisson(chooser, shape.burst_rate, shape.burst_start_s, burst_end)
+    for at in burst:
         trace.append(Arrival(at, HOT, _tokens(chooser), burst=True))
     trace.sort(key=lambda arrival: (arrival.at, arrival.model))
     return trace

@@ -1,7 +1,7 @@
 """Replicas on demand: p50/p95 latency of a bursty trace with the replica planner off and on.
 
-    .venv/bin/python bench/replicas.py [--quick] [--seed 38] [--target-wait 3] [--modes off,on]
-                                       [--logs DIR]
+    .venv/bin/python bench/replicas.py [--quick] [--shape step|ramp] [--seed 38]
+                                       [--target-wait 3] [--modes off,on] [--logs DIR]
 
 Three real brokers (``pair node``) on this computer's loopback addresses, paired by PIN, each
 with the Ollama emulator as its engine (``_replicas_rig.py``): every model on disk everywhere,
@@ -16,19 +16,21 @@ warm-up the burst's first requests would go to B and C and load the model there 
 which hides the difference between a queue on A and a replica the planner loads ahead of it.
 
 The same trace (``_replicas_trace.py``: the steady models at a Poisson rate, the hot one at a
-trickle plus a burst) is played twice on the same brokers: ``replicas_mode=off`` (placement
-alone, which may still load the hot model on B or C when A's queue grows longer than their
-load) and ``on`` (the broker's planner, ``backend/components/replicas/``, with
-``replicas_target_wait_s``). Before each run the planner is off and the hot model unloaded
-wherever a member holds it, so each run starts alike; placement keeps its measurements. Brokers
-are not restarted per run: their start, the users' loads and the warm-up take a minute.
+trickle plus a burst, ``--shape step`` at its peak rate at once or ``ramp`` rising to it over
+30 s, 15 s quick, as a team's demand builds up in the morning) is played twice on the same
+brokers: ``replicas_mode=off`` (placement alone, which may still load the hot model on B or C
+when A's queue grows longer than their load) and ``on`` (the broker's planner,
+``backend/components/replicas/``, with ``replicas_target_wait_s``). Before each run the planner
+is off and the hot model unloaded wherever a member holds it, so each run starts alike;
+placement keeps its measurements. Brokers are not restarted per run: their start, the users'
+loads and the warm-up take a minute.
 
 Printed per mode: p50/p95 latency (request to the last chunk) and time to first token for all
 requests, the hot model's and the steady ones'; the time from the burst's start to the first
 hot request served by a replica the planner loaded, and to the first served by any node but A;
 the hot requests each node served; the planner's loads and their reasons (A's ``jobs:list``).
 Target (issue 38): p95 with replicas on at most half of p95 with them off. ``--quick``: a
-shorter burst and trace (under 3 minutes with the rig's start).
+shorter burst and trace (about 2.5 minutes with the rig's start, 3 with the ramp).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from _common import percentile
 from _replicas_rig import Rig
 from _replicas_trace import (
     HOT,
-    QUICK,
+    SHAPES,
     Arrival,
     Figures,
     Outcome,
@@ -215,7 +217,8 @@ async def prepare(rig: Rig, args: argparse.Namespace) -> None:
 
 
 async def bench(args: argparse.Namespace, folder: Path) -> None:
-    shape = QUICK if args.quick else TraceShape()
+    full, quick = SHAPES[args.shape]
+    shape = quick if args.quick else full
     trace = draw_trace(shape, args.seed)
     rig = Rig(folder)
     runs: dict[str, Run] = {}
@@ -236,9 +239,10 @@ async def bench(args: argparse.Namespace, folder: Path) -> None:
 
 
 def report(runs: dict[str, Run], rig: Rig, shape: TraceShape, args: argparse.Namespace) -> None:
+    rise = f"rising over {shape.ramp_s:g} s, then " if shape.ramp_s > 0 else ""
     print(
-        f"\nTrace: burst {shape.burst_rate:g}/s for {shape.burst_s:g} s from "
-        f"{shape.burst_start_s:g} s, hot trickle {shape.hot_rate:g}/s, "
+        f"\nTrace ({shape.name}): burst {rise}{shape.burst_rate:g}/s for {shape.burst_s:g} s "
+        f"in all from {shape.burst_start_s:g} s, hot trickle {shape.hot_rate:g}/s, "
         f"steady {shape.steady_rate:g}/s per model, {shape.duration_s:g} s; "
         f"replicas_target_wait_s {args.target_wait:g}"
     )
@@ -266,15 +270,19 @@ def report(runs: dict[str, Run], rig: Rig, shape: TraceShape, args: argparse.Nam
 def main() -> int:
     parser = argparse.ArgumentParser(prog="replicas.py", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a shorter burst and trace")
+    parser.add_argument(
+        "--shape", choices=sorted(SHAPES), default="step", help="the burst at once or rising"
+    )
     parser.add_argument("--modes", default="off,on", help="which runs, in order (off,on)")
     parser.add_argument("--seed", type=int, default=38)
     parser.add_argument("--target-wait", type=float, default=3.0, help="replicas_target_wait_s")
     parser.add_argument("--logs", type=Path, default=None, help="keep the brokers' data here")
     args = parser.parse_args()
     args.modes = [part for part in args.modes.split(",") if part]
+    quick = ", quick" if args.quick else ""
     print(
         f"## Replicas on three real brokers ({platform.node()}, {os.cpu_count()} cores, "
-        f"load {os.getloadavg()[0]:.2f}); seed {args.seed}{', quick' if args.quick else ''}"
+        f"load {os.getloadavg()[0]:.2f}); seed {args.seed}, {args.shape}{quick}"
     )
     if args.logs is not None:
         args.logs.mkdir(parents=True, exist_ok=True)
