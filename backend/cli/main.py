@@ -1,4 +1,6 @@
-"""Parses ``pair`` arguments and runs the chosen command."""
+"""``pair``'s entry point. A worker's start (``pair worker NAME ...``, how the broker runs its
+workers) goes straight to ``worker_command.py`` and imports only that worker's modules; every
+other command loads the whole command line (``commands.py``)."""
 
 from __future__ import annotations
 
@@ -7,165 +9,29 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from backend.cli import (
-    apikey_commands,
-    client_commands,
-    cluster_commands,
-    demo_command,
-    emulate_command,
-    endpoints_command,
-    engine_commands,
-    foreground_command,
-    jobs_command,
-    node_list_commands,
-    settings_command,
-)
-from backend.cli.display import has_display
-from backend.cli.version_option import ShowVersion
-from backend.protocol.types.broker import LOG_LEVELS
+from backend.cli import worker_command
 
-# The workers the broker starts as `pair worker NAME ...` (a frozen app has no `python -m`).
-WORKERS = ("proxy",)
 RunGui = Callable[[list[str]], int]
-
-EPILOG = """\
-exit codes: 0 ok, 1 error, 2 usage, 3 a broker already runs for the data dir,
-4 no broker runs for the data dir.
-"""
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line."""
-    parser = argparse.ArgumentParser(
-        prog="pair",
-        description="PAIR, the Personal AI Router. Without a command: the desktop app where a "
-        "display exists, otherwise a headless node.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--version", action=ShowVersion)
-    _add_node_options(parser)
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    node = commands.add_parser("node", help="run this computer's node headless, in the foreground")
-    _add_node_options(node)
-    node.add_argument(
-        "--stdio",
-        action="store_true",
-        help="also serve JSON-RPC on stdin/stdout; stdin EOF stops the node",
-    )
-    # Development only: also supervise backend.devtools.testworker in MODE.
-    node.add_argument("--test-worker", metavar="MODE", help=argparse.SUPPRESS)
-    worker = commands.add_parser("worker")  # no help: left out of `pair --help`
-    worker.add_argument("worker_name", choices=WORKERS, metavar="NAME")
-    worker.add_argument("worker_args", nargs=argparse.REMAINDER, metavar="ARGS")
-    status = commands.add_parser("status", help="show the local broker's state")
-    _add_data_dir(status)
-    status.add_argument("--json", action="store_true", help="print the raw status as JSON")
-    stop = commands.add_parser("stop", help="stop the local broker")
-    _add_data_dir(stop)
-    engine_commands.add_parsers(commands, _add_data_dir)
-    node_list_commands.add_parsers(commands, node, _add_data_dir)
-    jobs_command.add_parser(commands, _add_data_dir)
-    endpoints_command.add_parser(commands, _add_data_dir)
-    apikey_commands.add_parser(commands, _add_data_dir)
-    settings_command.add_parser(commands, _add_data_dir)
-    cluster_commands.add_parsers(commands, _add_data_dir)
-    emulate_command.add_parser(commands)
-    demo_command.add_parser(commands)
-    return parser
+    from backend.cli.commands import build_parser as build
 
-
-def _add_data_dir(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--data-dir",
-        metavar="DIR",
-        help="the node's data directory (default: the per-user data dir)",
-    )
-
-
-def _add_node_options(parser: argparse.ArgumentParser) -> None:
-    _add_data_dir(parser)
-    for flag, default, what in foreground_command.PORT_FLAGS:
-        parser.add_argument(
-            flag,
-            type=foreground_command.port_number,
-            default=default,
-            metavar="PORT",
-            help=f"{what} (default {default})",
-        )
-    parser.add_argument(
-        "--log-level", choices=LOG_LEVELS, help="override the log_level setting for this run"
-    )
-    parser.add_argument("--json-logs", action="store_true", help="log JSON lines to stderr")
+    return build()
 
 
 def main(argv: Sequence[str] | None = None, *, run_gui: RunGui | None = None) -> int:
     """Entry point of ``pair``. ``run_gui`` runs the desktop app in this process (the frozen
     app passes it); without it ``pair`` execs ``python -m app``."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
     try:
-        return _dispatch(argv, run_gui)
+        if worker_command.is_worker_command(arguments):
+            return worker_command.run(arguments[1:])
+        from backend.cli.commands import dispatch
+
+        return dispatch(arguments, run_gui)
     except BrokenPipeError:
         # `pair status | head` closed our stdout early; that is not an error.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-
-
-def _dispatch(argv: Sequence[str] | None, run_gui: RunGui | None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.command == "worker":
-        return _run_worker(args.worker_name, args.worker_args)
-    if args.command == "status":
-        return client_commands.status(args.data_dir, as_json=args.json)
-    if args.command == "stop":
-        return client_commands.stop(args.data_dir)
-    handled = engine_commands.run(args)
-    if handled is not None:
-        return handled
-    handled = node_list_commands.run(args)
-    if handled is not None:
-        return handled
-    handled = jobs_command.run(args)
-    if handled is None:
-        handled = endpoints_command.run(args)
-    if handled is None:
-        handled = apikey_commands.run(args)
-    if handled is None:
-        handled = settings_command.run(args)
-    if handled is None:
-        handled = cluster_commands.run(args)
-    if handled is not None:
-        return handled
-    if args.command == "node":
-        return foreground_command.run(args)
-    if args.command == "emulate":
-        return emulate_command.run(args)
-    if args.command == "demo":
-        return demo_command.run(args)
-    if has_display():
-        return _exec_gui(list(argv) if argv is not None else sys.argv[1:], run_gui)
-    print(
-        "No display found: running the headless node. `pair node --help` for options.",
-        file=sys.stderr,
-    )
-    args.stdio = False
-    args.test_worker = None
-    return foreground_command.run(args)
-
-
-def _run_worker(name: str, argv: list[str]) -> int:
-    # Imported here: only a worker process needs the worker's modules.
-    from backend.workers.proxy.__main__ import main as proxy_main
-
-    assert name == "proxy", name
-    return proxy_main(argv)
-
-
-def _exec_gui(argv: list[str], run_gui: RunGui | None) -> int:  # noqa: RET503 - execv
-    if run_gui is not None:
-        return run_gui(argv)
-    command = [sys.executable, "-m", "app", *argv]
-    if sys.platform == "win32":  # pragma: no cover - no exec on Windows
-        import subprocess
-
-        return subprocess.call(command)
-    os.execv(sys.executable, command)

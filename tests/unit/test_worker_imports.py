@@ -1,0 +1,57 @@
+"""The proxy worker's start imports only what serving needs: measured in a fresh interpreter that
+starts it the way the broker does (``pair worker proxy``, through ``backend.cli.main``) up to
+the point where it would serve. Every module kept out here is memory the idle worker does not
+hold (bench/idle_rss.py measures that)."""
+
+from __future__ import annotations
+
+import textwrap
+
+from tests.support.child import run_python
+
+# Runs ``pair worker proxy --help`` (every import of the worker's start, then argparse exits
+# before serving) and prints the name of every module loaded.
+LOADED_BY_THE_WORKER_START = textwrap.dedent(
+    """
+    import contextlib
+    import io
+    import sys
+    from backend.cli.main import main
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+        main(["worker", "proxy", "--help"])
+    assert "backend.workers.proxy.service" in sys.modules
+    print("\\n".join(sorted(sys.modules)))
+    """
+)
+# Packages the worker never uses while it serves, by what they are for.
+NOT_FOR_SERVING = (
+    "keyring",  # the broker's secrets store
+    "PySide6",  # the desktop app
+    "qasync",
+    "zeroconf",  # discovery on the LAN: the broker's
+    "sqlite3",  # the broker's store
+    "backend.components",  # the broker's components
+    "backend.broker",
+    "backend.wiring",
+    "backend.devtools",
+    "backend.cli.commands",  # the rest of the command line and the client commands
+    "backend.cli.client_commands",
+)
+
+
+def _loaded(prefixes: tuple[str, ...], modules: list[str]) -> list[str]:
+    return [m for m in modules if any(m == p or m.startswith(p + ".") for p in prefixes)]
+
+
+def test_the_worker_start_imports_nothing_it_does_not_serve_with() -> None:
+    modules = run_python(LOADED_BY_THE_WORKER_START).stdout.split()
+    assert _loaded(NOT_FOR_SERVING, modules) == []
+
+
+def test_the_full_command_line_loads_what_the_worker_leaves_out() -> None:
+    # The check above reads real module names: the same names appear when ``pair`` loads its
+    # whole command line, so a renamed or moved package cannot make it pass by accident.
+    script = "import sys, backend.cli.commands; print('\\n'.join(sorted(sys.modules)))"
+    modules = run_python(script).stdout.split()
+    loaded = {p for p in NOT_FOR_SERVING if _loaded((p,), modules)}
+    assert loaded >= {"keyring", "zeroconf", "sqlite3", "backend.components", "backend.broker"}
