@@ -1,12 +1,13 @@
 """Memory at rest: a fresh ``pair node``'s broker and proxy worker, idle.
 
 Starts ``python -m backend node`` on a temporary data dir with free ports (no engine, mDNS off
-unless ``--mdns``, keys in files so this computer's keyring is never touched), waits until the
-broker says it is ready, lets it idle ``--idle`` seconds, then prints the resident set
-(``VmRSS``, with its anonymous and file-backed parts, and the peak ``VmHWM``) of the broker and
-of its proxy worker from ``/proc``. Then the worker's start as ``python -X importtime`` sees it
-(``pair worker proxy --help`` imports what the worker serves with and stops before serving):
-how many modules, and the heaviest by cumulative import time.
+unless ``--mdns``, keys in files so this computer's keyring is never touched) once to cache the
+bytecode of what it imports (an installed PAIR has it; this tree may not), then again on another
+fresh data dir: waits until that broker says it is ready, lets it idle ``--idle`` seconds, then
+prints the resident set (``VmRSS``, with its anonymous and file-backed parts, and the peak
+``VmHWM``) of the broker and of its proxy worker from ``/proc``. Then the worker's start as
+``python -X importtime`` sees it (``pair worker proxy --help`` imports what the worker serves
+with and stops before serving): how many modules, and the heaviest by cumulative import time.
 
 Linux only (``/proc``). The broker is started in its own session and stopped by its PID
 (SIGTERM, then SIGKILL after a grace); its worker ends with it.
@@ -18,10 +19,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,39 +108,66 @@ async def wait_ready(broker: asyncio.subprocess.Process, data_dir: Path) -> None
     raise TimeoutError("the broker was not ready")
 
 
-async def measure_node(idle_s: float, mdns: bool) -> tuple[Memory, Memory]:
-    """Start a node, let it idle ``idle_s`` seconds once ready, read broker and worker."""
-    with tempfile.TemporaryDirectory(prefix="pair-idle-rss-") as root:
-        data_dir = Path(root) / "node"
-        taken: set[int] = set()
-        argv = [sys.executable, "-m", "backend", "node", "--data-dir", str(data_dir)]
-        for listener in LISTENERS:
-            argv += [f"--{listener}-port", str(free_port(taken))]
-        environment = {"PAIR_KEYRING": "off", "PAIR_DISCOVERY_MDNS": "1" if mdns else "0"}
-        with (Path(root) / "broker.log").open("ab") as log:
-            broker = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                env=child_env(environment),
-                cwd=ROOT,
-                start_new_session=True,
-                preexec_fn=child_preexec(),
-            )
-        try:
-            await wait_ready(broker, data_dir)
-            worker = await find_worker(broker.pid)
-            await asyncio.sleep(idle_s)
-            return read_memory(broker.pid), read_memory(worker)
-        finally:
-            await stop_child(broker, grace=STOP_GRACE_S, close_stdin=False)
+def node_environment(pycache: Path, mdns: bool) -> dict[str, str]:
+    """The node's environment: keys in files, mDNS as asked, and bytecode cached in ``pycache``
+    (as an installed PAIR has it, whatever ``PYTHONDONTWRITEBYTECODE`` this shell sets)."""
+    environment = child_env(
+        {
+            "PAIR_KEYRING": "off",
+            "PAIR_DISCOVERY_MDNS": "1" if mdns else "0",
+            "PYTHONPYCACHEPREFIX": str(pycache),
+        }
+    )
+    environment.pop("PYTHONDONTWRITEBYTECODE", None)
+    return environment
 
 
-def worker_imports() -> list[tuple[str, int]]:
-    """Every module the worker's start imports, with its cumulative import time in µs."""
+@contextlib.asynccontextmanager
+async def running_node(root: Path, environment: dict[str, str]) -> AsyncIterator[int]:
+    """A broker on a fresh data dir under ``root`` and free ports, ready; yields its PID."""
+    data_dir = Path(tempfile.mkdtemp(prefix="node-", dir=root))
+    taken: set[int] = set()
+    argv = [sys.executable, "-m", "backend", "node", "--data-dir", str(data_dir)]
+    for listener in LISTENERS:
+        argv += [f"--{listener}-port", str(free_port(taken))]
+    with (data_dir.parent / f"{data_dir.name}.log").open("ab") as log:
+        broker = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=environment,
+            cwd=ROOT,
+            start_new_session=True,
+            preexec_fn=child_preexec(),
+        )
+    try:
+        await wait_ready(broker, data_dir)
+        yield broker.pid
+    finally:
+        await stop_child(broker, grace=STOP_GRACE_S, close_stdin=False)
+
+
+async def measure_node(root: Path, idle_s: float, mdns: bool) -> tuple[Memory, Memory]:
+    """Start a node once to fill the bytecode cache, then again: let that one idle ``idle_s``
+    seconds once ready, and read its broker and worker."""
+    environment = node_environment(root / "pycache", mdns)
+    async with running_node(root, environment):
+        pass
+    async with running_node(root, environment) as broker:
+        worker = await find_worker(broker)
+        await asyncio.sleep(idle_s)
+        return read_memory(broker), read_memory(worker)
+
+
+def worker_imports(pycache: Path) -> list[tuple[str, int]]:
+    """Every module the worker's start imports, with its cumulative import time in µs (from
+    bytecode the node's runs cached)."""
     command = [sys.executable, "-X", "importtime", "-m", "backend", "worker", "proxy", "--help"]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True)
+    environment = node_environment(pycache, mdns=False)
+    done = subprocess.run(
+        command, cwd=ROOT, env=environment, capture_output=True, text=True, check=True
+    )
     modules: list[tuple[str, int]] = []
     for line in done.stderr.splitlines():
         if not line.startswith("import time:") or "cumulative" in line:
@@ -176,8 +206,10 @@ def main() -> int:
     parser.add_argument("--imports", type=int, default=15, help="how many imports to list")
     parser.add_argument("--mdns", action="store_true", help="leave mDNS on, as a fresh node has")
     arguments = parser.parse_args()
-    broker, worker = asyncio.run(measure_node(arguments.idle, arguments.mdns))
-    print(report(broker, worker, worker_imports(), arguments.imports))
+    with tempfile.TemporaryDirectory(prefix="pair-idle-rss-") as root:
+        broker, worker = asyncio.run(measure_node(Path(root), arguments.idle, arguments.mdns))
+        modules = worker_imports(Path(root) / "pycache")
+    print(report(broker, worker, modules, arguments.imports))
     return 0
 
 

@@ -36,6 +36,7 @@ NOT_FOR_SERVING = (
     "backend.devtools",
     "backend.cli.commands",  # the rest of the command line and the client commands
     "backend.cli.client_commands",
+    "cProfile",  # only for a worker started with PAIR_PROXY_PROFILE
 )
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import cProfile
 import os
 import random
 import sys
@@ -127,6 +126,8 @@ def profiled(run: Callable[[], None], out: str | None) -> None:
     if not out:
         run()
         return
+    import cProfile  # here: a worker that is not profiled never loads the profiler
+
     profiler = cProfile.Profile()
     try:
         profiler.runcall(run)
