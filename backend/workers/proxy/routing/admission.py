@@ -44,6 +44,8 @@ class Admission:
     session: str | None = None
     held: int | None = None  # its number with the broker while it waits (custody.py)
     dialect: Dialect = "openai"  # the client's API (its path's)
+    moved: bool = False  # it left this node's queue for another owner once (rebalance.py)
+    steer: str | None = None  # where its next attempt goes (a move's node), once
 
     def repin(self, model: str, only: list[RouteTarget]) -> None:
         """Serve the bare ``model`` of a pinned name, with ``only`` these targets; the body

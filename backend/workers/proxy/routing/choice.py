@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Container, Sequence
+from collections.abc import Callable, Container, Sequence
 
 from backend.core.clock import Clock
 from backend.protocol.proxy import ProxyTargets, RouteTarget
@@ -21,6 +21,7 @@ from backend.workers.proxy.routing.candidates import (
 from backend.workers.proxy.routing.demand import Demand
 from backend.workers.proxy.routing.naming import normalize
 from backend.workers.proxy.routing.placement.inputs import Candidate
+from backend.workers.proxy.routing.placement.pair import DEFAULT_ANSWER_TOKENS
 from backend.workers.proxy.routing.placement.placer import Placed, Placer
 
 AFFINITY_CAPACITY = 10_000
@@ -41,6 +42,8 @@ class NodeChoice:
         self._affinity = Affinity()
         self._use_affinity = affinity
         self._targets = ProxyTargets()
+        # Told when a moved request is placed where its move sent it (``rebalance.Waiting``).
+        self.on_steered: Callable[[str], None] = lambda node: None
 
     def table_changed(self, targets: ProxyTargets) -> None:
         """Adopt a new table and the load snapshot it carries."""
@@ -61,7 +64,11 @@ class NodeChoice:
         placer = self.placer
         placing: list[Candidate] | None = None
         index = 0
-        if placement_chooses(found, self._targets.pins.get(engine)):
+        steer, admission.steer = admission.steer, None
+        if steer is not None:  # a request moving here from this node's queue
+            index = next((i for i, t in enumerate(found) if t.node_id == steer), 0)
+            self.on_steered(steer)
+        elif placement_chooses(found, self._targets.pins.get(engine)):
             placing = self._inputs(admission, found, affinity=self._use_affinity)
             index = placer.choose(self._targets.placement, placing, model)
         chosen = found[index]
@@ -102,6 +109,15 @@ class NodeChoice:
         if placing is None:
             placing, index = self._inputs(admission, [chosen], affinity=False), 0
         demand.waited(admission.model, self.placer.expected_wait(placing, index, model), now)
+
+    def inputs(self, admission: Admission, targets: list[RouteTarget]) -> list[Candidate]:
+        """What placement knows of each of ``targets`` for ``admission`` now, without its
+        conversation's affinity (for weighing a waiting request again)."""
+        return self._inputs(admission, targets, affinity=False)
+
+    def answer_tokens(self, model: str) -> float:
+        """The mean answer length placement plans ``model``'s requests with."""
+        return self.placer.speeds.answer_tokens(model) or DEFAULT_ANSWER_TOKENS
 
     def _inputs(
         self, admission: Admission, targets: list[RouteTarget], *, affinity: bool

@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Container, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from backend.workers.proxy.upstream.attempt import Commit, Failure
+from backend.workers.proxy.upstream.attempt import Failure
+
+_T = TypeVar("_T")
 
 
 class Gone:
@@ -123,9 +125,7 @@ class _Race:
             self.task.cancel()
 
 
-async def unless_gone(
-    work: Coroutine[Any, Any, Commit | Failure], gone: Gone, node: str
-) -> Commit | Failure:
+async def unless_gone(work: Coroutine[Any, Any, _T], gone: Gone, node: str) -> _T | Failure:
     """Run ``work`` (a ``precommit``) until it ends or ``gone`` is set, whichever comes first.
 
     When the node goes first the attempt cancels its own upstream request (closing the

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import aiohttp
 from aiohttp import web
@@ -28,11 +28,9 @@ from aiohttp import web
 from backend.core.clock import Clock
 from backend.protocol.proxy import ProxyTargets, RouteTarget
 from backend.protocol.types.base import EngineName, JobKey, NodeId
-from backend.workers.proxy.channels.custody import Custody
 from backend.workers.proxy.channels.jobs import Job
 from backend.workers.proxy.doors.clients import job_client
 from backend.workers.proxy.doors.errors import ErrorReply
-from backend.workers.proxy.doors.missing import missing_model
 from backend.workers.proxy.doors.refused import RefusedJobs
 from backend.workers.proxy.routing import failover
 from backend.workers.proxy.routing.admission import (
@@ -46,21 +44,18 @@ from backend.workers.proxy.routing.choice import NodeChoice
 from backend.workers.proxy.routing.demand import Demand
 from backend.workers.proxy.routing.departures import Departures, unless_gone
 from backend.workers.proxy.routing.failover import Failover, RandomSource, RetryPolicy
-from backend.workers.proxy.routing.identity import name_at
+from backend.workers.proxy.routing.final import final_reply
 from backend.workers.proxy.routing.links import Links
 from backend.workers.proxy.routing.liveness import PeerStreamWatch, relay_idle
 from backend.workers.proxy.routing.local import LocalSchedulers
+from backend.workers.proxy.routing.local_admit import admit_local
 from backend.workers.proxy.routing.naming import normalize
 from backend.workers.proxy.routing.placement.measure import OutputMeter
-from backend.workers.proxy.routing.replies import (
-    away_reply,
-    busy_reply,
-    give_up_reply,
-    load_failed,
-)
+from backend.workers.proxy.routing.rebalance import Moved, Waiting
+from backend.workers.proxy.routing.replies import busy_reply
 from backend.workers.proxy.routing.send import send
-from backend.workers.proxy.scheduler.engine_scheduler import EngineScheduler, LoadFailed
-from backend.workers.proxy.scheduler.sessions import pin_slot, session_of
+from backend.workers.proxy.scheduler.engine_scheduler import EngineScheduler
+from backend.workers.proxy.scheduler.sessions import session_of
 from backend.workers.proxy.upstream.attempt import Commit, Failure, Timeouts
 from backend.workers.proxy.upstream.stream import stream_commit
 
@@ -108,6 +103,14 @@ class Router:
         )
         self.demand = Demand()
         self._choice = NodeChoice(clock, affinity=affinity, demand=self.demand)
+        self.waiting = Waiting(
+            table=self._table_now,
+            owners=self._candidates,
+            inputs=self._choice.inputs,
+            answer_tokens=self._choice.answer_tokens,
+            scheduler=self.scheduler,
+        )
+        self._choice.on_steered = self.waiting.landed
 
     # The table.
 
@@ -118,6 +121,7 @@ class Router:
         self._local.table_changed(targets)
         present = {t.node_id for found in targets.engines.values() for t in found}
         self._departures.table_changed(present)
+        self.waiting.soon()
 
     def scheduler(self, engine: str) -> EngineScheduler:
         """This node's scheduler for ``engine`` (made on first use)."""
@@ -129,6 +133,7 @@ class Router:
 
     async def close(self) -> None:
         """End every scheduler's own tasks; close the engines' kept-alive connections."""
+        self.waiting.close()
         await self._local.close()
         await self.links.engines.close()
 
@@ -189,7 +194,8 @@ class Router:
                 continue
             state, end = self._round_ended(state, admission)
             if not isinstance(end, failover.Backoff):
-                return self._final(job, admission, state, end)
+                now = clock.monotonic()
+                return final_reply(self.table, job, admission.model, state, end, now)
             job.submitted(state.attempt + 1, None)
             await clock.sleep(end.seconds)
             state = failover.next_round(state)
@@ -209,25 +215,6 @@ class Router:
         if admission.only is not None:
             return admission.only
         return candidates(self.table, admission.model, admission.dialect)
-
-    def _final(
-        self,
-        job: Job,
-        admission: Admission,
-        state: Failover,
-        end: failover.Vanished | failover.GiveUp | failover.Away,
-    ) -> web.StreamResponse:
-        """The answer of a request no round will serve."""
-        away = away_owner(self.table, admission.model)
-        if isinstance(end, failover.Away) and away is not None:
-            waited = away_reply(away, admission.model)
-            job.failed(waited.message)
-            return waited.response(job.path)
-        if not isinstance(end, failover.Vanished):
-            return give_up_reply(job, failover.final_answer(state, self._clock.monotonic()))
-        reply = missing_model(admission.model, job.path)
-        job.failed(f"model '{admission.model}' is no longer on any node")
-        return reply
 
     # One attempt.
 
@@ -252,12 +239,16 @@ class Router:
             self._choice.release(target.node_id, generation)
         if isinstance(outcome, web.StreamResponse):
             return state, outcome
+        if isinstance(outcome, Moved):
+            log.info("attempt %d moves from %s to %s", attempt, target.node_id, outcome.node)
+            admission.moved, admission.steer = True, outcome.node
+            return failover.moved(state, target.node_id), None
         log.info("attempt %d at %s failed: %s", attempt, target.node_id, outcome.message)
         return failover.failed(state, outcome), None
 
     async def _attempt(
         self, request: web.Request, admission: Admission, dispatch: Dispatch
-    ) -> web.StreamResponse | Failure:
+    ) -> web.StreamResponse | Failure | Moved:
         node = dispatch.target.node_id
         peer_started = self.links.peer_started
         if dispatch.target.kind == "peer" and peer_started is not None:
@@ -272,6 +263,8 @@ class Router:
             with self._departures.watch(node) as gone:
                 work = self._precommit(request, admission, dispatch)
                 outcome = await unless_gone(work, gone, node)
+            if isinstance(outcome, Moved):
+                return outcome
             if isinstance(outcome, Failure):
                 self._failed_at(node, outcome)
                 return outcome
@@ -285,9 +278,12 @@ class Router:
                 watcher.cancel()
             if dispatch.ticket is not None:
                 self.scheduler(dispatch.target.engine).release(dispatch.ticket)
-            if dispatch.target.kind == "local" and dispatch.job.committed_at is not None:
-                engine = dispatch.target.engine
-                self.demand.local_ended(engine, normalize(engine, admission.model))
+            if dispatch.target.kind == "local":
+                if dispatch.job.committed_at is not None:
+                    engine = dispatch.target.engine
+                    self.demand.local_ended(engine, normalize(engine, admission.model))
+            else:
+                self.waiting.soon()  # a member's capacity freed: what waits here may move
 
     def _committed(self, admission: Admission, dispatch: Dispatch) -> None:
         """The attempt committed: its request waits no more, and a local engine runs it."""
@@ -375,53 +371,15 @@ class Router:
 
     async def _precommit(
         self, request: web.Request, admission: Admission, dispatch: Dispatch
-    ) -> Commit | Failure:
+    ) -> Commit | Failure | Moved:
         body = dispatch.body(admission)
         if dispatch.target.kind == "local":
-            admitted = await self._admit_local(request, admission, dispatch)
-            if isinstance(admitted, Failure):
+            scheduler = self.scheduler(dispatch.target.engine)
+            custody, waiting = self.links.custody, self.waiting
+            admitted = await admit_local(scheduler, custody, waiting, request, admission, dispatch)
+            if not isinstance(admitted, bytes):
                 return admitted
             body = admitted
         targets = self.table
         timeouts = Timeouts(targets.header_timeout_s, targets.first_content_timeout_s)
         return await send(self.links, request, admission, dispatch, body, timeouts)
-
-    async def _admit_local(
-        self, request: web.Request, admission: Admission, dispatch: Dispatch
-    ) -> bytes | Failure:
-        """Wait for this node's scheduler to admit the request; the body, pinned to its slot.
-
-        A front-door request left waiting is held with the broker from then until its answer
-        starts (``custody.py``), so a worker crash does not lose it."""
-        engine = dispatch.target.engine
-        scheduler = self.scheduler(engine)
-        model = normalize(engine, name_at(dispatch.target, admission.model))
-        # Admitted at once in the common case, without a wait (or a coroutine) for it.
-        dispatch.ticket = scheduler.admit_now(model, session=admission.session)
-        if dispatch.ticket is None:
-            hold = _holder(self.links.custody, request, admission, dispatch)
-            try:
-                dispatch.ticket = await scheduler.admit(
-                    model, session=admission.session, on_wait=hold
-                )
-            except LoadFailed as exc:
-                return load_failed(engine, admission.model, exc)
-        dispatch.check_running()
-        slot = dispatch.ticket.slot
-        target = dispatch.target
-        if slot is None or target.slot_api is None:
-            return dispatch.body(admission)
-        return pin_slot(dispatch.body(admission), target.slot_api.field, slot)
-
-
-def _holder(
-    custody: Custody, request: web.Request, admission: Admission, dispatch: Dispatch
-) -> Callable[[], None]:
-    """What holds a front-door request with the broker once it has to wait for its turn."""
-
-    def hold() -> None:
-        if admission.origin is None and admission.held is None:
-            job = dispatch.job
-            admission.held = custody.hold(request, admission.door, admission.body, job)
-
-    return hold

@@ -175,6 +175,18 @@ def dispatched(state: Failover, node: str) -> Failover:
     )
 
 
+def moved(state: Failover, node: str) -> Failover:
+    """``state`` after its latest attempt left ``node``'s queue for a node that frees up
+    sooner (``rebalance.py``): not a failure, so the dispatch is given back and ``node`` may
+    be tried again this round."""
+    budget = state.budget
+    return msgspec.structs.replace(
+        state,
+        budget=msgspec.structs.replace(budget, dispatches=max(0, budget.dispatches - 1)),
+        tried=tuple(tried for tried in state.tried if tried != node),
+    )
+
+
 def failed(state: Failover, failure: Failure) -> Failover:
     """``state`` after its latest attempt failed before the commit."""
     return msgspec.structs.replace(state, last=failure)

@@ -109,12 +109,14 @@ class EngineScheduler:
         session: str | None = None,
         kind: str = COMPLETION,
         on_wait: Callable[[], None] | None = None,
+        made: Callable[[Ticket], None] | None = None,
     ) -> Ticket:
         """Wait for this request's (or operation's) turn; the caller must ``release`` it.
 
         Raises ``LoadFailed`` when its model would not load. Cancelling the caller takes it
         out of the queue at once (or releases it, if it was admitted in the meantime).
-        ``on_wait`` is called once if a decision passes it over (it is left waiting).
+        ``on_wait`` is called once if a decision passes it over (it is left waiting);
+        ``made`` with the ticket when it has to queue (``ahead`` then says where it stands).
         """
         ticket = self.admit_now(model, session=session) if kind == COMPLETION else None
         if ticket is not None:
@@ -123,6 +125,8 @@ class EngineScheduler:
         # Kept only while it waits: the callback usually refers to what holds the ticket.
         ticket.on_wait = on_wait
         self.queue.append(ticket)
+        if made is not None:
+            made(ticket)
         self._announce()
         # Deferred one loop turn, so a burst submitted together shares one decision.
         asyncio.get_running_loop().call_soon(self._kick)
@@ -148,6 +152,14 @@ class EngineScheduler:
         self._running.add(ticket)
         self._announce()
         return ticket
+
+    def ahead(self, ticket: Ticket) -> int | None:
+        """How many requests run or wait before ``ticket`` (None: it waits no more)."""
+        for place in (self._batch, self.queue):
+            if ticket in place:
+                before = len(self._batch) if place is self.queue else 0
+                return len(self._running) + before + place.index(ticket)
+        return None
 
     def _admitted(self) -> asyncio.Future[None]:
         """The future of every ticket admitted at once: done, shared (never set again: only a
