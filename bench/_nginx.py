@@ -5,9 +5,12 @@ to the bare aiohttp pass-through and PAIR's door. Debian's ``nginx`` (or ``nginx
 package; the system service is never used. Each :class:`Nginx` is an nginx of its own, started
 by PID in the foreground (``daemon off``) with a generated configuration in a temp dir of its
 own (pid file, error log, temp paths there; no access log): one worker, ``keepalive 32``
-connections to the engine over HTTP/1.1 and no buffering either way (``proxy_buffering off``,
-``proxy_request_buffering off``), so each chunk of a stream leaves as it arrives, as it does
-through PAIR. Stopped by the master's PID; the master takes its worker with it.
+connections to the engine over HTTP/1.1, the answer unbuffered (``proxy_buffering off``: each
+chunk of a stream leaves as it arrives, as it does through PAIR) and the small request body
+read whole first, as the other paths do, so that a POST sent on a kept-alive connection the
+engine had closed is sent once more on a new one, as the other paths do too (with
+``proxy_request_buffering off`` nginx cannot resend it, and answers 502). Stopped by the
+master's PID; the master takes its worker with it.
 """
 
 from __future__ import annotations
@@ -91,7 +94,13 @@ http {{
             proxy_set_header Connection "";
             proxy_set_header Host {address};
             proxy_buffering off;
-            proxy_request_buffering off;
+            # The body (a few hundred bytes) is read whole before it is sent, as the bare
+            # pass-through and PAIR do: only then can nginx send it again when a kept-alive
+            # connection turns out to have been closed by the engine (llama-server closes its
+            # connection after a stream without saying so). That one retry, on a POST, needs
+            # non_idempotent; with one server it happens only for a cached connection.
+            proxy_request_buffering on;
+            proxy_next_upstream error timeout non_idempotent;
             proxy_read_timeout 300s;
         }}
     }}

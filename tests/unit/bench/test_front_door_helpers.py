@@ -81,7 +81,7 @@ def test_the_nginx_config_keeps_everything_it_writes_in_its_prefix(tmp_path: Pat
     config = nginx_config(tmp_path, 23456, "http://127.0.0.1:11999")
     assert "listen 127.0.0.1:23456;" in config
     assert "server 127.0.0.1:11999;" in config
-    for directive in ("keepalive 32;", "proxy_buffering off;", "proxy_request_buffering off;"):
+    for directive in ("keepalive 32;", "proxy_buffering off;", "error timeout non_idempotent;"):
         assert directive in config
     # Every absolute path but the location "/": the pid file, the error log, five temp paths.
     paths = [word.rstrip(";") for word in config.split() if word.startswith("/") and word != "/"]
