@@ -239,10 +239,10 @@ async def bench(args: argparse.Namespace, folder: Path) -> None:
 
 
 def report(runs: dict[str, Run], rig: Rig, shape: TraceShape, args: argparse.Namespace) -> None:
-    rise = f"rising over {shape.ramp_s:g} s, then " if shape.ramp_s > 0 else ""
+    rise = f"rising to it over {shape.ramp_s:g} s, " if shape.ramp_s > 0 else ""
     print(
-        f"\nTrace ({shape.name}): burst {rise}{shape.burst_rate:g}/s for {shape.burst_s:g} s "
-        f"in all from {shape.burst_start_s:g} s, hot trickle {shape.hot_rate:g}/s, "
+        f"\nTrace ({shape.name}): burst {shape.burst_rate:g}/s ({rise}{shape.burst_s:g} s in "
+        f"all) from {shape.burst_start_s:g} s, hot trickle {shape.hot_rate:g}/s, "
         f"steady {shape.steady_rate:g}/s per model, {shape.duration_s:g} s; "
         f"replicas_target_wait_s {args.target_wait:g}"
     )
