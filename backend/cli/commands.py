@@ -23,7 +23,7 @@ from backend.cli import (
     worker_command,
 )
 from backend.cli.display import has_display
-from backend.cli.main import RunGui
+from backend.cli.run_gui import RunGui
 from backend.cli.version_option import ShowVersion
 from backend.protocol.types.broker import LOG_LEVELS
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from backend.cli import worker_command
+from backend.cli.run_gui import RunGui
 
-RunGui = Callable[[list[str]], int]
+__all__ = ["RunGui", "build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
