@@ -6,10 +6,12 @@ replica, a 60 s stable window, a 6 s panic window), llama-swap's idle TTL.
 
 - **Up.** A model's expected wait (placement's estimate for the requests of this node's doors,
   ``WaitSample``) averaged over the stable window stays above ``target_wait_s``, or over the
-  panic window above ``panic_factor`` times it: load it on the best ``Host`` that could serve it
-  (weights on disk in an engine that can load them, room for them, nothing exclusive running,
-  no load there already), at most ``max_per_model`` replicas of one model, one load per member
-  at a time, and never by evicting another model that has work.
+  panic window above ``panic_factor`` times it, or rises over the panic window so fast that
+  it would pass the target within ``lead_s`` (a load's time; ``trend.py``): load it on the
+  best ``Host`` that could serve it (weights on disk in an engine that can load them, room for
+  them, nothing exclusive running, no load there already), at most ``max_per_model``
+  replicas of one model, one load per member at a time, and never by evicting another model
+  that has work.
 - **Down.** A replica this node holds that PAIR's planner loaded (``Replica``, not the user's)
   idle (no request running, none for ``ttl_s``) is unloaded. What the user loaded never is.
 """
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+from backend.components.replicas.trend import rises_past, rising_wait
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +34,8 @@ class Policy:
     panic_factor: float = 2.0
     ttl_s: float = 300.0
     max_per_model: int = 3
+    lead_s: float = 10.0  # about a replica's load: how far ahead a rising wait is projected
+    rising_floor: float = 0.5  # of the target: a rising wait this short is no trigger yet
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +138,7 @@ class Pressure:
     window_s: float
     panic: bool
     waited_on: tuple[str, ...] = ()
+    rising: float | None = None  # the latest wait, when a rising trend tripped (``trend``)
 
 
 # Fewer requests than this in a window are not evidence: one slow request is not demand.
@@ -176,6 +183,12 @@ def pressure_of(view: ModelView, policy: Policy, now: float) -> Pressure | None:
         return Pressure(panic[1], policy.panic_window_s, True, panic[2])
     if stable[0] >= MIN_REQUESTS and stable[1] > policy.target_wait_s:
         return Pressure(stable[1], policy.stable_window_s, False, stable[2])
+    since = max(floor, now - policy.panic_window_s)
+    rising = rising_wait(view.samples, since, policy.lead_s)
+    if rising is not None and rises_past(
+        rising, policy.target_wait_s, policy.rising_floor, MIN_REQUESTS
+    ):
+        return Pressure(rising.projected_s, policy.lead_s, False, panic[2], rising.latest_s)
     return None
 
 
@@ -290,7 +303,10 @@ def load_reason(model: str, node_name: str, pressure: Pressure, policy: Policy) 
     """
     waited = format_duration(pressure.wait_s)
     target = format_duration(policy.target_wait_s)
-    if pressure.panic:
+    if pressure.rising is not None:
+        latest, lead = format_duration(pressure.rising), format_duration(pressure.window_s)
+        text = f"{model} waits {latest} and rising: {waited} within {lead} (target {target})"
+    elif pressure.panic:
         window = format_duration(pressure.window_s)
         text = f"{model} waited {waited} in the last {window} (panic over {target} target)"
     else:
