@@ -244,7 +244,9 @@ class Waiting:
         ]
         answer = self._answer_tokens(admission.model)
         loop = asyncio.get_running_loop()
-        for key, node in plan_moves(waiters, inputs[0], pool, answer):
+        moves = plan_moves(waiters, inputs[0], pool, answer)
+        # Cut oldest first, so the moved requests reach their node in the order they came.
+        for key, node in sorted(moves):
             entry = self._entries[key]
             entry.moved_to = node
             transit[node] = transit.get(node, 0) + 1
