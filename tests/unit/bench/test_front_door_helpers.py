@@ -1,5 +1,6 @@
-"""The front-door benchmark's plain helpers: the intervals of its ratios (``_front_door_rows``)
-and the nginx configuration it generates (``_nginx``), which nginx itself must accept.
+"""The front-door benchmark's plain helpers: the intervals of its ratios (``_front_door_rows``),
+its main table with and without nginx (``_front_door_report``) and the nginx configuration it
+generates (``_nginx``), which nginx itself must accept.
 
 The bench scripts import their helpers by bare name (``bench/`` first on ``sys.path``), so the
 folder is put on the path here the same way.
@@ -19,12 +20,17 @@ if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
 from _common import LoadResult  # noqa: E402
+from _front_door_report import main_table  # noqa: E402
 from _front_door_rows import (  # noqa: E402
     BARE,
     DIRECT,
+    JSON,
     NGINX,
     PAIR,
+    Backend,
+    Findings,
     Row,
+    pooled,
     ratio,
     ratio_intervals,
     round_order,
@@ -102,3 +108,36 @@ def test_nginx_accepts_the_generated_config(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "syntax is ok" in result.stderr
+
+
+def findings_with(paths: tuple[str, ...]) -> Findings:
+    """One JSON row at c=1 over ``paths``, six identical rounds."""
+    backend = Backend("engine", "ollama", "ollama", "/a", {}, "/b", {}, "NDJSON", {1: 10})
+    base = {DIRECT: 10.0, BARE: 11.0, NGINX: 10.2, PAIR: 11.5}
+    rounds = [
+        {path: LoadResult(latencies=[base[path]] * 10, rate=100.0) for path in paths}
+        for _ in range(6)
+    ]
+    findings = Findings(backend)
+    findings.rows[(JSON, 1)] = {path: pooled([each[path] for each in rounds]) for path in paths}
+    findings.rounds[(JSON, 1)] = rounds
+    return findings
+
+
+def cells(line: str) -> list[str]:
+    return line.strip().strip("|").split("|")
+
+
+@pytest.mark.parametrize(
+    ("paths", "with_nginx", "columns"),
+    [((DIRECT, BARE, PAIR), False, 11), ((DIRECT, BARE, NGINX, PAIR), True, 14)],
+)
+def test_the_main_table_has_nginx_columns_only_with_nginx_rows(
+    paths: tuple[str, ...], with_nginx: bool, columns: int
+) -> None:
+    header, rule, row = main_table([findings_with(paths)], with_nginx=with_nginx)
+    assert len(cells(header)) == len(cells(rule)) == len(cells(row)) == columns
+    assert ("PAIR/nginx p50" in header) is with_nginx
+    assert "1.50x (1.50 to 1.50)" in row  # PAIR adds 1.5 ms, bare 1.0 ms, in every round
+    if with_nginx:
+        assert "**7.50x** (7.50 to 7.50)" in row  # over nginx's 0.2 ms: over its 2x target
