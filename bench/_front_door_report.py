@@ -290,7 +290,8 @@ def header(facts: RunFacts) -> str:
         f"over {RATIO_TARGET:g}x of bare or {NGINX_TARGET:g}x of nginx), in brackets the "
         f"{INTERVAL[0] * 100:g}th-{INTERVAL[1] * 100:g}th percentile of that ratio over "
         f"{RESAMPLES} resamplings of the rounds; n = measured requests per path, in {ROUNDS} "
-        "rounds (direct, bare, nginx, PAIR; then reversed), pooled. "
+        f"rounds (direct, bare, {'' if facts.nginx_missing else 'nginx, '}PAIR; then reversed), "
+        "pooled. "
         + (
             "CALIBRATION: every PAIR column is a second bare pass-through."
             if facts.twin
