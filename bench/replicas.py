@@ -259,6 +259,9 @@ def report(runs: dict[str, Run], rig: Rig, shape: TraceShape, args: argparse.Nam
         print(f"  steady {where_waited(run, rig, hot=False)}")
         for line in loads(run, rig) or ["no planner load"]:
             print(f"  {line}")
+        for outcome in [o for o in run.outcomes if o.error is not None][:5]:
+            at, model = outcome.arrival.at, outcome.arrival.model
+            print(f"  failed: {model} at {at:.1f} s: {outcome.error}")
     if {"off", "on"} <= runs.keys():
         off, on = grouped(runs["off"].outcomes), grouped(runs["on"].outcomes)
         print()
