@@ -4,34 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import logging
 import os
-import signal
 import sys
 from collections.abc import Callable
 
-log = logging.getLogger(__name__)
+from backend.core.lifetime.posix import posix_preexec
 
-_PR_SET_PDEATHSIG = 1
+log = logging.getLogger(__name__)
 
 
 def child_preexec(*, ignore_sigpipe: bool = False) -> Callable[[], None] | None:
     """On Linux: the child gets SIGKILL when the broker thread that spawned it dies.
     ``ignore_sigpipe`` (POSIX): a write to a peer that hung up fails with EPIPE in the child
-    instead of killing it (the disposition survives exec; subprocess resets it first)."""
-    linux = sys.platform.startswith("linux")
-    if sys.platform == "win32" or not (linux or ignore_sigpipe):
+    instead of killing it (the disposition survives exec; subprocess resets it first).
+    ``backend.core.lifetime`` has the whole per-OS story; this is its POSIX preexec alone."""
+    if sys.platform == "win32":
         return None
-    libc = ctypes.CDLL(None, use_errno=True) if linux else None
-
-    def preexec() -> None:
-        if libc is not None:
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if ignore_sigpipe:
-            signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-
-    return preexec
+    linux = sys.platform.startswith("linux")
+    return posix_preexec(parent_death=linux, ignore_sigpipe=ignore_sigpipe)
 
 
 async def stop_child(

@@ -1,4 +1,4 @@
-"""Engine processes PAIR starts: own process group, killed with the broker, output in a ring."""
+"""Engine processes PAIR starts: their tree tied to the broker's life, output in a ring."""
 
 from __future__ import annotations
 
@@ -6,15 +6,12 @@ import asyncio
 import collections
 import contextlib
 import logging
-import os
-import signal
-import sys
 from collections.abc import Sequence
 from typing import Protocol
 
 import psutil
 
-from backend.core.processes import child_preexec
+from backend.core.lifetime import ChildLifetime, ChildTree, Ending, child_lifetime
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +72,11 @@ class Spawn(Protocol):
 class EngineProcess:
     """One running engine process and the task that pumps its output. Owned by its controller."""
 
-    def __init__(self, process: asyncio.subprocess.Process, output: EngineLog) -> None:
+    def __init__(
+        self, process: asyncio.subprocess.Process, output: EngineLog, tree: ChildTree
+    ) -> None:
         self._process = process
+        self._tree = tree
         self.pid = process.pid
         self.create_time = _create_time(process.pid)
         self._pump = asyncio.get_running_loop().create_task(
@@ -91,19 +91,21 @@ class EngineProcess:
         output: EngineLog,
         *,
         ignore_sigpipe: bool = False,
+        lifetime: ChildLifetime | None = None,
     ) -> EngineProcess:
-        """Start ``argv`` in a new session (its own process group) that dies with us on Linux;
-        ``ignore_sigpipe``: it outlives a peer that hangs up while it writes."""
+        """Start ``argv`` tied to our life (``backend.core.lifetime``: on Linux a new session,
+        its own process group, killed with us by the kernel); ``ignore_sigpipe``: it outlives a
+        peer that hangs up while it writes."""
+        lifetime = lifetime or child_lifetime()
         process = await asyncio.create_subprocess_exec(
-            *argv,
+            *lifetime.command(argv, ignore_sigpipe=ignore_sigpipe),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             env=env,
-            preexec_fn=child_preexec(ignore_sigpipe=ignore_sigpipe),
-            start_new_session=sys.platform != "win32",
+            **lifetime.spawn_options(ignore_sigpipe=ignore_sigpipe),
         )
-        return cls(process, output)
+        return cls(process, output, lifetime.adopt(process))
 
     @property
     def returncode(self) -> int | None:
@@ -118,25 +120,20 @@ class EngineProcess:
         return code
 
     async def stop(self, *, kill: bool = False, grace: float = 5.0) -> int:
-        """Signal the whole process group (ours: it was started in its own session)."""
+        """Signal the whole tree (its process group, or its job on Windows), then kill what
+        is left of it once the engine exited."""
         if self._process.returncode is None:
-            self._signal(signal.SIGKILL if kill else signal.SIGTERM)
+            self._tree.end(Ending.KILL if kill else Ending.TERMINATE)
             try:
                 async with asyncio.timeout(grace):
                     await self._process.wait()
             except TimeoutError:
                 log.warning("engine pid %d ignored SIGTERM for %.0f s; killing it", self.pid, grace)
-                self._signal(signal.SIGKILL)
+                self._tree.end(Ending.KILL)
         code = await self.wait()
-        self._signal(signal.SIGKILL)  # leftovers in the group (helpers the engine forked)
+        self._tree.end(Ending.KILL)  # leftovers in the tree (helpers the engine started)
+        self._tree.release()
         return code
-
-    def _signal(self, signum: int) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            if sys.platform == "win32":  # pragma: no cover - no process groups on Windows
-                self._process.send_signal(signum)
-            else:
-                os.killpg(self.pid, signum)
 
     async def _pump_output(self, output: EngineLog) -> None:
         stream = self._process.stdout
@@ -152,8 +149,8 @@ def _create_time(pid: int) -> float:
         return 0.0
 
 
-def reap_orphan(pid: int, create_time: float) -> bool:
-    """Kill the process group of a previous broker's engine if ``pid`` is still that process.
+def reap_orphan(pid: int, create_time: float, lifetime: ChildLifetime | None = None) -> bool:
+    """Kill the tree of a previous broker's engine if ``pid`` is still that process.
 
     The start time must match too, so a recycled PID belonging to someone else is never touched.
     """
@@ -164,9 +161,5 @@ def reap_orphan(pid: int, create_time: float) -> bool:
     except psutil.Error:
         return False
     log.warning("stopping engine pid %d left running by a previous broker", pid)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        if sys.platform == "win32":  # pragma: no cover
-            process.kill()
-        else:
-            os.killpg(pid, signal.SIGKILL)
+    (lifetime or child_lifetime()).kill_orphan(pid)
     return True
