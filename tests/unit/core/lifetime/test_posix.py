@@ -1,0 +1,110 @@
+"""Linux's and macOS's lifetimes: spawn keywords, the launcher's argv, group signals (fakes)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from backend.core import processes
+from backend.core.lifetime import Ending, child_lifetime, for_platform, guard, macos
+from backend.core.lifetime.macos import MacLifetime
+from backend.core.lifetime.posix import LinuxLifetime, ProcessGroup, posix_preexec
+from backend.core.lifetime.windows import WindowsLifetime
+
+
+class Child:
+    pid = 321
+
+    def terminate(self) -> None:
+        raise AssertionError("POSIX ends a tree through its group")
+
+
+def test_one_place_picks_the_lifetime_by_platform() -> None:
+    assert isinstance(for_platform("win32"), WindowsLifetime)
+    assert isinstance(for_platform("darwin"), MacLifetime)
+    assert for_platform("linux") == LinuxLifetime(parent_death=True)
+    assert for_platform("freebsd14") == LinuxLifetime(parent_death=False)
+    assert child_lifetime() is child_lifetime()
+
+
+def test_linux_keeps_the_argv_and_starts_a_session_with_the_parent_death_preexec() -> None:
+    linux = LinuxLifetime()
+    options = linux.spawn_options()
+
+    assert linux.command(["engine", "-x"], ignore_sigpipe=True) == ["engine", "-x"]
+    assert options.keys() == {"preexec_fn", "start_new_session"}
+    assert options["start_new_session"] is True and callable(options["preexec_fn"])
+    assert LinuxLifetime(parent_death=False).spawn_options()["preexec_fn"] is None
+
+
+def test_the_preexec_exists_only_when_it_has_something_to_do() -> None:
+    assert posix_preexec(parent_death=False, ignore_sigpipe=False) is None
+    assert callable(posix_preexec(parent_death=False, ignore_sigpipe=True))
+    assert callable(posix_preexec(parent_death=True, ignore_sigpipe=False))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's parent-death signal")
+def test_child_preexec_still_gives_linux_children_the_preexec() -> None:
+    assert callable(processes.child_preexec())
+    assert callable(processes.child_preexec(ignore_sigpipe=True))
+
+
+@pytest.mark.parametrize("lifetime", [LinuxLifetime, MacLifetime])
+def test_a_tree_is_its_process_group(lifetime: type[LinuxLifetime | MacLifetime]) -> None:
+    sent: list[tuple[int, int]] = []
+
+    def kill_group(group: int, signum: int) -> None:
+        if sent and sent[-1] == (group, signum):
+            raise ProcessLookupError  # the group is gone by the second SIGKILL
+        sent.append((group, signum))
+
+    tree = lifetime(kill_group=kill_group).adopt(Child())
+    tree.end(Ending.TERMINATE)
+    tree.end(Ending.KILL)
+    tree.end(Ending.KILL)
+    tree.release()
+    lifetime(kill_group=kill_group).kill_orphan(654)
+
+    assert sent == [(321, signal.SIGTERM), (321, signal.SIGKILL), (654, signal.SIGKILL)]
+
+
+def test_a_group_owned_by_someone_else_is_left_quietly() -> None:
+    def kill_group(group: int, signum: int) -> None:
+        raise PermissionError
+
+    ProcessGroup(1, kill_group).end(Ending.KILL)
+
+
+def test_macos_starts_the_child_through_the_launcher_with_the_broker_pid() -> None:
+    mac = MacLifetime(guard_command=["py", "guard.py"], broker_pid=lambda: 77)
+
+    assert mac.command(["engine", "-x"]) == ["py", "guard.py", "77", "--", "engine", "-x"]
+    assert mac.command(["engine"], ignore_sigpipe=True) == [
+        "py",
+        "guard.py",
+        "77",
+        "--ignore-sigpipe",
+        "--",
+        "engine",
+    ]
+    options = mac.spawn_options()
+    assert options == {"preexec_fn": None, "start_new_session": True}
+    assert callable(mac.spawn_options(ignore_sigpipe=True)["preexec_fn"])
+
+
+def test_the_launcher_is_this_interpreter_running_the_guard_script_isolated() -> None:
+    command = macos.default_guard_command()
+
+    assert command == [sys.executable, "-I", str(Path(guard.__file__))]
+    assert MacLifetime().command(["engine"])[-2:] == ["--", "engine"]
+
+
+def test_a_frozen_app_has_no_launcher_and_starts_the_child_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(macos, "is_frozen", lambda: True)
+
+    assert MacLifetime().command(["engine", "-x"]) == ["engine", "-x"]
