@@ -19,6 +19,8 @@ from typing import TextIO
 import psutil
 import pytest
 
+from tests.support.platforms import skip_linux_only
+
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # Test brokers keep their keys in files, never in the keyring of the machine running the tests.
 os.environ["PAIR_KEYRING"] = "off"
@@ -130,3 +132,8 @@ class CrashDumps:
             # killed the wrong PID) or os._exit.
             dump = "(no faulthandler dump: the worker was killed by SIGKILL, or called _exit)"
         report.longrepr = f"{report.longrepr}\n\n{worker}'s faulthandler dump:\n{dump}"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Skip the tests marked ``linux_only`` off Linux, saying why (tests/support/platforms.py)."""
+    skip_linux_only(items)

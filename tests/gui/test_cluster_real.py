@@ -29,6 +29,7 @@ from tests.gui.conftest import free_port
 from tests.gui.helpers import wait_until
 from tests.integration.engines.conftest import OLLAMA_SHIM, write_override, write_script
 
+pytestmark = pytest.mark.linux_only("checks the engine's process under /proc")
 READY_S = 60.0
 AppFactory = Callable[[str], PairApplication]
 

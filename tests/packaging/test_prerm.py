@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.linux_only("dpkg's prerm finds processes through /proc")
 PRERM = Path(__file__).resolve().parents[2] / "packaging" / "deb" / "prerm"
 
 

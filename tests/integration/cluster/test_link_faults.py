@@ -57,7 +57,10 @@ __all__ = ["hosts", "start_node"]  # fixtures
 
 # Three brokers started, paired and listed, then a fault and its answer: on a loaded machine,
 # more than the suite's default two minutes.
-pytestmark = pytest.mark.timeout(360)
+pytestmark = [
+    pytest.mark.timeout(360),
+    pytest.mark.linux_only("network namespaces, and `ip route`/`ip rule` faults inside them"),
+]
 
 T = TypeVar("T")
 

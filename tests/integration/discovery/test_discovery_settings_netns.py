@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.integration.conftest import Broker
 from tests.integration.discovery.test_manual_nodes import by_id
 from tests.integration.discovery.test_multicast_netns import (
@@ -21,6 +23,7 @@ from tests.integration.discovery.test_multicast_netns import (
 )
 
 __all__ = ["namespaces", "start_in_namespace"]  # fixtures, used by name
+pytestmark = pytest.mark.linux_only("network namespaces made with `ip netns`, as root")
 QUIET_S = 8.0
 
 

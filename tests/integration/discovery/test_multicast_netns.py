@@ -21,6 +21,7 @@ import pytest
 from tests.integration.conftest import ROOT, Broker, node_argv, wait_until_serving
 from tests.integration.discovery.test_manual_nodes import FAST, by_id
 
+pytestmark = pytest.mark.linux_only("network namespaces made with `ip netns`, as root")
 SCAN_INTERVAL = float(FAST["PAIR_DISCOVERY_SCAN_INTERVAL"])
 EVICT_AFTER = 12
 # The first scan after the last answer consumes it, then twelve misses; plus one telemetry
