@@ -170,46 +170,46 @@ class Actions:
         self, key: Key, load: Load, job: Job, call: Callable[[], Awaitable[object]]
     ) -> None:
         try:
-            async with asyncio.timeout(self._deadline_s):
-                await call()
-        except asyncio.CancelledError:
-            self._end(job, STOPPED)  # its job must not stay in flight while the broker runs on
-            raise
-        except Exception as exc:
-            error = str(exc) or type(exc).__name__
+            error = await self._bounded(key, job, call)
+        finally:
+            self._loading.discard(load.node_id)
+        if error is not None:
             log.warning(
                 "replica of %s on %s: the load failed: %s", load.model, load.node_name, error
             )
-            self._failed_at[key] = self._clock.monotonic()
             self._set(key, load.model, load.node_name, "failed", load.reason, error=error)
-            self._end(job, error)
         else:
-            self._failed_at.pop(key, None)
             self._set(key, load.model, load.node_name, "ready", load.reason)
-            self._end(job, None)
             log.info("replica of %s loaded on %s: %s", load.model, load.node_name, load.reason)
-        finally:
-            self._loading.discard(load.node_id)
+        self._end(job, error)
 
     async def _unload(self, key: Key, job: Job, call: Callable[[], Awaitable[object]]) -> None:
+        error = await self._bounded(key, job, call)
+        if error is not None:
+            log.warning("replica %s: the unload failed: %s", key[2], error)
+            self._replicas[key] = _replace(self._replicas[key], state="failed", error=error)
+        else:
+            self._replicas.pop(key, None)
+            log.info("replica %s unloaded from %s: %s", key[2], key[1], job.note)
+        self._end(job, error)
+
+    async def _bounded(
+        self, key: Key, job: Job, call: Callable[[], Awaitable[object]]
+    ) -> str | None:
+        """Run ``call`` within the deadline; its error in words (None: it worked). A failure
+        holds the key off for a while (``_failed_at``); a cancelled call ends its job first,
+        so the job does not stay in flight while the broker runs on."""
         try:
             async with asyncio.timeout(self._deadline_s):
                 await call()
         except asyncio.CancelledError:
-            self._end(job, STOPPED)  # its job must not stay in flight while the broker runs on
+            self._end(job, STOPPED)
             raise
         except Exception as exc:
-            error = str(exc) or type(exc).__name__
-            log.warning("replica %s: the unload failed: %s", key[2], error)
             self._failed_at[key] = self._clock.monotonic()
-            known = self._replicas[key]
-            self._replicas[key] = _replace(known, state="failed", error=error)
-            self._end(job, error)
-        else:
-            self._failed_at.pop(key, None)
-            self._replicas.pop(key, None)
-            self._end(job, None)
-            log.info("replica %s unloaded from %s: %s", key[2], key[1], job.note)
+            return str(exc) or type(exc).__name__
+        self._failed_at.pop(key, None)
+        return None
 
     def _set(
         self,
