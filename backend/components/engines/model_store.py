@@ -369,7 +369,10 @@ async def _fetch(
 def _open_part(root: Path, part: Path) -> BinaryIO:
     ensure_private_dir(root)
     fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)  # a stale partial file from an earlier run keeps its old mode
+    # A stale partial file from an earlier run keeps its old mode. Windows has no fchmod
+    # (and no such mode bits: the file's ACL comes from the private folder).
+    if hasattr(os, "fchmod"):
+        os.fchmod(fd, 0o600)
     return os.fdopen(fd, "wb")
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import socket
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
@@ -62,17 +63,33 @@ def listen_tcp(host: str, port: int, *, share_port: bool = False) -> socket.sock
     ``share_port`` binds with ``SO_REUSEPORT`` (``rebind`` only)."""
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     try:
-        # Lets a restarted broker bind while old connections sit in TIME_WAIT; on Linux this
-        # still refuses a port that another program listens on.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if share_port:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        for option in port_options(sys.platform, share_port=share_port):
+            sock.setsockopt(socket.SOL_SOCKET, option, 1)
         sock.bind((host, port))
         sock.listen(BACKLOG)
     except OSError:
         sock.close()
         raise
     return sock
+
+
+# Windows' own value (``~SO_REUSEADDR``); the socket module names it only there.
+SO_EXCLUSIVEADDRUSE: int = getattr(socket, "SO_EXCLUSIVEADDRUSE", -5)
+
+
+def port_options(platform: str, *, share_port: bool = False) -> list[int]:
+    """The ``SOL_SOCKET`` options a door's listener sets before it binds, per platform.
+
+    POSIX: ``SO_REUSEADDR`` lets a restarted broker bind while old connections sit in
+    TIME_WAIT, and still refuses a port another program listens on; ``share_port`` adds
+    ``SO_REUSEPORT`` (a door moving port). Windows: ``SO_REUSEADDR`` there would let another
+    program bind the same port, so ``SO_EXCLUSIVEADDRUSE`` (TIME_WAIT never blocks a bind)."""
+    if platform == "win32":
+        return [SO_EXCLUSIVEADDRUSE]
+    options = [socket.SO_REUSEADDR]
+    if share_port:
+        options.append(socket.SO_REUSEPORT)
+    return options
 
 
 def door_host(lan_access: bool) -> str:

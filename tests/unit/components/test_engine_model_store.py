@@ -8,6 +8,7 @@ import asyncio
 import hashlib
 import itertools
 import logging
+import os
 import socket
 import stat
 from collections.abc import AsyncIterator
@@ -19,6 +20,7 @@ import gguf
 import pytest
 from aiohttp import web
 
+from backend.components.engines import model_store
 from backend.components.engines.model_store import (
     PROGRESS_INTERVAL,
     ModelStore,
@@ -566,3 +568,16 @@ async def test_pulls_of_different_names_run_side_by_side(tmp_path: Path, server:
     models = await asyncio.gather(*(server.pull(store, url, name) for name in ("one", "two")))
     assert [model.name for model in models] == ["one", "two"]
     assert [model.name for model in store.list()] == ["one", "two"]
+
+
+def test_a_partial_file_opens_private_where_there_is_no_fchmod(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Windows has no ``os.fchmod``: a download still opens its partial file (its mode is
+    what ``os.open`` gave it; there the private folder's ACL guards it)."""
+    part = tmp_path / "models" / "m.gguf.part"
+    monkeypatch.delattr(os, "fchmod")
+    with model_store._open_part(tmp_path / "models", part) as handle:
+        handle.write(b"GGUF")
+    assert part.read_bytes() == b"GGUF"
+    assert stat.S_IMODE(part.stat().st_mode) == 0o600

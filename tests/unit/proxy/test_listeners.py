@@ -5,8 +5,10 @@ from __future__ import annotations
 import socket
 
 from backend.components.proxy.listeners import (
+    SO_EXCLUSIVEADDRUSE,
     listen_tcp,
     open_listener,
+    port_options,
     port_taken_error_id,
     port_taken_message,
 )
@@ -54,3 +56,11 @@ def test_a_taken_relay_port_moves_like_a_door_and_the_warning_names_both_ports()
             message = port_taken_message(relay)
             assert str(taken) in message and str(relay.port) in message
             assert "node-info" in message
+
+
+def test_listener_options_per_platform() -> None:
+    assert port_options("linux") == [socket.SO_REUSEADDR]
+    assert port_options("darwin", share_port=True) == [socket.SO_REUSEADDR, socket.SO_REUSEPORT]
+    # Windows: SO_REUSEADDR would let another program take the port; exclusive use instead.
+    assert port_options("win32") == [SO_EXCLUSIVEADDRUSE]
+    assert SO_EXCLUSIVEADDRUSE == ~4  # Windows' value: ~SO_REUSEADDR, its SO_REUSEADDR is 4
