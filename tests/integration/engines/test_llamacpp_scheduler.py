@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import openai
 
+from backend.workers.proxy.scheduler.slot_view import VIEW_FRESH_S
 from tests.integration.conftest import Broker, Client, free_port
 from tests.integration.engines.conftest import engine_key_headers, write_override
 
@@ -270,3 +271,58 @@ async def test_a_second_model_waits_for_the_first_models_turn_and_a_delete_for_i
         models = await rpc.call("engine:models")
         assert models["loaded_by_engine"]["llamacpp"] == ["tiny"]
         assert "spare" not in models["by_engine"]["llamacpp"]
+
+
+async def test_a_slot_taken_from_outside_is_noticed_and_the_next_turn_goes_beside_it(
+    start_broker: StartBroker, tmp_path: Path, llama_server_binary: Path, busy_model_path: Path
+) -> None:
+    _, engine_port, door_port = await _start(
+        start_broker,
+        tmp_path,
+        llama_server_binary,
+        {"busy": busy_model_path},
+        llamacpp_parallel=2,
+        llamacpp_context=4096,
+        llamacpp_model="busy",
+    )
+    client = _openai(door_port)
+    alice = ["Plan a short walk through the old town for me."]
+    first = await client.chat.completions.create(
+        model="busy",
+        messages=_conversation(*alice),
+        max_tokens=4,
+        user="alice",  # type: ignore[arg-type]
+    )
+    assert first.choices
+    mine = [s["id"] for s in await _slots(engine_port) if s.get("n_prompt_tokens", 0) > 0]
+    assert len(mine) == 1, "alice's first turn left its KV on one slot"
+    body = {
+        "model": "busy",
+        "messages": _conversation("Tell me a very long story."),
+        "max_tokens": LONG_TOKENS,
+        "stream": True,
+        "id_slot": mine[0],
+    }
+    headers = engine_key_headers(engine_port)
+    url = f"http://127.0.0.1:{engine_port}/v1/chat/completions"
+    async with (
+        httpx.AsyncClient(timeout=120, headers=headers) as http,
+        http.stream("POST", url, json=body) as outside,
+    ):
+        lines = outside.aiter_lines()
+        await anext(lines)  # a client of the engine's own port generates on alice's slot
+        # The scheduler's view of the idle slots is trusted for a second; then it reads them.
+        await asyncio.sleep(VIEW_FRESH_S + 0.5)
+        alice.append("Then what?")
+        # Pinned behind the outside request, it would wait for its 1500 tokens (minutes).
+        async with asyncio.timeout(60):
+            turn = await client.chat.completions.create(
+                model="busy",
+                messages=_conversation(*alice),
+                max_tokens=4,
+                user="alice",  # type: ignore[arg-type]
+            )
+        assert turn.choices
+        busy = [s["id"] for s in await _slots(engine_port) if s["is_processing"]]
+        assert busy == mine, "alice's turn ran beside the outside request, not behind it"
+    await client.close()

@@ -30,11 +30,14 @@ class FakeEngine:
         self.files: dict[str, int] = {}
         self.load_fails: dict[str, str] = {}
         self.load_gate: asyncio.Event | None = None
+        self.read_gate: asyncio.Event | None = None
         self.instance = 1
 
     async def free_slots(self) -> SlotSample | None:
         self.samples += 1
         idle = tuple(i for i in range(self.slots) if i not in self.foreign)
+        if self.read_gate is not None:  # the answer is on its way (as it was when read)
+            await self.read_gate.wait()
         return SlotSample(len(idle), idle if self.slot_ids else None)
 
     async def erase(self, slot: int) -> None:
@@ -94,13 +97,14 @@ def make(
     *,
     changes: list[int] | None = None,
     affinity: bool = True,
+    clock: FakeClock | None = None,
 ) -> EngineScheduler:
     """A scheduler of ``engine`` configured with ``shape``; each change appends to
     ``changes``."""
     scheduler = EngineScheduler(
         "llamacpp",
         engine,
-        clock=FakeClock(),
+        clock=clock or FakeClock(),
         on_change=(lambda: changes.append(1)) if changes is not None else (lambda: None),
         poll_s=0.5,
         affinity=affinity,
@@ -146,10 +150,10 @@ class Requests:
 
         self.tasks[name] = asyncio.get_running_loop().create_task(run())
 
-    def finish(self, *names: str) -> None:
-        """The admitted ``names`` end."""
+    def finish(self, *names: str, finished: bool = True) -> None:
+        """The admitted ``names`` end (``finished``: the engine is done with them)."""
         for name in names:
-            self.scheduler.release(self.tasks[name].result())
+            self.scheduler.release(self.tasks[name].result(), finished=finished)
 
     async def cleanup(self) -> None:
         """Cancel what still waits and end the scheduler's tasks."""
@@ -174,12 +178,14 @@ class Schedulers:
         slot_ids: bool = True,
         changes: list[int] | None = None,
         affinity: bool = True,
+        clock: FakeClock | None = None,
     ) -> Requests:
         """Requests to a scheduler configured with ``shape``, over an engine of
-        ``engine_slots`` slots (the shape's count unless given)."""
+        ``engine_slots`` slots (the shape's count unless given), on ``clock`` if given."""
         slots = shape.slots if engine_slots is None else engine_slots
         engine = FakeEngine(slots, slot_ids=slot_ids)
-        requests = Requests(make(engine, shape, changes=changes, affinity=affinity), engine)
+        scheduler = make(engine, shape, changes=changes, affinity=affinity, clock=clock)
+        requests = Requests(scheduler, engine)
         self._made.append(requests)
         return requests
 

@@ -151,6 +151,23 @@ def test_a_request_is_admitted_at_once_only_where_a_pass_could_do_nothing_else()
     assert not rules.admits_at_once(ONE_MODEL, "a", Running(), queued=False, busy=False)
 
 
+def test_a_one_model_engine_starts_at_once_only_what_a_pass_would_start_first() -> None:
+    assert rules.starts_at_once(moment(ONE_MODEL, resident="a"), "a"), "drained, resident"
+    assert not rules.starts_at_once(moment(ONE_MODEL, resident="a"), "b"), "b needs a load"
+    open_turn = moment(ONE_MODEL, resident="a", turn="a", running=(Job("a"),))
+    assert rules.starts_at_once(open_turn, "a"), "its turn is open and has room"
+    assert not rules.starts_at_once(replace(open_turn, turn="b"), "a")
+    full = moment(ONE_MODEL, resident="a", turn="a", running=(Job("a"), Job("a")))
+    assert not rules.starts_at_once(full, "a"), "two slots, two running"
+    assert not rules.starts_at_once(moment(ONE_MODEL, Job("b"), resident="a"), "a"), "b waits"
+    batch = moment(ONE_MODEL, resident="a", turn="a", batch=(Job("a"),))
+    assert not rules.starts_at_once(batch, "a"), "the turn's own claims go first"
+    operation = moment(ONE_MODEL, resident="a", active=OPERATION, running=(OPERATION,))
+    assert not rules.starts_at_once(operation, "a")
+    assert rules.starts_at_once(moment(MANY_MODELS, running=(Job("a"),)), "b")
+    assert not rules.starts_at_once(moment(MANY_MODELS, running=(Job("a"),)), "a")
+
+
 def test_a_claim_needs_an_idle_slot_and_room_under_the_ceiling() -> None:
     batch = (Job("a"), Job("a"))
     turn = moment(ONE_MODEL, batch=batch, turn="a")

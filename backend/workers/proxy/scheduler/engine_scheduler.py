@@ -70,14 +70,14 @@ class EngineScheduler:
         self.resident: str | None = None
         self._instance = 0
         self._retired: set[int] = set()
-        self._idle: int | None = None
         self._busy = False
         self._dirty = False
         self._polling = False
         self._tasks = TaskSet(f"scheduler:{engine}")
-        self._keeper = SlotKeeper(engine, access, self._tasks, affinity=affinity)
+        self._keeper = SlotKeeper(engine, access, self._tasks, clock=clock, affinity=affinity)
         self.slots = self._keeper.book
         self.parking = self._keeper.parking
+        self._view = self._keeper.view
         self._done: asyncio.Future[None] | None = None
 
     # What the routing table says.
@@ -144,11 +144,33 @@ class EngineScheduler:
         admit it at once (``rules.admits_at_once``: the common case; it saves a task and a
         wait per request). None otherwise: ``admit`` it. The caller must ``release`` a ticket
         it gets."""
+        if self._shape.pinning or self._shape.single_model:
+            return self._start_now(model, session)
         busy = self._active is not None or bool(self._batch)
         queued = bool(self.queue)
         if not rules.admits_at_once(self._shape, model, self._running, queued=queued, busy=busy):
             return None
         ticket = Ticket(model, COMPLETION, session, admitted=self._admitted())
+        self._running.add(ticket)
+        self._announce()
+        return ticket
+
+    def _start_now(self, model: str, session: str | None) -> Ticket | None:
+        """``admit_now`` on a one-model or pinning engine: when no pass runs, the rules would
+        start this request first (``rules.starts_at_once``) and its slot is known idle with
+        nothing to do first (``SlotKeeper.take_now``)."""
+        if self._busy or not rules.starts_at_once(self._moment(), model):
+            return None
+        slot = None
+        if self._shape.pinning:
+            held = (t.slot for t in self._running if t.slot is not None)
+            parking = self._shape.parking and self._affinity
+            slot = self._keeper.take_now(held, session, parking=parking)
+            if slot is None:
+                return None
+        ticket = Ticket(model, COMPLETION, session, slot, admitted=self._admitted())
+        if self._shape.single_model and self._turn is None:
+            self._turn = self.last_turn = model
         self._running.add(ticket)
         self._announce()
         return ticket
@@ -170,8 +192,13 @@ class EngineScheduler:
             done.set_result(None)
         return done
 
-    def release(self, ticket: Ticket) -> None:
-        """The request or operation ended (any way): its capacity goes to the next."""
+    def release(self, ticket: Ticket, *, finished: bool = True) -> None:
+        """The request or operation ended (any way): its capacity goes to the next.
+        ``finished``: the engine is done with it (its answer was read to the end); False when
+        it may still be running it (its client left mid-answer), so its slot is not counted
+        idle until the engine's slots are read again."""
+        if ticket in self._running and self._shape.pinning:
+            self._view.ended(ticket.slot, finished=finished)
         self._leave(ticket)
 
     def forget_slots(self) -> None:
@@ -205,11 +232,16 @@ class EngineScheduler:
             changed = True
         if not ticket.admitted.done():
             ticket.admitted.cancel()
-        if changed:
-            self._announce()
-            # Capacity freed matters only to what waits (a one-model engine may end its turn).
-            if self.queue or self._batch or self._shape.single_model:
-                self._kick()
+        if not changed:
+            return
+        # Capacity freed matters only to what waits. A one-model engine's turn ends once it
+        # drained: with nothing waiting and no pass running that is all a pass would do.
+        single = self._shape.single_model
+        if self.queue or self._batch or (single and self._busy):
+            self._kick()
+        elif single and not self._running and self._active is None:
+            self._turn = None
+        self._announce()
 
     # Decision passes: the rules decide, this does the I/O and applies.
 
@@ -265,22 +297,28 @@ class EngineScheduler:
         """Take the steps ``rules.next_step`` names, one at a time, until it says stop."""
         self.slots.free = None
         sample: SlotSample | None = None
-        sampled, started_here = False, 0
+        sampled = recalled = afresh = False
+        started_here = 0
         while True:
             step = rules.next_step(self._moment())
             if isinstance(step, rules.Admit):
                 if not sampled:
-                    sample, sampled = await self._sample(), True
-                if not await self._admit_next(sample, started_here):
+                    sample, recalled = await self._sample(afresh=afresh)
+                    sampled, started_here = True, 0
+                if await self._admit_next(sample, started_here, final=not recalled):
+                    started_here += 1
+                elif recalled and rules.claim(self._moment(), None) is not None:
+                    # The view leaves no room: read the engine before anyone waits on it.
+                    sampled, afresh = False, True
+                else:
                     return
-                started_here += 1
             elif isinstance(step, rules.Stop):
                 return
             elif isinstance(step, rules.StartOperation):
                 self._start_exclusive(step.ticket)
                 return
             elif await self._turn_changed(step):
-                # A new turn reads the engine afresh (a relaunch has all its slots back).
+                # A new turn looks at the slots again (after a relaunch the view was dropped).
                 sampled, started_here = False, 0
 
     async def _turn_changed(
@@ -303,14 +341,17 @@ class EngineScheduler:
         self._announce()
         return True
 
-    async def _admit_next(self, sample: SlotSample | None, started_here: int) -> bool:
-        """Start the request ``rules.claim`` picks; False when none may start now (then the
-        engine is polled if only a slot it reports busy can free one)."""
+    async def _admit_next(
+        self, sample: SlotSample | None, started_here: int, *, final: bool
+    ) -> bool:
+        """Start the request ``rules.claim`` picks; False when none may start now (then, when
+        ``sample`` was read from the engine (``final``), it is polled if only a slot it
+        reports busy can free one)."""
         moment = self._moment()
         room = None if sample is None else sample.idle - started_here
         ticket = rules.claim(moment, room)
         if ticket is None:
-            if rules.waits_for_slots(moment, sample):
+            if final and rules.waits_for_slots(moment, sample):
                 self._poll()
             return False
         (self._batch if self._shape.single_model else self.queue).remove(ticket)
@@ -348,23 +389,12 @@ class EngineScheduler:
                 ticket.admitted.set_exception(LoadFailed(reason))
         self._announce()
 
-    async def _sample(self) -> SlotSample | None:
+    async def _sample(self, *, afresh: bool) -> tuple[SlotSample | None, bool]:
+        """The idle slots (``SlotKeeper.sample``) on an engine that names them."""
         if not self._shape.pinning:
-            return None
-        try:
-            sample = await self._access.free_slots()
-        except Exception:
-            sample = None
-        if sample is None:
-            self._idle = None
-            return None
-        self._idle = sample.idle
-        if sample.ids is None:
-            self.slots.free = None
-            return sample
+            return None, False
         held = (t.slot for t in self._running if t.slot is not None)
-        handed = self.slots.sampled(sample.ids, held)
-        return SlotSample(max(0, min(sample.idle, handed)), None)
+        return await self._keeper.sample(held, afresh=afresh)
 
     def _poll(self) -> None:
         """Nothing of ours runs and the engine has no idle slot: look again shortly."""
@@ -425,5 +455,9 @@ class EngineScheduler:
         pinning = self._shape.pinning
         owners = self.slots.counts(self._shape.slots, parked=len(self.parking)) if pinning else None
         return scheduler_state(
-            self.engine, self._moment(), loading=self._loading, idle=self._idle, slot_owners=owners
+            self.engine,
+            self._moment(),
+            loading=self._loading,
+            idle=self._view.reported,
+            slot_owners=owners,
         )

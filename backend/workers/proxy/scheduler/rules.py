@@ -239,6 +239,21 @@ def admits_at_once(
     return running.count(model) < ceiling(shape, model)
 
 
+def starts_at_once(moment: Moment[T], model: str) -> bool:
+    """Whether a completion of ``model`` arriving now is one a pass would start first with no
+    choice to make: nothing queued or claimed ahead of it, no operation, room under its
+    ceiling, and on a one-model engine its model's turn open or the engine drained with its
+    model resident (the pass would begin that turn). Its slot is the scheduler's part."""
+    if moment.queue or moment.batch or moment.active is not None:
+        return False
+    shape, running = moment.shape, moment.running
+    if not shape.single_model:
+        return running.count(model) < ceiling(shape, model)
+    if moment.turn is None:
+        return not len(running) and moment.resident == model
+    return moment.turn == model and len(running) < ceiling(shape, model)
+
+
 def claim(moment: Moment[T], room: int | None) -> T | None:
     """The next request to start, by affinity, among those with room (None: none may start).
 

@@ -1,0 +1,159 @@
+"""The scheduler's view of an engine's idle slots (``slot_view``): PAIR's own requests need no
+read of ``/slots``, while traffic PAIR did not send is still noticed (docs/SCHEDULER.md,
+"Capacity")."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from backend.workers.proxy.scheduler.slot_view import VIEW_FRESH_S
+from tests.fakes import FakeClock
+from tests.unit.proxy.scheduler_fakes import Schedulers, pinned, settle
+
+
+@pytest.fixture
+async def scheduled() -> AsyncIterator[Schedulers]:
+    """Builds the requests of a scheduler for a shape; cleaned up after the test."""
+    schedulers = Schedulers()
+    yield schedulers
+    await schedulers.cleanup()
+
+
+async def test_a_lone_request_after_another_is_sent_without_reading_the_slots_again(
+    scheduled: Schedulers,
+) -> None:
+    requests = scheduled(pinned(slots=2))
+    engine = requests.engine
+    requests.submit("r1", session="alice")
+    await settle()
+    requests.finish("r1")
+    await settle()
+    assert engine.samples == 1
+    requests.submit("r2", session="alice")
+    await settle()
+    assert requests.admitted == ["r1", "r2"]
+    assert engine.samples == 1, "the slot alice's request left is known idle: no read"
+    assert engine.log == ["run r1@0", "run r2@0"], "the same slot, its KV kept: no erase"
+
+
+async def test_traffic_pair_did_not_send_is_noticed_once_the_view_is_no_longer_fresh(
+    scheduled: Schedulers,
+) -> None:
+    clock = FakeClock()
+    requests = scheduled(pinned(slots=2), clock=clock)
+    engine = requests.engine
+    requests.submit("r1", session="alice")
+    await settle()
+    requests.finish("r1")
+    engine.foreign = {0}  # a client of the engine's own port takes alice's slot
+    clock.now += VIEW_FRESH_S + 0.1
+    requests.submit("r2", session="alice")
+    await settle()
+    assert engine.samples == 2, "a view older than its freshness is read again"
+    assert requests.tasks["r2"].result().slot == 1, "the slot taken from outside is not given"
+
+
+async def test_a_view_that_leaves_no_room_is_read_again_before_anyone_waits(
+    scheduled: Schedulers,
+) -> None:
+    clock = FakeClock()
+    requests = scheduled(pinned(slots=2), clock=clock)
+    engine = requests.engine
+    engine.foreign = {1}
+    requests.submit("r1", session="alice")
+    await settle()
+    engine.foreign = set()  # the outside request ended: only a read can tell
+    requests.submit("r2", session="bob")
+    await settle()
+    assert requests.admitted == ["r1", "r2"]
+    assert requests.tasks["r2"].result().slot == 1
+    assert engine.samples == 2
+    assert clock.sleeps == [], "admitted on the read, not after a poll"
+
+
+async def test_a_request_whose_client_left_makes_the_next_one_read_the_engine(
+    scheduled: Schedulers,
+) -> None:
+    requests = scheduled(pinned(slots=2))
+    engine = requests.engine
+    requests.submit("r1", session="alice")
+    await settle()
+    requests.finish("r1", finished=False)  # the engine may still be generating it
+    engine.foreign = {0}
+    requests.submit("r2", session="alice")
+    await settle()
+    assert engine.samples == 2
+    assert requests.tasks["r2"].result().slot == 1
+
+
+async def test_a_relaunch_or_a_request_that_ran_unpinned_drops_the_view(
+    scheduled: Schedulers,
+) -> None:
+    requests = scheduled(pinned(slots=1, instance=1))
+    engine, scheduler = requests.engine, requests.scheduler
+    requests.submit("r1", session="alice")
+    await settle()
+    requests.finish("r1")
+    scheduler.configure(pinned(slots=1, instance=2))  # restarted: the view is of the old one
+    requests.submit("r2", session="bob")
+    await settle()
+    assert engine.samples == 2
+    engine.erase_fails = True
+    requests.finish("r2")
+    requests.submit("r3", session="carol")  # bob's slot: the erase fails, r3 runs unpinned
+    await settle()
+    assert requests.tasks["r3"].result().slot is None
+    assert engine.samples == 2, "bob's slot was known idle"
+    requests.finish("r3")
+    requests.submit("r4", session="carol")
+    await settle()
+    assert engine.samples == 3, "after a request the engine placed itself, it is read again"
+
+
+async def test_a_slot_left_while_the_slots_were_being_read_counts_idle(
+    scheduled: Schedulers,
+) -> None:
+    clock = FakeClock()
+    requests = scheduled(pinned(slots=2), clock=clock)
+    engine = requests.engine
+    requests.submit("r1", session="alice")
+    await settle()
+    engine.foreign = {0}  # alice's request as the engine shows it: busy
+    clock.now += VIEW_FRESH_S + 0.1
+    engine.read_gate = asyncio.Event()
+    requests.submit("r2", session="bob")
+    await settle()
+    requests.finish("r1")  # answered while the read was on its way
+    engine.foreign = set()
+    engine.read_gate.set()
+    await settle()
+    assert requests.tasks["r2"].result().slot == 1
+    requests.submit("r3", session="alice")
+    await settle()
+    assert engine.samples == 2, "the slot alice's request left is known idle: no read"
+    assert requests.tasks["r3"].result().slot == 0
+
+
+async def test_a_request_the_view_has_an_idle_slot_for_is_admitted_without_a_pass(
+    scheduled: Schedulers,
+) -> None:
+    clock = FakeClock()
+    requests = scheduled(pinned(slots=2, resident="a"), clock=clock)
+    scheduler = requests.scheduler
+    assert scheduler.admit_now("a", session="alice") is None, "nothing read yet: a pass reads"
+    requests.submit("r1", session="alice")
+    requests.submit("r2", session="bob")
+    await settle()
+    requests.finish("r1", "r2")
+    assert scheduler.state().turn is None, "a drained turn with nothing waiting ends at once"
+    alice = scheduler.admit_now("a", session="alice")
+    assert alice is not None and alice.slot == 0, "her own slot, known idle"
+    assert scheduler.state().turn == "a"
+    assert scheduler.admit_now("b", session="carol") is None, "another model waits its turn"
+    assert scheduler.admit_now("a", session="carol") is None, "bob's slot needs an erase"
+    assert scheduler.admit_now("a", session="bob") is not None, "his own slot"
+    assert scheduler.admit_now("a", session="bob") is None, "two slots, two running"
+    assert requests.engine.samples == 1
