@@ -105,8 +105,11 @@ def exit_watch() -> ExitWatch:
     return PidfdExits()
 
 
-def wait_first(watch: ExitWatch, broker_pid: int, child_pid: int) -> Gone:
-    """Which of the broker and the child exits first (either may be gone already)."""
+def wait_first(
+    watch: ExitWatch, broker_pid: int, child_pid: int, gone_already: Callable[[], Gone | None]
+) -> Gone:
+    """Which of the broker and the child exits first. ``gone_already`` is asked once both are
+    watched: an exit just before the watch began may never be reported (a zombie child)."""
     pids: dict[int, Gone] = {broker_pid: "broker", child_pid: "child"}
     try:
         for pid, name in pids.items():
@@ -114,6 +117,8 @@ def wait_first(watch: ExitWatch, broker_pid: int, child_pid: int) -> Gone:
                 watch.watch(pid)
             except ProcessLookupError:
                 return name
+        if gone := gone_already():
+            return gone
         while (pid := watch.wait()) not in pids:
             pass
         return pids[pid]
@@ -156,8 +161,14 @@ def guard(
     except OSError as error:
         print(f"guard: cannot start {argv[0]}: {error}", file=sys.stderr)
         return 127
-    gone: Gone = "broker" if getppid() != broker_pid else wait_first(watch, broker_pid, child.pid)
-    if gone == "broker":
+
+    def gone_already() -> Gone | None:
+        # Our parent is the broker until it exits (then we are someone else's).
+        if getppid() != broker_pid:
+            return "broker"
+        return "child" if child.poll() is not None else None
+
+    if (gone_already() or wait_first(watch, broker_pid, child.pid, gone_already)) == "broker":
         kill_group(os.getpgid(0), signal.SIGKILL)
     return child.wait()
 

@@ -53,7 +53,7 @@ def fake_select(queue: FakeQueue) -> types.ModuleType:
 def test_kqueue_watches_both_pids_for_exit_and_reports_the_first() -> None:
     queue = FakeQueue(exits=[CHILD])
 
-    assert wait_first(KqueueExits(fake_select(queue)), BROKER, CHILD) == "child"
+    assert wait_first(KqueueExits(fake_select(queue)), BROKER, CHILD, lambda: None) == "child"
     assert [(e.ident, e.filter, e.flags, e.fflags) for e in queue.registered] == [
         (BROKER, -5, 0x11, 0x80000000),
         (CHILD, -5, 0x11, 0x80000000),
@@ -64,21 +64,32 @@ def test_kqueue_watches_both_pids_for_exit_and_reports_the_first() -> None:
 def test_an_event_for_another_pid_is_skipped() -> None:
     queue = FakeQueue(exits=[999, BROKER])
 
-    assert wait_first(KqueueExits(fake_select(queue)), BROKER, CHILD) == "broker"
+    assert wait_first(KqueueExits(fake_select(queue)), BROKER, CHILD, lambda: None) == "broker"
 
 
 @pytest.mark.parametrize(("gone", "first"), [(BROKER, "broker"), (CHILD, "child")])
 def test_a_pid_gone_before_it_is_watched_counts_as_its_exit(gone: int, first: str) -> None:
     queue = FakeQueue(gone={gone})
 
-    assert wait_first(KqueueExits(fake_select(queue)), BROKER, CHILD) == first
+    assert wait_first(KqueueExits(fake_select(queue)), BROKER, CHILD, lambda: None) == first
     assert queue.closed
+
+
+def test_an_exit_between_the_start_and_the_watch_is_not_waited_for() -> None:
+    queue = FakeQueue()  # no event will come
+
+    assert wait_first(KqueueExits(fake_select(queue)), BROKER, CHILD, lambda: "child") == "child"
+    assert len(queue.registered) == 2 and queue.closed
 
 
 @dataclass
 class FakeChild:
     pid: int = CHILD
     code: int = 0
+    exited: bool = False
+
+    def poll(self) -> int | None:
+        return self.code if self.exited else None
 
     def wait(self) -> int:
         return self.code
@@ -99,13 +110,15 @@ class FakeWatch:
         pass
 
 
-def run_guard(first: int, *, parent: int = BROKER, code: int = 0) -> tuple[int, list[Any]]:
+def run_guard(
+    first: int, *, parent: int = BROKER, code: int = 0, exited: bool = False
+) -> tuple[int, list[Any]]:
     killed: list[tuple[int, int]] = []
     started: list[tuple[list[str], bool]] = []
 
     def start(argv: Any, ignore_sigpipe: bool) -> Any:
         started.append((list(argv), ignore_sigpipe))
-        return FakeChild(code=code)
+        return FakeChild(code=code, exited=exited)
 
     result = guard.guard(
         BROKER,
@@ -134,6 +147,10 @@ def test_a_broker_gone_before_the_watch_kills_the_group_at_once() -> None:
 
 def test_the_child_exiting_first_gives_its_status_and_kills_nothing() -> None:
     assert run_guard(CHILD, code=3) == (3, [])
+
+
+def test_a_child_gone_before_the_watch_gives_its_status() -> None:
+    assert run_guard(BROKER, code=4, exited=True) == (4, []), "the watch is never waited on"
 
 
 def test_a_child_that_cannot_start_is_status_127(capsys: pytest.CaptureFixture[str]) -> None:
