@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import backend.core.lifetime.guard as guard
 from backend.common.self_command import is_frozen
-from backend.core.lifetime import guard
 from backend.core.lifetime.base import ChildTree, Ending, SpawnOptions, StartedChild
 from backend.core.lifetime.posix import KillGroup, ProcessGroup, posix_preexec
 
