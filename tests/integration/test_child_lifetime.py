@@ -195,10 +195,23 @@ async def test_an_engine_process_spawns_ends_and_lets_go_through_its_lifetime(
 
     await process.stop(kill=kill, grace=0.5)
 
-    assert lifetime.asked == [
+    assert lifetime.asked[:3] == [
         ("command", True),
         ("spawn_options", True),
         ("adopt", process.pid),
-        ("release", None),
     ]
+    assert set(lifetime.asked[3:]) == {("release", None)}, "let go of once exited"
     assert lifetime.ended == ended
+
+
+async def test_an_engine_that_exits_by_itself_is_let_go_of_without_a_signal() -> None:
+    lifetime = RecordingLifetime()
+    process = await EngineProcess.spawn(
+        [sys.executable, "-c", "raise SystemExit(3)"],
+        dict(os.environ),
+        EngineLog(),
+        lifetime=lifetime,
+    )
+
+    assert await process.wait() == 3
+    assert lifetime.asked[-1] == ("release", None) and lifetime.ended == []

@@ -113,8 +113,10 @@ class EngineProcess:
         return self._process.returncode
 
     async def wait(self) -> int:
-        """Wait for the exit, then for the last output."""
+        """Wait for the exit, then for the last output. The tree is let go of at the exit (on
+        Windows closing its job kills what the engine left behind; elsewhere a no-op)."""
         code = await self._process.wait()
+        self._tree.release()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(asyncio.shield(self._pump), 2)
         return code
