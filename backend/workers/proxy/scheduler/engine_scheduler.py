@@ -20,10 +20,18 @@ from backend.core.clock import Clock
 from backend.protocol.types.scheduler import SchedulerState
 from backend.workers.proxy.scheduler import rules
 from backend.workers.proxy.scheduler.engine_access import EngineAccess, LoadFailed
+from backend.workers.proxy.scheduler.passes import Passes
 from backend.workers.proxy.scheduler.report import scheduler_state
+from backend.workers.proxy.scheduler.residency import Residency
 from backend.workers.proxy.scheduler.rules import EngineShape, Moment, SlotSample
 from backend.workers.proxy.scheduler.slot_keeper import SlotKeeper
-from backend.workers.proxy.scheduler.tickets import COMPLETION, RunningSet, Ticket
+from backend.workers.proxy.scheduler.tickets import (
+    COMPLETION,
+    RunningSet,
+    Ticket,
+    fail_queued,
+    tell_waiting,
+)
 
 __all__ = [
     "COMPLETION",
@@ -66,14 +74,11 @@ class EngineScheduler:
         self._turn: str | None = None
         self.last_turn: str | None = None
         self._active: Ticket | None = None
-        self._loading: str | None = None
-        self.resident: str | None = None
-        self._instance = 0
-        self._retired: set[int] = set()
-        self._busy = False
-        self._dirty = False
-        self._polling = False
+        self._residency = Residency()
         self._tasks = TaskSet(f"scheduler:{engine}")
+        self._passes = Passes(
+            f"scheduler:{engine}", self._pass, self._passed_over, tasks=self._tasks, clock=clock
+        )
         self._keeper = SlotKeeper(engine, access, self._tasks, clock=clock, affinity=affinity)
         self.slots = self._keeper.book
         self.parking = self._keeper.parking
@@ -87,18 +92,11 @@ class EngineScheduler:
         (another instance) forgets the slot owners and takes the table's resident model."""
         previous = self._shape
         self._shape = shape
-        loading = self._loading is not None
-        if rules.relaunched_elsewhere(shape, self._instance, self._retired, loading=loading):
-            if self._instance:
-                self._retired.add(self._instance)
-            self._instance = shape.instance
+        if self._residency.adopt(shape):
             self._forget_slots()
-            self.resident = shape.resident[0] if shape.resident else None
-        elif self.resident is None and shape.resident and not loading:
-            self.resident = shape.resident[0]
         if shape != previous:
             self._announce()
-            self._kick()
+            self._passes.kick()
 
     # Requests and operations.
 
@@ -129,7 +127,7 @@ class EngineScheduler:
             made(ticket)
         self._announce()
         # Deferred one loop turn, so a burst submitted together shares one decision.
-        asyncio.get_running_loop().call_soon(self._kick)
+        asyncio.get_running_loop().call_soon(self._passes.kick)
         try:
             await asyncio.shield(ticket.admitted)
         except asyncio.CancelledError:
@@ -159,7 +157,7 @@ class EngineScheduler:
         """``admit_now`` on a one-model or pinning engine: when no pass runs, the rules would
         start this request first (``rules.starts_at_once``) and its slot is known idle with
         nothing to do first (``SlotKeeper.take_now``)."""
-        if self._busy or not rules.starts_at_once(self._moment(), model):
+        if self._passes.running or not rules.starts_at_once(self._moment(), model):
             return None
         slot = None
         if self._shape.pinning:
@@ -237,8 +235,8 @@ class EngineScheduler:
         # Capacity freed matters only to what waits. A one-model engine's turn ends once it
         # drained: with nothing waiting and no pass running that is all a pass would do.
         single = self._shape.single_model
-        if self.queue or self._batch or (single and self._busy):
-            self._kick()
+        if self.queue or self._batch or (single and self._passes.running):
+            self._passes.kick()
         elif single and not self._running and self._active is None:
             self._turn = None
         self._announce()
@@ -254,44 +252,16 @@ class EngineScheduler:
             self._batch,
             self._turn,
             self.last_turn,
-            self.resident,
+            self._residency.resident,
             self._active,
             self._affinity,
             self.slots.owners,
             self.slots.free,
         )
 
-    def _kick(self) -> None:
-        """Ask for a decision; calls during a pass collapse into one more pass after it."""
-        if self._busy:
-            self._dirty = True
-            return
-        self._busy = True
-        self._tasks.spawn(self._dispatch(), name=f"scheduler:{self.engine}:pass")
-
-    async def _dispatch(self) -> None:
-        try:
-            while True:
-                self._dirty = False
-                try:
-                    await self._pass()
-                except Exception:
-                    log.exception("scheduler pass of %s failed", self.engine)
-                if not self._dirty:
-                    return
-        finally:
-            self._busy = False
-            self._passed_over()
-
     def _passed_over(self) -> None:
         """Tell the tickets a pass left queued that they wait."""
-        for ticket in [*self.queue, *self._batch]:
-            waiting, ticket.on_wait = ticket.on_wait, None
-            if waiting is not None and not ticket.admitted.done():
-                try:
-                    waiting()
-                except Exception:  # one caller's trouble must not cost the others theirs
-                    log.exception("a waiting request's callback failed on %s", self.engine)
+        tell_waiting([*self.queue, *self._batch], self.engine)
 
     async def _pass(self) -> None:
         """Take the steps ``rules.next_step`` names, one at a time, until it says stop."""
@@ -352,7 +322,8 @@ class EngineScheduler:
         ticket = rules.claim(moment, room)
         if ticket is None:
             if final and rules.waits_for_slots(moment, sample):
-                self._poll()
+                # Nothing of ours runs and the engine has no idle slot: look again shortly.
+                self._passes.poll(self._poll_s)
             return False
         (self._batch if self._shape.single_model else self.queue).remove(ticket)
         await self._start(ticket)
@@ -360,7 +331,7 @@ class EngineScheduler:
 
     async def _switch(self, model: str) -> bool:
         """Load ``model`` on the drained engine; on failure fail its queued requests."""
-        self._loading = model
+        self._residency.loading = model
         self._announce()
         try:
             instance = await self._access.load(model)
@@ -371,22 +342,15 @@ class EngineScheduler:
             self._fail_model(model, f"could not load {model}: {exc}")
             return False
         finally:
-            self._loading = None
+            self._residency.loading = None
             self._announce()
-        if self._instance:
-            self._retired.add(self._instance)
-        self._instance = instance
-        self.resident = model
+        self._residency.loaded(model, instance)
         self._forget_slots()
         return True
 
     def _fail_model(self, model: str, reason: str) -> None:
         log.warning("%s could not load %s: %s", self.engine, model, reason)
-        failed = [t for t in self.queue if t.model == model and not t.exclusive]
-        for ticket in failed:
-            self.queue.remove(ticket)
-            if not ticket.admitted.done():
-                ticket.admitted.set_exception(LoadFailed(reason))
+        fail_queued(self.queue, model, reason)
         self._announce()
 
     async def _sample(self, *, afresh: bool) -> tuple[SlotSample | None, bool]:
@@ -395,21 +359,6 @@ class EngineScheduler:
             return None, False
         held = (t.slot for t in self._running if t.slot is not None)
         return await self._keeper.sample(held, afresh=afresh)
-
-    def _poll(self) -> None:
-        """Nothing of ours runs and the engine has no idle slot: look again shortly."""
-        if self._polling:
-            return
-        self._polling = True
-
-        async def later() -> None:
-            try:
-                await self._clock.sleep(self._poll_s)
-            finally:
-                self._polling = False
-            self._kick()
-
-        self._tasks.spawn(later(), name=f"scheduler:{self.engine}:poll")
 
     def _start_exclusive(self, ticket: Ticket) -> None:
         if ticket in self.queue:
@@ -439,6 +388,11 @@ class EngineScheduler:
 
     # Reporting.
 
+    @property
+    def resident(self) -> str | None:
+        """The model the engine holds (a one-model engine), as far as the scheduler knows."""
+        return self._residency.resident
+
     def _announce(self) -> None:
         try:  # on every admission and release: no context manager
             self._on_change()
@@ -448,7 +402,8 @@ class EngineScheduler:
     @property
     def active(self) -> bool:
         """Whether it has anything: queued, running, an operation, a turn or a load."""
-        return bool(self.queue or self._batch or self._running or self._turn or self._loading)
+        loading = self._residency.loading
+        return bool(self.queue or self._batch or self._running or self._turn or loading)
 
     def state(self) -> SchedulerState:
         """A snapshot for ``engine:scheduler``."""
@@ -457,7 +412,7 @@ class EngineScheduler:
         return scheduler_state(
             self.engine,
             self._moment(),
-            loading=self._loading,
+            loading=self._residency.loading,
             idle=self._view.reported,
             slot_owners=owners,
         )

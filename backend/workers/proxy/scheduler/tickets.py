@@ -1,14 +1,19 @@
-"""What waits at an engine scheduler (a ``Ticket`` per request or exclusive operation) and the
-set of those it admitted, counted per model."""
+"""What waits at an engine scheduler (a ``Ticket`` per request or exclusive operation), the
+set of those it admitted, counted per model, and telling the waiting ones what became of them."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+from backend.workers.proxy.scheduler.engine_access import LoadFailed
+
 COMPLETION = "completion"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(eq=False)
@@ -67,3 +72,23 @@ class RunningSet:
 
     def __len__(self) -> int:
         return len(self._tickets)
+
+
+def tell_waiting(tickets: Iterable[Ticket], engine: str) -> None:
+    """Call, once, the ``on_wait`` of each ticket a decision pass left queued on ``engine``."""
+    for ticket in tickets:
+        waiting, ticket.on_wait = ticket.on_wait, None
+        if waiting is not None and not ticket.admitted.done():
+            try:
+                waiting()
+            except Exception:  # one caller's trouble must not cost the others theirs
+                log.exception("a waiting request's callback failed on %s", engine)
+
+
+def fail_queued(queue: list[Ticket], model: str, reason: str) -> None:
+    """Take ``model``'s requests (not its operations) out of ``queue``, each failed with
+    ``LoadFailed(reason)``."""
+    for ticket in [t for t in queue if t.model == model and not t.exclusive]:
+        queue.remove(ticket)
+        if not ticket.admitted.done():
+            ticket.admitted.set_exception(LoadFailed(reason))
