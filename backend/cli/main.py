@@ -12,7 +12,11 @@ from collections.abc import Sequence
 from backend.cli import worker_command
 from backend.cli.run_gui import RunGui
 
-__all__ = ["RunGui", "build_parser", "main"]
+__all__ = ["GUARD_COMMAND", "RunGui", "build_parser", "main"]
+
+# ``pair lifetime-guard BROKER_PID [--ignore-sigpipe] -- ARGV``: how a frozen app runs the
+# watchdog that ties a child's life to the broker's on macOS (``backend/core/lifetime/``).
+GUARD_COMMAND = "lifetime-guard"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,6 +33,10 @@ def main(argv: Sequence[str] | None = None, *, run_gui: RunGui | None = None) ->
     try:
         if worker_command.is_worker_command(arguments):
             return worker_command.run(arguments[1:])
+        if arguments[:1] == [GUARD_COMMAND]:  # the frozen macOS app's engine watchdog
+            from backend.core.lifetime.guard import main as guard
+
+            return guard(arguments[1:])
         from backend.cli.commands import dispatch
 
         return dispatch(arguments, run_gui)

@@ -15,12 +15,12 @@ from backend.core.lifetime.base import ChildTree, Ending, SpawnOptions, StartedC
 from backend.core.lifetime.posix import KillGroup, ProcessGroup, posix_preexec
 
 
-def default_guard_command() -> list[str] | None:
+def default_guard_command() -> list[str]:
     """The launcher as a plain script under this interpreter, isolated from ``PYTHON*``
-    variables (the child still gets them: they are in the environment it is given). A frozen
-    app has no script to run and no ``-m``, so there the child goes without a watchdog."""
+    variables (the child still gets them: they are in the environment it is given); in a
+    frozen app, which has no script to run, ``pair lifetime-guard`` (``backend/cli/main.py``)."""
     if is_frozen():
-        return None
+        return [sys.executable, "lifetime-guard"]
     return [sys.executable, "-I", str(Path(guard.__file__))]
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import signal
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from backend.cli.main import GUARD_COMMAND, main
 from backend.core import processes
 from backend.core.lifetime import Ending, child_lifetime, for_platform, guard, macos
 from backend.core.lifetime.macos import MacLifetime
@@ -102,9 +104,22 @@ def test_the_launcher_is_this_interpreter_running_the_guard_script_isolated() ->
     assert MacLifetime().command(["engine"])[-2:] == ["--", "engine"]
 
 
-def test_a_frozen_app_has_no_launcher_and_starts_the_child_itself(
+def test_a_frozen_app_runs_the_launcher_as_its_own_command(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(macos, "is_frozen", lambda: True)
+    monkeypatch.setattr(macos, "sys", SimpleNamespace(executable="/Applications/PAIR/pair"))
 
-    assert MacLifetime().command(["engine", "-x"]) == ["engine", "-x"]
+    command = MacLifetime(broker_pid=lambda: 41).command(["engine", "-x"])
+
+    assert command == ["/Applications/PAIR/pair", GUARD_COMMAND, "41", "--", "engine", "-x"]
+
+
+def test_the_guard_command_runs_the_launcher_without_the_command_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[list[str]] = []
+    monkeypatch.setattr(guard, "main", lambda args: seen.append(list(args)) or 7)
+
+    assert main([GUARD_COMMAND, "41", "--", "engine"]) == 7
+    assert seen == [["41", "--", "engine"]]
