@@ -277,7 +277,9 @@ class Router:
             for watcher in dispatch.watchers:
                 watcher.cancel()
             if dispatch.ticket is not None:
-                self.scheduler(dispatch.target.engine).release(dispatch.ticket)
+                # A slot is idle again only once its answer was read to the end.
+                finished = dispatch.job.outcome == "completed"
+                self.scheduler(dispatch.target.engine).release(dispatch.ticket, finished=finished)
             if dispatch.target.kind == "local":
                 if dispatch.job.committed_at is not None:
                     engine = dispatch.target.engine
