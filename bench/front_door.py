@@ -85,6 +85,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
 from _background import BackgroundLoad
 from _common import (
     Emulator,
@@ -109,7 +110,7 @@ from _front_door_runner import Runner, nginx_to, pass_through, progress
 from _nginx import search_nginx
 
 from backend.devtools.llama_server import search_llama_server
-from backend.protocol.proxy import ProxyTargets, RouteTarget
+from backend.protocol.proxy import ProxyTargets, RouteTarget, SlotApi
 from tests.engines.fixtures import (
     LlamaServer,
     cached_model,
@@ -345,7 +346,16 @@ def bench_llama_server(setup: Setup, emulator_target: RouteTarget) -> Findings |
         log_path = setup.logs / f"llama-server-np{slots}.log"
         server = start_llama_server(binary, model, slots, log_path)
         try:
-            target = local_target(server.base_url, [LLAMA_MODEL], slots)
+            # As the broker names a llama-server it launched: one model, its slot API (so
+            # requests are pinned to slots, as users' are), this launch's instance.
+            target = msgspec.structs.replace(
+                local_target(server.base_url, [LLAMA_MODEL], slots),
+                single_model=True,
+                resident=[LLAMA_MODEL],
+                resident_known=True,
+                instance=1,
+                slot_api=SlotApi(),
+            )
             setup.proxy.update(routing(ollama=emulator_target, llamacpp=target))
             yield server.base_url
         finally:
