@@ -61,8 +61,11 @@ async def test_the_same_gguf_in_ollama_and_the_llamacpp_store_has_one_digest(
         assert digests["ollama"]["tinyllama:latest"] == digest == digests["llamacpp"]["tiny"]
         assert digests["ollama"]["qwen2:0.5b"] not in (digest, None)
         assert list(digests["llamacpp"]) == ["tiny"]  # the file being pulled is not hashed
-        pushed = client.engine_events("models_changed")
-        assert pushed and pushed[-1]["digests_by_engine"] == digests
+        # The push that carries them may reach this client a moment after the call's answer.
+        pushed = await client.wait_engine_event(
+            "models_changed", lambda m: m.get("digests_by_engine") == digests
+        )
+        assert pushed["digests_by_engine"] == digests
         info = await client.call("nodeinfo:get")
         ollama = info["engines"]["ollama"]
         assert ollama["digests"] == digests["ollama"]
