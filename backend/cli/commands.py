@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from backend.cli import (
     apikey_commands,
@@ -139,12 +140,17 @@ def dispatch(argv: Sequence[str] | None, run_gui: RunGui | None) -> int:
     return foreground_command.run(args)
 
 
-def _exec_gui(argv: list[str], run_gui: RunGui | None) -> int:  # noqa: RET503 - execv
+def _exec_gui(  # noqa: RET503 - execv
+    argv: list[str],
+    run_gui: RunGui | None,
+    *,
+    sys_platform: str = sys.platform,
+    call: Callable[[list[str]], int] = subprocess.call,
+) -> int:
     if run_gui is not None:
         return run_gui(argv)
     command = [sys.executable, "-m", "app", *argv]
-    if sys.platform == "win32":  # pragma: no cover - no exec on Windows
-        import subprocess
-
-        return subprocess.call(command)
+    if sys_platform == "win32":
+        # Windows has no exec: the app runs as a child and its exit code is passed on.
+        return call(command)
     os.execv(sys.executable, command)

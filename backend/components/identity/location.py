@@ -11,9 +11,13 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
+from typing import Protocol, cast
 
 MACHINE_ID_FILES: tuple[Path, ...] = (Path("/etc/machine-id"), Path("/var/lib/dbus/machine-id"))
 _MAC_UUID = re.compile(r'"IOPlatformUUID"\s*=\s*"([^"]+)"')
+IOREG_PLATFORM = ("/usr/sbin/ioreg", "-rd1", "-c", "IOPlatformExpertDevice")
+CRYPTOGRAPHY_KEY = r"SOFTWARE\Microsoft\Cryptography"
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,12 +28,19 @@ class DataDirLocation:
     data_dir: str
 
 
-def machine_id(files: Sequence[Path] = MACHINE_ID_FILES) -> str | None:
-    """This computer's stable id from the operating system, or None where it gives none."""
-    if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
-        return _windows_machine_guid()
-    if sys.platform == "darwin":  # pragma: no cover - exercised on macOS only
-        return _mac_platform_uuid()
+def machine_id(
+    files: Sequence[Path] = MACHINE_ID_FILES,
+    *,
+    sys_platform: str = sys.platform,
+    windows: Callable[[], str | None] | None = None,
+    mac: Callable[[], str | None] | None = None,
+) -> str | None:
+    """This computer's stable id from the operating system, or None where it gives none:
+    Windows' MachineGuid, macOS's IOPlatformUUID, else the first readable machine-id file."""
+    if sys_platform == "win32":
+        return (windows or windows_machine_guid)()
+    if sys_platform == "darwin":
+        return (mac or mac_platform_uuid)()
     for path in files:
         with contextlib.suppress(OSError, UnicodeDecodeError):
             text = path.read_text().strip()
@@ -72,34 +83,76 @@ def directory_holds_node(data_dir: Path, database_name: str, node_id: str) -> bo
     return row is not None and row[0] == node_id
 
 
-def _mac_platform_uuid() -> str | None:  # pragma: no cover - exercised on macOS only
+def run_output(argv: Sequence[str]) -> str | None:
+    """What ``argv`` writes to stdout, or None when it cannot run (blocking, 5 s at most)."""
     try:
-        output = subprocess.run(
-            ["/usr/sbin/ioreg", "-rd1", "-c", "IOPlatformExpertDevice"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=False,
+        return subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=5, check=False
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def mac_platform_uuid(run: Callable[[Sequence[str]], str | None] = run_output) -> str | None:
+    """macOS's hardware UUID, as ``ioreg`` shows the platform expert device."""
+    output = run(IOREG_PLATFORM)
+    return parse_ioreg_uuid(output) if output is not None else None
+
+
+def parse_ioreg_uuid(output: str) -> str | None:
+    """The ``"IOPlatformUUID" = "…"`` value of ``ioreg -rd1 -c IOPlatformExpertDevice``."""
     found = _MAC_UUID.search(output)
     return found.group(1) if found else None
 
 
-def _windows_machine_guid() -> str | None:  # pragma: no cover - exercised on Windows only
+class RegistryKey(Protocol):
+    """An open registry key, as ``winreg.OpenKey`` returns it."""
+
+    def __enter__(self) -> RegistryKey: ...
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool | None: ...
+
+
+class Registry(Protocol):
+    """The part of ``winreg`` read here."""
+
+    HKEY_LOCAL_MACHINE: int
+    KEY_READ: int
+    KEY_WOW64_64KEY: int
+
+    def OpenKey(self, key: int, sub_key: str, reserved: int, access: int) -> RegistryKey:  # noqa: N802
+        """Open a key."""
+        ...
+
+    def QueryValueEx(self, key: RegistryKey, name: str) -> tuple[object, int]:  # noqa: N802
+        """A value and its type."""
+        ...
+
+
+def windows_registry() -> Registry | None:
+    """``winreg``, on Windows only."""
     if sys.platform == "win32":
         import winreg
 
-        try:
-            with winreg.OpenKey(
-                winreg.HKEY_LOCAL_MACHINE,
-                r"SOFTWARE\Microsoft\Cryptography",
-                0,
-                winreg.KEY_READ | winreg.KEY_WOW64_64KEY,
-            ) as key:
-                value, _ = winreg.QueryValueEx(key, "MachineGuid")
-        except OSError:
-            return None
-        return str(value) or None
+        return cast(Registry, winreg)
     return None
+
+
+def windows_machine_guid(registry: Registry | None = None) -> str | None:
+    """Windows' MachineGuid, read from the 64-bit registry view even in a 32-bit process (the
+    32-bit view of that key may lack it, or differ)."""
+    registry = registry or windows_registry()
+    if registry is None:
+        return None
+    access = registry.KEY_READ | registry.KEY_WOW64_64KEY
+    try:
+        with registry.OpenKey(registry.HKEY_LOCAL_MACHINE, CRYPTOGRAPHY_KEY, 0, access) as key:
+            value, _ = registry.QueryValueEx(key, "MachineGuid")
+    except OSError:
+        return None
+    return str(value) or None

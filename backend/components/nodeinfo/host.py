@@ -7,7 +7,7 @@ import logging
 import platform
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,11 +30,16 @@ def read_os() -> NodeOs:
     )
 
 
-def cpu_name(cpuinfo: Path = CPUINFO) -> str | None:
+def cpu_name(
+    cpuinfo: Path = CPUINFO,
+    *,
+    sys_platform: str = sys.platform,
+    sysctl: Callable[[str], str | None] | None = None,
+) -> str | None:
     """The CPU's marketing name, or None where the platform does not say."""
-    if sys.platform == "darwin":  # pragma: no cover - exercised on macOS only
-        return _sysctl("machdep.cpu.brand_string")
-    if sys.platform.startswith("linux"):
+    if sys_platform == "darwin":
+        return (sysctl or read_sysctl)("machdep.cpu.brand_string")
+    if sys_platform.startswith("linux"):
         with contextlib.suppress(OSError, UnicodeDecodeError):
             return parse_cpuinfo_name(cpuinfo.read_text())
     return platform.processor() or None
@@ -109,11 +114,19 @@ def _idle_time(times: Any) -> float:
     return float(getattr(times, "idle", 0.0) + getattr(times, "iowait", 0.0))
 
 
-def _sysctl(name: str) -> str | None:  # pragma: no cover - exercised on macOS only
+def run_output(argv: Sequence[str]) -> str | None:
+    """What ``argv`` writes to stdout, or None when it cannot run (blocking, 5 s at most)."""
     try:
-        result = subprocess.run(
-            ["/usr/sbin/sysctl", "-n", name], capture_output=True, text=True, timeout=5, check=False
-        )
+        return subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=5, check=False
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    return result.stdout.strip() or None
+
+
+def read_sysctl(name: str, run: Callable[[Sequence[str]], str | None] = run_output) -> str | None:
+    """A BSD/macOS kernel variable's value as ``sysctl -n`` prints it; None when unset."""
+    output = run(["/usr/sbin/sysctl", "-n", name])
+    if output is None:
+        return None
+    return output.strip() or None
