@@ -7,6 +7,7 @@ import contextlib
 import logging
 import sys
 from collections.abc import Callable
+from typing import TypedDict
 
 from app.broker.launch import BrokerLaunch
 from backend.common.tasks import TaskSet
@@ -15,6 +16,25 @@ log = logging.getLogger(__name__)
 
 STOP_GRACE_S = 5.0
 _TAIL_BYTES = 8192
+CREATE_NEW_PROCESS_GROUP = 0x00000200
+CREATE_NO_WINDOW = 0x08000000
+
+
+class SpawnFlags(TypedDict, total=False):
+    """The keywords of a broker's spawn that differ by OS (POSIX refuses ``creationflags``)."""
+
+    start_new_session: bool
+    creationflags: int
+
+
+def broker_spawn_options(sys_platform: str = sys.platform) -> SpawnFlags:
+    """Ctrl+C in a terminal goes to the app alone, which then stops the broker in order (if
+    the app dies, the broker still sees EOF on stdin and shuts down): POSIX gives the broker its
+    own session; Windows its own process group and no console window, which a windowed app's
+    console child would otherwise open."""
+    if sys_platform == "win32":
+        return SpawnFlags(creationflags=CREATE_NEW_PROCESS_GROUP | CREATE_NO_WINDOW)
+    return SpawnFlags(start_new_session=True)
 
 
 def _echo_to_stderr(chunk: bytes) -> None:
@@ -54,9 +74,7 @@ class OwnedBroker:
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            # Ctrl+C in a terminal goes to the app, which then stops the broker in order;
-            # if the app dies, the broker still sees EOF on stdin and shuts down.
-            start_new_session=sys.platform != "win32",
+            **broker_spawn_options(),
         )
         log.info("started broker pid %d", process.pid)
         return cls(process, echo)

@@ -34,7 +34,8 @@ from typing import Any, Final
 import psutil
 
 from backend.common.tasks import TaskSet
-from backend.core.processes import child_env, child_preexec, stop_child
+from backend.core.lifetime import SpawnOptions, for_platform
+from backend.core.processes import child_env, stop_child
 from backend.devtools.demo_trickle import Trickle
 from backend.devtools.emulators.hub import build_hub_app
 from backend.devtools.emulators.server import EmulatorServer
@@ -314,9 +315,9 @@ class Demo:
                 env=child_env(environment),
                 cwd=PROJECT_ROOT,
                 # Its own process group: Ctrl+C in the terminal reaches only the demo, which then
-                # stops the brokers in order; the kernel kills them if the demo itself dies.
-                start_new_session=True,
-                preexec_fn=child_preexec(),
+                # stops the brokers in order; on Linux the kernel kills them if the demo itself
+                # dies; on Windows no console window opens.
+                **broker_spawn_options(),
             )
         self._say(f"{node.plan.name}: broker started (pid {node.process.pid})")
 
@@ -543,6 +544,20 @@ def app_environment(data_dir: Path) -> dict[str, str]:
     }
 
 
+def broker_spawn_options(sys_platform: str = sys.platform) -> SpawnOptions:
+    """A demo broker's spawn: what the platform gives a child tied to its parent's life (own
+    group or session, parent-death signal on Linux, no console window on Windows)."""
+    return for_platform(sys_platform).spawn_options()
+
+
+def app_spawn_options(sys_platform: str = sys.platform) -> SpawnOptions:
+    """The demo app's spawn: its own group or session, and no console window on Windows; no
+    parent-death signal (the demo stops it itself)."""
+    if sys_platform == "win32":
+        return for_platform(sys_platform).spawn_options()  # creation flags only
+    return SpawnOptions(start_new_session=True)
+
+
 async def _run_app(data_dir: Path) -> None:
     """The desktop app attached to ``data_dir``'s broker, until it exits (stopped if cancelled)."""
     process = await asyncio.create_subprocess_exec(
@@ -550,7 +565,7 @@ async def _run_app(data_dir: Path) -> None:
         stdin=asyncio.subprocess.DEVNULL,
         env=app_environment(data_dir),
         cwd=PROJECT_ROOT,
-        start_new_session=True,  # Ctrl+C reaches the demo, which then stops the app first
+        **app_spawn_options(),  # Ctrl+C reaches the demo, which then stops the app first
     )
     try:
         await process.wait()
