@@ -7,6 +7,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -19,22 +20,26 @@ log = logging.getLogger(__name__)
 
 
 def find_executable(
-    candidates: list[DetectCandidate], values: Mapping[str, str] | None = None
+    candidates: list[DetectCandidate],
+    values: Mapping[str, str] | None = None,
+    *,
+    system_platform: str | None = None,
 ) -> Path | None:
-    """The first candidate that is an executable file (blocking: call it in a thread)."""
+    """The first candidate that is an executable file (blocking: call it in a thread); a path
+    is checked as ``system_platform`` (``sys.platform`` unless given) runs files."""
     for candidate in candidates:
         if candidate.path is not None and values is not None:
             candidate = msgspec.structs.replace(candidate, path=expand(candidate.path, values))
-        found = _check(candidate)
+        found = _check(candidate, system_platform)
         if found is not None:
             return found
     return None
 
 
-def _check(candidate: DetectCandidate) -> Path | None:
+def _check(candidate: DetectCandidate, system_platform: str | None) -> Path | None:
     if candidate.path is not None:
         path = Path(expand_path(candidate.path))
-        return path if _executable(path) else None
+        return path if is_executable(path, system_platform) else None
     if candidate.which is not None:
         located = shutil.which(candidate.which)
         return Path(located) if located else None
@@ -86,10 +91,16 @@ def _prepare(argv: list[str]) -> None:
 
 
 def _beside_python(name: str) -> str | None:
-    import sys
-
     candidate = Path(sys.executable).parent / name
     return str(candidate) if _executable(candidate) else None
+
+
+def is_executable(path: Path, system_platform: str | None = None) -> bool:
+    """Whether ``path`` is a file this system may run: one with an executable bit, or on
+    Windows, which has none (unpacking sets no modes there), any file."""
+    if (sys.platform if system_platform is None else system_platform) == "win32":
+        return path.is_file()
+    return _executable(path)
 
 
 def _executable(path: Path) -> bool:

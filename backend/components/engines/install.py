@@ -3,24 +3,18 @@
 Downloads report measured percentages when the server sends a length; unpacking and running an
 installer are stages without a percentage. A checksum, pinned or listed by the publisher, must
 match or nothing is installed. An install URL may name the latest release (``{version}``, from
-the manifest's ``latest``) and this platform's file of it (``{asset}``).
+the manifest's ``latest``) and this platform's file of it (``{asset}``). An installer PAIR runs
+(``run``) is downloaded under a name Windows can run it by and removed once it ran.
 """
 
 from __future__ import annotations
 
 import asyncio
-import gzip
 import hashlib
-import json
-import re
 import shutil
-import tarfile
-import zipfile
-import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urlsplit
 
 import aiohttp
@@ -33,7 +27,9 @@ from backend.components.engines.archive_choice import (
     takes_accelerated_archive,
 )
 from backend.components.engines.backend_label import write_archive_backend
-from backend.components.engines.commands import run_command
+from backend.components.engines.checksums import checksum_for as checksum_for
+from backend.components.engines.checksums import listed_sha256 as listed_sha256
+from backend.components.engines.commands import CommandRunner, run_command
 from backend.components.engines.manifest import (
     InstallSpec,
     Manifest,
@@ -43,15 +39,18 @@ from backend.components.engines.manifest import (
 )
 from backend.components.engines.process import EngineLog
 from backend.components.engines.templating import expand, expand_all
-from backend.components.engines.versions import VersionUnknown, fetch_text, latest_version
+from backend.components.engines.unpacking import unpack as unpack
+from backend.components.engines.versions import VersionUnknown, latest_version
 from backend.protocol import errors
 from backend.protocol.types.base import EngineName
 from backend.protocol.types.engines import InstallProgress
 
 ProgressSink = Callable[[InstallProgress], None]
 CHUNK = 256 * 1024
-LISTING_TIMEOUT_S = 30.0
-_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+INSTALLER_TIMEOUT_S = 3600.0
+# Windows picks the program that runs a file by its extension, and PowerShell's -File takes
+# only a script named .ps1: a download to run keeps these extensions.
+RUN_BY_EXTENSION = frozenset({".ps1", ".exe", ".msi", ".bat", ".cmd"})
 
 
 async def install(
@@ -63,18 +62,21 @@ async def install(
     output: EngineLog,
     progress: ProgressSink,
     gpus: Sequence[DetectedGpu] | None = None,
+    run: CommandRunner = run_command,
 ) -> None:
     """Run the manifest's installer; raises with an actionable message on failure. llama.cpp's
-    release archive is the build for ``gpus`` (None: the GPUs found on this computer)."""
+    release archive is the build for ``gpus`` (None: the GPUs found on this computer); ``run``
+    runs an installer command."""
     spec = manifest.install
     if spec is None:
         raise errors.InvalidParams(
             f"{manifest.display_name} has no installer PAIR can run on this computer; "
-            "install it from its website, then PAIR will find it"
+            f"install it from {manifest.download_page or 'its website'}, then PAIR will find it"
         )
     report = Reporter(EngineName(manifest.engine), progress)
     name = manifest.display_name
-    advice = f"or install {name} yourself and PAIR will find it"
+    yourself = install_yourself(manifest)
+    advice = f"or {yourself}"
     try:
         download = None
         if spec.url is not None:
@@ -87,15 +89,50 @@ async def install(
             if choice is not None:
                 await complete_archive(fetch, choice, values, install_dir)
         if spec.run is not None:
-            report.stage("running the installer")
             argv = expand_all(spec.run, {**values, "download": str(download or "")})
-            result = await run_command(argv, timeout=3600, output=output)
-            if result.code != 0:
-                raise errors.InternalError(f"the installer failed: {result.describe()}")
+            await run_installer(
+                argv, download, run=run, output=output, report=report, advice=yourself
+            )
     except errors.RpcError as exc:
         report.fail(exc.message)
         raise
     report.done()
+
+
+def install_yourself(manifest: Manifest) -> str:
+    """What a person can do where PAIR's installer cannot: install it themselves (from the
+    manifest's download page, where it names one)."""
+    page = f" from {manifest.download_page}" if manifest.download_page else ""
+    return f"install {manifest.display_name} yourself{page} and PAIR will find it"
+
+
+async def run_installer(
+    argv: list[str],
+    download: Path | None,
+    *,
+    run: CommandRunner,
+    output: EngineLog,
+    report: Reporter,
+    advice: str,
+) -> None:
+    """Run an installer command (``download``: the installer it runs, removed afterwards);
+    ``InternalError`` with its exit status, last lines and ``advice`` when it fails."""
+    report.stage("running the installer")
+    try:
+        result = await run(argv, timeout=INSTALLER_TIMEOUT_S, output=output)
+    finally:
+        if download is not None:
+            await asyncio.shield(asyncio.to_thread(download.unlink, missing_ok=True))
+    if result.code != 0:
+        raise errors.InternalError(f"the installer failed: {result.describe()}; {advice}")
+
+
+def download_target(target: Path, url: str) -> Path:
+    """The file ``url`` is downloaded to for ``target``: beside it, ``<name>.download``, with
+    the URL's extension where Windows runs a file by it (``lmstudio.download.ps1``)."""
+    suffix = PurePosixPath(unquote(urlsplit(url).path)).suffix.lower()
+    kept = suffix if suffix in RUN_BY_EXTENSION else ""
+    return target.parent / f"{target.name}.download{kept}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +164,7 @@ class Fetch:
         download = await download_file(
             url,
             sha256=sha256,
-            target=target.parent / f"{target.name}.download",
+            target=download_target(target, url),
             session=self.session,
             report=self.report,
             name=self.name,
@@ -283,65 +320,6 @@ async def download_file(
     return target
 
 
-async def listed_sha256(
-    listing_url: str,
-    url: str,
-    *,
-    session: aiohttp.ClientSession,
-    name: str,
-    nothing_done: str,
-) -> str:
-    """The checksum the document at ``listing_url`` gives the file ``url`` downloads (see
-    ``checksum_for``); a listing that cannot be read or lists none is an actionable error."""
-    try:
-        listing = await fetch_text(session, listing_url, timeout=LISTING_TIMEOUT_S)
-    except VersionUnknown as exc:
-        raise errors.Unavailable(
-            f"cannot get the checksums of {name} ({exc}); check the internet connection; "
-            f"{nothing_done}"
-        ) from None
-    file_name = unquote(urlsplit(url).path.rstrip("/").rsplit("/", 1)[-1])
-    found = checksum_for(listing, file_name)
-    if found is None:
-        raise errors.InternalError(
-            f"{listing_url} lists no SHA-256 checksum for {file_name}; {nothing_done}"
-        )
-    return found
-
-
-def checksum_for(listing: str, file_name: str) -> str | None:
-    """The SHA-256 a listing gives ``file_name``: a ``sha256sum``-style list, a listing of one
-    bare hash, or a GitHub release (JSON) whose asset of that name has ``digest: sha256:…``."""
-    if listing.lstrip().startswith("{"):
-        return _release_digest(listing, file_name)
-    lines = [line.split() for line in listing.splitlines() if line.strip()]
-    if len(lines) == 1 and len(lines[0]) == 1 and _SHA256.fullmatch(lines[0][0]):
-        return lines[0][0].lower()
-    for parts in lines:
-        if len(parts) >= 2 and _SHA256.fullmatch(parts[0]):
-            listed = parts[-1].lstrip("*")
-            listed = listed.removeprefix("./")
-            if listed == file_name:
-                return parts[0].lower()
-    return None
-
-
-def _release_digest(text: str, file_name: str) -> str | None:
-    try:
-        document: Any = json.loads(text)
-    except ValueError:
-        return None
-    assets = document.get("assets") if isinstance(document, dict) else None
-    for asset in assets if isinstance(assets, list) else []:
-        if not isinstance(asset, dict) or asset.get("name") != file_name:
-            continue
-        digest = asset.get("digest")  # null for assets uploaded before GitHub computed them
-        if isinstance(digest, str) and digest[:7].lower() == "sha256:":
-            value = digest[7:]
-            return value.lower() if _SHA256.fullmatch(value) else None
-    return None
-
-
 async def _save(
     response: aiohttp.ClientResponse, target: Path, digest: hashlib._Hash, report: Reporter
 ) -> None:
@@ -353,56 +331,6 @@ async def _save(
             digest.update(chunk)
             done += len(chunk)
             report.stage("downloading", 100 * done / total if total else None)
-
-
-def unpack(
-    archive: Path, kind: str, install_dir: Path, *, unwrap: bool = False, name: str = "engine"
-) -> None:
-    """Unpack ``archive`` into a fresh ``install_dir`` and delete it (blocking: in a thread).
-
-    ``kind`` ``auto``: a zip or a tar as the file's content says. ``unwrap``: an archive that
-    holds one folder and nothing beside it is unpacked from inside that folder. A broken
-    archive leaves neither ``install_dir`` nor the download behind.
-    """
-    scratch = install_dir.with_name(f"{install_dir.name}.unpack")
-    for leftover in (install_dir, scratch):
-        if leftover.exists():
-            shutil.rmtree(leftover)
-    scratch.mkdir(parents=True)
-    try:
-        if kind == "zip" or (kind == "auto" and zipfile.is_zipfile(archive)):
-            _unzip(archive, scratch)
-        else:
-            with tarfile.open(archive) as bundle:
-                bundle.extractall(scratch, filter="data")
-        root = _only_folder(scratch) if unwrap else None
-        (root or scratch).rename(install_dir)
-    except (tarfile.TarError, zipfile.BadZipFile, gzip.BadGzipFile, EOFError, zlib.error) as exc:
-        raise errors.InternalError(
-            f"the download of {name} is not an archive PAIR can unpack ({exc}); nothing was "
-            "unpacked"
-        ) from None
-    finally:
-        if scratch.exists():
-            shutil.rmtree(scratch)
-        archive.unlink(missing_ok=True)
-
-
-def _unzip(archive: Path, target: Path) -> None:
-    """Extract a zip keeping the executable bits Unix zips record (``zipfile`` drops them)."""
-    with zipfile.ZipFile(archive) as bundle:
-        for info in bundle.infolist():
-            extracted = Path(bundle.extract(info, target))
-            mode = (info.external_attr >> 16) & 0o777
-            if info.create_system == 3 and mode and not info.is_dir():
-                extracted.chmod((mode & 0o755) | 0o600)
-
-
-def _only_folder(folder: Path) -> Path | None:
-    entries = list(folder.iterdir())
-    if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink():
-        return entries[0]
-    return None
 
 
 class Reporter:

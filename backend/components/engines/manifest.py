@@ -244,6 +244,7 @@ class Manifest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 
     ``assets`` names the engine's release archive per platform (``linux/x86_64``,
     ``darwin/arm64``, ``windows/amd64``, or a bare ``linux``), ``{version}`` in it the release.
+    ``download_page``: where a person gets the engine, named when PAIR cannot install it.
     """
 
     engine: str
@@ -263,6 +264,7 @@ class Manifest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     model_store: ModelStoreSpec | None = None
     scheduler: SchedulerSpec | None = None
     assets: dict[str, str] = {}
+    download_page: str | None = None
 
 
 class ManifestError(ValueError):
@@ -277,10 +279,16 @@ class LoadedManifests:
     problems: dict[str, str]
 
 
-def platform_keys() -> tuple[str, str]:
-    """This computer's platform block keys, most specific last: ``linux``, ``linux/x86_64``."""
-    system = {"win32": "windows", "darwin": "darwin"}.get(sys.platform, "linux")
-    return system, f"{system}/{platform.machine().lower()}"
+def platform_keys(
+    system_platform: str | None = None, machine: str | None = None
+) -> tuple[str, str]:
+    """This computer's platform block keys, most specific last: ``linux``, ``linux/x86_64``
+    (``sys.platform`` and ``platform.machine()`` unless given: ``win32``, ``AMD64`` give
+    ``windows``, ``windows/amd64``)."""
+    system_platform = sys.platform if system_platform is None else system_platform
+    machine = platform.machine() if machine is None else machine
+    system = {"win32": "windows", "darwin": "darwin"}.get(system_platform, "linux")
+    return system, f"{system}/{machine.lower()}"
 
 
 def install_method(
@@ -328,16 +336,20 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
 
 
 def resolve_platform(
-    raw: Mapping[str, Any], source: str, method: InstallMethod | None = None
+    raw: Mapping[str, Any],
+    source: str,
+    method: InstallMethod | None = None,
+    keys: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The document with this platform's blocks merged in, then the sections of the install
-    method's block (``install_method()`` unless given) in place of the document's; without
-    ``platforms`` and ``methods``."""
+    """The document with the blocks of this platform (``keys`` as ``platform_keys`` gives them
+    unless given) merged in, then the sections of the install method's block
+    (``install_method()`` unless given) in place of the document's; without ``platforms`` and
+    ``methods``."""
     document = {key: value for key, value in raw.items() if key != "platforms"}
     blocks = raw.get("platforms") or {}
     if not isinstance(blocks, Mapping):
         raise ManifestError(f"{source}: 'platforms' must be an object")
-    for key in platform_keys():
+    for key in keys or platform_keys():
         if isinstance(blocks.get(key), Mapping):
             document = deep_merge(document, blocks[key])
     methods = _method_blocks(document.pop("methods", None), source)
@@ -372,18 +384,25 @@ def merge_override(
     override: Mapping[str, Any],
     source: str,
     method: InstallMethod | None = None,
+    keys: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """A user override on a bundled manifest: what the user set wins over any platform or
     install-method default."""
     return deep_merge(
-        resolve_platform(base, "bundled", method), resolve_platform(override, source, method)
+        resolve_platform(base, "bundled", method, keys),
+        resolve_platform(override, source, method, keys),
     )
 
 
-def build(raw: Mapping[str, Any], source: str, method: InstallMethod | None = None) -> Manifest:
-    """Apply the platform and install-method blocks, validate and check the rules JSON types
-    cannot express."""
-    document = resolve_platform(raw, source, method)
+def build(
+    raw: Mapping[str, Any],
+    source: str,
+    method: InstallMethod | None = None,
+    keys: tuple[str, str] | None = None,
+) -> Manifest:
+    """Apply the platform (``keys``: this computer's unless given) and install-method blocks,
+    validate and check the rules JSON types cannot express."""
+    document = resolve_platform(raw, source, method, keys)
     try:
         manifest = msgspec.convert(document, Manifest)
     except msgspec.ValidationError as exc:
