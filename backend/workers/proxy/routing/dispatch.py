@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Mapping, Sequence
 
 import aiohttp
@@ -28,6 +29,7 @@ from aiohttp import web
 from backend.core.clock import Clock
 from backend.protocol.proxy import ProxyTargets, RouteTarget
 from backend.protocol.types.base import EngineName, JobKey, NodeId
+from backend.workers import cpu_policy
 from backend.workers.proxy.channels.jobs import Job
 from backend.workers.proxy.doors.clients import job_client
 from backend.workers.proxy.doors.errors import ErrorReply
@@ -70,7 +72,8 @@ class Router:
     Owns the local engines' schedulers; ``close`` ends them and the engines' connections.
     ``table`` is the routing table as last sent by the broker: replaced by ``update``, never
     changed, so a reader holds one consistent table for as long as it keeps it. ``demand``
-    meters what the doors ask for and what this node's engines run (``demand.py``).
+    meters what the doors ask for and what this node's engines run (``demand.py``); ``cpu``
+    counts the requests in flight and switches the process's CPU policy (``cpu_policy.py``).
     """
 
     def __init__(
@@ -81,8 +84,10 @@ class Router:
         rng: RandomSource,
         policy: RetryPolicy,
         affinity: bool = True,
+        cpu: cpu_policy.Governor | None = None,
     ) -> None:
         self.links = links
+        self.cpu = cpu or cpu_policy.governor(os.environ, clock.monotonic)
         self.session = links.session
         self.jobs = links.jobs
         self.refused = RefusedJobs(links.jobs, clock.monotonic)
@@ -168,12 +173,14 @@ class Router:
         asked = admission.origin is None
         if asked:
             self.demand.admitted(admission.model, self.table, found)
+        self.cpu.started()
         try:
             return await self._dispatch_loop(request, admission, job)
         except (asyncio.CancelledError, ConnectionResetError, aiohttp.ClientConnectionResetError):
             job.cancelled("the client disconnected")
             raise
         finally:
+            self.cpu.ended()
             if admission.held is not None:
                 custody.release(admission.held)
             if not job.finished:
