@@ -9,8 +9,9 @@ from typing import Any
 
 from backend.core.clock import Clock
 from backend.core.component import Component
+from backend.core.lifetime import ChildLifetime, ChildTree, child_lifetime
 from backend.core.paced_pipe import spawn_paced
-from backend.core.processes import child_env, child_preexec, kill_child, stop_child
+from backend.core.processes import child_env, kill_child, stop_child
 from backend.protocol import errors, methods
 from backend.protocol.peer import RpcPeer
 
@@ -30,9 +31,16 @@ class WorkerProcess(Component):
 
     ``read_pace`` > 0: the child's stdout is read in bursts at most that many seconds apart
     (``paced_pipe``), for a worker whose notifications need not wake us one by one.
-    Ready once the first heartbeat is answered. A worker that answers no heartbeat for
-    ``heartbeat_timeout`` seconds is killed (SIGKILL, by its own PID) and the run crashes,
-    so the supervisor restarts it.
+    Ready once the first heartbeat is answered, after ``on_started`` (given the worker once the
+    child runs and its channel is open) has returned; an error there ends the run. A worker that
+    answers no heartbeat for ``heartbeat_timeout`` seconds is killed (SIGKILL, by its own PID)
+    and the run crashes, so the supervisor restarts it.
+
+    The child is spawned with ``lifetime``'s options (Linux: parent-death signal and its own
+    session; macOS: its own session, without the watchdog launcher, which would stand between
+    us and the descriptors it inherits: the worker exits on stdin EOF when the broker dies;
+    Windows: no console window) and adopted by it (Windows: a kill-on-close job object) until
+    it has been reaped.
     """
 
     kind = "worker"
@@ -52,6 +60,8 @@ class WorkerProcess(Component):
         environment: Callable[[], dict[str, str]] = dict,
         pass_fds: Sequence[int] = (),
         read_pace: float = 0.0,
+        on_started: Callable[[WorkerProcess], Awaitable[None]] | None = None,
+        lifetime: ChildLifetime | None = None,
     ) -> None:
         super().__init__(name)
         self._argv = list(argv)
@@ -64,6 +74,8 @@ class WorkerProcess(Component):
         self._environment = environment
         self._pass_fds = tuple(pass_fds)
         self._read_pace = read_pace
+        self._on_started = on_started
+        self._lifetime = lifetime
         self._process: asyncio.subprocess.Process | None = None
         self._peer: RpcPeer | None = None
 
@@ -85,6 +97,7 @@ class WorkerProcess(Component):
 
     async def run(self) -> None:
         """Spawn the worker and watch it until it exits, hangs or we are cancelled."""
+        lifetime = self._lifetime or child_lifetime()
         process = await spawn_paced(
             self._argv,
             pace=self._read_pace,
@@ -92,10 +105,9 @@ class WorkerProcess(Component):
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             env=child_env(self._environment()),
-            preexec_fn=child_preexec(),
-            start_new_session=True,
-            pass_fds=self._pass_fds,
+            **spawn_keywords(lifetime, self._pass_fds),
         )
+        tree = lifetime.adopt(process)
         self._process = process
         assert process.stdout is not None and process.stdin is not None
         peer = RpcPeer(
@@ -112,7 +124,7 @@ class WorkerProcess(Component):
         except ExceptionGroup as group:
             raise _first_leaf(group) from None
         finally:
-            await asyncio.shield(self._reap(process, peer))
+            await asyncio.shield(self._reap(process, peer, tree))
 
     async def stop(self) -> None:
         """Ask the worker to exit (stdin EOF), then escalate; only our own PID is signalled."""
@@ -131,6 +143,8 @@ class WorkerProcess(Component):
             raise WorkerExited(f"exited with code {code}")
 
     async def _heartbeat(self, peer: RpcPeer) -> None:
+        if self._on_started is not None:
+            await self._on_started(self)
         last_answer = self._clock.monotonic()
         while True:
             try:
@@ -152,9 +166,14 @@ class WorkerProcess(Component):
         while line := await process.stderr.readline():
             log.info("[%s] %s", self.name, line.decode(errors="replace").rstrip())
 
-    async def _reap(self, process: asyncio.subprocess.Process, peer: RpcPeer) -> None:
-        if process.returncode is None:
-            await kill_child(process)
+    async def _reap(
+        self, process: asyncio.subprocess.Process, peer: RpcPeer, tree: ChildTree
+    ) -> None:
+        try:
+            if process.returncode is None:
+                await kill_child(process)
+        finally:
+            tree.release()
         peer.close()
         self._peer = None
 
@@ -166,6 +185,15 @@ class WorkerProcess(Component):
         if self._on_request is None:
             raise errors.MethodNotFound(f"Method not found: {method}")
         return await self._on_request(method, params)
+
+
+def spawn_keywords(lifetime: ChildLifetime, pass_fds: Sequence[int]) -> dict[str, Any]:
+    """The spawn's keywords: ``lifetime``'s options and, only where there are any, the
+    descriptors to inherit (Windows refuses ``pass_fds`` outright)."""
+    keywords: dict[str, Any] = dict(lifetime.spawn_options())
+    if pass_fds:
+        keywords["pass_fds"] = tuple(pass_fds)
+    return keywords
 
 
 def _first_leaf(group: BaseExceptionGroup[Exception]) -> Exception:

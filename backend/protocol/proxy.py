@@ -272,3 +272,24 @@ class DoorServed(Wire, frozen=True, kw_only=True):
 
     door: Door
     port: int
+
+
+SHARED_RELAY: Literal["relay"] = "relay"
+SharedListenerName = Door | Literal["relay"]
+
+
+class SharedListener(Wire, frozen=True, kw_only=True):
+    """``proxy:take-listener``: serve ``listener`` (a door or the relay) on the listening
+    socket in ``shared``: the bytes of ``socket.share(worker_pid)``, base64. The way a
+    listener reaches the worker where no descriptor can be inherited or sent (Windows)."""
+
+    listener: SharedListenerName
+    shared: str
+
+
+class ListenerTaken(Wire, frozen=True, kw_only=True):
+    """Answer of ``proxy:take-listener``: the worker holds the socket bound to ``port`` (a
+    door already served accepts there only from now on)."""
+
+    listener: SharedListenerName
+    port: int

@@ -17,10 +17,12 @@ from backend.protocol.proxy import (
     DoorServed,
     ExclusiveLease,
     LeaseRef,
+    ListenerTaken,
     ModelSwitch,
     ModelSwitched,
     ProxyIdentity,
     ProxyTargets,
+    SharedListener,
 )
 from backend.protocol.types.apikeys import KeysUsed
 from backend.protocol.types.jobs import JobEvents
@@ -94,4 +96,12 @@ PROXY_KEYS_USED: Final[Push[KeysUsed]] = Push(
     "proxy:keys-used",
     KeysUsed,
     "worker to broker: the LAN API keys the doors admitted, and when (at most every 15 s)",
+)
+PROXY_TAKE_LISTENER: Final = Method(
+    "proxy:take-listener",
+    SharedListener,
+    ListenerTaken,
+    "broker to worker (Windows): a listener shared with the worker's PID, once each after its"
+    " start and whenever a door moves; a door already served accepts on it, then no more on its"
+    " old socket",
 )

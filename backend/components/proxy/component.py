@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from backend.components.engines.slots import routing_slots
 from backend.components.proxy.custody import CustodyDesk, Progress
 from backend.components.proxy.demand import DemandInbox
 from backend.components.proxy.exclusive_gate import WorkerGate
+from backend.components.proxy.handover import ListenerHandover, listener_handover
 from backend.components.proxy.listeners import (
     EVERY_ADDRESS,
     RELAY,
@@ -36,7 +36,6 @@ from backend.components.proxy.listeners import (
     port_taken_error_id,
     port_taken_message,
     rebind,
-    send_door,
 )
 from backend.components.proxy.table import LocalEngine
 from backend.core.clock import Clock
@@ -49,7 +48,6 @@ from backend.protocol.proxy import (
     DOORS,
     DemandReport,
     Door,
-    DoorHandover,
     LocalUse,
     ModelSwitched,
     ProxyIdentity,
@@ -62,7 +60,6 @@ from backend.protocol.types.broker import Ports
 from backend.protocol.types.results import Ok
 from backend.protocol.types.scheduler import SchedulerStates
 from backend.protocol.worker_methods import (
-    PROXY_ADOPT_DOOR,
     PROXY_CLOSE_LISTENERS,
     PROXY_DEMAND,
     PROXY_IDENTITY,
@@ -79,8 +76,6 @@ log = logging.getLogger(__name__)
 
 TARGETS_INTERVAL_S = 0.1
 SCHEDULER_GET_TIMEOUT_S = 2.0
-# A worker that is still starting answers a hand-over once it runs (about a second).
-ADOPT_DOOR_TIMEOUT_S = 10.0
 # The worker's reports (job events, a job's end before its client's last byte) are safe in its
 # stdout pipe from the moment it writes them: read them in bursts this far apart rather than
 # waking for each request (``backend/core/paced_pipe.py``). Job events reach the app this much
@@ -96,8 +91,10 @@ class ProxyComponent(Component):
 
     Ready when the worker answers its first heartbeat. ``close_front_doors()`` is the first
     shutdown stage; ``stop()`` then ends the worker. ``move_doors()`` moves doors to other
-    ports while everything runs: the new socket is handed to the running worker over a Unix
-    socket (``--handover-fd``), which starts accepting there before it stops on the old one.
+    ports while everything runs: the new socket is handed to the running worker (``handover``:
+    over a Unix socket, or shared over its RPC channel on Windows), which starts accepting
+    there before it stops on the old one. ``worker_command`` starts the worker (``pair worker
+    proxy``, its listener arguments appended).
     The doors follow the table's ``lan_access`` the same way (loopback only while it is off;
     ``listeners.door_host``) unless ``host`` pins every listener to one address (tests).
     """
@@ -127,6 +124,8 @@ class ProxyComponent(Component):
         door_ports: Callable[[], Mapping[Door, int]] = dict,
         heartbeat_interval: float = 1.0,
         targets_interval: float = TARGETS_INTERVAL_S,
+        handover: ListenerHandover | None = None,
+        worker_command: Sequence[str] | None = None,
     ) -> None:
         super().__init__("proxy")
         self._wanted: dict[ListenerName, int] = {
@@ -139,7 +138,8 @@ class ProxyComponent(Component):
         self._door_ports = door_ports  # the settings' ports; 0 or absent: the configured one
         self._served: dict[Door, Listener] = {}  # the sockets the current worker accepts on
         self._retired: list[Listener] = []  # moved away from, closed once no worker serves them
-        self._handover: tuple[socket.socket, socket.socket] | None = None  # ours, the worker's
+        self._handover = handover or listener_handover()  # how the worker gets the sockets
+        self._worker_command = list(worker_command or self_argv("worker", "proxy"))
         self._moving = asyncio.Lock()
         self._custody = CustodyDesk(job_progress)
         self._errors = errors
@@ -295,17 +295,11 @@ class ProxyComponent(Component):
         return EVERY_ADDRESS if name == RELAY else door_host(bool(self._lan))
 
     def _build_worker(self) -> WorkerProcess:
-        argv = self_argv("worker", "proxy")
-        for door, front_door in self._doors.items():
-            argv += ["--fd", f"{door}={front_door.sock.fileno()}"]
-        if self._relay is not None:
-            argv += ["--relay-fd", str(self._relay.sock.fileno())]
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._handover = (ours, theirs)
-        argv += ["--handover-fd", str(theirs.fileno())]
+        start = self._handover.start(self._doors, self._relay)
+        argv = [*self._worker_command, *start.argv]
         if self._jobs_journal is not None:
             argv += ["--jobs-journal", str(self._jobs_journal)]
-        passed = [*(listener.sock.fileno() for listener in self._listeners()), theirs.fileno()]
+        passed = list(start.pass_fds)
         kept = self._custody.open()
         if kept is not None:
             argv += ["--custody-fd", str(kept.fileno())]
@@ -321,9 +315,19 @@ class ProxyComponent(Component):
             on_notification=self._notification,
             on_request=self._request,
             pass_fds=passed,
+            on_started=self._deliver if self._handover.delivers_after_start else None,
         )
         worker.bind_ready(self.announce_ready)
         return worker
+
+    async def _deliver(self, worker: WorkerProcess) -> None:
+        """The listeners the worker's start could not carry, as they are now (a move waits),
+        before the worker counts as ready: ready still means that it holds every door."""
+        async with self._moving:
+            doors = dict(self._doors)
+            await self._handover.deliver(worker, doors, self._relay)
+            self._served = doors
+            self._close_retired()
 
     def _notification(self, method: str, params: Any) -> None:
         if method == PROXY_JOBS.name:
@@ -436,12 +440,10 @@ class ProxyComponent(Component):
         """Have the worker accept on ``listener`` for ``door``, and no more on the old socket;
         whether it does. One that was told but did not answer is stopped (what it read from
         the channel is unknown): its successor starts on the sockets of ``_doors``."""
-        if self._handover is None or worker.pid() is None:
+        if worker.pid() is None:
             return False  # no worker runs now: the next one starts on the new socket
-        send_door(self._handover[0], listener)
-        params = PROXY_ADOPT_DOOR.encode_params(DoorHandover(door=door))
         try:
-            await worker.call(PROXY_ADOPT_DOOR.name, params, timeout=ADOPT_DOOR_TIMEOUT_S)
+            await self._handover.hand_over(worker, door, listener)
         except errors.RpcError as exc:
             log.error("the proxy worker did not take the %s door (%s); restarting it", door, exc)
             await worker.stop()
@@ -496,10 +498,7 @@ class ProxyComponent(Component):
     def _worker_gone(self) -> None:
         self._served = {}
         self._close_retired()
-        if self._handover is not None:
-            for end in self._handover:
-                end.close()
-            self._handover = None
+        self._handover.close()
 
 
 def identity_payload(credentials: NodeCredentials) -> ProxyIdentity:

@@ -3,7 +3,9 @@
 app can start it; ``python -m backend.workers.proxy`` takes the same arguments). The hand-over
 channel brings a door's new socket when its port is changed at run time; the custody channel
 keeps waiting requests with the broker (``custody.py``); job ends are journaled in DIR
-(``channels/journal.py``)."""
+(``channels/journal.py``). Where descriptors cannot be inherited (Windows), ``--shared NAME``
+(a door or ``relay``, repeated) names each listener the broker shares over RPC once it knows
+our PID (``channels/shared.py``) instead of ``--fd``, ``--relay-fd`` and ``--handover-fd``."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from pathlib import Path
 
 from backend.common.fd_limit import raise_open_file_limit
 from backend.core.clock import SystemClock
-from backend.protocol.proxy import DOORS, Door
+from backend.protocol.proxy import DOORS, SHARED_RELAY, Door, SharedListenerName
 from backend.protocol.worker_methods import (
     PROXY_ADOPT_DOOR,
     PROXY_CLOSE_LISTENERS,
@@ -25,9 +27,11 @@ from backend.protocol.worker_methods import (
     PROXY_EXCLUSIVE_END,
     PROXY_IDENTITY,
     PROXY_SCHEDULER_GET,
+    PROXY_TAKE_LISTENER,
     PROXY_TARGETS,
 )
 from backend.workers import collector, cpu_policy, event_loop
+from backend.workers.proxy.channels.shared import FromShare, system_fromshare
 from backend.workers.proxy.service import ProxyService
 from backend.workers.runtime import Handler, environment_level, serve_worker
 
@@ -46,12 +50,28 @@ def parse_fds(values: list[str]) -> dict[Door, int]:
     return fds
 
 
+def parse_shared(values: list[str]) -> list[SharedListenerName]:
+    """Listener names (a door or ``relay``); raises ``ValueError`` on another name."""
+    names: list[SharedListenerName] = []
+    for value in values:
+        if value == SHARED_RELAY:
+            names.append(SHARED_RELAY)
+        elif value in DOORS:
+            names.append(next(door for door in DOORS if door == value))
+        else:
+            raise ValueError(f"expected a door ({', '.join(DOORS)}) or relay, got {value!r}")
+    return names
+
+
 async def serve(
     fds: dict[Door, int],
     relay_fd: int | None = None,
     handover_fd: int | None = None,
     custody_fd: int | None = None,
     journal_dir: Path | None = None,
+    *,
+    shared: list[SharedListenerName] | None = None,
+    fromshare: FromShare = system_fromshare,
 ) -> None:
     """Serve the doors, the relay and the broker's RPC until the broker closes our stdin."""
     service = ProxyService(
@@ -62,6 +82,8 @@ async def serve(
         handover_fd=handover_fd,
         custody_fd=custody_fd,
         journal_dir=journal_dir,
+        shared=shared or (),
+        fromshare=fromshare,
     )
     notifications = {
         PROXY_IDENTITY.name: service.on_identity,
@@ -72,7 +94,8 @@ async def serve(
     handlers: dict[str, Handler] = {
         PROXY_EXCLUSIVE.name: service.exclusive,
         PROXY_SCHEDULER_GET.name: service.scheduler_get,
-        PROXY_ADOPT_DOOR.name: service.adopt_door,
+        PROXY_ADOPT_DOOR.name: service.listeners.adopt_door,
+        PROXY_TAKE_LISTENER.name: service.listeners.take_listener,
     }
     collector.settle()  # start-up's objects frozen; the young generation walked rarely
     async with asyncio.TaskGroup() as group:
@@ -85,10 +108,11 @@ async def serve(
         doors.cancel()
 
 
-def main(argv: list[str]) -> int:
-    """Process entry point."""
+def main(argv: list[str], *, fromshare: FromShare = system_fromshare) -> int:
+    """Process entry point; ``fromshare`` rebuilds a shared listener (``socket.fromshare``)."""
     parser = argparse.ArgumentParser(prog="pair worker proxy")
     parser.add_argument("--fd", action="append", default=[], metavar="DOOR=FD")
+    parser.add_argument("--shared", action="append", default=[], metavar="NAME")
     parser.add_argument("--relay-fd", type=int, default=None, metavar="FD")
     parser.add_argument("--handover-fd", type=int, default=None, metavar="FD")
     parser.add_argument("--custody-fd", type=int, default=None, metavar="FD")
@@ -96,6 +120,7 @@ def main(argv: list[str]) -> int:
     arguments = parser.parse_args(argv)
     try:
         fds = parse_fds(arguments.fd)
+        shared = parse_shared(arguments.shared)
     except ValueError as exc:
         parser.error(str(exc))
 
@@ -110,6 +135,8 @@ def main(argv: list[str]) -> int:
                 arguments.handover_fd,
                 arguments.custody_fd,
                 arguments.jobs_journal,
+                shared=shared,
+                fromshare=fromshare,
             )
         )
 

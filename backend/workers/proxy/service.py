@@ -10,7 +10,7 @@ import math
 import os
 import socket
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +28,12 @@ from backend.protocol import errors
 from backend.protocol.custody import Held
 from backend.protocol.errors import BadResult
 from backend.protocol.peer import RpcPeer
-from backend.protocol.proxy import Door, DoorServed, ProxyTargets
+from backend.protocol.proxy import Door, ProxyTargets, SharedListenerName
 from backend.protocol.types.apikeys import KeysUsed
 from backend.protocol.types.jobs import JobEvent, JobEvents
 from backend.protocol.types.results import Ok
 from backend.protocol.types.scheduler import SchedulerStates
 from backend.protocol.worker_methods import (
-    PROXY_ADOPT_DOOR,
     PROXY_DEMAND,
     PROXY_EXCLUSIVE,
     PROXY_EXCLUSIVE_END,
@@ -47,10 +46,11 @@ from backend.protocol.worker_methods import (
     PROXY_TARGETS,
 )
 from backend.workers.proxy.channels.custody import Custody, Primed
-from backend.workers.proxy.channels.handover import open_channel, receive_door
 from backend.workers.proxy.channels.jobs import FLUSH_S as JOB_FLUSH_S
 from backend.workers.proxy.channels.jobs import JobLog
 from backend.workers.proxy.channels.journal import STORED_WAIT_S, JobJournal
+from backend.workers.proxy.channels.listeners import ServedListeners
+from backend.workers.proxy.channels.shared import FromShare, system_fromshare
 from backend.workers.proxy.context import DoorContext
 from backend.workers.proxy.doors.app import build_app
 from backend.workers.proxy.doors.key_use import KeyUseLog, report_interval
@@ -88,10 +88,11 @@ class ProxyService:
     """Owns the upstream session (one connection pool per upstream and TLS context, shared by
     every door), the router, the doors and the relay listener.
 
-    The doors start serving only once the broker has sent the first targets, the relay once it
-    has also sent this node's identity; until then the kernel holds incoming connections in the
-    listening sockets' backlog. ``clock`` and ``rng`` drive the router's dispatch budget, busy
-    holds and backoff jitter.
+    The doors start serving only once the broker has sent the first targets (and every listener
+    named in ``shared``, which the broker shares over RPC: ``channels/shared.py``), the relay
+    once it has also sent this node's identity; until then the kernel holds incoming connections
+    in the listening sockets' backlog. ``clock`` and ``rng`` drive the router's dispatch budget,
+    busy holds and backoff jitter.
     """
 
     def __init__(
@@ -104,17 +105,23 @@ class ProxyService:
         journal_dir: Path | None = None,
         handover_fd: int | None = None,
         custody_fd: int | None = None,
+        shared: Collection[SharedListenerName] = (),
+        fromshare: FromShare = system_fromshare,
     ) -> None:
-        self._fds = dict(fds)
+        self._closing = asyncio.Event()
+        self.listeners = ServedListeners(
+            fds,
+            guard=self._guard,
+            closing=self._closing.is_set,
+            relay_fd=relay_fd,
+            handover_fd=handover_fd,
+            shared=shared,
+            fromshare=fromshare,
+        )
         kept = socket.socket(fileno=custody_fd) if custody_fd is not None else None
         self._custody = Custody(kept)
         self._doors_up = asyncio.Event()
-        self._relay_fd = relay_fd
         self._journal_dir = journal_dir  # where job ends are journaled (None: not at all)
-        self._handover = open_channel(handover_fd)
-        self._door_runners: dict[Door, web.AppRunner] = {}
-        self._door_sites: dict[Door, web.SockSite] = {}
-        self._doors_lock = asyncio.Lock()  # doors start, or one moves, at a time
         self._clock = clock
         self._rng = rng
         self._tls = PeerTls()
@@ -122,8 +129,6 @@ class ProxyService:
         self._router: Router | None = None
         self._have_targets = asyncio.Event()
         self._have_identity = asyncio.Event()
-        self._closing = asyncio.Event()
-        self._sites: list[web.SockSite] = []
         self._notify: Notify = lambda method, params: None
         self._broker: RpcPeer | None = None
         self._leases: dict[str, tuple[str, Ticket]] = {}
@@ -271,31 +276,6 @@ class ProxyService:
             self._pending_targets = targets
         self._have_targets.set()
 
-    async def adopt_door(self, params: Any) -> Any:
-        """``proxy:adopt-door``: serve a door on the socket the broker just handed over, then
-        stop accepting on its old one (requests in flight there go on)."""
-        door = PROXY_ADOPT_DOOR.convert_params(params).door
-        if self._handover is None or self._closing.is_set():
-            raise errors.Unavailable("this proxy worker takes no door hand-overs now")
-        async with self._doors_lock:
-            sock = receive_door(self._handover, door)
-            if door not in self._fds:
-                sock.close()
-                raise errors.InvalidParams(f"Invalid params: this worker serves no {door} door")
-            port = int(sock.getsockname()[1])
-            runner = self._door_runners.get(door)
-            if runner is None:  # not serving yet: the door will start on the new socket
-                os.close(self._fds[door])
-                self._fds[door] = sock.detach()
-            else:
-                site = GuardedSite(runner, sock, self._guard(f"front door {door}"))
-                await site.start()
-                old, self._door_sites[door] = self._door_sites[door], site
-                self._sites = [site if s is old else s for s in self._sites]
-                await old.stop()
-        log.info("front door %s now accepts on port %d", door, port)
-        return msgspec.to_builtins(DoorServed(door=door, port=port))
-
     def on_close_listeners(self, _: Any) -> None:
         """``proxy:close-listeners``: stop accepting; requests in flight go on."""
         self._closing.set()
@@ -357,19 +337,21 @@ class ProxyService:
                 self._key_use.flush()
 
     async def _serve(self, router: Router, board: RelayBoard, runners: list[web.AppRunner]) -> None:
+        listeners = self.listeners
+        await listeners.wait_complete()  # no door is served before it is ours
         await self._have_targets.wait()
         if self._pending_targets is not None:
             router.update(self._pending_targets)
         contexts: dict[str, DoorContext] = {
-            door: DoorContext(door, router, board, self._key_use) for door in self._fds
+            door: DoorContext(door, router, board, self._key_use) for door in listeners.fds
         }
-        async with self._doors_lock:
-            for door, fd in self._fds.items():
-                runner, self._door_sites[door] = await self._start_door(contexts[door], fd)
-                self._door_runners[door] = runner
+        async with listeners.lock:
+            for door, fd in listeners.fds.items():
+                runner, listeners.door_sites[door] = await self._start_door(contexts[door], fd)
+                listeners.runners[door] = runner
                 runners.append(runner)
         self._doors_up.set()
-        log.info("serving front doors: %s", ", ".join(self._fds))
+        log.info("serving front doors: %s", ", ".join(listeners.fds))
         async with asyncio.TaskGroup() as group:
             relay = group.create_task(
                 self._start_relay(contexts, board, runners), name="proxy:relay"
@@ -381,14 +363,14 @@ class ProxyService:
             await self._closing.wait()
             relay.cancel()
             demand.cancel()
-            for site in self._sites:
+            for site in self.listeners.sites:
                 await site.stop()
         await asyncio.Event().wait()
 
     async def _replay(self, held: Held, conn: socket.socket, raw: bytes) -> None:
         """Serve a request a killed predecessor held, on its client's connection."""
         await self._doors_up.wait()
-        runner = self._door_runners.get(held.door)
+        runner = self.listeners.runners.get(held.door)
         server = runner.server if runner is not None else None
         if server is None or self._closing.is_set():
             conn.close()
@@ -414,11 +396,12 @@ class ProxyService:
     async def _start_relay(
         self, contexts: Mapping[str, DoorContext], board: RelayBoard, runners: list[web.AppRunner]
     ) -> None:
-        if self._relay_fd is None:
+        relay_fd = self.listeners.relay_fd
+        if relay_fd is None:
             return
         await self._have_identity.wait()
         app = build_relay_app(contexts, board, self._tls)
-        runner, _ = await self._start(app, self._relay_fd, self._tls.server_context(), "relay")
+        runner, _ = await self._start(app, relay_fd, self._tls.server_context(), "relay")
         runners.append(runner)
         log.info("serving the relay (mutual TLS) to paired computers")
 
@@ -441,7 +424,7 @@ class ProxyService:
         sock = socket.socket(fileno=fd)
         site = GuardedSite(runner, sock, self._guard(listener), ssl_context=ssl_context)
         await site.start()
-        self._sites.append(site)
+        self.listeners.sites.append(site)
         return runner, site
 
     def _guard(self, listener: str) -> ConnectionGuard:
