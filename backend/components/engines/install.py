@@ -221,7 +221,9 @@ async def _release_values(
     URLs use them."""
     spec = manifest.install
     assert spec is not None and spec.url is not None
-    templates = [spec.url, spec.sha256_url or ""]
+    # A pinned checksum leaves the listing unread: its {version} asks for no release.
+    listing = spec.sha256_url if spec.sha256 is None else None
+    templates = [spec.url, listing or ""]
     uses_asset = "{asset}" in spec.url
     if uses_asset:
         templates.append(asset_template(manifest))

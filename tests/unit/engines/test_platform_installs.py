@@ -112,7 +112,8 @@ async def site() -> AsyncIterator[tuple[Releases, aiohttp.ClientSession]]:
     releases = Releases()
     releases.publish("v0.33.3")
 
-    async def latest(_: web.Request) -> web.Response:
+    async def latest(request: web.Request) -> web.Response:
+        releases.requests.append(request.path)
         return web.json_response({"tag_name": releases.latest})
 
     async def download(request: web.Request) -> web.Response:
@@ -176,6 +177,7 @@ async def test_a_mac_gets_the_latest_cli_with_its_runtime_beside_it(
     found = find_executable(manifest.detect, values, system_platform="darwin")
     assert found == install_dir / "ollama"
     assert releases.requests == [
+        "/latest",
         "/download/v0.33.3/sha256sum.txt",
         "/download/v0.33.3/ollama-darwin.tgz",
     ]
@@ -207,6 +209,24 @@ async def test_a_mac_updates_from_the_next_release_checked_the_same_way(
     assert b"v0.33.4" in (install_dir / "ollama").read_bytes()
     assert "/download/v0.33.4/sha256sum.txt" in releases.requests
     await updater.discard(install_dir)
+
+
+async def test_a_pinned_checksum_asks_for_no_release_listing(
+    tmp_path: Path, site: tuple[Releases, aiohttp.ClientSession]
+) -> None:
+    releases, session = site
+    tarball = releases.files["v0.33.3"]["ollama-darwin.tgz"]
+    pinned = {
+        "url": f"{releases.url}/download/v0.33.3/ollama-darwin.tgz",
+        "sha256": hashlib.sha256(tarball).hexdigest(),
+    }
+    document = manifests.merge_override(
+        manifests.bundled_documents()["ollama"], {"install": pinned}, "override", "archive", MAC
+    )
+    manifest = manifests.build(document, "override", "archive", MAC)
+    assert manifest.install is not None and manifest.install.sha256_url is not None
+    await _install(manifest, session, tmp_path / "ollama")
+    assert releases.requests == ["/download/v0.33.3/ollama-darwin.tgz"]
 
 
 # -- Ollama on Windows ------------------------------------------------------------------------
