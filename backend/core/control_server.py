@@ -1,4 +1,5 @@
-"""The local control socket: a Unix socket (0600) or Windows named pipe that clients attach to."""
+"""The local control socket: a Unix socket (0600), or on Windows a named pipe whose DACL lets
+only this user open it (``winpipe.py``); clients attach to it."""
 
 from __future__ import annotations
 
@@ -7,14 +8,34 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Protocol
 
 from backend.core.component import Component, FatalError
 from backend.core.rpc import ClientHub, Dispatcher
 from backend.protocol.peer import RpcPeer
 
 log = logging.getLogger(__name__)
+
+
+class Listener(Protocol):
+    """A listening server: a Unix socket server, or the Windows pipe server."""
+
+    def close(self) -> None:
+        """Stop accepting."""
+        ...
+
+
+ProtocolFactory = Callable[[], asyncio.BaseProtocol]
+StartPipeServer = Callable[[str, ProtocolFactory], Awaitable[Listener]]
+
+
+async def start_user_pipe(address: str, protocol_factory: ProtocolFactory) -> Listener:
+    """The Windows named pipe that only this user can open (``winpipe_server.py``)."""
+    from backend.core.winpipe_server import start_user_pipe_server
+
+    return await start_user_pipe_server(address, protocol_factory)
 
 
 class ControlServer(Component):
@@ -29,9 +50,13 @@ class ControlServer(Component):
         dispatcher: Dispatcher,
         hub: ClientHub,
         on_connect: Callable[[RpcPeer], None],
+        sys_platform: str = sys.platform,
+        start_pipe_server: StartPipeServer = start_user_pipe,
     ) -> None:
         super().__init__("control")
         self.address = address
+        self._windows = sys_platform == "win32"
+        self._start_pipe_server = start_pipe_server
         self._dispatcher = dispatcher
         self._hub = hub
         self._on_connect = on_connect
@@ -48,7 +73,7 @@ class ControlServer(Component):
             await self._stopped.wait()
         finally:
             server.close()
-            if sys.platform != "win32":
+            if not self._windows:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(self.address)
 
@@ -56,14 +81,9 @@ class ControlServer(Component):
         """Stop accepting; connected clients are closed by the broker's hub."""
         self._stopped.set()
 
-    async def _listen(self) -> asyncio.AbstractServer:
-        if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
-            loop = asyncio.get_running_loop()
-            servers = await loop.start_serving_pipe(  # type: ignore[attr-defined]
-                lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader(), self._serve),
-                self.address,
-            )
-            return servers[0]  # type: ignore[no-any-return]
+    async def _listen(self) -> Listener:
+        if self._windows:
+            return await self._listen_on_pipe()
         _remove_stale_socket(Path(self.address))
         old_umask = os.umask(0o177)
         try:
@@ -74,6 +94,16 @@ class ControlServer(Component):
             os.umask(old_umask)
         os.chmod(self.address, 0o600)
         return server
+
+    async def _listen_on_pipe(self) -> Listener:
+        def protocol() -> asyncio.BaseProtocol:
+            return asyncio.StreamReaderProtocol(asyncio.StreamReader(), self._serve)
+
+        try:
+            return await self._start_pipe_server(self.address, protocol)
+        except OSError as exc:
+            # The name held by another program (``PipeNameTaken``) lands here too.
+            raise FatalError(f"cannot listen on {self.address}: {exc}") from exc
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._counter += 1
