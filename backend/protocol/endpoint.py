@@ -8,12 +8,16 @@ computer without colliding, and the default node needs no flags.
 from __future__ import annotations
 
 import asyncio
+import getpass
 import hashlib
 import os
+import re
 import stat
 import sys
 import tempfile
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import cast
 
 import platformdirs
 
@@ -37,12 +41,29 @@ def log_dir(data_dir: Path) -> Path:
     return data_dir / "logs"
 
 
-def control_address(data_dir: Path) -> str:
+def control_address(
+    data_dir: Path, *, sys_platform: str = sys.platform, user: str | None = None
+) -> str:
     """The control socket path (a named pipe on Windows) of the broker for ``data_dir``."""
     digest = hashlib.sha256(str(data_dir).encode()).hexdigest()[:16]
-    if sys.platform == "win32":
-        return rf"\\.\pipe\pair-{digest}"
+    if sys_platform == "win32":
+        return pipe_address(digest, user if user is not None else _user_name())
     return str(runtime_dir() / f"broker-{digest}.sock")
+
+
+def pipe_address(digest: str, user: str) -> str:
+    r"""``\\.\pipe\pair-<user>-<digest>``: pipe names are one namespace for the whole
+    computer, so the user is in the name and two users' brokers for the same data dir path
+    never want the same pipe (the pipe's DACL, not its name, keeps other users out)."""
+    safe = re.sub(r"[^\w.-]", "_", user)[:64] or "user"
+    return rf"\\.\pipe\pair-{safe}-{digest}"
+
+
+def _user_name() -> str:
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError, ImportError):  # no USERNAME and no password database
+        return ""
 
 
 def runtime_dir() -> Path:
@@ -77,16 +98,32 @@ def _private_dir(candidate: Path) -> Path:
 
 
 async def open_control_connection(
-    address: str, *, limit: int = 2**16
+    address: str, *, limit: int = 2**16, sys_platform: str = sys.platform
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """Connect to a broker's control socket; raises OSError when nothing listens there."""
-    if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
+    """Connect to a broker's control socket; raises OSError when nothing listens there (or,
+    on Windows, the pipe is another user's)."""
+    if sys_platform == "win32":
         loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=limit)
-        protocol = asyncio.StreamReaderProtocol(reader)
-        transport, _ = await loop.create_pipe_connection(  # type: ignore[attr-defined]
-            lambda: protocol, address
-        )
-        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
-        return reader, writer
+        connect: PipeConnect | None = getattr(loop, "create_pipe_connection", None)
+        if connect is None:
+            raise OSError(f"named pipes need asyncio's proactor event loop, not {loop!r}")
+        return await open_pipe_connection(address, connect, limit=limit)
     return await asyncio.open_unix_connection(address, limit=limit)
+
+
+ProtocolFactory = Callable[[], asyncio.BaseProtocol]
+PipeConnect = Callable[
+    [ProtocolFactory, str], Awaitable[tuple[asyncio.BaseTransport, asyncio.BaseProtocol]]
+]
+
+
+async def open_pipe_connection(
+    address: str, connect: PipeConnect, *, limit: int = 2**16
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Streams over the connection ``connect`` (``loop.create_pipe_connection``) makes."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=limit)
+    protocol = asyncio.StreamReaderProtocol(reader)
+    transport, _ = await connect(lambda: protocol, address)
+    writer = asyncio.StreamWriter(cast(asyncio.WriteTransport, transport), protocol, reader, loop)
+    return reader, writer
