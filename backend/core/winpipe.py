@@ -140,7 +140,7 @@ def load_pipe_api() -> PipeApi:
             "OpenProcessToken": (advapi32, [handle, dword, out], bool_),
             "GetTokenInformation": (
                 advapi32,
-                [handle, ctypes.c_int, ctypes.c_void_p, dword, ctypes.POINTER(dword)],
+                [handle, ctypes.c_int, ctypes.c_void_p, dword, ctypes.POINTER(ctypes.c_uint32)],
                 bool_,
             ),
             "ConvertSidToStringSidW": (advapi32, [ctypes.c_void_p, out], bool_),

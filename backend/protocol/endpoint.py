@@ -52,11 +52,12 @@ def control_address(
 
 
 def pipe_address(digest: str, user: str) -> str:
-    r"""``\\.\pipe\pair-<user>-<digest>``: pipe names are one namespace for the whole
+    r"""``\\.\pipe\pair-broker-<user>-<digest>``: pipe names are one namespace for the whole
     computer, so the user is in the name and two users' brokers for the same data dir path
-    never want the same pipe (the pipe's DACL, not its name, keeps other users out)."""
+    never want the same pipe (the pipe's DACL, not its name, keeps other users out); "broker"
+    keeps it apart from the app's single-instance pipe, ``pair-<user>-<digest>``."""
     safe = re.sub(r"[^\w.-]", "_", user)[:64] or "user"
-    return rf"\\.\pipe\pair-{safe}-{digest}"
+    return rf"\\.\pipe\pair-broker-{safe}-{digest}"
 
 
 def _user_name() -> str:

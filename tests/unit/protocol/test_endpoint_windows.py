@@ -24,9 +24,10 @@ DIGEST = hashlib.sha256(str(DATA_DIR).encode()).hexdigest()[:16]
 
 
 def test_the_pipe_name_holds_the_user_and_the_data_dirs_digest() -> None:
+    # "broker": the app's single-instance pipe for the same data dir is pair-<user>-<digest>.
     address = control_address(DATA_DIR, sys_platform="win32", user="alice")
 
-    assert address == rf"\\.\pipe\pair-alice-{DIGEST}"
+    assert address == rf"\\.\pipe\pair-broker-alice-{DIGEST}"
     assert control_address(DATA_DIR, sys_platform="win32", user="bob") != address
     assert control_address(Path("D:/other"), sys_platform="win32", user="alice") != address
 
@@ -42,13 +43,14 @@ def test_the_pipe_name_holds_the_user_and_the_data_dirs_digest() -> None:
     ],
 )
 def test_the_user_part_has_no_backslash_and_a_bounded_length(user: str, part: str) -> None:
-    assert pipe_address("0123456789abcdef", user) == rf"\\.\pipe\pair-{part}-0123456789abcdef"
+    expected = rf"\\.\pipe\pair-broker-{part}-0123456789abcdef"
+    assert pipe_address("0123456789abcdef", user) == expected
 
 
 def test_a_user_is_found_when_none_is_given() -> None:
     address = control_address(DATA_DIR, sys_platform="win32")
 
-    assert address.startswith("\\\\.\\pipe\\pair-") and address.endswith(f"-{DIGEST}")
+    assert address.startswith("\\\\.\\pipe\\pair-broker-") and address.endswith(f"-{DIGEST}")
     assert "\\" not in address.removeprefix("\\\\.\\pipe\\")
 
 
