@@ -20,7 +20,7 @@ import sys
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 from backend.core.lifetime.windows import last_windows_error
 
@@ -129,41 +129,48 @@ class PipeApi(Protocol):
 def load_pipe_api() -> PipeApi:
     """The real functions, from kernel32 and advapi32, with their signatures declared."""
     if sys.platform == "win32":
-        from ctypes import wintypes
-
         kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
         advapi32 = ctypes.WinDLL("advapi32", use_last_error=True)
-        handle, dword, bool_ = wintypes.HANDLE, wintypes.DWORD, wintypes.BOOL
-        out = ctypes.POINTER(ctypes.c_void_p)
-        signatures = {
-            "GetCurrentProcess": (kernel32, [], handle),
-            "OpenProcessToken": (advapi32, [handle, dword, out], bool_),
-            "GetTokenInformation": (
-                advapi32,
-                [handle, ctypes.c_int, ctypes.c_void_p, dword, ctypes.POINTER(ctypes.c_uint32)],
-                bool_,
-            ),
-            "ConvertSidToStringSidW": (advapi32, [ctypes.c_void_p, out], bool_),
-            "ConvertStringSecurityDescriptorToSecurityDescriptorW": (
-                advapi32,
-                [wintypes.LPCWSTR, dword, out, ctypes.POINTER(ctypes.c_ulong)],
-                bool_,
-            ),
-            "CreateNamedPipeW": (
-                kernel32,
-                [wintypes.LPCWSTR, *[dword] * 6, ctypes.POINTER(SecurityAttributes)],
-                handle,
-            ),
-            "LocalFree": (kernel32, [ctypes.c_void_p], ctypes.c_void_p),
-            "CloseHandle": (kernel32, [handle], bool_),
-        }
         functions = {}
-        for name, (dll, argtypes, restype) in signatures.items():
+        for name, (dll, argtypes, restype) in signatures(kernel32, advapi32).items():
             function = getattr(dll, name)
             function.argtypes, function.restype = argtypes, restype
             functions[name] = function
         return cast(PipeApi, types.SimpleNamespace(**functions))
     raise OSError("named pipes with a DACL are Windows only")
+
+
+Signature = tuple[object, list[Any], Any]
+
+
+def signatures(kernel32: object, advapi32: object) -> dict[str, Signature]:
+    """Each function's library, argument types and result type (64-bit handles stay whole)."""
+    from ctypes import wintypes
+
+    handle, dword, bool_ = wintypes.HANDLE, wintypes.DWORD, wintypes.BOOL
+    out = ctypes.POINTER(ctypes.c_void_p)
+    return {
+        "GetCurrentProcess": (kernel32, [], handle),
+        "OpenProcessToken": (advapi32, [handle, dword, out], bool_),
+        "GetTokenInformation": (
+            advapi32,
+            [handle, ctypes.c_int, ctypes.c_void_p, dword, ctypes.POINTER(ctypes.c_uint32)],
+            bool_,
+        ),
+        "ConvertSidToStringSidW": (advapi32, [ctypes.c_void_p, out], bool_),
+        "ConvertStringSecurityDescriptorToSecurityDescriptorW": (
+            advapi32,
+            [wintypes.LPCWSTR, dword, out, ctypes.POINTER(ctypes.c_ulong)],
+            bool_,
+        ),
+        "CreateNamedPipeW": (
+            kernel32,
+            [wintypes.LPCWSTR, *[dword] * 6, ctypes.POINTER(SecurityAttributes)],
+            handle,
+        ),
+        "LocalFree": (kernel32, [ctypes.c_void_p], ctypes.c_void_p),
+        "CloseHandle": (kernel32, [handle], bool_),
+    }
 
 
 def current_user_sid(api: PipeApi, last_error: Callable[[], int] = last_windows_error) -> str:

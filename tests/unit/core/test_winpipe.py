@@ -4,6 +4,7 @@ the current user alone, against a fake library (runs on any OS)."""
 from __future__ import annotations
 
 import ctypes
+import inspect
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,12 +21,14 @@ from backend.core.winpipe import (
     PIPE_REJECT_REMOTE_CLIENTS,
     PIPE_TYPE_MESSAGE,
     PIPE_UNLIMITED_INSTANCES,
+    PipeApi,
     PipeNameTaken,
     SecurityAttributes,
     TokenUser,
     UserPipeFactory,
     current_user_sid,
     load_pipe_api,
+    signatures,
     user_only_sddl,
 )
 
@@ -252,3 +255,16 @@ def test_the_sid_is_read_once_per_factory() -> None:
 def test_the_real_libraries_are_windows_only() -> None:
     with pytest.raises(OSError, match="Windows only"):
         load_pipe_api()
+
+
+def test_every_function_is_declared_in_its_library_with_all_its_arguments() -> None:
+    declared = signatures("kernel32", "advapi32")
+    used = {name for name in vars(PipeApi) if name[0].isupper()}
+
+    assert set(declared) == used
+    for name, (library, argtypes, _) in declared.items():
+        parameters = list(inspect.signature(getattr(PipeApi, name)).parameters)[1:]
+        assert len(argtypes) == len(parameters), name
+        expected = "advapi32" if name.startswith(("Open", "GetToken", "Convert")) else "kernel32"
+        assert library == expected, name
+    assert declared["CreateNamedPipeW"][1][-1] is ctypes.POINTER(SecurityAttributes)
