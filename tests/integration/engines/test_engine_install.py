@@ -45,7 +45,8 @@ def _install_override(data_dir: Path, url: str, sha256: str | None) -> None:
         "ollama",
         {
             "detect": [{"path": "{install_dir}/bin/ollama"}],
-            "install": {"url": url, "archive": "tar", "sha256": sha256},
+            # No checksum listing: a platform block of the real manifest (macOS, Windows) names one.
+            "install": {"url": url, "archive": "tar", "sha256": sha256, "sha256_url": None},
             "platforms": {},
             "runtime": {"port": free_port()},
         },

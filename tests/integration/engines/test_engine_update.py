@@ -110,7 +110,11 @@ def update_override(data_dir: Path, site: str, port: int) -> None:
         "ollama",
         {
             "detect": [{"path": "{install_dir}/bin/ollama"}],
-            "install": {"url": f"{site}/ollama-linux-1.0.0.tgz", "archive": "tar"},
+            "install": {
+                "url": f"{site}/ollama-linux-1.0.0.tgz",
+                "archive": "tar",
+                "sha256_url": None,  # the macOS and Windows blocks name one
+            },
             "latest": {"url": f"{site}/latest.json"},
             "update": {
                 "url": site + "/ollama-linux-{version}.tgz",
