@@ -21,6 +21,8 @@ from typing import cast
 
 import platformdirs
 
+from backend.protocol.winpipe_client import connect_user_pipe
+
 APP_NAME = "pair"
 
 
@@ -102,13 +104,10 @@ async def open_control_connection(
     address: str, *, limit: int = 2**16, sys_platform: str = sys.platform
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """Connect to a broker's control socket; raises OSError when nothing listens there (or,
-    on Windows, the pipe is another user's)."""
+    on Windows, the pipe is not this user's: ``winpipe_client.PipeHeldByAnotherProgram``)."""
     if sys_platform == "win32":
-        loop = asyncio.get_running_loop()
-        connect: PipeConnect | None = getattr(loop, "create_pipe_connection", None)
-        if connect is None:
-            raise OSError(f"named pipes need asyncio's proactor event loop, not {loop!r}")
-        return await open_pipe_connection(address, connect, limit=limit)
+        # Not asyncio's create_pipe_connection: it would let the pipe's server impersonate us.
+        return await open_pipe_connection(address, connect_user_pipe, limit=limit)
     return await asyncio.open_unix_connection(address, limit=limit)
 
 
