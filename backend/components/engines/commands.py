@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from backend.components.engines.console import command_spawn_options
 from backend.components.engines.process import EngineLog
 
 
@@ -42,7 +43,8 @@ async def run_command(
     output: EngineLog | None = None,
     env: dict[str, str] | None = None,
 ) -> CommandResult:
-    """Run ``argv`` to completion; a timeout kills it (only it: it is our child)."""
+    """Run ``argv`` to completion, with no console window on Windows; a timeout kills it (only
+    it: it is our child)."""
     try:
         process = await asyncio.create_subprocess_exec(
             *argv,
@@ -50,6 +52,7 @@ async def run_command(
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             env={**os.environ, **(env or {})},
+            **command_spawn_options(),
         )
     except OSError as exc:
         return CommandResult(

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import msgspec
 
+from backend.components.engines.console import command_spawn_options
 from backend.components.engines.manifest import DetectCandidate
 from backend.components.engines.templating import expand, expand_path
 
@@ -85,7 +86,13 @@ def _prepare(argv: list[str]) -> None:
     if command is None:
         return
     try:
-        subprocess.run([command, *argv[1:]], capture_output=True, timeout=60, check=False)
+        subprocess.run(
+            [command, *argv[1:]],
+            capture_output=True,
+            timeout=60,
+            check=False,
+            **command_spawn_options(),
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         log.warning("preparing %s failed: %s", argv[0], exc)
 
