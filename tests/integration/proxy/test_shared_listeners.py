@@ -1,9 +1,9 @@
 """Windows' listener hand-over run for real on this OS: the real proxy worker, started with
 ``--shared`` names and no descriptor for any listener, gets each socket over its RPC channel
 (``proxy:take-listener``) and serves a real request on it, and a door that moves goes the same
-way. Only the one Windows call is stood in for: ``socket.share`` sends the socket over a side
-channel the worker inherits (as the real one duplicates it into the worker), and the worker's
-``fromshare`` takes it from there."""
+way. On Windows everything is real; elsewhere only the one Windows call is stood in for:
+``socket.share`` sends the socket over a side channel the worker inherits (as the real one
+duplicates it into the worker), and the worker's ``fromshare`` takes it from there."""
 
 from __future__ import annotations
 
@@ -18,7 +18,12 @@ import psutil
 import pytest
 
 from backend.components.proxy.component import ProxyComponent
-from backend.components.proxy.handover import SharedHandover, WorkerLink, WorkerStart
+from backend.components.proxy.handover import (
+    SharedHandover,
+    WorkerLink,
+    WorkerStart,
+    system_share,
+)
 from backend.components.proxy.listeners import Listener
 from backend.core.clock import SystemClock
 from backend.core.supervisor import Supervisor
@@ -37,7 +42,10 @@ from tests.integration.proxy.conftest import (
 )
 from tests.integration.proxy.test_door_ports_runtime import refused, tags
 
-pytestmark = pytest.mark.skipif(not hasattr(socket, "send_fds"), reason="the stand-in needs it")
+WINDOWS = sys.platform == "win32"
+pytestmark = pytest.mark.skipif(
+    not WINDOWS and not hasattr(socket, "send_fds"), reason="the stand-in needs SCM_RIGHTS"
+)
 
 CHANNEL_ENV = "PAIR_TEST_SHARE_FD"
 MODELS = ["llama3.2:latest"]
@@ -58,12 +66,13 @@ sys.exit(main(sys.argv[1:], fromshare=fromshare))
 
 @dataclass
 class SideChannelSharing:
-    """``SharedHandover`` with ``socket.share`` stood in for; records each share. The
-    delivery at a start is held back for longer than a heartbeat interval after the worker
-    answers, so a readiness that did not wait for it would show."""
+    """``SharedHandover`` with ``socket.share`` stood in for (the real one on Windows, where
+    there is no side channel); records each share. The delivery at a start is held back for
+    longer than a heartbeat interval after the worker answers, so a readiness that did not
+    wait for it would show."""
 
-    ours: socket.socket
-    theirs: socket.socket
+    ours: socket.socket | None
+    theirs: socket.socket | None
     shared: list[tuple[int, int]] = field(default_factory=list)  # (worker PID, port)
     delivered: bool = False
     inner: SharedHandover = field(init=False)
@@ -72,9 +81,11 @@ class SideChannelSharing:
         self.inner = SharedHandover(self.share)
 
     def share(self, sock: socket.socket, pid: int) -> bytes:
+        self.shared.append((pid, int(sock.getsockname()[1])))
+        if self.ours is None:
+            return system_share(sock, pid)
         token = f"{pid}:{sock.fileno()}".encode()
         socket.send_fds(self.ours, [token], [sock.fileno()])
-        self.shared.append((pid, int(sock.getsockname()[1])))
         return token
 
     @property
@@ -83,6 +94,8 @@ class SideChannelSharing:
 
     def start(self, doors: Mapping[Door, Listener], relay: Listener | None) -> WorkerStart:
         start = self.inner.start(doors, relay)
+        if self.theirs is None:
+            return start
         return WorkerStart(start.argv, (*start.pass_fds, self.theirs.fileno()))
 
     async def deliver(
@@ -103,6 +116,9 @@ class SideChannelSharing:
 
 @pytest.fixture
 async def sharing() -> AsyncIterator[SideChannelSharing]:
+    if WINDOWS:
+        yield SideChannelSharing(None, None)
+        return
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     yield SideChannelSharing(ours, theirs)
     ours.close()
@@ -113,18 +129,22 @@ async def start_sharing_proxy(
     sharing: SideChannelSharing, emulator: str
 ) -> AsyncIterator[RunningProxy]:
     errors, clock = RecordingErrors(), SystemClock()
-    channel = {CHANNEL_ENV: str(sharing.theirs.fileno()), BACKOFF_ENV: "0.05,0.1"}
+    environment = {BACKOFF_ENV: "0.05,0.1"}
+    command = None  # on Windows: the worker as the broker starts it, real fromshare and all
+    if sharing.theirs is not None:
+        environment[CHANNEL_ENV] = str(sharing.theirs.fileno())
+        command = [sys.executable, "-c", WORKER]
     component = ProxyComponent(
         ports=free_ports(),
         errors=errors,
         clock=clock,
         targets=lambda: proxy.targets,
         credentials=credentials_for(LOCAL_NODE),
-        environment=lambda: channel,
+        environment=lambda: environment,
         host="127.0.0.1",
         targets_interval=0.05,
         handover=sharing,
-        worker_command=[sys.executable, "-c", WORKER],
+        worker_command=command,
     )
     proxy = RunningProxy(
         component=component,

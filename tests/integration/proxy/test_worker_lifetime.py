@@ -20,8 +20,14 @@ import psutil
 import pytest
 
 from backend.core.clock import SystemClock
-from backend.core.lifetime import ChildTree, Ending, SpawnOptions, StartedChild
-from backend.core.lifetime.posix import LinuxLifetime
+from backend.core.lifetime import (
+    ChildLifetime,
+    ChildTree,
+    Ending,
+    SpawnOptions,
+    StartedChild,
+    child_lifetime,
+)
 from backend.core.worker import WorkerExited, WorkerProcess
 from backend.devtools import testworker
 from tests.support.child import REPO_ROOT
@@ -29,10 +35,10 @@ from tests.support.child import REPO_ROOT
 
 @dataclass
 class RecordingLifetime:
-    """Linux's lifetime, recording what the worker asks of it, in order."""
+    """This OS's lifetime, recording what the worker asks of it, in order."""
 
     steps: list[str] = field(default_factory=list)
-    inner: LinuxLifetime = field(default_factory=LinuxLifetime)
+    inner: ChildLifetime = field(default_factory=child_lifetime)
 
     def command(self, argv: Sequence[str], *, ignore_sigpipe: bool = False) -> list[str]:
         self.steps.append("command")
@@ -44,7 +50,7 @@ class RecordingLifetime:
 
     def adopt(self, child: StartedChild) -> ChildTree:
         self.steps.append(f"adopt {child.pid}")
-        return RecordingTree(self.steps)
+        return RecordingTree(self.steps, self.inner.adopt(child))
 
     def kill_orphan(self, pid: int) -> None:
         self.steps.append(f"kill_orphan {pid}")
@@ -53,12 +59,15 @@ class RecordingLifetime:
 @dataclass
 class RecordingTree:
     steps: list[str]
+    inner: ChildTree
 
     def end(self, ending: Ending) -> None:
         self.steps.append(f"end {ending.value}")
+        self.inner.end(ending)
 
     def release(self) -> None:
         self.steps.append("release")
+        self.inner.release()  # Windows: closes the job object
 
 
 async def test_a_worker_is_adopted_at_its_start_and_let_go_of_once_reaped() -> None:
@@ -81,7 +90,9 @@ async def test_a_worker_is_adopted_at_its_start_and_let_go_of_once_reaped() -> N
             while "ready" not in lifetime.steps:
                 await asyncio.sleep(0.01)
         pid = worker.pid()
-        assert pid is not None and os.getpgid(pid) == pid, "its own session, as on Linux"
+        assert pid is not None
+        if sys.platform != "win32":
+            assert os.getpgid(pid) == pid, "its own session"
     finally:
         await worker.stop()
         with pytest.raises(WorkerExited):

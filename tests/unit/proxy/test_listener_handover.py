@@ -27,6 +27,10 @@ from backend.protocol import errors
 from backend.protocol.proxy import Door
 
 WORKER_PID = 4242
+posix_only = pytest.mark.skipif(
+    not hasattr(socket, "AF_UNIX") or not hasattr(socket, "send_fds"),
+    reason="descriptors are handed over on POSIX only",
+)
 
 
 @dataclass
@@ -65,6 +69,7 @@ def fd(listener: Listener) -> int:
 # POSIX: inherited descriptors, SCM_RIGHTS for a door that moves.
 
 
+@posix_only
 def test_posix_start_names_and_passes_every_descriptor_and_the_channel(
     listeners: tuple[dict[Door, Listener], Listener],
 ) -> None:
@@ -92,6 +97,7 @@ async def test_posix_deliver_calls_nothing(
     assert worker.calls == []
 
 
+@posix_only
 async def test_posix_hand_over_sends_the_socket_then_asks_the_worker_to_adopt_it(
     listeners: tuple[dict[Door, Listener], Listener],
 ) -> None:
@@ -111,6 +117,7 @@ async def test_posix_hand_over_sends_the_socket_then_asks_the_worker_to_adopt_it
         handover.close()
 
 
+@posix_only
 async def test_posix_hand_over_calls_adopt_door_with_its_timeout(
     listeners: tuple[dict[Door, Listener], Listener],
 ) -> None:
@@ -134,6 +141,7 @@ async def test_posix_hand_over_without_a_started_worker_is_unavailable(
     assert worker.calls == []
 
 
+@posix_only
 def test_posix_close_closes_both_ends_and_a_new_start_opens_a_new_channel(
     listeners: tuple[dict[Door, Listener], Listener],
 ) -> None:

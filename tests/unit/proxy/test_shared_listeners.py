@@ -1,14 +1,14 @@
 """The worker's end of listeners shared over RPC (Windows' way): the bytes are decoded and
 rebuilt by the injected ``fromshare``, a worker started with ``--shared`` names serves no door
-before each has arrived, and what is not expected is refused. ``fromshare`` stands in with a
-descriptor number: the bytes name a duplicate made here, as ``socket.share`` makes one in the
+before each has arrived, and what is not expected is refused. On Windows the real
+``socket.share`` (with this process's PID) and ``socket.fromshare`` run; elsewhere a stand-in
+whose bytes name a duplicate descriptor made here, as ``socket.share`` makes one in the
 worker."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import errno
 import os
 import socket
 import sys
@@ -27,23 +27,33 @@ from backend.workers.proxy.channels.shared import (
     system_fromshare,
 )
 
+WINDOWS = sys.platform == "win32"
 
-def fromshare(data: bytes) -> socket.socket:
-    """Rebuild the socket behind a descriptor number (what ``share_of`` encodes)."""
+
+def stand_in_fromshare(data: bytes) -> socket.socket:
+    """Rebuild the socket behind a descriptor number (what ``share_of`` encodes off Windows)."""
     return socket.socket(fileno=int(data))
 
 
+fromshare = system_fromshare if WINDOWS else stand_in_fromshare
+
+
 def share_of(sock: socket.socket) -> str:
-    """A duplicate of ``sock`` for the worker, base64 as on the wire."""
-    return base64.b64encode(str(os.dup(sock.fileno())).encode()).decode()
+    """``sock`` shared with this process, base64 as on the wire."""
+    if sys.platform == "win32":
+        data = sock.share(os.getpid())
+    else:
+        data = str(os.dup(sock.fileno())).encode()
+    return base64.b64encode(data).decode()
 
 
 def closed(fd: int) -> bool:
-    """Whether ``fd`` is closed (nothing opens a descriptor in between in these tests)."""
+    """Whether ``fd`` is closed (nothing opens one in between in these tests)."""
     try:
-        os.fstat(fd)
-    except OSError as exc:
-        return exc.errno == errno.EBADF
+        sock = socket.socket(fileno=fd)
+    except OSError:
+        return True
+    sock.detach()
     return False
 
 
@@ -143,7 +153,7 @@ async def test_a_door_shared_again_before_it_serves_replaces_its_socket(
     answer = await listeners.take_listener({"listener": "ollama", "shared": share_of(sockets[1])})
 
     assert answer == {"listener": "ollama", "port": port(sockets[1])}
-    assert closed(first), "the replaced duplicate was closed"
+    assert closed(first), "the replaced socket was closed"
     sock = socket.socket(fileno=listeners.fds["ollama"])
     assert sock.getsockname() == sockets[1].getsockname()
     sock.close()
@@ -158,7 +168,8 @@ async def test_what_this_worker_does_not_serve_is_refused_and_closed(
         shared = share_of(sockets[1])
         with pytest.raises(errors.InvalidParams):
             await listeners.take_listener({"listener": name, "shared": shared})
-        assert closed(int(base64.b64decode(shared)))
+        if not WINDOWS:  # the duplicate's number is known here only
+            assert closed(int(base64.b64decode(shared)))
     with pytest.raises(errors.InvalidParams):
         await listeners.take_listener({"listener": "the moon", "shared": "MA=="})
     assert listeners.fds == {}
@@ -184,3 +195,10 @@ def test_shared_names_are_doors_or_the_relay() -> None:
 def test_the_real_fromshare_is_refused_off_windows() -> None:
     with pytest.raises(OSError, match="Windows only"):
         system_fromshare(b"")
+
+
+@pytest.mark.skipif(not WINDOWS, reason="socket.share is Windows only")
+def test_the_real_share_and_fromshare_rebuild_the_listener(sockets: list[socket.socket]) -> None:
+    rebuilt = shared_socket(share_of(sockets[0]), system_fromshare)
+    assert rebuilt.getsockname() == sockets[0].getsockname()
+    rebuilt.close()
