@@ -6,6 +6,7 @@ worker's PID, base64 in ``proxy:take-listener``), against a recording worker."""
 from __future__ import annotations
 
 import base64
+import os
 import socket
 import sys
 from collections.abc import Iterator
@@ -264,3 +265,14 @@ def test_the_platform_picks_the_handover(platform: str, kind: type) -> None:
 def test_the_real_share_is_refused_off_windows() -> None:
     with socket.socket() as sock, pytest.raises(OSError, match="Windows only"):
         system_share(sock, WORKER_PID)
+
+
+@pytest.mark.skipif(sys.platform != "win32", reason="socket.share is Windows only")
+def test_the_real_share_gives_bytes_that_rebuild_the_listener(
+    listeners: tuple[dict[Door, Listener], Listener],
+) -> None:
+    doors, _ = listeners
+    shared = system_share(doors["ollama"].sock, os.getpid())
+    rebuilt = socket.fromshare(shared)  # type: ignore[attr-defined,unused-ignore]
+    assert rebuilt.getsockname() == doors["ollama"].sock.getsockname()
+    rebuilt.close()
