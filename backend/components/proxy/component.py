@@ -89,7 +89,8 @@ class ProxyComponent(Component):
     restarts), the proxy worker process (via a ``WorkerProcess``) and the loop that sends it
     the node's identity once per start, then the routing table whenever it changes.
 
-    Ready when the worker answers its first heartbeat. ``close_front_doors()`` is the first
+    Ready when the worker answers its first heartbeat (where the listeners reach it after its
+    start, on Windows, once it has taken them all). ``close_front_doors()`` is the first
     shutdown stage; ``stop()`` then ends the worker. ``move_doors()`` moves doors to other
     ports while everything runs: the new socket is handed to the running worker (``handover``:
     over a Unix socket, or shared over its RPC channel on Windows), which starts accepting
