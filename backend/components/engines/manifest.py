@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 
 Method = Literal["GET", "POST", "DELETE", "PUT"]
 StreamKind = Literal["none", "ollama-progress", "lmstudio-download"]
-ArchiveKind = Literal["tar", "zip", "auto"]
+# ``tar`` is read by ``tarfile`` (plain, gzip, bzip2, xz); ``tar.zst`` is zstd-compressed.
+ArchiveKind = Literal["tar", "tar.zst", "zip", "auto"]
 InstallMethod = Literal["archive", "pip"]
 INSTALL_METHODS: tuple[InstallMethod, ...] = ("archive", "pip")
 # Forces the install method (tests, or a source checkout that wants release archives).
@@ -102,8 +103,8 @@ class InstallSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 
     ``{version}`` in ``url`` or ``sha256_url`` is the latest release (the manifest's ``latest``),
     ``{asset}`` this platform's file of the manifest's ``assets``. ``archive`` ``auto`` is a zip
-    or a tar as the download's content says; ``unwrap``: an archive holding one folder and
-    nothing else is unpacked from inside that folder (``llama-b4567/…``).
+    or a tar (zstd-compressed too) as the download's content says; ``unwrap``: an archive
+    holding one folder and nothing else is unpacked from inside that folder (``llama-b4567/…``).
     """
 
     url: str | None = None

@@ -66,10 +66,25 @@ def test_linux_installs_and_finds_ollama_exactly_as_before(keys: tuple[str, str]
     assert now.detect[0].which == "ollama"
 
 
-def test_linux_keeps_its_release_tarball() -> None:
-    spec = _engine("ollama", LINUX_X64).install
-    assert spec is not None
-    assert (spec.url, spec.archive) == ("https://ollama.com/download/ollama-linux-amd64.tgz", "tar")
+@pytest.mark.parametrize(("keys", "arch"), [(LINUX_X64, "amd64"), (LINUX_ARM, "arm64")])
+def test_linux_installs_and_updates_from_the_zstd_tarball_ollama_now_publishes(
+    keys: tuple[str, str], arch: str
+) -> None:
+    ollama = _engine("ollama", keys)
+    install, update = ollama.install, ollama.update
+    assert install is not None and update is not None
+    name = f"ollama-linux-{arch}.tar.zst"  # .tgz until v0.14.0; no longer published
+    assert (install.url, install.archive, install.sha256_url, install.binary) == (
+        f"https://ollama.com/download/{name}",
+        "tar.zst",
+        None,
+        "bin/ollama",
+    )
+    assert (update.url, update.sha256_url, update.archive) == (
+        f"{RELEASES}/{name}",
+        CHECKSUMS,
+        "tar.zst",
+    )
 
 
 @pytest.mark.parametrize("keys", [MAC_ARM, MAC_INTEL])
