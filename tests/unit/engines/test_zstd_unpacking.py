@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import struct
 import tarfile
 from pathlib import Path
 
@@ -58,7 +59,10 @@ def test_the_frames_are_read_a_chunk_at_a_time_as_the_reader_asks() -> None:
 
 def test_frames_written_one_after_another_read_as_one_stream() -> None:
     parts = [os.urandom(CHUNK + 7), b"", b"middle" * 1000, os.urandom(13)]
-    data = b"".join(compress(part) for part in parts)
+    # A skippable frame (RFC 8878, 3.1.2) carries metadata and decompresses to nothing.
+    skippable = struct.pack("<II", 0x184D2A50, 4) + b"meta"
+    data = b"".join(compress(part) for part in parts[:2]) + skippable
+    data += b"".join(compress(part) for part in parts[2:])
     assert _decompressed(data) == b"".join(parts)
 
 
