@@ -69,9 +69,9 @@ def test_bundled_manifests_say_how_to_learn_versions_and_update() -> None:
 def test_ollama_updates_from_a_release_archive_only_where_pair_installs_it() -> None:
     document = manifests.bundled_documents()["ollama"]
     linux = document["platforms"]["linux/x86_64"]["update"]
-    assert linux["url"].endswith("/v{version}/ollama-linux-amd64.tgz")
+    assert linux["url"].endswith("/v{version}/ollama-linux-amd64.tar.zst")
     assert linux["sha256_url"].endswith("/v{version}/sha256sum.txt")
-    assert linux["archive"] == "tar"
+    assert linux["archive"] == "tar.zst"
     blocks = document["platforms"]
     assert {key for key in blocks if "update" in blocks[key]} == {
         key for key in blocks if "install" in blocks[key]
