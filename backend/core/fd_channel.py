@@ -27,23 +27,45 @@ SEND_BUFFER = 4 * 1024 * 1024
 OnMessage = Callable[[bytes, list[int]], None]
 
 
-def channel_pair() -> tuple[socket.socket, socket.socket] | None:
+def channel_pair(
+    make: Callable[[int, int], tuple[socket.socket, socket.socket]] | None = None,
+) -> tuple[socket.socket, socket.socket] | None:
     """Two connected ends (sequenced packets where the system has them, else datagrams), or
-    None where descriptors cannot be passed (Windows)."""
+    None where descriptors cannot be passed (Windows) or a whole message cannot (a datagram
+    pair whose send buffer stays under ``MAX_MESSAGE``: macOS caps a local datagram at the
+    sender's buffer, 2048 bytes by default). ``make`` is ``socket.socketpair(family, kind)``."""
     if not hasattr(socket, "AF_UNIX") or not hasattr(socket, "send_fds"):
         return None
+    make = make or socket.socketpair
     for kind in (getattr(socket, "SOCK_SEQPACKET", None), socket.SOCK_DGRAM):
         if kind is None:
             continue
         try:
-            ends = socket.socketpair(socket.AF_UNIX, kind)
+            ends = make(socket.AF_UNIX, kind)
         except OSError:
             continue
         for end in ends:
             with contextlib.suppress(OSError):
                 end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+        if kind == socket.SOCK_DGRAM and not all(_fits(end) for end in ends):
+            log.warning(
+                "a local datagram here cannot carry %d bytes; requests waiting in the proxy "
+                "worker are not kept with the broker across a worker crash",
+                MAX_MESSAGE,
+            )
+            for end in ends:
+                end.close()
+            return None
         return ends
     return None
+
+
+def _fits(end: socket.socket) -> bool:
+    """Whether ``end``'s send buffer takes a whole message (the datagram limit on BSDs)."""
+    try:
+        return end.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) >= MAX_MESSAGE
+    except OSError:
+        return False
 
 
 class FdChannel:
