@@ -111,6 +111,7 @@ from _nginx import search_nginx
 
 from backend.devtools.llama_server import search_llama_server
 from backend.protocol.proxy import ProxyTargets, RouteTarget, SlotApi
+from backend.workers import cpu_policy
 from tests.engines.fixtures import (
     LlamaServer,
     cached_model,
@@ -300,6 +301,8 @@ def main() -> int:
         time.sleep(1.0)
         idle_rss = worker_rss(proxy.worker_pid)
         policy = cpu_policy_of(proxy.worker_pid)
+        if cpu_policy.wanted() == "adaptive":  # normal at rest: say when it switches
+            policy += f" (adaptive: batch from {cpu_policy.BATCH_AT} requests in flight)"
         progress(f"proxy worker pid {proxy.worker_pid}, idle RSS {idle_rss / 2**20:.1f} MB")
         setup = Setup(proxy, logs, args.quick, cpu, nginx.binary, twin=args.twin)
 
