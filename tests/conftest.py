@@ -19,6 +19,7 @@ from typing import TextIO
 import psutil
 import pytest
 
+from tests.support.ordering import order_for_workers
 from tests.support.platforms import skip_linux_only
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -134,6 +135,9 @@ class CrashDumps:
         report.longrepr = f"{report.longrepr}\n\n{worker}'s faulthandler dump:\n{dump}"
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Skip the tests marked ``linux_only`` off Linux, saying why (tests/support/platforms.py)."""
+    """Skip the tests marked ``linux_only`` off Linux, saying why (tests/support/platforms.py),
+    and order the rest for the workers (tests/support/ordering.py)."""
     skip_linux_only(items)
+    order_for_workers(items)
