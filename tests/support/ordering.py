@@ -43,9 +43,12 @@ def module_path(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
 
 
-def is_long(item: pytest.Item) -> bool:
-    """Whether ``item`` should be started before the others."""
-    return item.get_closest_marker("slow") is not None or module_path(item) in HEAVY_MODULES
+def rank(item: pytest.Item) -> int:
+    """When ``item`` starts: 0 for the ``slow`` marker (a minute or more: the package, the
+    soak, real backoff schedules), 1 for a heavy module's test, 2 for the rest."""
+    if item.get_closest_marker("slow") is not None:
+        return 0
+    return 1 if module_path(item) in HEAVY_MODULES else 2
 
 
 def shares_a_fixture(item: pytest.Item) -> bool:
@@ -60,8 +63,8 @@ def shares_a_fixture(item: pytest.Item) -> bool:
 
 def order_for_workers(items: list[pytest.Item]) -> None:
     """Group the tests that share a module's fixture by module, then put the long tests first
-    (a stable sort: each part keeps its collection order)."""
+    (a stable sort by ``rank``: each part keeps its collection order)."""
     for item in items:
         if shares_a_fixture(item) and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(module_path(item)))
-    items.sort(key=lambda item: not is_long(item))
+    items.sort(key=rank)

@@ -47,7 +47,7 @@ def ordered(*items: FakeItem) -> list[str]:
     return [item.nodeid for item in listed]
 
 
-def test_slow_and_heavy_tests_go_first_and_each_part_keeps_its_order() -> None:
+def test_slow_tests_go_first_then_heavy_modules_and_each_part_keeps_its_order() -> None:
     heavy = sorted(HEAVY_MODULES)[0]
     slow = pytest.mark.slow.mark
     names = ordered(
@@ -59,8 +59,8 @@ def test_slow_and_heavy_tests_go_first_and_each_part_keeps_its_order() -> None:
     )
     assert names == [
         "tests/b.py::slow",
-        f"{heavy}::pairing",
         "tests/d.py::slow_too",
+        f"{heavy}::pairing",
         "tests/a.py::one",
         "tests/c.py::two",
     ]
