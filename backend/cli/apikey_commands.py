@@ -12,18 +12,15 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import msgspec
-import psutil
 
 from backend.cli import exit_codes
 from backend.cli.client_commands import run_with_broker
 from backend.common.hostport import url_host
-from backend.components.discovery.records import rank_addresses
 from backend.protocol import contract, methods
 from backend.protocol.peer import RpcPeer
 from backend.protocol.types.apikeys import (
@@ -144,6 +141,9 @@ def lan_address(
             for address in node.addresses:
                 if not _is_loopback(address):
                     return address
+    # Imported here, as in _interface_addresses: no other command needs discovery's helpers.
+    from backend.components.discovery.records import rank_addresses
+
     ranked = rank_addresses(interfaces)
     return ranked[0] if ranked else None
 
@@ -156,10 +156,10 @@ def _is_loopback(address: str) -> bool:
 
 
 def _interface_addresses() -> dict[str, list[str]]:
-    return {
-        name: [entry.address for entry in entries if entry.family == socket.AF_INET]
-        for name, entries in psutil.net_if_addrs().items()
-    }
+    # Imported here: reading the interfaces loads psutil, which the other commands never need.
+    from backend.components.discovery.records import interface_addresses
+
+    return interface_addresses()
 
 
 def format_created(

@@ -1,5 +1,9 @@
 """``pair``'s whole command line: parses the arguments and runs the chosen command (``main.py``
-sends a worker's start straight to ``worker_command.py``, which imports none of this)."""
+sends a worker's start straight to ``worker_command.py``, which imports none of this).
+
+The parser is built from light modules: a client command (``pair status``, ``pair models``...)
+loads the wire types and the RPC client, never the broker, its components or aiohttp's server,
+which only ``pair node`` needs (``foreground_command``, imported when a node runs)."""
 
 from __future__ import annotations
 
@@ -17,16 +21,15 @@ from backend.cli import (
     emulate_command,
     endpoints_command,
     engine_commands,
-    foreground_command,
     jobs_command,
     node_list_commands,
     settings_command,
     worker_command,
 )
 from backend.cli.display import has_display
+from backend.cli.node_options import add_data_dir, add_node_options
 from backend.cli.run_gui import RunGui
 from backend.cli.version_option import ShowVersion
-from backend.protocol.types.broker import LOG_LEVELS
 
 EPILOG = """\
 exit codes: 0 ok, 1 error, 2 usage, 3 a broker already runs for the data dir,
@@ -44,10 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action=ShowVersion)
-    _add_node_options(parser)
+    add_node_options(parser)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     node = commands.add_parser("node", help="run this computer's node headless, in the foreground")
-    _add_node_options(node)
+    add_node_options(node)
     node.add_argument(
         "--stdio",
         action="store_true",
@@ -57,44 +60,20 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("--test-worker", metavar="MODE", help=argparse.SUPPRESS)
     worker_command.add_parser(commands)
     status = commands.add_parser("status", help="show the local broker's state")
-    _add_data_dir(status)
+    add_data_dir(status)
     status.add_argument("--json", action="store_true", help="print the raw status as JSON")
     stop = commands.add_parser("stop", help="stop the local broker")
-    _add_data_dir(stop)
-    engine_commands.add_parsers(commands, _add_data_dir)
-    node_list_commands.add_parsers(commands, node, _add_data_dir)
-    jobs_command.add_parser(commands, _add_data_dir)
-    endpoints_command.add_parser(commands, _add_data_dir)
-    apikey_commands.add_parser(commands, _add_data_dir)
-    settings_command.add_parser(commands, _add_data_dir)
-    cluster_commands.add_parsers(commands, _add_data_dir)
+    add_data_dir(stop)
+    engine_commands.add_parsers(commands, add_data_dir)
+    node_list_commands.add_parsers(commands, node, add_data_dir)
+    jobs_command.add_parser(commands, add_data_dir)
+    endpoints_command.add_parser(commands, add_data_dir)
+    apikey_commands.add_parser(commands, add_data_dir)
+    settings_command.add_parser(commands, add_data_dir)
+    cluster_commands.add_parsers(commands, add_data_dir)
     emulate_command.add_parser(commands)
     demo_command.add_parser(commands)
     return parser
-
-
-def _add_data_dir(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--data-dir",
-        metavar="DIR",
-        help="the node's data directory (default: the per-user data dir)",
-    )
-
-
-def _add_node_options(parser: argparse.ArgumentParser) -> None:
-    _add_data_dir(parser)
-    for flag, default, what in foreground_command.PORT_FLAGS:
-        parser.add_argument(
-            flag,
-            type=foreground_command.port_number,
-            default=default,
-            metavar="PORT",
-            help=f"{what} (default {default})",
-        )
-    parser.add_argument(
-        "--log-level", choices=LOG_LEVELS, help="override the log_level setting for this run"
-    )
-    parser.add_argument("--json-logs", action="store_true", help="log JSON lines to stderr")
 
 
 def dispatch(argv: Sequence[str] | None, run_gui: RunGui | None) -> int:
@@ -124,7 +103,7 @@ def dispatch(argv: Sequence[str] | None, run_gui: RunGui | None) -> int:
     if handled is not None:
         return handled
     if args.command == "node":
-        return foreground_command.run(args)
+        return _run_node(args)
     if args.command == "emulate":
         return emulate_command.run(args)
     if args.command == "demo":
@@ -137,6 +116,13 @@ def dispatch(argv: Sequence[str] | None, run_gui: RunGui | None) -> int:
     )
     args.stdio = False
     args.test_worker = None
+    return _run_node(args)
+
+
+def _run_node(args: argparse.Namespace) -> int:
+    # Imported here: only a node loads the broker and every component.
+    from backend.cli import foreground_command
+
     return foreground_command.run(args)
 
 

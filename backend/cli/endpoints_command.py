@@ -12,8 +12,6 @@ import msgspec
 from backend.cli import exit_codes
 from backend.cli.client_commands import run_with_broker
 from backend.common.hostport import url_host
-from backend.components.discovery.probe import NODE_INFO_PATH
-from backend.components.discovery.records import interface_addresses, rank_addresses
 from backend.protocol import contract, methods
 from backend.protocol.peer import RpcPeer
 from backend.protocol.proxy import door_rank
@@ -72,6 +70,9 @@ def endpoints(data_dir: str | None, *, as_json: bool) -> int:
         if as_json:
             sys.stdout.write(msgspec.json.encode(status.front_doors).decode() + "\n")
             return exit_codes.OK
+        # Imported here: reading the interfaces loads psutil, which no other command needs.
+        from backend.components.discovery.records import interface_addresses, rank_addresses
+
         print(format_endpoints(status, rank_addresses(interface_addresses())))
         return exit_codes.OK
 
@@ -107,5 +108,8 @@ def node_api(port: int, addresses: Sequence[str]) -> str:
     """Where other PAIR nodes reach this one's node API (TLS): pairing and node-info."""
     if not addresses:
         return f"port {port} over TLS (this computer has no address other computers can use now)"
+    # Imported here: the path's module is the discovery probe, which loads aiohttp's client.
+    from backend.components.discovery.probe import NODE_INFO_PATH
+
     urls = ", ".join(f"https://{url_host(address)}:{port}{NODE_INFO_PATH}" for address in addresses)
     return f"{urls} (other PAIR nodes: pairing and node-info)"

@@ -31,7 +31,7 @@ from backend.cli.engine_format import (
     engine_row,
     table_line,
 )
-from backend.cli.foreground_command import port_number
+from backend.cli.node_options import port_number
 from backend.cli.node_ref import (
     KnownNode,
     NodeWork,

@@ -1,4 +1,5 @@
-"""``pair node``: run the broker in the foreground."""
+"""``pair node`` (and ``pair`` alone without a display): run the broker in the foreground. The
+only command that loads the broker, so ``commands.py`` imports this module when it runs."""
 
 from __future__ import annotations
 
@@ -20,30 +21,6 @@ from backend.core.store import StoreError
 from backend.protocol.endpoint import log_dir, resolve_data_dir
 from backend.protocol.types.broker import Ports
 from backend.wiring import BrokerConfig, WorkerSpec
-
-PORT_FLAGS: tuple[tuple[str, int, str], ...] = (
-    ("--node-port", 14320, "node API port (node info, pairing, cluster)"),
-    ("--ollama-port", 11434, "Ollama-compatible front door"),
-    ("--openai-port", 1234, "front door at LM Studio's usual port (every model, every API)"),
-    ("--llamacpp-port", 8080, "front door at llama-server's usual port (every model, every API)"),
-    ("--relay-port", 14321, "relay between paired computers (mutual TLS)"),
-)
-
-
-# The range the door-port settings and the app's engine ports take: ports below 1024 need
-# administrator rights, which PAIR never asks for.
-LOWEST_PORT = 1024
-
-
-def port_number(text: str) -> int:
-    """An argparse type: a TCP port 1024-65535."""
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not LOWEST_PORT <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"port {port} is outside {LOWEST_PORT}-65535")
-    return port
 
 
 def run(args: argparse.Namespace) -> int:
