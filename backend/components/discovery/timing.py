@@ -11,6 +11,7 @@ from backend.components.discovery.state import EvictionPolicy
 ENV_SCAN_INTERVAL = "PAIR_DISCOVERY_SCAN_INTERVAL"
 ENV_TELEMETRY_INTERVAL = "PAIR_DISCOVERY_TELEMETRY_INTERVAL"
 ENV_PROBE_INTERVAL = "PAIR_DISCOVERY_PROBE_INTERVAL"
+ENV_INTERFACE_INTERVAL = "PAIR_DISCOVERY_INTERFACE_INTERVAL"
 ENV_MDNS = "PAIR_DISCOVERY_MDNS"
 DEFAULT_TELEMETRY_INTERVAL = 2.0
 
@@ -23,7 +24,7 @@ class DiscoveryTiming:
     telemetry_interval: float = DEFAULT_TELEMETRY_INTERVAL
     telemetry_backoff: tuple[float, ...] = (4.0, 8.0, 16.0, 30.0)
     manual_probe_interval: float = 10.0
-    interface_interval: float = 10.0
+    interface_interval: float = 10.0  # how soon a changed address is announced over mDNS
     fetch_timeout: float = 3.0
     setting_interval: float = 1.0  # how soon local discovery follows its settings
     policy: EvictionPolicy = field(default_factory=EvictionPolicy)
@@ -40,6 +41,9 @@ class DiscoveryTiming:
             telemetry_backoff=tuple(delay * scale for delay in default.telemetry_backoff),
             manual_probe_interval=_seconds(
                 environ, ENV_PROBE_INTERVAL, default.manual_probe_interval
+            ),
+            interface_interval=_seconds(
+                environ, ENV_INTERFACE_INTERVAL, default.interface_interval
             ),
             fetch_timeout=min(default.fetch_timeout, max(0.5, telemetry)),
         )
