@@ -59,6 +59,7 @@ from backend.components.proxy.table import (
 from backend.components.proxy.targets import DOOR_PORT_SETTINGS, door_ports
 from backend.components.replicas import rpc as replicas_rpc
 from backend.components.replicas.component import ReplicasComponent
+from backend.components.replicas.status import ttl_from_environment
 from backend.components.settings import rpc as settings_rpc
 from backend.components.settings.log_level import LogLevels
 from backend.components.settings.service import CORRUPT_ERROR_ID, SettingsService
@@ -387,7 +388,7 @@ def _replicas(
         node_id=node_id,
         node_name=services.node_name,
         clock=base.clock,
-        settings=services.settings.view,
+        settings=ttl_from_environment(services.settings.view, os.environ),
         members=lambda: [member.node_id for member in base.members.current.trusted()],
         nodes=discovery.nodes,
         engine_models=engines.last_listing,

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import dataclasses
+import math
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
 
 from backend.components.replicas.plan import Policy
 from backend.protocol.types.base import EngineName, NodeId
 from backend.protocol.types.engines import ReplicaMark
 from backend.protocol.types.replicas import ReplicaInfo, ReplicasMode, ReplicasStatus
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 _MODES: frozenset[str] = frozenset({"auto", "on", "off"})
 _DEFAULTS = Policy()
+# A hidden knob for tests: replicas idle this long are unloaded, whatever ``replicas_ttl_s``
+# says (the setting's lowest, 30 s, is long to wait out in a test of what happens after it).
+TTL_ENV = "PAIR_REPLICAS_TTL_S"
+View = TypeVar("View", bound="DataclassInstance")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +47,20 @@ def settings_of(view: object) -> ReplicaSettings:
             max_per_model=most if isinstance(most, int) and most >= 0 else _DEFAULTS.max_per_model,
         ),
     )
+
+
+def ttl_from_environment(
+    view: Callable[[], View], environ: Mapping[str, str]
+) -> Callable[[], View]:
+    """``view``, or, with ``PAIR_REPLICAS_TTL_S`` a positive number of seconds, ``view``
+    whose ``replicas_ttl_s`` is that number (``view`` gives a dataclass instance)."""
+    try:
+        ttl_s = float(environ.get(TTL_ENV, ""))
+    except ValueError:
+        return view
+    if not math.isfinite(ttl_s) or ttl_s <= 0:
+        return view
+    return lambda: dataclasses.replace(view(), replicas_ttl_s=ttl_s)
 
 
 def is_active(mode: ReplicasMode, members: int) -> bool:
