@@ -22,12 +22,13 @@ pytestmark = [only_on("win32", "Job Objects"), pytest.mark.timeout(90)]
 GONE_WITHIN_S = 15.0
 
 # Started adopted: waits for a line (by then it is in the job, so what it starts is too), starts
-# a sleeping grandchild with the same output, and both say they are up.
+# a sleeping grandchild with the same output (passed on explicitly: a child started with no
+# standard handles named gets none that are pipes), and both say they are up.
 GRANDCHILD = "import time; print('grandchild', flush=True); time.sleep(120)"
 CHILD = f"""
 import subprocess, sys, time
 sys.stdin.readline()
-subprocess.Popen([sys.executable, "-c", {GRANDCHILD!r}])
+subprocess.Popen([sys.executable, "-c", {GRANDCHILD!r}], stdout=sys.stdout)
 print("child", flush=True)
 time.sleep(120)
 """
