@@ -11,7 +11,9 @@ on an emulated Ollama, all on one bridge; faults from ``tests/support/netfaults.
 - TCP dead but B's mDNS still arriving at A: A does not route to B;
 - an engine silent for longer than the relay's idle limit between chunks, behind a live link,
   is slow, not dead: its stream is not cut; likewise with 300 ms of latency (``netem``, where
-  the kernel has it).
+  the kernel has it). A's idle limit is set to a few seconds there
+  (``PAIR_PROXY_RELAY_IDLE_TIMEOUT_S``), so the engine's silence outlives it in seconds, not
+  half a minute.
 
 The clients run in A's namespace (a front door lets its own host in without a key) with
 timeouts far shorter than the door's 120 s header and first-content timeouts: what is
@@ -36,6 +38,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
+from backend.components.proxy.table import RELAY_IDLE_TIMEOUT_ENV as RELAY_IDLE_ENV
 from backend.protocol import errors, methods
 from backend.protocol.types.base import NodeId
 from tests.integration.cluster.test_every_model_cluster import _join_network_namespace
@@ -69,9 +72,11 @@ WAITING_ON_B = "b-slow-start:latest"  # as WAITING, and only B has it (C has WAI
 FLOWING = "flowing:latest"  # streams one token every 50 ms, REPLY_TOKENS of them
 TRICKLE = "trickle:latest"  # one token every TRICKLE_GAP_S: slow but live
 FIRST_TOKEN_S = 10
-# Longer than the relay's idle limit between chunks (20 s), shorter than the client's timeout:
+# The relay's idle limit between a member's chunks, at A, in the slow-engine tests (the
+# product's is 20 s); the engine's gap is well past it and far short of the client's timeout:
 # only a relay that knows the member is still there (its link is up) waits it out.
-TRICKLE_GAP_S = 25
+RELAY_IDLE_S = 3.0
+TRICKLE_GAP_S = 8
 REPLY_TOKENS = 400
 B_NAME = "member-b"
 CLIENT_TIMEOUT_S = 40.0  # a third of the door's header timeout: the old code exceeds it
@@ -139,9 +144,16 @@ def faults(hosts: list[Host]) -> Iterator[LinkFaults]:
 
 
 def start_member(
-    start_node: Callable[..., Node], tmp_path: Path, host: Host, name: str, models: str
+    start_node: Callable[..., Node],
+    tmp_path: Path,
+    host: Host,
+    name: str,
+    models: str,
+    env: dict[str, str] | None = None,
 ) -> Node:
-    """A broker on ``host`` whose Ollama (the emulator) has ``models`` at the test's paces."""
+    """A broker started on ``host`` whose Ollama (the emulator) has ``models`` at the test's
+    paces (``env``: added to the broker's environment); not yet serving (``cluster_of`` waits
+    for the brokers it starts all at once)."""
     extra = ", ".join(repr(arg) for arg in EMULATOR)
     text = OLLAMA_SHIM.replace('"tinyllama:latest,qwen2:0.5b"', repr(models))
     text = text.replace(_SHIM_ARGV, f"{_SHIM_ARGV[:-1]}, {extra}]")
@@ -149,27 +161,37 @@ def start_member(
     runtime = {"port": free_port(), "ready": {"timeout_s": 30}}
     runtime["env"] = {"OLLAMA_NUM_PARALLEL": "4"}
     override = {"detect": [{"path": str(shim)}], "runtime": runtime}
-    return start_node(host, name, models, override=override)
+    return start_node(host, name, models, override=override, env=env, wait=False)
 
 
 @contextlib.asynccontextmanager
 async def cluster_of(
-    start_node: Callable[..., Node], tmp_path: Path, hosts: list[Host], members: int
+    start_node: Callable[..., Node],
+    tmp_path: Path,
+    hosts: list[Host],
+    members: int,
+    relay_idle_s: float | None = None,
 ) -> AsyncIterator[Cluster]:
     """A (no engine) paired with B (every model) and, with ``members`` 2, C (``WAITING``);
-    yields once A's door lists B's models."""
+    yields once A's door lists B's models. ``relay_idle_s``: A's relay idle limit, if not the
+    product's."""
     b_models = f"{WAITING},{WAITING_ON_B},{FLOWING},{TRICKLE}"
+    a_env = None if relay_idle_s is None else {RELAY_IDLE_ENV: str(relay_idle_s)}
     nodes = [
-        start_member(start_node, tmp_path, hosts[0], "a", ""),  # its engine is never started
+        start_member(start_node, tmp_path, hosts[0], "a", "", a_env),  # no engine started
         start_member(start_node, tmp_path, hosts[1], "b", b_models),
     ]
     if members == 2:
         nodes.append(start_member(start_node, tmp_path, hosts[2], "c", WAITING))
+    NamespaceBrokers.wait_until_serving(*nodes)
     async with _clients(*nodes) as clients:
         await clients[1].call(methods.SETTINGS_SET, {"values": {"node_name": B_NAME}})
         statuses = [await client.typed(methods.STATUS) for client in clients]
+        engines = {"engine": "ollama"}
+        await asyncio.gather(
+            *(c.call(methods.ENGINE_START, engines, timeout=40) for c in clients[1:])
+        )
         for node, client, status in zip(nodes[1:], clients[1:], statuses[1:], strict=True):
-            await client.call(methods.ENGINE_START, {"engine": "ollama"}, timeout=40)
             await open_join_window(client)
             await _pair(clients[0], client, node.host.address, status.ports.node)
         ids = [status.node_id for status in statuses]
@@ -442,7 +464,7 @@ async def test_a_member_heard_over_mdns_but_unreachable_over_tcp_is_not_routed_t
 async def test_a_slow_engine_behind_a_live_link_is_not_cut(
     hosts: list[Host], start_node: Callable[..., Node], faults: LinkFaults, tmp_path: Path
 ) -> None:
-    async with cluster_of(start_node, tmp_path, hosts, members=1) as cluster:
+    async with cluster_of(start_node, tmp_path, hosts, 1, RELAY_IDLE_S) as cluster:
         assert_slow_but_whole(await ask_from_a(cluster, TRICKLE, stream=True, tokens=2))
 
 
@@ -452,7 +474,7 @@ async def test_latency_and_a_slow_engine_are_slow_not_dead(
     reason = netem_unavailable()
     if reason is not None:
         pytest.skip(reason)
-    async with cluster_of(start_node, tmp_path, hosts, members=1) as cluster:
+    async with cluster_of(start_node, tmp_path, hosts, 1, RELAY_IDLE_S) as cluster:
         faults.netem(str(cluster.nodes[1].host.namespace), delay_ms=300)
         assert_slow_but_whole(await ask_from_a(cluster, TRICKLE, stream=True, tokens=2))
 
