@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from backend.components.proxy.listeners import RELAY, Listener, send_door
 from backend.protocol import errors
+from backend.protocol.methods import PING
 from backend.protocol.proxy import Door, DoorHandover, SharedListener, SharedListenerName
 from backend.protocol.worker_methods import PROXY_ADOPT_DOOR, PROXY_TAKE_LISTENER
 
@@ -145,7 +146,8 @@ def system_share(sock: socket.socket, pid: int) -> bytes:
 
 @dataclass(frozen=True)
 class SharedHandover:
-    """Windows: every listener shared with the worker's PID and sent over its RPC channel."""
+    """Windows: every listener shared with the worker's own PID (as its ``ping`` gives it) and
+    sent over its RPC channel."""
 
     share: Share = field(default=system_share, repr=False)
 
@@ -163,24 +165,42 @@ class SharedHandover:
         self, worker: WorkerLink, doors: Mapping[Door, Listener], relay: Listener | None
     ) -> None:
         """Each listener in turn, the doors first."""
+        pid = await self._own_pid(worker, DELIVER_TIMEOUT_S)
         for door, listener in doors.items():
-            await self._send(worker, door, listener, DELIVER_TIMEOUT_S)
+            await self._send(worker, pid, door, listener, DELIVER_TIMEOUT_S)
         if relay is not None:
-            await self._send(worker, RELAY, relay, DELIVER_TIMEOUT_S)
+            await self._send(worker, pid, RELAY, relay, DELIVER_TIMEOUT_S)
 
     async def hand_over(self, worker: WorkerLink, door: Door, listener: Listener) -> None:
         """The door's new socket, shared the same way."""
-        await self._send(worker, door, listener, ADOPT_DOOR_TIMEOUT_S)
+        pid = await self._own_pid(worker, ADOPT_DOOR_TIMEOUT_S)
+        await self._send(worker, pid, door, listener, ADOPT_DOOR_TIMEOUT_S)
 
     def close(self) -> None:
         """Nothing: a shared socket belongs to the worker, and went with it."""
 
-    async def _send(
-        self, worker: WorkerLink, name: SharedListenerName, listener: Listener, timeout: float
-    ) -> None:
-        pid = worker.pid()
-        if pid is None:
+    @staticmethod
+    async def _own_pid(worker: WorkerLink, timeout: float) -> int:
+        """The PID the worker gives for itself (its ``ping`` answer). Not the one it was started
+        as: from a source checkout, a venv's ``python.exe`` on Windows is a launcher that runs
+        the real interpreter as its child, and a socket shared with the launcher cannot be
+        rebuilt by the worker."""
+        if worker.pid() is None:
             raise errors.Unavailable("the proxy worker is not running")
+        answer = await worker.call(PING.name, timeout=timeout)
+        pid = answer.get("pid") if isinstance(answer, dict) else None
+        if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+            raise errors.Unavailable(f"the proxy worker did not give its process id: {answer!r}")
+        return pid
+
+    async def _send(
+        self,
+        worker: WorkerLink,
+        pid: int,
+        name: SharedListenerName,
+        listener: Listener,
+        timeout: float,
+    ) -> None:
         try:
             shared = self.share(listener.sock, pid)
         except OSError as exc:  # the worker exited meanwhile, or the socket closed

@@ -27,7 +27,8 @@ from backend.components.proxy.listeners import RELAY, Listener, listen_tcp
 from backend.protocol import errors
 from backend.protocol.proxy import Door
 
-WORKER_PID = 4242
+WORKER_PID = 4242  # the process started (on Windows, maybe a venv's launcher)
+OWN_PID = 4343  # the interpreter that runs the worker, as its ping says
 posix_only = pytest.mark.skipif(
     not hasattr(socket, "AF_UNIX") or not hasattr(socket, "send_fds"),
     reason="descriptors are handed over on POSIX only",
@@ -40,6 +41,7 @@ class RecordingWorker:
 
     running: bool = True
     answer: Any = None
+    own_pid: Any = OWN_PID
     calls: list[tuple[str, Any, float]] = field(default_factory=list)
 
     def pid(self) -> int | None:
@@ -47,6 +49,8 @@ class RecordingWorker:
 
     async def call(self, method: str, params: Any = None, *, timeout: float = 10.0) -> Any:
         self.calls.append((method, params, timeout))
+        if method == "ping":
+            return {"pong": True, "version": "0", "uptime_ms": 1, "pid": self.own_pid}
         if isinstance(self.answer, Exception):
             raise self.answer
         return self.answer
@@ -198,11 +202,11 @@ async def test_windows_deliver_shares_each_listener_with_the_worker_doors_first(
     share, worker = RecordingShare(), RecordingWorker()
     await SharedHandover(share).deliver(worker, doors, relay)
     assert share.shared == [
-        (fd(doors["ollama"]), WORKER_PID),
-        (fd(doors["openai"]), WORKER_PID),
-        (fd(relay), WORKER_PID),
+        (fd(doors["ollama"]), OWN_PID),
+        (fd(doors["openai"]), OWN_PID),
+        (fd(relay), OWN_PID),
     ]
-    assert worker.calls == [
+    assert worker.calls == [("ping", None, DELIVER_TIMEOUT_S)] + [
         ("proxy:take-listener", {"listener": name, "shared": encoded(listener)}, DELIVER_TIMEOUT_S)
         for name, listener in [*doors.items(), (RELAY, relay)]
     ]
@@ -214,9 +218,12 @@ async def test_windows_hand_over_shares_the_new_socket_the_same_way(
     doors, _ = listeners
     share, worker = RecordingShare(), RecordingWorker()
     await SharedHandover(share).hand_over(worker, "openai", doors["openai"])
-    assert share.shared == [(fd(doors["openai"]), WORKER_PID)]
+    assert share.shared == [(fd(doors["openai"]), OWN_PID)]
     params = {"listener": "openai", "shared": encoded(doors["openai"])}
-    assert worker.calls == [("proxy:take-listener", params, ADOPT_DOOR_TIMEOUT_S)]
+    assert worker.calls == [
+        ("ping", None, ADOPT_DOOR_TIMEOUT_S),
+        ("proxy:take-listener", params, ADOPT_DOOR_TIMEOUT_S),
+    ]
 
 
 async def test_windows_nothing_is_shared_without_a_running_worker(
@@ -237,7 +244,7 @@ async def test_windows_a_share_the_system_refuses_is_unavailable_and_calls_nothi
     worker = RecordingWorker()
     with pytest.raises(errors.Unavailable, match="ollama listener could not be shared"):
         await SharedHandover(share).hand_over(worker, "ollama", doors["ollama"])
-    assert worker.calls == []
+    assert [call[0] for call in worker.calls] == ["ping"]
 
 
 async def test_windows_a_worker_that_does_not_answer_fails_the_delivery(
@@ -247,7 +254,18 @@ async def test_windows_a_worker_that_does_not_answer_fails_the_delivery(
     worker = RecordingWorker(answer=errors.CallTimeout("no answer"))
     with pytest.raises(errors.CallTimeout):
         await SharedHandover(RecordingShare()).deliver(worker, doors, relay)
-    assert len(worker.calls) == 1, "the delivery stops at the first listener not taken"
+    assert len(worker.calls) == 2, "the delivery stops at the first listener not taken"
+
+
+@pytest.mark.parametrize("said", [None, "4343", True, 0, -1])
+async def test_windows_a_worker_that_gives_no_process_id_gets_nothing_shared(
+    listeners: tuple[dict[Door, Listener], Listener], said: Any
+) -> None:
+    doors, relay = listeners
+    share, worker = RecordingShare(), RecordingWorker(own_pid=said)
+    with pytest.raises(errors.Unavailable, match="did not give its process id"):
+        await SharedHandover(share).deliver(worker, doors, relay)
+    assert share.shared == [] and [call[0] for call in worker.calls] == ["ping"]
 
 
 # The choice.
