@@ -66,6 +66,7 @@ from backend.components.settings.service import CORRUPT_ERROR_ID, SettingsServic
 from backend.components.settings.view import SettingsView
 from backend.core import broker_rpc, logs
 from backend.core.broker_rpc import Readiness, StatusSource
+from backend.core.clock import supervision_clock
 from backend.core.component import Component
 from backend.core.control_server import ControlServer
 from backend.core.rpc import ClientHub, Dispatcher, NumberedStream
@@ -179,7 +180,9 @@ def _services(base: Foundation) -> Services:
     logs.set_level(levels.current)
     components = NumberedStream(methods.COMPONENTS_EVENT, hub)
     supervisor = Supervisor(
-        errors=registry, clock=base.clock, on_change=broker_rpc.component_publisher(components)
+        errors=registry,
+        clock=supervision_clock(base.clock, os.environ),
+        on_change=broker_rpc.component_publisher(components),
     )
     dispatcher = Dispatcher()
     broker_rpc.register_components(dispatcher, supervisor, components)

@@ -9,10 +9,16 @@ from typing import Any
 
 import pytest
 
+from backend.core.clock import SUPERVISION_SPEED_ENV
 from tests.integration.conftest import Broker
 
 StartBroker = Callable[..., Broker]
 CRASH_ID = "supervisor:crashed:testworker"
+# The crash loop's supervisor runs on a clock five times faster: its schedule of 1 + 2 + 4 + 8 +
+# 16 s is waited and reported on that clock exactly, in a fifth of the real time. Not faster: a
+# run of 60 s on it (12 s real) counts as healthy and would reset the streak, and starting the
+# test worker on a loaded machine takes seconds.
+SUPERVISION_SPEED = "5"
 
 
 def _worker(status: dict[str, Any]) -> dict[str, Any]:
@@ -65,8 +71,9 @@ async def test_a_hung_worker_is_killed_after_fifteen_silent_seconds_and_restarte
 
 @pytest.mark.slow
 async def test_a_crash_loop_gives_up_after_five_restarts_on_the_backoff_schedule(
-    start_broker: StartBroker,
+    start_broker: StartBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv(SUPERVISION_SPEED_ENV, SUPERVISION_SPEED)
     broker = start_broker("--test-worker", "crash-on-start")
     async with broker.connect() as client:
         snapshot = await client.call("components:subscribe")
