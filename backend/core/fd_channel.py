@@ -2,15 +2,17 @@
 (``SCM_RIGHTS``): a Unix socket pair, one message per datagram, never blocking the event loop.
 
 Messages the kernel cannot take now wait in order in an outbox (their descriptors duplicated,
-so the sender may close its own) and go as soon as the socket is writable; ``flushed()`` waits
-for that. A receiver reads whole messages on its loop, or ``drain()``s what is left at once
-after the other process is gone (the kernel keeps what it had already sent).
+so the sender may close its own) and go as soon as the socket is writable (or, after macOS's
+ENOBUFS for a full receiver, shortly); ``flushed()`` waits for that. A receiver reads whole
+messages on its loop, or ``drain()``s what is left at once after the other process is gone
+(the kernel keeps what it had already sent).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import socket
@@ -23,6 +25,9 @@ MAX_MESSAGE = 4096
 MAX_FDS = 4
 # The kernel caps it (net.core.wmem_max); a burst of queued requests fits in the default.
 SEND_BUFFER = 4 * 1024 * 1024
+# macOS answers a full receiver of a local datagram with ENOBUFS, and no writable event
+# follows: the outbox is tried again after this long instead.
+NO_BUFFER_RETRY_S = 0.01
 
 OnMessage = Callable[[bytes, list[int]], None]
 
@@ -45,8 +50,9 @@ def channel_pair(
         except OSError:
             continue
         for end in ends:
-            with contextlib.suppress(OSError):
-                end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+            for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+                with contextlib.suppress(OSError):
+                    end.setsockopt(socket.SOL_SOCKET, option, SEND_BUFFER)
         if kind == socket.SOCK_DGRAM and not all(_fits(end) for end in ends):
             log.warning(
                 "a local datagram here cannot carry %d bytes; requests waiting in the proxy "
@@ -61,9 +67,13 @@ def channel_pair(
 
 
 def _fits(end: socket.socket) -> bool:
-    """Whether ``end``'s send buffer takes a whole message (the datagram limit on BSDs)."""
+    """Whether ``end``'s send and receive buffers each take a whole message (a local datagram's
+    limit on BSDs)."""
     try:
-        return end.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) >= MAX_MESSAGE
+        return all(
+            end.getsockopt(socket.SOL_SOCKET, option) >= MAX_MESSAGE
+            for option in (socket.SO_SNDBUF, socket.SO_RCVBUF)
+        )
     except OSError:
         return False
 
@@ -106,7 +116,8 @@ class FdChannel:
         except (BlockingIOError, InterruptedError):
             return False
         except OSError as exc:
-            self._fail(exc)
+            if exc.errno != errno.ENOBUFS:
+                self._fail(exc)
             return False
         return True
 
@@ -157,13 +168,30 @@ class FdChannel:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
-                self._fail(exc)
+                if exc.errno == errno.ENOBUFS:
+                    self._retry_later()
+                else:
+                    self._fail(exc)
                 return
             self._outbox.popleft()
             _close_all(fds)
         if self._loop is not None:
             self._loop.remove_writer(self._sock.fileno())
         self._wake()
+
+    def _retry_later(self) -> None:
+        """Stop waiting for a writable event (one comes at once, again and again) and try the
+        outbox again shortly."""
+        loop = self._loop
+        if loop is None:
+            return
+        loop.remove_writer(self._sock.fileno())
+
+        def again() -> None:
+            if not self._closed and self._outbox:
+                loop.add_writer(self._sock.fileno(), self._flush)
+
+        loop.call_later(NO_BUFFER_RETRY_S, again)
 
     def _read(self) -> None:
         while not self._closed:

@@ -3,13 +3,16 @@ whole message could not pass (macOS caps a local datagram at the sender's buffer
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import os
 import socket
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
-from backend.core.fd_channel import MAX_MESSAGE, channel_pair
+from backend.core.fd_channel import MAX_MESSAGE, FdChannel, channel_pair
 
 pytestmark = pytest.mark.skipif(
     not hasattr(socket, "AF_UNIX") or not hasattr(socket, "send_fds"),
@@ -26,7 +29,7 @@ class CappedBuffer(socket.socket):
         pass  # the system keeps its default
 
     def getsockopt(self, level: int, option: int, *rest: object) -> int:  # type: ignore[override]
-        assert (level, option) == (socket.SOL_SOCKET, socket.SO_SNDBUF)
+        assert level == socket.SOL_SOCKET and option in (socket.SO_SNDBUF, socket.SO_RCVBUF)
         return self.cap
 
 
@@ -96,3 +99,51 @@ def test_a_datagram_pair_capped_at_exactly_a_message_is_kept() -> None:
     assert pair is not None
     for end in pair:
         end.close()
+
+
+def test_a_pair_whose_receive_buffer_alone_is_capped_is_refused() -> None:
+    class CappedReceiver(CappedBuffer):
+        def getsockopt(self, level: int, option: int, *rest: object) -> int:  # type: ignore[override]
+            return self.cap if option == socket.SO_RCVBUF else 1 << 20
+
+    assert channel_pair(datagrams_only(CappedReceiver)) is None
+
+
+class NoBufferFirst(socket.socket):
+    """A real socket whose first sends fail with ENOBUFS, as macOS answers for a full receiver
+    of a local datagram (and no writable event follows)."""
+
+    refusals = 3
+    attempts = 0
+
+    def sendmsg(self, *args: Any, **kwargs: Any) -> int:
+        type(self).attempts += 1
+        if type(self).refusals > 0:
+            type(self).refusals -= 1
+            raise OSError(errno.ENOBUFS, "No buffer space available")
+        return super().sendmsg(*args, **kwargs)
+
+
+async def test_a_send_refused_for_want_of_buffer_space_is_tried_again_shortly_not_in_a_spin() -> (
+    None
+):
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sender = FdChannel(NoBufferFirst(fileno=ours.detach()))
+    received: list[bytes] = []
+    receiver = FdChannel(theirs, lambda data, fds: received.append(data))
+    sender.start()
+    receiver.start()
+    try:
+        sender.send(b"first")
+        sender.send(b"second")
+        assert sender.backed_up and not sender.closed
+        async with asyncio.timeout(5):
+            await sender.flushed()
+            while len(received) < 2:
+                await asyncio.sleep(0.005)
+        assert received == [b"first", b"second"] and not sender.closed
+        # Three refusals, then the two messages: each refusal waited for a retry, none spun.
+        assert NoBufferFirst.attempts == 5
+    finally:
+        sender.close()
+        receiver.close()
