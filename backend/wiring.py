@@ -230,9 +230,10 @@ def _node_name(settings: SettingsService) -> Callable[[], str]:
 
 
 def _worker(base: Foundation, spec: WorkerSpec, levels: LogLevels) -> WorkerProcess:
-    return WorkerProcess(
-        spec.name, spec.argv, clock=base.clock, environment=levels.worker_environment
-    )
+    # The caller's extra workers (the test worker) are watched on supervision's clock, so a
+    # test's faster clock shortens their heartbeat timeout with the restart schedule.
+    clock = supervision_clock(base.clock, os.environ)
+    return WorkerProcess(spec.name, spec.argv, clock=clock, environment=levels.worker_environment)
 
 
 def _register_settings(services: Services, workers: Sequence[WorkerProcess]) -> None:

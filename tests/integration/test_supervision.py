@@ -19,6 +19,10 @@ CRASH_ID = "supervisor:crashed:testworker"
 # run of 60 s on it (12 s real) counts as healthy and would reset the streak, and starting the
 # test worker on a loaded machine takes seconds.
 SUPERVISION_SPEED = "5"
+# The hung worker's fifteen silent seconds, on a clock three times faster (the test worker's
+# heartbeat is watched on it too): 5 s of real silence, which a healthy worker on a loaded
+# machine never comes near, while a ping's own timeout stays a real second.
+HEARTBEAT_SPEED = "3"
 
 
 def _worker(status: dict[str, Any]) -> dict[str, Any]:
@@ -51,8 +55,9 @@ async def test_killed_worker_is_restarted_after_one_second_and_the_error_clears(
 
 @pytest.mark.slow
 async def test_a_hung_worker_is_killed_after_fifteen_silent_seconds_and_restarted(
-    start_broker: StartBroker,
+    start_broker: StartBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv(SUPERVISION_SPEED_ENV, HEARTBEAT_SPEED)
     broker = start_broker("--test-worker", "healthy")
     async with broker.connect() as client:
         old_pid = _worker(await client.call("status"))["pid"]
