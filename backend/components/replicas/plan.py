@@ -348,7 +348,9 @@ def _idle_past_ttl(replica: Replica, policy: Policy, now: float) -> tuple[float,
     if replica.active > 0:
         return None
     ttl_s = replica.ttl_s if replica.ttl_s is not None else policy.ttl_s
-    since = replica.last_used_at if replica.last_used_at is not None else replica.loaded_at
+    # A use from before this replica was loaded (the model served here earlier, then unloaded)
+    # says nothing of its idleness: a replica whose load outlasted its TTL would go at once.
+    since = max(replica.loaded_at, replica.last_used_at or replica.loaded_at)
     idle_s = now - since
     return (idle_s, ttl_s) if idle_s >= ttl_s else None
 
