@@ -10,7 +10,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,15 +18,38 @@ import pytest
 from backend.common import buildinfo
 from backend.protocol import errors
 from backend.protocol.endpoint import open_control_connection
-from tests.integration.conftest import ROOT, Broker, node_argv
+from tests.integration.conftest import ROOT, Broker, node_argv, wait_until_serving
 
 StartBroker = Callable[..., Broker]
 
 
-async def test_ping_version_and_status_describe_the_running_broker(
-    start_broker: StartBroker,
-) -> None:
-    broker = start_broker("--test-worker", "healthy")
+@pytest.fixture(scope="module")
+def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """One broker with the test worker, for the tests that leave it as a fresh one would serve
+    them: they read it, report and clear their own errors, set settings no other test reads, or
+    send it garbage it must survive. A test that restarts a worker starts its own broker (the
+    new worker process would count as the test's leak)."""
+    folder = tmp_path_factory.mktemp("shared-broker")
+    stderr_path = folder / "broker.stderr"
+    with stderr_path.open("wb") as stderr:
+        process = subprocess.Popen(
+            node_argv(folder / "node", "--test-worker", "healthy"),
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env=dict(os.environ),
+        )
+    broker = Broker(process, folder / "node", stderr_path)
+    try:
+        wait_until_serving(broker)
+        yield broker
+    finally:
+        broker.stop()
+
+
+async def test_ping_version_and_status_describe_the_running_broker(shared_broker: Broker) -> None:
+    broker = shared_broker
     async with broker.connect() as client:
         ping = await client.call("ping")
         assert ping["pong"] is True and ping["uptime_ms"] >= 0
@@ -46,9 +69,9 @@ async def test_ping_version_and_status_describe_the_running_broker(
 
 
 async def test_several_clients_share_the_broker_and_all_get_error_pushes(
-    start_broker: StartBroker,
+    shared_broker: Broker,
 ) -> None:
-    broker = start_broker()
+    broker = shared_broker
     async with broker.connect() as first, broker.connect() as second:
         await first.call(
             "errors:report", {"id": "gpu:hot", "message": "GPU at 95 °C", "severity": "warning"}
@@ -65,8 +88,8 @@ async def test_several_clients_share_the_broker_and_all_get_error_pushes(
             await first.call("errors:report", {"id": "x"})
 
 
-async def test_settings_are_validated_persisted_0600_and_pushed(start_broker: StartBroker) -> None:
-    broker = start_broker()
+async def test_settings_are_validated_persisted_0600_and_pushed(shared_broker: Broker) -> None:
+    broker = shared_broker
     async with broker.connect() as client:
         with pytest.raises(errors.InvalidParams, match="expects a string; got int"):
             await client.call("settings/set", {"values": {"node_name": 5}})
@@ -152,9 +175,9 @@ async def test_components_subscription_is_a_snapshot_then_numbered_events(
 
 
 async def test_garbage_on_the_control_socket_gets_errors_and_the_connection_lives(
-    start_broker: StartBroker,
+    shared_broker: Broker,
 ) -> None:
-    broker = start_broker()
+    broker = shared_broker
     reader, writer = await open_control_connection(broker.address, limit=2**20)
     oversized = b'{"jsonrpc":"2.0","id":1,"method":"ping","params":["' + b"a" * (17 * 2**20)
     writer.write(b"\x00\xff garbage\n" + b'{"jsonrpc":"2.0","id":7,\n' + b'{"id":8}\n')
@@ -212,8 +235,8 @@ def test_garbage_on_stdin_never_reaches_stdout_as_non_frames_and_eof_stops(tmp_p
             process.wait(10)
 
 
-def test_a_second_broker_for_the_same_data_dir_is_refused(start_broker: StartBroker) -> None:
-    first = start_broker()
+def test_a_second_broker_for_the_same_data_dir_is_refused(shared_broker: Broker) -> None:
+    first = shared_broker
     second = subprocess.run(node_argv(first.data_dir), cwd=ROOT, capture_output=True, timeout=30)
     assert second.returncode == 3
     assert f"pid {first.process.pid}" in second.stderr.decode()
