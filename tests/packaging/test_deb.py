@@ -25,6 +25,7 @@ import pytest
 from PySide6.QtGui import QImage
 
 from backend.common.buildinfo import VERSION
+from tests.packaging.conftest import FROZEN_GROUP
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_DEB = ROOT / "packaging" / "deb" / "build_deb.py"
@@ -385,14 +386,17 @@ def real_deb(frozen_pair: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 
 # The real package's tests time their bodies only: the setup (the frozen build, perhaps waited
-# for, and the package's build) is bounded by the fixtures' own timeouts (conftest.py).
+# for, and the package's build) is bounded by the fixtures' own timeouts (conftest.py). They run
+# on the worker that builds the frozen app (FROZEN_GROUP), which then makes their package.
 @pytest.mark.slow
+@pytest.mark.xdist_group(FROZEN_GROUP)
 @pytest.mark.timeout(LINTIAN_TIMEOUT_S + 30, func_only=True)
 def test_the_real_package_passes_lintian(real_deb: Path) -> None:
     lintian(real_deb)
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group(FROZEN_GROUP)
 @pytest.mark.timeout(EXTRACT_TIMEOUT_S + FIELD_TIMEOUT_S + SMOKE_TIMEOUT_S + 30, func_only=True)
 def test_the_real_package_unpacked_passes_the_smoke_test(real_deb: Path, tmp_path: Path) -> None:
     if not SMOKE.is_file():

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.packaging.conftest import ROOT
+from tests.packaging.conftest import FROZEN_GROUP, ROOT
 
 SMOKE_TIMEOUT_S = 300
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(FROZEN_GROUP)]
 
 
 # The body only: the build (or the wait for another worker's) is bounded by the fixture.
