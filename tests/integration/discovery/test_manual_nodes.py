@@ -17,7 +17,7 @@ from backend.common import tls
 from backend.components.identity.certificate import mint
 from backend.protocol import errors
 from backend.protocol.types.base import NodeId
-from tests.integration.conftest import ROOT, Broker, Client, free_port
+from tests.integration.conftest import ROOT, Broker, Client, free_port, wait_until_serving
 
 StartBroker = Callable[..., Broker]
 FAST = {
@@ -36,6 +36,14 @@ def fast(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def no_mdns(fast: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PAIR_DISCOVERY_MDNS", "0")
+
+
+def start_together(start_broker: StartBroker) -> tuple[Broker, Broker]:
+    """Two brokers started at once (their start-ups overlap), both serving on return."""
+    brokers = start_broker(wait=False), start_broker(wait=False)
+    for broker in brokers:
+        wait_until_serving(broker)
+    return brokers
 
 
 def node_port(broker: Broker) -> int:
@@ -59,7 +67,7 @@ def by_id(nodes: list[dict[str, Any]], node_id: str) -> dict[str, Any] | None:
 async def test_a_manual_pair_node_appears_with_its_uuid_and_models_then_leaves(
     no_mdns: None, start_broker: StartBroker
 ) -> None:
-    first, second = start_broker(), start_broker()
+    first, second = start_together(start_broker)
     async with first.connect() as client, second.connect() as other:
         other_id = (await other.call("status"))["node_id"]
         other_info = await other.call("nodeinfo:get")
@@ -96,7 +104,7 @@ async def test_a_manual_pair_node_appears_with_its_uuid_and_models_then_leaves(
 async def test_pair_node_add_with_host_and_port_reaches_the_node_api_there(
     no_mdns: None, start_broker: StartBroker
 ) -> None:
-    first, second = start_broker(), start_broker()
+    first, second = start_together(start_broker)
     port = node_port(second)  # the node API listens on every address, so on 127.0.0.2 too
     command = ["node", "add", f"127.0.0.2:{port}", "--data-dir", str(first.data_dir)]
     added = subprocess.run(
@@ -291,7 +299,7 @@ async def test_malformed_node_info_answers_are_ignored_and_discovery_keeps_runni
 async def test_a_manual_node_also_found_over_mdns_appears_once(
     fast: None, start_broker: StartBroker
 ) -> None:
-    first, second = start_broker(), start_broker()
+    first, second = start_together(start_broker)
     async with first.connect() as client, second.connect() as other:
         other_id = (await other.call("status"))["node_id"]
         try:

@@ -83,13 +83,15 @@ def namespaces() -> Iterator[list[tuple[str, str]]]:
 
 
 @pytest.fixture
-def start_in_namespace(tmp_path: Path) -> Iterator[Callable[[str, Path], Broker]]:
-    """Start a broker inside a namespace (``ip netns exec`` execs it: the PID is the broker's)."""
+def start_in_namespace(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
+    """Start a broker inside a namespace (``ip netns exec`` execs it: the PID is the broker's);
+    ``wait`` False: started, not yet serving (``wait_until_serving`` it)."""
     started: list[Broker] = []
 
-    def start(namespace: str, data_dir: Path) -> Broker:
+    def start(namespace: str, data_dir: Path, *, wait: bool = True) -> Broker:
         stderr_path = tmp_path / f"{namespace}-{len(started)}.stderr"
-        env = {**os.environ, **FAST}
+        # An address change is announced at the next interface check: every second here.
+        env = {**os.environ, **FAST, "PAIR_DISCOVERY_INTERFACE_INTERVAL": "1"}
         env.pop("PAIR_DISCOVERY_MDNS", None)
         with stderr_path.open("wb") as stderr:
             process = subprocess.Popen(
@@ -102,10 +104,14 @@ def start_in_namespace(tmp_path: Path) -> Iterator[Callable[[str, Path], Broker]
             )
         broker = Broker(process, data_dir, stderr_path)
         started.append(broker)
-        wait_until_serving(broker)
+        if wait:
+            wait_until_serving(broker)
         return broker
 
     yield start
+    for broker in started:  # told at once, so their staged shutdowns overlap
+        if broker.process.poll() is None:
+            broker.process.send_signal(signal.SIGTERM)
     for broker in started:
         broker.stop()
 
@@ -121,12 +127,14 @@ async def _wait_for(
 
 async def test_brokers_in_two_namespaces_find_each_other_evict_and_notice_a_restart(
     namespaces: list[tuple[str, str]],
-    start_in_namespace: Callable[[str, Path], Broker],
+    start_in_namespace: Callable[..., Broker],
     tmp_path: Path,
 ) -> None:
     (ns_a, address_a), (ns_b, address_b) = namespaces
-    first = start_in_namespace(ns_a, tmp_path / "a")
-    second = start_in_namespace(ns_b, tmp_path / "b")
+    first = start_in_namespace(ns_a, tmp_path / "a", wait=False)
+    second = start_in_namespace(ns_b, tmp_path / "b", wait=False)
+    for broker in (first, second):  # their start-ups overlap
+        wait_until_serving(broker)
     async with first.connect() as client, second.connect() as other:
         first_id = (await client.call("status"))["node_id"]
         second_id = (await other.call("status"))["node_id"]
@@ -170,12 +178,14 @@ async def test_brokers_in_two_namespaces_find_each_other_evict_and_notice_a_rest
 
 async def test_a_node_that_changes_address_keeps_its_identity(
     namespaces: list[tuple[str, str]],
-    start_in_namespace: Callable[[str, Path], Broker],
+    start_in_namespace: Callable[..., Broker],
     tmp_path: Path,
 ) -> None:
     (ns_a, _), (ns_b, address_b) = namespaces
-    first = start_in_namespace(ns_a, tmp_path / "a")
-    second = start_in_namespace(ns_b, tmp_path / "b")
+    first = start_in_namespace(ns_a, tmp_path / "a", wait=False)
+    second = start_in_namespace(ns_b, tmp_path / "b", wait=False)
+    for broker in (first, second):  # their start-ups overlap
+        wait_until_serving(broker)
     async with first.connect() as client, second.connect() as other:
         first_id = (await client.call("status"))["node_id"]
         await client.call("discovery:subscribe")
