@@ -30,6 +30,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from backend.components.replicas.status import TTL_ENV
 from backend.protocol import methods
 from backend.protocol.types.jobs import JobRecord
 from backend.workers.proxy.upstream.forward import SERVED_BY_HEADER
@@ -56,7 +57,11 @@ REPLY_TOKENS = 10
 # Well above the wait the burst builds on A, so placement keeps the burst on A: on a loaded
 # machine A's queue as its table counts it runs a few jobs ahead (job ends reach it late).
 B_LOAD_S = 12.0
-TTL_S = 30.0  # the lowest replicas_ttl_s
+# A's replicas' TTL, through the product's test knob (``PAIR_REPLICAS_TTL_S``): the setting's
+# lowest, 30 s, is long to wait out; this is still several planner rounds, and longer than B
+# takes to get the burst's requests once its replica is loaded.
+TTL_S = 15.0
+SETTING_TTL_S = 30.0  # set too, and overruled by the knob
 PLANNER_PERIOD_S = 2.0
 SLACK_S = 60.0  # under a loaded machine (4 xdist workers on 2 cores)
 WARM_UP_ROUNDS = 6  # B takes one round's request while unmeasured; then A keeps them
@@ -278,9 +283,14 @@ async def _cluster(
 @pytest.mark.slow
 @pytest.mark.timeout(360)
 async def test_a_burst_loads_a_replica_on_an_idle_member_until_idle_past_its_ttl(
-    hosts: list[Host], start_node: Callable[..., Node], tmp_path: Path
+    hosts: list[Host],
+    start_node: Callable[..., Node],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    a = start_node(hosts[0], "a", MODEL, override=_engine(tmp_path, "a", MODEL, 0.2))
+    with monkeypatch.context() as knobs:  # A's broker only: its planner marks B's replica
+        knobs.setenv(TTL_ENV, str(TTL_S))
+        a = start_node(hosts[0], "a", MODEL, override=_engine(tmp_path, "a", MODEL, 0.2))
     b = start_node(hosts[1], "b", MODEL, override=_engine(tmp_path, "b", MODEL, B_LOAD_S))
     c = start_node(hosts[2], "c", OTHER, override=_engine(tmp_path, "c", OTHER, 0.2))
     async with _clients(a, b, c) as (ca, cb, cc):
@@ -292,7 +302,11 @@ async def test_a_burst_loads_a_replica_on_an_idle_member_until_idle_past_its_ttl
             {"engine": "ollama", "action": "load_model", "model": MODEL},
             timeout=30,
         )
-        values = {"replicas_target_wait_s": 1, "replicas_ttl_s": TTL_S, "replicas_mode": "off"}
+        values = {
+            "replicas_target_wait_s": 1,
+            "replicas_ttl_s": SETTING_TTL_S,
+            "replicas_mode": "off",
+        }
         await ca.call(methods.SETTINGS_SET, {"values": values})
 
         await _measure_load_on_b(a, (ca, cb), door, b_id)
