@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import socket
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,14 @@ import httpx
 import psutil
 import pytest
 
-from tests.integration.conftest import Broker, Client, free_port
+from tests.integration.conftest import (
+    ROOT,
+    Broker,
+    Client,
+    free_port,
+    node_argv,
+    wait_until_serving,
+)
 from tests.integration.engines.conftest import OLLAMA_SHIM, write_override, write_script
 
 StartBroker = Callable[..., Broker]
@@ -43,14 +52,41 @@ async def _wait_node_info(
     return info
 
 
+@pytest.fixture(scope="module")
+def shared_node(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[Broker, dict[str, int]]]:
+    """One broker and its ports, for the tests that only read its node API (a fresh broker
+    would answer them the same)."""
+    folder = tmp_path_factory.mktemp("shared-node")
+    ports, flags = _port_flags()
+    stderr_path = folder / "broker.stderr"
+    with stderr_path.open("wb") as stderr:
+        process = subprocess.Popen(
+            node_argv(folder / "node", *flags),
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env=dict(os.environ),
+        )
+    broker = Broker(process, folder / "node", stderr_path)
+    try:
+        wait_until_serving(broker)
+        yield broker, ports
+    finally:
+        broker.stop()
+
+
 def _component(status: dict[str, Any], name: str) -> dict[str, Any]:
     found: dict[str, Any] = next(c for c in status["components"] if c["name"] == name)
     return found
 
 
-async def test_node_info_over_http_describes_this_node(start_broker: StartBroker) -> None:
-    ports, flags = _port_flags()
-    broker = start_broker(*flags)
+async def test_node_info_over_http_describes_this_node(
+    shared_node: tuple[Broker, dict[str, int]],
+) -> None:
+    broker, ports = shared_node
     async with broker.connect() as client:
         status = await client.call("status")
         info = await _wait_node_info(
@@ -71,9 +107,10 @@ async def test_node_info_over_http_describes_this_node(start_broker: StartBroker
     assert info["engines"] == {}
 
 
-async def test_the_node_api_listens_on_every_interface(start_broker: StartBroker) -> None:
-    ports, flags = _port_flags()
-    broker = start_broker(*flags)
+async def test_the_node_api_listens_on_every_interface(
+    shared_node: tuple[Broker, dict[str, int]],
+) -> None:
+    broker, ports = shared_node
     listening = [
         connection.laddr
         for connection in psutil.Process(broker.process.pid).net_connections(kind="tcp")
@@ -82,9 +119,10 @@ async def test_the_node_api_listens_on_every_interface(start_broker: StartBroker
     assert [address.ip for address in listening] == ["0.0.0.0"]
 
 
-async def test_unknown_paths_and_wrong_methods_answer_json(start_broker: StartBroker) -> None:
-    ports, flags = _port_flags()
-    start_broker(*flags)
+async def test_unknown_paths_and_wrong_methods_answer_json(
+    shared_node: tuple[Broker, dict[str, int]],
+) -> None:
+    _, ports = shared_node
     base = f"https://127.0.0.1:{ports['node']}"
     async with httpx.AsyncClient(timeout=5, verify=False) as http:
         missing = await http.get(f"{base}/v1/nope")
