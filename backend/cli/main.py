@@ -1,6 +1,7 @@
 """``pair``'s entry point. A worker's start (``pair worker NAME ...``, how the broker runs its
 workers) goes straight to ``worker_command.py`` and imports only that worker's modules; every
-other command loads the whole command line (``commands.py``)."""
+other command loads the whole command line (``commands.py``), whose parser leaves the broker out:
+only ``pair node`` loads it."""
 
 from __future__ import annotations
 

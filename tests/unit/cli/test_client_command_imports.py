@@ -31,8 +31,7 @@ NODE_ONLY = (
     "backend.wiring_base",
     "backend.wiring_members",
     "backend.core.supervisor",
-    "aiohttp",  # the node's servers and its HTTP client; a client command speaks over the
-    # control socket
+    "aiohttp",  # the node's HTTP servers and client (a client command uses the control socket)
     "zeroconf",  # discovery on the LAN
     "keyring",  # the broker's secrets store
     "sqlite3",  # the broker's store
