@@ -49,10 +49,10 @@ def test_the_worker_start_imports_nothing_it_does_not_serve_with() -> None:
     assert _loaded(NOT_FOR_SERVING, modules) == []
 
 
-def test_the_full_command_line_loads_what_the_worker_leaves_out() -> None:
-    # The check above reads real module names: the same names appear when ``pair`` loads its
-    # whole command line, so a renamed or moved package cannot make it pass by accident.
-    script = "import sys, backend.cli.commands; print('\\n'.join(sorted(sys.modules)))"
+def test_the_node_command_loads_what_the_worker_leaves_out() -> None:
+    # The check above reads real module names: the same names appear when ``pair node`` loads
+    # the broker, so a renamed or moved package cannot make it pass by accident.
+    script = "import sys, backend.cli.foreground_command; print('\\n'.join(sorted(sys.modules)))"
     modules = run_python(script).stdout.split()
     loaded = {p for p in NOT_FOR_SERVING if _loaded((p,), modules)}
     assert loaded >= {"keyring", "zeroconf", "sqlite3", "backend.components", "backend.broker"}
