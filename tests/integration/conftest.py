@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,6 +27,8 @@ from backend.protocol.types.cluster import InviteAnswer, InviteParams, JoinWindo
 from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
+# What the broker logs once it serves (``backend/broker.py``).
+READY_LINE = b'"msg": "broker ready'
 R = TypeVar("R")
 
 
@@ -213,9 +215,14 @@ class Broker:
             client.peer.close()
             await asyncio.wait_for(task, 5)
 
-    def stop(self, timeout: float = 15.0) -> int:
+    def request_stop(self) -> None:
+        """Ask it to stop (SIGTERM) without waiting for it."""
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
+
+    def stop(self, timeout: float = 15.0) -> int:
+        """Stop it and return its exit code; killed if it has not ended within ``timeout``."""
+        self.request_stop()
         try:
             return self.process.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -224,15 +231,35 @@ class Broker:
 
 
 def wait_until_serving(broker: Broker, timeout: float = 20.0) -> None:
-    """Block until the broker answers on its control socket (or fail with its log)."""
+    """Block until the broker logs that it is ready (or fail with its log).
+
+    Reads only what the log gained since the last look, every 20 ms: the ready line comes a
+    few seconds into a start, and re-parsing the whole log each time cost CPU the loaded
+    machine's brokers need to start."""
     deadline = time.monotonic() + timeout
+    seen, carried = 0, b""  # the last bytes read: the line may arrive in two parts
     while time.monotonic() < deadline:
-        if broker.process.poll() is not None:
-            raise AssertionError(f"broker exited: {broker.stderr_path.read_text()[-2000:]}")
-        if any(record.get("msg", "").startswith("broker ready") for record in broker.logs()):
+        exited = broker.process.poll() is not None
+        with broker.stderr_path.open("rb") as log:
+            log.seek(seen)
+            gained = log.read()
+        seen += len(gained)
+        if READY_LINE in carried + gained:
             return
-        time.sleep(0.05)
+        carried = (carried + gained)[-len(READY_LINE) :]
+        if exited:
+            raise AssertionError(f"broker exited: {broker.stderr_path.read_text()[-2000:]}")
+        time.sleep(0.02)
     raise AssertionError(f"broker not ready: {broker.stderr_path.read_text()[-2000:]}")
+
+
+def stop_all(brokers: Sequence[Broker], timeout: float = 15.0) -> None:
+    """Stop ``brokers`` together: each is asked to stop first, then each is waited for, so
+    their shutdowns overlap instead of adding up."""
+    for broker in brokers:
+        broker.request_stop()
+    for broker in brokers:
+        broker.stop(timeout)
 
 
 @pytest.fixture
@@ -241,6 +268,8 @@ def start_broker(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
     started: list[Broker] = []
 
     def start(*extra: str, data_dir: Path | None = None, wait: bool = True) -> Broker:
+        """One broker; ``wait`` False returns it started, not yet serving (start several that
+        way and ``wait_until_serving`` each: their starts overlap)."""
         directory = data_dir or tmp_path / f"node{len(started)}"
         stderr_path = tmp_path / f"broker{len(started)}.stderr"
         with stderr_path.open("wb") as stderr:
@@ -259,5 +288,4 @@ def start_broker(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
         return broker
 
     yield start
-    for broker in started:
-        broker.stop()
+    stop_all(started)

@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import ROOT, Broker
+from tests.integration.conftest import ROOT, Broker, wait_until_serving
+from tests.integration.discovery.test_manual_nodes import FAST
 
 StartBroker = Callable[..., Broker]
 PIN_LINE = re.compile(rb"PIN  (\d{3}) (\d{3})")
@@ -27,8 +28,19 @@ PIN_LINE = re.compile(rb"PIN  (\d{3}) (\d{3})")
 
 @pytest.fixture
 def no_mdns(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The brokers find each other by the address given, not over the LAN."""
+    """The brokers find each other by the address given, not over the LAN; their discovery
+    scans (which follow the cluster's members into the manual list) run every 0.5 s."""
     monkeypatch.setenv("PAIR_DISCOVERY_MDNS", "0")
+    for key, value in FAST.items():
+        monkeypatch.setenv(key, value)
+
+
+def two(start_broker: StartBroker) -> tuple[Broker, Broker]:
+    """Two brokers, started together (their starts overlap)."""
+    a, b = start_broker(wait=False), start_broker(wait=False)
+    wait_until_serving(a)
+    wait_until_serving(b)
+    return a, b
 
 
 def pair(data_dir: Path, *args: str) -> list[str]:
@@ -56,7 +68,10 @@ def json_of(data_dir: Path, *args: str) -> Any:
 
 
 def node_port(broker: Broker) -> int:
-    return int(json_of(broker.data_dir, "status")["ports"]["node"])
+    """The node port the test gave the broker (``node_argv``); ``pair status`` shows the
+    same, as the first test checks."""
+    argv = [str(arg) for arg in broker.process.args]
+    return int(argv[argv.index("--node-port") + 1])
 
 
 @dataclass
@@ -143,7 +158,7 @@ def open_invites(broker: Broker) -> list[dict[str, Any]]:
 
 
 def test_invite_and_accept_make_one_cluster(no_mdns: None, start_broker: StartBroker) -> None:
-    a, b = start_broker(), start_broker()
+    a, b = two(start_broker)
     join(b)
     with inviting(a, f"127.0.0.1:{node_port(b)}") as invite:
         pin = invite.wait_pin()
@@ -156,6 +171,7 @@ def test_invite_and_accept_make_one_cluster(no_mdns: None, start_broker: StartBr
     assert code == 0, out + err
     assert "Type this PIN on" in out and "paired" in out.lower()
     a_status, b_status = json_of(a.data_dir, "status"), json_of(b.data_dir, "status")
+    assert b_status["ports"]["node"] == node_port(b)
     assert member_ids(a) == [b_status["node_id"]]
     assert member_ids(b) == [a_status["node_id"]]
     assert a_status["cluster_id"] == b_status["cluster_id"] is not None
@@ -167,7 +183,7 @@ def test_invite_and_accept_make_one_cluster(no_mdns: None, start_broker: StartBr
 
 
 def test_a_wrong_pin_is_reported_on_both_sides(no_mdns: None, start_broker: StartBroker) -> None:
-    a, b = start_broker(), start_broker()
+    a, b = two(start_broker)
     join(b)
     with inviting(a, f"127.0.0.1:{node_port(b)}") as invite:
         pin = invite.wait_pin()
@@ -184,7 +200,7 @@ def test_a_wrong_pin_is_reported_on_both_sides(no_mdns: None, start_broker: Star
 def test_a_malformed_pin_sends_nothing_and_a_decline_tells_the_inviter_nothing(
     no_mdns: None, start_broker: StartBroker
 ) -> None:
-    a, b = start_broker(), start_broker()
+    a, b = two(start_broker)
     join(b)
     with inviting(a, f"127.0.0.1:{node_port(b)}") as invite:
         invite.wait_pin()
@@ -209,7 +225,7 @@ def test_a_malformed_pin_sends_nothing_and_a_decline_tells_the_inviter_nothing(
 def test_an_invite_to_a_computer_that_did_not_ask_to_join_says_what_to_do(
     no_mdns: None, start_broker: StartBroker
 ) -> None:
-    a, b = start_broker(), start_broker()
+    a, b = two(start_broker)
     refused = run(a.data_dir, "invite", f"127.0.0.1:{node_port(b)}")
     assert refused.returncode == 1, refused.stdout + refused.stderr
     assert "Not accepting invites" in refused.stdout and "pair join" in refused.stdout
@@ -225,7 +241,7 @@ def test_an_invite_to_a_computer_that_did_not_ask_to_join_says_what_to_do(
 def test_stopping_the_invite_cancels_it_on_both_sides(
     stop: signal.Signals, no_mdns: None, start_broker: StartBroker
 ) -> None:
-    a, b = start_broker(), start_broker()
+    a, b = two(start_broker)
     join(b)
     with inviting(a, f"127.0.0.1:{node_port(b)}") as invite:
         invite.wait_pin()
@@ -257,14 +273,15 @@ def paired(a: Broker, b: Broker) -> None:
 
 
 def eventually(check: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Until ``check`` passes; each check runs a ``pair`` command, which paces the loop."""
     deadline = time.monotonic() + timeout
     while not check():
         assert time.monotonic() < deadline, "never came true"
-        time.sleep(0.3)
+        time.sleep(0.05)
 
 
 def test_remove_takes_a_member_out_on_both_sides(no_mdns: None, start_broker: StartBroker) -> None:
-    a, b = start_broker(), start_broker()
+    a, b = two(start_broker)
     paired(a, b)
     b_id = json_of(b.data_dir, "status")["node_id"]
     unsure = run(a.data_dir, "remove", b_id[:8])  # stdin is closed: no "yes", nothing removed
@@ -288,7 +305,7 @@ def test_remove_takes_a_member_out_on_both_sides(no_mdns: None, start_broker: St
 def test_rename_reaches_the_other_member_and_leave_ends_the_cluster(
     no_mdns: None, start_broker: StartBroker
 ) -> None:
-    a, b = start_broker(), start_broker()
+    a, b = two(start_broker)
     paired(a, b)
     renamed = run(a.data_dir, "cluster", "--rename", "Studio")
     assert renamed.returncode == 0 and "'Studio'" in renamed.stdout, renamed.stderr
