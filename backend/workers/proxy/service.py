@@ -45,6 +45,7 @@ from backend.protocol.worker_methods import (
     PROXY_SCHEDULER,
     PROXY_TARGETS,
 )
+from backend.workers import cpu_policy
 from backend.workers.proxy.channels.custody import Custody, Primed
 from backend.workers.proxy.channels.jobs import FLUSH_S as JOB_FLUSH_S
 from backend.workers.proxy.channels.jobs import JobLog
@@ -322,6 +323,7 @@ class ProxyService:
                 rng=self._rng,
                 policy=retry_policy(os.environ),
                 affinity=os.environ.get(AFFINITY_ENV, "on") != "off",
+                cpu=cpu_policy.governor(os.environ, self._clock.monotonic),
             )
             self._custody.start(self._replay)
             self._router = router

@@ -1,4 +1,5 @@
-"""The proxy worker as the broker starts it runs as a batch task, all of its threads."""
+"""``PAIR_CPU_POLICY=batch`` fixes the proxy worker as a batch task, all of its threads, even at
+rest (the default, adaptive, is tested in test_cpu_policy_adaptive.py)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,13 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-async def test_the_worker_and_its_threads_are_batch_tasks(
+async def test_the_fixed_batch_setting_reaches_the_worker_and_its_threads(
     start_proxy: StartProxy, ollama_emulator: str
 ) -> None:
-    proxy = await start_proxy(ollama=local(ollama_emulator, ["tinyllama:latest"]))
+    proxy = await start_proxy(
+        environment={"PAIR_CPU_POLICY": "batch"},
+        ollama=local(ollama_emulator, ["tinyllama:latest"]),
+    )
     pid = await proxy.wait_serving()
     async with httpx.AsyncClient() as client:  # a request served: whatever threads it makes
         tags = await client.get(proxy.url("ollama") + "/api/tags")

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Mapping, Sequence
 
 import aiohttp
@@ -87,7 +86,8 @@ class Router:
         cpu: cpu_policy.Governor | None = None,
     ) -> None:
         self.links = links
-        self.cpu = cpu or cpu_policy.governor(os.environ, clock.monotonic)
+        # Only the worker's composition root switches the process's policy; by default count.
+        self.cpu = cpu or cpu_policy.Governor("normal", monotonic=clock.monotonic)
         self.session = links.session
         self.jobs = links.jobs
         self.refused = RefusedJobs(links.jobs, clock.monotonic)
