@@ -37,6 +37,7 @@ from tests.integration.cluster.test_three_nodes import (
     _until,
     bridge_address,
     hosts,
+    serving,
     start_node,
 )
 from tests.integration.conftest import ROOT, Client, free_port, serve_folder
@@ -148,9 +149,11 @@ def _errors_of(entries: list[ServiceError], node: NodeId) -> list[str]:
 async def _three(
     hosts: list[Host], start_node: Callable[..., Node], c_override: dict[str, Any]
 ) -> tuple[list[Node], list[NodeId]]:
-    a = start_node(hosts[0], "a", "only-a:latest")
-    b = start_node(hosts[1], "b", "on-b:latest")
-    c = start_node(hosts[2], "c", "", override=c_override)
+    a, b, c = serving(
+        start_node(hosts[0], "a", "only-a:latest", wait=False),
+        start_node(hosts[1], "b", "on-b:latest", wait=False),
+        start_node(hosts[2], "c", "", override=c_override, wait=False),
+    )
     async with _clients(a, b, c) as (ca, cb, cc):
         status = [await client.typed(methods.STATUS) for client in (ca, cb, cc)]
         ids = [s.node_id for s in status]
@@ -289,9 +292,15 @@ async def test_one_job_history_for_the_cluster_with_backfill(
     async with _clients(a, b, c) as (ca, cb, cc):
         await _linked(ca, b_id, c_id)
         await _linked(cb, a_id, c_id)
-        await cb.typed(methods.ENGINE_START, EngineRef(engine="ollama"), timeout=60)
-        await cc.typed(methods.ENGINE_INSTALL, EngineRef(engine="ollama"), timeout=120)
-        await cc.typed(methods.ENGINE_START, EngineRef(engine="ollama"), timeout=60)
+
+        async def install_and_start_c() -> None:
+            await cc.typed(methods.ENGINE_INSTALL, EngineRef(engine="ollama"), timeout=120)
+            await cc.typed(methods.ENGINE_START, EngineRef(engine="ollama"), timeout=60)
+
+        await asyncio.gather(
+            cb.typed(methods.ENGINE_START, EngineRef(engine="ollama"), timeout=60),
+            install_and_start_c(),
+        )
         doors = [(await cl.typed(methods.STATUS)).front_doors["ollama"] for cl in (ca, cb, cc)]
         await _chat(b.host, doors[1], "on-b:latest")  # asked at B, served by B
         await _chat(c.host, doors[2], "on-b:latest")  # asked at C, served by B over the relay

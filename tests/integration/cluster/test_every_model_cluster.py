@@ -31,6 +31,7 @@ from tests.integration.cluster.test_three_nodes import (
     _pair,
     _until,
     hosts,
+    serving,
     start_node,
 )
 
@@ -125,8 +126,10 @@ async def _anthropic_client(door: str) -> None:
 async def test_every_client_at_a_computer_without_engines_reaches_its_members_model(
     hosts: list[Host], start_node: Callable[..., Node]
 ) -> None:
-    a = start_node(hosts[0], "a", "")  # its Ollama is never started
-    b = start_node(hosts[1], "b", MODEL)
+    a, b = serving(
+        start_node(hosts[0], "a", "", wait=False),  # its Ollama is never started
+        start_node(hosts[1], "b", MODEL, wait=False),
+    )
     async with _clients(a, b) as (ca, cb):
         await cb.typed(methods.ENGINE_START, EngineRef(engine=EngineName("ollama")), timeout=40)
         a_status, b_status = await ca.typed(methods.STATUS), await cb.typed(methods.STATUS)

@@ -27,7 +27,14 @@ import pytest
 
 from backend.protocol import methods
 from backend.protocol.types.cluster import InviteAnswer, InviteParams, JoinWindowParams
-from tests.integration.conftest import ROOT, Broker, Client, node_argv, wait_until_serving
+from tests.integration.conftest import (
+    ROOT,
+    Broker,
+    Client,
+    node_argv,
+    stop_all,
+    wait_until_serving,
+)
 from tests.integration.discovery.test_manual_nodes import FAST
 from tests.integration.discovery.test_multicast_netns import _ip, _netns_available
 from tests.integration.engines.conftest import OLLAMA_SHIM, write_override, write_script
@@ -149,9 +156,11 @@ def start_node(tmp_path: Path) -> Iterator[Callable[..., Node]]:
         *,
         override: dict[str, Any] | None = None,
         again: Node | None = None,
+        wait: bool = True,
     ) -> Node:
         """A broker on ``host`` whose Ollama is the emulator with ``models`` (or ``override``);
-        ``again``: the same node started again, on the same ports."""
+        ``again``: the same node started again, on the same ports; ``wait`` False: started, not
+        yet serving (``serving`` waits for several, whose starts then overlap)."""
         data_dir = tmp_path / name
         if again is None:
             shim_text = OLLAMA_SHIM.replace('"tinyllama:latest,qwen2:0.5b"', repr(models))
@@ -184,12 +193,19 @@ def start_node(tmp_path: Path) -> Iterator[Callable[..., Node]]:
             )
         node = Node(host, Broker(process, data_dir, stderr_path), data_dir, argv)
         started.append(node)
-        wait_until_serving(node.broker)
+        if wait:
+            wait_until_serving(node.broker)
         return node
 
     yield start
-    for node in started:
-        node.broker.stop()
+    stop_all([node.broker for node in started])
+
+
+def serving(*nodes: Node) -> tuple[Node, ...]:
+    """``nodes`` (started with ``wait=False``), once each serves."""
+    for node in nodes:
+        wait_until_serving(node.broker)
+    return nodes
 
 
 def _free_port_on(_: Host) -> int:
@@ -210,12 +226,14 @@ async def _pair(inviter: Client, joiner: Client, address: str, port: int) -> Non
 async def _until(
     client: Client, method: Any, check: Callable[[Any], bool], timeout: float = 30.0
 ) -> Any:
+    """The first answer of ``method`` that passes ``check``, asked every 50 ms (a call on the
+    control socket costs the broker little; a slower poll only adds to each wait)."""
     async with asyncio.timeout(timeout):
         while True:
             answer = await client.typed(method)
             if check(answer):
                 return answer
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.05)
 
 
 @contextlib.asynccontextmanager
@@ -227,12 +245,15 @@ async def _clients(*nodes: Node) -> AsyncIterator[list[Client]]:
 async def test_three_nodes_pair_trust_through_the_roster_and_serve_across(
     hosts: list[Host], start_node: Callable[..., Node]
 ) -> None:
-    a = start_node(hosts[0], "a", "only-a:latest")
-    b = start_node(hosts[1], "b", f"{MODEL},only-b:latest")
-    c = start_node(hosts[2], "c", MODEL)
+    a, b, c = serving(
+        start_node(hosts[0], "a", "only-a:latest", wait=False),
+        start_node(hosts[1], "b", f"{MODEL},only-b:latest", wait=False),
+        start_node(hosts[2], "c", MODEL, wait=False),
+    )
     async with _clients(a, b, c) as (ca, cb, cc):
-        for client in (ca, cb, cc):
-            await client.call(methods.ENGINE_START, {"engine": "ollama"}, timeout=40)
+        await asyncio.gather(
+            *(c.call(methods.ENGINE_START, {"engine": "ollama"}, timeout=40) for c in (ca, cb, cc))
+        )
         status = [await client.typed(methods.STATUS) for client in (ca, cb, cc)]
         a_id, b_id, c_id = (s.node_id for s in status)
         await _pair(ca, cb, b.host.address, status[1].ports.node)
@@ -323,17 +344,20 @@ async def test_a_non_member_gets_403_on_member_routes_and_no_requests(
 async def test_a_removed_node_stays_removed_after_both_restart(
     hosts: list[Host], start_node: Callable[..., Node]
 ) -> None:
-    a = start_node(hosts[0], "a", "only-a:latest")
-    b = start_node(hosts[1], "b", "only-b:latest")
+    a, b = serving(
+        start_node(hosts[0], "a", "only-a:latest", wait=False),
+        start_node(hosts[1], "b", "only-b:latest", wait=False),
+    )
     async with _clients(a, b) as (ca, cb):
         b_status = await cb.typed(methods.STATUS)
         await _pair(ca, cb, b.host.address, b_status.ports.node)
         await ca.call(methods.CLUSTER_REMOVE, {"node_id": b_status.node_id})
         await _until(cb, methods.CLUSTER_STATUS, lambda s: s.cluster_id is None)
-    for node in (a, b):
-        node.broker.stop()
-    a2 = start_node(a.host, "a", "only-a:latest")
-    b2 = start_node(b.host, "b", "only-b:latest")
+    stop_all([a.broker, b.broker])
+    a2, b2 = serving(
+        start_node(a.host, "a", "only-a:latest", wait=False),
+        start_node(b.host, "b", "only-b:latest", wait=False),
+    )
     async with _clients(a2, b2) as (ca, cb):
         assert not (await ca.typed(methods.CLUSTER_STATUS)).members
         assert (await cb.typed(methods.CLUSTER_STATUS)).cluster_id is None
