@@ -16,7 +16,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -25,7 +24,7 @@ import pytest
 from PySide6.QtGui import QImage
 
 from backend.common.buildinfo import VERSION
-from tests.packaging.conftest import FROZEN_GROUP
+from tests.packaging.conftest import DEB_DIR, FROZEN_GROUP, run_lock
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_DEB = ROOT / "packaging" / "deb" / "build_deb.py"
@@ -377,12 +376,25 @@ def test_a_missing_frozen_folder_is_reported(tmp_path: Path) -> None:
 # The real frozen app, when build/frozen/pair holds it (packaging/build_frozen.py).
 
 
-@pytest.fixture(scope="module")
-def real_deb(frozen_pair: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    deb = build(frozen_pair.parent, tmp_path_factory.mktemp("real-deb"))
-    print(f"{deb.name}: {deb.stat().st_size / 2**20:.1f} MiB")
-    yield deb
-    deb.unlink(missing_ok=True)  # tens of MB: not kept for the whole session
+@pytest.fixture(scope="session")
+def real_deb(frozen_pair: Path) -> Path:
+    """The package ``packaging/deb/build_deb.py`` makes of the frozen build, once per run (in
+    ``build/deb``, which each run's package replaces)."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    stamp = DEB_DIR / "built-for-run"
+    DEB_DIR.mkdir(parents=True, exist_ok=True)
+    with run_lock(DEB_DIR.parent / "deb.lock"):
+        built = sorted(DEB_DIR.glob("*.deb"))
+        if run and len(built) == 1 and stamp.exists() and stamp.read_text() == run:
+            return built[0]
+        stamp.unlink(missing_ok=True)
+        for old in built:
+            old.unlink()
+        deb = build(frozen_pair.parent, DEB_DIR)
+        print(f"{deb.name}: {deb.stat().st_size / 2**20:.1f} MiB")
+        if run:
+            stamp.write_text(run)
+    return deb
 
 
 # The real package's tests time their bodies only: the setup (the frozen build, perhaps waited
