@@ -51,12 +51,15 @@ class ClusterComponent(Component):
         try:
             while not self._stopped.is_set():
                 await self.service.expire()
-                await self._clock.sleep(self._tick)
+                # A stop ends the wait at once: a broker's shutdown waits for this component.
+                await wait_first(
+                    self._stopped.wait(), self._clock.sleep(self._tick), name="cluster:tick"
+                )
         finally:
             await asyncio.shield(self._tasks.close(timeout=CLOSE_TIMEOUT_S))
 
     async def stop(self) -> None:
-        """Let ``run`` return at its next tick."""
+        """Let ``run`` return now, without waiting for its next tick."""
         self._stopped.set()
 
     async def _push_rosters(self) -> None:
