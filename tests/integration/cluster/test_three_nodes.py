@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 
 from backend.protocol import methods
@@ -66,6 +67,7 @@ def hosts() -> Iterator[list[Host]]:
     try:
         _ip("link", "add", bridge, "type", "bridge")
         _ip("link", "set", bridge, "type", "bridge", "mcast_snooping", "0")
+        _ip("link", "set", "dev", bridge, "alias", f"{OWNER_ALIAS}{os.getpid()}")
         _ip("addr", "add", f"{bridge_address()}/24", "dev", bridge)  # the test talks to them
         _ip("link", "set", bridge, "up")
         for index in (1, 2, 3):
@@ -77,31 +79,69 @@ def hosts() -> Iterator[list[Host]]:
         subprocess.run(["ip", "link", "del", bridge], capture_output=True, timeout=10)
 
 
+# A test bridge names the PID of the test process that made it (its link alias).
+OWNER_ALIAS = "pair-test-pid="
+_chosen_subnet: list[str] = []
+
+
 def _remove_leftovers() -> None:
-    """Delete what a run that was killed mid-test left with this worker's subnet: its bridge
+    """Delete what a run that was killed mid-test left on this process's subnet: its bridge
     (which would make the host's route to the subnet ambiguous) and its namespaces. A killed
     run never reaches the fixture's clean-up, and the kernel keeps both until deleted."""
+    holder = _bridge_on(_subnet())
+    if holder is not None and _is_stale(holder):
+        _remove_bridge(holder)
+
+
+def _bridge_on(subnet: str) -> str | None:
+    """The test bridge holding ``subnet``'s host address, if any."""
     shown = subprocess.run(
-        ["ip", "-o", "-4", "addr", "show", "to", f"{bridge_address()}/32"],
+        ["ip", "-o", "-4", "addr", "show", "to", f"{subnet}.1/32"],
         capture_output=True,
         text=True,
         timeout=10,
     ).stdout
-    for line in shown.splitlines():
-        stale = line.split()[1]
-        if not stale.startswith("pcb"):
-            continue
-        names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-        for name in (entry.split()[0] for entry in names.splitlines() if entry.strip()):
-            if name.startswith(f"pcns{stale[3:]}"):
-                subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=10)
-        subprocess.run(["ip", "link", "del", stale], capture_output=True, timeout=10)
+    names = [line.split()[1] for line in shown.splitlines()]
+    return next((name for name in names if name.startswith("pcb")), None)
+
+
+def _is_stale(bridge: str) -> bool:
+    """Whether ``bridge`` was left by a test process that is gone (or by this one); a bridge of
+    another live test run (a second pytest on this machine) is not."""
+    shown = subprocess.run(
+        ["ip", "-o", "link", "show", "dev", bridge], capture_output=True, text=True, timeout=10
+    ).stdout
+    words = shown.split()
+    alias = words[words.index("alias") + 1] if "alias" in words[:-1] else ""
+    owner = alias.removeprefix(OWNER_ALIAS)
+    if not alias.startswith(OWNER_ALIAS) or not owner.isdigit():
+        return True
+    return int(owner) == os.getpid() or not psutil.pid_exists(int(owner))
+
+
+def _remove_bridge(bridge: str) -> None:
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for name in (entry.split()[0] for entry in names.splitlines() if entry.strip()):
+        if name.startswith(f"pcns{bridge[3:]}"):
+            subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=10)
+    subprocess.run(["ip", "link", "del", bridge], capture_output=True, timeout=10)
 
 
 def _subnet() -> str:
-    """This pytest-xdist worker's own /24: the host has an address on the bridge, and two
-    bridges with one subnet at once would leave the host's route to it ambiguous."""
-    return f"10.78.{worker_index()[0]}"
+    """This test process's own /24: the host has an address on the bridge, and two bridges
+    with one subnet at once would leave the host's route to it ambiguous. The xdist worker's
+    number picks it, unless another live test run holds that one (then the next free one)."""
+    if not _chosen_subnet:
+        index, count = worker_index()
+        for step in range(32):
+            subnet = f"10.78.{(index + step * count) % 250}"
+            holder = _bridge_on(subnet)
+            if holder is None or _is_stale(holder):
+                break
+        else:
+            raise RuntimeError("no free test subnet in 10.78.0.0/16: other test runs hold them")
+        _chosen_subnet.append(subnet)
+    return _chosen_subnet[0]
 
 
 def bridge_address() -> str:
