@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import pytest
 
 from backend.common.certificates import NodeCredentials
@@ -172,6 +173,21 @@ def local(base_url: str, models: list[str], *, slots: int = 1) -> RouteTarget:
     return RouteTarget(
         node_id=LOCAL_NODE, kind="local", base_url=base_url, models=models, slots=slots
     )
+
+
+async def generate(proxy: RunningProxy, *, tokens: int, timeout: float) -> int:
+    """Send one Ollama ``/api/generate`` for model ``m`` through ``proxy``'s door, asking for
+    ``tokens`` tokens; the answer's status once it is read in full."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            proxy.url("ollama") + "/api/generate",
+            json={"model": "m", "prompt": "go", "options": {"num_predict": tokens}},
+            timeout=aiohttp.ClientTimeout(total=timeout),
+        ) as response,
+    ):
+        await response.read()
+        return response.status
 
 
 def free_ports() -> Ports:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-import aiohttp
 import msgspec
 import pytest
 
@@ -26,6 +25,7 @@ from tests.integration.proxy.conftest import (
     RunningProxy,
     StartProxy,
     credentials_for,
+    generate,
     local,
 )
 
@@ -59,19 +59,6 @@ async def _peer(start_proxy: StartProxy, url: str) -> RouteTarget:
     return msgspec.structs.replace(peer, slots=1, resident=["m"], resident_known=True)
 
 
-async def _generate(proxy: RunningProxy) -> int:
-    async with (
-        aiohttp.ClientSession() as session,
-        session.post(
-            proxy.url("ollama") + "/api/generate",
-            json={"model": "m", "prompt": "go", "options": {"num_predict": TOKENS}},
-            timeout=aiohttp.ClientTimeout(total=60),
-        ) as response,
-    ):
-        await response.read()
-        return response.status
-
-
 def _targets(proxy: RunningProxy, key: str) -> list[str]:
     return [e["target"] for e in proxy.events(key) if e["kind"] == "submitted" and e["target"]]
 
@@ -86,10 +73,10 @@ async def test_waiting_requests_move_to_a_copy_that_appears_newest_first(
     a.targets = alone
     await a.wait_table()
     # One answer first, so A has measured its own pace.
-    assert await _generate(a) == 200
+    assert await generate(a, tokens=TOKENS, timeout=60) == 200
     first = len(a.keys())
 
-    burst = [asyncio.create_task(_generate(a)) for _ in range(BURST)]
+    burst = [asyncio.create_task(generate(a, tokens=TOKENS, timeout=60)) for _ in range(BURST)]
     keys = (await a.wait_keys(first + BURST, timeout=30))[first:]
     # Every request of the burst went to A, the only owner; all but one wait there.
     await a.wait_job(lambda e: e["kind"] == "submitted" and e["key"] == keys[-1], timeout=30)

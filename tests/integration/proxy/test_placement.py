@@ -13,7 +13,6 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import msgspec
 import pytest
 
@@ -22,7 +21,13 @@ from backend.devtools.emulators.ollama import build_ollama_app
 from backend.devtools.emulators.ollama_state import OllamaConfig
 from backend.devtools.emulators.server import EmulatorServer
 from backend.protocol.proxy import ProxyTargets, RouteTarget
-from tests.integration.proxy.conftest import LOCAL_NODE, RunningProxy, StartProxy, credentials_for
+from tests.integration.proxy.conftest import (
+    LOCAL_NODE,
+    RunningProxy,
+    StartProxy,
+    credentials_for,
+    generate,
+)
 
 FAST, MID = "node-fast", "node-mid"
 SLOW = LOCAL_NODE
@@ -63,19 +68,6 @@ async def _peer(start_proxy: StartProxy, node: str, url: str) -> RouteTarget:
     return msgspec.structs.replace(peer, slots=SHAPES[node][1], resident=["m"], resident_known=True)
 
 
-async def _generate(proxy: RunningProxy) -> int:
-    async with (
-        aiohttp.ClientSession() as session,
-        session.post(
-            proxy.url("ollama") + "/api/generate",
-            json={"model": "m", "prompt": "go", "options": {"num_predict": TOKENS}},
-            timeout=aiohttp.ClientTimeout(total=120),
-        ) as response,
-    ):
-        await response.read()
-        return response.status
-
-
 def _placements(proxy: RunningProxy) -> list[str]:
     """The node of every dispatch, in the order placement chose them."""
     return [e["target"] for e in proxy.jobs if e["kind"] == "submitted" and e.get("target")]
@@ -97,11 +89,13 @@ async def test_a_burst_fills_the_fast_nodes_free_slots_first_and_the_slow_node_l
     # One answer from each node (pinned), so A has measured every node's speed.
     for node in (FAST, MID, SLOW):
         await _table(a, msgspec.structs.replace(table, pins={"ollama": node}))
-        assert await _generate(a) == 200
+        assert await generate(a, tokens=TOKENS, timeout=120) == 200
     assert _placements(a) == [FAST, MID, SLOW]
     await _table(a, table)
 
-    statuses = await asyncio.gather(*(_generate(a) for _ in range(BURST)))
+    statuses = await asyncio.gather(
+        *(generate(a, tokens=TOKENS, timeout=120) for _ in range(BURST))
+    )
 
     assert statuses == [200] * BURST
     burst = _placements(a)[3:]
