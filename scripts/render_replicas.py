@@ -12,24 +12,18 @@ Saved: ``models-replica.png`` and ``jobs-replica.png``.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import msgspec
-from _offscreen import ScriptedConnection, render_to_out_dir, save_png, wait_until
+from _models_page import models_page
+from _offscreen import render_to_out_dir, save_png
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
-from app.catalog import load_catalog
-from app.controllers.models import ModelsController
 from app.models.jobs import JobsFilterModel, JobsModel
-from app.pending import PendingActions
-from app.stores.discovery import DiscoveryStore
-from app.stores.engines import EnginesStore
 from app.window.jobs_page import jobs_table
-from app.window.models_page import ModelsPage
 from backend.protocol import methods
 from backend.protocol.types.jobs import JobRecord
 
@@ -136,23 +130,9 @@ def render_jobs(path: Path) -> None:
 
 async def render(out_dir: Path) -> None:
     """Build the Models page, save it, then the Jobs table."""
-    connection = ScriptedConnection(answers())
-    engines, discovery = EnginesStore(connection), DiscoveryStore(connection)
-    controller = ModelsController(connection, PendingActions(), engines, discovery)
-    page = ModelsPage(controller, load_catalog())
-    page.resize(*PAGE_SIZE)
-    page.show()
-    try:
-        connection.become_ready()
-        await wait_until(lambda: controller.models.rowCount() == 3)
-        await asyncio.sleep(0.3)
-        save_png(page, out_dir / "models-replica.png")
+    async with models_page(answers(), PAGE_SIZE, rows=3) as shown:
+        save_png(shown.page, out_dir / "models-replica.png")
         render_jobs(out_dir / "jobs-replica.png")
-    finally:
-        await controller.close()
-        await engines.close()
-        await discovery.close()
-        await connection.stop()
 
 
 def main() -> int:

@@ -17,14 +17,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from _offscreen import ScriptedConnection, render_to_out_dir, save_png, wait_until
+from _models_page import models_page
+from _offscreen import render_to_out_dir, save_png, wait_until
 
-from app.catalog import load_catalog
-from app.controllers.models import ModelsController
-from app.pending import PendingActions, PendingKey
-from app.stores.discovery import DiscoveryStore
-from app.stores.engines import EnginesStore
-from app.window.models_page import ModelsPage
+from app.pending import PendingKey
 from backend.protocol import methods
 from backend.protocol.errors import Conflict
 from backend.protocol.types.base import EngineName, NodeId
@@ -113,30 +109,17 @@ def answers() -> dict[str, Any]:
 
 async def render(out_dir: Path) -> None:
     """Build the page, save it, then open the dialog for the unloaded model and try it."""
-    connection = ScriptedConnection(answers())
-    engines, discovery = EnginesStore(connection), DiscoveryStore(connection)
-    controller = ModelsController(connection, PendingActions(), engines, discovery)
-    page = ModelsPage(controller, load_catalog())
-    page.resize(*PAGE_SIZE)
-    page.show()
-    try:
-        connection.become_ready()
-        await wait_until(lambda: controller.models.rowCount() == 3)
-        await asyncio.sleep(0.3)
-        save_png(page, out_dir / "models-spread.png")
-        row = controller.models.get(PendingKey(NodeId(SELF), EngineName("llamacpp"), OTHER))
+    async with models_page(answers(), PAGE_SIZE, rows=3) as shown:
+        save_png(shown.page, out_dir / "models-spread.png")
+        key = PendingKey(NodeId(SELF), EngineName("llamacpp"), OTHER)
+        row = shown.controller.models.get(key)
         assert row is not None
-        dialog = page.models_tab.open_spread_dialog(row)
+        dialog = shown.page.models_tab.open_spread_dialog(row)
         dialog.boxes[MAC].setChecked(True)
         dialog.load_button.click()
         await wait_until(lambda: dialog.message.text() == REFUSAL)
         await asyncio.sleep(0.3)
         save_png(dialog, out_dir / "load-across.png")
-    finally:
-        await controller.close()
-        await engines.close()
-        await discovery.close()
-        await connection.stop()
 
 
 def main() -> int:
