@@ -8,20 +8,13 @@ erases.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 
 from backend.workers.proxy.scheduler.engine_scheduler import EngineShape, LoadFailed
 from tests.unit.proxy.scheduler_fakes import Schedulers, pinned, settle
 
-
-@pytest.fixture
-async def scheduled() -> AsyncIterator[Schedulers]:
-    """Builds the requests of a scheduler for a shape; cleaned up after the test."""
-    schedulers = Schedulers()
-    yield schedulers
-    await schedulers.cleanup()
+pytest_plugins = ["tests.unit.proxy.scheduler_support"]
 
 
 # Capacity.

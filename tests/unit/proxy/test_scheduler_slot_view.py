@@ -5,30 +5,36 @@ read of ``/slots``, while traffic PAIR did not send is still noticed (docs/SCHED
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
-import pytest
-
+from backend.workers.proxy.scheduler.engine_scheduler import EngineShape
 from backend.workers.proxy.scheduler.slot_view import VIEW_FRESH_S
 from tests.fakes import FakeClock
-from tests.unit.proxy.scheduler_fakes import Schedulers, pinned, settle
+from tests.unit.proxy.scheduler_fakes import Requests, Schedulers, pinned, settle
+
+pytest_plugins = ["tests.unit.proxy.scheduler_support"]
 
 
-@pytest.fixture
-async def scheduled() -> AsyncIterator[Schedulers]:
-    """Builds the requests of a scheduler for a shape; cleaned up after the test."""
-    schedulers = Schedulers()
-    yield schedulers
-    await schedulers.cleanup()
+async def alice_admitted(
+    scheduled: Schedulers,
+    shape: EngineShape | None = None,
+    *,
+    clock: FakeClock | None = None,
+    foreign: frozenset[int] = frozenset(),
+) -> Requests:
+    """A scheduler of a pinned engine (two slots unless ``shape`` says), ``foreign`` slots
+    taken by traffic PAIR did not send, once alice's request ``r1`` has been let in."""
+    requests = scheduled(shape or pinned(slots=2), clock=clock)
+    requests.engine.foreign = set(foreign)
+    requests.submit("r1", session="alice")
+    await settle()
+    return requests
 
 
 async def test_a_lone_request_after_another_is_sent_without_reading_the_slots_again(
     scheduled: Schedulers,
 ) -> None:
-    requests = scheduled(pinned(slots=2))
+    requests = await alice_admitted(scheduled)
     engine = requests.engine
-    requests.submit("r1", session="alice")
-    await settle()
     requests.finish("r1")
     await settle()
     assert engine.samples == 1
@@ -43,10 +49,8 @@ async def test_traffic_pair_did_not_send_is_noticed_once_the_view_is_no_longer_f
     scheduled: Schedulers,
 ) -> None:
     clock = FakeClock()
-    requests = scheduled(pinned(slots=2), clock=clock)
+    requests = await alice_admitted(scheduled, clock=clock)
     engine = requests.engine
-    requests.submit("r1", session="alice")
-    await settle()
     requests.finish("r1")
     engine.foreign = {0}  # a client of the engine's own port takes alice's slot
     clock.now += VIEW_FRESH_S + 0.1
@@ -60,11 +64,8 @@ async def test_a_view_that_leaves_no_room_is_read_again_before_anyone_waits(
     scheduled: Schedulers,
 ) -> None:
     clock = FakeClock()
-    requests = scheduled(pinned(slots=2), clock=clock)
+    requests = await alice_admitted(scheduled, clock=clock, foreign=frozenset({1}))
     engine = requests.engine
-    engine.foreign = {1}
-    requests.submit("r1", session="alice")
-    await settle()
     engine.foreign = set()  # the outside request ended: only a read can tell
     requests.submit("r2", session="bob")
     await settle()
@@ -77,10 +78,8 @@ async def test_a_view_that_leaves_no_room_is_read_again_before_anyone_waits(
 async def test_a_request_whose_client_left_makes_the_next_one_read_the_engine(
     scheduled: Schedulers,
 ) -> None:
-    requests = scheduled(pinned(slots=2))
+    requests = await alice_admitted(scheduled)
     engine = requests.engine
-    requests.submit("r1", session="alice")
-    await settle()
     requests.finish("r1", finished=False)  # the engine may still be generating it
     engine.foreign = {0}
     requests.submit("r2", session="alice")
@@ -92,10 +91,8 @@ async def test_a_request_whose_client_left_makes_the_next_one_read_the_engine(
 async def test_a_relaunch_or_a_request_that_ran_unpinned_drops_the_view(
     scheduled: Schedulers,
 ) -> None:
-    requests = scheduled(pinned(slots=1, instance=1))
+    requests = await alice_admitted(scheduled, pinned(slots=1, instance=1))
     engine, scheduler = requests.engine, requests.scheduler
-    requests.submit("r1", session="alice")
-    await settle()
     requests.finish("r1")
     scheduler.configure(pinned(slots=1, instance=2))  # restarted: the view is of the old one
     requests.submit("r2", session="bob")
@@ -117,10 +114,8 @@ async def test_a_slot_left_while_the_slots_were_being_read_counts_idle(
     scheduled: Schedulers,
 ) -> None:
     clock = FakeClock()
-    requests = scheduled(pinned(slots=2), clock=clock)
+    requests = await alice_admitted(scheduled, clock=clock)
     engine = requests.engine
-    requests.submit("r1", session="alice")
-    await settle()
     engine.foreign = {0}  # alice's request as the engine shows it: busy
     clock.now += VIEW_FRESH_S + 0.1
     engine.read_gate = asyncio.Event()
