@@ -1,5 +1,7 @@
 """The ``scheduled`` fixture of the engine scheduler's tests, shared as a pytest plugin
-(``pytest_plugins = ["tests.unit.proxy.scheduler_support"]``) by the test modules that use it."""
+(``pytest_plugins = ["tests.unit.proxy.scheduler_support"]`` in the test modules that use it:
+a fixture imported by name reads to ruff as an unused import, and keeps pytest from loading
+this module as a plugin)."""
 
 from __future__ import annotations
 

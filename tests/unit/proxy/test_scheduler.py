@@ -12,9 +12,17 @@ import asyncio
 import pytest
 
 from backend.workers.proxy.scheduler.engine_scheduler import EngineShape, LoadFailed
-from tests.unit.proxy.scheduler_fakes import Schedulers, pinned, settle
+from tests.unit.proxy.scheduler_fakes import Requests, Schedulers, pinned, settle
 
 pytest_plugins = ["tests.unit.proxy.scheduler_support"]
+
+
+async def submit_burst(requests: Requests, count: int, *, rounds: int = 20) -> None:
+    """Submit ``count`` keyless requests ``r0``, ``r1``… at once, then let ``rounds`` of the
+    scheduler's passes run (``settle``)."""
+    for index in range(count):
+        requests.submit(f"r{index}")
+    await settle(rounds)
 
 
 # Capacity.
@@ -42,9 +50,7 @@ async def test_the_ceiling_is_the_engines_own_slot_count_and_64_when_it_is_unkno
     shape = EngineShape(slots=slots, resident=("a",), instance=1, slots_known=known)
     requests = scheduled(shape)
     scheduler = requests.scheduler
-    for index in range(120):
-        requests.submit(f"r{index}")
-    await settle(50)
+    await submit_burst(requests, 120, rounds=50)
     assert len(requests.admitted) == ceiling
     assert scheduler.state().waiting == 120 - ceiling
 
@@ -69,9 +75,7 @@ async def test_slots_taken_by_traffic_pair_did_not_send_are_noticed_and_polled(
 
 async def test_the_measurement_bounds_but_never_adds_to_the_ceiling(scheduled: Schedulers) -> None:
     requests = scheduled(pinned(slots=3), engine_slots=8)
-    for index in range(5):
-        requests.submit(f"r{index}")
-    await settle()
+    await submit_burst(requests, 5)
     assert len(requests.admitted) == 3, "eight idle slots, but the ceiling is three"
 
 
@@ -387,9 +391,7 @@ async def test_a_guessed_slot_count_does_not_limit_an_engine_pair_did_not_config
 ) -> None:
     shape = EngineShape(slots=1, single_model=False, instance=1, slots_known=False)
     requests = scheduled(shape, slot_ids=False)
-    for index in range(5):
-        requests.submit(f"r{index}")
-    await settle()
+    await submit_burst(requests, 5)
     assert len(requests.admitted) == 5, "the adopted engine queues what it cannot run itself"
 
 
