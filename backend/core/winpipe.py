@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 from backend.core.lifetime.windows import last_windows_error
+from backend.protocol.winpipe_api import TokenApi, TokenUser, user_sid_buffer, windows_error
 
 PIPE_ACCESS_DUPLEX = 0x00000003
 FILE_FLAG_OVERLAPPED = 0x40000000
@@ -35,8 +36,6 @@ PIPE_REJECT_REMOTE_CLIENTS = 0x00000008
 PIPE_UNLIMITED_INSTANCES = 255
 PIPE_BUFFER_SIZE = 8192  # asyncio.windows_utils.BUFSIZE
 NMPWAIT_WAIT_FOREVER = 0xFFFFFFFF
-TOKEN_QUERY = 0x0008
-TOKEN_USER = 1  # the TOKEN_INFORMATION_CLASS value
 SDDL_REVISION_1 = 1
 ERROR_ACCESS_DENIED = 5
 ERROR_INSUFFICIENT_BUFFER = 122
@@ -56,36 +55,9 @@ class SecurityAttributes(ctypes.Structure):
     ]
 
 
-class TokenUser(ctypes.Structure):
-    """``TOKEN_USER`` (one ``SID_AND_ATTRIBUTES``)."""
-
-    _fields_ = [("Sid", ctypes.c_void_p), ("Attributes", ctypes.c_uint32)]
-
-
-class PipeApi(Protocol):
+class PipeApi(TokenApi, Protocol):
     """The kernel32 and advapi32 functions used here, as ctypes calls them (NULL is None;
     an out parameter is a ``ctypes.pointer`` the call writes through)."""
-
-    def GetCurrentProcess(self) -> Handle:  # noqa: N802
-        """This process's pseudo-handle."""
-        ...
-
-    def OpenProcessToken(  # noqa: N802
-        self, process: Handle, access: int, token: ctypes._Pointer[ctypes.c_void_p]
-    ) -> int:
-        """Open the process's access token."""
-        ...
-
-    def GetTokenInformation(  # noqa: N802
-        self,
-        token: Handle,
-        info_class: int,
-        buffer: ctypes.Array[ctypes.c_char] | None,
-        length: int,
-        needed: ctypes._Pointer[ctypes.c_uint32],
-    ) -> int:
-        """Fill ``buffer`` with the token's information; says the size needed."""
-        ...
 
     def ConvertSidToStringSidW(  # noqa: N802
         self, sid: Address, text: ctypes._Pointer[ctypes.c_void_p]
@@ -119,10 +91,6 @@ class PipeApi(Protocol):
 
     def LocalFree(self, memory: Address) -> Address | None:  # noqa: N802
         """Free what a conversion allocated."""
-        ...
-
-    def CloseHandle(self, handle: Handle) -> int:  # noqa: N802
-        """Close a handle."""
         ...
 
 
@@ -175,13 +143,7 @@ def signatures(kernel32: object, advapi32: object) -> dict[str, Signature]:
 
 def current_user_sid(api: PipeApi, last_error: Callable[[], int] = last_windows_error) -> str:
     """The SID of the user this process runs as (``S-1-5-21-…``), from its token."""
-    token = ctypes.c_void_p()
-    if not api.OpenProcessToken(api.GetCurrentProcess(), TOKEN_QUERY, ctypes.pointer(token)):
-        raise windows_error("OpenProcessToken", last_error())
-    try:
-        buffer = _token_user(api, token.value or 0, last_error)
-    finally:
-        api.CloseHandle(token.value or 0)
+    buffer = user_sid_buffer(api, last_error)
     text = ctypes.c_void_p()
     if not api.ConvertSidToStringSidW(TokenUser.from_buffer(buffer).Sid, ctypes.pointer(text)):
         raise windows_error("ConvertSidToStringSidW", last_error())
@@ -191,28 +153,9 @@ def current_user_sid(api: PipeApi, last_error: Callable[[], int] = last_windows_
         api.LocalFree(text.value or 0)
 
 
-def _token_user(
-    api: PipeApi, token: Handle, last_error: Callable[[], int]
-) -> ctypes.Array[ctypes.c_char]:
-    # The first call only says how big TOKEN_USER (with its SID) is.
-    needed = ctypes.c_uint32()
-    api.GetTokenInformation(token, TOKEN_USER, None, 0, ctypes.pointer(needed))
-    if needed.value < ctypes.sizeof(TokenUser):
-        raise windows_error("GetTokenInformation", last_error())
-    buffer = ctypes.create_string_buffer(needed.value)
-    if not api.GetTokenInformation(token, TOKEN_USER, buffer, needed.value, ctypes.pointer(needed)):
-        raise windows_error("GetTokenInformation", last_error())
-    return buffer
-
-
 def user_only_sddl(sid: str) -> str:
     """Owned by ``sid``, and a protected DACL (nothing inherited) granting ``sid`` alone."""
     return f"O:{sid}D:P(A;;GA;;;{sid})"
-
-
-def windows_error(call: str, code: int) -> OSError:
-    """The error of a failed call, with the Windows error code."""
-    return OSError(code, f"{call} failed with Windows error {code}")
 
 
 class PipeNameTaken(OSError):

@@ -2,8 +2,8 @@
 
 Kept apart from ``winpipe_client.py`` so the client's logic takes this interface as an injected
 object and its exact calls are tested on any OS against a fake. The broker's side of the same pipe
-is ``backend.core.winpipe``; the app may not import ``backend.core``, so the token lookup here is
-a small copy of that module's, keeping the SID as bytes for ``EqualSid``.
+is ``backend.core.winpipe``; the app may not import ``backend.core``, so the token lookup lives
+here (``TokenApi``, ``user_sid_buffer``) and the broker's side uses it too.
 """
 
 from __future__ import annotations
@@ -41,7 +41,35 @@ class TokenUser(ctypes.Structure):
     _fields_ = [("Sid", ctypes.c_void_p), ("Attributes", ctypes.c_uint32)]
 
 
-class ClientPipeApi(Protocol):
+class TokenApi(Protocol):
+    """What reading this process's user from its token calls (the broker's pipe,
+    ``backend.core.winpipe``, and the client's owner check both do)."""
+
+    def GetCurrentProcess(self) -> Handle:  # noqa: N802
+        """This process's pseudo-handle."""
+        ...
+
+    def OpenProcessToken(self, process: Handle, access: int, token: Out) -> int:  # noqa: N802
+        """Open the process's access token."""
+        ...
+
+    def GetTokenInformation(  # noqa: N802
+        self,
+        token: Handle,
+        info_class: int,
+        buffer: ctypes.Array[ctypes.c_char] | None,
+        length: int,
+        needed: ctypes._Pointer[ctypes.c_uint32],
+    ) -> int:
+        """Fill ``buffer`` with the token's information; says the size needed."""
+        ...
+
+    def CloseHandle(self, handle: Handle) -> int:  # noqa: N802
+        """Close a handle."""
+        ...
+
+
+class ClientPipeApi(TokenApi, Protocol):
     """The functions used, as ctypes calls them (NULL is None; an out parameter is a
     ``ctypes.pointer`` the call writes through)."""
 
@@ -77,35 +105,12 @@ class ClientPipeApi(Protocol):
         code, 0 on success."""
         ...
 
-    def GetCurrentProcess(self) -> Handle:  # noqa: N802
-        """This process's pseudo-handle."""
-        ...
-
-    def OpenProcessToken(self, process: Handle, access: int, token: Out) -> int:  # noqa: N802
-        """Open the process's access token."""
-        ...
-
-    def GetTokenInformation(  # noqa: N802
-        self,
-        token: Handle,
-        info_class: int,
-        buffer: ctypes.Array[ctypes.c_char] | None,
-        length: int,
-        needed: ctypes._Pointer[ctypes.c_uint32],
-    ) -> int:
-        """Fill ``buffer`` with the token's information; says the size needed."""
-        ...
-
     def EqualSid(self, first: Address, second: Address) -> int:  # noqa: N802
         """Whether two SIDs are the same."""
         ...
 
     def LocalFree(self, memory: Address) -> Address | None:  # noqa: N802
         """Free what GetSecurityInfo allocated."""
-        ...
-
-    def CloseHandle(self, handle: Handle) -> int:  # noqa: N802
-        """Close a handle."""
         ...
 
 
@@ -170,7 +175,7 @@ def windows_error(call: str, code: int) -> OSError:
 
 
 def user_sid_buffer(
-    api: ClientPipeApi, last_error: Callable[[], int] = last_windows_error
+    api: TokenApi, last_error: Callable[[], int] = last_windows_error
 ) -> ctypes.Array[ctypes.c_char]:
     """This process's ``TOKEN_USER``, SID included (``TokenUser.from_buffer(...).Sid`` points
     into it, so it lives as long as the buffer)."""
@@ -184,7 +189,7 @@ def user_sid_buffer(
 
 
 def _token_user(
-    api: ClientPipeApi, token: Handle, last_error: Callable[[], int]
+    api: TokenApi, token: Handle, last_error: Callable[[], int]
 ) -> ctypes.Array[ctypes.c_char]:
     # The first call only says how big TOKEN_USER (with its SID) is.
     needed = ctypes.c_uint32()

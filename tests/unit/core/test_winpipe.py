@@ -259,7 +259,7 @@ def test_the_real_libraries_are_windows_only() -> None:
 
 def test_every_function_is_declared_in_its_library_with_all_its_arguments() -> None:
     declared = signatures("kernel32", "advapi32")
-    used = {name for name in vars(PipeApi) if name[0].isupper()}
+    used = {name for kind in PipeApi.__mro__ for name in vars(kind) if name[0].isupper()}
 
     assert set(declared) == used
     for name, (library, argtypes, _) in declared.items():
