@@ -19,6 +19,8 @@ import logging
 import os
 import shlex
 import sys
+import tempfile
+from pathlib import Path
 
 import msgspec
 from _common import free_port
@@ -68,11 +70,20 @@ def answer(message: dict[str, object]) -> None:
     sys.stdout.flush()
 
 
+async def _stored() -> None:
+    """The broker's confirmation that it stored every job event sent before (it takes none)."""
+
+
 async def host(node_id: str) -> None:
     table = await read_targets()
     if table is None:
         return
-    current = [table]
+    with tempfile.TemporaryDirectory(prefix="pair-bench-host-") as journal_dir:
+        await _host(node_id, table, journal_dir)
+
+
+async def _host(node_id: str, first: ProxyTargets, journal_dir: str) -> None:
+    current = [first]
     credentials = mint(NodeId(node_id))
     ports = Ports(
         node=free_port(),
@@ -90,6 +101,9 @@ async def host(node_id: str) -> None:
         host="127.0.0.1",
         environment=lambda: {"PAIR_LOG_LEVEL": "warning"},
         targets_interval=TARGETS_INTERVAL_S,
+        # As the broker runs it: job starts and ends journaled, the segments confirmed at once.
+        jobs_journal=Path(journal_dir) / "jobs-journal",
+        jobs_stored=_stored,
     )
     ready = asyncio.Event()
     component.bind_ready(ready.set)

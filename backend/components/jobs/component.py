@@ -11,7 +11,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from backend.components.jobs.journal import JournalFolders, LeftEnds, read_left, settle
+from backend.components.jobs.journal import (
+    JournalFolders,
+    LeftEnds,
+    catch_up,
+    read_current,
+    read_left,
+    settle,
+)
 from backend.components.jobs.reports import job_from_report, parse_report, report_problem, step_of
 from backend.components.jobs.state import TERMINAL, Job, apply, apply_in_order, interrupted
 from backend.components.jobs.state import JobEvent as Step
@@ -182,8 +189,15 @@ class JobsComponent(Component):
 
     def fail_unfinished(self, error: str, keep: Collection[str] = ()) -> None:
         """Fail every unfinished job with ``error`` (the proxy worker that ran them exited),
-        except those in ``keep`` (their requests wait for the next worker); jobs mirrored from
-        other members are theirs to finish."""
+        once what that worker journaled is applied (its last starts and ends may not have
+        come by its pipe), except those in ``keep`` (their requests wait for the next worker); jobs
+        mirrored from other members are theirs to finish."""
+        open_jobs = {JobKey(key): self._jobs[JobKey(key)] for key in self._open}
+        if self._journal is not None and open_jobs:
+            # What the worker journaled but had not yet told: starts, and ends whose clients
+            # have their answers.
+            for job in catch_up(open_jobs, read_current(self._journal)).values():
+                self._commit(job)
         at = self._clock.wall()
         for key in list(self._open):
             job = self._jobs[key]

@@ -1,4 +1,4 @@
-"""The proxy workers' journals of job ends, applied when the broker starts.
+"""The proxy workers' journals of job ends, applied when a worker exits and when the broker starts.
 
 A worker writes each job's end to its journal before the last byte of the answer goes out
 (``backend/workers/proxy/channels/journal.py``); the broker stores ends as they come, and the
@@ -7,7 +7,10 @@ folder when a broker starts are ends an earlier broker may not have stored (it w
 each is applied to a job the store does not already have finished, then the files go.
 
 Each broker run gives its workers a folder of its own under ``root``, so the broker reads only
-what earlier runs left, never the journal its own new worker is writing.
+what earlier runs left, never the journal its own new worker is writing. A worker hands a job's
+start and end to the broker batched (the end after its client's last byte) and journals both,
+so when a worker exits the broker reads this run's folder too (``read_current``) and applies
+what it says of the jobs still open (``catch_up``) before it fails the rest.
 """
 
 from __future__ import annotations
@@ -78,6 +81,34 @@ def read_left(folders: JournalFolders) -> LeftEnds:
                 continue
             files.append(path)
     return LeftEnds(ends, files, earlier)
+
+
+def read_current(folders: JournalFolders) -> list[JobEvent]:
+    """Every event in this run's own journals (``folders.current``: job starts and ends), in
+    the order written: what a worker that exited wrote there may not all have reached the
+    broker by its pipe."""
+    events: list[JobEvent] = []
+    for path in sorted(folders.current.glob(f"*{SUFFIX}"), key=_segment_order):
+        try:
+            events.extend(_ends_in(path))
+        except OSError as exc:
+            log.warning("jobs journal: %s cannot be read (%s)", path, exc)
+    return events
+
+
+def catch_up(jobs: Mapping[JobKey, Job], events: Iterable[JobEvent]) -> dict[JobKey, Job]:
+    """The ``jobs`` (open ones) that ``events`` (a worker's journal) move on, as they are after
+    them in the order written; an event of another job, or one that does not read as a
+    report, changes nothing."""
+    changed: dict[JobKey, Job] = {}
+    for event in events:
+        known = changed.get(event.key) or jobs.get(event.key)
+        if known is None or report_problem(event) is not None:
+            continue
+        after = apply(known, step_of(event))
+        if after != known:
+            changed[event.key] = after
+    return changed
 
 
 def settle(jobs: Mapping[JobKey, Job], ends: Iterable[JobEvent]) -> dict[JobKey, Job]:

@@ -360,7 +360,10 @@ class ProxyService:
             )
             journal = router.jobs.journal
             if journal is not None:  # confirmed segments deleted in the background
-                group.create_task(journal.keep_trimmed(self._jobs_stored), name="proxy:journal")
+                group.create_task(
+                    journal.keep_trimmed(self._jobs_stored, router.jobs.flush),
+                    name="proxy:journal",
+                )
             demand = group.create_task(self._report_demand(router.demand), name="proxy:demand")
             await self._closing.wait()
             relay.cancel()

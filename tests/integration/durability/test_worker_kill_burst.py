@@ -148,8 +148,9 @@ async def test_a_killed_worker_loses_no_waiting_request_and_leaves_no_job_open(
     assert [o for o in failed if o[1].startswith("HTTP")] == [], "answered with an error status"
     assert queued == [], "a request that waited in the killed worker's queue was lost"
     # Research rule G4: a client that got its whole answer has a completed job, whenever
-    # the kill came (the worker hands a job's end to the broker before the answer's last
-    # byte). A job whose stream was cut after its final marker reads completed too.
+    # the kill came (the worker journals a job's end before the answer's last byte and tells
+    # the broker after it, batched; the broker applies the journal when the worker exits). A
+    # job whose stream was cut after its final marker reads completed too.
     states = Counter(j["state"] for j in jobs)
     answered = sum(o[0] == "ok" for o in sent_before + sent_after) + 1  # and the warm-up
     assert states["completed"] >= answered, "a client has its whole answer, its job failed"

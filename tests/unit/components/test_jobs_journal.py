@@ -122,3 +122,41 @@ async def test_a_broker_starting_stores_the_journaled_ends_then_deletes_them(
     # No end journaled: left unfinished by the broker that was killed, as before.
     assert stored[JobKey("me/run1/2")].state == "failed"
     assert jobs.journal_dir == folders.current
+
+
+def _event(number: int, kind: JobEventKind, seq: int) -> JobEvent:
+    return msgspec.structs.replace(
+        _end(number, kind, seq), target=NodeId("me"), node=NodeId("me"), error=None
+    )
+
+
+async def test_a_worker_that_exits_has_its_journaled_ends_applied_before_the_rest_fail(
+    store: Store, tmp_path: Path
+) -> None:
+    """A worker tells the broker a job's end after the client's last byte; killed in between,
+    its journal (in this broker run's folder) still says how the job ended."""
+    folders = JournalFolders.for_new_run(tmp_path / "jobs-journal")
+    jobs = JobsComponent(
+        store=JobRecordStore(store),
+        clock=FakeClock(1_000.0, on_sleep="brief"),
+        node_id="me",
+        events=NumberedStream(methods.JOBS_EVENT, ClientHub()),
+        journal=folders,
+    )
+    async with running(jobs):
+        for number in (1, 2, 3, 4):  # what the worker's pipe brought: each job running
+            jobs.record_external([_event(number, "submitted", 1), _event(number, "started", 2)])
+        jobs.record_external([_event(5, "submitted", 1)])  # its start only journaled
+        # Its last writes: job 1's end reached the pipe too; 2 and 3 only the journal.
+        jobs.record_external([_end(1)])
+        journaled = (_end(1), _end(2), _end(3, "errored"), _event(5, "started", 2))
+        _write(folders.current / "w1.1.jsonl", *journaled)
+        jobs.fail_unfinished("the proxy worker exited", keep={"me/run1/4"})
+        states = {job.key: (job.state, job.error) for job in jobs.records(10)}
+        fifth = jobs.details(JobKey("me/run1/5"))
+    assert states[JobKey("me/run1/1")] == ("completed", None)
+    assert states[JobKey("me/run1/2")] == ("completed", None), "its client had the answer"
+    assert states[JobKey("me/run1/3")] == ("failed", "cut")
+    assert states[JobKey("me/run1/4")] == ("running", None), "kept: it waits for the next worker"
+    assert states[JobKey("me/run1/5")] == ("failed", "the proxy worker exited")
+    assert fifth.job.started_at == 150.0, "the engine had started it: the journal says so"

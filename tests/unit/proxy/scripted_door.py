@@ -1,13 +1,17 @@
-"""An ollama door in-process over a router whose one local engine is a ``ScriptedEngine``; and
-``make_router``, the router every in-process door test builds."""
+"""An ollama door in-process over a router whose one local engine is a ``ScriptedEngine``;
+``make_router``, the router every in-process door test builds; and ``spy_relay``, which notes
+what the door writes to its clients in order."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import random
 from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -22,10 +26,38 @@ from backend.workers.proxy.routing.dispatch import Router
 from backend.workers.proxy.routing.failover import RandomSource, RetryPolicy
 from backend.workers.proxy.routing.links import Links
 from backend.workers.proxy.scheduler.engine_scheduler import LoadFailed
+from backend.workers.proxy.upstream import stream
 from backend.workers.proxy.upstream.engine_client import EngineClient
 from tests.integration.proxy.scripted import ScriptedEngine, start_engine
 
 Door = TestClient[web.Request, web.Application]
+# What happened, in order: ("client", bytes) / ("client-end", bytes) for the door's writes, and
+# whatever else a test appends (what the broker was told, what the journal holds).
+Timeline = list[tuple[str, Any]]
+
+
+def spy_relay(monkeypatch: pytest.MonkeyPatch, seen: Timeline) -> None:
+    """Note in ``seen`` every write of the door's relay to its clients, as it happens."""
+    write, write_eof = stream._Relayed.write, stream._Relayed.write_eof
+    send_now = stream._Relayed.send_now
+
+    async def spy_write(self: web.StreamResponse, data: bytes) -> None:
+        seen.append(("client", bytes(data)))
+        await write(self, data)
+
+    def spy_send_now(
+        self: stream._Relayed, transport: asyncio.Transport, chunked: bool, data: bytes
+    ) -> None:  # the chunks after the first, written from the engine connection's callback
+        seen.append(("client", bytes(data)))
+        send_now(self, transport, chunked, data)
+
+    async def spy_write_eof(self: web.StreamResponse, data: bytes = b"") -> None:
+        seen.append(("client-end", bytes(data)))
+        await write_eof(self, data)
+
+    monkeypatch.setattr(stream._Relayed, "write", spy_write)
+    monkeypatch.setattr(stream._Relayed, "write_eof", spy_write_eof)
+    monkeypatch.setattr(stream._Relayed, "send_now", spy_send_now)
 
 
 def make_router(

@@ -1,19 +1,19 @@
-"""A complete answer's job is handed to the broker before the client can see the answer whole.
+"""A complete answer's job ends before the client can see the answer whole.
 
 Research rule G4: every client that saw its answer complete has a terminal row. The proxy
-worker can be killed at any instant; if the job's end were sent after the answer's last byte,
-a kill in between would leave a job the broker fails although its client has the answer. So
-the end goes out (``JobLog`` flushes it at once) before the chunk holding a stream's final
-marker, before the last bytes of a counted body, and before the end of any other body; and an
-answer cut short is still a failed job.
+worker can be killed at any instant; if the job's end were recorded after the answer's last
+byte, a kill in between would leave a job the broker fails although its client has the answer.
+So the relay ends the job before the chunk holding a stream's final marker, before the last
+bytes of a counted body, and before the end of any other body; and an answer cut short is
+still a failed job. Here the job log has no journal, so the end goes to the broker at once:
+the order is seen in what the broker is told. With a journal (as the worker runs) the end is
+journaled there instead and told the broker after the byte: ``test_job_end_after_answer.py``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
 
 import aiohttp
 import pytest
@@ -22,37 +22,15 @@ from aiohttp.test_utils import TestClient
 
 from backend.protocol.types.jobs import JobEvent
 from backend.workers.proxy.channels.jobs import FLUSH_S, JobLog
-from backend.workers.proxy.upstream import stream
 from tests.integration.proxy.scripted import ScriptedEngine
-from tests.unit.proxy.scripted_door import Door, scripted_door
-
-Timeline = list[tuple[str, Any]]
+from tests.unit.proxy.scripted_door import Door, Timeline, scripted_door, spy_relay
 
 
 @pytest.fixture
 def timeline(monkeypatch: pytest.MonkeyPatch) -> Timeline:
     """What the door writes to its clients and hands to the broker, in the order it happens."""
     seen: Timeline = []
-    write, write_eof = stream._Relayed.write, stream._Relayed.write_eof
-    send_now = stream._Relayed.send_now
-
-    async def spy_write(self: web.StreamResponse, data: bytes) -> None:
-        seen.append(("client", bytes(data)))
-        await write(self, data)
-
-    def spy_send_now(
-        self: stream._Relayed, transport: asyncio.Transport, chunked: bool, data: bytes
-    ) -> None:  # the chunks after the first, written from the engine connection's callback
-        seen.append(("client", bytes(data)))
-        send_now(self, transport, chunked, data)
-
-    async def spy_write_eof(self: web.StreamResponse, data: bytes = b"") -> None:
-        seen.append(("client-end", bytes(data)))
-        await write_eof(self, data)
-
-    monkeypatch.setattr(stream._Relayed, "write", spy_write)
-    monkeypatch.setattr(stream._Relayed, "write_eof", spy_write_eof)
-    monkeypatch.setattr(stream._Relayed, "send_now", spy_send_now)
+    spy_relay(monkeypatch, seen)
     return seen
 
 

@@ -52,7 +52,7 @@ def test_an_end_is_one_line_of_the_event_in_a_private_file(tmp_path: Path) -> No
     journal.close()
 
 
-def test_the_job_log_journals_ends_only_before_sending_them(tmp_path: Path) -> None:
+def test_the_job_log_journals_starts_and_ends_only_before_sending_them(tmp_path: Path) -> None:
     journal = JobJournal(tmp_path, "run1")
     seen: list[list[str]] = []
 
@@ -64,7 +64,7 @@ def test_the_job_log_journals_ends_only_before_sending_them(tmp_path: Path) -> N
     job.submitted(1, NodeId("me"))
     job.started(NodeId("me"))
     job.completed()
-    assert seen == [[], [], ["completed"]]
+    assert seen == [[], ["started"], ["started", "completed"]]
     journal.close()
 
 
@@ -113,6 +113,29 @@ async def test_sealed_segments_go_once_the_broker_confirms_and_not_before(tmp_pa
     assert await asyncio.wait_for(trimming, 5)
     assert not first.exists()
     assert _lines(journal.live) == [_event(2)]
+    journal.close()
+
+
+async def test_an_end_still_batched_is_told_the_broker_before_its_segment_is_confirmed(
+    tmp_path: Path,
+) -> None:
+    """A job's end goes to the broker batched, after the answer; the segment holding it may be
+    sealed first. The confirmation must cover it, or a worker killed next loses it."""
+    told: list[str] = []
+    journal = JobJournal(tmp_path, "run1")
+    log = JobLog(lambda events: told.extend(e.kind for e in events), flush_s=60.0)
+    log.journal = journal
+    job = log.new(origin=NodeId("me"), engine=EngineName("ollama"), model="m", path="/api/chat")
+    job.submitted(1, NodeId("me"))
+    job.completed()  # journaled; rides the batch that waits (60 s)
+    told_when_asked: list[str] = []
+
+    async def stored() -> None:
+        told_when_asked.extend(told)
+
+    assert await journal.trim(stored, log.flush)
+    assert told_when_asked == ["submitted", "completed"]
+    assert not (tmp_path / "run1.1.jsonl").exists()
     journal.close()
 
 

@@ -3,12 +3,18 @@
 Each inference request is a job. Its events carry ``seq`` from 1, in the order they happen
 in this process; the broker applies them in that order whatever order they arrive in. Events
 are sent in batches, at most ``FLUSH_S`` after they happen, so a request's events (and a busy
-door's) reach the broker as one notification instead of one each; a job's end is never held
-back: it goes at once, with every event that waited, and the relay ends a job before the
-client's last byte (research G4: a client that saw its answer complete has a completed job,
-even if this process is killed the next instant). A job's end is also written to the
-journal first (``journal.py``: one ``os.write``, no wait), so a broker killed the next instant,
-before it stored that end, finds it there when it starts again.
+door's) reach the broker as one notification instead of one each.
+
+A job's start and end are written to the journal at once (``journal.py``: one ``os.write``
+each, no wait), and the relay ends a job before the client's last byte: research G4 (a client
+that saw its answer complete has a completed job) holds by the journal, whichever process is
+killed the next instant. A broker reads the journal of a worker that exited
+(``JobsComponent.fail_unfinished``) and, when it starts, the journals earlier runs left. So the
+end itself need not reach the broker before the client's last byte, and does not: it goes
+with the batch already waiting, or when none waits, on the loop's next turn, after the byte (a
+notification written first woke the broker ahead of the client on a busy machine, and made one
+write per request where answers end one at a time, as llama-server's do). Without a journal
+the end goes at once.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ class JobLog:
         self._flush_s = flush_s
         self._batch: list[JobEvent] = []
         self._flush_due: asyncio.TimerHandle | None = None
+        self._soon = False  # a flush on the loop's next turn is set (a job ended, none waited)
 
     def new(
         self,
@@ -81,13 +88,23 @@ class JobLog:
 
     def send(self, event: JobEvent) -> None:
         """Hand one event to the broker: within ``flush_s`` (the worker's ``FLUSH_S``) in a
-        batch; a job's end, or any event when no loop runs, at once with what waited (and a
-        job's end is in the journal first)."""
+        batch. A job's end is journaled now and goes with the batch that waits, or on the
+        loop's next turn when none does; without a journal (or with no loop) it goes at once,
+        with what waited."""
         self._batch.append(event)
-        final = event.kind in _FINAL
-        if final and self.journal is not None:
+        if event.kind == "started" and self.journal is not None:
+            self.journal.append(event)  # what a broker reads if this worker dies before telling
+        if event.kind in _FINAL:
+            if self.journal is None or self._flush_s <= 0:
+                if self.journal is not None:
+                    self.journal.append(event)
+                self.flush()
+                return
             self.journal.append(event)
-        if self._flush_s <= 0 or final:
+            if self._flush_due is None and not self._soon:
+                self._flush_soon()
+            return
+        if self._flush_s <= 0:
             self.flush()
             return
         if self._flush_due is None:
@@ -98,8 +115,21 @@ class JobLog:
                 return
             self._flush_due = loop.call_later(self._flush_s, self._due)
 
+    def _flush_soon(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()
+            return
+        self._soon = True
+        loop.call_soon(self._due_soon)
+
     def _due(self) -> None:
         self._flush_due = None
+        self.flush()
+
+    def _due_soon(self) -> None:
+        self._soon = False
         self.flush()
 
     def flush(self) -> None:

@@ -95,13 +95,16 @@ class JobJournal:
         self.live = self._segment(self._number + 1)
         self._events = self._bytes = 0
 
-    async def trim(self, stored: Stored) -> bool:
+    async def trim(self, stored: Stored, flush: Callable[[], None] = lambda: None) -> bool:
         """Seal the live segment, then delete every sealed one once the broker confirms it
-        stored their events; whether it did (an unconfirmed segment stays)."""
+        stored their events; whether it did (an unconfirmed segment stays). ``flush`` first
+        tells the broker every event still waiting in the job log's batch (a sealed segment
+        may hold one), so the confirmation covers them."""
         self.seal()
         if not self.sealed:
             return True
         confirmed = list(self.sealed)
+        flush()
         try:
             await stored()
         except errors.RpcError as exc:
@@ -112,12 +115,14 @@ class JobJournal:
         self.sealed = [path for path in self.sealed if path not in confirmed]
         return True
 
-    async def keep_trimmed(self, stored: Stored, interval: float = SEAL_S) -> None:
+    async def keep_trimmed(
+        self, stored: Stored, flush: Callable[[], None], interval: float = SEAL_S
+    ) -> None:
         """``trim`` every ``interval`` seconds until cancelled."""
         try:
             while True:
                 await asyncio.sleep(interval)
-                await self.trim(stored)
+                await self.trim(stored, flush)
         finally:
             self._close()
 
