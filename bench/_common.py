@@ -327,7 +327,8 @@ class PassThrough:
 
     Plain HTTP unless ``pin`` (the upstream's certificate) is given: then mutual TLS with a
     certificate of its own (``cert_der``, for the upstream to trust), pooled unless ``fresh``.
-    ``prefix``: a command it runs under (``bench/instructions.py``: callgrind).
+    ``prefix``: a command it runs under (``bench/instructions.py``: callgrind). ``script``:
+    another pass-through in ``bench/`` that speaks the same way (``_raw_floor.py``).
     """
 
     def __init__(
@@ -338,8 +339,9 @@ class PassThrough:
         pin: bytes | None = None,
         fresh: bool = False,
         prefix: tuple[str, ...] = (),
+        script: str = "_pass_through.py",
     ) -> None:
-        script = str(Path(__file__).with_name("_pass_through.py"))
+        script = str(Path(__file__).with_name(script))
         argv = [*prefix, sys.executable, script, upstream]
         if pin is not None:
             argv += ["--pin", base64.b64encode(pin).decode()]

@@ -53,7 +53,7 @@ class RunFacts:
     load_before: float
     load_during: float  # at the end of the last round, before any background load stopped
     policy: str
-    twin: bool
+    twin: str | None  # the pass-through script in PAIR's place (--twin, --floor), or None
     background_load: int
     nginx_missing: str  # why there is no nginx row, or ""
 
@@ -293,7 +293,12 @@ def header(facts: RunFacts) -> str:
         f"rounds (direct, bare, {'' if facts.nginx_missing else 'nginx, '}PAIR; then reversed), "
         "pooled. "
         + (
-            "CALIBRATION: every PAIR column is a second bare pass-through."
+            (
+                "CALIBRATION: every PAIR column is a second bare pass-through."
+                if facts.twin == "_pass_through.py"
+                else "FLOOR: every PAIR column is the Python floor (bench/_raw_floor.py: uvloop "
+                "and httptools, no framework, no routing, no jobs)."
+            )
             if facts.twin
             else f"PAIR's worker runs on {loop_name()}'s event loop (PAIR_EVENT_LOOP) as a "
             f"{facts.policy} task (PAIR_CPU_POLICY), the bare pass-through on asyncio's as a "

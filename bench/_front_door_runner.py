@@ -46,7 +46,7 @@ class Runner:
     bare: PassThrough
     proxy: ProxyHost
     nginx: Nginx | None = None
-    twin: PassThrough | None = None  # --twin: a second bare pass-through stands in for PAIR
+    twin: PassThrough | None = None  # --twin / --floor: a pass-through stands in for PAIR
 
     @property
     def paths(self) -> tuple[str, ...]:
@@ -109,9 +109,11 @@ class Runner:
 
 
 @contextlib.contextmanager
-def pass_through(upstream: str, log_path: Path) -> Iterator[PassThrough]:
-    """The bare pass-through to ``upstream``, stopped on the way out."""
-    bare = PassThrough(upstream, log_path=log_path)
+def pass_through(
+    upstream: str, log_path: Path, script: str = "_pass_through.py"
+) -> Iterator[PassThrough]:
+    """The bare pass-through (or another ``script``) to ``upstream``, stopped on the way out."""
+    bare = PassThrough(upstream, log_path=log_path, script=script)
     try:
         yield bare
     finally:

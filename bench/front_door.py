@@ -1,8 +1,8 @@
 """The front door's cost, calibrated: the same requests to an engine directly, through a bare
 aiohttp pass-through, through nginx and through PAIR's proxy, in one run.
 
-    .venv/bin/python bench/front_door.py [--quick] [--skip-llama-server] [--logs DIR] [--twin]
-        [--background-load N]
+    .venv/bin/python bench/front_door.py [--quick] [--skip-llama-server] [--logs DIR]
+        [--twin | --floor] [--background-load N]
 
 Two engines on loopback: the Ollama emulator with fixed timing (no load delay, 8 reply tokens
 1 ms apart, 128 slots) and a real ``llama-server`` with the generated tiny model (8 tokens per
@@ -63,7 +63,9 @@ its API) against this pass-through, and LiteLLM doing the same, are ``translatio
 
 ``--twin`` calibrates the verdicts: a second bare pass-through (a process of its own, like the
 first) takes PAIR's place in every run, so each "PAIR/bare" ratio compares two identical paths
-and whatever it reads beyond 1x is the bench's own noise on that row.
+and whatever it reads beyond 1x is the bench's own noise on that row. ``--floor`` puts the Python
+floor in PAIR's place instead (``_raw_floor.py``: uvloop and httptools, no framework, no routing):
+how close to nginx any Python pass-through on this machine can come.
 
 The load generator, the engines and the proxies share this machine's cores: on a busy machine
 (see the load average in the header) treat differences of a few ms, and ratios of small added
@@ -179,7 +181,7 @@ class Setup:
     quick: bool
     cpu: set[int]
     nginx: Path | None  # the nginx binary, or None for no nginx rows
-    twin: bool = False
+    twin: str | None = None  # --twin / --floor: the pass-through script standing in for PAIR
 
 
 def bench_backend(backend: Backend, engine_at: EngineAt, setup: Setup) -> Findings:
@@ -196,7 +198,11 @@ def bench_backend(backend: Backend, engine_at: EngineAt, setup: Setup) -> Findin
                 nginx_to(setup.nginx, engine_url, logs / f"nginx-{named}.log")
             )
             twin_log = logs / f"twin-{named}.log"
-            second = stack.enter_context(pass_through(engine_url, twin_log)) if setup.twin else None
+            second = (
+                stack.enter_context(pass_through(engine_url, twin_log, setup.twin))
+                if setup.twin
+                else None
+            )
             runner = Runner(backend, engine_url, bare, proxy, nginx, second)
             if level == max(LEVELS):
                 with RssSampler(proxy.worker_pid) as sampler:
@@ -257,6 +263,12 @@ def arguments() -> argparse.Namespace:
         "identical paths read in one run)",
     )
     parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="the Python floor (bench/_raw_floor.py: uvloop + httptools, no framework) in "
+        "PAIR's place",
+    )
+    parser.add_argument(
         "--background-load",
         type=int,
         default=0,
@@ -304,7 +316,8 @@ def main() -> int:
         if cpu_policy.wanted() == "adaptive":  # normal at rest: say when it switches
             policy += f" (adaptive: batch from {cpu_policy.BATCH_AT} requests in flight)"
         progress(f"proxy worker pid {proxy.worker_pid}, idle RSS {idle_rss / 2**20:.1f} MB")
-        setup = Setup(proxy, logs, args.quick, cpu, nginx.binary, twin=args.twin)
+        stand_in = "_raw_floor.py" if args.floor else "_pass_through.py" if args.twin else None
+        setup = Setup(proxy, logs, args.quick, cpu, nginx.binary, twin=stand_in)
 
         @contextlib.contextmanager
         def emulator_at(_: int) -> Iterator[str]:
@@ -327,7 +340,7 @@ def main() -> int:
         load_before=load_before,
         load_during=load_during,
         policy=policy,
-        twin=args.twin,
+        twin=stand_in,
         background_load=args.background_load,
         nginx_missing=nginx.reason,
     )

@@ -12,9 +12,9 @@ killed the next instant. A broker reads the journal of a worker that exited
 (``JobsComponent.fail_unfinished``) and, when it starts, the journals earlier runs left. So the
 end itself need not reach the broker before the client's last byte, and does not: it goes
 with the batch already waiting, or when none waits, on the loop's next turn, after the byte (a
-notification written first woke the broker ahead of the client on a busy machine, and made one
-write per request where answers end one at a time, as llama-server's do). Without a journal
-the end goes at once.
+notification sent first put a write, and a frame for the broker to decode, before the byte of
+every answer where answers end one at a time, as llama-server's do). Without a journal the end
+goes at once.
 """
 
 from __future__ import annotations
