@@ -99,7 +99,7 @@ async def _host(node_id: str, first: ProxyTargets, journal_dir: str) -> None:
         targets=lambda: current[0],
         credentials=credentials,
         host="127.0.0.1",
-        environment=lambda: {"PAIR_LOG_LEVEL": "warning"},
+        environment=lambda: {"PAIR_LOG_LEVEL": os.environ.get("PAIR_LOG_LEVEL", "warning")},
         targets_interval=TARGETS_INTERVAL_S,
         # As the broker runs it: job starts and ends journaled, the segments confirmed at once.
         jobs_journal=Path(journal_dir) / "jobs-journal",
@@ -148,7 +148,8 @@ def prefix_worker(prefix: list[str]) -> None:
 
 
 def main() -> int:
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    level = os.environ.get("PAIR_LOG_LEVEL", "warning").upper()
+    logging.basicConfig(level=getattr(logging, level, logging.WARNING), stream=sys.stderr)
     prefix = os.environ.get(WORKER_PREFIX_ENV)
     if prefix:
         prefix_worker(shlex.split(prefix))

@@ -5,9 +5,16 @@ read of ``/slots``, while traffic PAIR did not send is still noticed (docs/SCHED
 from __future__ import annotations
 
 import asyncio
+import logging
+
+import pytest
 
 from backend.workers.proxy.scheduler.engine_scheduler import EngineShape
-from backend.workers.proxy.scheduler.slot_view import VIEW_FRESH_S
+from backend.workers.proxy.scheduler.slot_view import (
+    REFRESH_AFTER_S,
+    TRUSTED_WHILE_READING_S,
+    VIEW_FRESH_S,
+)
 from tests.fakes import FakeClock
 from tests.unit.proxy.scheduler_fakes import Requests, Schedulers, pinned, settle
 
@@ -152,3 +159,77 @@ async def test_a_request_the_view_has_an_idle_slot_for_is_admitted_without_a_pas
     assert scheduler.admit_now("a", session="bob") is not None, "his own slot"
     assert scheduler.admit_now("a", session="bob") is None, "two slots, two running"
     assert requests.engine.samples == 1
+
+
+async def test_a_request_that_ends_while_the_slots_are_read_does_not_fail_the_pass(
+    scheduled: Schedulers, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The slots PAIR's running requests hold are those of when the read answers: one that
+    ended while it was on its way holds none (the pass read them before the answer, and
+    failed on the change: "Set changed size during iteration")."""
+    clock = FakeClock()
+    requests = await alice_admitted(scheduled, clock=clock, foreign=frozenset({1}))
+    engine = requests.engine
+    engine.read_gate = asyncio.Event()
+    clock.now += VIEW_FRESH_S + 0.1  # the view is stale: the next request reads the slots
+    requests.submit("r2", session="bob")
+    await settle()
+    assert engine.samples == 2 and requests.admitted == ["r1"], "r2 waits for the read"
+    requests.finish("r1")  # alice's request ends while the read is on its way
+    await settle()
+    engine.read_gate.set()
+    await settle()
+    assert requests.admitted == ["r1", "r2"]
+    assert requests.tasks["r2"].result().slot == 0, "alice's slot was left: it is idle"
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+async def test_a_request_let_in_by_an_older_view_reads_the_slots_in_the_background(
+    scheduled: Schedulers,
+) -> None:
+    clock = FakeClock()
+    requests = await alice_admitted(scheduled, pinned(slots=3), clock=clock)
+    engine = requests.engine
+    requests.finish("r1")
+    await settle()
+    clock.now += REFRESH_AFTER_S + 0.1  # still fresh, but due for a read
+    engine.foreign = {1}  # a client of the engine's own port takes slot 1
+    engine.read_gate = asyncio.Event()  # the engine is slow to list its slots
+    requests.submit("r2", session="alice")
+    await settle()
+    assert requests.admitted == ["r1", "r2"], "the request waited for the read"
+    assert engine.samples == 2, "no read was started behind it"
+    engine.read_gate.set()
+    await settle()
+    requests.submit("r3", session="bob")
+    await settle()
+    assert requests.tasks["r3"].result().slot == 2, "the read's answer was not taken"
+    assert engine.samples == 2
+
+
+async def test_while_a_read_is_on_its_way_the_view_still_lets_requests_in(
+    scheduled: Schedulers,
+) -> None:
+    """A busy engine may take seconds to list its slots: PAIR's own requests do not wait for
+    it while the view is recent, and a decision that needs a read shares the one on its way."""
+    clock = FakeClock()
+    requests = await alice_admitted(scheduled, pinned(slots=3), clock=clock)
+    engine = requests.engine
+    requests.finish("r1")
+    await settle()
+    clock.now += REFRESH_AFTER_S + 0.1
+    engine.read_gate = asyncio.Event()
+    requests.submit("r2", session="alice")  # starts the read
+    await settle()
+    clock.now += VIEW_FRESH_S  # past fresh: only the read on its way keeps the view trusted
+    requests.submit("r3", session="bob")
+    await settle()
+    assert requests.admitted == ["r1", "r2", "r3"]
+    clock.now += TRUSTED_WHILE_READING_S  # a read this late no longer vouches for the view
+    requests.submit("r4", session="carol")
+    await settle()
+    assert requests.admitted == ["r1", "r2", "r3"], "let in on a view too old"
+    assert engine.samples == 2, "the decision started a second read instead of waiting"
+    engine.read_gate.set()
+    await settle()
+    assert requests.admitted == ["r1", "r2", "r3", "r4"]

@@ -161,11 +161,12 @@ class EngineScheduler:
             return None
         slot = None
         if self._shape.pinning:
-            held = (t.slot for t in self._running if t.slot is not None)
             parking = self._shape.parking and self._affinity
-            slot = self._keeper.take_now(held, session, parking=parking)
+            slot = self._keeper.take_now(self._held(), session, parking=parking)
             if slot is None:
                 return None
+            if self._view.refresh_due():  # read again before the view goes stale
+                self._view.refresh()
         ticket = Ticket(model, COMPLETION, session, slot, admitted=self._admitted())
         if self._shape.single_model and self._turn is None:
             self._turn = self.last_turn = model
@@ -357,8 +358,11 @@ class EngineScheduler:
         """The idle slots (``SlotKeeper.sample``) on an engine that names them."""
         if not self._shape.pinning:
             return None, False
-        held = (t.slot for t in self._running if t.slot is not None)
-        return await self._keeper.sample(held, afresh=afresh)
+        return await self._keeper.sample(self._held, afresh=afresh)
+
+    def _held(self) -> list[int]:
+        """The slots PAIR's running requests hold now."""
+        return [t.slot for t in self._running if t.slot is not None]
 
     def _start_exclusive(self, ticket: Ticket) -> None:
         if ticket in self.queue:

@@ -6,7 +6,7 @@ session's own, in the order ``rules.hand_over`` gives (docs/SCHEDULER.md, "Slot 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from backend.common.tasks import TaskSet
 from backend.core.clock import Clock
@@ -31,7 +31,7 @@ class SlotKeeper:
     ) -> None:
         self.book = SlotBook(affinity=affinity)
         self.parking = Parking()
-        self.view = SlotView(access, clock)
+        self.view = SlotView(access, clock, tasks)
         self._engine = engine
         self._access = access
         self._tasks = tasks
@@ -50,11 +50,13 @@ class SlotKeeper:
         self.book.owned_by(slot, session)
         ticket.slot = slot
 
-    async def sample(self, held: Iterable[int], *, afresh: bool) -> tuple[SlotSample | None, bool]:
-        """The idle slots a decision may hand out, less the ``held`` ones of PAIR's running
-        requests (one admitted moments ago may not have reached the engine, which then still
-        shows its slot idle), and whether they came from the view rather than a read
-        (``afresh``: read)."""
+    async def sample(
+        self, held: Callable[[], Iterable[int]], *, afresh: bool
+    ) -> tuple[SlotSample | None, bool]:
+        """The idle slots a decision may hand out, less the ones PAIR's running requests hold
+        once the answer is in (``held()``: one admitted moments ago may not have reached the
+        engine, which then still shows its slot idle; one that ended meanwhile holds none), and
+        whether they came from the view rather than a read (``afresh``: read)."""
         sample = None if afresh else self.view.recalled()
         recalled = sample is not None
         if sample is None:
@@ -62,7 +64,7 @@ class SlotKeeper:
         if sample is None or sample.ids is None:
             self.book.free = None
             return sample, recalled
-        handed = self.book.sampled(sample.ids, held)
+        handed = self.book.sampled(sample.ids, held())
         return SlotSample(max(0, min(sample.idle, handed)), None), recalled
 
     def take_now(self, held: Iterable[int], session: str | None, *, parking: bool) -> int | None:

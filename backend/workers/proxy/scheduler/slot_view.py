@@ -9,10 +9,20 @@ send, so the view is trusted only for ``fresh_s`` after it was read, and not at 
 something casts doubt on it: a relaunch, a request that ran unpinned (the engine chose its slot),
 one that ended before the engine did (its client left mid-answer). A view that leaves a request
 no room is read again before anyone waits on it (the scheduler's part).
+
+So that PAIR's own steady traffic never waits for a read, a request let in by a view older than
+``REFRESH_AFTER_S`` starts one in the background (``refresh_due``), and while a read is on its
+way the view stays trusted, for ``TRUSTED_WHILE_READING_S`` after the last read at most: a
+busy engine can take a second or more to list its slots, and every request waited for it.
+Traffic PAIR did not send is then noticed once that read answers. There is never more than one
+read at a time: a decision that needs one waits for the read already on its way.
 """
 
 from __future__ import annotations
 
+import asyncio
+
+from backend.common.tasks import TaskSet
 from backend.core.clock import Clock
 from backend.workers.proxy.scheduler.engine_access import EngineAccess
 from backend.workers.proxy.scheduler.rules import SlotSample
@@ -21,15 +31,24 @@ from backend.workers.proxy.scheduler.rules import SlotSample
 # traffic PAIR did not send is noticed this late at most, and PAIR's own requests that come
 # closer together than this (an agent's loop, a chat's quick turns) are sent without a read.
 VIEW_FRESH_S = 1.0
+# A request let in by a view this old starts a read in the background.
+REFRESH_AFTER_S = VIEW_FRESH_S / 2
+# How long after the last read the view is trusted while the next is on its way (longer than
+# the read's own limit, ``engine_access.SLOTS_TIMEOUT_S``, plus ``VIEW_FRESH_S``).
+TRUSTED_WHILE_READING_S = 3.0
 
 
 class SlotView:
     """The idle slot ids of one engine: the last read, kept current by PAIR's own requests."""
 
-    def __init__(self, access: EngineAccess, clock: Clock, *, fresh_s: float = VIEW_FRESH_S):
+    def __init__(
+        self, access: EngineAccess, clock: Clock, tasks: TaskSet, *, fresh_s: float = VIEW_FRESH_S
+    ) -> None:
         self._access = access
         self._clock = clock
+        self._tasks = tasks
         self._fresh_s = fresh_s
+        self._reading: asyncio.Task[SlotSample | None] | None = None  # the read on its way
         self._idle: set[int] | None = None
         self._read_at = 0.0
         # Slots PAIR's requests left while a read was on its way: the engine may have answered
@@ -43,14 +62,43 @@ class SlotView:
         """The view as a sample when it may stand in for a read: read within ``fresh_s`` and
         not doubted since; None otherwise."""
         idle = self._idle
-        if idle is None or self._clock.monotonic() - self._read_at > self._fresh_s:
+        if idle is None:
+            return None
+        age = self._clock.monotonic() - self._read_at
+        if age > self._fresh_s and (self._reading is None or age > TRUSTED_WHILE_READING_S):
             return None
         self.reported = len(idle)
         return SlotSample(len(idle), tuple(sorted(idle)))
 
+    def refresh_due(self) -> bool:
+        """Whether a request the view let in should start a read in the background: the view
+        is older than ``REFRESH_AFTER_S`` and no read is on its way."""
+        return (
+            self._idle is not None
+            and self._reading is None
+            and self._clock.monotonic() - self._read_at > REFRESH_AFTER_S
+        )
+
+    def refresh(self) -> None:
+        """Start a read in the background (one already on its way is enough)."""
+        if self._reading is None:
+            self._reading = self._tasks.spawn(self._read(), name="slot-view:read")
+
     async def read(self) -> SlotSample | None:
-        """Ask the engine (``GET /slots``); the view starts again from its answer. None when
-        it cannot be read (then the ceiling alone decides)."""
+        """Ask the engine (``GET /slots``), or wait for the read already on its way; the view
+        starts again from its answer. None when it cannot be read (then the ceiling alone
+        decides)."""
+        self.refresh()
+        assert self._reading is not None
+        return await asyncio.shield(self._reading)
+
+    async def _read(self) -> SlotSample | None:
+        try:
+            return await self._read_once()
+        finally:
+            self._reading = None
+
+    async def _read_once(self) -> SlotSample | None:
         left: set[int] = set()
         self._left_meanwhile = left
         doubts, sent_at = self._doubts, self._clock.monotonic()
