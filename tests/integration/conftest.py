@@ -262,6 +262,32 @@ def stop_all(brokers: Sequence[Broker], timeout: float = 15.0) -> None:
         broker.stop(timeout)
 
 
+def launch_broker(data_dir: Path, stderr_path: Path, *extra: str) -> Broker:
+    """A ``pair node`` on ``data_dir`` (plus ``extra`` flags) started, not yet serving; its
+    stderr goes to ``stderr_path``."""
+    with stderr_path.open("wb") as stderr:
+        process = subprocess.Popen(
+            node_argv(data_dir, *extra),
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env=dict(os.environ),
+        )
+    return Broker(process, data_dir, stderr_path)
+
+
+@contextlib.contextmanager
+def serving_broker(folder: Path, *extra: str) -> Iterator[Broker]:
+    """A broker on ``folder / "node"``, serving, for a module's tests to share; stopped after."""
+    broker = launch_broker(folder / "node", folder / "broker.stderr", *extra)
+    try:
+        wait_until_serving(broker)
+        yield broker
+    finally:
+        broker.stop()
+
+
 @pytest.fixture
 def start_broker(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
     """Start brokers (each with its own data dir unless given); all are stopped afterwards."""
@@ -271,17 +297,7 @@ def start_broker(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
         """One broker; ``wait`` False returns it started, not yet serving (start several that
         way and ``wait_until_serving`` each: their starts overlap)."""
         directory = data_dir or tmp_path / f"node{len(started)}"
-        stderr_path = tmp_path / f"broker{len(started)}.stderr"
-        with stderr_path.open("wb") as stderr:
-            process = subprocess.Popen(
-                node_argv(directory, *extra),
-                cwd=ROOT,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=stderr,
-                env=dict(os.environ),
-            )
-        broker = Broker(process, directory, stderr_path)
+        broker = launch_broker(directory, tmp_path / f"broker{len(started)}.stderr", *extra)
         started.append(broker)
         if wait:
             wait_until_serving(broker)

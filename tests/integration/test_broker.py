@@ -18,7 +18,7 @@ import pytest
 from backend.common import buildinfo
 from backend.protocol import errors
 from backend.protocol.endpoint import open_control_connection
-from tests.integration.conftest import ROOT, Broker, node_argv, wait_until_serving
+from tests.integration.conftest import ROOT, Broker, node_argv, serving_broker
 
 StartBroker = Callable[..., Broker]
 
@@ -30,22 +30,8 @@ def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     send it garbage it must survive. A test that restarts a worker starts its own broker (the
     new worker process would count as the test's leak)."""
     folder = tmp_path_factory.mktemp("shared-broker")
-    stderr_path = folder / "broker.stderr"
-    with stderr_path.open("wb") as stderr:
-        process = subprocess.Popen(
-            node_argv(folder / "node", "--test-worker", "healthy"),
-            cwd=ROOT,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            env=dict(os.environ),
-        )
-    broker = Broker(process, folder / "node", stderr_path)
-    try:
-        wait_until_serving(broker)
+    with serving_broker(folder, "--test-worker", "healthy") as broker:
         yield broker
-    finally:
-        broker.stop()
 
 
 async def test_ping_version_and_status_describe_the_running_broker(shared_broker: Broker) -> None:

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import socket
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,14 +13,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.integration.conftest import (
-    ROOT,
-    Broker,
-    Client,
-    free_port,
-    node_argv,
-    wait_until_serving,
-)
+from tests.integration.conftest import Broker, Client, free_port, serving_broker
 from tests.integration.engines.conftest import OLLAMA_SHIM, write_override, write_script
 
 StartBroker = Callable[..., Broker]
@@ -60,22 +51,8 @@ def shared_node(
     would answer them the same)."""
     folder = tmp_path_factory.mktemp("shared-node")
     ports, flags = _port_flags()
-    stderr_path = folder / "broker.stderr"
-    with stderr_path.open("wb") as stderr:
-        process = subprocess.Popen(
-            node_argv(folder / "node", *flags),
-            cwd=ROOT,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            env=dict(os.environ),
-        )
-    broker = Broker(process, folder / "node", stderr_path)
-    try:
-        wait_until_serving(broker)
+    with serving_broker(folder, *flags) as broker:
         yield broker, ports
-    finally:
-        broker.stop()
 
 
 def _component(status: dict[str, Any], name: str) -> dict[str, Any]:
