@@ -6,8 +6,10 @@ tested against a fake in ``tests/unit/core/lifetime/test_windows.py``."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import psutil
 import pytest
@@ -86,13 +88,25 @@ def close_pipes(child: subprocess.Popen[str]) -> None:
             stream.close()
 
 
-def test_kill_ends_the_child_and_what_it_started_and_the_job_is_let_go_of_after_reaping() -> None:
+@contextlib.contextmanager
+def adopted_family() -> Iterator[tuple[subprocess.Popen[str], ChildTree, list[psutil.Process]]]:
+    """CHILD adopted (``start_adopted``) with its grandchild up (``family_once_up``): the child,
+    its tree and every process in it; all of them killed and reaped on the way out."""
     child, tree = start_adopted()
     family: list[psutil.Process] = []
     try:
-        assert isinstance(tree, JobTree) and tree.job is not None, "the child is in a job"
         family = family_once_up(child)
+        yield child, tree, family
+    finally:
+        kill_all(family)
+        child.kill()
+        child.wait()
+        close_pipes(child)
 
+
+def test_kill_ends_the_child_and_what_it_started_and_the_job_is_let_go_of_after_reaping() -> None:
+    with adopted_family() as (child, tree, family):
+        assert isinstance(tree, JobTree) and tree.job is not None, "the child is in a job"
         tree.end(Ending.KILL)
 
         assert still_running(family, GONE_WITHIN_S) == []
@@ -100,46 +114,23 @@ def test_kill_ends_the_child_and_what_it_started_and_the_job_is_let_go_of_after_
         tree.release()
         assert job_handle(tree) is None
         tree.release()  # a second time: nothing left to close
-    finally:
-        kill_all(family)
-        child.kill()
-        child.wait()
-        close_pipes(child)
 
 
 def test_letting_go_of_the_job_while_the_child_runs_kills_its_whole_tree() -> None:
-    child, tree = start_adopted()
-    family: list[psutil.Process] = []
-    try:
-        family = family_once_up(child)
-
+    with adopted_family() as (_child, tree, family):
         tree.release()  # the last handle on a kill-on-close job
 
         assert still_running(family, GONE_WITHIN_S) == []
-    finally:
-        kill_all(family)
-        child.kill()
-        child.wait()
-        close_pipes(child)
 
 
 def test_terminate_ends_the_main_process_only() -> None:
-    child, tree = start_adopted()
-    family: list[psutil.Process] = []
-    try:
-        family = family_once_up(child)
-
+    with adopted_family() as (child, tree, family):
         tree.end(Ending.TERMINATE)  # TerminateProcess on the child, as Popen.terminate
 
         child.wait(GONE_WITHIN_S)
         assert [process.pid for process in still_running(family[1:], 1.0)], "the rest runs on"
         tree.release()  # what is left in the job goes with its handle
         assert still_running(family, GONE_WITHIN_S) == []
-    finally:
-        kill_all(family)
-        child.kill()
-        child.wait()
-        close_pipes(child)
 
 
 def test_the_child_and_its_tree_die_with_the_broker_holding_their_job() -> None:
