@@ -5,11 +5,9 @@ archives shaped as Ollama's (``bin/ollama``, ``lib/ollama/…``), the release's
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
@@ -25,6 +23,7 @@ from backend.protocol import errors
 from backend.protocol.types.base import EngineName
 from backend.protocol.types.engines import InstallProgress
 from tests.unit.components.local_server import served
+from tests.unit.engines.release_site import GithubReleases
 from tests.unit.engines.tar_zst import Member, tar_zst
 
 LINUX_X64 = ("linux", "linux/x86_64")
@@ -44,17 +43,12 @@ def _ollama(version: str) -> dict[str, Member]:
     }
 
 
-@dataclass
-class Site:
-    """ollama.com's current downloads and the GitHub releases: each tag's files and its
-    ``sha256sum.txt`` (``./name`` lines, as Ollama writes them)."""
+class Site(GithubReleases):
+    """ollama.com's current downloads (``current``) and the GitHub releases of Linux archives."""
 
-    url: str = ""
-    latest: str = "v0.14.2"
-    current: dict[str, bytes] = field(default_factory=dict)
-    releases: dict[str, dict[str, bytes]] = field(default_factory=dict)
-    listed: dict[str, str] = field(default_factory=dict)
-    requests: list[str] = field(default_factory=list)
+    def __init__(self) -> None:
+        super().__init__()
+        self.current: dict[str, bytes] = {}
 
     def publish(self, tag: str, archive: bytes | None = None) -> None:
         """Release ``tag`` for both machines (``archive`` in place of the real one)."""
@@ -62,13 +56,7 @@ class Site:
             f"ollama-linux-{arch}.tar.zst": archive or tar_zst(_ollama(tag))
             for arch in ("amd64", "arm64")
         }
-        self.releases[tag], self.current, self.latest = files, files, tag
-
-    def checksums(self, tag: str) -> str:
-        return "".join(
-            f"{self.listed.get(name, hashlib.sha256(data).hexdigest())}  ./{name}\n"
-            for name, data in self.releases[tag].items()
-        )
+        self.files[tag], self.current, self.latest = files, files, tag
 
     def manifest(self, keys: tuple[str, str]) -> manifests.Manifest:
         """The bundled Ollama manifest for ``keys``, its sites replaced by this one."""
@@ -83,27 +71,14 @@ async def site() -> AsyncIterator[tuple[Site, aiohttp.ClientSession]]:
     releases = Site()
     releases.publish("v0.14.2")
 
-    async def latest(request: web.Request) -> web.Response:
-        releases.requests.append(request.path)
-        return web.json_response({"tag_name": releases.latest})
-
     async def current(request: web.Request) -> web.Response:
         releases.requests.append(request.path)
         data = releases.current.get(request.match_info["name"])
         return web.Response(body=data) if data is not None else web.Response(status=404)
 
-    async def release(request: web.Request) -> web.Response:
-        releases.requests.append(request.path)
-        tag, name = request.match_info["tag"], request.match_info["name"]
-        if name == "sha256sum.txt" and tag in releases.releases:
-            return web.Response(text=releases.checksums(tag))
-        data = releases.releases.get(tag, {}).get(name)
-        return web.Response(body=data) if data is not None else web.Response(status=404)
-
     app = web.Application()
-    app.router.add_get("/latest", latest)
+    releases.add_routes(app, "/github/download")
     app.router.add_get("/download/{name}", current)
-    app.router.add_get("/github/download/{tag}/{name}", release)
     async with served(app) as (url, session):
         releases.url = url
         yield releases, session

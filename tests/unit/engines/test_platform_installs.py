@@ -31,6 +31,7 @@ from backend.protocol import errors
 from backend.protocol.types.base import EngineName
 from backend.protocol.types.engines import InstallProgress
 from tests.unit.components.local_server import served
+from tests.unit.engines.release_site import GithubReleases
 
 MAC = ("darwin", "darwin/arm64")
 WINDOWS = ("windows", "windows/amd64")
@@ -73,16 +74,9 @@ def _windows_zip() -> bytes:
     return buffer.getvalue()
 
 
-@dataclass
-class Releases:
-    """Ollama's GitHub releases as far as PAIR reads them: the latest tag, each release's
-    files and its ``sha256sum.txt`` (``./name`` lines, as Ollama writes them)."""
-
-    url: str = ""
-    latest: str = "v0.33.3"
-    files: dict[str, dict[str, bytes]] = field(default_factory=dict)
-    listed: dict[str, str] = field(default_factory=dict)
-    requests: list[str] = field(default_factory=list)
+class Releases(GithubReleases):
+    """Ollama's releases with a Mac and a Windows archive; ``sha256sum.txt`` also lists the
+    Linux archive (a zero checksum: this site has none), as the real listing names every file."""
 
     def publish(self, tag: str) -> None:
         self.files[tag] = {
@@ -92,12 +86,7 @@ class Releases:
         self.latest = tag
 
     def checksums(self, tag: str) -> str:
-        lines = [
-            f"{self.listed.get(name, hashlib.sha256(data).hexdigest())}  ./{name}"
-            for name, data in self.files[tag].items()
-            if self.listed.get(name) != ""
-        ]
-        return "\n".join(["0" * 64 + "  ./ollama-linux-amd64.tar.zst", *lines]) + "\n"
+        return "0" * 64 + "  ./ollama-linux-amd64.tar.zst\n" + super().checksums(tag)
 
     def manifest(self, name: str, keys: tuple[str, str]) -> manifests.Manifest:
         """The bundled manifest of ``name`` for ``keys``, its sites replaced by this one."""
@@ -112,24 +101,11 @@ async def site() -> AsyncIterator[tuple[Releases, aiohttp.ClientSession]]:
     releases = Releases()
     releases.publish("v0.33.3")
 
-    async def latest(request: web.Request) -> web.Response:
-        releases.requests.append(request.path)
-        return web.json_response({"tag_name": releases.latest})
-
-    async def download(request: web.Request) -> web.Response:
-        releases.requests.append(request.path)
-        tag, name = request.match_info["tag"], request.match_info["name"]
-        if name == "sha256sum.txt" and tag in releases.files:
-            return web.Response(text=releases.checksums(tag))
-        data = releases.files.get(tag, {}).get(name)
-        return web.Response(body=data) if data is not None else web.Response(status=404)
-
     async def install_ps1(_: web.Request) -> web.Response:
         return web.Response(text="Write-Output 'installing llmster'\n")
 
     app = web.Application()
-    app.router.add_get("/latest", latest)
-    app.router.add_get("/download/{tag}/{name}", download)
+    releases.add_routes(app, "/download")
     app.router.add_get("/install.ps1", install_ps1)
     async with served(app) as (url, session):
         releases.url = url
