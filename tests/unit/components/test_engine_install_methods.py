@@ -32,11 +32,10 @@ from backend.components.engines.manifest import (
     merge_override,
     release_asset,
 )
-from backend.components.engines.process import EngineLog
 from backend.components.engines.templating import expand
 from backend.protocol import errors
-from backend.protocol.types.engines import InstallProgress
 from tests.unit.components.local_server import served
+from tests.unit.engines.installing import install_reporting
 
 GITHUB = "https://github.com/ggml-org/llama.cpp/releases/download/b{version}/{asset}"
 RELEASE = "https://api.github.com/repos/ggml-org/llama.cpp/releases/tags/b{version}"
@@ -336,27 +335,11 @@ def _site_manifest(url: str, assets: dict[str, str] | None = None) -> manifests.
     return build(base, "test", "archive")
 
 
-async def _install(
-    manifest: manifests.Manifest, session: aiohttp.ClientSession, install_dir: Path
-) -> list[InstallProgress]:
-    progress: list[InstallProgress] = []
-    await installer.install(
-        manifest,
-        install_dir=install_dir,
-        session=session,
-        values={},
-        output=EngineLog(),
-        progress=progress.append,
-        gpus=(),  # the CPU archive the site serves, whatever GPU this computer has
-    )
-    return progress
-
-
 async def test_the_latest_release_for_this_platform_is_installed_checked_and_unwrapped(
     tmp_path: Path, site: tuple[str, aiohttp.ClientSession, dict[str, Any]]
 ) -> None:
     url, session, _ = site
-    progress = await _install(_site_manifest(url), session, tmp_path / "llamacpp")
+    progress = await install_reporting(_site_manifest(url), session, tmp_path / "llamacpp", gpus=())
     assert _executable(tmp_path / "llamacpp" / "llama-server")
     stages = [p.stage for p in progress]
     assert stages[0] == "checking for the latest version" and stages[-1] == "installed"
@@ -378,7 +361,7 @@ async def test_a_wrong_or_missing_published_digest_installs_nothing(
     folder = tmp_path / "engines"
     folder.mkdir()
     with pytest.raises(errors.InternalError, match=error):
-        await _install(_site_manifest(url), session, folder / "llamacpp")
+        await install_reporting(_site_manifest(url), session, folder / "llamacpp", gpus=())
     assert list(folder.iterdir()) == []
 
 
@@ -390,7 +373,7 @@ async def test_a_platform_without_a_release_archive_is_told_so(
     other = next(name for name in ("linux", "darwin", "windows") if name != system)
     manifest = _site_manifest(url, {other: "llama-b{version}-test.tgz"})
     with pytest.raises(errors.InvalidParams, match="publishes no release archive for this"):
-        await _install(manifest, session, tmp_path / "llamacpp")
+        await install_reporting(manifest, session, tmp_path / "llamacpp", gpus=())
     assert not (tmp_path / "llamacpp").exists()
 
 
@@ -400,7 +383,7 @@ async def test_an_unknown_latest_release_is_an_actionable_error(
     _, session, _ = site
     manifest = _site_manifest(f"http://127.0.0.1:{_closed_port()}")
     with pytest.raises(errors.Unavailable, match=r"cannot learn the latest version.*internet"):
-        await _install(manifest, session, tmp_path / "llamacpp")
+        await install_reporting(manifest, session, tmp_path / "llamacpp", gpus=())
 
 
 def _closed_port() -> int:

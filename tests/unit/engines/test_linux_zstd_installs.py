@@ -23,6 +23,7 @@ from backend.protocol import errors
 from backend.protocol.types.base import EngineName
 from backend.protocol.types.engines import InstallProgress
 from tests.unit.components.local_server import served
+from tests.unit.engines.installing import install_reporting
 from tests.unit.engines.release_site import GithubReleases
 from tests.unit.engines.tar_zst import Member, tar_zst
 
@@ -84,21 +85,6 @@ async def site() -> AsyncIterator[tuple[Site, aiohttp.ClientSession]]:
         yield releases, session
 
 
-async def _install(
-    manifest: manifests.Manifest, session: aiohttp.ClientSession, install_dir: Path
-) -> list[InstallProgress]:
-    progress: list[InstallProgress] = []
-    await installer.install(
-        manifest,
-        install_dir=install_dir,
-        session=session,
-        values={},
-        output=EngineLog(),
-        progress=progress.append,
-    )
-    return progress
-
-
 @pytest.mark.parametrize(("keys", "arch"), [(LINUX_X64, "amd64"), (LINUX_ARM, "arm64")])
 async def test_linux_installs_the_current_tar_zst_where_detect_finds_it(
     tmp_path: Path, site: tuple[Site, aiohttp.ClientSession], keys: tuple[str, str], arch: str
@@ -106,7 +92,7 @@ async def test_linux_installs_the_current_tar_zst_where_detect_finds_it(
     releases, session = site
     install_dir = tmp_path / "engines" / "ollama"
     manifest = releases.manifest(keys)
-    progress = await _install(manifest, session, install_dir)
+    progress = await install_reporting(manifest, session, install_dir)
     assert releases.requests == [f"/download/ollama-linux-{arch}.tar.zst"]
     binary = install_dir / "bin" / "ollama"
     assert os.access(binary, os.X_OK), "the executable bit is kept"
@@ -173,7 +159,7 @@ async def test_linux_updates_from_the_release_tar_zst_checked_against_its_listin
     releases, session = site
     install_dir = tmp_path / "engines" / "ollama"
     manifest = releases.manifest(LINUX_X64)
-    await _install(manifest, session, install_dir)
+    await install_reporting(manifest, session, install_dir)
     releases.publish("v0.14.3")
     values = await _stage_update(manifest, session, install_dir)
     await updater.replace(manifest, install_dir=install_dir, values=values, output=EngineLog())
@@ -191,7 +177,7 @@ async def test_an_update_the_listing_does_not_vouch_for_leaves_the_engine_as_it_
     releases, session = site
     install_dir = tmp_path / "engines" / "ollama"
     manifest = releases.manifest(LINUX_X64)
-    await _install(manifest, session, install_dir)
+    await install_reporting(manifest, session, install_dir)
     releases.publish("v0.14.3")
     releases.listed["ollama-linux-amd64.tar.zst"] = "f" * 64
     with pytest.raises(errors.InternalError, match="does not match its pinned checksum"):

@@ -31,6 +31,7 @@ from backend.protocol import errors
 from backend.protocol.types.base import EngineName
 from backend.protocol.types.engines import InstallProgress
 from tests.unit.components.local_server import served
+from tests.unit.engines.installing import install_reporting
 from tests.unit.engines.release_site import GithubReleases
 
 MAC = ("darwin", "darwin/arm64")
@@ -112,25 +113,6 @@ async def site() -> AsyncIterator[tuple[Releases, aiohttp.ClientSession]]:
         yield releases, session
 
 
-async def _install(
-    manifest: manifests.Manifest,
-    session: aiohttp.ClientSession,
-    install_dir: Path,
-    run: installer.CommandRunner = installer.run_command,
-) -> list[InstallProgress]:
-    progress: list[InstallProgress] = []
-    await installer.install(
-        manifest,
-        install_dir=install_dir,
-        session=session,
-        values={},
-        output=EngineLog(),
-        progress=progress.append,
-        run=run,
-    )
-    return progress
-
-
 def _as_windows_unpacks(monkeypatch: pytest.MonkeyPatch) -> None:
     windows = unpacking.keeps_file_modes("win32")
     monkeypatch.setattr(unpacking, "keeps_file_modes", lambda: windows)
@@ -145,7 +127,7 @@ async def test_a_mac_gets_the_latest_cli_with_its_runtime_beside_it(
     releases, session = site
     install_dir = tmp_path / "engines" / "ollama"
     manifest = releases.manifest("ollama", MAC)
-    progress = await _install(manifest, session, install_dir)
+    progress = await install_reporting(manifest, session, install_dir)
     assert os.access(install_dir / "ollama", os.X_OK), "the executable bit is kept"
     assert (install_dir / "libggml-base.dylib").is_file()
     assert (install_dir / "mlx_metal_v3" / "mlx.metallib").is_file()
@@ -169,7 +151,7 @@ async def test_a_mac_updates_from_the_next_release_checked_the_same_way(
     releases, session = site
     install_dir = tmp_path / "engines" / "ollama"
     manifest = releases.manifest("ollama", MAC)
-    await _install(manifest, session, install_dir)
+    await install_reporting(manifest, session, install_dir)
     releases.publish("v0.33.4")
     values = await updater.stage(
         manifest,
@@ -201,7 +183,7 @@ async def test_a_pinned_checksum_asks_for_no_release_listing(
     )
     manifest = manifests.build(document, "override", "archive", MAC)
     assert manifest.install is not None and manifest.install.sha256_url is not None
-    await _install(manifest, session, tmp_path / "ollama")
+    await install_reporting(manifest, session, tmp_path / "ollama")
     assert releases.requests == ["/download/v0.33.3/ollama-darwin.tgz"]
 
 
@@ -217,7 +199,7 @@ async def test_windows_gets_the_standalone_zip_with_its_lib_folder_and_sets_no_m
     _as_windows_unpacks(monkeypatch)
     install_dir = tmp_path / "engines" / "ollama"
     manifest = releases.manifest("ollama", WINDOWS)
-    await _install(manifest, session, install_dir)
+    await install_reporting(manifest, session, install_dir)
     exe = install_dir / "ollama.exe"
     assert (install_dir / "lib" / "ollama" / "cuda_v13" / "ggml-cuda.dll").is_file()
     assert (install_dir / "lib" / "ollama" / "ggml-base.dll").is_file()
@@ -247,7 +229,7 @@ async def test_a_file_the_release_checksums_do_not_vouch_for_installs_nothing(
     engines = tmp_path / "engines"
     engines.mkdir()
     with pytest.raises(errors.InternalError, match=error):
-        await _install(releases.manifest("ollama", keys), session, engines / "ollama")
+        await install_reporting(releases.manifest("ollama", keys), session, engines / "ollama")
     assert list(engines.iterdir()) == []
 
 
@@ -257,7 +239,7 @@ async def test_a_machine_without_a_release_is_told_where_to_get_ollama(
     releases, session = site
     manifest = releases.manifest("ollama", ("windows", "windows/x86"))
     with pytest.raises(errors.InvalidParams) as raised:
-        await _install(manifest, session, tmp_path / "ollama")
+        await install_reporting(manifest, session, tmp_path / "ollama")
     assert raised.value.message == (
         "Ollama has no installer PAIR can run on this computer; install it from "
         "https://ollama.com/download, then PAIR will find it"
@@ -291,7 +273,9 @@ async def test_windows_runs_llmsters_install_ps1_with_powershell_and_removes_it(
     releases, session = site
     runner = FakeRunner()
     install_dir = tmp_path / "engines" / "lmstudio"
-    progress = await _install(releases.manifest("lmstudio", WINDOWS), session, install_dir, runner)
+    progress = await install_reporting(
+        releases.manifest("lmstudio", WINDOWS), session, install_dir, run=runner
+    )
     (argv,) = runner.calls
     script = install_dir.parent / "lmstudio.download.ps1"
     assert argv == [*POWERSHELL, "-File", str(script)]
