@@ -9,13 +9,14 @@ from __future__ import annotations
 import json
 import stat
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 
-from tests.integration.conftest import free_port
+from tests.integration.conftest import free_port, serve_folder
 
 OLLAMA_SHIM = """#!{python}
 import os, sys, time
@@ -78,3 +79,12 @@ def ollama_node(tmp_path: Path) -> tuple[Path, int]:
         },
     )
     return data_dir, port
+
+
+@pytest.fixture
+def served_folder(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    """A plain HTTP server of a fresh folder, standing in for a download site: (folder, URL)."""
+    folder = tmp_path / "www"
+    folder.mkdir()
+    with serve_folder(folder) as url:
+        yield folder, url

@@ -10,12 +10,10 @@ import io
 import stat
 import sys
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
-from tests.integration.conftest import Broker, free_port, serve_folder
+from tests.integration.conftest import Broker, free_port
 from tests.integration.engines.conftest import OLLAMA_SHIM, write_override
 
 StartBroker = Callable[..., Broker]
@@ -33,15 +31,6 @@ echo "installed into $1"
 """
 
 
-@pytest.fixture
-def site(tmp_path: Path) -> Iterator[tuple[Path, str]]:
-    """A plain HTTP server of a folder: (folder, base URL)."""
-    folder = tmp_path / "www"
-    folder.mkdir()
-    with serve_folder(folder) as url:
-        yield folder, url
-
-
 def _release_zip(folder: Path) -> str:
     """A zip shaped as Ollama's Windows one, with the shim as its executable; its sha256."""
     buffer = io.BytesIO()
@@ -56,9 +45,9 @@ def _release_zip(folder: Path) -> str:
 
 
 async def test_a_zip_with_a_folder_tree_is_installed_whole_and_runs(
-    start_broker: StartBroker, tmp_path: Path, site: tuple[Path, str]
+    start_broker: StartBroker, tmp_path: Path, served_folder: tuple[Path, str]
 ) -> None:
-    folder, url = site
+    folder, url = served_folder
     digest = _release_zip(folder)
     data_dir = tmp_path / "node"
     # All of it: the bundled block of this platform may list checksums or unwrap.
@@ -91,9 +80,9 @@ async def test_a_zip_with_a_folder_tree_is_installed_whole_and_runs(
 
 
 async def test_an_installer_is_downloaded_run_once_and_removed(
-    start_broker: StartBroker, tmp_path: Path, site: tuple[Path, str]
+    start_broker: StartBroker, tmp_path: Path, served_folder: tuple[Path, str]
 ) -> None:
-    folder, url = site
+    folder, url = served_folder
     shim = OLLAMA_SHIM.replace("{python}", sys.executable)
     (folder / "install.sh").write_text(INSTALLER.replace("{shim}", shim))
     data_dir = tmp_path / "node"

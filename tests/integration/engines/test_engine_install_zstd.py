@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from backend.protocol import errors
-from tests.integration.conftest import Broker, free_port, serve_folder
+from tests.integration.conftest import Broker, free_port
 from tests.integration.engines.conftest import OLLAMA_SHIM, write_override
 from tests.unit.engines.tar_zst import tar_zst
 
@@ -20,15 +20,6 @@ StartBroker = Callable[..., Broker]
 OLLAMA = {"engine": "ollama"}
 ARCHIVE = "ollama-linux-amd64.tar.zst"
 LIBRARY = "lib/ollama/cuda_v13/libggml-cuda.so"
-
-
-@pytest.fixture
-def site(tmp_path: Path) -> Iterator[tuple[Path, str]]:
-    """A plain HTTP server of a folder: (folder, base URL)."""
-    folder = tmp_path / "www"
-    folder.mkdir()
-    with serve_folder(folder) as url:
-        yield folder, url
 
 
 def _release(folder: Path) -> bytes:
@@ -58,9 +49,9 @@ def _install_override(data_dir: Path, url: str, sha256: str) -> None:
 
 
 async def test_a_tar_zst_is_installed_found_run_and_uninstalled(
-    start_broker: StartBroker, tmp_path: Path, site: tuple[Path, str]
+    start_broker: StartBroker, tmp_path: Path, served_folder: tuple[Path, str]
 ) -> None:
-    folder, url = site
+    folder, url = served_folder
     digest = hashlib.sha256(_release(folder)).hexdigest()
     data_dir = tmp_path / "node"
     _install_override(data_dir, f"{url}/{ARCHIVE}", digest)
@@ -79,9 +70,9 @@ async def test_a_tar_zst_is_installed_found_run_and_uninstalled(
 
 
 async def test_damaged_zstd_data_installs_nothing(
-    start_broker: StartBroker, tmp_path: Path, site: tuple[Path, str]
+    start_broker: StartBroker, tmp_path: Path, served_folder: tuple[Path, str]
 ) -> None:
-    folder, url = site
+    folder, url = served_folder
     data = _release(folder)
     cut = data[: len(data) // 2]
     (folder / ARCHIVE).write_bytes(cut)

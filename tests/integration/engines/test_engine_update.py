@@ -16,7 +16,7 @@ import sys
 import tarfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 from backend.protocol import errors
-from tests.integration.conftest import Broker, Client, free_port, serve_folder
+from tests.integration.conftest import Broker, Client, free_port
 from tests.integration.engines.conftest import write_override, write_script
 
 StartBroker = Callable[..., Broker]
@@ -64,15 +64,6 @@ http.server.ThreadingHTTPServer((host, int(port)), Handler).serve_forever()
 def fake_ollama(version: str) -> str:
     """The fake engine's script for ``version``."""
     return FAKE_OLLAMA.replace("{python}", sys.executable).replace("{version}", version)
-
-
-@pytest.fixture
-def release_site(tmp_path: Path) -> Iterator[tuple[Path, str]]:
-    """A plain HTTP server serving a folder: (folder, URL)."""
-    folder = tmp_path / "www"
-    folder.mkdir()
-    with serve_folder(folder) as url:
-        yield folder, url
 
 
 def publish(
@@ -154,9 +145,9 @@ async def install_and_start(client: Client) -> dict[str, Any]:
 
 
 async def test_update_replaces_version_1_with_2_and_runs_it_again(
-    start_broker: StartBroker, tmp_path: Path, release_site: tuple[Path, str]
+    start_broker: StartBroker, tmp_path: Path, served_folder: tuple[Path, str]
 ) -> None:
-    folder, site = release_site
+    folder, site = served_folder
     publish(folder, "1.0.0")
     publish(folder, "2.0.0")
     data_dir, port = tmp_path / "node", free_port()
@@ -215,9 +206,9 @@ async def test_update_replaces_version_1_with_2_and_runs_it_again(
 
 
 async def test_a_failed_download_leaves_version_1_installed_and_running(
-    start_broker: StartBroker, tmp_path: Path, release_site: tuple[Path, str]
+    start_broker: StartBroker, tmp_path: Path, served_folder: tuple[Path, str]
 ) -> None:
-    folder, site = release_site
+    folder, site = served_folder
     publish(folder, "1.0.0")
     publish(folder, "2.0.0", listed="0" * 64)  # the checksum list disagrees with the archive
     data_dir, port = tmp_path / "node", free_port()
@@ -244,9 +235,9 @@ async def test_a_failed_download_leaves_version_1_installed_and_running(
 
 
 async def test_a_new_version_that_does_not_start_gives_way_to_the_previous_one(
-    start_broker: StartBroker, tmp_path: Path, release_site: tuple[Path, str]
+    start_broker: StartBroker, tmp_path: Path, served_folder: tuple[Path, str]
 ) -> None:
-    folder, site = release_site
+    folder, site = served_folder
     publish(folder, "1.0.0")
     broken = fake_ollama("2.0.0").replace(
         "host, _, port = ", 'sys.exit("broken build")\nhost, _, port = '
@@ -277,9 +268,9 @@ async def _assert_unchanged(
 
 
 async def test_update_refuses_an_adopted_engine_and_leaves_it_alone(
-    start_broker: StartBroker, tmp_path: Path, release_site: tuple[Path, str]
+    start_broker: StartBroker, tmp_path: Path, served_folder: tuple[Path, str]
 ) -> None:
-    folder, site = release_site
+    folder, site = served_folder
     publish(folder, "1.0.0")
     publish(folder, "2.0.0")
     data_dir, port = tmp_path / "node", free_port()
@@ -319,11 +310,11 @@ async def test_update_refuses_an_adopted_engine_and_leaves_it_alone(
 async def test_update_refuses_an_engine_pair_did_not_install(
     start_broker: StartBroker,
     tmp_path: Path,
-    release_site: tuple[Path, str],
+    served_folder: tuple[Path, str],
     placed: str,
     needle: str,
 ) -> None:
-    folder, site = release_site
+    folder, site = served_folder
     publish(folder, "2.0.0")
     data_dir, port = tmp_path / "node", free_port()
     update_override(data_dir, site, port)
