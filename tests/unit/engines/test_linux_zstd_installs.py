@@ -153,14 +153,22 @@ async def _stage_update(
     )
 
 
+async def _installed_then_released(
+    releases: Site, session: aiohttp.ClientSession, install_dir: Path
+) -> manifests.Manifest:
+    """The Linux x86-64 manifest, its release installed in ``install_dir``, then v0.14.3 out."""
+    manifest = releases.manifest(LINUX_X64)
+    await install_reporting(manifest, session, install_dir)
+    releases.publish("v0.14.3")
+    return manifest
+
+
 async def test_linux_updates_from_the_release_tar_zst_checked_against_its_listing(
     tmp_path: Path, site: tuple[Site, aiohttp.ClientSession]
 ) -> None:
     releases, session = site
     install_dir = tmp_path / "engines" / "ollama"
-    manifest = releases.manifest(LINUX_X64)
-    await install_reporting(manifest, session, install_dir)
-    releases.publish("v0.14.3")
+    manifest = await _installed_then_released(releases, session, install_dir)
     values = await _stage_update(manifest, session, install_dir)
     await updater.replace(manifest, install_dir=install_dir, values=values, output=EngineLog())
     assert b"v0.14.3" in (install_dir / "bin" / "ollama").read_bytes()
@@ -176,9 +184,7 @@ async def test_an_update_the_listing_does_not_vouch_for_leaves_the_engine_as_it_
 ) -> None:
     releases, session = site
     install_dir = tmp_path / "engines" / "ollama"
-    manifest = releases.manifest(LINUX_X64)
-    await install_reporting(manifest, session, install_dir)
-    releases.publish("v0.14.3")
+    manifest = await _installed_then_released(releases, session, install_dir)
     releases.listed["ollama-linux-amd64.tar.zst"] = "f" * 64
     with pytest.raises(errors.InternalError, match="does not match its pinned checksum"):
         await _stage_update(manifest, session, install_dir)
