@@ -23,20 +23,20 @@ CREATE_NO_WINDOW = 0x08000000
 class SpawnFlags(TypedDict, total=False):
     """The keywords of a broker's spawn that differ by OS (POSIX refuses ``creationflags``)."""
 
-    process_group: int
+    start_new_session: bool
     creationflags: int
 
 
 def broker_spawn_options(sys_platform: str = sys.platform) -> SpawnFlags:
     """Ctrl+C in a terminal goes to the app alone, which then stops the broker in order (if
     the app dies, the broker still sees EOF on stdin and shuts down): POSIX gives the broker its
-    own process group, in the app's session (on Linux a session of its own would be a
-    scheduling autogroup of its own, where a busy proxy worker starves: see
-    ``backend/core/lifetime/posix.py``); Windows its own process group and no console window,
-    which a windowed app's console child would otherwise open."""
+    own session, which on Linux is also a scheduling autogroup that the broker's worker and
+    engines share (``backend/core/lifetime/posix.py``): all of PAIR is one group beside the
+    desktop's; Windows its own process group and no console window, which a windowed app's
+    console child would otherwise open."""
     if sys_platform == "win32":
         return SpawnFlags(creationflags=CREATE_NEW_PROCESS_GROUP | CREATE_NO_WINDOW)
-    return SpawnFlags(process_group=0)
+    return SpawnFlags(start_new_session=True)
 
 
 def _echo_to_stderr(chunk: bytes) -> None:

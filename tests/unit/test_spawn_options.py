@@ -1,6 +1,6 @@
 """The spawn keywords the app (for its broker) and the demo (for brokers and the app) choose on
-each OS: a process group (the app's broker) or a session (the demo's) on POSIX, a process group
-and no console window on Windows."""
+each OS: a session (the app's broker) or a process group in the demo's session (the demo's
+brokers) on POSIX, a process group and no console window on Windows."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ def test_the_app_starts_its_broker_without_a_console_window_on_windows() -> None
 
 
 @pytest.mark.parametrize("platform", ["linux", "darwin", "freebsd14"])
-def test_the_app_starts_its_broker_in_a_new_process_group_on_posix(platform: str) -> None:
-    assert broker_spawn_options(platform) == {"process_group": 0}
+def test_the_app_starts_its_broker_in_a_new_session_on_posix(platform: str) -> None:
+    assert broker_spawn_options(platform) == {"start_new_session": True}
 
 
 def test_the_demo_starts_brokers_and_the_app_without_console_windows_on_windows() -> None:

@@ -5,7 +5,9 @@ On Linux the group stays in the broker's session. A session of its own would als
 desktop kernels): the scheduler shares the CPU between autogroups first, and a busy child alone
 in one was seen starved for 2-5 s at a time while two other programs kept the cores busy
 (bench/README.md, "Autogroups"). In the broker's session the proxy worker and the engines share
-one group with the broker, as the processes of one application do.
+one group with the broker, as the processes of one application do (the app starts its broker in
+a session of its own: ``app/broker/process.py``), so the worker is not alone in a group while
+the engine it relays for is busy.
 """
 
 from __future__ import annotations
