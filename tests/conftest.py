@@ -6,6 +6,7 @@ past in the middle of the output."""
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import shutil
@@ -60,14 +61,31 @@ def no_leaked_processes() -> Iterator[None]:
         leaked = [
             child
             for child in me.children(recursive=True)
-            if child.pid not in before and child.status() != psutil.STATUS_ZOMBIE
+            if child.pid not in before and _running(child)
         ]
         if not leaked or time.monotonic() > deadline:
             break
         time.sleep(0.1)
+    described = [(child.pid, _command(child)) for child in leaked]
     for child in leaked:
-        child.kill()  # our own descendant, killed by PID so the next test starts clean
-    assert not leaked, f"processes leaked: {[(c.pid, c.cmdline()) for c in leaked]}"
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()  # our own descendant, killed by PID so the next test starts clean
+    assert not leaked, f"processes leaked: {described}"
+
+
+def _running(process: psutil.Process) -> bool:
+    """Whether ``process`` has not exited (one that exits as it is looked at has)."""
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _command(process: psutil.Process) -> list[str]:
+    try:
+        return process.cmdline()
+    except psutil.NoSuchProcess:
+        return ["(exited)"]
 
 
 # The folder of the workers' crash dumps: made by the controller before it starts the workers,

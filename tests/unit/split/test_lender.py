@@ -102,12 +102,17 @@ def fake_llama_cpp(root: Path, rpc_server_body: str) -> Path:
 
 
 def rpc_servers_running() -> list[psutil.Process]:
-    """Our child rpc-server processes that have not exited."""
-    return [
-        child
-        for child in psutil.Process().children(recursive=True)
-        if child.status() != psutil.STATUS_ZOMBIE and "rpc-server" in " ".join(child.cmdline())
-    ]
+    """Our child rpc-server processes that have not exited (one that exits while they are
+    listed is not one)."""
+    return [child for child in psutil.Process().children(recursive=True) if _rpc_server(child)]
+
+
+def _rpc_server(process: psutil.Process) -> bool:
+    try:
+        running = process.status() != psutil.STATUS_ZOMBIE
+        return running and "rpc-server" in " ".join(process.cmdline())
+    except psutil.NoSuchProcess:
+        return False
 
 
 def gone(pid: int) -> bool:
