@@ -30,7 +30,9 @@ class SpawnFlags(TypedDict, total=False):
 def broker_spawn_options(sys_platform: str = sys.platform) -> SpawnFlags:
     """Ctrl+C in a terminal goes to the app alone, which then stops the broker in order (if
     the app dies, the broker still sees EOF on stdin and shuts down): POSIX gives the broker its
-    own session; Windows its own process group and no console window, which a windowed app's
+    own session, which on Linux is also a scheduling autogroup that the broker's worker and
+    engines share (``backend/core/lifetime/posix.py``): all of PAIR is one group beside the
+    desktop's; Windows its own process group and no console window, which a windowed app's
     console child would otherwise open."""
     if sys_platform == "win32":
         return SpawnFlags(creationflags=CREATE_NEW_PROCESS_GROUP | CREATE_NO_WINDOW)

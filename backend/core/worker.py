@@ -37,10 +37,10 @@ class WorkerProcess(Component):
     and the run crashes, so the supervisor restarts it.
 
     The child is spawned with ``lifetime``'s options (Linux: parent-death signal and its own
-    session; macOS: its own session, without the watchdog launcher, which would stand between
-    us and the descriptors it inherits: the worker exits on stdin EOF when the broker dies;
-    Windows: no console window) and adopted by it (Windows: a kill-on-close job object) until
-    it has been reaped.
+    process group in our session; macOS: its own session, without the watchdog launcher,
+    which would stand between us and the descriptors it inherits: the worker exits on stdin
+    EOF when the broker dies; Windows: no console window) and adopted by it (Windows: a
+    kill-on-close job object) until it has been reaped.
     """
 
     kind = "worker"

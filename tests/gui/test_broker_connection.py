@@ -123,6 +123,8 @@ async def test_spawns_a_broker_and_quitting_stops_it(make_app: AppFactory) -> No
     pid = await wait_for_ready(app)
     assert log.states == [ServiceState.CONNECTING, ServiceState.READY]
     assert app.connection.ownership is Ownership.OWNED
+    if sys.platform != "win32":  # a session of its own (app/broker/process.py)
+        assert os.getsid(pid) == pid != os.getsid(0)
     await wait_until(lambda: app.components.rowCount() > 0, what="the components snapshot")
     await wait_until(lambda: app.service.info.broker_version is not None, what="version")
     await app.shutdown()

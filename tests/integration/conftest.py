@@ -264,7 +264,9 @@ def stop_all(brokers: Sequence[Broker], timeout: float = 15.0) -> None:
 
 def launch_broker(data_dir: Path, stderr_path: Path, *extra: str) -> Broker:
     """A ``pair node`` on ``data_dir`` (plus ``extra`` flags) started, not yet serving; its
-    stderr goes to ``stderr_path``."""
+    stderr goes to ``stderr_path``. In a session of its own, as the app starts one: on Linux
+    its worker and engines then share its scheduling group (``backend/core/lifetime/posix.py``)
+    rather than the test run's, which the suite's own workers keep busy."""
     with stderr_path.open("wb") as stderr:
         process = subprocess.Popen(
             node_argv(data_dir, *extra),
@@ -273,6 +275,7 @@ def launch_broker(data_dir: Path, stderr_path: Path, *extra: str) -> Broker:
             stdout=subprocess.DEVNULL,
             stderr=stderr,
             env=dict(os.environ),
+            start_new_session=sys.platform != "win32",
         )
     return Broker(process, data_dir, stderr_path)
 

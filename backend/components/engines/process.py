@@ -93,8 +93,8 @@ class EngineProcess:
         ignore_sigpipe: bool = False,
         lifetime: ChildLifetime | None = None,
     ) -> EngineProcess:
-        """Start ``argv`` tied to our life (``backend.core.lifetime``: on Linux a new session,
-        its own process group, killed with us by the kernel); ``ignore_sigpipe``: it outlives a
+        """Start ``argv`` tied to our life (``backend.core.lifetime``: on Linux its own process
+        group in our session, killed with us by the kernel); ``ignore_sigpipe``: it outlives a
         peer that hangs up while it writes."""
         lifetime = lifetime or child_lifetime()
         process = await asyncio.create_subprocess_exec(

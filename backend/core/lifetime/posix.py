@@ -1,4 +1,14 @@
-"""Linux and the parts of macOS shared with it: an own session, so ``killpg`` ends the tree."""
+"""Linux and the parts of macOS shared with it: an own process group, so ``killpg`` ends the tree.
+
+On Linux the group stays in the broker's session. A session of its own would also be an
+*autogroup* of its own (``/proc/sys/kernel/sched_autogroup_enabled``, on by default on most
+desktop kernels): the scheduler shares the CPU between autogroups first, and a busy child alone
+in one was seen starved for 2-5 s at a time while two other programs kept the cores busy
+(bench/README.md, "Autogroups"). In the broker's session the proxy worker and the engines share
+one group with the broker, as the processes of one application do (the app starts its broker in
+a session of its own: ``app/broker/process.py``), so the worker is not alone in a group while
+the engine it relays for is busy.
+"""
 
 from __future__ import annotations
 
@@ -18,15 +28,21 @@ _SIGNALS = {Ending.TERMINATE: signal.SIGTERM, Ending.KILL: signal.SIGKILL}
 KillGroup = Callable[[int, int], None]
 
 
-def posix_preexec(*, parent_death: bool, ignore_sigpipe: bool) -> Callable[[], None] | None:
+def posix_preexec(
+    *, parent_death: bool, ignore_sigpipe: bool, own_group: bool = False
+) -> Callable[[], None] | None:
     """What the child runs between fork and exec. ``parent_death`` (Linux): SIGKILL from the
     kernel when the broker thread that spawned it dies; ``ignore_sigpipe``: the disposition
-    survives exec, so a write to a peer that hung up fails with EPIPE instead of killing it."""
-    if not (parent_death or ignore_sigpipe):
+    survives exec, so a write to a peer that hung up fails with EPIPE instead of killing it;
+    ``own_group``: a process group of its own (``setpgid(0, 0)``; uvloop's spawn has no
+    ``process_group`` keyword)."""
+    if not (parent_death or ignore_sigpipe or own_group):
         return None
     libc = ctypes.CDLL(None, use_errno=True) if parent_death else None
 
     def preexec() -> None:
+        if own_group:
+            os.setpgid(0, 0)
         if libc is not None:
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if ignore_sigpipe:
@@ -37,8 +53,8 @@ def posix_preexec(*, parent_death: bool, ignore_sigpipe: bool) -> Callable[[], N
 
 @dataclass(frozen=True)
 class ProcessGroup:
-    """A child started in its own session: its PID is its process group's, which its own
-    children join unless they leave it on purpose."""
+    """A child started in a process group (or session) of its own: its PID is the group's,
+    which its own children join unless they leave it on purpose."""
 
     pid: int
     kill_group: KillGroup = field(default=os.killpg, repr=False)
@@ -54,8 +70,9 @@ class ProcessGroup:
 
 @dataclass(frozen=True)
 class LinuxLifetime:
-    """Own session (its tree is one process group) and the parent-death signal (only Linux has
-    ``PR_SET_PDEATHSIG``; ``parent_death`` False for other POSIX systems)."""
+    """Own process group in the broker's session (its tree is that group; the module says why
+    not a session) and the parent-death signal (only Linux has ``PR_SET_PDEATHSIG``;
+    ``parent_death`` False for other POSIX systems)."""
 
     parent_death: bool = True
     kill_group: KillGroup = field(default=os.killpg, repr=False)
@@ -65,9 +82,11 @@ class LinuxLifetime:
         return list(argv)
 
     def spawn_options(self, *, ignore_sigpipe: bool = False) -> SpawnOptions:
-        """A new session and the parent-death preexec."""
-        preexec = posix_preexec(parent_death=self.parent_death, ignore_sigpipe=ignore_sigpipe)
-        return SpawnOptions(preexec_fn=preexec, start_new_session=True)
+        """The preexec: a new process group, and the parent-death signal."""
+        preexec = posix_preexec(
+            parent_death=self.parent_death, ignore_sigpipe=ignore_sigpipe, own_group=True
+        )
+        return SpawnOptions(preexec_fn=preexec)
 
     def adopt(self, child: StartedChild) -> ChildTree:
         """The child's process group."""

@@ -92,7 +92,8 @@ async def test_a_worker_is_adopted_at_its_start_and_let_go_of_once_reaped() -> N
         pid = worker.pid()
         assert pid is not None
         if sys.platform != "win32":
-            assert os.getpgid(pid) == pid, "its own session"
+            assert os.getpgid(pid) == pid, "its own process group"
+            assert os.getsid(pid) == os.getsid(0), "in its broker's session (autogroup)"
     finally:
         await worker.stop()
         with pytest.raises(WorkerExited):

@@ -20,10 +20,10 @@ def no_kill(pid: int, signal: int) -> None:
     raise AssertionError("a spawn signals nothing")
 
 
-def test_linux_gets_the_parent_death_preexec_and_its_own_session() -> None:
+def test_linux_gets_the_preexec_of_its_own_group_and_the_parent_death_signal() -> None:
     keywords = spawn_keywords(LinuxLifetime(kill_group=no_kill), [5, 6])
-    assert sorted(keywords) == ["pass_fds", "preexec_fn", "start_new_session"]
-    assert callable(keywords["preexec_fn"]) and keywords["start_new_session"] is True
+    assert sorted(keywords) == ["pass_fds", "preexec_fn"]
+    assert callable(keywords["preexec_fn"])
     assert keywords["pass_fds"] == (5, 6)
 
 
@@ -46,4 +46,4 @@ def test_each_platform_s_lifetime_gives_its_own_keywords() -> None:
     darwin = spawn_keywords(for_platform("darwin"), ())
     assert darwin["preexec_fn"] is None and darwin["start_new_session"] is True
     linux = spawn_keywords(for_platform("linux"), ())
-    assert callable(linux["preexec_fn"]) and linux["start_new_session"] is True
+    assert callable(linux["preexec_fn"]) and "start_new_session" not in linux

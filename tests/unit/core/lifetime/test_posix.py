@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -32,20 +34,41 @@ def test_one_place_picks_the_lifetime_by_platform() -> None:
     assert child_lifetime() is child_lifetime()
 
 
-def test_linux_keeps_the_argv_and_starts_a_session_with_the_parent_death_preexec() -> None:
+def test_linux_keeps_the_argv_and_spawns_with_only_a_preexec() -> None:
     linux = LinuxLifetime()
     options = linux.spawn_options()
 
     assert linux.command(["engine", "-x"], ignore_sigpipe=True) == ["engine", "-x"]
-    assert options.keys() == {"preexec_fn", "start_new_session"}
-    assert options["start_new_session"] is True and callable(options["preexec_fn"])
-    assert LinuxLifetime(parent_death=False).spawn_options()["preexec_fn"] is None
+    assert options.keys() == {"preexec_fn"}, "no session of its own: the module says why"
+    assert callable(options["preexec_fn"])
+    assert callable(LinuxLifetime(parent_death=False).spawn_options()["preexec_fn"])
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX process groups")
+@pytest.mark.parametrize("parent_death", [True, False])
+def test_a_linux_child_leads_its_own_group_in_the_spawners_session(parent_death: bool) -> None:
+    """Its own group, so ``killpg`` ends its tree; the spawner's session, so on Linux it
+    shares the spawner's scheduling autogroup instead of being alone in one."""
+    if parent_death and not sys.platform.startswith("linux"):
+        pytest.skip("Linux's parent-death signal")
+    options = LinuxLifetime(parent_death=parent_death).spawn_options()
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, **options
+    )
+    try:
+        assert os.getpgid(child.pid) == child.pid != os.getpgid(0)
+        assert os.getsid(child.pid) == os.getsid(0)
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait(timeout=30)
 
 
 def test_the_preexec_exists_only_when_it_has_something_to_do() -> None:
     assert posix_preexec(parent_death=False, ignore_sigpipe=False) is None
     assert callable(posix_preexec(parent_death=False, ignore_sigpipe=True))
     assert callable(posix_preexec(parent_death=True, ignore_sigpipe=False))
+    assert callable(posix_preexec(parent_death=False, ignore_sigpipe=False, own_group=True))
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's parent-death signal")
