@@ -23,10 +23,12 @@ async def install_reporting(
     *,
     gpus: Sequence[DetectedGpu] | None = None,
     run: CommandRunner = run_command,
+    progress: list[InstallProgress] | None = None,
 ) -> list[InstallProgress]:
-    """Install ``manifest`` into ``install_dir``; the progress it reported, in order. ``gpus``
-    and ``run`` as ``install.install`` takes them."""
-    progress: list[InstallProgress] = []
+    """Install ``manifest`` into ``install_dir``; the progress it reported, in order (also
+    into ``progress`` as it comes, for a test whose install raises). ``gpus`` and ``run`` as
+    ``install.install`` takes them."""
+    progress = [] if progress is None else progress
     await installer.install(
         manifest,
         install_dir=install_dir,

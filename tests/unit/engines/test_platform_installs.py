@@ -301,16 +301,9 @@ async def test_an_installer_that_fails_says_how_to_install_lm_studio_by_hand(
     runner.calls.clear()
     install_dir = tmp_path / "engines" / "lmstudio"
     progress: list[InstallProgress] = []
+    manifest = releases.manifest("lmstudio", WINDOWS)
     with pytest.raises(errors.InternalError) as raised:
-        await installer.install(
-            releases.manifest("lmstudio", WINDOWS),
-            install_dir=install_dir,
-            session=session,
-            values={},
-            output=EngineLog(),
-            progress=progress.append,
-            run=runner,
-        )
+        await install_reporting(manifest, session, install_dir, run=runner, progress=progress)
     message = raised.value.message
     assert message.startswith("the installer failed: `powershell -NoProfile")
     assert said in message and message.endswith(f"{LM_STUDIO_ADVICE} find it")
