@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import venv
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -385,9 +385,19 @@ def read_text(path: Path) -> str | None:
         return None
 
 
+def test_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The suite's environment: Qt offscreen, and bytecode cached even where the caller says
+    not to (``PYTHONDONTWRITEBYTECODE``, set in some CI images). The suite starts hundreds of
+    Python processes (brokers, workers, commands) and pytest's four workers each import every
+    test: without ``__pycache__`` (ignored by git) each compiles every module it imports again,
+    about a tenth of the suite's CPU on a 2-core machine (bench/README.md, "Suite time")."""
+    env = dict(environ, QT_QPA_PLATFORM="offscreen")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
 def run_tests(extra: list[str]) -> int:
-    env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
-    code = call([str(PYTHON), "-m", "pytest", *extra], env=env)
+    code = call([str(PYTHON), "-m", "pytest", *extra], env=test_environment(os.environ))
     if code == 5:
         print("bootstrap: pytest collected no tests; that is a failure", file=sys.stderr)
         return 1

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 CHECKED = ("app", "backend", "tests", "scripts", "bench", "packaging")
 
@@ -26,11 +28,18 @@ def test_ruff_format_is_applied() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+# The two mypy runs share one worker, in this order, so the second finds the first's cache of
+# app and backend (which the packaging scripts import) in .mypy_cache: 1 s instead of 13 s.
+MYPY_GROUP = "mypy-cache"
+
+
+@pytest.mark.xdist_group(MYPY_GROUP)
 def test_mypy_strict_is_clean() -> None:
     result = _run("mypy", "app", "backend")
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr
 
 
+@pytest.mark.xdist_group(MYPY_GROUP)
 def test_mypy_strict_is_clean_on_the_packaging_scripts() -> None:
     # Scripts, not a package (a `packaging` package would shadow PyPI's): checked file by file.
     scripts = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "packaging").rglob("*.py"))

@@ -260,3 +260,13 @@ def test_the_venv_is_set_up_again_when_the_engine_build_changes(
 
 def _never_called(*args: object) -> None:
     raise AssertionError("a cached wheel must not be built again")
+
+
+def test_the_suite_caches_bytecode_even_where_the_environment_says_not_to(
+    bootstrap: ModuleType,
+) -> None:
+    given = {"PYTHONDONTWRITEBYTECODE": "1", "PATH": "/usr/bin", "QT_QPA_PLATFORM": "xcb"}
+    env = bootstrap.test_environment(given)
+    assert "PYTHONDONTWRITEBYTECODE" not in env
+    assert env["PATH"] == "/usr/bin" and env["QT_QPA_PLATFORM"] == "offscreen"
+    assert given["PYTHONDONTWRITEBYTECODE"] == "1"  # the caller's mapping is left as it was
