@@ -132,6 +132,7 @@ def build_node(base: Foundation) -> Node:
     telemetry, node_api = wiring_members.node_api(
         base, services, engines, jobs, proxy, cluster.service, member_rpc, rpc_server
     )
+    discovery.bind_self(node_api.describe)
     spread = wiring_members.spread(base, services, cluster.service, board, discovery, telemetry)
     engines.bind_shaper("llamacpp", spread.host)
     spread.host.bind_replan(lambda: engines.controller("llamacpp").restart(kill=True))

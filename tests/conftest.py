@@ -26,6 +26,12 @@ from tests.support.platforms import skip_linux_only
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # Test brokers keep their keys in files, never in the keyring of the machine running the tests.
 os.environ["PAIR_KEYRING"] = "off"
+# Test brokers on this machine's own network neither announce themselves nor browse over mDNS:
+# each would find every other test's brokers running at the time and poll each of them over TLS
+# every two seconds, a cost that grows with the square of the brokers alive. The tests of mDNS
+# itself run their brokers in network namespaces, and take this variable out of their brokers'
+# environment (tests/integration/discovery, tests/support/namespace_brokers.py).
+os.environ["PAIR_DISCOVERY_MDNS"] = "0"
 
 # Threads owned by libraries for the whole session (asyncio's default executor is per loop and
 # is closed with it; Qt and pytest-timeout keep their own).

@@ -32,6 +32,7 @@ from backend.core.bad_requests import BadRequestLog, is_bad_request
 from backend.core.component import Component, FatalError
 from backend.core.guarded_site import ConnectionGuard, GuardedSite
 from backend.core.net import port_in_use
+from backend.protocol.types.nodes import NodeInfo
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +120,10 @@ class NodeApiServer(Component):
         self._ssl = ssl_context
         self._cluster = cluster
         self._stopped = asyncio.Event()
+
+    def describe(self) -> NodeInfo:
+        """What the node API answers this computer, read in process."""
+        return self._source.describe(trusted=True)
 
     async def run(self) -> None:
         """Listen until stopped; a port held by another program is fatal (nothing is killed)."""
