@@ -1,8 +1,13 @@
 """What the discovery tests over the cluster harness share: quick timing, a node that answers as
-another computer would, and a discovery component that follows a harness node's membership."""
+another computer would, a discovery component that follows a harness node's membership, and a
+component run for the length of a test."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from backend.common.tasks import TaskSet
 from backend.components.discovery.component import DiscoveryComponent
 from backend.components.discovery.manual import ManualNodeStore
 from backend.components.discovery.state import EvictionPolicy
@@ -57,3 +62,17 @@ def discovery_of(node: Node, store: Store, *, follow_removals: bool = True) -> D
         removed=removed,
         credentials=node.credentials,
     )
+
+
+@asynccontextmanager
+async def run_discovery(component: DiscoveryComponent, store: Store) -> AsyncIterator[None]:
+    """``component`` running (its own task) until the block ends; then it is stopped, its task
+    waited for, and ``store`` (opened by the caller) closed."""
+    tasks = TaskSet("test:discovery")
+    tasks.spawn(component.run(), name="discovery")
+    try:
+        yield
+    finally:
+        await component.stop()
+        await tasks.close(timeout=3.0)
+        await store.close()

@@ -12,7 +12,6 @@ from typing import Any, ClassVar
 
 import pytest
 
-from backend.common.tasks import TaskSet
 from backend.components.discovery import component as discovery_component
 from backend.components.discovery.component import DiscoveryComponent
 from backend.components.discovery.manual import ManualNodeStore
@@ -27,6 +26,7 @@ from backend.protocol.types.base import NodeId
 from backend.protocol.types.broker import Ports
 from tests.support.ports import free_port
 from tests.unit.cluster.harness import eventually
+from tests.unit.components.discovery_rig import run_discovery
 
 SELF = NodeId("55555555-5555-4555-8555-555555555555")
 TIMING = DiscoveryTiming(scan_interval=0.1, telemetry_interval=0.1, setting_interval=0.02)
@@ -81,14 +81,10 @@ async def running(
         timing=TIMING,
         announce=lambda: settings["announce"],
     )
-    tasks = TaskSet("test:discovery")
-    tasks.spawn(component.run(), name="discovery")
     try:
-        yield registry
+        async with run_discovery(component, store):
+            yield registry
     finally:
-        await component.stop()
-        await tasks.close(timeout=3.0)
-        await store.close()
         FakeLink.fail_with = None
 
 

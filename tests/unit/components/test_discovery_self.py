@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from backend.common.tasks import TaskSet
 from backend.components.discovery.component import DiscoveryComponent
 from backend.components.discovery.manual import ManualNodeStore
 from backend.components.discovery.timing import DiscoveryTiming
@@ -23,6 +22,7 @@ from backend.protocol.types.broker import Ports
 from backend.protocol.types.nodes import NodeCpu, NodeInfo, NodeMemory, NodeOs
 from tests.support.ports import free_port
 from tests.unit.cluster.harness import eventually
+from tests.unit.components.discovery_rig import run_discovery
 
 SELF = NodeId("66666666-6666-4666-8666-666666666666")
 TIMING = DiscoveryTiming(scan_interval=0.1, telemetry_interval=0.1)
@@ -80,14 +80,8 @@ async def running(
     )
     if describe is not None:
         component.bind_self(describe)
-    tasks = TaskSet("test:discovery")
-    tasks.spawn(component.run(), name="discovery")
-    try:
+    async with run_discovery(component, store):
         yield component
-    finally:
-        await component.stop()
-        await tasks.close(timeout=3.0)
-        await store.close()
 
 
 async def test_the_own_entry_is_read_in_process_and_follows_each_interval(
