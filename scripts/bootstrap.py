@@ -385,7 +385,7 @@ def read_text(path: Path) -> str | None:
         return None
 
 
-def test_environment(environ: Mapping[str, str]) -> dict[str, str]:
+def suite_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """The suite's environment: Qt offscreen, and bytecode cached even where the caller says
     not to (``PYTHONDONTWRITEBYTECODE``, set in some CI images). The suite starts hundreds of
     Python processes (brokers, workers, commands) and pytest's four workers each import every
@@ -397,7 +397,7 @@ def test_environment(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def run_tests(extra: list[str]) -> int:
-    code = call([str(PYTHON), "-m", "pytest", *extra], env=test_environment(os.environ))
+    code = call([str(PYTHON), "-m", "pytest", *extra], env=suite_environment(os.environ))
     if code == 5:
         print("bootstrap: pytest collected no tests; that is a failure", file=sys.stderr)
         return 1

@@ -266,7 +266,7 @@ def test_the_suite_caches_bytecode_even_where_the_environment_says_not_to(
     bootstrap: ModuleType,
 ) -> None:
     given = {"PYTHONDONTWRITEBYTECODE": "1", "PATH": "/usr/bin", "QT_QPA_PLATFORM": "xcb"}
-    env = bootstrap.test_environment(given)
+    env = bootstrap.suite_environment(given)
     assert "PYTHONDONTWRITEBYTECODE" not in env
     assert env["PATH"] == "/usr/bin" and env["QT_QPA_PLATFORM"] == "offscreen"
     assert given["PYTHONDONTWRITEBYTECODE"] == "1"  # the caller's mapping is left as it was

@@ -132,7 +132,8 @@ class DiscoveryComponent(Component):
     def bind_self(self, describe: Callable[[], wire.NodeInfo]) -> None:
         """Read this node's own info from ``describe`` (what its node API answers this
         computer) instead of asking the node API over loopback: a TLS handshake on both ends
-        every telemetry interval, a tenth of an idle broker's CPU."""
+        every telemetry interval was about half of an idle broker's CPU (bench/README.md,
+        "Suite time")."""
         self._describe_self = describe
 
     # Commands --------------------------------------------------------------------------------
