@@ -20,6 +20,7 @@ import logging
 import socket
 import ssl
 from collections import deque
+from collections.abc import Callable
 from typing import cast
 
 from aiohttp import web
@@ -55,7 +56,7 @@ class ConnectionGuard:
         return self.counter.limits
 
     def wrap(self, inner: asyncio.Protocol) -> GuardedConnection:
-        """A new connection's protocol: ``inner`` (aiohttp's handler) behind this guard."""
+        """A new connection's protocol: ``inner`` (the site's) behind this guard."""
         return GuardedConnection(self, inner)
 
     def refused(self, loop: asyncio.AbstractEventLoop, peer: str, refusal: Refusal) -> None:
@@ -108,7 +109,7 @@ class ConnectionGuard:
 
 
 class GuardedConnection(asyncio.Protocol):
-    """Passes a connection on to aiohttp's handler once the guard admits it; counts it until
+    """Passes a connection on to its protocol once the guard admits it; counts it until
     it closes and watches for its first request head."""
 
     __slots__ = ("_guard", "_inner", "_peer", "_tail", "_transport", "deadline", "waiting_head")
@@ -187,9 +188,10 @@ class GuardedConnection(asyncio.Protocol):
 
 class GuardedSite(web.SockSite):
     """aiohttp's ``SockSite`` with every connection behind ``guard`` (and a TLS handshake
-    bounded by its head deadline)."""
+    bounded by its head deadline). ``protocol`` makes a connection's protocol (the runner's
+    aiohttp server by default)."""
 
-    __slots__ = ("_guard",)
+    __slots__ = ("_guard", "_protocol")
 
     def __init__(
         self,
@@ -198,14 +200,16 @@ class GuardedSite(web.SockSite):
         guard: ConnectionGuard,
         *,
         ssl_context: ssl.SSLContext | None = None,
+        protocol: Callable[[], asyncio.Protocol] | None = None,
     ) -> None:
         super().__init__(runner, sock, ssl_context=ssl_context)
         self._guard = guard
+        self._protocol = protocol
 
     async def start(self) -> None:
         """Listen; as ``SockSite.start`` with the guard's protocol."""
         await web.BaseSite.start(self)  # registers the site with its runner
-        server = self._runner.server
+        server: Callable[[], asyncio.Protocol] | None = self._protocol or self._runner.server
         assert server is not None
         guard = self._guard
         handshake = guard.limits.head_timeout_s if self._ssl_context is not None else None

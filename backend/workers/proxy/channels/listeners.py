@@ -35,6 +35,7 @@ from backend.workers.proxy.channels.shared import (
     shared_socket,
     system_fromshare,
 )
+from backend.workers.proxy.http.server import Http1Runner
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ class ServedListeners:
     ) -> None:
         self.fds = dict(fds)
         self.relay_fd = relay_fd
-        self.runners: dict[Door, web.AppRunner] = {}
+        self.runners: dict[Door, Http1Runner] = {}
         self.door_sites: dict[Door, web.SockSite] = {}
         self.sites: list[web.SockSite] = []
         self.lock = asyncio.Lock()
@@ -118,7 +119,8 @@ class ServedListeners:
             socket.close(self.fds[door])
             self.fds[door] = sock.detach()
         else:
-            site = GuardedSite(runner, sock, self._guard(f"front door {door}"))
+            guard = self._guard(f"front door {door}")
+            site = GuardedSite(runner, sock, guard, protocol=runner.protocol)
             await site.start()
             old, self.door_sites[door] = self.door_sites[door], site
             self.sites = [site if s is old else s for s in self.sites]
