@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, cast
 
 import httptools
 from aiohttp import web
@@ -34,9 +35,6 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from backend.workers.proxy.http.head import MAX_FIELD, MAX_HEADERS, MAX_LINE, Head, has_body
 
-if TYPE_CHECKING:
-    from backend.workers.proxy.http.server import Http1Server
-
 log = logging.getLogger(__name__)
 
 # Requests parsed ahead of the one being served, past which reading pauses.
@@ -49,6 +47,29 @@ _BAD_REQUEST = (
 _INTERNAL_ERROR = "500 Internal Server Error\n\nServer got itself in trouble"
 
 
+class Serving(Protocol):
+    """What a connection needs of its server (``server.Http1Server``)."""
+
+    loop: asyncio.AbstractEventLoop
+    keepalive_timeout: float
+    logger: logging.Logger | logging.LoggerAdapter[logging.Logger]
+    on_bad_request: Callable[[str | None, BaseException], None]
+    handle: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+
+    def make_request(
+        self,
+        message: RawRequestMessage,
+        payload: StreamReader,
+        protocol: Http1Connection,
+        writer: StreamWriter,
+        task: asyncio.Task[None],
+    ) -> web.BaseRequest: ...
+
+    def connection_made(self, connection: Http1Connection) -> None: ...
+
+    def connection_lost(self, connection: Http1Connection) -> None: ...
+
+
 class Http1Connection(BaseProtocol):
     """The protocol of one connection (``server`` makes it and knows it until it closes)."""
 
@@ -57,7 +78,7 @@ class Http1Connection(BaseProtocol):
     max_field_size = MAX_FIELD
     max_headers = MAX_HEADERS
 
-    def __init__(self, server: Http1Server) -> None:
+    def __init__(self, server: Serving) -> None:
         super().__init__(server.loop)
         self._server = server
         self._http = httptools.HttpRequestParser(self)
