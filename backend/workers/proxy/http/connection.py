@@ -93,6 +93,7 @@ class Http1Connection(BaseProtocol):
         self._queue: deque[tuple[RawRequestMessage, StreamReader]] = deque()
         self._serving: asyncio.Task[None] | None = None
         self._idle: asyncio.TimerHandle | None = None
+        self._idle_since: float | None = None  # None while a request is being served
         self._closing = False  # no request after the one being served
         self._bad: BaseException | None = None  # answered with a 400 once the queue is served
         self._queue_paused = False
@@ -206,7 +207,7 @@ class Http1Connection(BaseProtocol):
         else:
             payload = EMPTY_PAYLOAD
         self._queue.append((message, payload))
-        self._cancel_idle()
+        self._idle_since = None
         if len(self._queue) > MAX_QUEUED:
             self._queue_paused = True
             self._pause_transport_reading()
@@ -314,15 +315,23 @@ class Http1Connection(BaseProtocol):
         self._skip = True
 
     def _wait_idle(self) -> None:
-        self._cancel_idle()
+        """Idle from now on: closed after the keep-alive timeout unless a head comes. One
+        timer, set when none is, checks the time when it fires (not one per request)."""
+        now = self._idle_since = self._loop.time()
         timeout = self._server.keepalive_timeout
-        if timeout:
-            self._idle = self._loop.call_later(timeout, self._idle_out)
+        if timeout and self._idle is None:
+            self._idle = self._loop.call_at(now + timeout, self._idle_out)
 
     def _idle_out(self) -> None:
         self._idle = None
-        if self._serving is None and not self._queue and self.transport is not None:
+        since = self._idle_since
+        if since is None or self.transport is None:
+            return  # serving: the next idle time sets the timer again
+        due = since + self._server.keepalive_timeout
+        if self._loop.time() + 0.001 >= due:
             self.transport.close()
+        else:
+            self._idle = self._loop.call_at(due, self._idle_out)
 
     def _cancel_idle(self) -> None:
         if self._idle is not None:

@@ -261,6 +261,18 @@ async def test_an_idle_connection_closes_after_the_keepalive_timeout(served: Ser
     assert await _closed(half)
 
 
+async def test_a_connection_in_use_outlives_the_keepalive_timeout(served: Served) -> None:
+    reader, writer = await _connect(served)
+    for n in range(6):  # 1.2 s of requests 0.2 s apart, against a 0.5 s idle timeout
+        writer.write(_post("/echo", b"%d" % n))
+        assert (await _answer(reader))[2] == b"/echo:%d" % n
+        await asyncio.sleep(0.2)
+    loop = asyncio.get_running_loop()
+    idle_from = loop.time()
+    assert await _closed(reader)
+    assert loop.time() - idle_from >= 0.25  # the last 0.2 s counted, then the rest of 0.5 s
+
+
 async def test_expect_continue_head_and_streams(served: Served) -> None:
     reader, writer = await _connect(served)
     writer.write(
