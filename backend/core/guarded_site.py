@@ -20,7 +20,6 @@ import logging
 import socket
 import ssl
 from collections import deque
-from collections.abc import Callable
 from typing import cast
 
 from aiohttp import web
@@ -56,7 +55,7 @@ class ConnectionGuard:
         return self.counter.limits
 
     def wrap(self, inner: asyncio.Protocol) -> GuardedConnection:
-        """A new connection's protocol: ``inner`` (the site's) behind this guard."""
+        """A new connection's protocol: ``inner`` (aiohttp's handler) behind this guard."""
         return GuardedConnection(self, inner)
 
     def refused(self, loop: asyncio.AbstractEventLoop, peer: str, refusal: Refusal) -> None:
@@ -109,7 +108,7 @@ class ConnectionGuard:
 
 
 class GuardedConnection(asyncio.Protocol):
-    """Passes a connection on to its protocol once the guard admits it; counts it until
+    """Passes a connection on to aiohttp's handler once the guard admits it; counts it until
     it closes and watches for its first request head."""
 
     __slots__ = ("_guard", "_inner", "_peer", "_tail", "_transport", "deadline", "waiting_head")
@@ -188,10 +187,9 @@ class GuardedConnection(asyncio.Protocol):
 
 class GuardedSite(web.SockSite):
     """aiohttp's ``SockSite`` with every connection behind ``guard`` (and a TLS handshake
-    bounded by its head deadline). ``protocol`` makes a connection's protocol (the runner's
-    aiohttp server by default)."""
+    bounded by its head deadline)."""
 
-    __slots__ = ("_guard", "_protocol")
+    __slots__ = ("_guard",)
 
     def __init__(
         self,
@@ -200,16 +198,14 @@ class GuardedSite(web.SockSite):
         guard: ConnectionGuard,
         *,
         ssl_context: ssl.SSLContext | None = None,
-        protocol: Callable[[], asyncio.Protocol] | None = None,
     ) -> None:
         super().__init__(runner, sock, ssl_context=ssl_context)
         self._guard = guard
-        self._protocol = protocol
 
     async def start(self) -> None:
         """Listen; as ``SockSite.start`` with the guard's protocol."""
         await web.BaseSite.start(self)  # registers the site with its runner
-        server: Callable[[], asyncio.Protocol] | None = self._protocol or self._runner.server
+        server = self._runner.server
         assert server is not None
         guard = self._guard
         handshake = guard.limits.head_timeout_s if self._ssl_context is not None else None

@@ -55,7 +55,6 @@ from backend.workers.proxy.channels.shared import FromShare, system_fromshare
 from backend.workers.proxy.context import DoorContext
 from backend.workers.proxy.doors.app import build_app
 from backend.workers.proxy.doors.key_use import KeyUseLog, report_interval
-from backend.workers.proxy.http.server import Http1Runner
 from backend.workers.proxy.relay.app import build_relay_app
 from backend.workers.proxy.relay.peer_tls import PeerTls, credentials_from
 from backend.workers.proxy.relay.serving import PeerStarted, RelayBoard
@@ -329,7 +328,7 @@ class ProxyService:
             self._custody.start(self._replay)
             self._router = router
             self._have_router.set()
-            runners: list[Http1Runner] = []
+            runners: list[web.AppRunner] = []
             try:
                 await self._serve(router, board, runners)
             finally:
@@ -339,7 +338,7 @@ class ProxyService:
                 router.jobs.flush()
                 self._key_use.flush()
 
-    async def _serve(self, router: Router, board: RelayBoard, runners: list[Http1Runner]) -> None:
+    async def _serve(self, router: Router, board: RelayBoard, runners: list[web.AppRunner]) -> None:
         listeners = self.listeners
         await listeners.wait_complete()  # no door is served before it is ours
         await self._have_targets.wait()
@@ -377,7 +376,7 @@ class ProxyService:
         """Serve a request a killed predecessor held, on its client's connection."""
         await self._doors_up.wait()
         runner = self.listeners.runners.get(held.door)
-        server = runner.protocol if runner is not None else None
+        server = runner.server if runner is not None else None
         if server is None or self._closing.is_set():
             conn.close()
             return
@@ -394,11 +393,13 @@ class ProxyService:
             return
         log.info("serving job %s, which waited when the last proxy worker stopped", held.job)
 
-    async def _start_door(self, context: DoorContext, fd: int) -> tuple[Http1Runner, web.SockSite]:
+    async def _start_door(
+        self, context: DoorContext, fd: int
+    ) -> tuple[web.AppRunner, web.SockSite]:
         return await self._start(build_app(context), fd, None, f"front door {context.door}")
 
     async def _start_relay(
-        self, contexts: Mapping[str, DoorContext], board: RelayBoard, runners: list[Http1Runner]
+        self, contexts: Mapping[str, DoorContext], board: RelayBoard, runners: list[web.AppRunner]
     ) -> None:
         relay_fd = self.listeners.relay_fd
         if relay_fd is None:
@@ -411,22 +412,22 @@ class ProxyService:
 
     async def _start(
         self, app: web.Application, fd: int, ssl_context: ssl.SSLContext | None, listener: str
-    ) -> tuple[Http1Runner, web.SockSite]:
-        # PAIR's own connections (``http/``): a client that hangs up cancels its handler, which
-        # closes the upstream request so the engine frees the slot (a peer's relay hop). Doors
+    ) -> tuple[web.AppRunner, web.SockSite]:
+        # handler_cancellation: a client that hangs up cancels its handler, which closes the
+        # upstream request so the engine frees the slot (a peer's relay hop included). Doors
         # and relay may face the LAN: junk gets one short line, rate-limited (bad_requests),
         # and slow or excess connections are closed (guarded_site).
         logger = BadRequestLog(listener, log, limiter=self._bad_requests)
-        runner = Http1Runner(
+        runner = web.AppRunner(
             app,
+            handler_cancellation=True,
+            access_log=None,
             logger=logger,
-            on_bad_request=logger.bad_request,
             keepalive_timeout=self._limits.keepalive_timeout_s,
         )
         await runner.setup()
         sock = socket.socket(fileno=fd)
-        guard = self._guard(listener)
-        site = GuardedSite(runner, sock, guard, ssl_context=ssl_context, protocol=runner.protocol)
+        site = GuardedSite(runner, sock, self._guard(listener), ssl_context=ssl_context)
         await site.start()
         self.listeners.sites.append(site)
         return runner, site
@@ -462,7 +463,7 @@ def _seconds(environment: Mapping[str, str], name: str) -> tuple[float, ...]:
     return values
 
 
-async def _cleanup(runners: list[Http1Runner]) -> None:
+async def _cleanup(runners: list[web.AppRunner]) -> None:
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(CLEANUP_TIMEOUT_S):
             for runner in runners:

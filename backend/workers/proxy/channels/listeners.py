@@ -35,7 +35,6 @@ from backend.workers.proxy.channels.shared import (
     shared_socket,
     system_fromshare,
 )
-from backend.workers.proxy.http.server import Http1Runner
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +59,7 @@ class ServedListeners:
     ) -> None:
         self.fds = dict(fds)
         self.relay_fd = relay_fd
-        self.runners: dict[Door, Http1Runner] = {}
+        self.runners: dict[Door, web.AppRunner] = {}
         self.door_sites: dict[Door, web.SockSite] = {}
         self.sites: list[web.SockSite] = []
         self.lock = asyncio.Lock()
@@ -119,8 +118,7 @@ class ServedListeners:
             socket.close(self.fds[door])
             self.fds[door] = sock.detach()
         else:
-            guard = self._guard(f"front door {door}")
-            site = GuardedSite(runner, sock, guard, protocol=runner.protocol)
+            site = GuardedSite(runner, sock, self._guard(f"front door {door}"))
             await site.start()
             old, self.door_sites[door] = self.door_sites[door], site
             self.sites = [site if s is old else s for s in self.sites]
