@@ -50,7 +50,8 @@ MAX_WAITING = 64
 class JobsComponent(Component):
     """Owns the jobs in memory (every unfinished one and the newest finished ones, the same set
     the ``jobs`` table keeps), the events waiting for a gap in a job's ``seq`` to fill, and one
-    task that writes changes to the store every ``write_interval`` seconds and skips stale gaps.
+    task that writes changes to the store every ``write_interval`` seconds and skips stale gaps
+    while there are any (with none it waits without a timer).
 
     Ready once the stored jobs are loaded, with the job ends the proxy workers of earlier runs
     journaled (``journal.py``) applied, and unfinished jobs from an earlier run marked failed.
@@ -93,6 +94,9 @@ class JobsComponent(Component):
         self._loaded = False
         self._write_lock = asyncio.Lock()
         self._stopped = asyncio.Event()
+        # Set when there is something to write or a gap to watch: an idle node's loop sleeps
+        # on it, not on a timer.
+        self._work = asyncio.Event()
 
     @property
     def journal_dir(self) -> Path | None:
@@ -300,7 +304,12 @@ class JobsComponent(Component):
             self._stored = through
 
     async def _write_loop(self) -> None:
+        """Every ``write_interval`` s while there are changes to write or gaps to watch; with
+        none, it waits for the next without a timer."""
         while True:
+            if not (self._dirty or self._deleted or self._gap_since):
+                self._work.clear()
+                await self._work.wait()
             await self._clock.sleep(self._write_interval)
             self._skip_stale_gaps()
             if self._dirty or self._deleted:
@@ -354,6 +363,7 @@ class JobsComponent(Component):
             self._dirty[job.id] = self._clock.wall()
             self._deleted.discard(job.id)
             self._changes += 1
+            self._work.set()
         base = relay_base(job.id)
         if base is not None:
             self._relays.setdefault(base, set()).add(job.id)
@@ -378,6 +388,7 @@ class JobsComponent(Component):
             return
         self._waiting[job.id] = [by_seq[seq] for seq in sorted(by_seq)]
         self._gap_since.setdefault(job.id, self._clock.monotonic())
+        self._work.set()
         if len(by_seq) > MAX_WAITING:
             self._gap_since[job.id] = float("-inf")
 
@@ -416,6 +427,7 @@ class JobsComponent(Component):
         del self._jobs[key]
         self._dirty.pop(key, None)
         self._deleted.add(key)
+        self._work.set()
         self._forgotten[key] = None
         self._changes += 1
         self._open.discard(key)

@@ -448,3 +448,21 @@ async def test_clearing_before_the_stored_jobs_are_loaded_is_refused(store: Stor
 def _tag(event: object) -> str:
     """A tagged event's wire tag (its ``event`` member)."""
     return str(type(event).__struct_config__.tag)  # type: ignore[attr-defined]
+
+
+async def test_an_idle_component_sleeps_on_no_timer_until_there_is_work(store: Store) -> None:
+    h = Harness(store)
+    async with running(h.component):
+        await asyncio.sleep(0.1)  # ten write intervals' worth of the brief clock
+        assert h.clock.sleeps == []  # nothing to write, no gap to watch: no timer at all
+        h.send(1, "submitted", target="a")
+
+        async def written() -> bool:
+            return KEY in await rows(store)
+
+        await eventually(written)
+        assert h.clock.sleeps  # paced again while there was work
+        await eventually(lambda: not h.component._dirty)
+        count = len(h.clock.sleeps)
+        await asyncio.sleep(0.1)
+        assert len(h.clock.sleeps) <= count + 1  # back to waiting after the write
