@@ -354,6 +354,10 @@ def _proxy(
         load_model=engines.switch_model,
         door_ports=lambda: door_ports(settings.snapshot().values),
     )
+    # The table's sources say when they change, so a table at rest is looked at once then.
+    for source in (settings, apikeys, aliases):
+        source.add_listener(proxy.look_now)
+    board.events.on_publish(proxy.look_now)  # this node's engines and the members' links
     # A changed door port moves the door before the setting is saved; a taken port refuses it.
     settings.add_applier(
         frozenset(DOOR_PORT_SETTINGS), lambda changed: proxy.move_doors(door_ports(changed))

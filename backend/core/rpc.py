@@ -144,7 +144,12 @@ class NumberedStream(Generic[E]):
         # Subscribers that asked by a method's former name: they get the push's former name.
         self._by_former_name: set[RpcPeer] = set()
         self.seq = 0
+        self._listeners: list[Callable[[], None]] = []
         hub.on_leave(self.unsubscribe)
+
+    def on_publish(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` after each event is numbered (with subscribers or none)."""
+        self._listeners.append(listener)
 
     def subscribe(self, peer: RpcPeer) -> int:
         """Add ``peer``; returns the ``seq`` its snapshot corresponds to."""
@@ -163,6 +168,8 @@ class NumberedStream(Generic[E]):
     def publish(self, make_event: Callable[[int], E]) -> None:
         """Number the next event and push it to every subscriber."""
         self.seq += 1
+        for listener in self._listeners:
+            listener()
         if not self._subscribers:
             return
         event = make_event(self.seq)

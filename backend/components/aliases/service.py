@@ -39,6 +39,11 @@ class AliasesService:
         self._targets: Mapping[str, str] = MappingProxyType({})
         self._loading = asyncio.Lock()
         self._tasks = TaskSet("aliases")
+        self._listeners: list[Callable[[], None]] = []
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` whenever the aliases change (set, removed, first loaded)."""
+        self._listeners.append(listener)
 
     async def list_aliases(self) -> list[ModelAlias]:
         """Every alias, by name."""
@@ -99,3 +104,5 @@ class AliasesService:
         self._targets = MappingProxyType({name: a.target for name, a in entries.items()})
         if self._on_change is not None:
             self._on_change(self._targets)
+        for listener in self._listeners:
+            listener()

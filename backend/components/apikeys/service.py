@@ -59,6 +59,11 @@ class ApiKeysService:
         self._writing = False
         self._loading = asyncio.Lock()
         self._tasks = TaskSet("apikeys")
+        self._listeners: list[Callable[[], None]] = []
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` whenever the keys change (created, revoked, first loaded)."""
+        self._listeners.append(listener)
 
     async def create(self, name: str, scope: ApiKeyScope = "inference") -> ApiKeyCreated:
         """A new key named ``name`` that may do what ``scope`` says; its secret is in this
@@ -169,6 +174,8 @@ class ApiKeysService:
             key.hash: DoorKey(name=key.info.name, scope=key.info.scope) for key in keys.values()
         }
         self._door_keys = MappingProxyType(door_keys)
+        for listener in self._listeners:
+            listener()
 
     def _fresh_id(self, keys: dict[ApiKeyId, StoredKey]) -> ApiKeyId:
         while True:

@@ -14,6 +14,7 @@ from cryptography.hazmat.primitives import serialization
 
 from backend.common.certificates import NodeCredentials
 from backend.common.self_command import self_argv
+from backend.common.tasks import wait_first
 from backend.components.engines.component import EnginesComponent
 from backend.components.engines.manifest import SchedulerSpec
 from backend.components.engines.slots import routing_slots
@@ -75,6 +76,12 @@ from backend.protocol.worker_methods import (
 log = logging.getLogger(__name__)
 
 TARGETS_INTERVAL_S = 0.1
+# A table unchanged this long is looked for every ``TARGETS_IDLE_INTERVAL_S`` instead, and at
+# once when a source says it changed (``look_now``): building it from every source ten times a
+# second was most of an idle broker's timers and a third of its CPU. The first change found
+# goes back to ``TARGETS_INTERVAL_S``; ``table_applied`` sends a changed table at once.
+TARGETS_IDLE_AFTER_S = 2.0
+TARGETS_IDLE_INTERVAL_S = 0.5
 SCHEDULER_GET_TIMEOUT_S = 2.0
 # The worker's reports (job events, a job's end before its client's last byte) are safe in its
 # stdout pipe from the moment it writes them: read them in bursts this far apart rather than
@@ -125,6 +132,7 @@ class ProxyComponent(Component):
         door_ports: Callable[[], Mapping[Door, int]] = dict,
         heartbeat_interval: float = 1.0,
         targets_interval: float = TARGETS_INTERVAL_S,
+        targets_idle_interval: float = TARGETS_IDLE_INTERVAL_S,
         handover: ListenerHandover | None = None,
         worker_command: Sequence[str] | None = None,
     ) -> None:
@@ -162,6 +170,9 @@ class ProxyComponent(Component):
         self.gate = WorkerGate(lambda: self._worker)
         self._heartbeat_interval = heartbeat_interval
         self._targets_interval = targets_interval
+        self._targets_idle_interval = max(targets_idle_interval, targets_interval)
+        self._table_changed_at = clock.monotonic()
+        self._look = asyncio.Event()  # a source changed: look at once (``look_now``)
         self._doors: dict[Door, Listener] = {}
         self._relay: Listener | None = None
         self._worker: WorkerProcess | None = None
@@ -213,7 +224,10 @@ class ProxyComponent(Component):
             if worker is None or worker.pid() is None:
                 raise errors.Unavailable("the proxy worker is not running")
             sent = self._sent_to
-            if sent is not None and sent[0] is worker and sent[1] == self._targets():
+            if sent is not None and sent[0] is worker:  # its identity went first
+                current = self._targets()
+                if sent[1] != current:
+                    self._send_table(worker, current)
                 break
             await self._clock.sleep(self._targets_interval)
         await worker.call(methods.PING.name)
@@ -367,11 +381,11 @@ class ProxyComponent(Component):
         return msgspec.to_builtins(ModelSwitched(instance=instance))
 
     async def _send_targets(self, worker: WorkerProcess) -> None:
-        """The identity first (once per worker), then every table that differs from the last.
+        """The identity first (once per worker), then every table that differs from the last,
+        looked for at the active pace, or at rest at the idle one and when ``look_now`` says.
 
         The stdio channel keeps order, so the worker has its identity before its first table.
         """
-        sent: ProxyTargets | None = None
         identity_sent = False
         while True:
             if worker.pid() is not None:
@@ -384,11 +398,33 @@ class ProxyComponent(Component):
                 lan_changed = self._host is None and current.lan_access != self._lan
                 if lan_changed and not self._moving.locked():
                     await self._follow_lan(worker, current.lan_access)
-                if current != sent:
-                    worker.notify(PROXY_TARGETS.name, msgspec.to_builtins(current))
-                    sent = current
-                    self._sent_to = (worker, current)
+                sent = self._sent_to
+                if sent is None or sent[0] is not worker or sent[1] != current:
+                    self._send_table(worker, current)
+            await self._next_look()
+
+    def look_now(self) -> None:
+        """A source of the routing table changed: look for a new table at once."""
+        self._look.set()
+
+    async def _next_look(self) -> None:
+        """Wait the active pace, or while the table rests, the idle one or a ``look_now``."""
+        if self._clock.monotonic() - self._table_changed_at < TARGETS_IDLE_AFTER_S:
+            self._look.clear()  # the next look comes within the active pace anyway
             await self._clock.sleep(self._targets_interval)
+            return
+        if not self._look.is_set():
+            await wait_first(
+                self._clock.sleep(self._targets_idle_interval),
+                self._look.wait(),
+                name="proxy:table-rest",
+            )
+        self._look.clear()
+
+    def _send_table(self, worker: WorkerProcess, current: ProxyTargets) -> None:
+        worker.notify(PROXY_TARGETS.name, msgspec.to_builtins(current))
+        self._sent_to = (worker, current)
+        self._table_changed_at = self._clock.monotonic()
 
     # Doors moved at run time.
 

@@ -39,6 +39,7 @@ class SettingsService:
         self._clock = clock
         self._on_change = on_change
         self._on_corrupt = on_corrupt
+        self._listeners: list[Callable[[], None]] = []
         self._values = schema.defaults()
         self._view = SettingsView.of(self._values)
         self._unknown: dict[str, object] = {}
@@ -71,6 +72,10 @@ class SettingsService:
     def snapshot(self) -> SettingsSnapshot:
         """All values and the schema."""
         return SettingsSnapshot(values=dict(self._values), schema=list(schema.SCHEMA))
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` after every saved change (its values already in ``view()``)."""
+        self._listeners.append(listener)
 
     def add_applier(self, keys: frozenset[str], apply: Applier) -> None:
         """Have ``apply(changed)`` put a change of any of ``keys`` into effect before it is
@@ -106,6 +111,8 @@ class SettingsService:
             self._values.update(changed)
             self._view = SettingsView.of(self._values)
             self._on_change(self.snapshot())
+            for listener in self._listeners:
+                listener()
         return self.snapshot()
 
     def _adopt(self, raw: dict[str, object]) -> None:

@@ -135,3 +135,16 @@ async def test_the_rpc_methods_route_to_the_service_and_errors_keep_their_code(
         await dispatcher("models:alias-remove", {"name": "nope"}, peer)
     removed = await dispatcher("models:alias-remove", {"name": "coder"}, peer)
     assert removed.name == "coder"
+
+
+async def test_listeners_hear_of_each_set_and_remove(store: Store) -> None:
+    service = _service(store)
+    heard: list[str] = []
+    service.add_listener(lambda: heard.append("changed"))
+    await service.set_alias("coder", "qwen2.5:7b")
+    count = len(heard)
+    assert count >= 1
+    await service.list_aliases()
+    assert len(heard) == count
+    await service.remove_alias("coder")
+    assert len(heard) == count + 1

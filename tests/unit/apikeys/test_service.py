@@ -123,3 +123,16 @@ async def test_the_routing_table_starts_reading_the_keys_and_sees_them_once_read
         await asyncio.sleep(0.01)
     assert service.hashes() == {hash_secret(created.secret)}
     await service.close()
+
+
+async def test_listeners_hear_of_each_change_to_the_keys(store: Store) -> None:
+    service = _service(store)
+    heard: list[str] = []
+    service.add_listener(lambda: heard.append("changed"))
+    created = await service.create("laptop")
+    assert heard  # the first load and the new key (the routing table looks again)
+    count = len(heard)
+    await service.list_keys()
+    assert len(heard) == count  # reading changes nothing
+    await service.revoke(created.key.id)
+    assert len(heard) == count + 1

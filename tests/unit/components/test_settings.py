@@ -115,3 +115,13 @@ def test_every_description_is_a_sentence() -> None:
     for spec in schema.SCHEMA:
         assert spec.description[:1].isupper(), spec.key
         assert spec.description.endswith("."), spec.key
+
+
+def test_listeners_hear_of_saved_changes_only(tmp_path: Path) -> None:
+    service, _, _ = _service(tmp_path / "settings.json")
+    heard: list[bool] = []
+    service.add_listener(lambda: heard.append(service.view().lan_access))
+    service.update({"lan_access": True})
+    assert heard == [True]  # called once the change is in the view
+    service.update({"lan_access": True})
+    assert heard == [True]  # nothing changed, nobody told
