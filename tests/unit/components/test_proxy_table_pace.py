@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any, cast
 
 from backend.components.identity.certificate import mint
@@ -68,15 +70,28 @@ def _component(clock: FakeClock, tables: Tables) -> ProxyComponent:
     )
 
 
-def _start(component: ProxyComponent, worker: Worker) -> asyncio.Task[None]:
+@dataclass
+class Rig:
+    clock: FakeClock
+    tables: Tables
+    worker: Worker
+    component: ProxyComponent
+    task: asyncio.Task[None]
+
+
+@contextlib.asynccontextmanager
+async def _looping(clock: FakeClock) -> AsyncIterator[Rig]:
+    """The table loop of a component with one worker, running until the block ends."""
+    tables, worker = Tables(), Worker()
+    component = _component(clock, tables)
     component._worker = cast(WorkerProcess, worker)
-    return asyncio.create_task(component._send_targets(cast(WorkerProcess, worker)))
-
-
-async def _stop(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    task = asyncio.create_task(component._send_targets(cast(WorkerProcess, worker)))
+    try:
+        yield Rig(clock, tables, worker, component, task)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def _run_until(clock: FakeClock, task: asyncio.Task[None], at: float) -> None:
@@ -86,10 +101,8 @@ async def _run_until(clock: FakeClock, task: asyncio.Task[None], at: float) -> N
 
 
 async def test_the_pace_slows_once_the_table_rests_and_quickens_at_a_change() -> None:
-    clock, tables, worker = FakeClock(0.0), Tables(), Worker()
-    component = _component(clock, tables)
-    task = _start(component, worker)
-    try:
+    async with _looping(FakeClock(0.0)) as rig:
+        clock, tables, worker, task = rig.clock, rig.tables, rig.worker, rig.task
         await _run_until(clock, task, TARGETS_IDLE_AFTER_S + 3.0)
         assert worker.tables() == ["v1"]  # sent once, not again while unchanged
         active = [s for s in clock.sleeps if s == TARGETS_INTERVAL_S]
@@ -102,8 +115,6 @@ async def test_the_pace_slows_once_the_table_rests_and_quickens_at_a_change() ->
         await _run_until(clock, task, clock.now + 1.0)
         assert worker.tables() == ["v1", "v2"]
         assert set(clock.sleeps[resting:]) == {TARGETS_INTERVAL_S}  # active again
-    finally:
-        await _stop(task)
 
 
 async def _rested(clock: FakeClock, task: asyncio.Task[None]) -> None:
@@ -114,35 +125,27 @@ async def _rested(clock: FakeClock, task: asyncio.Task[None]) -> None:
 
 
 async def test_a_source_that_changed_is_looked_at_at_once_at_rest() -> None:
-    clock, tables, worker = FakeClock(0.0, on_sleep="wait"), Tables(), Worker()
-    component = _component(clock, tables)
-    task = _start(component, worker)
-    try:
-        await _rested(clock, task)
+    async with _looping(FakeClock(0.0, on_sleep="wait")) as rig:
+        clock, tables, worker = rig.clock, rig.tables, rig.worker
+        await _rested(clock, rig.task)
         builds = tables.builds
         tables.version = "v2"
         await settle()
         assert worker.tables() == ["v1"]  # resting: not looked at yet
-        component.look_now()  # no clock moves from here on
+        rig.component.look_now()  # no clock moves from here on
         await settle()
         assert worker.tables() == ["v1", "v2"]
         assert tables.builds == builds + 1
         assert clock.sleeps[-1] == TARGETS_INTERVAL_S  # the active pace again
-    finally:
-        await _stop(task)
 
 
 async def test_table_applied_sends_a_changed_table_at_once_at_rest() -> None:
-    clock, tables, worker = FakeClock(0.0, on_sleep="wait"), Tables(), Worker()
-    component = _component(clock, tables)
-    task = _start(component, worker)
-    try:
-        await _rested(clock, task)
+    async with _looping(FakeClock(0.0, on_sleep="wait")) as rig:
+        clock, tables, worker = rig.clock, rig.tables, rig.worker
+        await _rested(clock, rig.task)
         tables.version = "v2"
-        await asyncio.wait_for(component.table_applied(), 1.0)  # no clock moved meanwhile
+        await asyncio.wait_for(rig.component.table_applied(), 1.0)  # no clock moved meanwhile
         assert worker.tables() == ["v1", "v2"]
         assert worker.pings == 1
         await clock.advance(TARGETS_IDLE_INTERVAL_S)
         assert worker.tables() == ["v1", "v2"]  # the loop finds it sent already
-    finally:
-        await _stop(task)
