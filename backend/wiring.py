@@ -357,7 +357,9 @@ def _proxy(
     # The table's sources say when they change, so a table at rest is looked at once then.
     for source in (settings, apikeys, aliases):
         source.add_listener(proxy.look_now)
-    board.events.on_publish(proxy.look_now)  # this node's engines and the members' links
+    # This node's engines and the members' links. Discovery's changes are not signalled: it
+    # polls every 2 s itself, and its telemetry would wake the loop at each sample.
+    board.events.on_publish(proxy.look_now)
     # A changed door port moves the door before the setting is saved; a taken port refuses it.
     settings.add_applier(
         frozenset(DOOR_PORT_SETTINGS), lambda changed: proxy.move_doors(door_ports(changed))

@@ -1,18 +1,20 @@
-"""Memory at rest: a fresh ``pair node``'s broker and proxy worker, idle.
+"""Memory and CPU at rest: a fresh ``pair node``'s broker and proxy worker, idle.
 
 Starts ``python -m backend node`` on a temporary data dir with free ports (no engine, mDNS off
 unless ``--mdns``, keys in files so this computer's keyring is never touched) once to cache the
 bytecode of what it imports (an installed PAIR has it; this tree may not), then again on another
 fresh data dir: waits until that broker says it is ready, lets it idle ``--idle`` seconds, then
 prints the resident set (``VmRSS``, with its anonymous and file-backed parts, and the peak
-``VmHWM``) of the broker and of its proxy worker from ``/proc``. Then the worker's start as
+``VmHWM``) of the broker and of its proxy worker from ``/proc``, and the CPU each used over the
+next ``--cpu-window`` seconds (``/proc/PID/task/*/schedstat``, nanoseconds; a thread that ends
+in the window is not counted). Then the worker's start as
 ``python -X importtime`` sees it (``pair worker proxy --help`` imports what the worker serves
 with and stops before serving): how many modules, and the heaviest by cumulative import time.
 
 Linux only (``/proc``). The broker is started in its own session and stopped by its PID
 (SIGTERM, then SIGKILL after a grace); its worker ends with it.
 
-    python bench/idle_rss.py [--idle 10] [--imports 15] [--mdns]
+    python bench/idle_rss.py [--idle 10] [--cpu-window 20] [--imports 15] [--mdns]
 """
 
 from __future__ import annotations
@@ -64,6 +66,25 @@ def read_memory(pid: int) -> Memory:
         if key in FIELDS:
             kb[key] = int(value.split()[0])
     return Memory(pid, kb)
+
+
+def cpu_ns(pid: int) -> int:
+    """The CPU time every thread of ``pid`` has had so far, in nanoseconds."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            total += int((task / "schedstat").read_text().split()[0])
+    return total
+
+
+@dataclass(frozen=True)
+class Rest:
+    """What an idle node's two processes used: memory, and CPU in ms a second."""
+
+    broker: Memory
+    worker: Memory
+    broker_cpu: float
+    worker_cpu: float
 
 
 def children(pid: int) -> list[int]:
@@ -150,16 +171,22 @@ async def running_node(root: Path, environment: dict[str, str]) -> AsyncIterator
         await stop_child(broker, grace=STOP_GRACE_S, close_stdin=False)
 
 
-async def measure_node(root: Path, idle_s: float, mdns: bool) -> tuple[Memory, Memory]:
+async def measure_node(root: Path, idle_s: float, window_s: float, mdns: bool) -> Rest:
     """Start a node once to fill the bytecode cache, then again: let that one idle ``idle_s``
-    seconds once ready, and read its broker and worker."""
+    seconds once ready, read its broker's and worker's memory, then their CPU over
+    ``window_s`` seconds."""
     environment = node_environment(root / "pycache", mdns)
     async with running_node(root, environment):
         pass
     async with running_node(root, environment) as broker:
         worker = await find_worker(broker)
         await asyncio.sleep(idle_s)
-        return read_memory(broker), read_memory(worker)
+        memory = read_memory(broker), read_memory(worker)
+        before = cpu_ns(broker), cpu_ns(worker)
+        await asyncio.sleep(window_s)
+        after = cpu_ns(broker), cpu_ns(worker)
+        per_s = [(end - start) / 1e6 / window_s for start, end in zip(before, after, strict=True)]
+        return Rest(memory[0], memory[1], per_s[0], per_s[1])
 
 
 def worker_imports(pycache: Path) -> list[tuple[str, int]]:
@@ -179,16 +206,21 @@ def worker_imports(pycache: Path) -> list[tuple[str, int]]:
     return modules
 
 
-def report(broker: Memory, worker: Memory, modules: list[tuple[str, int]], top: int) -> str:
+def report(rest: Rest, window_s: float, modules: list[tuple[str, int]], top: int) -> str:
     """The markdown the bench prints."""
     load = " ".join(f"{value:.2f}" for value in os.getloadavg())
+    together = rest.broker_cpu + rest.worker_cpu
     lines = [
         f"Idle RSS after the broker was ready (load average {load}), MiB:",
         "",
         "| process | pid | " + " | ".join(FIELDS) + " |",
         "|---|---|" + "---|" * len(FIELDS),
-        broker.row("broker"),
-        worker.row("proxy worker"),
+        rest.broker.row("broker"),
+        rest.worker.row("proxy worker"),
+        "",
+        f"CPU at rest over the next {window_s:g} s: broker {rest.broker_cpu:.1f} ms/s, proxy "
+        f"worker {rest.worker_cpu:.1f} ms/s; together {together / 10:.2f} % of a core (the "
+        "product's target for the whole app, the GUI too: 1 %).",
         "",
         f"The worker's start imports {len(modules)} modules; heaviest (cumulative ms):",
         "",
@@ -205,13 +237,18 @@ def main() -> int:
         return 2
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--idle", type=float, default=10.0, help="seconds idle before reading")
+    parser.add_argument(
+        "--cpu-window", type=float, default=20.0, help="seconds over which CPU is read"
+    )
     parser.add_argument("--imports", type=int, default=15, help="how many imports to list")
     parser.add_argument("--mdns", action="store_true", help="leave mDNS on, as a fresh node has")
     arguments = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="pair-idle-rss-") as root:
-        broker, worker = asyncio.run(measure_node(Path(root), arguments.idle, arguments.mdns))
+        rest = asyncio.run(
+            measure_node(Path(root), arguments.idle, arguments.cpu_window, arguments.mdns)
+        )
         modules = worker_imports(Path(root) / "pycache")
-    print(report(broker, worker, modules, arguments.imports))
+    print(report(rest, arguments.cpu_window, modules, arguments.imports))
     return 0
 
 

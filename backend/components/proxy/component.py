@@ -79,8 +79,9 @@ TARGETS_INTERVAL_S = 0.1
 # A table unchanged this long is looked for every ``TARGETS_IDLE_INTERVAL_S`` instead, and at
 # once when a source says it changed (``look_now``): building it from every source ten times a
 # second was most of an idle broker's timers and a third of its CPU. The first change found
-# goes back to ``TARGETS_INTERVAL_S``; ``table_applied`` sends a changed table at once.
-TARGETS_IDLE_AFTER_S = 2.0
+# goes back to ``TARGETS_INTERVAL_S``; ``table_applied`` sends a changed table at once. Short,
+# so a node whose table changes with each telemetry sample (a GPU's) rests between them.
+TARGETS_IDLE_AFTER_S = 0.5
 TARGETS_IDLE_INTERVAL_S = 0.5
 SCHEDULER_GET_TIMEOUT_S = 2.0
 # The worker's reports (job events, a job's end before its client's last byte) are safe in its
