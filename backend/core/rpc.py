@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final, Generic, Protocol, TypeVar
 
+from backend.common.listeners import Listeners
 from backend.protocol import errors
 from backend.protocol.contract import Method, Push
 from backend.protocol.peer import RpcPeer
@@ -144,12 +145,12 @@ class NumberedStream(Generic[E]):
         # Subscribers that asked by a method's former name: they get the push's former name.
         self._by_former_name: set[RpcPeer] = set()
         self.seq = 0
-        self._listeners: list[Callable[[], None]] = []
+        self._listeners = Listeners()
         hub.on_leave(self.unsubscribe)
 
     def on_publish(self, listener: Callable[[], None]) -> None:
         """Call ``listener()`` after each event is numbered (with subscribers or none)."""
-        self._listeners.append(listener)
+        self._listeners.add(listener)
 
     def subscribe(self, peer: RpcPeer) -> int:
         """Add ``peer``; returns the ``seq`` its snapshot corresponds to."""
@@ -168,8 +169,7 @@ class NumberedStream(Generic[E]):
     def publish(self, make_event: Callable[[int], E]) -> None:
         """Number the next event and push it to every subscriber."""
         self.seq += 1
-        for listener in self._listeners:
-            listener()
+        self._listeners.notify()
         if not self._subscribers:
             return
         event = make_event(self.seq)

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
+from backend.common.listeners import Listeners
 from backend.common.tasks import TaskSet
 from backend.components.aliases.rules import alias_name, check_alias
 from backend.components.aliases.store import AliasStore
@@ -39,11 +40,11 @@ class AliasesService:
         self._targets: Mapping[str, str] = MappingProxyType({})
         self._loading = asyncio.Lock()
         self._tasks = TaskSet("aliases")
-        self._listeners: list[Callable[[], None]] = []
+        self._listeners = Listeners()
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         """Call ``listener()`` whenever the aliases change (set, removed, first loaded)."""
-        self._listeners.append(listener)
+        self._listeners.add(listener)
 
     async def list_aliases(self) -> list[ModelAlias]:
         """Every alias, by name."""
@@ -104,5 +105,4 @@ class AliasesService:
         self._targets = MappingProxyType({name: a.target for name, a in entries.items()})
         if self._on_change is not None:
             self._on_change(self._targets)
-        for listener in self._listeners:
-            listener()
+        self._listeners.notify()

@@ -17,6 +17,7 @@ from types import MappingProxyType
 
 import msgspec
 
+from backend.common.listeners import Listeners
 from backend.common.secret_hash import hash_secret
 from backend.common.tasks import TaskSet
 from backend.components.apikeys.secret import key_name, new_key_id, new_secret, public_prefix
@@ -59,11 +60,11 @@ class ApiKeysService:
         self._writing = False
         self._loading = asyncio.Lock()
         self._tasks = TaskSet("apikeys")
-        self._listeners: list[Callable[[], None]] = []
+        self._listeners = Listeners()
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         """Call ``listener()`` whenever the keys change (created, revoked, first loaded)."""
-        self._listeners.append(listener)
+        self._listeners.add(listener)
 
     async def create(self, name: str, scope: ApiKeyScope = "inference") -> ApiKeyCreated:
         """A new key named ``name`` that may do what ``scope`` says; its secret is in this
@@ -174,8 +175,7 @@ class ApiKeysService:
             key.hash: DoorKey(name=key.info.name, scope=key.info.scope) for key in keys.values()
         }
         self._door_keys = MappingProxyType(door_keys)
-        for listener in self._listeners:
-            listener()
+        self._listeners.notify()
 
     def _fresh_id(self, keys: dict[ApiKeyId, StoredKey]) -> ApiKeyId:
         while True:

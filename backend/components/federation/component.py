@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from backend.common.certificates import NodeCredentials
+from backend.common.listeners import Listeners
 from backend.common.tasks import TaskSet
 from backend.components.cluster.members import Member, Membership
 from backend.components.federation.link import UNREACHABLE_ID, LinkSinks, MemberLink
@@ -47,11 +48,11 @@ class MemberEnginesBoard:
     def __init__(self, events: NumberedStream[EngineEvent]) -> None:
         self.events = events
         self._members: dict[NodeId, MemberEngines] = {}
-        self._presence_listeners: list[Callable[[], None]] = []
+        self._presence_listeners = Listeners()
 
     def on_presence(self, listener: Callable[[], None]) -> None:
         """Call ``listener()`` whenever a member's link goes up or down."""
-        self._presence_listeners.append(listener)
+        self._presence_listeners.add(listener)
 
     def reachable(self, node_id: NodeId) -> bool:
         """Whether this node's link to ``node_id`` is up."""
@@ -87,8 +88,7 @@ class MemberEnginesBoard:
             self._presence()
 
     def _presence(self) -> None:
-        for listener in self._presence_listeners:
-            listener()
+        self._presence_listeners.notify()
 
 
 class FederationComponent(Component):

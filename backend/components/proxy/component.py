@@ -133,7 +133,6 @@ class ProxyComponent(Component):
         door_ports: Callable[[], Mapping[Door, int]] = dict,
         heartbeat_interval: float = 1.0,
         targets_interval: float = TARGETS_INTERVAL_S,
-        targets_idle_interval: float = TARGETS_IDLE_INTERVAL_S,
         handover: ListenerHandover | None = None,
         worker_command: Sequence[str] | None = None,
     ) -> None:
@@ -171,7 +170,7 @@ class ProxyComponent(Component):
         self.gate = WorkerGate(lambda: self._worker)
         self._heartbeat_interval = heartbeat_interval
         self._targets_interval = targets_interval
-        self._targets_idle_interval = max(targets_idle_interval, targets_interval)
+        self._targets_idle_interval = max(TARGETS_IDLE_INTERVAL_S, targets_interval)
         self._table_changed_at = clock.monotonic()
         self._look = asyncio.Event()  # a source changed: look at once (``look_now``)
         self._doors: dict[Door, Listener] = {}

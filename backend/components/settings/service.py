@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
 from backend.common.files import set_aside, write_private_atomic
+from backend.common.listeners import Listeners
 from backend.components.settings import schema
 from backend.components.settings.view import SettingsView
 from backend.core.clock import Clock
@@ -39,7 +40,7 @@ class SettingsService:
         self._clock = clock
         self._on_change = on_change
         self._on_corrupt = on_corrupt
-        self._listeners: list[Callable[[], None]] = []
+        self._listeners = Listeners()
         self._values = schema.defaults()
         self._view = SettingsView.of(self._values)
         self._unknown: dict[str, object] = {}
@@ -75,7 +76,7 @@ class SettingsService:
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         """Call ``listener()`` after every saved change (its values already in ``view()``)."""
-        self._listeners.append(listener)
+        self._listeners.add(listener)
 
     def add_applier(self, keys: frozenset[str], apply: Applier) -> None:
         """Have ``apply(changed)`` put a change of any of ``keys`` into effect before it is
@@ -111,8 +112,7 @@ class SettingsService:
             self._values.update(changed)
             self._view = SettingsView.of(self._values)
             self._on_change(self.snapshot())
-            for listener in self._listeners:
-                listener()
+            self._listeners.notify()
         return self.snapshot()
 
     def _adopt(self, raw: dict[str, object]) -> None:

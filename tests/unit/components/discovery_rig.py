@@ -17,7 +17,9 @@ from backend.core.clock import SystemClock
 from backend.core.rpc import ClientHub, NumberedStream
 from backend.core.store import Store
 from backend.protocol import methods
+from backend.protocol.types.base import NodeId
 from backend.protocol.types.broker import Ports
+from backend.protocol.types.nodes import NodeCpu, NodeInfo, NodeMemory, NodeOs
 from tests.support.ports import free_port
 from tests.unit.cluster.harness import Node
 
@@ -29,6 +31,22 @@ FAST = DiscoveryTiming(
     fetch_timeout=1.0,
     policy=EvictionPolicy(),
 )
+
+
+def bare_info(node_id: NodeId, name: str, version: str, ports: Ports, **fields: object) -> NodeInfo:
+    """A node-info answer with nothing measured (no telemetry, no GPUs), plus ``fields``."""
+    return NodeInfo(
+        node_id=node_id,
+        name=name,
+        version=version,
+        os=NodeOs(),
+        cpu=NodeCpu(),
+        memory=NodeMemory(),
+        gpus=[],
+        telemetry_valid=False,
+        ports=ports,
+        **fields,  # type: ignore[arg-type]
+    )
 
 
 def another_computer(_: str | None) -> bool:

@@ -24,11 +24,7 @@ from backend.protocol.types.broker import Ports
 from backend.protocol.types.nodes import (
     DiscoveredNode,
     ManualNodeAdd,
-    NodeCpu,
     NodeEngineModels,
-    NodeInfo,
-    NodeMemory,
-    NodeOs,
 )
 from tests.fakes import FakeClock
 from tests.support.ports import free_port
@@ -41,7 +37,7 @@ from tests.unit.cluster.harness import (
     start_node,
     stop_node,
 )
-from tests.unit.components.discovery_rig import FAST, another_computer, discovery_of
+from tests.unit.components.discovery_rig import FAST, another_computer, bare_info, discovery_of
 
 B_ENGINES = {"ollama": NodeEngineModels(models=["mistral:7b", "phi3:mini"], loaded=[])}
 FAKE_ENGINES = {"ollama": NodeEngineModels(models=["gpt-oss:120b"], loaded=[])}
@@ -72,18 +68,8 @@ async def _impostor(engines: dict[str, NodeEngineModels] | None) -> tuple[Impost
     """A TLS server with its own certificate that answers node-info as B, to anyone."""
     port = free_port()
     served: list[int] = []
-    info = NodeInfo(
-        node_id=B_ID,
-        name="laptop",
-        version="test",
-        os=NodeOs(),
-        cpu=NodeCpu(),
-        memory=NodeMemory(),
-        gpus=[],
-        telemetry_valid=False,
-        ports=Ports(node=port, ollama=1, openai=2, llamacpp=3),
-        engines=engines,
-    )
+    ports = Ports(node=port, ollama=1, openai=2, llamacpp=3)
+    info = bare_info(B_ID, "laptop", "test", ports, engines=engines)
 
     async def node_info(_: web.Request) -> web.Response:
         served.append(1)

@@ -14,7 +14,8 @@ from backend.components.discovery.state import (
 )
 from backend.protocol.types.base import NodeId
 from backend.protocol.types.broker import Ports
-from backend.protocol.types.nodes import NodeCpu, NodeEngineModels, NodeInfo, NodeMemory, NodeOs
+from backend.protocol.types.nodes import NodeEngineModels, NodeInfo
+from tests.unit.components.discovery_rig import bare_info
 
 MEMBER = NodeId("33333333-3333-4333-8333-333333333333")
 REAL = "10.77.0.30"
@@ -24,18 +25,8 @@ FAKE = {"ollama": NodeEngineModels(models=["gpt-oss:120b"], loaded=[])}
 
 
 def _info(engines: dict[str, NodeEngineModels] | None, node_port: int = 14320) -> NodeInfo:
-    return NodeInfo(
-        node_id=MEMBER,
-        name="alice-workstation",
-        version="0.1",
-        os=NodeOs(),
-        cpu=NodeCpu(),
-        memory=NodeMemory(),
-        gpus=[],
-        telemetry_valid=False,
-        ports=Ports(node=node_port, ollama=11434, openai=1234, llamacpp=8080, relay=14321),
-        engines=engines,
-    )
+    ports = Ports(node=node_port, ollama=11434, openai=1234, llamacpp=8080, relay=14321)
+    return bare_info(MEMBER, "alice-workstation", "0.1", ports, engines=engines)
 
 
 def _member_known_at_real_address() -> Directory:

@@ -19,10 +19,10 @@ from backend.core.store import Store
 from backend.protocol import methods
 from backend.protocol.types.base import NodeId
 from backend.protocol.types.broker import Ports
-from backend.protocol.types.nodes import NodeCpu, NodeInfo, NodeMemory, NodeOs
+from backend.protocol.types.nodes import NodeInfo
 from tests.support.ports import free_port
 from tests.unit.cluster.harness import eventually
-from tests.unit.components.discovery_rig import run_discovery
+from tests.unit.components.discovery_rig import bare_info, run_discovery
 
 SELF = NodeId("66666666-6666-4666-8666-666666666666")
 TIMING = DiscoveryTiming(scan_interval=0.1, telemetry_interval=0.1)
@@ -30,18 +30,7 @@ PORTS = Ports(node=free_port(), ollama=free_port(), openai=free_port(), llamacpp
 
 
 def _info(name: str, pending: int) -> NodeInfo:
-    return NodeInfo(
-        node_id=SELF,
-        name=name,
-        version="9.9.9",
-        os=NodeOs(),
-        cpu=NodeCpu(),
-        memory=NodeMemory(),
-        gpus=[],
-        telemetry_valid=False,
-        ports=PORTS,
-        pending_jobs=pending,
-    )
+    return bare_info(SELF, name, "9.9.9", PORTS, pending_jobs=pending)
 
 
 @asynccontextmanager
@@ -101,7 +90,7 @@ async def test_the_own_entry_is_read_in_process_and_follows_each_interval(
                 (
                     node.version or "",
                     node.reachable,
-                    node.sources,
+                    [str(source) for source in node.sources],
                     node.telemetry.pending_jobs if node.telemetry else None,
                 )
                 for node in discovery.nodes()
