@@ -305,6 +305,17 @@ def _discovery(base: Foundation, services: Services) -> DiscoveryComponent:
     return discovery
 
 
+# The calls that change a source of the proxy's routing table; each answers once the proxy
+# worker routes by the changed table (``ProxyComponent.settled``).
+TABLE_CHANGES = (
+    methods.SETTINGS_SET,
+    methods.APIKEYS_CREATE,
+    methods.APIKEYS_REVOKE,
+    methods.MODELS_ALIAS_SET,
+    methods.MODELS_ALIAS_REMOVE,
+)
+
+
 def _proxy(
     base: Foundation,
     services: Services,
@@ -360,6 +371,9 @@ def _proxy(
     # This node's engines and the members' links. Discovery's changes are not signalled: it
     # polls every 2 s itself, and its telemetry would wake the loop at each sample.
     board.events.on_publish(proxy.look_now)
+    # A client told its change was made can use it at once: a new alias resolves, a revoked
+    # key is refused, by the next request it sends.
+    services.dispatcher.settle_after(TABLE_CHANGES, proxy.settled)
     # A changed door port moves the door before the setting is saved; a taken port refuses it.
     settings.add_applier(
         frozenset(DOOR_PORT_SETTINGS), lambda changed: proxy.move_doors(door_ports(changed))

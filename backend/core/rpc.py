@@ -53,11 +53,22 @@ class Dispatcher:
         self._routes: dict[str, _Route[Any, Any]] = {}
         self._forwarded: frozenset[str] = frozenset()
         self._forwarder: Forwarder | None = None
+        self._settled: frozenset[str] = frozenset()
+        self._settle: Callable[[], Awaitable[None]] | None = None
 
     def forward(self, methods: Iterable[Method[Any, Any]], forwarder: Forwarder) -> None:
         """Offer every call of ``methods`` to ``forwarder`` before its handler."""
         self._forwarded = frozenset(method.name for method in methods)
         self._forwarder = forwarder
+
+    def settle_after(
+        self, methods: Iterable[Method[Any, Any]], settle: Callable[[], Awaitable[None]]
+    ) -> None:
+        """Answer a call of ``methods`` handled here only once ``settle()`` returns: a change
+        that takes effect elsewhere (the routing table in the proxy worker) has taken effect
+        when its caller hears it was made. ``settle`` bounds its own wait and does not raise."""
+        self._settled = frozenset(method.name for method in methods)
+        self._settle = settle
 
     def add(self, method: Method[P, R], handler: Callable[[P, RpcPeer], Awaitable[R]]) -> None:
         """Route ``method`` (and its former name) to ``handler(params, peer)``, once each."""
@@ -91,8 +102,14 @@ class Dispatcher:
             answer = await self._forwarder(route.method, converted)
             if answer is not NOT_FORWARDED:
                 return answer
-            return await route.handler(converted, peer)
-        return await route(params, peer)
+            return await self._settling(route, route.handler(converted, peer))
+        return await self._settling(route, route(params, peer))
+
+    async def _settling(self, route: _Route[Any, Any], answer: Awaitable[Any]) -> Any:
+        result = await answer
+        if self._settle is not None and route.method.name in self._settled:
+            await self._settle()
+        return result
 
 
 class ClientHub:

@@ -84,6 +84,9 @@ TARGETS_INTERVAL_S = 0.1
 TARGETS_IDLE_AFTER_S = 0.5
 TARGETS_IDLE_INTERVAL_S = 0.5
 SCHEDULER_GET_TIMEOUT_S = 2.0
+# How long an RPC that changed the table (an alias, a key, a setting) waits for the worker to
+# route by it before it answers anyway (``settled``).
+SETTLE_TIMEOUT_S = 2.0
 # The worker's reports (job events, a job's end before its client's last byte) are safe in its
 # stdout pipe from the moment it writes them: read them in bursts this far apart rather than
 # waking for each request (``backend/core/paced_pipe.py``). Job events reach the app this much
@@ -231,6 +234,16 @@ class ProxyComponent(Component):
                 break
             await self._clock.sleep(self._targets_interval)
         await worker.call(methods.PING.name)
+
+    async def settled(self) -> None:
+        """``table_applied``, for an RPC that changed a source of the table: waits at most
+        ``SETTLE_TIMEOUT_S``, and not at all while no worker runs (the next one starts with
+        the table of then). Never raises: the change is made either way."""
+        try:
+            async with asyncio.timeout(SETTLE_TIMEOUT_S):
+                await self.table_applied()
+        except (TimeoutError, errors.RpcError) as exc:
+            log.info("a change answered before the proxy worker applied it: %r", exc)
 
     def pid(self) -> int | None:
         """The proxy worker's PID while it runs."""

@@ -1,6 +1,7 @@
 """Other computers at a real broker's front doors: not even a connection while LAN access is off
 (the doors listen on loopback only); with it on, the official Ollama client gets in with an API
-key, and not once the key is revoked.
+key, and not once the key is revoked: from the first request after the revoke is answered
+(as a new alias answers from the first request after it is set).
 
 A request from another computer is made on this one by connecting to the door at this
 machine's own network address (not loopback), so the door sees that address as its peer.
@@ -10,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -80,10 +83,16 @@ async def _until_refused(url: str, path: str, headers: dict[str, str]) -> None:
             await asyncio.sleep(0.05)
 
 
-def _chat(url: str, secret: str | None) -> ollama.ChatResponse:
+def _proxy_pid(status: dict[str, Any]) -> int:
+    proxy = next(c for c in status["components"] if c["name"] == "proxy")
+    assert proxy["status"] == "running"
+    return int(proxy["pid"])
+
+
+def _chat(url: str, secret: str | None, model: str = "tinyllama") -> ollama.ChatResponse:
     headers = {"Authorization": f"Bearer {secret}"} if secret is not None else {}
     client = ollama.Client(host=url, headers=headers, trust_env=False, timeout=30)
-    return client.chat("tinyllama", messages=MESSAGES)
+    return client.chat(model, messages=MESSAGES)
 
 
 async def test_with_lan_access_off_another_computer_is_refused_even_with_a_key(
@@ -136,9 +145,25 @@ async def test_with_lan_access_on_a_key_lets_the_ollama_client_in_until_it_is_re
         assert wrong.value.status_code == 401
         assert (await _get(local, "/api/tags")).status_code == 200, "loopback: no key needed"
 
-        await client.typed(methods.APIKEYS_REVOKE, ApiKeyRef(id=created.key.id))
-        refused = await _until_status(lan, "/api/tags", 401, key)
-        assert "pair api-key create" in refused["error"]
+        # A change is in force when its call is answered: the next request sees it. While
+        # the proxy worker cannot take the new table (stopped here), the revoke is not answered.
+        alias = {"name": "sky", "target": "tinyllama:latest"}
+        await client.call(methods.MODELS_ALIAS_SET, alias)
+        worker = _proxy_pid(await client.call("status"))
+        os.kill(worker, signal.SIGSTOP)
+        try:
+            revoke = asyncio.create_task(
+                client.typed(methods.APIKEYS_REVOKE, ApiKeyRef(id=created.key.id))
+            )
+            await asyncio.sleep(0.3)
+            assert not revoke.done(), "answered before the proxy worker had the change"
+        finally:
+            os.kill(worker, signal.SIGCONT)
+        await revoke
+        refused = await _get(lan, "/api/tags", key)
+        assert refused.status_code == 401
+        assert "pair api-key create" in refused.json()["error"]
+        assert (await asyncio.to_thread(_chat, lan, other.secret, "sky")).message.content
         with pytest.raises(ollama.ResponseError) as revoked:
             await asyncio.to_thread(_chat, lan, created.secret)
         assert revoked.value.status_code == 401

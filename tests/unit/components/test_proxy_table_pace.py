@@ -11,7 +11,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, cast
 
+import pytest
+
 from backend.components.identity.certificate import mint
+from backend.components.proxy import component as component_module
 from backend.components.proxy.component import (
     TARGETS_IDLE_AFTER_S,
     TARGETS_IDLE_INTERVAL_S,
@@ -150,3 +153,29 @@ async def test_table_applied_sends_a_changed_table_at_once_at_rest() -> None:
         assert worker.pings == 1
         await clock.advance(TARGETS_IDLE_INTERVAL_S)
         assert worker.tables() == ["v1", "v2"]  # the loop finds it sent already
+
+
+async def test_settled_waits_for_the_worker_and_never_raises(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with _looping(FakeClock(0.0, on_sleep="wait")) as rig:
+        await _rested(rig.clock, rig.task)
+        rig.tables.version = "v2"
+        await asyncio.wait_for(rig.component.settled(), 1.0)
+        assert rig.worker.tables() == ["v1", "v2"] and rig.worker.pings == 1
+
+        # A worker that does not answer holds the caller SETTLE_TIMEOUT_S, then lets it go.
+        answered = asyncio.Event()
+
+        async def silent(method: str, params: Any = None) -> Any:
+            await answered.wait()
+
+        monkeypatch.setattr(rig.worker, "call", silent)
+        monkeypatch.setattr(component_module, "SETTLE_TIMEOUT_S", 0.05)
+        rig.tables.version = "v3"
+        await asyncio.wait_for(rig.component.settled(), 1.0)
+        assert rig.worker.tables() == ["v1", "v2", "v3"]  # sent, even if not confirmed
+
+    # No worker running: nothing to wait for.
+    idle = _component(FakeClock(0.0), Tables())
+    await asyncio.wait_for(idle.settled(), 1.0)
