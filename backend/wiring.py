@@ -295,12 +295,13 @@ def _discovery(base: Foundation, services: Services) -> DiscoveryComponent:
         manual_store=ManualNodeStore(base.store),
         timing=DiscoveryTiming.from_environment(os.environ),
         use_mdns=mdns_enabled(os.environ),
-        announce=lambda: services.settings.view().announces,  # followed live
+        announce=lambda: services.settings.view().announces,  # followed live: below
         # Read on every poll, so mutual TLS follows the membership at once.
         members=lambda: base.members.current.trusted(),
         removed=lambda: base.members.current.removed_node_ids(),
         credentials=base.credentials.credentials,
     )
+    services.settings.add_listener(discovery.settings_changed)
     discovery_rpc.register(services.dispatcher, discovery, events)
     return discovery
 

@@ -7,7 +7,11 @@ fresh data dir: waits until that broker says it is ready, lets it idle ``--idle`
 prints the resident set (``VmRSS``, with its anonymous and file-backed parts, and the peak
 ``VmHWM``) of the broker and of its proxy worker from ``/proc``, and the CPU each used over the
 next ``--cpu-window`` seconds (``/proc/PID/task/*/schedstat``, nanoseconds; a thread that ends
-in the window is not counted). Then the worker's start as
+in the window is not counted), with how many times a second its threads were run (schedstat's
+third field: each wake from a wait is one). The run count is the figure to compare across
+hours: on this VM the CPU time charged for a wake-up varies tenfold with the host's load (an
+empty asyncio loop woken ten times a second was charged 4 to 40 ms a second), the count does
+not. Then the worker's start as
 ``python -X importtime`` sees it (``pair worker proxy --help`` imports what the worker serves
 with and stops before serving): how many modules, and the heaviest by cumulative import time.
 
@@ -68,13 +72,16 @@ def read_memory(pid: int) -> Memory:
     return Memory(pid, kb)
 
 
-def cpu_ns(pid: int) -> int:
-    """The CPU time every thread of ``pid`` has had so far, in nanoseconds."""
-    total = 0
+def cpu_ns(pid: int) -> tuple[int, int]:
+    """The CPU time every thread of ``pid`` has had so far, in nanoseconds, and how many
+    times its threads were put on a CPU."""
+    total = runs = 0
     for task in Path(f"/proc/{pid}/task").iterdir():
         with contextlib.suppress(OSError):  # a thread that ended meanwhile
-            total += int((task / "schedstat").read_text().split()[0])
-    return total
+            fields = (task / "schedstat").read_text().split()
+            total += int(fields[0])
+            runs += int(fields[2])
+    return total, runs
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,8 @@ class Rest:
     worker: Memory
     broker_cpu: float
     worker_cpu: float
+    broker_runs: float
+    worker_runs: float
 
 
 def children(pid: int) -> list[int]:
@@ -185,8 +194,10 @@ async def measure_node(root: Path, idle_s: float, window_s: float, mdns: bool) -
         before = cpu_ns(broker), cpu_ns(worker)
         await asyncio.sleep(window_s)
         after = cpu_ns(broker), cpu_ns(worker)
-        per_s = [(end - start) / 1e6 / window_s for start, end in zip(before, after, strict=True)]
-        return Rest(memory[0], memory[1], per_s[0], per_s[1])
+        pairs = list(zip(before, after, strict=True))
+        per_s = [(end[0] - start[0]) / 1e6 / window_s for start, end in pairs]
+        runs = [(end[1] - start[1]) / window_s for start, end in pairs]
+        return Rest(memory[0], memory[1], per_s[0], per_s[1], runs[0], runs[1])
 
 
 def worker_imports(pycache: Path) -> list[tuple[str, int]]:
@@ -220,7 +231,8 @@ def report(rest: Rest, window_s: float, modules: list[tuple[str, int]], top: int
         "",
         f"CPU at rest over the next {window_s:g} s: broker {rest.broker_cpu:.1f} ms/s, proxy "
         f"worker {rest.worker_cpu:.1f} ms/s; together {together / 10:.2f} % of a core (the "
-        "product's target for the whole app, the GUI too: 1 %).",
+        "product's target for the whole app, the GUI too: 1 %). Threads put on a CPU: "
+        f"broker {rest.broker_runs:.1f}/s, proxy worker {rest.worker_runs:.1f}/s.",
         "",
         f"The worker's start imports {len(modules)} modules; heaviest (cumulative ms):",
         "",

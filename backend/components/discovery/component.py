@@ -12,7 +12,7 @@ import aiohttp
 
 from backend.common.certificates import NodeCredentials
 from backend.common.hostport import url_host
-from backend.common.tasks import TaskSet
+from backend.common.tasks import TaskSet, wait_first
 from backend.components.cluster.members import Member
 from backend.components.discovery import manual, probe
 from backend.components.discovery.mdns import MdnsLink
@@ -51,6 +51,9 @@ from backend.protocol.types.nodes import DiscoveredNode, DiscoveryEvent, ManualN
 log = logging.getLogger(__name__)
 
 MAX_CONCURRENT_FETCHES = 16
+# The shortest wait of the telemetry loop: a poll that could not start (no session yet) is
+# looked at again this soon, not in a busy loop.
+POLL_GRANULARITY_S = 0.05
 LOOPBACK = "127.0.0.1"
 
 
@@ -68,8 +71,8 @@ class DiscoveryComponent(Component):
     with ``credentials`` (this node's certificate), the only way its inventories come.
     ``removed`` (read live) are the node ids removed from the cluster: their manual entries go,
     here as on every member, since every member learns of a removal.
-    ``announce`` (the settings, read every ``setting_interval``) turns mDNS on and off live;
-    ``use_mdns`` false keeps it off whatever they say.
+    ``announce`` (the settings, read again at each ``settings_changed``) turns mDNS on and off
+    live; ``use_mdns`` false keeps it off whatever they say.
     """
 
     def __init__(
@@ -108,6 +111,8 @@ class DiscoveryComponent(Component):
         self._manual_loaded = False
         self._polls: dict[NodeId, _Poll] = {}
         self._in_flight: set[str] = set()  # node ids and "manual <id>" keys
+        self._polls_changed = asyncio.Event()  # a poll was added or came back: look again
+        self._settings_changed = asyncio.Event()
         self._tasks = TaskSet("discovery")
         self._session: aiohttp.ClientSession | None = None
         self._mdns_switch = MdnsSwitch(
@@ -196,6 +201,7 @@ class DiscoveryComponent(Component):
         self._session = aiohttp.ClientSession(connector=connector)
         try:
             self._polls[self._node_id] = _Poll(due=0.0)
+            self._polls_changed.set()
             async with asyncio.TaskGroup() as group:
                 # Registration probes the name for ~1.5 s; the other loops need not wait for it.
                 group.create_task(self._follow_mdns_setting(), name="discovery:mdns-switch")
@@ -230,10 +236,15 @@ class DiscoveryComponent(Component):
             await self._session.close()
             self._session = None
 
+    def settings_changed(self) -> None:
+        """The settings changed: read ``announce`` again (a settings listener)."""
+        self._settings_changed.set()
+
     async def _follow_mdns_setting(self) -> None:
         while True:
+            self._settings_changed.clear()
             await self._mdns_switch.apply()
-            await self._clock.sleep(self._timing.setting_interval)
+            await self._settings_changed.wait()
 
     def _make_mdns_link(self) -> MdnsLink:
         return MdnsLink(
@@ -258,6 +269,7 @@ class DiscoveryComponent(Component):
         if isinstance(change, NodeJoined) and change.node.kind == "pair":
             # Engine-only nodes have no node-info; their manual probe refreshes them.
             self._polls.setdefault(change.node.node_id, _Poll(due=self._due(0)))
+            self._polls_changed.set()
             log.info(
                 "node %s (%s) joined via %s",
                 change.node.name,
@@ -331,13 +343,27 @@ class DiscoveryComponent(Component):
     # Telemetry -------------------------------------------------------------------------------
 
     async def _telemetry_loop(self) -> None:
-        tick = min(0.5, self._timing.telemetry_interval / 2)
+        """Fetch each polled node's info when it is due. Asleep until the next poll is due (a
+        node polled every 2 s wakes the broker once per poll, not on a fixed tick), or until a
+        poll is added or a fetch ends (``_polls_changed``)."""
+        longest = self._timing.telemetry_interval
         while True:
+            self._polls_changed.clear()
             now = self._clock.monotonic()
             for node_id, poll in list(self._polls.items()):
                 if poll.due <= now and node_id not in self._in_flight:
                     self._spawn_fetch(node_id)
-            await self._clock.sleep(tick)
+            waiting = [p.due for n, p in self._polls.items() if n not in self._in_flight]
+            if not waiting:  # every poll under way: the first to end says so
+                await self._polls_changed.wait()
+                continue
+            # Never a busy loop: a poll left due (no session yet) is looked at again shortly.
+            delay = max(min(min(waiting) - now, longest), POLL_GRANULARITY_S)
+            await wait_first(
+                self._polls_changed.wait(),
+                self._clock.sleep(delay),
+                name="discovery:telemetry-wait",
+            )
 
     def _spawn_fetch(
         self,
@@ -365,6 +391,7 @@ class DiscoveryComponent(Component):
             poll.failures = 0 if answered else poll.failures + 1
             # Self may be polled before its node API listens; it is local, so no backoff.
             poll.due = self._due(0 if node_id == self._node_id else poll.failures)
+            self._polls_changed.set()
         if not answered:
             self._commit(FetchFailed(node_id))
 

@@ -26,7 +26,6 @@ class DiscoveryTiming:
     manual_probe_interval: float = 10.0
     interface_interval: float = 10.0  # how soon a changed address is announced over mDNS
     fetch_timeout: float = 3.0
-    setting_interval: float = 1.0  # how soon local discovery follows its settings
     policy: EvictionPolicy = field(default_factory=EvictionPolicy)
 
     @classmethod

@@ -82,7 +82,7 @@ TARGETS_INTERVAL_S = 0.1
 # goes back to ``TARGETS_INTERVAL_S``; ``table_applied`` sends a changed table at once. Short,
 # so a node whose table changes with each telemetry sample (a GPU's) rests between them.
 TARGETS_IDLE_AFTER_S = 0.5
-TARGETS_IDLE_INTERVAL_S = 0.5
+TARGETS_IDLE_INTERVAL_S = 2.0
 SCHEDULER_GET_TIMEOUT_S = 2.0
 # How long an RPC that changed the table (an alias, a key, a setting) waits for the worker to
 # route by it before it answers anyway (``settled``).

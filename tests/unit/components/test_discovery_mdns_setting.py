@@ -5,7 +5,7 @@ restart either way. A link that cannot start is reported once, not retried every
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, ClassVar
@@ -29,7 +29,7 @@ from tests.unit.cluster.harness import eventually
 from tests.unit.components.discovery_rig import run_discovery
 
 SELF = NodeId("55555555-5555-4555-8555-555555555555")
-TIMING = DiscoveryTiming(scan_interval=0.1, telemetry_interval=0.1, setting_interval=0.02)
+TIMING = DiscoveryTiming(scan_interval=0.1, telemetry_interval=0.1)
 
 
 class FakeLink:
@@ -62,9 +62,9 @@ class FakeLink:
 
 @asynccontextmanager
 async def running(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: dict[str, bool]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: Settings
 ) -> AsyncIterator[ErrorsRegistry]:
-    """Discovery running with fake mDNS links, ``settings["announce"]`` as its setting."""
+    """Discovery running with fake mDNS links, ``settings.announce`` as its setting."""
     FakeLink.made = []
     monkeypatch.setattr(discovery_component, "MdnsLink", FakeLink)
     store = Store(tmp_path / "discovery.db")
@@ -79,8 +79,9 @@ async def running(
         errors_sink=registry,
         manual_store=ManualNodeStore(store),
         timing=TIMING,
-        announce=lambda: settings["announce"],
+        announce=lambda: settings.announce,
     )
+    settings.listeners.append(component.settings_changed)
     try:
         async with run_discovery(component, store):
             yield registry
@@ -88,30 +89,43 @@ async def running(
         FakeLink.fail_with = None
 
 
+class Settings:
+    """The ``announce`` setting, telling its listeners when set (as the settings service)."""
+
+    def __init__(self, announce: bool) -> None:
+        self.announce = announce
+        self.listeners: list[Callable[[], None]] = []
+
+    def set(self, announce: bool) -> None:
+        self.announce = announce
+        for listener in self.listeners:
+            listener()
+
+
 def _running() -> list[FakeLink]:
     return [link for link in FakeLink.made if link.running]
 
 
 async def _some_ticks() -> None:
-    await asyncio.sleep(TIMING.setting_interval * 10)
+    await asyncio.sleep(0.2)
 
 
 async def test_turning_discovery_off_and_on_closes_and_restarts_mdns_live(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    settings = {"announce": True}
+    settings = Settings(announce=True)
     async with running(tmp_path, monkeypatch, settings):
         await eventually(lambda: len(_running()) == 1)
-        settings["announce"] = False
+        settings.set(False)
         await eventually(lambda: _running() == [] and FakeLink.made[0].closed)
-        settings["announce"] = True
+        settings.set(True)
         await eventually(lambda: len(_running()) == 1 and len(FakeLink.made) == 2)
 
 
 async def test_with_discovery_off_from_the_start_mdns_never_starts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with running(tmp_path, monkeypatch, {"announce": False}):
+    async with running(tmp_path, monkeypatch, Settings(announce=False)):
         await _some_ticks()
         assert FakeLink.made == []
 
@@ -120,7 +134,7 @@ async def test_a_link_that_cannot_start_is_reported_once_and_not_retried_every_t
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     FakeLink.fail_with = OSError(98, "Address already in use")
-    async with running(tmp_path, monkeypatch, {"announce": True}) as registry:
+    async with running(tmp_path, monkeypatch, Settings(announce=True)) as registry:
         await eventually(lambda: any(e.id == UNAVAILABLE_ERROR for e in registry.snapshot()))
         [said] = [e.message for e in registry.snapshot() if e.id == UNAVAILABLE_ERROR]
         assert said.startswith("mDNS could not start (address already in use);")  # no [Errno 98]

@@ -50,9 +50,24 @@ async def node_api_door() -> AsyncIterator[list[int]]:
         await server.wait_closed()
 
 
+class SleepLog(SystemClock):
+    """The real clock, noting every wait asked of it."""
+
+    def __init__(self) -> None:
+        self.sleeps: list[float] = []
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        await super().sleep(seconds)
+
+
 @asynccontextmanager
 async def running(
-    tmp_path: Path, describe: Callable[[], NodeInfo] | None
+    tmp_path: Path,
+    describe: Callable[[], NodeInfo] | None,
+    *,
+    clock: SystemClock | None = None,
+    timing: DiscoveryTiming = TIMING,
 ) -> AsyncIterator[DiscoveryComponent]:
     store = Store(tmp_path / "discovery.db")
     await store.open()
@@ -60,11 +75,11 @@ async def running(
         node_id=SELF,
         ports=PORTS,
         name=lambda: "desk",
-        clock=SystemClock(),
+        clock=clock or SystemClock(),
         events=NumberedStream(methods.DISCOVERY_EVENT, ClientHub()),
         errors_sink=ErrorsRegistry(node_id=SELF, clock=SystemClock(), on_update=lambda _: None),
         manual_store=ManualNodeStore(store),
-        timing=TIMING,
+        timing=timing,
         use_mdns=False,
     )
     if describe is not None:
@@ -111,3 +126,28 @@ async def test_unbound_the_own_entry_is_asked_of_the_node_api(tmp_path: Path) ->
         await eventually(lambda: len(connections) >= 2)
         # Nothing answered: the entry has no figures from the node API.
         assert all(node.telemetry is None for node in discovery.nodes() if node.node_id == SELF)
+
+
+async def test_the_polls_wake_the_broker_once_each_not_on_a_tick(tmp_path: Path) -> None:
+    """At rest a broker is woken by what is due, not by a fixed tick: with only its own entry
+    polled, the telemetry loop waits once per poll, each wait until the next is due."""
+    interval = 0.4
+    quiet = DiscoveryTiming(scan_interval=60, manual_probe_interval=60, telemetry_interval=interval)
+    reads: list[float] = []
+    clock = SleepLog()
+
+    def describe() -> NodeInfo:
+        reads.append(clock.monotonic())
+        return _info("desk", 0)
+
+    async with running(tmp_path, describe, clock=clock, timing=quiet):
+        await eventually(lambda: len(reads) >= 2)
+        first, waits = len(reads), len(clock.sleeps)
+        await asyncio.sleep(6 * interval)
+        polled = len(reads) - first
+    telemetry_waits = [s for s in clock.sleeps[waits:] if s < 60]
+    assert polled >= 3
+    # One wait per poll (give or take the ones in progress at either end), each most of the
+    # interval long; a fixed tick of half the interval would have waited twice per poll.
+    assert len(telemetry_waits) <= polled + 2, (telemetry_waits, polled)
+    assert sum(telemetry_waits) >= 0.6 * interval * len(telemetry_waits)
