@@ -6,7 +6,9 @@ comes, every such write wakes the broker, one wake per request, each a context s
 turn of the broker's loop competing with the requests for the CPU. What is in the pipe is safe
 whether the broker reads it now or a few milliseconds later, so the broker's side reads it in
 paced bursts: after a read, the pipe is left alone (unwatched, so writes to it wake nobody)
-for ``pace`` seconds, then everything that came meanwhile is read at once. Nothing is lost or
+for ``pace`` seconds, then everything that came meanwhile is read at once. A read after a quiet
+spell (``QUIET_PACES`` paces without one: a heartbeat's answer at rest) pauses nothing, so an
+idle broker is woken once per message, not once more by the pace's timer. Nothing is lost or
 reordered: the data waits in the pipe, and at the worker's exit the pipe is read to its end
 before the process counts as finished (asyncio's ``Process.wait`` waits for its pipes).
 """
@@ -19,6 +21,8 @@ from collections.abc import Sequence
 from typing import Any
 
 STDOUT = 1
+# A read this many paces after the one before it is not paced (the pipe was quiet).
+QUIET_PACES = 10
 
 
 class PacedStdout(aio_subprocess.SubprocessStreamProtocol):
@@ -30,6 +34,7 @@ class PacedStdout(aio_subprocess.SubprocessStreamProtocol):
         self._event_loop = loop
         self._pipe: asyncio.ReadTransport | None = None
         self._resume: asyncio.TimerHandle | None = None
+        self._last_read = -float("inf")
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -41,6 +46,11 @@ class PacedStdout(aio_subprocess.SubprocessStreamProtocol):
         super().pipe_data_received(fd, data)
         pipe = self._pipe
         if fd != STDOUT or pipe is None or self._resume is not None or not pipe.is_reading():
+            return
+        now = self._event_loop.time()
+        quiet = now - self._last_read > self._pace * QUIET_PACES
+        self._last_read = now
+        if quiet:
             return
         pipe.pause_reading()
         self._resume = self._event_loop.call_later(self._pace, self._read_again)

@@ -20,6 +20,14 @@ for n in range(int(sys.argv[1])):
     time.sleep(0.005)
 """
 
+# Writes a line every 0.2 s: twenty paces of 0.01 s apart.
+QUIET_WRITER = """
+import os, time
+for n in range(3):
+    time.sleep(0.2)
+    os.write(1, b"beat %d\\n" % n)
+"""
+
 
 class Recorder:
     """Wraps ``PacedStdout.pipe_data_received`` to note when each read of stdout happened."""
@@ -59,10 +67,38 @@ async def test_paced_stdout_is_read_in_bursts_whole_and_in_order(
     got, code = await run_writer(lines, pace)
     assert code == 0
     assert got == [b"line %d\n" % n for n in range(lines)]
-    # Unpaced, each write is a read of its own (60); paced, one read per pace at most.
-    assert 2 <= len(recorder.reads) <= lines // 4
+    # Unpaced, each write is a read of its own (60); paced, one read per pace at most once
+    # reads follow each other (the first after a quiet pipe is not held back).
+    assert 3 <= len(recorder.reads) <= lines // 4
     gaps = [later - earlier for earlier, later in itertools.pairwise(recorder.reads)]
-    assert min(gaps) >= pace * 0.9
+    assert min(gaps[1:]) >= pace * 0.9
+
+
+async def test_a_message_after_a_quiet_spell_is_read_without_a_pace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pipe written now and then (a heartbeat's answer at rest) is read as it comes, with no
+    pause after it: no timer wakes the reader a second time per message."""
+    recorder = Recorder(monkeypatch)
+    resumes: list[float] = []
+    original = paced_pipe.PacedStdout._read_again
+
+    def noted(self: paced_pipe.PacedStdout) -> None:
+        resumes.append(time.monotonic())
+        original(self)
+
+    monkeypatch.setattr(paced_pipe.PacedStdout, "_read_again", noted)
+    process = await spawn_paced(
+        [sys.executable, "-c", QUIET_WRITER], pace=0.01, stdout=asyncio.subprocess.PIPE
+    )
+    assert process.stdout is not None
+    got: list[bytes] = []
+    while line := await process.stdout.readline():
+        got.append(line)
+    assert await process.wait() == 0
+    assert got == [b"beat 0\n", b"beat 1\n", b"beat 2\n"]
+    assert len(recorder.reads) == 3
+    assert resumes == []  # never paused
 
 
 async def test_what_a_child_wrote_just_before_exiting_is_read_before_wait_returns(
@@ -73,7 +109,9 @@ async def test_what_a_child_wrote_just_before_exiting_is_read_before_wait_return
     got, code = await run_writer(3, pace=0.5)
     assert code == 0
     assert got == [b"line 0\n", b"line 1\n", b"line 2\n"]
-    assert len(recorder.reads) == 2  # the first line at once, the rest after the pace
+    # The first lines as they come (a read soon after another starts the pacing), the last
+    # after the pace.
+    assert 2 <= len(recorder.reads) <= 3
 
 
 async def test_without_a_pace_every_write_is_read_as_it_comes(
