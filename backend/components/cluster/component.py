@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Coroutine
+from typing import Any
 
 from backend.common.tasks import TaskSet, wait_first
 from backend.components.cluster.service import ClusterService
@@ -50,11 +52,16 @@ class ClusterComponent(Component):
         self.announce_ready()
         try:
             while not self._stopped.is_set():
+                self.service.deadline_added.clear()
                 await self.service.expire()
+                # Ticks only while something can expire; at rest it waits for an invite or the
+                # join window (an idle broker is not woken every second for nothing).
+                if self.service.has_deadlines():
+                    wake: Coroutine[Any, Any, object] = self._clock.sleep(self._tick)
+                else:
+                    wake = self.service.deadline_added.wait()
                 # A stop ends the wait at once: a broker's shutdown waits for this component.
-                await wait_first(
-                    self._stopped.wait(), self._clock.sleep(self._tick), name="cluster:tick"
-                )
+                await wait_first(self._stopped.wait(), wake, name="cluster:tick")
         finally:
             await asyncio.shield(self._tasks.close(timeout=CLOSE_TIMEOUT_S))
 

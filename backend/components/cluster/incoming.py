@@ -55,6 +55,10 @@ class IncomingInvites:
         self._sources: dict[str, tuple[float, ...]] = {}
         self._window: JoinWindow | None = None
 
+    def quiet(self) -> bool:
+        """Whether nothing is held and the join window is closed: ``expire`` has no work."""
+        return not self._held and self._window is None
+
     def invites(self) -> list[Invite]:
         """Every received invite (open and recently ended)."""
         return [held.invite for held in self._held.values()]

@@ -11,6 +11,7 @@ every second and the roster pushes.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from collections.abc import Callable
@@ -108,8 +109,11 @@ class ClusterService:
             node_id=node_id,
             clock=clock,
             publish=self._publish_invite,
-            window_changed=self.presence_changed,
+            window_changed=self._window_changed,
         )
+        # Set when an invite appears or ends, or the join window moves: ``expire`` has work
+        # to come (the cluster component ticks only while ``has_deadlines``).
+        self.deadline_added = asyncio.Event()
         # Wrong PINs count per invited computer (its certificate's fingerprint): an impostor's
         # wrong answers must not lock the user out of inviting the real computer.
         self._wrong_pins: dict[str, list[float]] = {}
@@ -425,7 +429,17 @@ class ClusterService:
         )
 
     def _publish_invite(self, invite: Invite) -> None:
+        self.deadline_added.set()
         self._events.publish(lambda seq: InviteChanged(seq=seq, invite=invite))
+
+    def _window_changed(self) -> None:
+        self.deadline_added.set()
+        self.presence_changed()
+
+    def has_deadlines(self) -> bool:
+        """Whether ``expire`` has anything to end or forget later: an invite, sent or received
+        (open or recently ended), wrong PINs still counted, or the join window."""
+        return bool(self._outgoing or self._wrong_pins) or not self._incoming.quiet()
 
     def _trust_changed(self) -> None:
         status = self.status()

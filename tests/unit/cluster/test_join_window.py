@@ -139,12 +139,18 @@ async def test_held_invites_are_capped_and_ended_ones_make_room(nodes: Trio) -> 
 
 async def test_ended_invites_are_forgotten_after_a_minute(nodes: Trio) -> None:
     _, b, _, clock = nodes
+    assert not b.service.has_deadlines()  # nothing to expire: the invite clock rests
     b.service.open_join_window(15)
+    assert b.service.deadline_added.is_set() and b.service.has_deadlines()
     await _stranger_offers(b)
     await b.service.decline(b.service.status().invites[0].id)
     clock.now += admission.ENDED_KEEP_S
     await b.service.expire()
     assert not b.service.status().invites
+    assert b.service.has_deadlines()  # the window is still open
+    clock.now += 15 * 60
+    await b.service.expire()
+    assert b.service.status().join_window is None and not b.service.has_deadlines()
 
 
 async def test_open_invites_block_neither_another_nor_the_nodes_own(nodes: Trio) -> None:
