@@ -13,9 +13,12 @@ bounded by what is in flight, not by the threshold.
 What cycles there are (a failed attempt's exception and its traceback, which may hold the
 request's body) would then wait for that many allocations, that is for traffic, so ``sweep``
 also collects that generation every ``SWEEP_S``: one walk of what is in flight per second at
-most. What start-up made (modules, the service) lives as long as the process and is frozen
-first, so the full passes need not walk it again either. ``PAIR_GC_GEN0`` sets another threshold (to
-compare: ``bench/worker_variants.py``); a value that is not a positive integer is ignored.
+most. While the generation holds little at a sweep (``IDLE_COUNT``: an idle worker's heartbeats)
+the next sweep waits twice as long, up to ``SWEEP_IDLE_MAX_S``, so an idle worker is not woken
+every second for nothing; the first sweep that finds more goes back to ``SWEEP_S``. What
+start-up made (modules, the service) lives as long as the process and is frozen first, so the
+full passes need not walk it again either. ``PAIR_GC_GEN0`` sets another threshold (to compare:
+``bench/worker_variants.py``); a value that is not a positive integer is ignored.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ import os
 GEN0_THRESHOLD = 50_000
 GEN0_ENV = "PAIR_GC_GEN0"
 SWEEP_S = 1.0
+SWEEP_IDLE_MAX_S = 16.0
+# Fewer container objects than this in the young generation at a sweep: nothing is going on.
+IDLE_COUNT = 1_000
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +56,12 @@ def settle() -> None:
     gc.set_threshold(gen0_threshold(), older, oldest)
 
 
-async def sweep(interval_s: float = SWEEP_S) -> None:
-    """Collect the youngest generation every ``interval_s``, until cancelled."""
+async def sweep(interval_s: float = SWEEP_S, idle_max_s: float = SWEEP_IDLE_MAX_S) -> None:
+    """Collect the youngest generation every ``interval_s`` (up to ``idle_max_s`` while it
+    stays under ``IDLE_COUNT``), until cancelled."""
+    wait = interval_s
     while True:
-        await asyncio.sleep(interval_s)
+        await asyncio.sleep(wait)
+        young = gc.get_count()[0]
         gc.collect(0)
+        wait = min(wait * 2, idle_max_s) if young < IDLE_COUNT else interval_s

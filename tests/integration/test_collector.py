@@ -102,3 +102,34 @@ SWEPT = textwrap.dedent(
 @pytest.mark.parametrize(("interval", "freed"), [(0.05, "True"), (30.0, "False")])
 def test_a_quiet_workers_garbage_is_swept_within_the_interval(interval: float, freed: str) -> None:
     assert run_child(SWEPT, str(interval)).strip() == freed
+
+
+# Sweeps counted by the collector's own callback: at rest, then with the young generation full.
+BACKOFF = textwrap.dedent(
+    """
+    import asyncio, gc
+    from backend.workers import collector
+    collector.settle()
+    sweeps = []
+    gc.callbacks.append(lambda phase, info: sweeps.append(1) if phase == "start" else None)
+    async def main():
+        sweeping = asyncio.create_task(collector.sweep(0.01, 0.32))
+        await asyncio.sleep(1.0)
+        at_rest = len(sweeps)
+        busy = [[n] for n in range(5 * collector.IDLE_COUNT)]  # young, and kept
+        await asyncio.sleep(0.6)  # the next sweep finds them: back to every 0.01 s
+        after = len(sweeps) - at_rest
+        sweeping.cancel()
+        print(at_rest, after, len(busy))
+    asyncio.run(main())
+    """
+)
+
+
+def test_an_idle_workers_sweeps_back_off_and_return_with_work() -> None:
+    at_rest, after, _ = map(int, run_child(BACKOFF, "").split())
+    # 0.01 + 0.02 + 0.04 + 0.08 + 0.16 + 0.32...: some 7 sweeps in the first second, not 100.
+    assert 4 <= at_rest <= 15, at_rest
+    # Within 0.32 s the young generation is seen; the pace starts again from 0.01 s (0.01 +
+    # 0.02 + 0.04 + 0.08 + 0.16...): some 6 sweeps in 0.6 s; stuck at 0.32 s, 2.
+    assert after >= 4, after

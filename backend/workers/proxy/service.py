@@ -227,12 +227,15 @@ class ProxyService:
 
     async def _report_demand(self, demand: Demand) -> None:
         """Send what the doors and the engines saw, every ``REPORT_EVERY_S`` while anything
-        changed (the replica planner's input); nothing while idle."""
+        changed (the replica planner's input); nothing while idle, and no wake either: after a
+        period with nothing to tell it waits for the next change."""
         while True:
             await self._clock.sleep(REPORT_EVERY_S)
             report = demand.report(self._clock.wall())
             if report is not None:
                 self._notify(PROXY_DEMAND.name, report)
+            else:
+                await demand.until_changed()
 
     def _push_states(self) -> None:
         self._push_due = False

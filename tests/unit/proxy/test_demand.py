@@ -6,6 +6,8 @@ falling as requests commit, local use, and silence while nothing changes.
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from backend.protocol.proxy import LocalUse, ModelDemand, ProxyTargets, RouteTarget
@@ -71,6 +73,20 @@ def test_nothing_is_reported_while_idle() -> None:
     demand.committed("m")
     assert demand.report(at=2.0) is not None
     assert demand.report(at=3.0) is None, "nothing changed since the last report"
+
+
+async def test_the_reporter_may_wait_for_the_next_change_instead_of_a_timer() -> None:
+    demand = Demand()
+    routes = table(target("a"))
+    demand.admitted("m", routes, routes.engines["ollama"])
+    await asyncio.wait_for(demand.until_changed(), 1)  # changed already: at once
+    assert demand.report(at=1.0) is not None
+    waiting = asyncio.ensure_future(demand.until_changed())
+    await asyncio.sleep(0.01)
+    assert not waiting.done()  # nothing changed since the report
+    demand.committed("m")
+    await asyncio.wait_for(waiting, 1)
+    assert demand.report(at=2.0) is not None
 
 
 def test_queued_falls_as_requests_commit_and_requests_start_again_each_period() -> None:

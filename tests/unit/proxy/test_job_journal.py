@@ -4,11 +4,14 @@ and deleted only once the broker confirmed it stored what they hold."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import stat
 from pathlib import Path
+from typing import Any
 
 import msgspec
+import pytest
 
 from backend.protocol import errors
 from backend.protocol.types.base import EngineName, JobKey, NodeId
@@ -114,6 +117,39 @@ async def test_sealed_segments_go_once_the_broker_confirms_and_not_before(tmp_pa
     assert not first.exists()
     assert _lines(journal.live) == [_event(2)]
     journal.close()
+
+
+async def test_the_trimmer_rests_while_nothing_is_journaled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With nothing to trim it waits for the next event, not for its timer: an idle worker
+    is not woken every second."""
+    journal = JobJournal(tmp_path, "run1")
+    trims: list[int] = []
+    trim = journal.trim
+
+    async def counted(stored: Any, flush: Any = lambda: None) -> bool:
+        trims.append(len(journal.sealed))
+        return await trim(stored, flush)
+
+    monkeypatch.setattr(journal, "trim", counted)
+    broker = Broker()
+    broker.release.set()
+    trimming = asyncio.ensure_future(journal.keep_trimmed(broker.stored, lambda: None, interval=0.01))
+    try:
+        await asyncio.sleep(0.2)
+        assert len(trims) == 1  # one look found nothing: resting since, twenty intervals
+        journal.append(_event(1))
+        for _ in range(100):
+            if not (tmp_path / "run1.1.jsonl").exists():
+                break
+            await asyncio.sleep(0.01)
+        assert not (tmp_path / "run1.1.jsonl").exists()  # woken, sealed, confirmed, deleted
+        assert len(trims) == 2
+    finally:
+        trimming.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await trimming
 
 
 async def test_an_end_still_batched_is_told_the_broker_before_its_segment_is_confirmed(

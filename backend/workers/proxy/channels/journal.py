@@ -65,6 +65,8 @@ class JobJournal:
         self._failing = False
         self.sealed: list[Path] = []
         self.live = self._segment(1)
+        # Set by the first append after ``keep_trimmed`` found nothing to do: it rests till then.
+        self._appended: asyncio.Future[None] | None = None
         self._fd: int | None = os.open(self.live, _FLAGS, 0o600)
 
     def append(self, event: JobEvent) -> None:
@@ -83,6 +85,11 @@ class JobJournal:
         self._failing = False
         self._events += 1
         self._bytes += len(line)
+        appended = self._appended
+        if appended is not None:
+            self._appended = None
+            if not appended.done():
+                appended.set_result(None)
         if self._events >= self._max_events or self._bytes >= self._max_bytes:
             self.seal()
 
@@ -118,11 +125,20 @@ class JobJournal:
     async def keep_trimmed(
         self, stored: Stored, flush: Callable[[], None], interval: float = SEAL_S
     ) -> None:
-        """``trim`` every ``interval`` seconds until cancelled."""
+        """``trim`` every ``interval`` seconds until cancelled; while nothing is left to trim
+        (no event since, nothing sealed), asleep until the next event instead (an idle worker
+        is not woken every second for nothing)."""
         try:
             while True:
                 await asyncio.sleep(interval)
                 await self.trim(stored, flush)
+                if not self.sealed and self._events == 0:
+                    appended = asyncio.get_running_loop().create_future()
+                    self._appended = appended
+                    try:
+                        await appended
+                    finally:
+                        self._appended = None
         finally:
             self._close()
 

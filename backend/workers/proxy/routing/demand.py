@@ -9,12 +9,14 @@ doors, or a member through the relay).
 
 The meter is plain data fed by the router (no I/O, no clock of its own: callers pass the
 time); ``report`` turns it into a ``DemandReport`` only when something changed since the last
-one, so an idle worker sends nothing. Estimating the wait gathers placement's inputs, so it is
+one, so an idle worker sends nothing, and ``until_changed`` lets the reporting loop sleep until
+something does. Estimating the wait gathers placement's inputs, so it is
 done at most once per model every ``ESTIMATE_EVERY_S``; dispatches between reuse that figure.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 from backend.protocol.proxy import DemandReport, LocalUse, ModelDemand, ProxyTargets, RouteTarget
@@ -70,6 +72,7 @@ class Demand:
         self._asked: dict[str, _Asked] = {}
         self._used: dict[tuple[str, str], _Used] = {}
         self._changed = False
+        self._waiter: asyncio.Future[None] | None = None  # ``until_changed`` resting
 
     # Requests at this node's doors.
 
@@ -84,14 +87,14 @@ class Demand:
             asked.table = table
             asked.owners = sorted({target.node_id for target in found})
             asked.digest = digest_of(model, found)
-        self._changed = True
+        self._mark()
 
     def committed(self, model: str) -> None:
         """A request for ``model`` stopped waiting: it committed, or ended without a commit."""
         asked = self._asked.get(model)
         if asked is not None and asked.queued > 0:
             asked.queued -= 1
-            self._changed = True
+            self._mark()
 
     def reused_wait(self, model: str, now: float) -> bool:
         """Count ``model``'s last worked-out wait for this request too, if it is recent (from
@@ -101,7 +104,7 @@ class Demand:
             return False
         if asked.last_wait_s > asked.longest_s:
             asked.longest_s = asked.last_wait_s
-            self._changed = True
+            self._mark()
         return True
 
     def waited(self, model: str, wait_s: float, now: float) -> None:
@@ -112,7 +115,7 @@ class Demand:
         asked.last_wait_s, asked.estimated_at = wait_s, now
         if wait_s > asked.longest_s:
             asked.longest_s = wait_s
-            self._changed = True
+            self._mark()
 
     # This node's engines.
 
@@ -123,16 +126,36 @@ class Demand:
             used = self._used[(engine, model)] = _Used()
         used.active += 1
         used.last_used_at = at
-        self._changed = True
+        self._mark()
 
     def local_ended(self, engine: str, model: str) -> None:
         """A request that ``local_started`` ended."""
         used = self._used.get((engine, model))
         if used is not None and used.active > 0:
             used.active -= 1
-            self._changed = True
+            self._mark()
 
     # Reporting.
+
+    def _mark(self) -> None:
+        """Something changed since the last report (wakes ``until_changed``)."""
+        if not self._changed:
+            self._changed = True
+            waiter, self._waiter = self._waiter, None
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+
+    async def until_changed(self) -> None:
+        """Return once something changed since the last report (at once if it has)."""
+        if self._changed:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiter = waiter
+        try:
+            await waiter
+        finally:
+            if self._waiter is waiter:
+                self._waiter = None
 
     def report(self, at: float) -> DemandReport | None:
         """What changed since the last report (None: nothing did); starts the next period."""
