@@ -128,7 +128,7 @@ async def _host(node_id: str, first: ProxyTargets, journal_dir: str) -> None:
         )
         while (table := await read_targets()) is not None:
             current[0] = table
-            await asyncio.sleep(SETTLE_S)
+            await component.table_applied()  # the worker routes by it (sent at once)
             answer({"ok": True})
     finally:
         await component.close_front_doors()

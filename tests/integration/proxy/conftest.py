@@ -48,7 +48,8 @@ class RunningProxy:
     """A supervised proxy: its component, the errors it raised, and the table it routes by.
 
     Assign ``targets`` to change the table; the worker gets it within 50 ms (on an idle
-    machine: ``wait_table`` waits until it has it).
+    machine: ``wait_table`` waits until it has it): the assignment tells the component, as the
+    broker's sources do (``look_now``), so a table at rest is looked at once.
     """
 
     component: ProxyComponent
@@ -57,6 +58,11 @@ class RunningProxy:
     targets: ProxyTargets = field(default_factory=ProxyTargets)
     jobs: list[dict[str, Any]] = field(default_factory=list)
     credentials: NodeCredentials = field(default_factory=lambda: credentials_for(LOCAL_NODE))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name == "targets" and "component" in self.__dict__:
+            self.component.look_now()
 
     def events(self, key: str | None = None) -> list[dict[str, Any]]:
         """Job events received so far (of one job), in arrival order."""
