@@ -372,6 +372,8 @@ def _proxy(
     # This node's engines and the members' links. Discovery's changes are not signalled: it
     # polls every 2 s itself, and its telemetry would wake the loop at each sample.
     board.events.on_publish(proxy.look_now)
+    # The members' certificates (the relay's pins): a removed member is refused at once.
+    cluster.on_trust_changed(lambda _: proxy.look_now())
     # A client told its change was made can use it at once: a new alias resolves, a revoked
     # key is refused, by the next request it sends.
     services.dispatcher.settle_after(TABLE_CHANGES, proxy.settled)
