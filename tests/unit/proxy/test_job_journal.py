@@ -135,7 +135,9 @@ async def test_the_trimmer_rests_while_nothing_is_journaled(
     monkeypatch.setattr(journal, "trim", counted)
     broker = Broker()
     broker.release.set()
-    trimming = asyncio.ensure_future(journal.keep_trimmed(broker.stored, lambda: None, interval=0.01))
+    trimming = asyncio.ensure_future(
+        journal.keep_trimmed(broker.stored, lambda: None, interval=0.01)
+    )
     try:
         await asyncio.sleep(0.2)
         assert len(trims) == 1  # one look found nothing: resting since, twenty intervals
