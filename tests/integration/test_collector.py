@@ -104,32 +104,37 @@ def test_a_quiet_workers_garbage_is_swept_within_the_interval(interval: float, f
     assert run_child(SWEPT, str(interval)).strip() == freed
 
 
-# Sweeps counted by the collector's own callback: at rest, then with the young generation full.
+# Sweeps timed by the collector's own callback: at rest, then with the young generation full.
 BACKOFF = textwrap.dedent(
     """
-    import asyncio, gc
+    import asyncio, gc, time
     from backend.workers import collector
     collector.settle()
     sweeps = []
-    gc.callbacks.append(lambda phase, info: sweeps.append(1) if phase == "start" else None)
+    def noted(phase, info):
+        if phase == "start":
+            sweeps.append(time.monotonic())
+    gc.callbacks.append(noted)
     async def main():
         sweeping = asyncio.create_task(collector.sweep(0.01, 0.32))
-        await asyncio.sleep(1.0)
-        at_rest = len(sweeps)
+        await asyncio.sleep(1.5)
+        at_rest = list(sweeps)
         busy = [[n] for n in range(5 * collector.IDLE_COUNT)]  # young, and kept
-        await asyncio.sleep(0.6)  # the next sweep finds them: back to every 0.01 s
-        after = len(sweeps) - at_rest
+        await asyncio.sleep(0.8)  # the next sweep finds them: back to 0.01 s
         sweeping.cancel()
-        print(at_rest, after, len(busy))
+        after = [t for t in sweeps if t > at_rest[-1]]
+        print(len(at_rest), at_rest[-1] - at_rest[-2], after[1] - after[0], len(busy))
     asyncio.run(main())
     """
 )
 
 
 def test_an_idle_workers_sweeps_back_off_and_return_with_work() -> None:
-    at_rest, after, _ = map(int, run_child(BACKOFF, "").split())
-    # 0.01 + 0.02 + 0.04 + 0.08 + 0.16 + 0.32...: some 7 sweeps in the first second, not 100.
-    assert 4 <= at_rest <= 15, at_rest
-    # Within 0.32 s the young generation is seen; the pace starts again from 0.01 s (0.01 +
-    # 0.02 + 0.04 + 0.08 + 0.16...): some 6 sweeps in 0.6 s; stuck at 0.32 s, 2.
-    assert after >= 4, after
+    count, last_gap, gap_after = run_child(BACKOFF, "").split()[:3]
+    # 0.01 + 0.02 + 0.04 + 0.08 + 0.16 + 0.32...: some 8 sweeps in 1.5 s, not 150, the last
+    # ones 0.32 s apart.
+    assert 4 <= int(count) <= 20, count
+    assert float(last_gap) >= 0.3, last_gap
+    # The first sweep after the young generation filled sees it; the next comes 0.01 s later
+    # (0.32 s if the pace did not start again).
+    assert float(gap_after) < 0.2, gap_after

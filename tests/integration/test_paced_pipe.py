@@ -20,11 +20,12 @@ for n in range(int(sys.argv[1])):
     time.sleep(0.005)
 """
 
-# Writes a line every 0.2 s: twenty paces of 0.01 s apart.
+# Writes a line every 0.5 s: fifty paces of 0.01 s apart (a read must come 0.4 s late for
+# two of them to look close).
 QUIET_WRITER = """
 import os, time
 for n in range(3):
-    time.sleep(0.2)
+    time.sleep(0.5)
     os.write(1, b"beat %d\\n" % n)
 """
 

@@ -142,7 +142,7 @@ async def test_the_trimmer_rests_while_nothing_is_journaled(
         await asyncio.sleep(0.2)
         assert len(trims) == 1  # one look found nothing: resting since, twenty intervals
         journal.append(_event(1))
-        for _ in range(100):
+        for _ in range(500):
             if not (tmp_path / "run1.1.jsonl").exists():
                 break
             await asyncio.sleep(0.01)
