@@ -4,7 +4,7 @@ table carries to the front doors.
 The aliases are read from the store once, on the first call or the first routing table, and
 kept in memory; every change is written (durably) before memory changes. ``aliases()`` is read
 by every routing table build without touching the store, so a change reaches the doors with the
-next table; ``on_change`` is told at once, for a table that is rebuilt only on change.
+next table; listeners (``add_listener``) are told at once, so a table at rest is built again.
 """
 
 from __future__ import annotations
@@ -24,18 +24,13 @@ from backend.protocol.types.aliases import ModelAlias
 
 log = logging.getLogger(__name__)
 
-AliasesChanged = Callable[[Mapping[str, str]], None]
-
 
 class AliasesService:
     """Owns the aliases in memory and the task that reads them (until they are read)."""
 
-    def __init__(
-        self, store: AliasStore, *, clock: Clock, on_change: AliasesChanged | None = None
-    ) -> None:
+    def __init__(self, store: AliasStore, *, clock: Clock) -> None:
         self._store = store
         self._clock = clock
-        self._on_change = on_change
         self._entries: dict[str, ModelAlias] | None = None
         self._targets: Mapping[str, str] = MappingProxyType({})
         self._loading = asyncio.Lock()
@@ -103,6 +98,4 @@ class AliasesService:
 
     def _changed(self, entries: dict[str, ModelAlias]) -> None:
         self._targets = MappingProxyType({name: a.target for name, a in entries.items()})
-        if self._on_change is not None:
-            self._on_change(self._targets)
         self._listeners.notify()

@@ -4,7 +4,7 @@ restart; bad input is refused with the rule and changes nothing; the RPC methods
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import cast
 
@@ -30,11 +30,10 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
 
 
 def _service(store: Store, seen: list[dict[str, str]] | None = None) -> AliasesService:
-    def changed(aliases: Mapping[str, str]) -> None:
-        if seen is not None:
-            seen.append(dict(aliases))
-
-    return AliasesService(AliasStore(store), clock=FakeClock(start=500.0), on_change=changed)
+    service = AliasesService(AliasStore(store), clock=FakeClock(start=500.0))
+    if seen is not None:
+        service.add_listener(lambda: seen.append(dict(service.aliases())))
+    return service
 
 
 async def test_set_writes_the_alias_and_tells_the_routing_table(store: Store) -> None:
