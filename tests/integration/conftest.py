@@ -230,6 +230,12 @@ class Broker:
             return self.process.wait(5)
 
 
+def proxy_pid(status: dict[str, Any]) -> int | None:
+    """The proxy worker's PID in a broker's ``status`` answer, while it runs."""
+    proxy = next(c for c in status["components"] if c["name"] == "proxy")
+    return int(proxy["pid"]) if proxy["status"] == "running" else None
+
+
 def wait_until_serving(broker: Broker, timeout: float = 20.0) -> None:
     """Block until the broker logs that it is ready (or fail with its log).
 

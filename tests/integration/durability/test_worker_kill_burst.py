@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import aiohttp
 
-from tests.integration.conftest import Broker, Client
+from tests.integration.conftest import Broker, Client, proxy_pid
 
 StartBroker = Callable[..., Broker]
 MODEL = "tinyllama:latest"
@@ -90,11 +90,6 @@ async def _send(session: aiohttp.ClientSession, url: str, ask: Ask) -> tuple[Out
         return "unclear", body[-200:].decode("utf-8", "replace")
 
 
-def _proxy_pid(status: dict[str, Any]) -> int | None:
-    proxy = next(c for c in status["components"] if c["name"] == "proxy")
-    return proxy["pid"] if proxy["status"] == "running" else None
-
-
 async def _open_jobs(client: Client) -> list[dict[str, Any]]:
     snapshot = await client.call("jobs:get-initial", {"limit": 1000})
     return [job for job in snapshot["workloads"] if job["state"] in ("in_flight", "running")]
@@ -108,7 +103,7 @@ async def test_a_killed_worker_loses_no_waiting_request_and_leaves_no_job_open(
     async with broker.connect(engine_events=False) as client:
         await client.call("engine:start", {"engine": "ollama"}, timeout=60)
         status = await client.call("status")
-        door, old_pid = status["front_doors"]["ollama"], _proxy_pid(status)
+        door, old_pid = status["front_doors"]["ollama"], proxy_pid(status)
         assert old_pid is not None
         connector = aiohttp.TCPConnector(force_close=True, limit=0)  # one connection each
         async with aiohttp.ClientSession(connector=connector) as session:
@@ -120,7 +115,7 @@ async def test_a_killed_worker_loses_no_waiting_request_and_leaves_no_job_open(
             after = [asyncio.create_task(_send(session, door, a)) for a in asks[REQUESTS // 2 :]]
             sent_before = await asyncio.gather(*before)
             sent_after = await asyncio.gather(*after)
-        restarted = _proxy_pid(await client.call("status"))
+        restarted = proxy_pid(await client.call("status"))
         open_jobs = await _wait_no_open_jobs(client)
         listed = (await client.call("jobs:get-initial", {"limit": 1000}))["workloads"]
     # The door's own refusals while the warm-up waited for the model to be routable name no

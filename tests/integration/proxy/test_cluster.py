@@ -24,7 +24,7 @@ import ollama
 import psutil
 import pytest
 
-from tests.integration.conftest import Broker, Client, free_port, pair_nodes
+from tests.integration.conftest import Broker, Client, free_port, pair_nodes, proxy_pid
 from tests.integration.engines.conftest import OLLAMA_SHIM, write_override, write_script
 
 LONG = {"num_predict": 400}  # 400 tokens at the emulator's 20 ms each: about 8 s
@@ -59,11 +59,6 @@ async def _until(
 
 def _jobs(snapshot: dict[str, Any]) -> list[dict[str, Any]]:
     return list(snapshot["workloads"])
-
-
-def _proxy_pid(status: dict[str, Any]) -> int | None:
-    proxy = next(c for c in status["components"] if c["name"] == "proxy")
-    return proxy.get("pid") if proxy["status"] == "running" else None
 
 
 # Calls the jobs methods by their former names (``workloads:get-initial``, ``workloads:subscribe``
@@ -119,7 +114,7 @@ async def test_two_nodes_route_keep_jobs_and_survive_a_killed_proxy_worker(
         assert _jobs(served)[0]["origin"] == a_id
         assert _jobs(served)[0]["key"].startswith(job["key"])
         # It went over A's worker's kept-alive connection to B's relay port, not to B's doors.
-        remote = _remote_ports(_proxy_pid(await a.call("status")))
+        remote = _remote_ports(proxy_pid(await a.call("status")))
         assert b_status["ports"]["relay"] in remote
         assert b_status["ports"]["ollama"] not in remote
 
@@ -165,7 +160,7 @@ async def _kill_proxy_mid_burst(a: Client, b: Client, door: str, node_b: Broker)
         lambda s: sum(j["state"] == "running" for j in _jobs(s)) >= 2,
     )
     held = [j["key"] for j in _jobs(running) if j["state"] in ("running", "in_flight")]
-    old_pid = _proxy_pid(await a.call("status"))
+    old_pid = proxy_pid(await a.call("status"))
     assert old_pid is not None
     os.kill(old_pid, signal.SIGKILL)
     killed_at = time.monotonic()
@@ -174,10 +169,10 @@ async def _kill_proxy_mid_burst(a: Client, b: Client, door: str, node_b: Broker)
     async with aiohttp.ClientSession() as session, session.get(door + "/api/version") as during:
         assert during.status == 200
     status = await _until(
-        a, "status", None, lambda s: _proxy_pid(s) not in (None, old_pid), timeout=10
+        a, "status", None, lambda s: proxy_pid(s) not in (None, old_pid), timeout=10
     )
     back_after = time.monotonic() - killed_at
-    print(f"proxy worker back {back_after:.2f} s after kill -9 (pid {_proxy_pid(status)})")
+    print(f"proxy worker back {back_after:.2f} s after kill -9 (pid {proxy_pid(status)})")
 
     # An answer that was streaming is cut; a request still waiting in A's scheduler was held
     # with A's broker and is served by the new worker, whole.

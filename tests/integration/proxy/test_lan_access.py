@@ -23,7 +23,7 @@ import pytest
 
 from backend.protocol import methods
 from backend.protocol.types.apikeys import ApiKeyCreate, ApiKeyRef
-from tests.integration.conftest import Broker, Client
+from tests.integration.conftest import Broker, Client, proxy_pid
 from tests.integration.proxy.lan_support import (
     api_key,
     network_address_or_skip,
@@ -81,12 +81,6 @@ async def _until_refused(url: str, path: str, headers: dict[str, str]) -> None:
             except (httpx.ReadError, httpx.RemoteProtocolError):
                 pass  # accepted by the all-address socket as it closed: the switch is under way
             await asyncio.sleep(0.05)
-
-
-def _proxy_pid(status: dict[str, Any]) -> int:
-    proxy = next(c for c in status["components"] if c["name"] == "proxy")
-    assert proxy["status"] == "running"
-    return int(proxy["pid"])
 
 
 def _chat(url: str, secret: str | None, model: str = "tinyllama") -> ollama.ChatResponse:
@@ -149,7 +143,8 @@ async def test_with_lan_access_on_a_key_lets_the_ollama_client_in_until_it_is_re
         # the proxy worker cannot take the new table (stopped here), the revoke is not answered.
         alias = {"name": "sky", "target": "tinyllama:latest"}
         await client.call(methods.MODELS_ALIAS_SET, alias)
-        worker = _proxy_pid(await client.call("status"))
+        worker = proxy_pid(await client.call("status"))
+        assert worker is not None
         os.kill(worker, signal.SIGSTOP)
         try:
             revoke = asyncio.create_task(
