@@ -102,11 +102,9 @@ class Dispatcher:
             answer = await self._forwarder(route.method, converted)
             if answer is not NOT_FORWARDED:
                 return answer
-            return await self._settling(route, route.handler(converted, peer))
-        return await self._settling(route, route(params, peer))
-
-    async def _settling(self, route: _Route[Any, Any], answer: Awaitable[Any]) -> Any:
-        result = await answer
+            result = await route.handler(converted, peer)
+        else:
+            result = await route(params, peer)
         if self._settle is not None and route.method.name in self._settled:
             await self._settle()
         return result
