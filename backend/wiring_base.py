@@ -5,8 +5,9 @@ the built node."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from backend.components.cluster.members import Members
 from backend.components.engines.component import EnginesComponent
@@ -25,8 +26,7 @@ from backend.core.supervisor import Supervisor
 from backend.protocol.types.broker import LogLevel, Ports
 
 
-@dataclass(frozen=True, slots=True)
-class BrokerConfig:
+class BrokerConfig(msgspec.Struct, frozen=True):
     """What ``pair node`` was asked to run."""
 
     data_dir: Path
@@ -36,16 +36,14 @@ class BrokerConfig:
     log_file: Path | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class WorkerSpec:
+class WorkerSpec(msgspec.Struct, frozen=True):
     """An extra worker process for the broker to supervise; its caller names it (tests do)."""
 
     name: str
     argv: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Foundation:
+class Foundation(msgspec.Struct, frozen=True):
     """What the broker holds before the node is built: its config, the open store and the
     identity read from it, the clock, and how to ask the broker to stop."""
 
@@ -62,8 +60,7 @@ class Foundation:
     request_shutdown: Callable[[], None]
 
 
-@dataclass(frozen=True, slots=True)
-class Node:
+class Node(msgspec.Struct, frozen=True):
     """The built node: what the broker starts, serves with and stops in stages."""
 
     hub: ClientHub
@@ -76,8 +73,7 @@ class Node:
     rpc_server: RpcServerLender
 
 
-@dataclass(frozen=True, slots=True)
-class Services:
+class Services(msgspec.Struct, frozen=True):
     """The first layer: what every component may be handed."""
 
     hub: ClientHub

@@ -8,7 +8,8 @@ import ipaddress
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from backend.protocol.types.cluster import (
     ClusterLeft,
@@ -75,8 +76,7 @@ BUSY_HERE = (
 # -- parsing ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Target:
+class Target(msgspec.Struct, frozen=True):
     """The computer to invite: an IP address (IPv6 without brackets) or a hostname, and a port."""
 
     host: str

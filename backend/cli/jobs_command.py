@@ -9,7 +9,6 @@ import argparse
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -85,12 +84,11 @@ def run(args: argparse.Namespace) -> int | None:
     return list_jobs(args.data_dir, limit=args.limit, as_json=args.json, cluster=args.cluster)
 
 
-@dataclass(frozen=True, slots=True)
-class JobsView:
+class JobsView(msgspec.Struct, frozen=True):
     """Which jobs ``pair jobs`` shows and what it calls their nodes."""
 
     only: NodeId | None = None  # show only the jobs this node took part in; None: every job
-    names: Mapping[NodeId, str] = field(default_factory=dict)
+    names: Mapping[NodeId, str] = msgspec.field(default_factory=dict)
 
     def shows(self, job: JobRecord) -> bool:
         """Whether ``job`` is one to show: ``only`` received, sent or served it."""

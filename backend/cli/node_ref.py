@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+
+import msgspec
 
 from backend.cli import exit_codes
 from backend.protocol import contract, errors, methods
@@ -24,8 +25,7 @@ MIN_PREFIX = 4
 SHORT_ID = 8
 
 
-@dataclass(frozen=True, slots=True)
-class KnownNode:
+class KnownNode(msgspec.Struct, frozen=True):
     """A node a command can be for: this one (``here``) or a cluster member."""
 
     node_id: NodeId
@@ -42,8 +42,7 @@ class UnknownNode(Exception):
     """``--node`` names no node, or more than one; the message lists the candidates."""
 
 
-@dataclass(frozen=True, slots=True)
-class NodeDirectory:
+class NodeDirectory(msgspec.Struct, frozen=True):
     """This node and the members of its cluster, as the broker listed them."""
 
     here: KnownNode

@@ -19,8 +19,10 @@ import ipaddress
 import logging
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
 from typing import Literal
+
+import msgspec
+from msgspec.structs import replace
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +54,7 @@ def is_loopback(peer: str) -> bool:
         return False
 
 
-@dataclass(frozen=True, slots=True)
-class ConnectionLimits:
+class ConnectionLimits(msgspec.Struct, frozen=True):
     """The caps and deadlines of one process's network listeners (see the module)."""
 
     per_peer: int = PER_PEER
@@ -100,7 +101,7 @@ def _overridden(limits: ConnectionLimits, text: str) -> ConnectionLimits:
         if key not in numbers:
             raise ValueError(f"unknown key {key!r}; expected {', '.join(numbers)}")
         changes[names.get(key, key)] = numbers[key](value.strip())
-    return replace(limits, **changes)  # type: ignore[arg-type]
+    return replace(limits, **changes)
 
 
 def _count(value: str) -> int:

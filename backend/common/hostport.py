@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from dataclasses import dataclass
+
+import msgspec
 
 DEFAULT_PORT = 14320
 PORT_RANGE = "port must be 1-65535"
@@ -31,8 +32,7 @@ _MAX_NAME = 253
 _MAX_LABEL = 63
 
 
-@dataclass(frozen=True, slots=True)
-class Address:
+class Address(msgspec.Struct, frozen=True):
     """A host (an IP address without brackets, or a host name) and a TCP port."""
 
     host: str
@@ -43,8 +43,7 @@ class Address:
         return f"{url_host(self.host)}:{self.port}"
 
 
-@dataclass(frozen=True, slots=True)
-class Invalid:
+class Invalid(msgspec.Struct, frozen=True):
     """Why the text is no address. ``incomplete``: it may become one as the person types on
     (``192.168.``, ``gpu-box:``), so it is no reason to show an error yet; ``final`` then says
     what is wrong when the text is all there is (a command line, an RPC), if ``message`` does

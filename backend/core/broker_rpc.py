@@ -7,8 +7,9 @@ import logging
 import os
 import platform
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from backend import __version__
 from backend.core.clock import Clock
@@ -37,8 +38,7 @@ from backend.protocol.types.results import Ok, Unsubscribed
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class Uptime:
+class Uptime(msgspec.Struct, frozen=True):
     """Milliseconds since ``since`` on the clock's monotonic time."""
 
     clock: Clock
@@ -48,8 +48,7 @@ class Uptime:
         return int((self.clock.monotonic() - self.since) * 1000)
 
 
-@dataclass(frozen=True, slots=True)
-class StatusSource:
+class StatusSource(msgspec.Struct, frozen=True):
     """Builds the ``status`` answer: the run's fixed facts and its live parts, read on demand."""
 
     started_at: float

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import filelock
+import msgspec
 
 from backend.common.files import ensure_private_dir, write_private_atomic
 
 
-@dataclass(frozen=True, slots=True)
-class BrokerRecord:
+class BrokerRecord(msgspec.Struct, frozen=True):
     """Who runs the broker for a data directory."""
 
     pid: int

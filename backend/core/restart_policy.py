@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 
-@dataclass(frozen=True, slots=True)
-class RestartPolicy:
+class RestartPolicy(msgspec.Struct, frozen=True):
     """Backoff schedule, attempts per unhealthy streak, and the healthy time that resets it."""
 
     backoff: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0)
@@ -14,23 +13,20 @@ class RestartPolicy:
     healthy_reset: float = 60.0
 
 
-@dataclass(frozen=True, slots=True)
-class Streak:
+class Streak(msgspec.Struct, frozen=True):
     """Restarts made since the component last ran healthy for ``healthy_reset`` seconds."""
 
     attempts: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class Restart:
+class Restart(msgspec.Struct, frozen=True):
     """Restart after ``delay`` seconds; this is restart number ``attempt`` of the streak."""
 
     delay: float
     attempt: int
 
 
-@dataclass(frozen=True, slots=True)
-class GiveUp:
+class GiveUp(msgspec.Struct, frozen=True):
     """The streak used every attempt: leave the component down."""
 
     attempts: int

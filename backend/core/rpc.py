@@ -6,8 +6,9 @@ import asyncio
 import contextvars
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
 from typing import Any, Final, Generic, Protocol, TypeVar
+
+import msgspec
 
 from backend.common.listeners import Listeners
 from backend.protocol import errors
@@ -25,8 +26,7 @@ R = TypeVar("R")
 E = TypeVar("E")
 
 
-@dataclass(frozen=True, slots=True)
-class _Route(Generic[P, R]):
+class _Route(msgspec.Struct, Generic[P, R], frozen=True):
     method: Method[P, R]
     handler: Callable[[P, RpcPeer], Awaitable[R]]
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NewType
+
+import msgspec
 
 from backend.core.clock import Clock
 from backend.core.store import Store
@@ -11,8 +12,7 @@ from backend.core.store import Store
 RunId = NewType("RunId", int)
 
 
-@dataclass(frozen=True, slots=True)
-class BrokerRun:
+class BrokerRun(msgspec.Struct, frozen=True):
     """One recorded run; ``stopped_at`` is None while it runs or when it did not stop cleanly."""
 
     id: RunId

@@ -6,8 +6,9 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
+
+import msgspec
 
 from backend.common.tasks import TaskSet, wait_first
 from backend.core.clock import Clock
@@ -43,22 +44,20 @@ class ErrorSink(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class _Outcome:
+class _Outcome(msgspec.Struct, frozen=True):
     kind: Literal["cancelled", "crashed", "fatal", "not-ready"]
     error: str = ""
 
 
-@dataclass
-class _Slot:
+class _Slot(msgspec.Struct):
     component: Component
     status: ComponentStatus = "starting"
     since: float = 0.0
     restarts: int = 0
     last_error: str | None = None
     next_restart_at: float | None = None
-    streak: Streak = field(default_factory=Streak)
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    streak: Streak = msgspec.field(default_factory=Streak)
+    wake: asyncio.Event = msgspec.field(default_factory=asyncio.Event)
     run_task: asyncio.Task[_Outcome] | None = None
 
 

@@ -27,10 +27,10 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+import msgspec
 import psutil
 
 from backend.common.tasks import TaskSet
@@ -73,8 +73,7 @@ class DemoError(Exception):
     """The demo cluster could not start; the message says which node and why."""
 
 
-@dataclass(frozen=True)
-class NodePlan:
+class NodePlan(msgspec.Struct, frozen=True):
     """One demo node: its name (``node_name`` setting and data dir) and its engines' models."""
 
     name: str
@@ -120,14 +119,13 @@ def free_port(taken: set[int]) -> int:
             return port
 
 
-@dataclass
-class DemoNode:
+class DemoNode(msgspec.Struct):
     """A demo node: its plan, data dir, ports and (once started) its broker process."""
 
     plan: NodePlan
     data_dir: Path
     ports: dict[str, int]
-    engines: list[str] = field(default_factory=list)
+    engines: list[str] = msgspec.field(default_factory=list)
     process: asyncio.subprocess.Process | None = None
 
     @property
@@ -461,8 +459,7 @@ def _tail(path: Path, lines: int = 15) -> str:
 # Running it: the cluster, the trickle, and the app or a wait for Ctrl+C.
 
 
-@dataclass(frozen=True)
-class DemoOptions:
+class DemoOptions(msgspec.Struct, frozen=True):
     """What ``pair demo`` was asked for."""
 
     root: Path | None = None

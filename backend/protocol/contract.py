@@ -6,7 +6,6 @@ end to end and a name is written once, in ``methods.py``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 import msgspec
@@ -25,8 +24,7 @@ class NoParams(msgspec.Struct, frozen=True, kw_only=True):
 NO_PARAMS = NoParams()
 
 
-@dataclass(frozen=True, slots=True)
-class Method(Generic[P, R]):
+class Method(msgspec.Struct, Generic[P, R], frozen=True):
     """One request method: ``name`` on the wire, its params and its single result type."""
 
     name: str
@@ -61,8 +59,7 @@ class Method(Generic[P, R]):
         return msgspec.to_builtins(params)
 
 
-@dataclass(frozen=True, slots=True)
-class Push(Generic[E]):
+class Push(msgspec.Struct, Generic[E], frozen=True):
     """One notification (broker to client, or worker to broker): ``name`` and its payload type."""
 
     name: str

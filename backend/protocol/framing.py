@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 MAX_FRAME_BYTES = 16 * 1024 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class OversizedFrame:
+class OversizedFrame(msgspec.Struct, frozen=True):
     """A frame that exceeded the limit; its bytes were discarded up to the next newline."""
 
     size: int

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Final
 
 import msgspec
@@ -21,8 +20,7 @@ NOT_FOUND: Final = -32004
 RequestId = int | str
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
+class Request(msgspec.Struct, frozen=True):
     """A call that expects a response."""
 
     id: RequestId
@@ -30,16 +28,14 @@ class Request:
     params: Any
 
 
-@dataclass(frozen=True, slots=True)
-class Notification:
+class Notification(msgspec.Struct, frozen=True):
     """A call without an id: no response is sent."""
 
     method: str
     params: Any
 
 
-@dataclass(frozen=True, slots=True)
-class Response:
+class Response(msgspec.Struct, frozen=True):
     """The answer to one of our requests: ``error`` is set or ``result`` is meaningful."""
 
     id: RequestId | None
@@ -47,8 +43,7 @@ class Response:
     error: ErrorObject | None
 
 
-@dataclass(frozen=True, slots=True)
-class ErrorObject:
+class ErrorObject(msgspec.Struct, frozen=True):
     """The ``error`` member of a response."""
 
     code: int
@@ -63,8 +58,7 @@ class ErrorObject:
         return wire
 
 
-@dataclass(frozen=True, slots=True)
-class Invalid:
+class Invalid(msgspec.Struct, frozen=True):
     """A frame that is not a valid message; answer it with ``error`` under ``id``."""
 
     id: RequestId | None

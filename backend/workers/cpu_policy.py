@@ -32,8 +32,9 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Literal
+
+import msgspec
 
 POLICY_ENV = "PAIR_CPU_POLICY"
 Policy = Literal["batch", "normal"]
@@ -54,8 +55,7 @@ _NEVER = sys.maxsize
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class Thresholds:
+class Thresholds(msgspec.Struct, frozen=True):
     """When the adaptive policy switches (the defaults above unless a test says otherwise)."""
 
     batch_at: int = BATCH_AT

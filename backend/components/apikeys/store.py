@@ -4,7 +4,8 @@ secret)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+
+import msgspec
 
 from backend.core.store import Row, Store
 from backend.protocol.types.apikeys import ApiKeyId, ApiKeyInfo
@@ -12,8 +13,7 @@ from backend.protocol.types.apikeys import ApiKeyId, ApiKeyInfo
 _COLUMNS = "id, name, prefix, hash, created_at, last_used_at, scope"
 
 
-@dataclass(frozen=True, slots=True)
-class StoredKey:
+class StoredKey(msgspec.Struct, frozen=True):
     """One key as stored: what is listed, and the hash the front door checks."""
 
     info: ApiKeyInfo

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+
+import msgspec
+from msgspec.structs import replace
 
 from backend.common.certificates import fingerprint_of
 from backend.components.cluster import admission
@@ -25,8 +27,7 @@ from backend.protocol.types.base import InviteId, NodeId
 from backend.protocol.types.cluster import Invite, InviteState, JoinWindow
 
 
-@dataclass(frozen=True, slots=True)
-class Held:
+class Held(msgspec.Struct, frozen=True):
     """A received invite, the offer as received, its sender's address, and when it ended."""
 
     invite: Invite

@@ -7,7 +7,7 @@ confirmation ends the invite.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from backend.common.certificates import NodeCredentials, fingerprint_of
 from backend.components.cluster import messages as m
@@ -16,8 +16,7 @@ from backend.components.cluster.pake import CPaceError, CPaceRun, Role
 from backend.protocol.types.cluster import Invite
 
 
-@dataclass(slots=True)
-class Outgoing:
+class Outgoing(msgspec.Struct):
     """An invite this node sent, with its PIN and the CPace run it allows."""
 
     invite: Invite

@@ -10,7 +10,8 @@ confirmation, because the certificate is part of the CPace channel identifier.
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
+
+import msgspec
 
 from backend.common.certificates import NodeCredentials, fingerprint_of
 from backend.components.cluster import messages as m
@@ -20,16 +21,14 @@ from backend.components.cluster.pake import CPaceError, CPaceRun, Role
 from backend.protocol.types.cluster import InviteState
 
 
-@dataclass(frozen=True, slots=True)
-class Joined:
+class Joined(msgspec.Struct, frozen=True):
     """The inviter's facts, opened from its box, and the keys of this run."""
 
     inviter: m.SealedFacts
     keys: pc.SessionKeys
 
 
-@dataclass(frozen=True, slots=True)
-class Ended:
+class Ended(msgspec.Struct, frozen=True):
     """The invite ended before pairing (wrong PIN, expired at the inviter, ...)."""
 
     state: InviteState

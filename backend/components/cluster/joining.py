@@ -9,7 +9,8 @@ join window closes and the other received invites end.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+
+import msgspec
 
 from backend.common.certificates import NodeCredentials
 from backend.components.cluster import messages as m
@@ -28,8 +29,7 @@ OWN_INVITE_OPEN = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class JoinerParts:
+class JoinerParts(msgspec.Struct, frozen=True):
     """What the joiner's side uses of its service: identity, membership and notifications."""
 
     credentials: NodeCredentials

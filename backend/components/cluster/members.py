@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 import msgspec
+from msgspec.structs import replace
 
 from backend.components.cluster.endorsements import Endorsement, RemovalProof, Tombstone, Voucher
 from backend.core.store import Store
@@ -31,8 +31,7 @@ DEFAULT_CLUSTER_NAME = "My computers"
 Statement = tuple[str, Sequence[Any]]
 
 
-@dataclass(frozen=True, slots=True)
-class Member:
+class Member(msgspec.Struct, frozen=True):
     """A node this one trusts: its pinned certificate and where it was last reached.
 
     ``endorsements`` are the signed statements that vouch for it (the one it was admitted by
@@ -62,16 +61,15 @@ class Member:
         return max((e.issued_at for e in self.endorsements), default=0.0)
 
 
-@dataclass(frozen=True, slots=True)
-class Membership:
+class Membership(msgspec.Struct, frozen=True):
     """The cluster (absent while this node is in none), its members and its tombstones."""
 
     cluster_id: str | None = None
     cluster_name: str = ""
-    members: dict[NodeId, Member] = field(default_factory=dict)
+    members: dict[NodeId, Member] = msgspec.field(default_factory=dict)
     removed: frozenset[str] = frozenset()  # fingerprints of removed members
     cluster_name_at: float = 0.0  # when the name was set (the newest rename wins)
-    tombstones: dict[str, Tombstone] = field(default_factory=dict)  # by removed fingerprint
+    tombstones: dict[str, Tombstone] = msgspec.field(default_factory=dict)  # by removed fingerprint
     removed_from: RemovedFromCluster | None = None
 
     @property
@@ -107,8 +105,7 @@ class Membership:
         return None
 
 
-@dataclass(frozen=True, slots=True)
-class Changes:
+class Changes(msgspec.Struct, frozen=True):
     """What a merge, a removal or a rename changes, applied as one transaction."""
 
     pinned: Sequence[Member] = ()  # new members (a tombstone left by their own leave goes)

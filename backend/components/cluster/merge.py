@@ -19,8 +19,9 @@ Nothing here does I/O.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Protocol
+
+import msgspec
 
 from backend.common.certificates import fingerprint_of
 from backend.components.cluster.endorsements import (
@@ -54,8 +55,7 @@ class _Vouched(Protocol):
     def endorsements(self) -> list[Endorsement]: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Merge:
+class Merge(msgspec.Struct, frozen=True):
     """What a roster changes here; ``removed_self``: a member removed this node."""
 
     changes: Changes

@@ -7,7 +7,6 @@ remover. ``merge.py`` has the rules that merge one into the membership.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Annotated, Literal
 
 import msgspec
@@ -67,8 +66,7 @@ class RemovalAnswer(Message, frozen=True, kw_only=True):
     state: Literal["left", "removed", "known"]
 
 
-@dataclass(frozen=True, slots=True)
-class Self:
+class Self(msgspec.Struct, frozen=True):
     """This node, as a merge needs it."""
 
     node_id: NodeId

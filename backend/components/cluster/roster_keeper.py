@@ -14,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+
+import msgspec
+from msgspec.structs import replace
 
 from backend.common.certificates import NodeCredentials, fingerprint_of
 from backend.components.cluster import merge as mg
@@ -43,8 +45,7 @@ class RemovedHere(Exception):
     """This node was just removed from the cluster (it left; nothing to answer with)."""
 
 
-@dataclass(slots=True)
-class _Notice:
+class _Notice(msgspec.Struct):
     """A removal proof still to be delivered to the member it removed."""
 
     member: Member

@@ -6,9 +6,9 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
 
 import aiohttp
+import msgspec
 
 from backend.common.certificates import NodeCredentials
 from backend.common.hostport import url_host
@@ -57,8 +57,7 @@ POLL_GRANULARITY_S = 0.05
 LOOPBACK = "127.0.0.1"
 
 
-@dataclass(slots=True)
-class _Poll:
+class _Poll(msgspec.Struct):
     due: float
     failures: int = 0
 

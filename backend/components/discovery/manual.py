@@ -9,7 +9,6 @@ by the manual id; after ``FAILURES_TO_REPORT`` failed probes in a row the error
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
 
 import msgspec
 
@@ -25,22 +24,19 @@ ERROR_PREFIX = "discovery:manual-unreachable:"
 _SHOWN_LENGTH = 80
 
 
-@dataclass(frozen=True, slots=True)
-class PairAnswered:
+class PairAnswered(msgspec.Struct, frozen=True):
     """The address answered node-info as the PAIR node ``node_id``."""
 
     node_id: str
 
 
-@dataclass(frozen=True, slots=True)
-class EngineAnswered:
+class EngineAnswered(msgspec.Struct, frozen=True):
     """The address answered as a bare engine."""
 
     engine: str
 
 
-@dataclass(frozen=True, slots=True)
-class NoAnswer:
+class NoAnswer(msgspec.Struct, frozen=True):
     """Neither PAIR nor an engine answered."""
 
     reason: str

@@ -9,9 +9,9 @@ from __future__ import annotations
 import logging
 import ssl
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import aiohttp
+import msgspec
 
 from backend.common import tls
 from backend.common.certificates import NodeCredentials
@@ -62,8 +62,7 @@ class MemberContexts:
         return context
 
 
-@dataclass(frozen=True, slots=True)
-class NodeAnswer:
+class NodeAnswer(msgspec.Struct, frozen=True):
     """A node-info answer, and whether it came over the member's pinned mutual TLS."""
 
     info: NodeInfo

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -45,8 +44,7 @@ class NotReached(ProbeFailed):
     out (as against an answer that was refused: a failed handshake, a bad status or body)."""
 
 
-@dataclass(frozen=True, slots=True)
-class EngineAnswer:
+class EngineAnswer(msgspec.Struct, frozen=True):
     """A bare engine found at an address."""
 
     engine: str

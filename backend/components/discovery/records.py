@@ -13,8 +13,8 @@ import re
 import socket
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
+import msgspec
 import psutil
 
 from backend.protocol.types.base import NodeId
@@ -33,8 +33,7 @@ class MalformedRecord(ValueError):
     """A peer's TXT record that cannot be used; the message says why."""
 
 
-@dataclass(frozen=True, slots=True)
-class Announcement:
+class Announcement(msgspec.Struct, frozen=True):
     """What a peer's TXT record says about it."""
 
     node_id: NodeId

@@ -16,9 +16,9 @@ goes first (the relay dials the first). Engines come only from authenticated ans
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
 
 import msgspec
+from msgspec.structs import replace
 
 from backend.protocol.types.base import ManualNodeId, NodeId
 from backend.protocol.types.nodes import (
@@ -34,8 +34,7 @@ SOURCE_ORDER: tuple[NodeSource, ...] = ("self", "mdns", "manual")
 MAX_HINTS = 8
 
 
-@dataclass(frozen=True, slots=True)
-class EvictionPolicy:
+class EvictionPolicy(msgspec.Struct, frozen=True):
     """How many scans a node may miss before it is probed and before it is evicted."""
 
     probe_from: int = 3
@@ -43,8 +42,10 @@ class EvictionPolicy:
     mass_loss_grace: int = 6
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
+DEFAULT_EVICTION = EvictionPolicy()
+
+
+class Entry(msgspec.Struct, frozen=True):
     """A node plus the bookkeeping eviction needs."""
 
     node: DiscoveredNode
@@ -54,11 +55,10 @@ class Entry:
     hints: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Directory:
+class Directory(msgspec.Struct, frozen=True):
     """Every known node by id, and how many scans in a row lost them all."""
 
-    entries: Mapping[NodeId, Entry] = field(default_factory=dict)
+    entries: Mapping[NodeId, Entry] = msgspec.field(default_factory=dict)
     mass_loss_scans: int = 0
 
     def nodes(self) -> list[DiscoveredNode]:
@@ -72,8 +72,7 @@ class Directory:
 # Events ----------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Announced:
+class Announced(msgspec.Struct, frozen=True):
     """mDNS announced (or re-announced) a PAIR node; of a trusted ``member`` only a hint."""
 
     node_id: NodeId
@@ -83,8 +82,7 @@ class Announced:
     member: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class InfoFetched:
+class InfoFetched(msgspec.Struct, frozen=True):
     """A node answered ``/v1/node-info`` as itself at ``address``.
 
     ``source`` adds how it is known (``None`` for a routine telemetry poll); ``addresses``
@@ -104,8 +102,7 @@ class InfoFetched:
     member: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class EngineFound:
+class EngineFound(msgspec.Struct, frozen=True):
     """A manual address answered as a bare engine (no PAIR there)."""
 
     manual_id: ManualNodeId
@@ -117,23 +114,20 @@ class EngineFound:
     at: float
 
 
-@dataclass(frozen=True, slots=True)
-class FetchFailed:
+class FetchFailed(msgspec.Struct, frozen=True):
     """A node did not answer as itself (its telemetry poll or manual probe failed)."""
 
     node_id: NodeId
 
 
-@dataclass(frozen=True, slots=True)
-class SourceDropped:
+class SourceDropped(msgspec.Struct, frozen=True):
     """A way of knowing a node ended (a manual node removed)."""
 
     node_id: NodeId
     source: NodeSource
 
 
-@dataclass(frozen=True, slots=True)
-class Scanned:
+class Scanned(msgspec.Struct, frozen=True):
     """A scan tick: count misses, evict."""
 
 
@@ -143,29 +137,25 @@ Event = Announced | InfoFetched | EngineFound | FetchFailed | SourceDropped | Sc
 # Changes ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class NodeJoined:
+class NodeJoined(msgspec.Struct, frozen=True):
     """A node entered the list."""
 
     node: DiscoveredNode
 
 
-@dataclass(frozen=True, slots=True)
-class NodeUpdated:
+class NodeUpdated(msgspec.Struct, frozen=True):
     """Something other than telemetry changed."""
 
     node: DiscoveredNode
 
 
-@dataclass(frozen=True, slots=True)
-class NodeLeft:
+class NodeLeft(msgspec.Struct, frozen=True):
     """A node left the list."""
 
     node_id: NodeId
 
 
-@dataclass(frozen=True, slots=True)
-class NodeTelemetryChanged:
+class NodeTelemetryChanged(msgspec.Struct, frozen=True):
     """Only telemetry or ``last_seen`` changed."""
 
     node_id: NodeId
@@ -177,7 +167,7 @@ Change = NodeJoined | NodeUpdated | NodeLeft | NodeTelemetryChanged
 
 
 def apply(
-    directory: Directory, event: Event, policy: EvictionPolicy = EvictionPolicy()
+    directory: Directory, event: Event, policy: EvictionPolicy = DEFAULT_EVICTION
 ) -> tuple[Directory, list[Change]]:
     """The directory after ``event`` and what changed."""
     match event:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+
+import msgspec
 
 from backend.components.discovery.state import EvictionPolicy
 
@@ -16,8 +17,7 @@ ENV_MDNS = "PAIR_DISCOVERY_MDNS"
 DEFAULT_TELEMETRY_INTERVAL = 2.0
 
 
-@dataclass(frozen=True, slots=True)
-class DiscoveryTiming:
+class DiscoveryTiming(msgspec.Struct, frozen=True):
     """Intervals in seconds; ``telemetry_backoff`` is the delay after 1, 2, 3, 4+ failures."""
 
     scan_interval: float = 5.0
@@ -26,7 +26,7 @@ class DiscoveryTiming:
     manual_probe_interval: float = 10.0
     interface_interval: float = 10.0  # how soon a changed address is announced over mDNS
     fetch_timeout: float = 3.0
-    policy: EvictionPolicy = field(default_factory=EvictionPolicy)
+    policy: EvictionPolicy = msgspec.field(default_factory=EvictionPolicy)
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str]) -> DiscoveryTiming:

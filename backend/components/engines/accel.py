@@ -9,8 +9,9 @@ always keep the RPC backend, so every member can serve or use a spread model.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Literal
+
+import msgspec
 
 OsName = Literal["linux", "darwin", "windows"]
 GpuVendor = Literal["nvidia", "amd", "intel", "apple"]
@@ -27,8 +28,7 @@ RPC_FLAG = "-DGGML_RPC=ON"
 _ARCHES = {"x86_64": "x64", "amd64": "x64", "x64": "x64", "arm64": "arm64", "aarch64": "arm64"}
 
 
-@dataclass(frozen=True, slots=True)
-class DetectedGpu:
+class DetectedGpu(msgspec.Struct, frozen=True):
     """One GPU as detection reports it; ``vram_bytes`` is None for unified or unknown memory."""
 
     vendor: GpuVendor
@@ -36,8 +36,7 @@ class DetectedGpu:
     vram_bytes: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Toolkits:
+class Toolkits(msgspec.Struct, frozen=True):
     """The GPU toolkits a source build can use: nvcc's CUDA version, the Vulkan SDK, ROCm."""
 
     cuda_version: str | None = None  # None when nvcc is not found
@@ -45,8 +44,7 @@ class Toolkits:
     rocm: bool = False  # hipcc (ROCm's HIP compiler) found
 
 
-@dataclass(frozen=True, slots=True)
-class ArchiveChoice:
+class ArchiveChoice(msgspec.Struct, frozen=True):
     """A release archive to install: its asset pattern, a runtime archive beside it, a label."""
 
     asset: str
@@ -54,8 +52,7 @@ class ArchiveChoice:
     backend: Backend
 
 
-@dataclass(frozen=True, slots=True)
-class SourceBuild:
+class SourceBuild(msgspec.Struct, frozen=True):
     """A pip (source) build: the CMake flags to configure it with and its label."""
 
     cmake_flags: tuple[str, ...]

@@ -7,11 +7,11 @@ import json
 import re
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
+import msgspec
 
 from backend.components.engines.commands import run_command
 from backend.components.engines.exclusive import ExclusiveKind
@@ -79,14 +79,13 @@ async def run_action(
     return await _remove(engine, action, values)
 
 
-@dataclass(frozen=True, slots=True)
-class ModelListing:
+class ModelListing(msgspec.Struct, frozen=True):
     """One listing of an engine's models: sorted names, sizes in bytes for those whose size
     the engine reported (the others are absent), and what the files of a model store say."""
 
     names: list[str]
-    sizes: dict[str, int] = field(default_factory=dict)
-    details: dict[str, ModelDetails] = field(default_factory=dict)
+    sizes: dict[str, int] = msgspec.field(default_factory=dict)
+    details: dict[str, ModelDetails] = msgspec.field(default_factory=dict)
 
 
 async def list_names(engine: EngineController, name: str, timeout: float) -> list[str]:

@@ -5,21 +5,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from dataclasses import dataclass, field
 from typing import Protocol
+
+import msgspec
 
 from backend.components.engines.console import command_spawn_options
 from backend.components.engines.process import EngineLog
 
 
-@dataclass(frozen=True, slots=True)
-class CommandResult:
+class CommandResult(msgspec.Struct, frozen=True):
     """Exit status and output of one command; ``started`` is False when it could not even be
     run (no such program), so it started nothing."""
 
     argv: list[str]
     code: int
-    lines: list[str] = field(default_factory=list)
+    lines: list[str] = msgspec.field(default_factory=list)
     started: bool = True
 
     def describe(self) -> str:

@@ -15,9 +15,10 @@ import logging
 import os
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
+
+import msgspec
 
 from backend.common.files import write_private_atomic
 
@@ -32,16 +33,14 @@ class HashStopped(Exception):
     """Hashing was asked to stop (the broker is shutting down) before the file's end."""
 
 
-@dataclass(frozen=True, slots=True)
-class FileStamp:
+class FileStamp(msgspec.Struct, frozen=True):
     """What says a file is unchanged since it was hashed: its size and mtime in nanoseconds."""
 
     size: int
     mtime_ns: int
 
 
-@dataclass(frozen=True, slots=True)
-class CachedDigest:
+class CachedDigest(msgspec.Struct, frozen=True):
     """A file's digest (``sha256:<hex>``) as of ``stamp``."""
 
     stamp: FileStamp

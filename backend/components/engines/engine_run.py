@@ -16,7 +16,6 @@ import logging
 import secrets
 import sys
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -60,8 +59,7 @@ ADOPTED_PORT_CHECK_S = 1.0
 ADOPTED_GONE_AFTER = 2
 
 
-@dataclass(frozen=True, slots=True)
-class EngineHooks:
+class EngineHooks(msgspec.Struct, frozen=True):
     """What a controller reports to and persists through."""
 
     errors: ErrorSink

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import msgspec
 
 from backend.core.plain_errors import plain_error
 from backend.protocol import errors
 from backend.protocol.types.base import EngineName
 
 
-@dataclass(frozen=True, slots=True)
-class EngineEndpoint:
+class EngineEndpoint(msgspec.Struct, frozen=True):
     """Where a running engine answers HTTP, the session to ask it through, and the names its
     errors are reported under."""
 
@@ -25,7 +24,7 @@ class EngineEndpoint:
     port: int
     session: aiohttp.ClientSession
     # Sent with every request: the key of an engine PAIR launched with one (``engine_key``).
-    headers: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = msgspec.field(default_factory=dict)
 
 
 async def get_json(engine: EngineEndpoint, path: str, *, timeout: float) -> Any:

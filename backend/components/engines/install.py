@@ -13,11 +13,11 @@ import asyncio
 import hashlib
 import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urlsplit
 
 import aiohttp
+import msgspec
 
 from backend.components.engines.accel import ArchiveChoice, DetectedGpu
 from backend.components.engines.archive_choice import (
@@ -135,8 +135,7 @@ def download_target(target: Path, url: str) -> Path:
     return target.parent / f"{target.name}.download{kept}"
 
 
-@dataclass(frozen=True, slots=True)
-class Fetch:
+class Fetch(msgspec.Struct, frozen=True):
     """Downloads (checked) and unpacks the files of one install or update spec's release;
     ``advice`` and ``nothing_done`` say what a failure leaves the user to do and as it was."""
 

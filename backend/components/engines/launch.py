@@ -19,9 +19,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+import msgspec
 
 from backend.components.engines.model_store import ModelStore, StoredModel
 from backend.protocol import errors
@@ -31,8 +32,7 @@ from backend.protocol.types.settings import SettingValue
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class LaunchSettings:
+class LaunchSettings(msgspec.Struct, frozen=True):
     """The user's choice for launching a one-model engine; ``model`` empty: the store's first."""
 
     parallel: int
@@ -40,8 +40,7 @@ class LaunchSettings:
     model: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class LaunchPlan:
+class LaunchPlan(msgspec.Struct, frozen=True):
     """One launch of a store engine: the model it serves and the settings it ran with."""
 
     model: str

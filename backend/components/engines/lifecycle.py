@@ -10,9 +10,11 @@ monitors keep watching it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, assert_never
+
+import msgspec
+from msgspec.structs import replace
 
 from backend.components.engines.manifest import Manifest
 from backend.core.restart_policy import Restart, RestartPolicy, Streak, decide_after_exit
@@ -24,8 +26,7 @@ Command = Literal["start", "stop", "restart", "shutdown", "install", "uninstall"
 POLICY = RestartPolicy()
 
 
-@dataclass(frozen=True, slots=True)
-class Lifecycle:
+class Lifecycle(msgspec.Struct, frozen=True):
     """What PAIR knows about one engine, apart from the live process handle.
 
     ``owner`` says who runs what serves the port: ``adopted`` (someone else, so PAIR never stops
@@ -43,7 +44,7 @@ class Lifecycle:
     slots: int | None = None
     run: int | None = None
     started_at: float = 0.0
-    streak: Streak = field(default_factory=Streak)
+    streak: Streak = msgspec.field(default_factory=Streak)
     restart_in: float | None = None
 
     @property
@@ -70,88 +71,74 @@ class Lifecycle:
 # -- what the controller did, under the engine's lock ------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Commanded:
+class Commanded(msgspec.Struct, frozen=True):
     """A lifecycle command took the engine; an explicit start or stop also records the intent."""
 
     command: Command
     explicit: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class PortChanged:
+class PortChanged(msgspec.Struct, frozen=True):
     """The engine moves to another port: whatever ran on the old one is no longer observed."""
 
 
-@dataclass(frozen=True, slots=True)
-class Detected:
+class Detected(msgspec.Struct, frozen=True):
     """The executable was looked for; ``binary`` is None when it was not found."""
 
     binary: Path | None
 
 
-@dataclass(frozen=True, slots=True)
-class Adopted:
+class Adopted(msgspec.Struct, frozen=True):
     """Something already answered on the port, so PAIR serves it without owning it."""
 
     at: float
     slots: int
 
 
-@dataclass(frozen=True, slots=True)
-class StartBegan:
+class StartBegan(msgspec.Struct, frozen=True):
     """PAIR starts the engine itself (nothing answered on its port)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Spawned:
+class Spawned(msgspec.Struct, frozen=True):
     """PAIR's child process ``pid`` runs the engine."""
 
     pid: int
 
 
-@dataclass(frozen=True, slots=True)
-class DaemonLaunched:
+class DaemonLaunched(msgspec.Struct, frozen=True):
     """The daemon's start commands run: what they start is PAIR's to stop."""
 
 
-@dataclass(frozen=True, slots=True)
-class NothingLaunched:
+class NothingLaunched(msgspec.Struct, frozen=True):
     """No start command could even be run: nothing was started, so PAIR owns nothing."""
 
 
-@dataclass(frozen=True, slots=True)
-class Ready:
+class Ready(msgspec.Struct, frozen=True):
     """The engine PAIR started answered its readiness probe at monotonic time ``at``."""
 
     at: float
     slots: int
 
 
-@dataclass(frozen=True, slots=True)
-class StartFailed:
+class StartFailed(msgspec.Struct, frozen=True):
     """A start was abandoned (what it launched is already stopped)."""
 
     error: str
 
 
-@dataclass(frozen=True, slots=True)
-class StopBegan:
+class StopBegan(msgspec.Struct, frozen=True):
     """PAIR is stopping what it started."""
 
 
-@dataclass(frozen=True, slots=True)
-class StopFailed:
+class StopFailed(msgspec.Struct, frozen=True):
     """What PAIR started still serves after its stop: it runs on, in a new run watched again."""
 
 
-@dataclass(frozen=True, slots=True)
-class Stopped:
+class Stopped(msgspec.Struct, frozen=True):
     """Nothing PAIR started runs any more."""
 
 
-@dataclass(frozen=True, slots=True)
-class Crashed:
+class Crashed(msgspec.Struct, frozen=True):
     """The run failed at ``at`` (after an unhealthy engine was stopped)."""
 
     error: str
@@ -161,8 +148,7 @@ class Crashed:
 # -- observations (fenced by the revision of the run they watched) -----------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Exited:
+class Exited(msgspec.Struct, frozen=True):
     """Process ``pid`` of the run begun under ``revision`` exited on its own at ``at``."""
 
     revision: int
@@ -171,22 +157,19 @@ class Exited:
     at: float
 
 
-@dataclass(frozen=True, slots=True)
-class Unhealthy:
+class Unhealthy(msgspec.Struct, frozen=True):
     """The run begun under ``revision`` stopped answering health probes."""
 
     revision: int
 
 
-@dataclass(frozen=True, slots=True)
-class CrashRestartDue:
+class CrashRestartDue(msgspec.Struct, frozen=True):
     """The backoff after the crash of the run begun under ``revision`` is over."""
 
     revision: int
 
 
-@dataclass(frozen=True, slots=True)
-class SlotsCounted:
+class SlotsCounted(msgspec.Struct, frozen=True):
     """The engine of the run begun under ``revision`` runs ``slots`` requests at once now: an
     adopted engine may be replaced on its port by another, started with other flags."""
 

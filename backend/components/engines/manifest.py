@@ -16,7 +16,6 @@ import platform
 import re
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -272,8 +271,7 @@ class ManifestError(ValueError):
     """A manifest that cannot be used; the message says which file and what is wrong."""
 
 
-@dataclass(frozen=True, slots=True)
-class LoadedManifests:
+class LoadedManifests(msgspec.Struct, frozen=True):
     """The usable manifests plus the problems met while loading overrides."""
 
     manifests: dict[str, Manifest]

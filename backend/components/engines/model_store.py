@@ -17,12 +17,12 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import unquote, urlsplit
 
 import aiohttp
+import msgspec
 
 from backend.common.files import ensure_private_dir, fsync_dir
 from backend.common.gguf import GgufError, GgufInfo, read_file
@@ -44,8 +44,7 @@ _POOLING_NAMES = {1: "mean", 2: "cls", 3: "last", 4: "rank"}
 _TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=20, sock_read=60)
 
 
-@dataclass(frozen=True, slots=True)
-class StoredModel:
+class StoredModel(msgspec.Struct, frozen=True):
     """One model file in the store."""
 
     name: str

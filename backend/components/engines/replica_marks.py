@@ -12,8 +12,9 @@ the model it replaced, so unloading the replica switches the engine back to that
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import assert_never
+
+import msgspec
 
 from backend.core.clock import Clock
 from backend.protocol.types.base import EngineName
@@ -23,8 +24,7 @@ from backend.protocol.types.engines import EngineState, ReplicaMark
 _DOWN_STATES: frozenset[EngineState] = frozenset({"stopped", "error", "not-installed"})
 
 
-@dataclass(frozen=True, slots=True)
-class Marked:
+class Marked(msgspec.Struct, frozen=True):
     """One marked model of one engine. ``replaced``: the model a one-model engine served
     before the replica replaced it (None: nothing, or an engine holding several models);
     ``previous``: that model's own mark when it was a replica too."""
@@ -36,8 +36,7 @@ class Marked:
     previous: Marked | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Marks:
+class Marks(msgspec.Struct, frozen=True):
     """Every mark of this node's engines."""
 
     entries: tuple[Marked, ...] = ()
@@ -50,8 +49,7 @@ class Marks:
         return None
 
 
-@dataclass(frozen=True, slots=True)
-class ReplicaLoaded:
+class ReplicaLoaded(msgspec.Struct, frozen=True):
     """A replica load succeeded. ``resident``: the model was loaded already (the user's, so
     nothing is marked); ``replaced``: what a one-model engine served before (None: nothing or
     an engine holding several models)."""
@@ -64,8 +62,7 @@ class ReplicaLoaded:
     replaced: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class UserLoaded:
+class UserLoaded(msgspec.Struct, frozen=True):
     """The user's load succeeded: the model is the user's now."""
 
     engine: str
@@ -73,31 +70,27 @@ class UserLoaded:
     single_model: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class ModelUnloaded:
+class ModelUnloaded(msgspec.Struct, frozen=True):
     """An unload or delete of ``model`` succeeded."""
 
     engine: str
     model: str
 
 
-@dataclass(frozen=True, slots=True)
-class SwitchedBack:
+class SwitchedBack(msgspec.Struct, frozen=True):
     """A one-model engine's replica was unloaded by serving again the model it replaced."""
 
     engine: str
     model: str
 
 
-@dataclass(frozen=True, slots=True)
-class EngineDown:
+class EngineDown(msgspec.Struct, frozen=True):
     """The engine stopped or crashed."""
 
     engine: str
 
 
-@dataclass(frozen=True, slots=True)
-class LoadedListed:
+class LoadedListed(msgspec.Struct, frozen=True):
     """What each engine listed as loaded; an engine absent serves nothing."""
 
     loaded: Mapping[str, Sequence[str]]

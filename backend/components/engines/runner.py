@@ -9,10 +9,10 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
+import msgspec
 
 from backend.components.engines.commands import CommandRunner, run_command
 from backend.components.engines.manifest import Manifest, Probe, Runtime
@@ -43,8 +43,7 @@ class DaemonNotStopped(errors.InternalError):
     """The daemon's endpoint still answers after its stop command."""
 
 
-@dataclass(frozen=True, slots=True)
-class EngineDrivers:
+class EngineDrivers(msgspec.Struct, frozen=True):
     """How a controller touches the outside world; unit tests pass fakes."""
 
     probe_http: HttpProbe = probe_http

@@ -10,19 +10,19 @@ process is gone (so what the launch opened, the RPC tunnels, is closed).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
+
+import msgspec
 
 from backend.protocol.types.engines import SpreadStatus
 
 
-@dataclass(frozen=True, slots=True)
-class LaunchExtras:
+class LaunchExtras(msgspec.Struct, frozen=True):
     """Arguments appended to the manifest's, and environment variables added to its."""
 
     args: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = msgspec.field(default_factory=dict)
 
 
 class LaunchShaper(Protocol):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from backend.components.engines.http import EngineEndpoint, get_json
 
@@ -15,13 +16,12 @@ if TYPE_CHECKING:
 _TIMEOUT_S = 5.0  # each HTTP question about slots
 
 
-@dataclass(frozen=True, slots=True)
-class RoutingSlots:
+class RoutingSlots(msgspec.Struct, frozen=True):
     """What the proxy's scheduler may run at once on an engine: ``per_model`` for the models
     the engine reports a count of, ``slots`` for any other model."""
 
     slots: int
-    per_model: Mapping[str, int] = field(default_factory=dict)
+    per_model: Mapping[str, int] = msgspec.field(default_factory=dict)
 
 
 def routing_slots(
@@ -41,8 +41,7 @@ def routing_slots(
     return RoutingSlots(running_slots if running_slots and running_slots > 0 else spec.default)
 
 
-@dataclass(frozen=True, slots=True)
-class SlotSource:
+class SlotSource(msgspec.Struct, frozen=True):
     """What counting a running engine's slots reads: its manifest's slot source, the
     environment and arguments PAIR started it with (None when PAIR did not start it: what runs
     then has an environment and arguments PAIR does not know), and where it answers HTTP."""

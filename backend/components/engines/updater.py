@@ -12,10 +12,10 @@ import asyncio
 import os
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
+import msgspec
 
 from backend.components.engines.accel import DetectedGpu
 from backend.components.engines.commands import run_command
@@ -38,8 +38,7 @@ COMMAND_TIMEOUT_S = 3600.0
 LEFT_AS_IT_IS = "the installed version is left as it is"
 
 
-@dataclass(frozen=True, slots=True)
-class UpdatePaths:
+class UpdatePaths(msgspec.Struct, frozen=True):
     """The folders an update of the engine installed in ``install_dir`` uses beside it."""
 
     install_dir: Path

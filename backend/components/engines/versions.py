@@ -14,11 +14,11 @@ import json
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import msgspec
 
 from backend.components.engines.commands import run_command
 from backend.components.engines.manifest import LatestSpec, VersionSpec
@@ -38,8 +38,7 @@ class VersionUnknown(Exception):
     """The version could not be learnt; the message says why, for a person."""
 
 
-@dataclass(frozen=True, slots=True)
-class Latest:
+class Latest(msgspec.Struct, frozen=True):
     """The newest release (``version``), or why it is not known (``problem``)."""
 
     version: str | None

@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, get_args
 
 import aiohttp
@@ -95,8 +94,7 @@ def call_timeout(method: Method[Any, Any]) -> float:
     return SHORT_CALL_S
 
 
-@dataclass(frozen=True, slots=True)
-class LinkSinks:
+class LinkSinks(msgspec.Struct, frozen=True):
     """Where a member's mirrored state goes on this node."""
 
     engines: Callable[[MemberEngines], None]

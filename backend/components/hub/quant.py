@@ -4,7 +4,8 @@ whether it is one part of a model split in several files (``-00001-of-00003.gguf
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+import msgspec
 
 GGUF_SUFFIX = ".gguf"
 # A quantization stands between separators: ``model.Q4_K_M.gguf``, ``model-IQ2_XS.gguf``,
@@ -17,8 +18,7 @@ _QUANT = re.compile(
 _SPLIT = re.compile(r"^(?P<stem>.+)-(?P<part>\d{5})-of-(?P<total>\d{5})\.gguf$", re.IGNORECASE)
 
 
-@dataclass(frozen=True, slots=True)
-class SplitPart:
+class SplitPart(msgspec.Struct, frozen=True):
     """One file of a split model: the model's stem, this part's number and the parts' count."""
 
     stem: str

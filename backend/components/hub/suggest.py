@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from backend.components.hub.quant import is_projector
 from backend.protocol.types.hub import HubFile
@@ -17,8 +18,7 @@ NEAR_SHARE = 0.10
 PREFERRED_QUANT = "Q4_K_M"
 
 
-@dataclass(frozen=True, slots=True)
-class Suggestion:
+class Suggestion(msgspec.Struct, frozen=True):
     """The file to pull (a ``HubFile.name``) or None, and why, in one sentence."""
 
     name: str | None

@@ -30,15 +30,16 @@ import shutil
 import stat
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal, Protocol
 
 import keyring
+import msgspec
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from msgspec.structs import replace
 
 from backend.common.certificates import NodeCredentials, fingerprint_of
 from backend.common.files import ensure_private_dir, fsync_dir, set_aside, write_private_atomic
@@ -62,8 +63,7 @@ Protection = Literal["keyring", "file"]
 Origin = Literal["loaded", "first-run", "re-created", "copy-replaced"]
 
 
-@dataclass(frozen=True, slots=True)
-class StoredIdentity:
+class StoredIdentity(msgspec.Struct, frozen=True):
     """Credentials loaded or minted by ``load_or_mint``, how the key is kept, and why."""
 
     credentials: NodeCredentials

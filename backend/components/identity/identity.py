@@ -21,9 +21,10 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+import msgspec
 
 from backend.components.identity.location import (
     DataDirLocation,
@@ -52,8 +53,7 @@ Verdict = Literal[
 HoldsNode = Callable[[Path, str], bool]
 
 
-@dataclass(frozen=True, slots=True)
-class RecordedIdentity:
+class RecordedIdentity(msgspec.Struct, frozen=True):
     """The identity the data dir holds; ``location`` is None if written before locations were."""
 
     node_id: NodeId
@@ -61,8 +61,7 @@ class RecordedIdentity:
     created_at: float | None
 
 
-@dataclass(frozen=True, slots=True)
-class NodeIdentity:
+class NodeIdentity(msgspec.Struct, frozen=True):
     """Who this node is after start-up, how that was decided, and the identity it replaced."""
 
     node_id: NodeId

@@ -9,10 +9,11 @@ import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Protocol, cast
+
+import msgspec
 
 MACHINE_ID_FILES: tuple[Path, ...] = (Path("/etc/machine-id"), Path("/var/lib/dbus/machine-id"))
 _MAC_UUID = re.compile(r'"IOPlatformUUID"\s*=\s*"([^"]+)"')
@@ -20,8 +21,7 @@ IOREG_PLATFORM = ("/usr/sbin/ioreg", "-rd1", "-c", "IOPlatformExpertDevice")
 CRYPTOGRAPHY_KEY = r"SOFTWARE\Microsoft\Cryptography"
 
 
-@dataclass(frozen=True, slots=True)
-class DataDirLocation:
+class DataDirLocation(msgspec.Struct, frozen=True):
     """A data directory's place: ``machine`` is a hash of the machine id, empty when unknown."""
 
     machine: str

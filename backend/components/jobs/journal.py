@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -34,8 +33,7 @@ SUFFIX = ".jsonl"
 _ENDS = frozenset({"completed", "errored"})
 
 
-@dataclass(frozen=True, slots=True)
-class JournalFolders:
+class JournalFolders(msgspec.Struct, frozen=True):
     """Where workers journal job ends: ``current`` for this broker run's, under ``root``."""
 
     root: Path
@@ -47,8 +45,7 @@ class JournalFolders:
         return cls(root, root / secrets.token_hex(4))
 
 
-@dataclass(frozen=True, slots=True)
-class LeftEnds:
+class LeftEnds(msgspec.Struct, frozen=True):
     """The job ends earlier runs left, and the files and folders they were read from."""
 
     ends: list[JobEvent]

@@ -9,8 +9,10 @@ Terminal jobs never change again.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
 from typing import Literal
+
+import msgspec
+from msgspec.structs import replace
 
 from backend.protocol.types.base import EngineName, JobKey, NodeId
 
@@ -22,8 +24,7 @@ INTERRUPTED = "interrupted: PAIR stopped"
 MAX_TIMELINE = 32
 
 
-@dataclass(frozen=True, slots=True)
-class Job:
+class Job(msgspec.Struct, frozen=True):
     """One inference request as the Jobs list shows it."""
 
     id: JobKey
@@ -55,8 +56,7 @@ class Job:
 NO_ENGINE = EngineName("")
 
 
-@dataclass(frozen=True, slots=True)
-class Submitted:
+class Submitted(msgspec.Struct, frozen=True):
     """Attempt ``attempt`` was dispatched to ``target`` (None: waiting between attempts)."""
 
     seq: int
@@ -66,8 +66,7 @@ class Submitted:
     engine: EngineName = NO_ENGINE  # the attempt's (a failover may change it)
 
 
-@dataclass(frozen=True, slots=True)
-class Started:
+class Started(msgspec.Struct, frozen=True):
     """The engine on ``node`` started the request (slot held, or first output)."""
 
     seq: int
@@ -77,8 +76,7 @@ class Started:
     engine: EngineName = NO_ENGINE
 
 
-@dataclass(frozen=True, slots=True)
-class Completed:
+class Completed(msgspec.Struct, frozen=True):
     """The engine finished the response with its final marker."""
 
     seq: int
@@ -89,8 +87,7 @@ class Completed:
     tokens: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Errored:
+class Errored(msgspec.Struct, frozen=True):
     """The job ended without a complete response (``cancelled`` when the client left)."""
 
     seq: int

@@ -8,10 +8,10 @@ import platform
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import psutil
 
 from backend.protocol.types.nodes import NodeCpu, NodeMemory, NodeOs
@@ -67,8 +67,7 @@ def busy_percent(before: Any, after: Any) -> float | None:
     return round(min(100.0, max(0.0, 100.0 * busy / total)), 1)
 
 
-@dataclass
-class HostReader:
+class HostReader(msgspec.Struct):
     """Reads CPU and memory; keeps the previous CPU times, so utilisation needs two samples."""
 
     name: str | None = None

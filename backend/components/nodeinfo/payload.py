@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
+
+import msgspec
 
 from backend.components.engines.slots import routing_slots
 from backend.components.nodeinfo.host import read_os
@@ -19,8 +20,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
-class NodeInfoSource:
+class NodeInfoSource(msgspec.Struct, frozen=True):
     """Builds the node-info payload from the node's identity, settings, telemetry and engines."""
 
     node_id: NodeId
@@ -31,7 +31,7 @@ class NodeInfoSource:
     engine_models: Callable[[], Mapping[str, NodeEngineModels]] = dict
     # Requests at this node's front doors and relays, waiting or running (routing load).
     pending_jobs: Callable[[], int | None] = lambda: None
-    os: NodeOs = field(default_factory=read_os)
+    os: NodeOs = msgspec.field(default_factory=read_os)
     fingerprint: str | None = None  # of the node's certificate
 
     def describe(self, *, trusted: bool = True) -> NodeInfo:

@@ -6,8 +6,9 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
 
 from backend.components.nodeinfo.gpus import DRM_ROOT, NvidiaReader, read_amd_gpus
 from backend.components.nodeinfo.host import HostReader, cpu_name
@@ -23,8 +24,7 @@ STALE_AFTER_S = 3 * SAMPLE_INTERVAL_S
 CLOSE_TIMEOUT_S = 2.0
 
 
-@dataclass(frozen=True, slots=True)
-class Sample:
+class Sample(msgspec.Struct, frozen=True):
     """One round of readings and the monotonic time it was taken."""
 
     cpu: NodeCpu
@@ -33,13 +33,12 @@ class Sample:
     taken_at: float
 
 
-@dataclass(frozen=True, slots=True)
-class TelemetryView:
+class TelemetryView(msgspec.Struct, frozen=True):
     """The latest sample as consumers see it: validity and age decided at read time."""
 
-    cpu: NodeCpu = field(default_factory=NodeCpu)
-    memory: NodeMemory = field(default_factory=NodeMemory)
-    gpus: list[NodeGpu] = field(default_factory=list)
+    cpu: NodeCpu = msgspec.field(default_factory=NodeCpu)
+    memory: NodeMemory = msgspec.field(default_factory=NodeMemory)
+    gpus: list[NodeGpu] = msgspec.field(default_factory=list)
     valid: bool = False
     age_ms: int | None = None
 

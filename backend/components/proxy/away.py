@@ -13,7 +13,8 @@ given up on, its models are not found.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from backend.protocol.proxy import AwayModels, RouteTarget
 
@@ -29,8 +30,7 @@ def local_away(returning: Mapping[str, Sequence[str]], node_id: str, name: str) 
     ]
 
 
-@dataclass(frozen=True, slots=True)
-class _Served:
+class _Served(msgspec.Struct, frozen=True):
     name: str
     models: list[str]
     at: float

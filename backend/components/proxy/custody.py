@@ -9,7 +9,6 @@ import logging
 import os
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import msgspec
 
@@ -23,8 +22,7 @@ log = logging.getLogger(__name__)
 Progress = Callable[[str], tuple[int, int] | None]
 
 
-@dataclass(frozen=True, slots=True)
-class Kept:
+class Kept(msgspec.Struct, frozen=True):
     """A held request: its record and our copies of its two descriptors."""
 
     record: Held

@@ -22,6 +22,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import msgspec
+
 from backend.components.proxy.listeners import RELAY, Listener, send_door
 from backend.protocol import errors
 from backend.protocol.methods import PING
@@ -49,8 +51,7 @@ class WorkerLink(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class WorkerStart:
+class WorkerStart(msgspec.Struct, frozen=True):
     """What a worker's start carries for its listeners: arguments after ``pair worker proxy``
     and the descriptors it inherits."""
 

@@ -17,8 +17,9 @@ import errno
 import socket
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Literal
+
+import msgspec
 
 from backend.protocol.proxy import Door
 
@@ -29,8 +30,7 @@ EVERY_ADDRESS = "0.0.0.0"
 ListenerName = Door | Literal["relay"]
 
 
-@dataclass(frozen=True, slots=True)
-class Listener:
+class Listener(msgspec.Struct, frozen=True):
     """One open listener: a front door or the relay, the port asked for, and the socket."""
 
     name: ListenerName

@@ -15,7 +15,6 @@ import logging
 import math
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import msgspec
@@ -50,18 +49,16 @@ DEFAULT_RELAY_PORT = Ports(node=0, ollama=0, openai=0, llamacpp=0).relay
 _NO_ALIASES: Mapping[str, str] = MappingProxyType({})
 
 
-@dataclass(frozen=True, slots=True)
-class LanAccess:
+class LanAccess(msgspec.Struct, frozen=True):
     """Whether other computers may use the front doors, and the hashes of the keys they may use."""
 
     enabled: bool = False
     key_hashes: Collection[str] = ()
     origins: Collection[str] = ()  # browser origins allowed beyond loopback (a setting)
-    door_keys: Mapping[str, DoorKey] = field(default_factory=dict)  # name and scope by hash
+    door_keys: Mapping[str, DoorKey] = msgspec.field(default_factory=dict)  # name and scope by hash
 
 
-@dataclass(frozen=True, slots=True)
-class LocalEngine:
+class LocalEngine(msgspec.Struct, frozen=True):
     """A running engine of this node: where it listens, what it lists, its slots per model
     (``model_slots`` for the models the engine counts one by one, ``slots`` for the others),
     and the weights digest of each model known by one (replicas share it)."""
@@ -69,15 +66,15 @@ class LocalEngine:
     base_url: str
     models: list[str]
     slots: int = 1
-    model_slots: Mapping[str, int] = field(default_factory=dict)
-    resident: list[str] = field(default_factory=list)
+    model_slots: Mapping[str, int] = msgspec.field(default_factory=dict)
+    resident: list[str] = msgspec.field(default_factory=list)
     single_model: bool = False
     instance: int = 0
     slot_api: SlotApi | None = None
     slots_known: bool = True
     resident_known: bool = True
     api_key: str | None = None  # the key PAIR launched it with (only PAIR reaches it)
-    digests: Mapping[str, str] = field(default_factory=dict)
+    digests: Mapping[str, str] = msgspec.field(default_factory=dict)
 
 
 def node_targets(

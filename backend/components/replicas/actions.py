@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Collection, Sequence
-from dataclasses import dataclass
 from functools import partial
 
 import msgspec
@@ -42,8 +41,7 @@ RecordJobs = Callable[[Sequence[JobEvent]], None]
 Key = tuple[str, str, str]  # member, engine, the engine's name for the model
 
 
-@dataclass(frozen=True, slots=True)
-class Job:
+class Job(msgspec.Struct, frozen=True):
     """The job that shows one action: its key and header."""
 
     key: str

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from backend.components.replicas.plan import Host, Replica, WaitSample
 from backend.protocol.proxy import DemandReport, LocalUse
@@ -26,8 +27,7 @@ MAX_SAMPLES = 120
 FORGET_AFTER_S = 600.0
 
 
-@dataclass(frozen=True, slots=True)
-class MemberView:
+class MemberView(msgspec.Struct, frozen=True):
     """One computer as a place for replicas: its engines' lists, its free memory (None:
     unknown) and its unfinished jobs."""
 

@@ -19,13 +19,13 @@ replica, a 60 s stable window, a 6 s panic window), llama-swap's idle TTL.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+
+import msgspec
 
 from backend.components.replicas.trend import rises_past, rising_wait
 
 
-@dataclass(frozen=True, slots=True)
-class Policy:
+class Policy(msgspec.Struct, frozen=True):
     """The planner's limits (the ``replicas_*`` settings)."""
 
     target_wait_s: float = 10.0
@@ -38,8 +38,7 @@ class Policy:
     rising_floor: float = 0.5  # of the target: a rising wait this short is no trigger yet
 
 
-@dataclass(frozen=True, slots=True)
-class WaitSample:
+class WaitSample(msgspec.Struct, frozen=True):
     """What this node's doors saw of one model in one report: when, how many requests, and
     the longest wait placement expected for one of them (seconds before it could start)."""
 
@@ -51,8 +50,7 @@ class WaitSample:
     on: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class Host:
+class Host(msgspec.Struct, frozen=True):
     """A member (or this node) and engine that could hold a replica of the model.
 
     ``name`` is the engine's own name for the model there; ``resident`` whether it is loaded
@@ -78,8 +76,7 @@ class Host:
     exclusive: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class ModelView:
+class ModelView(msgspec.Struct, frozen=True):
     """One model as the planner sees it: its recent demand and the places it could go.
 
     ``changed_at`` is when the set of computers serving it last changed (a replica became
@@ -93,8 +90,7 @@ class ModelView:
     changed_at: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Replica:
+class Replica(msgspec.Struct, frozen=True):
     """A model loaded on this node's engine by a replica planner (marked), with its use."""
 
     engine: str
@@ -105,8 +101,7 @@ class Replica:
     ttl_s: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Load:
+class Load(msgspec.Struct, frozen=True):
     """Load ``name`` on ``node_id``'s ``engine`` as a replica of ``model``, for ``reason``."""
 
     model: str
@@ -117,8 +112,7 @@ class Load:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class Unload:
+class Unload(msgspec.Struct, frozen=True):
     """Unload this node's replica ``name`` from ``engine``, for ``reason``."""
 
     engine: str
@@ -129,8 +123,7 @@ class Unload:
 Action = Load | Unload
 
 
-@dataclass(frozen=True, slots=True)
-class Pressure:
+class Pressure(msgspec.Struct, frozen=True):
     """Why a model wants more replicas: the mean expected wait over the window that tripped
     (the panic one when both did), that window's length, and where the requests waited."""
 

@@ -2,30 +2,26 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
+
+import msgspec
 
 from backend.components.replicas.plan import Policy
 from backend.protocol.types.base import EngineName, NodeId
 from backend.protocol.types.engines import ReplicaMark
 from backend.protocol.types.replicas import ReplicaInfo, ReplicasMode, ReplicasStatus
 
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
-
 _MODES: frozenset[str] = frozenset({"auto", "on", "off"})
 _DEFAULTS = Policy()
 # A hidden knob for tests: replicas idle this long are unloaded, whatever ``replicas_ttl_s``
 # says (the setting's lowest, 30 s, is long to wait out in a test of what happens after it).
 TTL_ENV = "PAIR_REPLICAS_TTL_S"
-View = TypeVar("View", bound="DataclassInstance")
+View = TypeVar("View", bound=msgspec.Struct)
 
 
-@dataclass(frozen=True, slots=True)
-class ReplicaSettings:
+class ReplicaSettings(msgspec.Struct, frozen=True):
     """The ``replicas_*`` settings the planner follows."""
 
     mode: ReplicasMode = "auto"
@@ -53,14 +49,14 @@ def ttl_from_environment(
     view: Callable[[], View], environ: Mapping[str, str]
 ) -> Callable[[], View]:
     """``view``, or, with ``PAIR_REPLICAS_TTL_S`` a positive number of seconds, ``view``
-    whose ``replicas_ttl_s`` is that number (``view`` gives a dataclass instance)."""
+    whose ``replicas_ttl_s`` is that number (``view`` gives a ``msgspec.Struct``)."""
     try:
         ttl_s = float(environ.get(TTL_ENV, ""))
     except ValueError:
         return view
     if not math.isfinite(ttl_s) or ttl_s <= 0:
         return view
-    return lambda: dataclasses.replace(view(), replicas_ttl_s=ttl_s)
+    return lambda: msgspec.structs.replace(view(), replicas_ttl_s=ttl_s)
 
 
 def is_active(mode: ReplicasMode, members: int) -> bool:

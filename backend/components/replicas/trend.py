@@ -15,8 +15,9 @@ Pure: frozen values in, a value out.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Protocol
+
+import msgspec
 
 # Reports spanning less than this say nothing of a trend.
 MIN_SPAN_S = 1.0
@@ -35,8 +36,7 @@ class Sample(Protocol):
     def wait_s(self) -> float: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Rising:
+class Rising(msgspec.Struct, frozen=True):
     """A rising wait: the requests seen, the latest report's wait, its slope (s per s) and
     the wait projected ``lead_s`` ahead."""
 

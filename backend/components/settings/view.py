@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+
+import msgspec
 
 from backend.protocol.proxy import PlacementPolicy
 from backend.protocol.types.base import NodeId
@@ -14,8 +15,7 @@ from backend.protocol.types.settings import SettingValue
 REPLICAS_MODES: tuple[ReplicasMode, ...] = ("auto", "on", "off")
 
 
-@dataclass(frozen=True, slots=True)
-class SettingsView:
+class SettingsView(msgspec.Struct, frozen=True):
     """Every setting of ``schema.SCHEMA``, one typed field per key (a test keeps them in step)."""
 
     node_name: str

@@ -18,8 +18,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from backend.common.gguf import GgufError, read_file
 from backend.common.tasks import TaskSet
@@ -49,8 +50,7 @@ SPREAD_ENV = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 REPLAN_WAITS_S = (0.0, 1.0, 3.0)
 
 
-@dataclass(frozen=True, slots=True)
-class Peer:
+class Peer(msgspec.Struct, frozen=True):
     """A trusted member as a spread sees it: whether its link is up, and its free memory."""
 
     member: Member
@@ -58,8 +58,7 @@ class Peer:
     candidate: Candidate
 
 
-@dataclass(frozen=True, slots=True)
-class _Intent:
+class _Intent(msgspec.Struct, frozen=True):
     """What the user asked for: the model, and the members named (None: PAIR decides)."""
 
     model: str

@@ -13,10 +13,10 @@ import logging
 import os
 import socket
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+import msgspec
 import psutil
 
 from backend.common.files import ensure_private_dir
@@ -56,8 +56,7 @@ class ProcessLedger(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class _Running:
+class _Running(msgspec.Struct, frozen=True):
     """One started rpc-server: the process, its loopback port and its last output."""
 
     process: RunningProcess

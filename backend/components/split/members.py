@@ -8,8 +8,9 @@ A member's devices are what llama.cpp will see on it: its GPUs when it reports V
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Literal
+
+import msgspec
 
 from backend.protocol.types.base import NodeId
 from backend.protocol.types.nodes import NodeGpu, NodeInfo
@@ -18,16 +19,14 @@ MemoryKind = Literal["vram", "ram"]
 HEADROOM_PERCENT = 10  # of each device's free memory, left for the KV cache, buffers, the OS
 
 
-@dataclass(frozen=True, slots=True)
-class MemberGpu:
+class MemberGpu(msgspec.Struct, frozen=True):
     """One GPU of a member; ``vram_free_bytes`` is None when the GPU reports no VRAM figures."""
 
     name: str
     vram_free_bytes: int | None
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
+class Candidate(msgspec.Struct, frozen=True):
     """A member the model may be spread over: its free RAM and its GPUs, in the engine's order."""
 
     node_id: NodeId
@@ -41,8 +40,7 @@ class Candidate:
         return self.name or self.node_id
 
 
-@dataclass(frozen=True, slots=True)
-class Device:
+class Device(msgspec.Struct, frozen=True):
     """One device llama.cpp sees on a member, and the bytes the plan may fill on it."""
 
     name: str

@@ -18,7 +18,8 @@ result is a ``SplitPlan`` (the host that runs ``llama-server``, the ``--rpc`` me
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from backend.components.split.apportion import apportion
 from backend.components.split.members import (
@@ -38,8 +39,7 @@ DEFAULT_CONTEXT_BYTES = 1024**3
 ALL_LAYERS = 999
 
 
-@dataclass(frozen=True, slots=True)
-class MemberShare:
+class MemberShare(msgspec.Struct, frozen=True):
     """What one member holds: its layers, their bytes, and the layers per device in order."""
 
     node_id: NodeId
@@ -50,8 +50,7 @@ class MemberShare:
     device_layers: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class SplitPlan:
+class SplitPlan(msgspec.Struct, frozen=True):
     """A model spread over members; ``shares`` holds the host first, then the RPC members."""
 
     host: NodeId
@@ -66,15 +65,13 @@ class SplitPlan:
         return ",".join(str(part) for part in self.tensor_split)
 
 
-@dataclass(frozen=True, slots=True)
-class SplitRefused:
+class SplitRefused(msgspec.Struct, frozen=True):
     """No plan fits; ``why`` says so in plain English."""
 
     why: str
 
 
-@dataclass(frozen=True, slots=True)
-class _Placed:
+class _Placed(msgspec.Struct, frozen=True):
     candidate: Candidate
     devices: tuple[Device, ...]
     caps: tuple[int, ...]  # whole layers each device can hold

@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass
 from typing import Protocol
 
+import msgspec
 from aiohttp import web
 
 from backend.components.cluster import routes as cluster_routes
@@ -46,8 +46,7 @@ class RpcServerSource(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class _Tunnel:
+class _Tunnel(msgspec.Struct, frozen=True):
     """One open tunnel: its member, and the two transports that cutting it aborts."""
 
     node_id: NodeId

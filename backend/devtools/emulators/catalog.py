@@ -5,15 +5,16 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, replace
 from typing import Final
+
+import msgspec
+from msgspec.structs import replace
 
 DEFAULT_HOST: Final = "registry.ollama.ai"
 DEFAULT_NAMESPACE: Final = "library"
 
 
-@dataclass(frozen=True)
-class ModelName:
+class ModelName(msgspec.Struct, frozen=True):
     """Ollama's ``[host/][namespace/]model[:tag]`` with its defaults filled in."""
 
     host: str
@@ -45,8 +46,7 @@ def parse_model_name(text: str) -> ModelName:
     return ModelName(host, namespace, model, tag)
 
 
-@dataclass(frozen=True)
-class ModelSpec:
+class ModelSpec(msgspec.Struct, frozen=True):
     """One installed model: identity, size and the details engines report about it."""
 
     name: str
@@ -88,8 +88,7 @@ class ModelSpec:
         return _BITS.get(self.quantization, 4.85)
 
 
-@dataclass(frozen=True)
-class _Family:
+class _Family(msgspec.Struct, frozen=True):
     marker: str
     family: str
     parameters: int

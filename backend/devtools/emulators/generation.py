@@ -6,15 +6,15 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
+
+import msgspec
 
 from backend.core.clock import Clock
 from backend.devtools.emulators.scheduling import RequestLog, RequestRecord
 from backend.devtools.emulators.tokens import Reply
 
 
-@dataclass(frozen=True)
-class ModelPace:
+class ModelPace(msgspec.Struct, frozen=True):
     """One model's own figures, overriding the engine's (None: the engine's): generation speed,
     slots (requests it runs at once), load time and a fixed delay before its first token."""
 
@@ -24,8 +24,7 @@ class ModelPace:
     first_token_s: float | None = None
 
 
-@dataclass(frozen=True)
-class TimingModel:
+class TimingModel(msgspec.Struct, frozen=True):
     """How long an emulated engine takes: seconds per load, per prompt token, per new token,
     before the first token; ``models`` overrides them per model (by name, ``:latest`` implied).
     """
@@ -34,7 +33,7 @@ class TimingModel:
     token_delay: float = 0.0
     prompt_token_delay: float = 0.0
     first_token_delay: float = 0.0
-    models: Mapping[str, ModelPace] = field(default_factory=dict)
+    models: Mapping[str, ModelPace] = msgspec.field(default_factory=dict)
 
     def pace_of(self, model: str) -> ModelPace:
         """The overrides for ``model`` (none: every field None)."""
@@ -95,8 +94,7 @@ def _figure(text: str, part: str) -> float | None:
     return value
 
 
-@dataclass
-class Metrics:
+class Metrics(msgspec.Struct):
     """What the engine reports about one generation (durations in nanoseconds)."""
 
     prompt_eval_count: int = 0

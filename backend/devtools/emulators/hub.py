@@ -11,11 +11,11 @@ whatever size the listing says, so a pull ends with a model llama.cpp can load.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from aiohttp import web
 
 _DATA = "hub_data"
@@ -23,8 +23,7 @@ _DEFAULT_LIMIT = 20
 _NOT_FOUND = {"error": "Repository not found"}
 
 
-@dataclass(frozen=True, slots=True)
-class HubData:
+class HubData(msgspec.Struct, frozen=True):
     """The recorded answers: search entries and each repository's file list."""
 
     search: list[dict[str, Any]]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import secrets
 import string
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from aiohttp import web
 
 from backend.devtools.emulators import openai_wire as oai
@@ -37,8 +37,7 @@ _ALPHABET = string.ascii_lowercase + string.digits
 _STOP_REASONS = {"stop": "eosFound", "length": "maxPredictedTokensReached"}
 
 
-@dataclass(frozen=True)
-class Inference:
+class Inference(msgspec.Struct, frozen=True):
     """A parsed inference request: model as named, the model itself, prompt and limits."""
 
     model: str

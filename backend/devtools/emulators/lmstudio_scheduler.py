@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any, Final
+
+import msgspec
 
 from backend.common.tasks import TaskSet
 from backend.core.clock import Clock
@@ -28,8 +29,7 @@ class NotLoaded(Exception):
     """The model is not loaded and JIT loading is off (or it is not downloaded)."""
 
 
-@dataclass(frozen=True)
-class LoadSettings:
+class LoadSettings(msgspec.Struct, frozen=True):
     """How to load an instance (``lms load`` flags / REST load fields)."""
 
     context_length: int | None = None
@@ -38,8 +38,7 @@ class LoadSettings:
     ttl_seconds: float | None = None
 
 
-@dataclass
-class Instance:
+class Instance(msgspec.Struct):
     """One loaded copy of a model with its own slots."""
 
     instance_id: str

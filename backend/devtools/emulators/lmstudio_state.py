@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 import secrets
-from dataclasses import dataclass, field
 from typing import Any, Literal
+
+import msgspec
 
 from backend.common.tasks import TaskSet
 from backend.core.clock import Clock
@@ -18,12 +19,11 @@ from backend.devtools.emulators.wire import iso_millis
 DownloadStatus = Literal["downloading", "paused", "completed", "failed"]
 
 
-@dataclass(frozen=True)
-class LmStudioConfig:
+class LmStudioConfig(msgspec.Struct, frozen=True):
     """How an LM Studio emulator behaves: downloaded models, timing, parallel, JIT."""
 
     models: tuple[str, ...] = ("qwen2.5-7b-instruct",)
-    timing: TimingModel = field(default_factory=TimingModel)
+    timing: TimingModel = msgspec.field(default_factory=TimingModel)
     parallel: int = 4
     reply_tokens: int | None = None
     jit: bool = True
@@ -32,8 +32,7 @@ class LmStudioConfig:
     finish_prompt_on_cancel: bool = True
 
 
-@dataclass
-class DownloadJob:
+class DownloadJob(msgspec.Struct):
     """One ``/api/v1/models/download`` job, advanced by a background task."""
 
     job_id: str

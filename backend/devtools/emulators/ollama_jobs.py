@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from backend.devtools.emulators.catalog import ModelSpec
 from backend.devtools.emulators.durations import DurationError, keep_alive_ns
@@ -25,8 +26,7 @@ TokenSink = Callable[[str], Awaitable[None]]
 TEMPLATE_TOKENS_PER_MESSAGE = 4
 
 
-@dataclass(frozen=True)
-class Job:
+class Job(msgspec.Struct, frozen=True):
     """What to generate: for which model (as the client named it), from what, with what limits."""
 
     model_field: str
@@ -37,8 +37,7 @@ class Job:
     keep_alive_ns: int | None
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(msgspec.Struct, frozen=True):
     """A finished generation and the durations Ollama reports for it (nanoseconds)."""
 
     reply: Reply

@@ -10,8 +10,9 @@ import asyncio
 import hashlib
 import math
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from dataclasses import dataclass, field
 from typing import Any, Final
+
+import msgspec
 
 from backend.common.tasks import TaskSet
 from backend.core.clock import Clock
@@ -27,8 +28,7 @@ class PullError(Exception):
     """A pull that cannot happen; ``str()`` is Ollama's message."""
 
 
-@dataclass(frozen=True)
-class Layer:
+class Layer(msgspec.Struct, frozen=True):
     """One blob of a model: its digest (hex, no prefix) and size."""
 
     digest: str
@@ -57,16 +57,15 @@ def progress_line(layer: Layer, completed: int) -> dict[str, Any]:
     return line
 
 
-@dataclass
-class Download:
+class Download(msgspec.Struct):
     """One model's download, shared by every pull waiting on it."""
 
     spec: ModelSpec
     layers: list[Layer]
     completed: dict[str, int]
     waiters: int = 0
-    finished: asyncio.Event = field(default_factory=asyncio.Event)
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    finished: asyncio.Event = msgspec.field(default_factory=asyncio.Event)
+    changed: asyncio.Event = msgspec.field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
 
     def notify(self) -> None:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from typing import Any, Final
+
+import msgspec
 
 from backend.common.tasks import TaskSet
 from backend.core.clock import Clock
@@ -29,8 +30,7 @@ class ServerBusy(Exception):
     """The pending-load queue is full (Ollama's ``ErrMaxQueue``, HTTP 503)."""
 
 
-@dataclass(frozen=True)
-class OllamaLimits:
+class OllamaLimits(msgspec.Struct, frozen=True):
     """Ollama's scheduler settings (``OLLAMA_NUM_PARALLEL``, ``..._MAX_LOADED_MODELS`` ...)."""
 
     parallel: int = 1
@@ -40,8 +40,7 @@ class OllamaLimits:
     num_ctx: int = 4096
 
 
-@dataclass
-class Runner:
+class Runner(msgspec.Struct):
     """A loaded model: its slots, the requests holding it and when it expires when idle."""
 
     spec: ModelSpec

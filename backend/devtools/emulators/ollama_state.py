@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, Final
+
+import msgspec
 
 from backend.core.clock import Clock
 from backend.devtools.emulators.catalog import (
@@ -41,8 +42,7 @@ DEFAULT_LIBRARY: Final = (
 )
 
 
-@dataclass(frozen=True)
-class OllamaConfig:
+class OllamaConfig(msgspec.Struct, frozen=True):
     """How an Ollama emulator behaves: installed models, timing, scheduler limits, pulls.
 
     ``weights`` maps a model name to its weights blob's digest (``sha256:<hex>``), for a model
@@ -50,9 +50,9 @@ class OllamaConfig:
     """
 
     models: tuple[str, ...] = ("llama3.2",)
-    weights: Mapping[str, str] = field(default_factory=dict)
-    timing: TimingModel = field(default_factory=TimingModel)
-    limits: OllamaLimits = field(default_factory=OllamaLimits)
+    weights: Mapping[str, str] = msgspec.field(default_factory=dict)
+    timing: TimingModel = msgspec.field(default_factory=TimingModel)
+    limits: OllamaLimits = msgspec.field(default_factory=OllamaLimits)
     reply_tokens: int | None = None
     pull_seconds: float = 1.0
     library: tuple[str, ...] = DEFAULT_LIBRARY

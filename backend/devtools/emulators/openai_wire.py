@@ -7,14 +7,14 @@ LM Studio puts the model in ``system_fingerprint`` and ``logprobs: null`` in eve
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Final
+
+import msgspec
 
 ERROR_TYPES: Final = {400: "invalid_request_error", 404: "not_found_error"}
 
 
-@dataclass(frozen=True)
-class Flavor:
+class Flavor(msgspec.Struct, frozen=True):
     """How one engine shapes its OpenAI-compatible objects."""
 
     fixed_fingerprint: str | None
@@ -30,8 +30,7 @@ OLLAMA: Final = Flavor(fixed_fingerprint="fp_ollama", logprobs_key=False, role_o
 LMSTUDIO: Final = Flavor(fixed_fingerprint=None, logprobs_key=True, role_on_every_chunk=False)
 
 
-@dataclass(frozen=True)
-class Completion:
+class Completion(msgspec.Struct, frozen=True):
     """Identity shared by every object of one response."""
 
     flavor: Flavor

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any, Final, Literal
+
+import msgspec
 
 OptionKind = Literal["integer", "float32", "boolean", "array"]
 
@@ -36,8 +37,7 @@ class RequestError(ValueError):
     """A request the engine rejects; ``str()`` is the engine's message."""
 
 
-@dataclass(frozen=True)
-class GenerationOptions:
+class GenerationOptions(msgspec.Struct, frozen=True):
     """What shapes a reply: its length cap, seed, stop strings and the context it needs."""
 
     num_predict: int | None = None

@@ -7,8 +7,9 @@ import collections
 import contextlib
 import itertools
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any, Literal
+
+import msgspec
 
 from backend.core.clock import Clock
 
@@ -69,8 +70,7 @@ class FifoSlots:
             self.release()
 
 
-@dataclass
-class RequestRecord:
+class RequestRecord(msgspec.Struct):
     """One request's life, with times on the emulator's monotonic clock (seconds)."""
 
     request_id: int
@@ -84,7 +84,7 @@ class RequestRecord:
     finished_at: float | None = None
     cancelled_at: float | None = None
     tokens: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = msgspec.field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         """The record as the introspection endpoint shows it."""

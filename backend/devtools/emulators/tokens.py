@@ -10,8 +10,9 @@ import hashlib
 import math
 import random
 import re
-from dataclasses import dataclass
 from typing import Final, Literal
+
+import msgspec
 
 DoneReason = Literal["stop", "length"]
 
@@ -83,8 +84,7 @@ _TOKEN_PATTERN: Final = re.compile(r"\w+|[^\w\s]")
 VOCABULARY_SIZE: Final = 32_000
 
 
-@dataclass(frozen=True)
-class Reply:
+class Reply(msgspec.Struct, frozen=True):
     """The tokens a request gets, in order, and why generation ended."""
 
     tokens: tuple[str, ...]

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import aiohttp
+import msgspec
 from aiohttp import web
 
 from backend.protocol.proxy import Door
@@ -14,14 +13,13 @@ from backend.workers.proxy.relay.serving import RelayBoard
 from backend.workers.proxy.routing.dispatch import Router
 
 
-@dataclass(frozen=True, slots=True)
-class DoorContext:
+class DoorContext(msgspec.Struct, frozen=True):
     """One door's view of the process-wide routing state."""
 
     door: Door
     router: Router
     board: RelayBoard
-    key_use: KeyUseLog = field(default_factory=KeyUseLog)  # shared by every door
+    key_use: KeyUseLog = msgspec.field(default_factory=KeyUseLog)  # shared by every door
 
     @property
     def session(self) -> aiohttp.ClientSession:

@@ -9,11 +9,12 @@ import asyncio
 import contextlib
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import aiohttp
+from msgspec.structs import replace
 
 from backend.components.engines.commands import CommandResult
 from backend.components.engines.component import EnginesComponent

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import AsyncIterator, Callable
-from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
 import pytest
+from msgspec.structs import replace
 
 from backend.components.engines import lifecycle
 from backend.components.engines.controller import EngineController, EngineHooks

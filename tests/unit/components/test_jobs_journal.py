@@ -4,10 +4,10 @@ skipped, and the files go once what they said is stored."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import msgspec
+from msgspec.structs import replace
 
 from backend.components.jobs.component import JobsComponent
 from backend.components.jobs.journal import JournalFolders, read_left, settle

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import stat
 from pathlib import Path
 
+import msgspec.structs
 import pytest
 
 from backend.components.settings import schema
@@ -93,7 +93,7 @@ def test_empty_update_is_rejected(tmp_path: Path) -> None:
 
 
 def test_the_view_has_one_typed_field_per_setting_and_follows_updates(tmp_path: Path) -> None:
-    assert [field.name for field in dataclasses.fields(SettingsView)] == list(schema.SPECS)
+    assert [field.name for field in msgspec.structs.fields(SettingsView)] == list(schema.SPECS)
     service, _, _ = _service(tmp_path / "settings.json")
     assert service.view() == SettingsView(
         node_name="",
@@ -107,7 +107,7 @@ def test_the_view_has_one_typed_field_per_setting_and_follows_updates(tmp_path: 
     assert service.view().proxy_pinned_node == "node-b"
     assert service.view().proxy_header_timeout_s == 5.0
     assert before.proxy_pinned_node is None, "a view never changes once handed out"
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(AttributeError):
         service.view().node_name = "x"  # type: ignore[misc]
 
 

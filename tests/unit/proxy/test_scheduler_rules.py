@@ -4,10 +4,11 @@ engine). The scheduler's behaviour over time is in test_scheduler.py."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from msgspec.structs import replace
 
 from backend.workers.proxy.scheduler import rules
 from backend.workers.proxy.scheduler.rules import (

@@ -10,10 +10,10 @@ is on this machine), then the engine's own list (llama-server's ``/v1/models`` `
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, replace
 from typing import Any
 
 import msgspec
+from msgspec.structs import replace
 
 from backend.common.gguf import GgufInfo, Scalar
 
@@ -27,8 +27,7 @@ _LEFT_OUT_OF_INFO = frozenset({"tokenizer.chat_template"})
 _FTYPE_SUFFIXES = ((" - Small", "_S"), (" - Medium", "_M"), (" - Large", "_L"))
 
 
-@dataclass(frozen=True, slots=True)
-class ModelDetails:
+class ModelDetails(msgspec.Struct, frozen=True):
     """What is known of one model; empty strings and None where nothing says."""
 
     family: str = ""

@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+import msgspec
 from aiohttp import web
 
 from backend.workers.proxy.doors.wire import dialect_for, error_body
 
 
-@dataclass(frozen=True, slots=True)
-class ErrorReply:
+class ErrorReply(msgspec.Struct, frozen=True):
     """A status, a message and an error type; shaped per API when answered."""
 
     status: int
     message: str
     kind: str
     code: str | None = None
-    headers: dict[str, str] = field(default_factory=dict)
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
 
     def response(self, path: str) -> web.Response:
         """The answer to a request for ``path`` (``/api/*``: Ollama's shape, else OpenAI's)."""

@@ -22,9 +22,10 @@ import functools
 import hmac
 import ipaddress
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Literal, ParamSpec
 from urllib.parse import urlsplit
+
+import msgspec
 
 from backend.common.secret_hash import hash_secret
 from backend.protocol.proxy import DoorKey
@@ -140,8 +141,7 @@ def accepted_hash(token: str, key_hashes: Iterable[str]) -> str | None:
     return presented if matched else None
 
 
-@dataclass(frozen=True, slots=True)
-class Refusal:
+class Refusal(msgspec.Struct, frozen=True):
     """Why a request is refused: 401 (no valid key) or 403, and the reason."""
 
     status: Literal[401, 403]

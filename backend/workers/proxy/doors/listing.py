@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import aiohttp
@@ -175,8 +174,7 @@ def merge(kind: ListKind, answers: Sequence[Answer], door_engine: str = "") -> l
     return merged
 
 
-@dataclass(frozen=True, slots=True)
-class _Entry:
+class _Entry(msgspec.Struct, frozen=True):
     """One engine's entry: its engine, its name (normalized by the engine's rule), its
     weights' digest where the target knows it, and the entry as the engine sent it."""
 

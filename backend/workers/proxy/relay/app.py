@@ -18,8 +18,8 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 
+import msgspec
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
@@ -53,8 +53,7 @@ log = logging.getLogger(__name__)
 NOT_PAIRED = "this computer is not paired with the one that sent the request"
 
 
-@dataclass(frozen=True, slots=True)
-class RelayContext:
+class RelayContext(msgspec.Struct, frozen=True):
     """What the relay's handlers share: each door's routing state, the board and the pins."""
 
     doors: Mapping[str, DoorContext]

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
 
 import aiohttp
+import msgspec
 from aiohttp import web
 
 from backend.protocol.proxy import RouteTarget
@@ -31,10 +31,9 @@ STARTED_POLL_S = 30.0
 REFUSED_HEADER = "X-PAIR-Refused"
 
 
-@dataclass
-class _Entry:
-    started: asyncio.Event = field(default_factory=asyncio.Event)
-    ended: asyncio.Event = field(default_factory=asyncio.Event)
+class _Entry(msgspec.Struct):
+    started: asyncio.Event = msgspec.field(default_factory=asyncio.Event)
+    ended: asyncio.Event = msgspec.field(default_factory=asyncio.Event)
     serving: bool = False
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import msgspec
 from aiohttp import web
@@ -28,8 +27,7 @@ ATTEMPT_HEADER = "X-PAIR-Attempt"
 PEER_POLL_DELAY_S = 0.1
 
 
-@dataclass
-class Admission:
+class Admission(msgspec.Struct):
     """What one request asks for and who asked."""
 
     door: Door
@@ -55,8 +53,7 @@ class Admission:
         self.body, self.model, self.only = msgspec.json.encode(body), model, only
 
 
-@dataclass(eq=False)
-class Dispatch:
+class Dispatch(msgspec.Struct, eq=False):
     """One attempt: its admission by this node's scheduler (local only), whether the engine has
     the request, who watches."""
 
@@ -68,7 +65,7 @@ class Dispatch:
     ticket: Ticket | None = None
     sent: bool = False
     running: bool = False  # reported Running (once per attempt)
-    watchers: list[asyncio.Task[None] | asyncio.TimerHandle] = field(default_factory=list)
+    watchers: list[asyncio.Task[None] | asyncio.TimerHandle] = msgspec.field(default_factory=list)
     translation: Translation | None = None  # where the engine does not speak the client's API
 
     def body(self, admission: Admission) -> bytes:

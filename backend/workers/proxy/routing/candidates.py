@@ -13,7 +13,6 @@ release that arrives after a newer snapshot cannot drive a node's load below zer
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 
 import msgspec
 
@@ -32,8 +31,7 @@ AFFINITY_CREDIT = 1.5
 ENGINE_ORDER: tuple[str, ...] = ("llamacpp", "ollama", "lmstudio")
 
 
-@dataclass(frozen=True, slots=True)
-class NodeLoad:
+class NodeLoad(msgspec.Struct, frozen=True):
     """What the scheduler knows about a node's load at one snapshot."""
 
     pending: int = 0
@@ -223,12 +221,11 @@ def _flatten(targets: ProxyTargets) -> list[RouteTarget]:
 _OWNERS_CACHE = 1024
 
 
-@dataclass
-class _Owners:
+class _Owners(msgspec.Struct):
     table: ProxyTargets | None = None
-    flat: list[RouteTarget] = field(default_factory=list)
-    found: dict[tuple[Dialect, str], list[RouteTarget]] = field(default_factory=dict)
-    ordered: dict[tuple[Dialect, str], list[RouteTarget]] = field(default_factory=dict)
+    flat: list[RouteTarget] = msgspec.field(default_factory=list)
+    found: dict[tuple[Dialect, str], list[RouteTarget]] = msgspec.field(default_factory=dict)
+    ordered: dict[tuple[Dialect, str], list[RouteTarget]] = msgspec.field(default_factory=dict)
 
 
 _owners = _Owners()

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Container, Coroutine
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
+
+import msgspec
 
 from backend.workers.proxy.upstream.attempt import Failure
 
@@ -49,9 +50,8 @@ class Gone:
         self._callbacks.pop(id(callback), None)
 
 
-@dataclass(eq=False)
-class _Watch:
-    gone: Gone = field(default_factory=Gone)
+class _Watch(msgspec.Struct, eq=False):
+    gone: Gone = msgspec.field(default_factory=Gone)
     attempts: int = 0
 
 

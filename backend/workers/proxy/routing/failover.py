@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 import msgspec
@@ -80,8 +79,7 @@ class Budget(msgspec.Struct, frozen=True, gc=False):
         return delay if now + delay < self.created_at + self.deadline_s else None
 
 
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
+class RetryPolicy(msgspec.Struct, frozen=True):
     """Dispatch budget and backoff (the environment can shorten them for tests)."""
 
     max_dispatches: int = MAX_DISPATCHES
@@ -102,25 +100,21 @@ class Failover(msgspec.Struct, frozen=True, gc=False):
     away_since: float | None = None  # since when only an away member has the model
 
 
-@dataclass(frozen=True, slots=True)
-class Backoff:
+class Backoff(msgspec.Struct, frozen=True):
     """Wait this long, then start a new round over the table as it is then."""
 
     seconds: float
 
 
-@dataclass(frozen=True, slots=True)
-class Vanished:
+class Vanished(msgspec.Struct, frozen=True):
     """No node lists the model and none is bringing it back: the door's unknown-model answer."""
 
 
-@dataclass(frozen=True, slots=True)
-class GiveUp:
+class GiveUp(msgspec.Struct, frozen=True):
     """No round may start any more: answer with ``final_answer``."""
 
 
-@dataclass(frozen=True, slots=True)
-class Away:
+class Away(msgspec.Struct, frozen=True):
     """Only a member that is away has the model, and it has not come back within
     ``AWAY_WAIT_S``: the door's 503 naming it."""
 
@@ -128,20 +122,17 @@ class Away:
 RoundEnd = Backoff | Vanished | GiveUp | Away
 
 
-@dataclass(frozen=True, slots=True)
-class Unreachable:
+class Unreachable(msgspec.Struct, frozen=True):
     """No node that has the model could be reached in time (503, retry after 5 s)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Relayed:
+class Relayed(msgspec.Struct, frozen=True):
     """The last node's own error status, passed on to the client."""
 
     failure: Failure
 
 
-@dataclass(frozen=True, slots=True)
-class BadGateway:
+class BadGateway(msgspec.Struct, frozen=True):
     """The last node failed without a status of its own: 504 if it went silent, else 502."""
 
     status: int

@@ -14,7 +14,8 @@ resolves every name to itself at the cost of one look-up per request.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+
+import msgspec
 
 from backend.protocol.proxy import ProxyTargets, RouteTarget
 from backend.workers.proxy.routing.naming import has_model, normalize
@@ -23,8 +24,7 @@ from backend.workers.proxy.routing.naming import has_model, normalize
 EngineName = tuple[str, str]
 
 
-@dataclass(frozen=True, slots=True)
-class Identity:
+class Identity(msgspec.Struct, frozen=True):
     """A requested name resolved: ``model`` the name it stands for (the alias's target, or the
     name itself), ``digests`` its weights' digests where nodes list it (usually one), ``names``
     every ``(engine, normalized name)`` that means it. ``plain`` when it is the name as asked
@@ -122,8 +122,7 @@ def _digest(engine: str, digests: Mapping[str, str], name: str) -> str | None:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class _Index:
+class _Index(msgspec.Struct, frozen=True):
     """One table's names and digests: per engine, each normalized name's digests; per
     digest, the names that carry it."""
 
@@ -192,12 +191,11 @@ def _own_names(index: _Index, model: str) -> frozenset[EngineName]:
 _RESOLVED_CACHE = 1024
 
 
-@dataclass
-class _Cache:
+class _Cache(msgspec.Struct):
     table: ProxyTargets | None = None
-    index: _Index = field(default_factory=lambda: _Index({}, {}, False))
-    resolved: dict[str, Identity] = field(default_factory=dict)
-    names: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    index: _Index = msgspec.field(default_factory=lambda: _Index({}, {}, False))
+    resolved: dict[str, Identity] = msgspec.field(default_factory=dict)
+    names: dict[tuple[str, str, str], str] = msgspec.field(default_factory=dict)
     plain: bool = True  # the table has no digest and no alias
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import aiohttp
+import msgspec
 
 from backend.protocol.proxy import RouteTarget
 from backend.workers.proxy.channels.custody import Custody
@@ -19,8 +19,7 @@ from backend.workers.proxy.upstream.engine_client import EngineClient
 PeerStartedProbe = Callable[[RouteTarget, str, int], asyncio.Task[None]]
 
 
-@dataclass(frozen=True, slots=True)
-class Links:
+class Links(msgspec.Struct, frozen=True):
     """The upstream clients and the channels to the broker that every request shares.
 
     ``session`` pools connections per upstream and TLS context; ``retry_session`` opens new

@@ -11,7 +11,7 @@ own name for it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from backend.protocol.proxy import ProxyTargets, RouteTarget
 from backend.workers.proxy.doors.wire import Dialect
@@ -19,8 +19,7 @@ from backend.workers.proxy.routing.candidates import ENGINE_ORDER, candidates, e
 from backend.workers.proxy.routing.identity import resolve
 
 
-@dataclass(frozen=True, slots=True)
-class Pinned:
+class Pinned(msgspec.Struct, frozen=True):
     """The bare model name and the only targets that may serve it (in order)."""
 
     model: str

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -40,15 +39,13 @@ MIN_GAIN_S = 1.0
 MIN_GAIN_SHARE = 0.25
 
 
-@dataclass(frozen=True, slots=True)
-class Moved:
+class Moved(msgspec.Struct, frozen=True):
     """An attempt whose request left this node's queue for ``node`` (not a failure)."""
 
     node: NodeId
 
 
-@dataclass(frozen=True, slots=True)
-class Waiter:
+class Waiter(msgspec.Struct, frozen=True):
     """One waiting request: its key, and how many jobs run or wait before it here."""
 
     key: int

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from dataclasses import dataclass, field
+
+import msgspec
 
 from backend.protocol.proxy import PARKED_PREFIX, PARKED_SUFFIX
 
@@ -26,13 +27,12 @@ def parked_name(session: str) -> str:
     return f"{PARKED_PREFIX}{digest}{PARKED_SUFFIX}"
 
 
-@dataclass
-class Parking:
+class Parking(msgspec.Struct):
     """Which sessions have a parked KV file and how big each is, oldest first."""
 
     max_entries: int = MAX_PARKED
     max_bytes: int = MAX_PARKED_BYTES
-    _files: OrderedDict[str, tuple[str, int]] = field(default_factory=OrderedDict)
+    _files: OrderedDict[str, tuple[str, int]] = msgspec.field(default_factory=OrderedDict)
 
     def file_of(self, session: str | None) -> str | None:
         """The file holding ``session``'s parked KV, if any."""

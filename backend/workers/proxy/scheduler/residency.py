@@ -6,20 +6,19 @@ ownership")."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
 
 from backend.workers.proxy.scheduler.rules import EngineShape, relaunched_elsewhere
 
 
-@dataclass
-class Residency:
+class Residency(msgspec.Struct):
     """The resident model, the one being loaded, the engine's run (``instance``) and the runs
     the scheduler's own switches left behind."""
 
     resident: str | None = None
     loading: str | None = None
     instance: int = 0
-    retired: set[int] = field(default_factory=set)
+    retired: set[int] = msgspec.field(default_factory=set)
 
     def adopt(self, shape: EngineShape) -> bool:
         """Take the table's view; True when it shows a run the scheduler did not cause (its

@@ -12,28 +12,27 @@ copy of the queue. The rules are described in docs/SCHEDULER.md.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from itertools import takewhile
 from typing import Generic, Protocol, TypeVar
+
+import msgspec
 
 # The ceiling of an engine whose slot count is not known (a known count is the ceiling).
 MAX_CONCURRENCY = 64
 
 
-@dataclass(frozen=True, slots=True)
-class SlotSample:
+class SlotSample(msgspec.Struct, frozen=True):
     """The engine's idle slots at one moment: how many, and their ids when it names them."""
 
     idle: int
     ids: tuple[int, ...] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class EngineShape:
+class EngineShape(msgspec.Struct, frozen=True):
     """What the routing table says about the engine (``RouteTarget`` of the local node)."""
 
     slots: int = 1
-    model_slots: Mapping[str, int] = field(default_factory=dict)
+    model_slots: Mapping[str, int] = msgspec.field(default_factory=dict)
     single_model: bool = False
     resident: tuple[str, ...] = ()
     instance: int = 0
@@ -82,8 +81,7 @@ class RunningView(Protocol[T_co]):
     def __iter__(self) -> Iterator[T_co]: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Moment(Generic[T]):
+class Moment(msgspec.Struct, Generic[T], frozen=True):
     """The scheduler's state at one decision; read, never changed, by the rules.
 
     ``batch`` holds the requests the current turn claimed, ``active`` the exclusive operation
@@ -99,51 +97,44 @@ class Moment(Generic[T]):
     resident: str | None = None
     active: T | None = None
     affinity: bool = True
-    owners: Mapping[int, str | None] = field(default_factory=dict)
+    owners: Mapping[int, str | None] = msgspec.field(default_factory=dict)
     free: Sequence[int] | None = None
 
 
 # What comes next in a decision pass.
 
 
-@dataclass(frozen=True, slots=True)
-class Stop:
+class Stop(msgspec.Struct, frozen=True):
     """Nothing more can start now: the pass ends."""
 
 
-@dataclass(frozen=True, slots=True)
-class Admit:
+class Admit(msgspec.Struct, frozen=True):
     """Start a request: sample the engine's slots (once per turn), then ``claim`` one."""
 
 
-@dataclass(frozen=True, slots=True)
-class StartOperation(Generic[T]):
+class StartOperation(msgspec.Struct, Generic[T], frozen=True):
     """Run this exclusive operation alone on the drained engine; the pass ends."""
 
     ticket: T
 
 
-@dataclass(frozen=True, slots=True)
-class LoadModel:
+class LoadModel(msgspec.Struct, frozen=True):
     """Relaunch the drained engine with ``model``, then begin its turn."""
 
     model: str
 
 
-@dataclass(frozen=True, slots=True)
-class BeginTurn:
+class BeginTurn(msgspec.Struct, frozen=True):
     """``model`` is resident and the engine drained: its turn claims its queued requests."""
 
     model: str
 
 
-@dataclass(frozen=True, slots=True)
-class AbsorbHead:
+class AbsorbHead(msgspec.Struct, frozen=True):
     """The head of the queue is the turn's model: it joins the turn."""
 
 
-@dataclass(frozen=True, slots=True)
-class EndTurn:
+class EndTurn(msgspec.Struct, frozen=True):
     """The turn has nothing left and the engine drained: the next turn may begin."""
 
 
@@ -340,8 +331,7 @@ def needs_erase(owners: Mapping[int, str | None], slot: int, session: str | None
     return previous is None or previous != session
 
 
-@dataclass(frozen=True, slots=True)
-class HandOver:
+class HandOver(msgspec.Struct, frozen=True):
     """What giving ``slot`` to a session takes, in order: park the KV of ``park`` (the session
     leaving it), erase it, then restore the session's own parked KV if it has one."""
 

@@ -10,20 +10,20 @@ decision pass's own list of idle slot ids that may still be handed out, each at 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+
+import msgspec
 
 from backend.protocol.types.scheduler import SlotOwners
 from backend.workers.proxy.scheduler.rules import choose_slot
 
 
-@dataclass
-class SlotBook:
+class SlotBook(msgspec.Struct):
     """The slot owners of one engine and the idle ids of the current decision pass."""
 
     affinity: bool = True
-    owners: dict[int, str | None] = field(default_factory=dict)
+    owners: dict[int, str | None] = msgspec.field(default_factory=dict)
     free: list[int] | None = None
-    _used: dict[int, int] = field(default_factory=dict)  # slot -> when last handed out
+    _used: dict[int, int] = msgspec.field(default_factory=dict)  # slot -> when last handed out
     _clock: int = 0
 
     def sampled(self, idle: Iterable[int], held: Iterable[int]) -> int:

@@ -7,7 +7,8 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+
+import msgspec
 
 from backend.workers.proxy.scheduler.engine_access import LoadFailed
 
@@ -16,15 +17,14 @@ COMPLETION = "completion"
 log = logging.getLogger(__name__)
 
 
-@dataclass(eq=False)
-class Ticket:
+class Ticket(msgspec.Struct, eq=False):
     """One request or exclusive operation at the scheduler; ``slot`` once admitted (pinned)."""
 
     model: str
     kind: str = COMPLETION
     session: str | None = None
     slot: int | None = None
-    admitted: asyncio.Future[None] = field(
+    admitted: asyncio.Future[None] = msgspec.field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
     # Called once if a decision pass ends with it still queued (it waits for capacity).

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
+
+import msgspec
 
 from backend.workers.proxy.doors.wire import Dialect as Dialect
 
@@ -50,8 +51,7 @@ class ReplyTranslator(Protocol):
     def error_record(self, message: str) -> bytes: ...
 
 
-@dataclass(frozen=True, slots=True)
-class EngineRequest:
+class EngineRequest(msgspec.Struct, frozen=True):
     """The request as the engine gets it: an OpenAI path and JSON body; ``stream`` is whether
     the client asked for a stream; ``ignored`` names the load-time settings the client sent
     that the engine sets its own way (reported in a response header, never silently)."""
@@ -62,8 +62,7 @@ class EngineRequest:
     ignored: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Translation:
+class Translation(msgspec.Struct, frozen=True):
     """A translated request and the translator of its answer."""
 
     request: EngineRequest

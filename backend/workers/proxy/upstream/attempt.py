@@ -16,7 +16,6 @@ import ssl
 import weakref
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import aiohttp
@@ -41,8 +40,7 @@ _HEADERS, _FIRST_CONTENT = "headers", "first content"
 FailureKind = Literal["transport", "header-timeout", "status", "no-content", "target-gone"]
 
 
-@dataclass(frozen=True, slots=True)
-class Failure:
+class Failure(msgspec.Struct, frozen=True):
     """An attempt that ended before its commit; ``status`` etc. only for ``status`` failures."""
 
     kind: FailureKind
@@ -52,8 +50,7 @@ class Failure:
     body: bytes = b""
 
 
-@dataclass(slots=True)
-class Commit:
+class Commit(msgspec.Struct):
     """The engine's response, its first body chunk already read (``b""`` at once-EOF), and
     the attempt's watchdog, which the relay goes on with (one per request)."""
 

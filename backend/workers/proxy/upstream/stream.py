@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TypeVar
 
 import aiohttp
@@ -167,8 +166,7 @@ _WRITING, _READING = "writing", "reading"
 _WRITE_HIGH = 64 * 1024
 
 
-@dataclass(slots=True)
-class _Relay:
+class _Relay(msgspec.Struct):
     """Copies a committed body to the client and ends it with the reason if it is cut."""
 
     request: web.Request

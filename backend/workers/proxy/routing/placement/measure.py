@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import msgspec
 
@@ -26,8 +25,7 @@ LINE_CAP = 64 * 1024
 _NS = 1_000_000_000
 
 
-@dataclass(slots=True)
-class _Figures:  # updated in place: it is never handed out (``pace`` copies it)
+class _Figures(msgspec.Struct):  # updated in place: it is never handed out (``pace`` copies it)
     tokens_per_s: float | None = None
     first_token_s: float | None = None
     load_s: float | None = None

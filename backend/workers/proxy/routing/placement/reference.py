@@ -13,7 +13,8 @@ scheduler's own order (``pending + pressure``, then ``pressure``), then the cand
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from backend.protocol.proxy import GpuSample
 from backend.workers.proxy.routing.placement.inputs import NEUTRAL_PRESSURE, Candidate, NodeId
@@ -32,8 +33,7 @@ def band(smoothed: float, previous: int | None = None) -> int:
     return max(rising, min(previous, sum(smoothed >= edge for edge in BANDS_DOWN)))
 
 
-@dataclass(frozen=True, slots=True)
-class _Smoothed:
+class _Smoothed(msgspec.Struct, frozen=True):
     average: float
     band: int
     sampled_at: float
