@@ -9,7 +9,6 @@ why; nothing else depends on it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Literal
@@ -49,8 +48,7 @@ class CatalogError(ValueError):
     """The catalogue file is missing or does not match its schema."""
 
 
-@dataclass(frozen=True, slots=True)
-class Catalog:
+class Catalog(msgspec.Struct, frozen=True):
     """The entries that loaded, or none and ``error`` saying why the file was refused."""
 
     entries: tuple[CatalogEntry, ...] = ()

@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from backend.protocol.endpoint import resolve_data_dir
 from backend.protocol.types.broker import LOG_LEVELS, LogLevel
@@ -25,8 +26,7 @@ PASS_THROUGH_PORTS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class AppOptions:
+class AppOptions(msgspec.Struct, frozen=True):
     """What the app was started with: the node's data dir and flags for a broker it spawns."""
 
     data_dir: Path

@@ -12,9 +12,10 @@ drops its entries (``settle_node``). A broker that goes away drops everything (`
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
 from typing import NamedTuple
 
+import msgspec
+from msgspec.structs import replace
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from backend.protocol.types.base import EngineName, NodeId
@@ -22,8 +23,7 @@ from backend.protocol.types.base import EngineName, NodeId
 DEFAULT_TIMEOUT_S = 60.0
 
 
-@dataclass(frozen=True, slots=True)
-class BackendDeadlines:
+class BackendDeadlines(msgspec.Struct, frozen=True):
     """The longest the broker itself lets each operation take (seconds), from its bundled
     manifests and its engine runner: the one record of them on the app's side. The app's
     timeouts are derived from these; ``tests/unit/test_app_timeouts.py`` computes the real
@@ -75,8 +75,7 @@ class PendingKey(NamedTuple):
     model: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class Pending:
+class Pending(msgspec.Struct, frozen=True):
     """One action in flight: ``action`` is a verb the view shows ("Starting", "Loading", ...)."""
 
     key: PendingKey

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from backend.common.self_command import self_argv
 from backend.protocol.endpoint import control_address
 
 
-@dataclass(frozen=True, slots=True)
-class BrokerLaunch:
+class BrokerLaunch(msgspec.Struct, frozen=True):
     """Everything needed to attach to, or spawn, the broker of one data directory."""
 
     data_dir: Path

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+
+import msgspec
 
 RESTART_LIMIT = 3
 RESTART_WINDOW_S = 60.0
@@ -30,14 +31,13 @@ def may_restart(
     return len(recent_crashes(crash_times, now, window)) <= limit
 
 
-@dataclass
-class RestartPolicy:
+class RestartPolicy(msgspec.Struct):
     """Remembers recent crashes of the owned broker; ``clock`` is injectable for tests."""
 
     clock: Callable[[], float] = time.monotonic
     limit: int = RESTART_LIMIT
     window: float = RESTART_WINDOW_S
-    _crashes: list[float] = field(default_factory=list)
+    _crashes: list[float] = msgspec.field(default_factory=list)
 
     def record_crash(self) -> bool:
         """Note a crash now; True when a restart is still within the budget."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 import msgspec
 from PySide6.QtCore import QObject, Signal
@@ -39,8 +38,7 @@ SYSTEM_NAMES = {"Darwin": "macOS", "Linux": "Linux", "Windows": "Windows"}
 RESTARTED = "the PAIR service restarted, which ends every open invite; start a new one"
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
+class Candidate(msgspec.Struct, frozen=True):
     """A PAIR computer on this network that is not this one and not a member."""
 
     node_id: NodeId
@@ -58,8 +56,7 @@ class Candidate:
         return self.reachable and not self.in_other_cluster
 
 
-@dataclass(frozen=True, slots=True)
-class ProbeResult:
+class ProbeResult(msgspec.Struct, frozen=True):
     """What a probe of ``address`` found: the sentence to show, and whether to offer Invite."""
 
     address: Address

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from app.lan_addresses import url_host
 from backend.protocol.types.broker import ServiceError
@@ -24,8 +25,7 @@ KEY_NOTE = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class DoorKind:
+class DoorKind(msgspec.Struct, frozen=True):
     """A front door and the program whose usual port it takes, where apps look for it."""
 
     door: str
@@ -41,8 +41,7 @@ _DOOR_ORDER = tuple(kind.door for kind in DOOR_KINDS)
 _USUAL_PORT_OF = {kind.door: kind.usual_port_of for kind in DOOR_KINDS}
 
 
-@dataclass(frozen=True, slots=True)
-class ApiKind:
+class ApiKind(msgspec.Struct, frozen=True):
     """A client API: its title, the example's path, and the doors to name for it, best first
     (every door speaks it; the one at the port its apps expect comes first)."""
 
@@ -60,8 +59,7 @@ API_KINDS: tuple[ApiKind, ...] = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Endpoint:
+class Endpoint(msgspec.Struct, frozen=True):
     """One client API as shown: the address a client takes, its setting, an example request."""
 
     api: str
@@ -73,8 +71,7 @@ class Endpoint:
     client_settings: tuple[str, ...] = ()  # every line its SDK needs, the address first
 
 
-@dataclass(frozen=True, slots=True)
-class Door:
+class Door(msgspec.Struct, frozen=True):
     """One front door as shown: its real URL, whose usual port it is, a moved-port note."""
 
     door: str

@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
+import msgspec
 from PySide6.QtCore import QObject, Signal
 
 from app.broker.connection import BrokerConnection
@@ -209,8 +209,7 @@ class EndpointsController(Controller):
 # Front-door settings.
 
 
-@dataclass(frozen=True, slots=True)
-class NodeChoice:
+class NodeChoice(msgspec.Struct, frozen=True):
     """One entry of the pinned-node list: the node id to save and its label."""
 
     node_id: str

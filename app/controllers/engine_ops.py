@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from app.broker.connection import BrokerConnection
 from app.models.engines import EngineCommand, EngineKey, door_ports
@@ -54,8 +55,7 @@ _METHODS: dict[EngineCommand, Method[EngineRef, EngineStatus]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class EngineOp:
+class EngineOp(msgspec.Struct, frozen=True):
     """One command for one engine of one node: ``wire_node`` is None for this node, ``port``
     the target of a ``SET_PORT``. ``run_in_background`` sends it and calls ``success`` once
     the broker answers (the state it led to arrives as engine events first) or ``failure``

@@ -10,9 +10,9 @@ nodes model.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Literal
 
+import msgspec
 from PySide6.QtCore import QObject, Signal
 
 from app.broker.state import ServiceState
@@ -42,8 +42,7 @@ OFFLINE_HINT = (
 Phase = Literal["idle", "busy", "done", "failed"]
 
 
-@dataclass(frozen=True, slots=True)
-class HubState:
+class HubState(msgspec.Struct, frozen=True):
     """Where a search (or a repository's file list) stands, and what to tell the user."""
 
     phase: Phase = "idle"
@@ -51,8 +50,7 @@ class HubState:
     message: str = ""  # a failure's sentence, or the suggestion's reason
 
 
-@dataclass(frozen=True, slots=True)
-class Memory:
+class Memory(msgspec.Struct, frozen=True):
     """The memory a model should fit in on one computer, and which kind it is."""
 
     size: int

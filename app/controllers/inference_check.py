@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
 from typing import Literal
 
+import msgspec
+from msgspec.structs import replace
 from PySide6.QtCore import Signal
 
 from app.controllers.door_chat import DoorChatController
@@ -28,8 +29,7 @@ CHECK_MAX_TOKENS = 4
 CheckState = Literal["checking", "ok", "failed", "no-model"]
 
 
-@dataclass(frozen=True, slots=True)
-class CheckTarget:
+class CheckTarget(msgspec.Struct, frozen=True):
     """One running engine of one computer, and the model to try on it (None: it has none)."""
 
     computer: str
@@ -45,8 +45,7 @@ class CheckTarget:
         return f"{pin}@{self.node_id}" if self.node_id is not None else pin
 
 
-@dataclass(frozen=True, slots=True)
-class CheckRow:
+class CheckRow(msgspec.Struct, frozen=True):
     """One engine's check as shown."""
 
     target: CheckTarget

@@ -13,8 +13,9 @@ away.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
 
+import msgspec
+from msgspec.structs import replace
 from PySide6.QtCore import QObject, Signal
 
 from app.broker.connection import BrokerConnection
@@ -76,8 +77,7 @@ _VERBS: dict[ModelAction, str] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class PendingTimeouts:
+class PendingTimeouts(msgspec.Struct, frozen=True):
     """Safety-net timeouts for pending marks (seconds)."""
 
     load: float = COLD_LOAD_TIMEOUT_S

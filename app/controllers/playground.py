@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
-from dataclasses import dataclass
 
+import msgspec
 from PySide6.QtCore import Signal
 
 from app.controllers.door_chat import DoorChatController
@@ -25,8 +25,7 @@ THIS_COMPUTER = "this computer"
 PREFERRED_DOOR = "ollama"  # every door reaches every model; this one is the best known
 
 
-@dataclass(frozen=True, slots=True)
-class ModelChoice:
+class ModelChoice(msgspec.Struct, frozen=True):
     """A model of the cluster and the computers that have it (this computer first)."""
 
     name: str

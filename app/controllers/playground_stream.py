@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 
 import aiohttp
+import msgspec
+from msgspec.structs import replace
 
 from app.controllers.playground_wire import (
     JOB_HEADER,
@@ -32,8 +33,7 @@ READ_TIMEOUT_S = 600.0
 Clock = Callable[[], float]
 
 
-@dataclass(frozen=True, slots=True)
-class ChatResult:
+class ChatResult(msgspec.Struct, frozen=True):
     """One answer as it went: who served it, its timing and token count, or why it failed."""
 
     served_by: str | None = None  # the serving node's id

@@ -9,9 +9,10 @@ in plain words.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
+
+import msgspec
 
 ApiName = Literal["openai", "ollama", "anthropic"]
 API_TITLES: dict[ApiName, str] = {
@@ -31,8 +32,7 @@ JOB_HEADER = "X-PAIR-Job"
 ERROR_TEXT_LIMIT = 400
 
 
-@dataclass(frozen=True, slots=True)
-class ChatRequest:
+class ChatRequest(msgspec.Struct, frozen=True):
     """One streamed chat request as the user set it up (``None``: the engine's default)."""
 
     api: ApiName
@@ -124,8 +124,7 @@ def _anthropic_body(request: ChatRequest) -> dict[str, object]:
     return body
 
 
-@dataclass(frozen=True, slots=True)
-class Piece:
+class Piece(msgspec.Struct, frozen=True):
     """What one streamed record said: text, the engine's output token count, an error."""
 
     text: str = ""

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
 from PySide6.QtCore import QObject, Signal
 
 from app.broker.connection import BrokerConnection
@@ -32,8 +32,7 @@ NOT_OURS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class ResetPreview:
+class ResetPreview(msgspec.Struct, frozen=True):
     """What a reset would delete now: the kinds present, and the model stores' size."""
 
     present: tuple[DataKind, ...]

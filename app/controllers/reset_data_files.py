@@ -12,14 +12,14 @@ import os
 import shutil
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class DataKind:
+class DataKind(msgspec.Struct, frozen=True):
     """One kind of app data: its entry name in the data folder and what it holds."""
 
     name: str
@@ -53,8 +53,7 @@ LOG_SUFFIX = ".log"  # rotated copies end in .log.1, .log.2, …
 OPEN_LOG = "app.log"  # this app writes it now: emptied, not removed, so it goes on logging
 
 
-@dataclass(frozen=True, slots=True)
-class ResetOutcome:
+class ResetOutcome(msgspec.Struct, frozen=True):
     """What a reset removed and what it could not."""
 
     removed: tuple[Path, ...]

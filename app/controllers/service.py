@@ -7,10 +7,11 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
+import msgspec
+from msgspec.structs import replace
 from PySide6.QtCore import QObject, QUrl, Signal
 from PySide6.QtGui import QDesktopServices
 
@@ -54,8 +55,7 @@ def read_tail(path: Path, lines: int = TAIL_LINES) -> list[str]:
     return text[-lines:]
 
 
-@dataclass(frozen=True, slots=True)
-class ServiceInfo:
+class ServiceInfo(msgspec.Struct, frozen=True):
     """What the broker told us about itself in this session (None: not known yet)."""
 
     broker_version: str | None = None

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+import msgspec
 from PySide6.QtCore import QObject, Signal
 
 from app.controllers.models import RPC_TIMEOUTS_S, ModelsController
@@ -24,8 +24,7 @@ NONE_CHOSEN = "Tick at least one member to spread the model over."
 NOT_RUNNING = "The PAIR service is not running."
 
 
-@dataclass(frozen=True, slots=True)
-class SpreadCandidate:
+class SpreadCandidate(msgspec.Struct, frozen=True):
     """A member that could take a share: its node id, name, and whether its link is up."""
 
     node: NodeId

@@ -10,9 +10,9 @@ changed. It owns no task: the models controller runs the commands.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Literal
 
+import msgspec
 from PySide6.QtCore import QObject, Signal
 
 from app.catalog import Catalog, CatalogEntry, PullEngine, pulled_name
@@ -37,8 +37,7 @@ MEMORY_SHARE = 8
 Phase = Literal["no_engine", "offer", "pulling", "loading", "failed", "ready", "have_one"]
 
 
-@dataclass(frozen=True, slots=True)
-class FirstModel:
+class FirstModel(msgspec.Struct, frozen=True):
     """The model offered: its catalogue entry and the engine it goes to."""
 
     entry: CatalogEntry
@@ -55,8 +54,7 @@ class FirstModel:
         return pulled_name(self.source)
 
 
-@dataclass(frozen=True, slots=True)
-class Here:
+class Here(msgspec.Struct, frozen=True):
     """What the stores say about this computer, as far as the first model cares."""
 
     statuses: Mapping[EngineName, EngineStatus]
@@ -69,8 +67,7 @@ class Here:
     load_error: str | None = None  # why loading it into llama.cpp failed
 
 
-@dataclass(frozen=True, slots=True)
-class FirstModelState:
+class FirstModelState(msgspec.Struct, frozen=True):
     """Where the step stands: the model offered or pulled, the one to try, progress or error."""
 
     phase: Phase

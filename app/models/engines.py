@@ -11,11 +11,11 @@ change answers a command.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal
 from urllib.parse import urlsplit
 
+import msgspec
 from PySide6.QtCore import QObject
 from PySide6.QtGui import QColor
 
@@ -74,16 +74,14 @@ ROW_STATES: dict[RowState, State] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class InstallStep:
+class InstallStep(msgspec.Struct, frozen=True):
     """The last install progress of an engine: a stage and, where measurable, a percentage."""
 
     stage: str
     percent: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class EngineRow:
+class EngineRow(msgspec.Struct, frozen=True):
     """One engine on one node, as the Engines page shows it.
 
     ``local`` is this node; ``member`` another member of its cluster (managed from here through
@@ -155,8 +153,7 @@ class EngineRow:
         return "this computer" if self.local else self.node_name
 
 
-@dataclass(frozen=True, slots=True)
-class RowExtras:
+class RowExtras(msgspec.Struct, frozen=True):
     """What the GUI adds to an ``EngineStatus``."""
 
     pending: str | None = None
@@ -167,8 +164,7 @@ class RowExtras:
     scheduler: SchedulerState | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Host:
+class Host(msgspec.Struct, frozen=True):
     """The node a managed engine runs on: this node, or a member (``local`` False).
 
     ``doors`` maps front doors to their real ports; ``address`` is where other computers reach
@@ -179,7 +175,7 @@ class Host:
     name: str
     local: bool
     reachable: bool = True
-    doors: Mapping[str, int] = field(default_factory=dict)
+    doors: Mapping[str, int] = msgspec.field(default_factory=dict)
     address: str | None = None
 
 
@@ -302,8 +298,7 @@ VERBS: dict[EngineCommand, str] = {
 PROGRESS_VERBS = (VERBS[EngineCommand.INSTALL], VERBS[EngineCommand.UPDATE])
 
 
-@dataclass(eq=False)
-class Expectation:
+class Expectation(msgspec.Struct, eq=False):
     """A command in flight: what confirms it. Compared by identity (one per click)."""
 
     command: EngineCommand

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 
+import msgspec
 from PySide6.QtCore import QObject
 from PySide6.QtGui import QColor
 
@@ -62,8 +62,7 @@ def banner_text(error: ServiceError, node_name: str | None) -> str:
     return f"{node_name}: {message}"
 
 
-@dataclass(frozen=True, slots=True)
-class Problem:
+class Problem(msgspec.Struct, frozen=True):
     """One banner: the same error reported by one or more computers, and its message."""
 
     errors: tuple[ServiceError, ...]

@@ -7,9 +7,9 @@ import time
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 from PySide6.QtCore import (
     QAbstractTableModel,
     QModelIndex,
@@ -404,13 +404,12 @@ def _foreground(job: JobRecord, column: int) -> QColor | None:
     return palette.color(QPalette.ColorGroup.Active, QPalette.ColorRole.PlaceholderText)
 
 
-@dataclass(frozen=True, slots=True)
-class JobFilter:
+class JobFilter(msgspec.Struct, frozen=True):
     """What the Jobs list shows: no ``states`` means every state; ``node`` matches the node a job
     was requested from, sent to or ran on; ``text`` is searched in the model, the error and a
     replica job's note."""
 
-    states: frozenset[JobState] = field(default_factory=frozenset)
+    states: frozenset[JobState] = msgspec.field(default_factory=frozenset)
     node: str | None = None
     engine: str | None = None
     text: str = ""

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+import msgspec
 from PySide6.QtCore import (
     QAbstractTableModel,
     QByteArray,
@@ -24,8 +24,7 @@ _NO_PARENT = QModelIndex()
 ModelIndex = QModelIndex | QPersistentModelIndex
 
 
-@dataclass(frozen=True, slots=True)
-class Column(Generic[R]):
+class Column(msgspec.Struct, Generic[R], frozen=True):
     """How one column shows a row: its text, and optionally a tooltip and a text colour."""
 
     title: str
@@ -34,8 +33,7 @@ class Column(Generic[R]):
     foreground: Callable[[R], QColor | None] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Role(Generic[R]):
+class Role(msgspec.Struct, Generic[R], frozen=True):
     """A data role of a model beyond the columns: its name and how a row answers it."""
 
     name: bytes

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Literal
 
+import msgspec
 from PySide6.QtCore import QObject
 from PySide6.QtGui import QColor
 
@@ -49,8 +49,7 @@ MEMBER_STATES: dict[MemberState, State] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class MemberRow:
+class MemberRow(msgspec.Struct, frozen=True):
     """One member as the table shows it: texts ready to display, and their tooltips."""
 
     node_id: NodeId

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass, replace
 from typing import Literal
 
+import msgspec
+from msgspec.structs import replace
 from PySide6.QtCore import QAbstractItemModel, QObject, QSortFilterProxyModel
 from PySide6.QtGui import QColor
 
@@ -111,8 +112,7 @@ def _with_tag(name: str) -> str:
     return name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest"
 
 
-@dataclass(frozen=True, slots=True)
-class ModelRow:
+class ModelRow(msgspec.Struct, frozen=True):
     """One model on one node's engine; rows of this node (``local``) and of the other members
     (``member``) can be acted on, a member's only while it can be ``reachable``. ``details``
     is what the model file says about itself, where its engine reads it (llama.cpp); ``spread``

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
@@ -48,8 +47,7 @@ class NodeRole(IntEnum):
     CARD = Qt.ItemDataRole.UserRole + 12
 
 
-@dataclass(frozen=True, slots=True)
-class GpuLine:
+class GpuLine(msgspec.Struct, frozen=True):
     """One GPU as a card shows it (for an older peer that lists none: its busiest GPU and summed
     VRAM, named "GPU"); a figure that could not be read is None."""
 
@@ -59,8 +57,7 @@ class GpuLine:
     vram_total_bytes: int | None
 
 
-@dataclass(frozen=True, slots=True)
-class EngineLine:
+class EngineLine(msgspec.Struct, frozen=True):
     """One engine on a node: its display name, state and the models it has loaded."""
 
     engine: str
@@ -69,8 +66,7 @@ class EngineLine:
     loaded: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Sample:
+class Sample(msgspec.Struct, frozen=True):
     """One telemetry reading for the charts; percentages, None when not measured."""
 
     at: float  # Unix time of the reading
@@ -80,8 +76,7 @@ class Sample:
     vram_percent: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class NodeCard:
+class NodeCard(msgspec.Struct, frozen=True):
     """Everything one card shows (the history is kept beside it, see ``NodeRole.HISTORY``)."""
 
     node_id: str
@@ -105,8 +100,7 @@ class NodeCard:
     engines: tuple[EngineLine, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class SelfDetails:
+class SelfDetails(msgspec.Struct, frozen=True):
     """What only this node tells about itself: ``nodeinfo:get`` and its engines' states."""
 
     info: NodeInfo | None = None

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 from PySide6.QtCore import QObject
 
 from app.catalog import format_size
@@ -14,8 +13,7 @@ from app.window.look import State, state_colour
 from backend.protocol.types.base import EngineName, NodeId
 
 
-@dataclass(frozen=True, slots=True)
-class PullRow:
+class PullRow(msgspec.Struct, frozen=True):
     """A pull on this node or on another member (``node``, ``node_name``) as its last progress
     step said; ``error`` once it failed."""
 

