@@ -11,14 +11,17 @@ in the window is not counted), with how many times a second its threads were run
 third field: each wake from a wait is one). The run count is the figure to compare across
 hours: on this VM the CPU time charged for a wake-up varies tenfold with the host's load (an
 empty asyncio loop woken ten times a second was charged 4 to 40 ms a second), the count does
-not. Then the worker's start as
+not. With ``--starts N`` it first starts N more nodes one after another and prints the median
+CPU each process had used by the time its broker said it was ready (the broker's from its
+exec, the worker's from its spawn: imports, composition, listeners) and the median wall time
+from exec to ready. Then the worker's start as
 ``python -X importtime`` sees it (``pair worker proxy --help`` imports what the worker serves
 with and stops before serving): how many modules, and the heaviest by cumulative import time.
 
 Linux only (``/proc``). The broker is started in its own session and stopped by its PID
 (SIGTERM, then SIGKILL after a grace); its worker ends with it.
 
-    python bench/idle_rss.py [--idle 10] [--cpu-window 20] [--imports 15] [--mdns]
+    python bench/idle_rss.py [--idle 10] [--cpu-window 20] [--imports 15] [--mdns] [--starts 0]
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -82,6 +86,13 @@ def cpu_ns(pid: int) -> tuple[int, int]:
             total += int(fields[0])
             runs += int(fields[2])
     return total, runs
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` so far, its ended threads included
+    (``/proc/PID/stat``, in clock ticks)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -154,15 +165,33 @@ def node_environment(pycache: Path, mdns: bool) -> dict[str, str]:
     return environment
 
 
+@dataclass(frozen=True)
+class Start:
+    """One node's start: seconds from the broker's exec to its ready, and the CPU seconds its
+    broker and its worker had used by then."""
+
+    wall_s: float
+    broker_cpu_s: float
+    worker_cpu_s: float
+
+
 @contextlib.asynccontextmanager
 async def running_node(root: Path, environment: dict[str, str]) -> AsyncIterator[int]:
     """A broker on a fresh data dir under ``root`` and free ports, ready; yields its PID."""
+    async with started_node(root, environment) as (pid, _):
+        yield pid
+
+
+@contextlib.asynccontextmanager
+async def started_node(root: Path, environment: dict[str, str]) -> AsyncIterator[tuple[int, float]]:
+    """``running_node``, yielding the broker's PID and the seconds from its exec to ready."""
     data_dir = Path(tempfile.mkdtemp(prefix="node-", dir=root))
     taken: set[int] = set()
     argv = [sys.executable, "-m", "backend", "node", "--data-dir", str(data_dir)]
     for listener in LISTENERS:
         argv += [f"--{listener}-port", str(free_port(taken))]
     with (data_dir.parent / f"{data_dir.name}.log").open("ab") as log:
+        spawned = time.perf_counter()
         broker = await asyncio.create_subprocess_exec(
             *argv,
             stdin=asyncio.subprocess.DEVNULL,
@@ -175,7 +204,7 @@ async def running_node(root: Path, environment: dict[str, str]) -> AsyncIterator
         )
     try:
         await wait_ready(broker, data_dir)
-        yield broker.pid
+        yield broker.pid, time.perf_counter() - spawned
     finally:
         await stop_child(broker, grace=STOP_GRACE_S, close_stdin=False)
 
@@ -198,6 +227,30 @@ async def measure_node(root: Path, idle_s: float, window_s: float, mdns: bool) -
         per_s = [(end[0] - start[0]) / 1e6 / window_s for start, end in pairs]
         runs = [(end[1] - start[1]) / window_s for start, end in pairs]
         return Rest(memory[0], memory[1], per_s[0], per_s[1], runs[0], runs[1])
+
+
+async def measure_starts(root: Path, count: int, mdns: bool) -> list[Start]:
+    """``count`` nodes started one after another (the bytecode cached by a first one)."""
+    environment = node_environment(root / "pycache", mdns)
+    async with running_node(root, environment):
+        pass
+    starts: list[Start] = []
+    for _ in range(count):
+        async with started_node(root, environment) as (broker, wall_s):
+            worker = await find_worker(broker)
+            starts.append(Start(wall_s, process_cpu_s(broker), process_cpu_s(worker)))
+    return starts
+
+
+def starts_report(starts: list[Start]) -> str:
+    """The medians of ``starts``, one line."""
+    wall = statistics.median(start.wall_s for start in starts)
+    broker = statistics.median(start.broker_cpu_s for start in starts)
+    worker = statistics.median(start.worker_cpu_s for start in starts)
+    return (
+        f"Start to ready, median of {len(starts)}: {wall:.2f} s wall; CPU used by then: broker "
+        f"{broker:.3f} s, proxy worker {worker:.3f} s."
+    )
 
 
 def worker_imports(pycache: Path) -> list[tuple[str, int]]:
@@ -254,8 +307,12 @@ def main() -> int:
     )
     parser.add_argument("--imports", type=int, default=15, help="how many imports to list")
     parser.add_argument("--mdns", action="store_true", help="leave mDNS on, as a fresh node has")
+    parser.add_argument("--starts", type=int, default=0, help="nodes to time from exec to ready")
     arguments = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="pair-idle-rss-") as root:
+        if arguments.starts > 0:
+            starts = asyncio.run(measure_starts(Path(root), arguments.starts, arguments.mdns))
+            print(starts_report(starts), end="\n\n", flush=True)
         rest = asyncio.run(
             measure_node(Path(root), arguments.idle, arguments.cpu_window, arguments.mdns)
         )
