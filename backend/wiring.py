@@ -136,7 +136,7 @@ def build_node(base: Foundation) -> Node:
     spread = wiring_members.spread(base, services, cluster.service, board, discovery, telemetry)
     engines.bind_shaper("llamacpp", spread.host)
     spread.host.bind_replan(lambda: engines.controller("llamacpp").restart(kill=True))
-    replicas = _replicas(base, services, engines, jobs, discovery, federation)
+    replicas = _replicas(base, services, engines, jobs, discovery, federation, cluster.service)
     proxy.bind_demand(replicas.on_demand)
     _register_broker(base, services, proxy, replicas)
     # Start order; stop is the reverse. Jobs before the proxy, so the proxy's last job
@@ -409,6 +409,7 @@ def _replicas(
     jobs: JobsComponent,
     discovery: DiscoveryComponent,
     federation: FederationComponent,
+    cluster: ClusterService,
 ) -> ReplicasComponent:
     """The replica planner: more members for a hot model, unloaded again when idle."""
     node_id = base.identity.node_id
@@ -425,6 +426,9 @@ def _replicas(
         record_jobs=jobs.record_external,
     )
     replicas_rpc.register(services.dispatcher, replicas, methods.REPLICAS_STATUS)
+    # What makes it active or not: the replicas_* settings and the trusted members.
+    services.settings.add_listener(replicas.inputs_changed)
+    cluster.on_trust_changed(lambda _: replicas.inputs_changed())
     return replicas
 
 

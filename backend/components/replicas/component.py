@@ -87,8 +87,15 @@ class ReplicasComponent(Component):
         self._last_models: EngineModels | None = None
         self._group: asyncio.TaskGroup | None = None
         self._stopped = asyncio.Event()
+        # Set when the settings or the membership change: an inactive planner rests until then.
+        self._inputs_changed = asyncio.Event()
 
     # Inputs ------------------------------------------------------------------------------------
+
+    def inputs_changed(self) -> None:
+        """The settings or the trusted members changed: a planner resting while inactive (off,
+        or ``auto`` with no other member) looks again, a round after this."""
+        self._inputs_changed.set()
 
     def on_demand(self, report: DemandReport) -> None:
         """Take one ``proxy:demand`` report from this node's proxy worker."""
@@ -141,9 +148,13 @@ class ReplicasComponent(Component):
         self._stopped.set()
 
     async def _loop(self) -> None:
+        """A round every ``interval`` while active. A round that finds the planner inactive
+        is the last until ``inputs_changed``: a node with no other member, or with replicas
+        off, is not woken every interval to find so again."""
         failing = ""  # the last round's error: a planner that keeps failing is logged once
         while True:
             await self._clock.sleep(self._interval)
+            self._inputs_changed.clear()
             try:
                 await self.plan_once()
                 failing = ""
@@ -151,6 +162,8 @@ class ReplicasComponent(Component):
                 if repr(exc) != failing:
                     log.exception("replicas: a planning round failed")
                 failing = repr(exc)
+            if not self.current()[1]:
+                await self._inputs_changed.wait()
 
     async def plan_once(self) -> tuple[Action, ...]:
         """One round: gather, plan, start what may start now. Returns the actions started."""

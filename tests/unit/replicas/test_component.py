@@ -218,10 +218,40 @@ async def test_auto_acts_only_while_another_member_is_trusted() -> None:
         assert rig.planner.calls == []
         assert not rig.component.status().active
         rig.members.append(MEMBER)
+        rig.component.inputs_changed()  # as the cluster's trust change says
+        await settle()  # the resting loop takes its next round's sleep
         await rig.clock.advance(2.0)
     assert len(rig.planner.calls) == 1
     assert rig.component.status().active
     assert len(rig.engines.forwarded) == 1
+
+
+async def test_an_inactive_planner_rests_until_its_inputs_change() -> None:
+    """No timer while nothing could make it active: one round finds it inactive, then the
+    loop waits for the settings or the membership to change, not for the clock."""
+    rig = build(mode="auto", members=("node-me",))
+    rig.planner.answer = (LOAD,)
+    async with running(rig):
+        await rig.clock.advance(2.0)  # the first round: inactive
+        rounds = len(rig.clock.sleeps)
+        for _ in range(5):
+            await rig.clock.advance(2.0)
+        assert len(rig.clock.sleeps) == rounds  # no sleep since: it rests
+        rig.component.inputs_changed()  # a change that leaves it inactive: one more round
+        await settle()
+        await rig.clock.advance(2.0)
+        assert len(rig.clock.sleeps) == rounds + 1
+        for _ in range(3):
+            await rig.clock.advance(2.0)
+        assert len(rig.clock.sleeps) == rounds + 1
+        rig.component.on_demand(hot(rig.clock.now))
+        rig.members.append(MEMBER)
+        rig.component.inputs_changed()
+        await settle()
+        await rig.clock.advance(2.0)
+        assert len(rig.planner.calls) == 1  # active again: planned a round later
+        await rig.clock.advance(2.0)
+        assert len(rig.planner.calls) == 2  # and every round after
 
 
 async def test_settings_it_lacks_keep_the_planner_defaults() -> None:

@@ -91,6 +91,7 @@ async def test_waits_heard_while_off_load_nothing_once_turned_on_but_a_new_burst
             await rig.clock.advance(2.0)
         assert rig.engines.forwarded == []
         rig.settings.replicas_mode = "on"
+        rig.component.inputs_changed()  # as the settings' listener says
         for _ in range(3):  # turned on: the old waits describe a cluster it did not watch
             await rig.clock.advance(2.0)
         assert rig.engines.forwarded == []
