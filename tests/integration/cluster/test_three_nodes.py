@@ -17,6 +17,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,6 +83,7 @@ def hosts() -> Iterator[list[Host]]:
 # A test bridge names the PID of the test process that made it (its link alias).
 OWNER_ALIAS = "pair-test-pid="
 _chosen_subnet: list[str] = []
+_claims: list[int] = []  # the subnet locks this process holds (open descriptors)
 
 
 def _remove_leftovers() -> None:
@@ -130,11 +132,18 @@ def _remove_bridge(bridge: str) -> None:
 def _subnet() -> str:
     """This test process's own /24: the host has an address on the bridge, and two bridges
     with one subnet at once would leave the host's route to it ambiguous. The xdist worker's
-    number picks it, unless another live test run holds that one (then the next free one)."""
+    number picks it, unless another live test process holds that one (then the next free one).
+
+    A process holds its subnet from its first choice to its exit by a lock on a file named
+    after it (``_claim``): a bridge exists only while a test runs, so two test runs on one
+    machine (each worker 0 starting from 10.78.0) could each find the subnet free between
+    the other's tests, and then both put a bridge on it."""
     if not _chosen_subnet:
         index, count = worker_index()
         for step in range(32):
             subnet = f"10.78.{(index + step * count) % 250}"
+            if not _claim(subnet):
+                continue  # another live test process chose it
             holder = _bridge_on(subnet)
             if holder is None or _is_stale(holder):
                 break
@@ -142,6 +151,22 @@ def _subnet() -> str:
             raise RuntimeError("no free test subnet in 10.78.0.0/16: other test runs hold them")
         _chosen_subnet.append(subnet)
     return _chosen_subnet[0]
+
+
+def _claim(subnet: str) -> bool:
+    """Lock ``subnet``'s file for the rest of this process (the kernel lets go when it exits,
+    killed or not); False when another process holds it."""
+    import fcntl  # POSIX only: namespaces are Linux's
+
+    path = Path(tempfile.gettempdir()) / f"pair-test-subnet-{subnet}.lock"
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(descriptor)
+        return False
+    _claims.append(descriptor)  # kept open: the lock lasts as long as this process
+    return True
 
 
 def bridge_address() -> str:
