@@ -142,6 +142,11 @@ def main() -> int:
     parser.add_argument("--token-delay", type=float, default=0.001, help="seconds per token")
     parser.add_argument("--reply-tokens", type=int, default=REPLY_TOKENS, help="tokens per reply")
     parser.add_argument("--kinds", default=",".join(KINDS), help="JSON, stream or both")
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="count the Python floor too (_raw_floor.py: uvloop + httptools, no framework)",
+    )
     args = parser.parse_args()
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         progress("valgrind (with callgrind_control) is needed: apt-get install valgrind")
@@ -166,6 +171,16 @@ def main() -> int:
             emulator.url, log_path=logs / "bare.log", prefix=tuple(callgrind(bare_out))
         )
         stack.callback(bare.stop)
+        floor = None
+        if args.floor:
+            floor_out = logs / "floor.cg"
+            floor = PassThrough(
+                emulator.url,
+                log_path=logs / "floor.log",
+                prefix=tuple(callgrind(floor_out)),
+                script="_raw_floor.py",
+            )
+            stack.callback(floor.stop)
         os.environ["PAIR_BENCH_WORKER_PREFIX"] = shlex.join(callgrind(pair_out))
         target = RouteTarget(
             node_id=NODE_ID, kind="local", base_url=emulator.url, models=[MODEL], slots=SLOTS
@@ -177,6 +192,8 @@ def main() -> int:
             "bare": (bare.url, bare.process.pid, bare_out),
             "PAIR": (proxy.doors["ollama"], proxy.worker_pid, pair_out),
         }
+        if floor is not None:
+            paths["floor"] = (floor.url, floor.process.pid, floor_out)
         idle = {name: idle_rate(pid, out) for name, (_, pid, out) in paths.items()}
         progress(", ".join(f"{name} idle: {rate:,.0f}/s" for name, rate in idle.items()))
         for kind in args.kinds.split(","):
@@ -192,8 +209,11 @@ def main() -> int:
         f"Instructions per request, {args.requests} requests per row and path "
         f"(Ollama emulator, {args.reply_tokens} tokens per reply):\n"
     )
-    print("| request | c | bare | PAIR | PAIR / bare | per chunk, bare / PAIR |")
-    print("|---|--:|--:|--:|--:|---|")
+    print(
+        "| request | c | bare | PAIR | PAIR / bare | per chunk, bare / PAIR |"
+        + (" floor | PAIR / floor |" if args.floor else "")
+    )
+    print("|---|--:|--:|--:|--:|---|" + ("--:|--:|" if args.floor else ""))
     print("\n".join(rows))
     return 0
 
@@ -203,10 +223,14 @@ def row(kind: str, level: int, counted: dict[str, tuple[int, int]], requests: in
     chunks = "-"
     if kind == "stream" and bare_chunks and pair_chunks:
         chunks = f"{bare / bare_chunks:,.0f} / {pair / pair_chunks:,.0f}"
-    return (
+    line = (
         f"| {kind} | {level} | {bare / requests:,.0f} | {pair / requests:,.0f} "
         f"| {pair / bare:.2f}x | {chunks} |"
     )
+    if "floor" in counted:
+        floor = counted["floor"][0]
+        line += f" {floor / requests:,.0f} | {pair / floor:.2f}x |"
+    return line
 
 
 if __name__ == "__main__":
