@@ -200,3 +200,21 @@ def test_ended_by_never_ends_a_whole_body() -> None:
     marker.feed(body)
     assert not marker.ended_by(body)
     assert marker.complete()  # its end is decided at the end of the body
+
+
+def test_a_blank_chunk_after_whole_records_leaves_the_last_record_last() -> None:
+    """Records a chunk each, then separators alone in their own chunks, as SSE engines send."""
+    assert _marker(NDJSON, _line(done=False), _line(done=True), b"\n", b" \n").complete()
+    assert not _marker(NDJSON, _line(done=True), _line(done=False), b"\n").complete()
+    done = b'data: {"stop": true}\n'
+    assert _marker(SSE, b'data: {"stop": false}\n', b"\n", done, b"\n").complete()
+    assert not _marker(SSE, done, b"\n", b'data: {"stop": false}\n', b"\n").complete()
+
+
+def test_whole_records_then_a_record_in_pieces_ends_with_the_pieces() -> None:
+    marker = _marker(NDJSON, _line(done=False), b'{"do', b'ne": tr', b"ue}\n")
+    assert marker.complete()
+    marker = _marker(NDJSON, _line(done=True), b'{"done": fa', b"lse}")
+    assert not marker.complete()
+    assert marker.mid_line
+    assert not _marker(NDJSON, _line(done=True)).mid_line

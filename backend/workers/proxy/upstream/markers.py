@@ -35,11 +35,28 @@ class EndMarker:
         )
         self._current = bytearray()
         self._last = b""
+        # The last chunk fed whole lines (the common case: a record a chunk), its last line not
+        # yet taken out: ``_settle`` does that when the line is asked for or more text comes.
+        self._whole: bytes | None = None
 
     def feed(self, chunk: bytes) -> None:
         """Account for the next chunk of the body."""
         if self._kind == "whole" or not chunk:
             return
+        if not self._current and chunk[-1] == 10:  # whole lines, nothing cut before them
+            if self._whole is None or not chunk.isspace():
+                self._whole = chunk  # a blank chunk leaves the last line where it was
+            return
+        self._settle()
+        self._lines(chunk)
+
+    def _settle(self) -> None:
+        whole = self._whole
+        if whole is not None:
+            self._whole = None
+            self._lines(whole)
+
+    def _lines(self, chunk: bytes) -> None:
         end = chunk.rfind(b"\n")
         if end < 0:
             self._append(chunk)
@@ -111,6 +128,7 @@ class EndMarker:
         )
 
     def _final_line(self) -> bytes:
+        self._settle()
         line = bytes(self._current) if self._current.strip() else self._last
         return line.strip()
 

@@ -103,8 +103,9 @@ class Watchdog:
             return
         sweep = self._sweep
         deadline = sweep.now() + bound
+        if self.kind is None:  # a watchdog waiting for something is watched already
+            sweep.watched.add(self)
         self.kind, self.deadline = kind, deadline
-        sweep.watched.add(self)
         if deadline < sweep.at:
             sweep.arm(deadline)
 
