@@ -11,13 +11,12 @@ import signal
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import keyring
-
 from backend import __version__
 from backend.common.fd_limit import raise_open_file_limit
 from backend.components.cluster.members import Members, Membership, MemberStore
 from backend.components.identity.certificate import (
     IDENTITY_DIR,
+    OS_KEYRING,
     IdentityKeyMissing,
     PasswordVault,
     load_or_mint,
@@ -57,7 +56,7 @@ class Broker:
         *,
         extra_workers: Sequence[WorkerSpec] = (),
         clock: Clock | None = None,
-        vault: PasswordVault = keyring,
+        vault: PasswordVault = OS_KEYRING,
     ) -> None:
         self._config = config
         self._vault = vault

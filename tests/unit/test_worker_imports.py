@@ -55,4 +55,25 @@ def test_the_node_command_loads_what_the_worker_leaves_out() -> None:
     script = "import sys, backend.cli.foreground_command; print('\\n'.join(sorted(sys.modules)))"
     modules = run_python(script).stdout.split()
     loaded = {p for p in NOT_FOR_SERVING if _loaded((p,), modules)}
-    assert loaded >= {"keyring", "zeroconf", "sqlite3", "backend.components", "backend.broker"}
+    assert loaded >= {"zeroconf", "sqlite3", "backend.components", "backend.broker"}
+
+
+# Imports the node command, then asks the broker's keyring for an entry nobody has (a machine
+# without a keyring backend refuses): prints whether ``keyring`` was loaded before and after.
+KEYRING_ON_FIRST_USE = textwrap.dedent(
+    """
+    import contextlib
+    import sys
+    import backend.cli.foreground_command
+    from backend.components.identity.certificate import OS_KEYRING
+    before = "keyring" in sys.modules
+    with contextlib.suppress(Exception):
+        OS_KEYRING.get_password("pair-test-absent", "nobody")
+    print(before, "keyring" in sys.modules)
+    """
+)
+
+
+def test_the_broker_loads_the_keyring_only_when_it_asks_it_something() -> None:
+    # A node whose key is a plain file (PAIR_KEYRING=off, headless) never pays for it.
+    assert run_python(KEYRING_ON_FIRST_USE).stdout.split() == ["False", "True"]

@@ -33,7 +33,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal, Protocol
 
-import keyring
 import msgspec
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -83,6 +82,10 @@ class PasswordVault(Protocol):
     def delete_password(self, service_name: str, username: str) -> None: ...
 
 
+class VaultUnavailable(Exception):
+    """The keyring is turned off: nothing can be kept in it."""
+
+
 class NoVault:
     """No keyring at all (``PAIR_KEYRING=off``): the key is kept as a plain 0600 file."""
 
@@ -92,16 +95,42 @@ class NoVault:
 
     def set_password(self, service_name: str, username: str, password: str) -> None:
         """Refused, as a machine without a keyring backend refuses."""
-        raise keyring.errors.NoKeyringError("the keyring is turned off (PAIR_KEYRING=off)")
+        raise VaultUnavailable("the keyring is turned off (PAIR_KEYRING=off)")
 
     def delete_password(self, service_name: str, username: str) -> None:
         """Nothing to delete."""
-        raise keyring.errors.PasswordDeleteError("the keyring is turned off")
+        raise VaultUnavailable("the keyring is turned off")
+
+
+class OsKeyring:
+    """The OS keyring (the ``keyring`` package), loaded on first use: a process whose key is a
+    plain file never loads it (some 45 ms of a broker's start, and of every test broker's)."""
+
+    def get_password(self, service_name: str, username: str) -> str | None:
+        """The stored password, or None."""
+        import keyring  # here, not at the top: see the class
+
+        return keyring.get_password(service_name, username)
+
+    def set_password(self, service_name: str, username: str, password: str) -> None:
+        """Store ``password``; the backend's error without one."""
+        import keyring  # here, not at the top: see the class
+
+        keyring.set_password(service_name, username, password)
+
+    def delete_password(self, service_name: str, username: str) -> None:
+        """Forget the entry; the backend's error when it has none."""
+        import keyring  # here, not at the top: see the class
+
+        keyring.delete_password(service_name, username)
+
+
+OS_KEYRING = OsKeyring()
 
 
 def vault_from(environment: Mapping[str, str]) -> PasswordVault:
     """The OS keyring, unless ``PAIR_KEYRING=off`` (tests, or a user who wants plain files)."""
-    return NoVault() if environment.get("PAIR_KEYRING") == "off" else keyring
+    return NoVault() if environment.get("PAIR_KEYRING") == "off" else OS_KEYRING
 
 
 class IdentityError(Exception):
@@ -166,7 +195,7 @@ def load_or_mint(
     node_id: NodeId,
     *,
     first_run: bool,
-    vault: PasswordVault = keyring,
+    vault: PasswordVault = OS_KEYRING,
 ) -> StoredIdentity:
     """This node's identity from ``data_dir``, minted where none exists (see the module doc)."""
     return IdentityStore(data_dir, vault).load_or_mint(node_id, first_run=first_run)
@@ -175,7 +204,7 @@ def load_or_mint(
 class IdentityStore:
     """Owns ``<data_dir>/identity/`` and the keyring entry ``pair`` / ``node-key:<node id>``."""
 
-    def __init__(self, data_dir: Path, vault: PasswordVault = keyring) -> None:
+    def __init__(self, data_dir: Path, vault: PasswordVault = OS_KEYRING) -> None:
         self.directory = data_dir / IDENTITY_DIR
         self._vault = vault
 
