@@ -58,14 +58,17 @@ def test_the_node_command_loads_what_the_worker_leaves_out() -> None:
     assert loaded >= {"zeroconf", "sqlite3", "backend.components", "backend.broker"}
 
 
-# Imports the node command, then asks the broker's keyring for an entry nobody has (a machine
-# without a keyring backend refuses): prints whether ``keyring`` was loaded before and after.
+# Imports the node command, then asks the broker's keyring for an entry: prints whether
+# ``keyring`` was loaded before and after. keyring's "fail" backend answers, so no OS keyring is
+# asked (a developer's desktop would be, and might prompt to unlock it).
 KEYRING_ON_FIRST_USE = textwrap.dedent(
     """
     import contextlib
+    import os
     import sys
     import backend.cli.foreground_command
     from backend.components.identity.certificate import OS_KEYRING
+    os.environ["PYTHON_KEYRING_BACKEND"] = "keyring.backends.fail.Keyring"
     before = "keyring" in sys.modules
     with contextlib.suppress(Exception):
         OS_KEYRING.get_password("pair-test-absent", "nobody")
