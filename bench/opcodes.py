@@ -8,8 +8,8 @@ one C function (the interpreter's loop), so it cannot say which of PAIR's functi
 to. This script can: the worker runs with ``bench/_opcount/`` first on its path, whose
 ``sitecustomize`` traces every bytecode once told to (``sys.settrace`` with
 ``f_trace_opcodes``). Like callgrind's count, a bytecode count does not depend on how busy the
-machine is: two runs of the same tree agree to within a few bytecodes per request, so a change
-of a few percent shows. Each bytecode costs a different amount of machine work, and work done
+machine is: runs of one tree agree within about 0.25 % (timers that fire by the clock move a
+little with the pace), so a change of 1 % shows. Each bytecode costs a different amount of machine work, and work done
 in C (parsing headers in llhttp, msgspec, the event loop) is not counted: read it beside
 ``instructions.py``.
 
