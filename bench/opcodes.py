@@ -9,9 +9,9 @@ to. This script can: the worker runs with ``bench/_opcount/`` first on its path,
 ``sitecustomize`` traces every bytecode once told to (``sys.settrace`` with
 ``f_trace_opcodes``). Like callgrind's count, a bytecode count does not depend on how busy the
 machine is: runs of one tree agree within about 0.25 % (timers that fire by the clock move a
-little with the pace), so a change of 1 % shows. Each bytecode costs a different amount of machine work, and work done
-in C (parsing headers in llhttp, msgspec, the event loop) is not counted: read it beside
-``instructions.py``.
+little with the pace), so a change of 1 % shows. Each bytecode costs a different amount of
+machine work, and work done in C (parsing headers in llhttp, msgspec, the event loop) is not
+counted: read it beside ``instructions.py``.
 
 One Ollama emulator (8 reply tokens 1 ms apart, 128 slots, as in ``instructions.py``) behind
 the worker under a ``_proxy_host.py``; a warm-up, then counting on, ``--requests`` requests of
