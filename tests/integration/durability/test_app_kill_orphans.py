@@ -49,16 +49,20 @@ def _start_app(data_dir: Path, home: Path, log: Path) -> subprocess.Popen[bytes]
 
 
 async def _wait_for_broker(app: subprocess.Popen[bytes], broker: Broker, log: Path) -> None:
+    """Until the app's broker says ``app:ready`` (its components started): its control socket
+    answers before that, when the engine manager may not run yet."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         assert app.poll() is None, _tail(log)
         try:
             async with broker.connect(engine_events=False) as client:
-                await client.call("ping")
+                await client.wait_push("app:ready", timeout=max(0.1, deadline - time.monotonic()))
                 return
         except OSError:
             await asyncio.sleep(0.1)
-    raise AssertionError(f"the app's broker never answered: {_tail(log)}")
+        except TimeoutError:
+            break
+    raise AssertionError(f"the app's broker was not ready within 60 s: {_tail(log)}")
 
 
 def _tail(log: Path) -> str:
