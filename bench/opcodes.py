@@ -34,16 +34,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import ROOT, Emulator, ProxyHost, emulator_kinds, run_load
+from _common import ROOT, Emulator, ProxyHost, run_load
+from instructions import KINDS, MODEL, NODE_ID, REPLY_TOKENS, SLOTS
 
 from backend.protocol.proxy import ProxyTargets, RouteTarget
 
-NODE_ID = "bench-node"
-MODEL = "tinyllama:latest"
-REPLY_TOKENS = 8
-SLOTS = 128
 WARMUP = 200
-KINDS = emulator_kinds(MODEL)
 DUMP_WAIT_S = 30.0
 _SHORT = (
     (

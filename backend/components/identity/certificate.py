@@ -108,21 +108,21 @@ class OsKeyring:
 
     def get_password(self, service_name: str, username: str) -> str | None:
         """The stored password, or None."""
-        import keyring  # here, not at the top: see the class
-
-        return keyring.get_password(service_name, username)
+        return _keyring().get_password(service_name, username)
 
     def set_password(self, service_name: str, username: str, password: str) -> None:
         """Store ``password``; the backend's error without one."""
-        import keyring  # here, not at the top: see the class
-
-        keyring.set_password(service_name, username, password)
+        _keyring().set_password(service_name, username, password)
 
     def delete_password(self, service_name: str, username: str) -> None:
         """Forget the entry; the backend's error when it has none."""
-        import keyring  # here, not at the top: see the class
+        _keyring().delete_password(service_name, username)
 
-        keyring.delete_password(service_name, username)
+
+def _keyring() -> PasswordVault:
+    import keyring  # here, not at the top: see ``OsKeyring``
+
+    return keyring
 
 
 OS_KEYRING = OsKeyring()
